@@ -1,0 +1,190 @@
+//! Wiring: turns a [`Config`] into a running service.
+//!
+//! [`App::build`] opens the backends (SQL pool + migrations, Redis in cluster mode), resolves the
+//! JWT secrets, binds the listener and assembles the router from every feature's `router()`
+//! behind the middleware of [`crate::infra::http`]. [`App::run_until`] serves until the shutdown
+//! future resolves, then drains: it stops accepting, lets in-flight requests finish (bounded by
+//! `shutdown_timeout`), stops background tasks and closes the pool.
+
+use std::{
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    config::{Config, JwtSecrets},
+    infra::{db::Db, http::with_middleware, redis::Redis, telemetry},
+    ops,
+};
+
+/// How often the metrics registry runs its upkeep (drains histogram buffers).
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What every handler can reach; cheap to clone (everything inside is shared).
+#[derive(Clone)]
+pub struct AppState {
+    /// The effective configuration.
+    pub config: Arc<Config>,
+    /// The SQL store.
+    pub db: Db,
+    /// Redis, in cluster mode only.
+    pub redis: Option<Redis>,
+    /// The token-signing secrets.
+    pub jwt: Arc<JwtSecrets>,
+    /// The Prometheus registry, rendered by `/metrics`.
+    pub metrics: PrometheusHandle,
+}
+
+/// A built service: backends open, listener bound, not yet serving.
+pub struct App {
+    state: AppState,
+    listener: TcpListener,
+}
+
+impl App {
+    /// Opens every backend the config names and binds the listen address. Fails with one clear
+    /// error naming the setting when a backend cannot be reached.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let metrics = telemetry::metrics_handle()?;
+        let jwt = JwtSecrets::resolve(&config)?;
+        let db = Db::connect(&config).await?;
+        let applied = db.migrate().await.context("applying migrations")?;
+        if applied > 0 {
+            tracing::info!(applied, "database migrated");
+        }
+        let redis = match &config.redis_url {
+            Some(url) => Some(Redis::connect(url).await?),
+            None => None,
+        };
+        let listener = TcpListener::bind(config.listen).await.with_context(|| {
+            format!(
+                "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
+                config.listen
+            )
+        })?;
+        Ok(Self {
+            state: AppState {
+                config: Arc::new(config),
+                db,
+                redis,
+                jwt: Arc::new(jwt),
+                metrics,
+            },
+            listener,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// The shared state handlers see.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then drains gracefully (see the module docs).
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Self { state, listener } = self;
+        let config = state.config.clone();
+        let router = router(state.clone())?;
+        let background = TaskTracker::new();
+        let stopping = CancellationToken::new();
+        background.spawn(metrics_upkeep(state.metrics.clone(), stopping.clone()));
+
+        let addr = listener.local_addr()?;
+        tracing::info!(
+            mode = if config.is_cluster() { "cluster" } else { "embedded" },
+            database = %crate::infra::redact_url(&config.database_url()),
+            "listening on http://{addr}"
+        );
+        let server = axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stopping.clone().cancelled_owned())
+        .into_future();
+        tokio::pin!(server);
+
+        tokio::select! {
+            result = &mut server => result.context("HTTP server failed")?,
+            () = shutdown => {
+                tracing::info!(grace = ?config.shutdown_timeout, "shutting down: draining in-flight requests");
+                stopping.cancel();
+                match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
+                    Ok(result) => result.context("HTTP server failed while draining")?,
+                    Err(_) => tracing::warn!("in-flight requests outlived shutdown_timeout; abandoning them"),
+                }
+            }
+        }
+        stopping.cancel();
+        background.close();
+        if tokio::time::timeout(config.shutdown_timeout, background.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background tasks outlived shutdown_timeout; abandoning them");
+        }
+        state.db.close().await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// The full router: every feature's routes behind the shared middleware.
+pub fn router(state: AppState) -> anyhow::Result<Router> {
+    let config = state.config.clone();
+    let routes = Router::new()
+        .merge(ops::router(config.debug_endpoints))
+        .with_state(state);
+    with_middleware(routes, &config)
+}
+
+/// Builds and serves `config` until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    App::build(config).await?.run_until(shutdown_signal()).await
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(%err, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = interrupt => tracing::info!("received SIGINT"),
+        () = terminate => tracing::info!("received SIGTERM"),
+    }
+}
+
+async fn metrics_upkeep(handle: PrometheusHandle, stopping: CancellationToken) {
+    let mut ticks = tokio::time::interval(METRICS_UPKEEP_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => handle.run_upkeep(),
+            () = stopping.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! Layered configuration: built-in defaults → `webook.toml` → `WEBOOK_*` environment → flags.
+//!
+//! [`Config::load`] merges the layers with figment (later layers win, key by key), extracts one
+//! [`Config`] and validates it, so every later stage can trust it. Keys are the same in every
+//! layer: the TOML key `data_dir` is the env var `WEBOOK_DATA_DIR` and the flag `--data-dir`.
+//! Errors name the setting and where its value came from, in one line.
+//!
+//! Mode follows from the settings: `redis_url` set means cluster mode (shared Redis, secrets
+//! must be configured); absent means embedded mode (in-process cache/locks/queue, JWT secrets
+//! generated once into the data dir by [`JwtSecrets::resolve`]).
+
+use std::{
+    fmt,
+    io::Write,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use figment::{
+    providers::{Env, Format, Serialized, Toml},
+    Figment,
+};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::{cli::ConfigArgs, infra::redact_url};
+
+/// The config file read when neither `--config` nor `WEBOOK_CONFIG` names one (optional).
+pub const DEFAULT_CONFIG_FILE: &str = "webook.toml";
+/// Prefix of every environment variable the config reads.
+pub const ENV_PREFIX: &str = "WEBOOK_";
+/// File in the data dir holding the generated JWT secrets (embedded mode), mode 0600.
+pub const SECRETS_FILE: &str = "jwt-secrets.toml";
+/// Shortest JWT secret accepted, in bytes (HS256 wants at least its 256-bit output size).
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// The effective configuration of one webook process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Directory for the SQLite database and generated secrets.
+    pub data_dir: PathBuf,
+    /// `sqlite://PATH` or `postgres://…`; `None` means `sqlite://<data_dir>/webook.db`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// Redis URL; set means cluster mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    /// HS256 secret for access tokens (required in cluster mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt_access_secret: Option<Secret>,
+    /// HS256 secret for refresh tokens (required in cluster mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt_refresh_secret: Option<Secret>,
+    /// Origins allowed by CORS (a list, or comma-separated in the environment).
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub cors_origins: Vec<String>,
+    /// Emails of administrators (a list, or comma-separated in the environment).
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub admins: Vec<String>,
+    /// Log filter in `tracing` EnvFilter syntax, e.g. `info` or `webook=debug,sqlx=warn`.
+    pub log: String,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+    /// A request still running after this long is answered 503 and dropped.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// On SIGINT/SIGTERM, how long in-flight work may take to drain before the process exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// Size of the SQL connection pool.
+    pub database_max_connections: u32,
+    /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
+    /// Never enable in production.
+    pub debug_endpoints: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            redis_url: None,
+            jwt_access_secret: None,
+            jwt_refresh_secret: None,
+            cors_origins: vec!["http://localhost:3000".to_owned()],
+            admins: Vec::new(),
+            log: "info".to_owned(),
+            log_format: LogFormat::Text,
+            body_limit_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+            database_max_connections: 16,
+            debug_endpoints: false,
+        }
+    }
+}
+
+/// Every key of [`Config`]: the env vars read are exactly `WEBOOK_<KEY>` for these, so unrelated
+/// `WEBOOK_*` variables (such as the test harness's) are not mistaken for settings.
+pub const KEYS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "database_url",
+    "redis_url",
+    "jwt_access_secret",
+    "jwt_refresh_secret",
+    "cors_origins",
+    "admins",
+    "log",
+    "log_format",
+    "body_limit_bytes",
+    "request_timeout",
+    "shutdown_timeout",
+    "database_max_connections",
+    "debug_endpoints",
+];
+
+/// Format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Which SQL engine a database URL points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseKind {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+impl Config {
+    /// Loads and validates the layered configuration; `flags` is the top layer.
+    pub fn load(flags: &ConfigArgs) -> anyhow::Result<Self> {
+        let file = match &flags.config {
+            Some(path) if !path.is_file() => {
+                bail!(
+                    "config file {} (--config / WEBOOK_CONFIG) does not exist",
+                    path.display()
+                )
+            }
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|path| path.is_file()),
+        };
+        let mut figment = Figment::new();
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        let config: Config = figment
+            .merge(Env::prefixed(ENV_PREFIX).only(KEYS))
+            .merge(Serialized::defaults(flags))
+            .extract()
+            .map_err(describe_figment_error)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// True when Redis is configured: shared cache, locks, streams and session revocation.
+    pub fn is_cluster(&self) -> bool {
+        self.redis_url.is_some()
+    }
+
+    /// The database URL in effect: the configured one, or the SQLite file in the data dir.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("webook.db").display()),
+        }
+    }
+
+    /// The engine behind [`Config::database_url`].
+    pub fn database_kind(&self) -> anyhow::Result<DatabaseKind> {
+        database_kind(&self.database_url())
+    }
+
+    /// Checks what the type system cannot: URL schemes, the log filter, cluster secrets.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.database_kind()?;
+        if let Some(url) = &self.redis_url {
+            let parsed = url::Url::parse(url).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid redis_url (WEBOOK_REDIS_URL / --redis-url) {:?}: {err}",
+                    redact_url(url)
+                )
+            })?;
+            if !matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") {
+                bail!(
+                    "invalid redis_url (WEBOOK_REDIS_URL / --redis-url): unsupported scheme {:?}; \
+                     expected redis://, rediss:// or redis+unix://",
+                    parsed.scheme()
+                );
+            }
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log)
+            .map_err(|err| anyhow::anyhow!("invalid log (WEBOOK_LOG) {:?}: {err}", self.log))?;
+        if self.body_limit_bytes == 0 {
+            bail!("invalid body_limit_bytes (WEBOOK_BODY_LIMIT_BYTES): must be above 0");
+        }
+        if self.database_max_connections == 0 {
+            bail!(
+                "invalid database_max_connections (WEBOOK_DATABASE_MAX_CONNECTIONS): must be above 0"
+            );
+        }
+        for (name, secret) in [
+            ("jwt_access_secret", &self.jwt_access_secret),
+            ("jwt_refresh_secret", &self.jwt_refresh_secret),
+        ] {
+            match secret {
+                None if self.is_cluster() => bail!(
+                    "{name} (WEBOOK_{}) is required in cluster mode (redis_url is set): every \
+                     instance must sign tokens with the same secret",
+                    name.to_uppercase()
+                ),
+                Some(secret) if secret.expose().len() < MIN_SECRET_LEN => bail!(
+                    "{name} (WEBOOK_{}) is too short: use at least {MIN_SECRET_LEN} bytes",
+                    name.to_uppercase()
+                ),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, with secrets and URL passwords redacted.
+    pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
+        let mut shown = self.clone();
+        shown.database_url = Some(redact_url(&self.database_url()));
+        shown.redis_url = self.redis_url.as_deref().map(redact_url);
+        let body = toml::to_string_pretty(&shown).context("rendering the configuration")?;
+        let mode = if self.is_cluster() {
+            "cluster (PostgreSQL/SQLite + Redis)".to_owned()
+        } else {
+            format!(
+                "embedded (in-process cache, locks and queue); JWT secrets from {}",
+                if self.jwt_access_secret.is_some() {
+                    "the configuration".to_owned()
+                } else {
+                    self.data_dir.join(SECRETS_FILE).display().to_string()
+                }
+            )
+        };
+        Ok(format!("# mode: {mode}\n{body}"))
+    }
+}
+
+/// One line naming the setting, where its value came from and what is wrong with it.
+fn describe_figment_error(err: figment::Error) -> anyhow::Error {
+    let key = err.path.join(".").to_lowercase();
+    if key.is_empty() {
+        return anyhow::anyhow!("invalid configuration: {err}");
+    }
+    let origin = match err.metadata.as_ref() {
+        Some(metadata) => match &metadata.source {
+            Some(figment::Source::File(path)) => format!("in {}", path.display()),
+            _ if metadata.name.contains("environment") => {
+                format!("from env {ENV_PREFIX}{}", key.to_uppercase())
+            }
+            _ => format!("from --{}", key.replace('_', "-")),
+        },
+        None => "default".to_owned(),
+    };
+    anyhow::anyhow!("invalid {key} ({origin}): {}", err.kind)
+}
+
+/// The engine a database URL points at, or an error naming the setting.
+pub fn database_kind(url: &str) -> anyhow::Result<DatabaseKind> {
+    let scheme = url.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+    match scheme {
+        "sqlite" => Ok(DatabaseKind::Sqlite),
+        "postgres" | "postgresql" => {
+            url::Url::parse(url).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid database_url (WEBOOK_DATABASE_URL / --database-url) {:?}: {err}",
+                    redact_url(url)
+                )
+            })?;
+            Ok(DatabaseKind::Postgres)
+        }
+        _ => bail!(
+            "invalid database_url (WEBOOK_DATABASE_URL / --database-url) {:?}: expected \
+             sqlite://PATH or postgres://USER@HOST/DB",
+            redact_url(url)
+        ),
+    }
+}
+
+/// A secret value: never printed by `Debug` and serialised only as `"<redacted>"`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for signing; never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
+    }
+}
+
+/// The two token-signing secrets in effect.
+#[derive(Debug, Clone)]
+pub struct JwtSecrets {
+    /// Signs access tokens.
+    pub access: Secret,
+    /// Signs refresh tokens (a different key, so one kind can never pass as the other).
+    pub refresh: Secret,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SecretsFile {
+    access: String,
+    refresh: String,
+}
+
+impl JwtSecrets {
+    /// The configured secrets, or (embedded mode) the ones generated once into
+    /// `<data_dir>/jwt-secrets.toml` with mode 0600. Concurrent first starts agree on one file.
+    pub fn resolve(config: &Config) -> anyhow::Result<Self> {
+        match (&config.jwt_access_secret, &config.jwt_refresh_secret) {
+            (Some(access), Some(refresh)) => Ok(Self {
+                access: access.clone(),
+                refresh: refresh.clone(),
+            }),
+            (None, None) => Self::load_or_generate(&config.data_dir),
+            _ => bail!(
+                "set both jwt_access_secret and jwt_refresh_secret (WEBOOK_JWT_ACCESS_SECRET, \
+                 WEBOOK_JWT_REFRESH_SECRET), or neither to use generated ones"
+            ),
+        }
+    }
+
+    fn load_or_generate(data_dir: &Path) -> anyhow::Result<Self> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("creating data_dir {}", data_dir.display()))?;
+        let path = data_dir.join(SECRETS_FILE);
+        if !path.exists() {
+            // Write a private temp file, then hard-link it into place: the link fails if another
+            // process won the race, and nobody ever reads a half-written file.
+            let generated = SecretsFile {
+                access: random_hex(64)?,
+                refresh: random_hex(64)?,
+            };
+            let tmp = data_dir.join(format!(".{SECRETS_FILE}.{}", uuid::Uuid::new_v4()));
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .with_context(|| format!("creating {}", tmp.display()))?;
+            file.write_all(toml::to_string(&generated)?.as_bytes())?;
+            file.sync_all()?;
+            let linked = std::fs::hard_link(&tmp, &path);
+            std::fs::remove_file(&tmp)?;
+            match linked {
+                Ok(()) => tracing::info!(path = %path.display(), "generated JWT secrets"),
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(err) => return Err(err).context(format!("writing {}", path.display())),
+            }
+        }
+        let mode = std::fs::metadata(&path)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "JWT secrets file was readable by others; set to 0600");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let stored: SecretsFile = toml::from_str(&text).with_context(|| {
+            format!(
+                "{} is corrupt (delete it to generate new secrets; this signs everybody out)",
+                path.display()
+            )
+        })?;
+        Ok(Self {
+            access: Secret(stored.access),
+            refresh: Secret(stored.refresh),
+        })
+    }
+}
+
+fn random_hex(bytes: usize) -> anyhow::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|err| anyhow::anyhow!("no OS randomness: {err}"))?;
+    Ok(hex::encode(buf))
+}
+
+/// Accepts `["a", "b"]` (TOML, flags) or `"a, b"` (environment variables).
+fn list_or_comma_separated<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<String>),
+        String(String),
+    }
+    let items = match ListOrString::deserialize(de)? {
+        ListOrString::List(items) => items,
+        ListOrString::String(joined) => joined.split(',').map(str::to_owned).collect(),
+    };
+    Ok(items
+        .into_iter()
+        .map(|item| item.trim().to_owned())
+        .filter(|item| !item.is_empty())
+        .collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment's Jail API returns figment::Error by value
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
+        Config::load(flags).map_err(|err| err.to_string().into())
+    }
+
+    #[test]
+    fn defaults_apply_without_any_layer() {
+        Jail::expect_with(|_jail| {
+            let config = load_in_jail(&ConfigArgs::default())?;
+            assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+            assert_eq!(config.data_dir, PathBuf::from("./data"));
+            assert_eq!(config.database_url(), "sqlite://./data/webook.db");
+            assert!(!config.is_cluster());
+            assert_eq!(config.cors_origins, vec!["http://localhost:3000"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn each_layer_overrides_the_one_below() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "webook.toml",
+                r#"
+                listen = "127.0.0.1:9001"
+                data_dir = "/from-file"
+                log = "debug"
+                admins = ["file@example.com"]
+                request_timeout = "5s"
+                "#,
+            )?;
+            // File only.
+            let config = load_in_jail(&ConfigArgs::default())?;
+            assert_eq!(config.listen.to_string(), "127.0.0.1:9001");
+            assert_eq!(config.log, "debug");
+            assert_eq!(config.request_timeout, Duration::from_secs(5));
+
+            // Env beats file.
+            jail.set_env("WEBOOK_LISTEN", "127.0.0.1:9002");
+            jail.set_env("WEBOOK_DATA_DIR", "/from-env");
+            jail.set_env("WEBOOK_ADMINS", "a@example.com, b@example.com");
+            let config = load_in_jail(&ConfigArgs::default())?;
+            assert_eq!(config.listen.to_string(), "127.0.0.1:9002");
+            assert_eq!(config.data_dir, PathBuf::from("/from-env"));
+            assert_eq!(config.admins, vec!["a@example.com", "b@example.com"]);
+            assert_eq!(config.log, "debug", "untouched keys keep the file's value");
+
+            // Flags beat env.
+            let flags = ConfigArgs {
+                listen: Some("127.0.0.1:9003".into()),
+                ..ConfigArgs::default()
+            };
+            let config = load_in_jail(&flags)?;
+            assert_eq!(config.listen.to_string(), "127.0.0.1:9003");
+            assert_eq!(config.data_dir, PathBuf::from("/from-env"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn config_file_path_comes_from_env_or_flag() {
+        Jail::expect_with(|jail| {
+            jail.create_file("other.toml", "listen = \"127.0.0.1:7000\"")?;
+            let flags = ConfigArgs {
+                config: Some("other.toml".into()),
+                ..ConfigArgs::default()
+            };
+            assert_eq!(load_in_jail(&flags)?.listen.to_string(), "127.0.0.1:7000");
+
+            let missing = ConfigArgs {
+                config: Some("missing.toml".into()),
+                ..ConfigArgs::default()
+            };
+            let err = Config::load(&missing).unwrap_err().to_string();
+            assert!(
+                err.contains("missing.toml") && err.contains("does not exist"),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unrelated_webook_env_vars_are_ignored_but_unknown_file_keys_are_not() {
+        Jail::expect_with(|jail| {
+            jail.set_env("WEBOOK_TEST_DATABASE_URL", "postgres://x@y/z");
+            load_in_jail(&ConfigArgs::default())?;
+
+            jail.create_file("webook.toml", "lisen = \"127.0.0.1:1\"")?;
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("lisen"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        Jail::expect_with(|jail| {
+            jail.set_env("WEBOOK_DATABASE_URL", "mysql://root@localhost/webook");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("database_url") && err.contains("WEBOOK_DATABASE_URL"),
+                "{err}"
+            );
+
+            jail.set_env("WEBOOK_DATABASE_URL", "postgres://u:hunter2@[bad/db");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("database_url"), "{err}");
+            assert!(!err.contains("hunter2"), "password leaked: {err}");
+
+            jail.set_env("WEBOOK_DATABASE_URL", "sqlite://ok.db");
+            jail.set_env("WEBOOK_LISTEN", "not-an-address");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("listen"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn cluster_mode_requires_secrets() {
+        Jail::expect_with(|jail| {
+            jail.set_env("WEBOOK_REDIS_URL", "redis://127.0.0.1:6379/");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("jwt_access_secret") && err.contains("cluster"),
+                "{err}"
+            );
+
+            jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "short");
+            jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "x".repeat(40));
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("too short"), "{err}");
+
+            jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "y".repeat(40));
+            let config = load_in_jail(&ConfigArgs::default())?;
+            assert!(config.is_cluster());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn redacted_config_hides_secrets_and_passwords() {
+        Jail::expect_with(|jail| {
+            jail.set_env("WEBOOK_REDIS_URL", "redis://:redispass@127.0.0.1:6379/");
+            jail.set_env(
+                "WEBOOK_DATABASE_URL",
+                "postgres://u:dbpass@127.0.0.1/webook",
+            );
+            jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "a".repeat(40));
+            jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "r".repeat(40));
+            let shown = load_in_jail(&ConfigArgs::default())?
+                .to_redacted_toml()
+                .map_err(|err| err.to_string())?;
+            for leaked in ["redispass", "dbpass", &"a".repeat(40), &"r".repeat(40)] {
+                assert!(!shown.contains(leaked), "{leaked} leaked:\n{shown}");
+            }
+            assert!(shown.contains("<redacted>"), "{shown}");
+            assert!(
+                shown.contains("postgres://u:***@127.0.0.1/webook"),
+                "{shown}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn generated_secrets_are_private_and_stable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().join("nested"),
+            ..Config::default()
+        };
+        let first = JwtSecrets::resolve(&config).unwrap();
+        let second = JwtSecrets::resolve(&config).unwrap();
+        assert_eq!(first.access, second.access);
+        assert_ne!(first.access, first.refresh);
+        assert!(first.access.expose().len() >= MIN_SECRET_LEN);
+        let mode = std::fs::metadata(dir.path().join("nested").join(SECRETS_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

@@ -1,0 +1,276 @@
+//! The SQL store: one connection pool for SQLite (embedded) or PostgreSQL (cluster), chosen by
+//! the URL scheme, and the schema migrations embedded in the binary.
+//!
+//! Every query in webook is written once and runs on both engines through sqlx's `Any` driver:
+//! `$N` placeholders, `INSERT … ON CONFLICT … DO UPDATE`, `RETURNING`, `BIGINT` milliseconds for
+//! times. The one thing SQL cannot say portably is an auto-increment primary key, so migrations
+//! write `{{id}}` and [`expand_dialect`] turns it into each engine's spelling before sqlx runs it.
+//!
+//! SQLite connections are set up for a server: WAL (readers never block the writer), a busy
+//! timeout (writers queue instead of failing), foreign keys on, `synchronous=NORMAL` (durable
+//! with WAL); the file and its directory are created on first run.
+
+use std::{borrow::Cow, path::Path, time::Duration};
+
+use anyhow::Context;
+use sqlx::{
+    any::AnyPoolOptions,
+    migrate::{Migration, MigrationType, Migrator},
+    AnyConnection, AnyPool, Connection,
+};
+
+use crate::{
+    config::{database_kind, Config, DatabaseKind},
+    infra::redact_url,
+};
+
+/// Migrations in order: (version, description, SQL with `{{…}}` dialect placeholders).
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "meta", include_str!("../../migrations/0001_meta.sql"))];
+
+const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
+     PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;";
+
+/// How long a connect or checkout may wait before failing.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A pool of connections to the SQL store, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: AnyPool,
+    kind: DatabaseKind,
+}
+
+impl Db {
+    /// Connects to `config.database_url()`, creating the SQLite file and its directory if needed.
+    pub async fn connect(config: &Config) -> anyhow::Result<Self> {
+        Self::connect_url(&config.database_url(), config.database_max_connections).await
+    }
+
+    /// Connects to `url` with at most `max_connections` connections; fails with a message that
+    /// names the setting when the database cannot be reached.
+    pub async fn connect_url(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        sqlx::any::install_default_drivers();
+        let kind = database_kind(url)?;
+        let connect_url = match kind {
+            DatabaseKind::Sqlite => prepare_sqlite_url(url)?,
+            DatabaseKind::Postgres => url.to_owned(),
+        };
+        let describe = || {
+            format!(
+                "cannot connect to database_url (WEBOOK_DATABASE_URL) {}",
+                redact_url(url)
+            )
+        };
+        // One direct attempt first: the pool retries until its timeout and then reports only
+        // "timed out", while this surfaces the real cause (refused, auth failed, no such db).
+        let probe = tokio::time::timeout(ACQUIRE_TIMEOUT, AnyConnection::connect(&connect_url))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {ACQUIRE_TIMEOUT:?}"))
+            .and_then(|connected| connected.map_err(anyhow::Error::from))
+            .with_context(describe)?;
+        probe.close().await.ok();
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if kind == DatabaseKind::Sqlite {
+                        sqlx::Executor::execute(&mut *conn, SQLITE_PRAGMAS).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&connect_url)
+            .await
+            .with_context(describe)?;
+        Ok(Self { pool, kind })
+    }
+
+    /// The connection pool, for stores.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Which engine this is.
+    pub fn kind(&self) -> DatabaseKind {
+        self.kind
+    }
+
+    /// Applies pending migrations (under the engine's migration lock, so concurrent starts are
+    /// safe) and records the running version in `meta`. Returns how many were applied.
+    pub async fn migrate(&self) -> anyhow::Result<usize> {
+        let migrator = migrator(self.kind);
+        let before = self.applied_versions().await?;
+        migrator
+            .run(&self.pool)
+            .await
+            .context("running migrations")?;
+        let applied = migrator
+            .iter()
+            .filter(|m| !before.contains(&m.version))
+            .count();
+        let now = now_millis();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO meta (name, value, utime) VALUES ('schema_created_at', $1, $2) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(now.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO meta (name, value, utime) VALUES ('last_migrated_by', $1, $2) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, utime = excluded.utime",
+        )
+        .bind(env!("CARGO_PKG_VERSION"))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    /// Versions of the migrations already applied (empty on a fresh database).
+    pub async fn applied_versions(&self) -> anyhow::Result<Vec<i64>> {
+        let table = match self.kind {
+            DatabaseKind::Sqlite => {
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'"
+            }
+            DatabaseKind::Postgres => {
+                "SELECT COUNT(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = '_sqlx_migrations'"
+            }
+        };
+        let exists: i64 = sqlx::query_scalar(table).fetch_one(&self.pool).await?;
+        if exists == 0 {
+            return Ok(Vec::new());
+        }
+        let versions = sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(versions)
+    }
+
+    /// Checks that the database answers a trivial query within `timeout`.
+    pub async fn ping(&self, timeout: Duration) -> anyhow::Result<()> {
+        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&self.pool))
+            .await
+            .context("database did not answer in time")??;
+        Ok(())
+    }
+
+    /// Closes the pool, waiting for checked-out connections to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The embedded migrations, expanded for `kind`.
+pub fn migrator(kind: DatabaseKind) -> Migrator {
+    let migrations = MIGRATIONS
+        .iter()
+        .map(|(version, description, sql)| {
+            Migration::new(
+                *version,
+                Cow::Borrowed(*description),
+                MigrationType::Simple,
+                Cow::Owned(expand_dialect(sql, kind)),
+                false,
+            )
+        })
+        .collect::<Vec<_>>();
+    Migrator {
+        migrations: Cow::Owned(migrations),
+        ..Migrator::DEFAULT
+    }
+}
+
+/// Replaces the dialect placeholders of portable SQL with `kind`'s spelling:
+/// `{{id}}` is an auto-increment 64-bit primary key.
+pub fn expand_dialect(sql: &str, kind: DatabaseKind) -> String {
+    let id = match kind {
+        // Exactly "INTEGER PRIMARY KEY" makes the column the rowid (64-bit); AUTOINCREMENT
+        // stops ids of deleted rows from being handed out again.
+        DatabaseKind::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+        DatabaseKind::Postgres => "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY",
+    };
+    sql.replace("{{id}}", id)
+}
+
+/// Milliseconds since the Unix epoch, the unit of every time column.
+pub fn now_millis() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Creates the directory of a SQLite URL's file and asks sqlx to create the file itself.
+fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path != ":memory:" && !path.is_empty() {
+        if let Some(dir) = Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!("creating the directory of database_url {}", dir.display())
+            })?;
+        }
+    }
+    Ok(if query.split('&').any(|kv| kv.starts_with("mode=")) {
+        url.to_owned()
+    } else if query.is_empty() {
+        format!("sqlite://{path}?mode=rwc")
+    } else {
+        format!("sqlite://{path}?{query}&mode=rwc")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dialect_placeholders_expand_for_each_engine() {
+        let sql = "CREATE TABLE t (id {{id}}, name TEXT)";
+        assert_eq!(
+            expand_dialect(sql, DatabaseKind::Sqlite),
+            "CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT)"
+        );
+        assert!(expand_dialect(sql, DatabaseKind::Postgres).contains("GENERATED BY DEFAULT"));
+        for (_, _, sql) in MIGRATIONS {
+            for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+                assert!(
+                    !expand_dialect(sql, kind).contains("{{"),
+                    "unexpanded placeholder"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn migration_versions_are_strictly_increasing() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|(v, _, _)| *v).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+    }
+
+    #[test]
+    fn sqlite_urls_get_create_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a/b/webook.db");
+        let url = prepare_sqlite_url(&format!("sqlite://{}", file.display())).unwrap();
+        assert_eq!(url, format!("sqlite://{}?mode=rwc", file.display()));
+        assert!(file.parent().unwrap().is_dir());
+        let url = prepare_sqlite_url("sqlite://x.db?mode=ro").unwrap();
+        assert_eq!(url, "sqlite://x.db?mode=ro");
+    }
+}

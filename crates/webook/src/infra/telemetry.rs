@@ -1,0 +1,70 @@
+//! Logs and metrics.
+//!
+//! Logs: `tracing` to stderr, filtered by `log` (`WEBOOK_LOG`, EnvFilter syntax), as text or JSON
+//! (`log_format`). Metrics: one process-wide Prometheus recorder ([`metrics_handle`]); any module
+//! records with the `metrics` macros and `GET /metrics` renders the registry. Metric names used
+//! across modules are constants here so dashboards and code agree.
+
+use std::{io::IsTerminal, sync::OnceLock};
+
+use anyhow::Context;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{Config, LogFormat};
+
+/// Counter: HTTP requests by `method`, `route` (the matched route pattern) and `status`.
+pub const HTTP_REQUESTS_TOTAL: &str = "http_requests_total";
+/// Histogram: HTTP request latency in seconds, labelled like [`HTTP_REQUESTS_TOTAL`].
+pub const HTTP_REQUEST_DURATION: &str = "http_request_duration_seconds";
+/// Gauge: HTTP requests being served right now.
+pub const HTTP_REQUESTS_IN_FLIGHT: &str = "http_requests_in_flight";
+
+/// Latency buckets (seconds): fine below 10 ms where cached reads live, coarse above.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Installs the global log subscriber. A second call (tests start many apps) keeps the first.
+pub fn init_logging(config: &Config) -> anyhow::Result<()> {
+    let filter = EnvFilter::try_new(&config.log).context("invalid log (WEBOOK_LOG)")?;
+    let ansi = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let _already_installed = match config.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    Ok(())
+}
+
+/// The process-wide Prometheus registry, installed on first use (concurrent first callers wait
+/// for the one installation).
+pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| install_recorder().map_err(|err| format!("{err:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn install_recorder() -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Suffix("duration_seconds".to_owned()),
+            LATENCY_BUCKETS,
+        )
+        .context("configuring metric buckets")?
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    metrics::describe_counter!(HTTP_REQUESTS_TOTAL, "HTTP requests served");
+    metrics::describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "HTTP request latency"
+    );
+    metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
+    Ok(handle)
+}

@@ -1,0 +1,21 @@
+//! webook — the backend of a content community (articles, reads/likes/collects, a hot list,
+//! follows, a feed, comments, tags, search, rewards) with its own job scheduler.
+//!
+//! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
+//! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
+//! - **cluster**: PostgreSQL + Redis, any number of instances behind a load balancer.
+//!
+//! The switch is configuration only. Data flows from [`cli`] (parse the command line) through
+//! [`config`] (defaults → `webook.toml` → `WEBOOK_*` env → flags) into [`app`], which opens the
+//! [`infra`] backends, assembles the HTTP router from the feature modules and serves it until a
+//! shutdown signal drains it.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod infra;
+pub mod ops;
+
+#[cfg(feature = "test-support")]
+pub mod testing;

@@ -1,0 +1,31 @@
+//! The `webook` binary: parses the command line and runs the chosen subcommand.
+//!
+//! Every start-up failure ends here as one line on stderr (`error: …` with its cause chain) and
+//! exit code 1 — never a panic or a backtrace — so operators see which setting is wrong.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use webook::cli::Cli;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli.run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` prints the whole cause chain on one line: "context: cause: root cause".
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Handlers of the operations endpoints.
+
+use std::time::Duration;
+
+use axum::{
+    extract::{Query, State},
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Json, Router,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    app::AppState,
+    error::{Envelope, Reply, CODE_OK, CODE_SYSTEM},
+};
+
+/// How long `/readyz` waits for each dependency.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest sleep `/debug/sleep` accepts.
+const MAX_DEBUG_SLEEP: Duration = Duration::from_secs(60);
+
+/// The operations routes; `debug_endpoints` adds the `/debug/*` ones.
+pub fn router(debug_endpoints: bool) -> Router<AppState> {
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(render_metrics));
+    if debug_endpoints {
+        router
+            .route("/debug/sleep", get(debug_sleep))
+            .route("/debug/panic", get(debug_panic))
+    } else {
+        router
+    }
+}
+
+async fn healthz() -> Reply<&'static str> {
+    Reply("alive")
+}
+
+#[derive(Debug, Serialize)]
+struct Readiness {
+    mode: &'static str,
+    database: &'static str,
+    redis: &'static str,
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    let database = match state.db.ping(PROBE_TIMEOUT).await {
+        Ok(()) => "up",
+        Err(err) => {
+            tracing::warn!(error = format!("{err:#}"), "readiness: database down");
+            "down"
+        }
+    };
+    let redis = match &state.redis {
+        None => "not configured",
+        Some(redis) => match redis.ping(PROBE_TIMEOUT).await {
+            Ok(()) => "up",
+            Err(err) => {
+                tracing::warn!(error = format!("{err:#}"), "readiness: redis down");
+                "down"
+            }
+        },
+    };
+    let ready = database == "up" && redis != "down";
+    let (status, code, msg) = if ready {
+        (StatusCode::OK, CODE_OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, CODE_SYSTEM, "not ready")
+    };
+    let data = Readiness {
+        mode: if state.config.is_cluster() {
+            "cluster"
+        } else {
+            "embedded"
+        },
+        database,
+        redis,
+    };
+    (
+        status,
+        Json(Envelope {
+            code,
+            msg,
+            data: Some(data),
+        }),
+    )
+        .into_response()
+}
+
+async fn render_metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct SleepParams {
+    ms: u64,
+}
+
+async fn debug_sleep(Query(params): Query<SleepParams>) -> Reply<u64> {
+    let duration = Duration::from_millis(params.ms).min(MAX_DEBUG_SLEEP);
+    tokio::time::sleep(duration).await;
+    Reply(params.ms)
+}
+
+async fn debug_panic() -> Reply<()> {
+    panic!("debug panic requested");
+}

@@ -1,0 +1,399 @@
+//! Test support, compiled only with the `test-support` feature (this crate's dev-dependency on
+//! itself turns it on for its tests).
+//!
+//! - [`TestDb`]: a fresh, migrated database per test on either engine — a SQLite file in a temp
+//!   dir, or a new PostgreSQL database (dropped afterwards) on the server named by
+//!   `WEBOOK_TEST_DATABASE_URL`. [`backend_tests!`](crate::backend_tests) turns one test body into
+//!   a SQLite and a PostgreSQL test, so every store test is written once.
+//! - [`redis_url`]: the shared test Redis (`WEBOOK_TEST_REDIS_URL`); [`RedisServer`]: a private
+//!   `redis-server` a test may stop and restart.
+//! - [`TestApp`]: the real app, served on port 0 in this process.
+//!
+//! `scripts/test.sh` starts the servers and exports the variables. A test that needs one when it
+//! is missing panics with a message saying so: nothing skips silently.
+
+#![allow(clippy::expect_used)] // test support fails loudly by design
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+use crate::{
+    app::{App, AppState},
+    config::{Config, DatabaseKind, Secret},
+    infra::db::Db,
+};
+
+/// PostgreSQL server for tests; each test creates its own database on it.
+pub const TEST_DATABASE_URL_ENV: &str = "WEBOOK_TEST_DATABASE_URL";
+/// Shared Redis for tests.
+pub const TEST_REDIS_URL_ENV: &str = "WEBOOK_TEST_REDIS_URL";
+/// Path of the `redis-server` binary, for tests that run their own.
+pub const TEST_REDIS_SERVER_ENV: &str = "WEBOOK_TEST_REDIS_SERVER";
+
+/// How long tests wait for a condition (a server starting, a state change) before failing.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(20);
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run the tests through scripts/test.sh, which starts PostgreSQL and Redis")
+    })
+}
+
+/// Polls `condition` every 20 ms until it holds; panics with `what` after [`WAIT_LIMIT`].
+pub async fn wait_until<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT_LIMIT;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A fresh, migrated database that disappears when dropped.
+pub struct TestDb {
+    /// The open, migrated pool.
+    pub db: Db,
+    /// Its URL, for starting processes against it.
+    pub url: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, name: String },
+}
+
+impl TestDb {
+    /// A fresh migrated database on `kind`.
+    pub async fn new(kind: DatabaseKind) -> Self {
+        match kind {
+            DatabaseKind::Sqlite => Self::sqlite().await,
+            DatabaseKind::Postgres => Self::postgres().await,
+        }
+    }
+
+    /// A migrated SQLite file in a new temp dir.
+    pub async fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("webook.db").display());
+        let db = Db::connect_url(&url, 4).await.expect("open SQLite");
+        db.migrate().await.expect("migrate SQLite");
+        Self {
+            db,
+            url,
+            cleanup: Cleanup::Sqlite(dir),
+        }
+    }
+
+    /// A new, migrated database on the test PostgreSQL server.
+    pub async fn postgres() -> Self {
+        let url = Self::empty_postgres_database().await;
+        let db = Db::connect_url(&url.0, 4).await.expect("open PostgreSQL");
+        db.migrate().await.expect("migrate PostgreSQL");
+        Self {
+            db,
+            url: url.0,
+            cleanup: Cleanup::Postgres {
+                admin_url: url.1,
+                name: url.2,
+            },
+        }
+    }
+
+    /// Creates an empty database; returns (its URL, the admin URL, its name).
+    async fn empty_postgres_database() -> (String, String, String) {
+        let admin_url = required_env(TEST_DATABASE_URL_ENV);
+        let name = format!("webook_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|err| panic!("connect to {TEST_DATABASE_URL_ENV}: {err}"));
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create test database");
+        admin.close().await.ok();
+        let mut url = url::Url::parse(&admin_url).expect("valid test database URL");
+        url.set_path(&format!("/{name}"));
+        (url.to_string(), admin_url, name)
+    }
+
+    /// An empty (unmigrated) PostgreSQL database, dropped with the returned guard; for tests of
+    /// migrations themselves and of processes that migrate on start.
+    pub async fn empty_postgres() -> EmptyPostgres {
+        let (url, admin_url, name) = Self::empty_postgres_database().await;
+        EmptyPostgres {
+            url,
+            cleanup: Cleanup::Postgres { admin_url, name },
+        }
+    }
+}
+
+/// An empty PostgreSQL database, dropped with this value.
+pub struct EmptyPostgres {
+    /// Its URL.
+    pub url: String,
+    cleanup: Cleanup,
+}
+
+impl Drop for EmptyPostgres {
+    fn drop(&mut self) {
+        self.cleanup.run();
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        self.cleanup.run();
+    }
+}
+
+impl Cleanup {
+    fn run(&self) {
+        let Cleanup::Postgres { admin_url, name } = self else {
+            return;
+        };
+        // Drop runs inside the test's runtime, which cannot block on async work: use a thread
+        // with its own small runtime. WITH (FORCE) ends connections still held by pools.
+        let (admin_url, name) = (admin_url.clone(), name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&admin_url).await?;
+                admin
+                    .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                    .await?;
+                admin.close().await?;
+                Ok::<_, anyhow::Error>(())
+            })
+        })
+        .join();
+        if let Ok(Err(err)) = dropped {
+            eprintln!("warning: could not drop test database: {err:#}");
+        }
+    }
+}
+
+/// Writes one test body as a SQLite test and a PostgreSQL test. The body is an async fn taking
+/// a [`TestDb`]:
+///
+/// ```text
+/// async fn counts_start_at_zero(db: TestDb) { /* … */ }
+/// webook::backend_tests!(counts_start_at_zero);
+/// ```
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::testing::TestDb::sqlite().await).await
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::testing::TestDb::postgres().await).await
+                }
+            )+
+        }
+    };
+}
+
+/// The shared test Redis URL.
+pub fn redis_url() -> String {
+    required_env(TEST_REDIS_URL_ENV)
+}
+
+/// A private `redis-server` on a Unix socket in a temp dir, for tests that stop Redis.
+pub struct RedisServer {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers.
+    pub async fn start() -> Self {
+        let mut server = Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        server.restart().await;
+        server
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// `redis+unix://` URL of this server.
+    pub fn url(&self) -> String {
+        format!("redis+unix://{}", self.socket().display())
+    }
+
+    /// Starts the server again after [`RedisServer::stop`] (same socket, empty data).
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "redis-server already running");
+        let binary = required_env(TEST_REDIS_SERVER_ENV);
+        let child = Command::new(&binary)
+            .args(["--port", "0", "--unixsocket"])
+            .arg(self.socket())
+            .args([
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("start {binary}: {err}"));
+        self.child = Some(child);
+        let url = self.url();
+        wait_until("private redis-server to answer PING", || {
+            let url = url.clone();
+            async move { ping(&url).await }
+        })
+        .await;
+    }
+
+    /// Kills the server and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().ok();
+            child.wait().ok();
+        }
+        std::fs::remove_file(self.socket()).ok();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn ping(url: &str) -> bool {
+    let Ok(client) = redis::Client::open(url) else {
+        return false;
+    };
+    let Ok(mut connection) = client.get_multiplexed_async_connection().await else {
+        return false;
+    };
+    redis::cmd("PING")
+        .query_async::<String>(&mut connection)
+        .await
+        .is_ok()
+}
+
+/// A config for a test app: port 0, data dir `data_dir`, the given database.
+pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
+    Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: data_dir.to_path_buf(),
+        database_url: Some(database_url.to_owned()),
+        log: "warn".to_owned(),
+        ..Config::default()
+    }
+}
+
+/// Turns `config` into cluster mode on `redis_url`, with fixed test secrets.
+pub fn make_cluster(config: &mut Config, redis_url: String) {
+    config.redis_url = Some(redis_url);
+    config.jwt_access_secret = Some(Secret::new("test-access-secret-0123456789abcdef"));
+    config.jwt_refresh_secret = Some(Secret::new("test-refresh-secret-0123456789abcdef"));
+}
+
+/// The real app serving on an ephemeral port in this process.
+pub struct TestApp {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// An HTTP client for it.
+    pub client: reqwest::Client,
+    /// The app's shared state (database, config, …).
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+    _data_dir: tempfile::TempDir,
+    _db: Option<TestDb>,
+}
+
+impl TestApp {
+    /// An embedded app on a fresh database of `kind`.
+    pub async fn spawn(kind: DatabaseKind) -> Self {
+        Self::spawn_with(TestDb::new(kind).await, |_| {}).await
+    }
+
+    /// An app on `db`, after `configure` has adjusted its config.
+    pub async fn spawn_with(db: TestDb, configure: impl FnOnce(&mut Config)) -> Self {
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = test_config(data_dir.path(), &db.url);
+        configure(&mut config);
+        crate::infra::telemetry::init_logging(&config).expect("logging");
+        let app = App::build(config).await.expect("build test app");
+        let addr = app.local_addr().expect("bound address");
+        let state = app.state().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until(async {
+            stopped.await.ok();
+        }));
+        Self {
+            addr,
+            client: reqwest::Client::new(),
+            state,
+            stop: Some(stop),
+            server: Some(server),
+            _data_dir: data_dir,
+            _db: Some(db),
+        }
+    }
+
+    /// Absolute URL of `path` on this app.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// GET `path`; returns the status and the body parsed as JSON.
+    pub async fn get_json(&self, path: &str) -> (reqwest::StatusCode, serde_json::Value) {
+        let response = self.client.get(self.url(path)).send().await.expect("GET");
+        let status = response.status();
+        (status, response.json().await.expect("JSON body"))
+    }
+
+    /// Stops the app gracefully and returns how its server ended.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            stop.send(()).ok();
+        }
+        match self.server.take() {
+            Some(server) => server.await?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            stop.send(()).ok();
+        }
+    }
+}

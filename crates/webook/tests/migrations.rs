@@ -1,0 +1,123 @@
+//! Migrations and portable SQL, on SQLite and PostgreSQL alike.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use webook::{
+    backend_tests,
+    config::DatabaseKind,
+    infra::db::{expand_dialect, migrator, Db},
+    testing::TestDb,
+};
+
+async fn fresh_database_is_fully_migrated(test: TestDb) {
+    let expected: Vec<i64> = migrator(test.db.kind()).iter().map(|m| m.version).collect();
+    assert!(!expected.is_empty());
+    assert_eq!(test.db.applied_versions().await.unwrap(), expected);
+    let version: String =
+        sqlx::query_scalar("SELECT value FROM meta WHERE name = 'last_migrated_by'")
+            .fetch_one(test.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+}
+
+async fn migrating_again_applies_nothing_and_keeps_data(test: TestDb) {
+    let created: String =
+        sqlx::query_scalar("SELECT value FROM meta WHERE name = 'schema_created_at'")
+            .fetch_one(test.db.pool())
+            .await
+            .unwrap();
+    // A second process (or a restart) opening the same database.
+    let again = Db::connect_url(&test.url, 2).await.unwrap();
+    assert_eq!(again.migrate().await.unwrap(), 0);
+    let still: String =
+        sqlx::query_scalar("SELECT value FROM meta WHERE name = 'schema_created_at'")
+            .fetch_one(again.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        created, still,
+        "re-migrating must not reset schema_created_at"
+    );
+    again.close().await;
+}
+
+async fn portable_sql_runs_on_both_engines(test: TestDb) {
+    let pool = test.db.pool();
+    let ddl = expand_dialect(
+        "CREATE TABLE portable_probe (id {{id}}, name TEXT NOT NULL UNIQUE, hits BIGINT NOT NULL)",
+        test.db.kind(),
+    );
+    sqlx::query(&ddl).execute(pool).await.unwrap();
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO portable_probe (name, hits) VALUES ($1, $2) RETURNING id",
+        )
+        .bind(name)
+        .bind(1_i64)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    assert!(ids[0] > 0 && ids[1] > ids[0], "ids auto-increment: {ids:?}");
+    // Upsert: the conflict path increments instead of inserting.
+    let hits: i64 = sqlx::query_scalar(
+        "INSERT INTO portable_probe (name, hits) VALUES ($1, 1) \
+         ON CONFLICT (name) DO UPDATE SET hits = portable_probe.hits + excluded.hits \
+         RETURNING hits",
+    )
+    .bind("a")
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(hits, 2);
+    // Ids are 64-bit on both engines.
+    let big: i64 = sqlx::query_scalar(
+        "INSERT INTO portable_probe (id, name, hits) VALUES ($1, 'big', 0) RETURNING id",
+    )
+    .bind(i64::MAX - 1)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(big, i64::MAX - 1);
+}
+
+backend_tests!(
+    fresh_database_is_fully_migrated,
+    migrating_again_applies_nothing_and_keeps_data,
+    portable_sql_runs_on_both_engines,
+);
+
+#[tokio::test]
+async fn empty_postgres_database_migrates_from_scratch() {
+    let empty = TestDb::empty_postgres().await;
+    let db = Db::connect_url(&empty.url, 2).await.unwrap();
+    assert_eq!(db.kind(), DatabaseKind::Postgres);
+    assert!(db.applied_versions().await.unwrap().is_empty());
+    let applied = db.migrate().await.unwrap();
+    assert_eq!(applied, migrator(DatabaseKind::Postgres).iter().count());
+    db.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_is_set_up_for_concurrent_access() {
+    let test = TestDb::sqlite().await;
+    let mut conn = test.db.pool().acquire().await.unwrap();
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let busy_timeout: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(journal.to_lowercase(), "wal");
+    assert_eq!(foreign_keys, 1);
+    assert!(busy_timeout >= 1000, "busy_timeout {busy_timeout}");
+}

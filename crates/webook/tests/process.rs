@@ -1,0 +1,315 @@
+//! The real `webook` binary as a separate process: first start, cluster mode, bad configuration,
+//! graceful shutdown on SIGTERM, and the `migrate`/`version`/`--print-config` commands.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Output, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use webook::testing::{redis_url, wait_until, TestDb, WAIT_LIMIT};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_webook");
+const ACCESS_SECRET: &str = "process-test-access-secret-0123456789";
+const REFRESH_SECRET: &str = "process-test-refresh-secret-0123456789";
+
+/// A `webook` command with a clean environment: no inherited `WEBOOK_*` settings.
+fn webook(data_dir: &Path) -> Command {
+    let mut command = Command::new(BINARY);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("WEBOOK_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .current_dir(data_dir)
+        .env("WEBOOK_DATA_DIR", data_dir.join("data"))
+        .env("WEBOOK_LISTEN", "127.0.0.1:0")
+        .env("WEBOOK_LOG", "info")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A running `webook serve`, its address read from its "listening on" log line.
+struct Server {
+    child: Child,
+    base: String,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .args(["serve"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn webook");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let base = loop {
+            let line = lines.recv_timeout(WAIT_LIMIT).unwrap_or_else(|_| {
+                panic!(
+                    "no 'listening on' line; stderr so far:\n{}",
+                    seen.join("\n")
+                )
+            });
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+            seen.push(line);
+        };
+        Self {
+            child,
+            base,
+            stderr_lines: lines,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let response = reqwest::get(self.url(path)).await.unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (bounded) and returns its exit code.
+    async fn exit_code(mut self) -> i32 {
+        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().expect("exited, not killed by a signal");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "webook did not exit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+#[tokio::test]
+async fn first_start_creates_the_sqlite_database_and_private_secrets() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(webook(dir.path()));
+    let (status, body) = server.get_json("/healthz").await;
+    assert_eq!((status, body["code"].as_i64()), (StatusCode::OK, Some(0)));
+    let (status, body) = server.get_json("/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["data"]["mode"], "embedded");
+    assert!(dir.path().join("data/webook.db").is_file());
+    let secrets = dir.path().join("data/jwt-secrets.toml");
+    let mode = std::fs::metadata(&secrets).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[tokio::test]
+async fn cluster_mode_runs_on_postgres_and_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = TestDb::empty_postgres().await;
+    let mut command = webook(dir.path());
+    command
+        .env("WEBOOK_DATABASE_URL", &empty.url)
+        .env("WEBOOK_REDIS_URL", redis_url())
+        .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+        .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET);
+    let server = Server::start(command);
+    let (status, body) = server.get_json("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["mode"], "cluster");
+    assert_eq!(body["data"]["database"], "up");
+    assert_eq!(body["data"]["redis"], "up");
+    assert!(
+        !dir.path().join("data/webook.db").exists(),
+        "cluster mode must not create a SQLite file"
+    );
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_slow_request_finish_then_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command.env("WEBOOK_DEBUG_ENDPOINTS", "true");
+    let server = Server::start(command);
+    let slow = tokio::spawn(reqwest::get(server.url("/debug/sleep?ms=1500")));
+
+    // Wait until the slow request is being served: the in-flight gauge counts it plus the
+    // /metrics request itself.
+    wait_until("the slow request to be in flight", || async {
+        let text = reqwest::get(server.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("http_requests_in_flight "))
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .is_some_and(|n| n >= 2.0)
+    })
+    .await;
+    server.terminate();
+
+    let response = slow
+        .await
+        .unwrap()
+        .expect("the in-flight request completes");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["data"], 1500);
+    let lines: Vec<String> = server.stderr_lines.try_iter().collect();
+    assert!(
+        lines.iter().any(|l| l.contains("received SIGTERM")),
+        "{lines:?}"
+    );
+    assert_eq!(server.exit_code().await, 0);
+}
+
+/// Runs `webook serve` expecting a start-up failure; returns stderr.
+fn failing_start(configure: impl FnOnce(&mut Command)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command.env("WEBOOK_LOG", "warn").arg("serve");
+    configure(&mut command);
+    let Output { status, stderr, .. } = command.output().unwrap();
+    let stderr = String::from_utf8(stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "exit code; stderr: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one clear line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn an_unparseable_database_url_names_the_setting() {
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_DATABASE_URL", "mysql://root:pw@localhost/webook");
+    });
+    assert!(
+        stderr.contains("database_url") && stderr.contains("WEBOOK_DATABASE_URL"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(":pw@"), "password printed: {stderr}");
+}
+
+#[test]
+fn an_unreachable_database_names_the_setting() {
+    let stderr = failing_start(|c| {
+        // Port 1 on loopback: nothing listens, the connection is refused at once.
+        c.env(
+            "WEBOOK_DATABASE_URL",
+            "postgres://webook:pw@127.0.0.1:1/webook",
+        );
+    });
+    assert!(
+        stderr.contains("cannot connect to database_url"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(":pw@"), "password printed: {stderr}");
+}
+
+#[test]
+fn missing_cluster_secrets_name_the_setting() {
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_REDIS_URL", "redis://127.0.0.1:1/");
+    });
+    assert!(
+        stderr.contains("jwt_access_secret") && stderr.contains("cluster"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_unparseable_flag_value_names_the_setting() {
+    let stderr = failing_start(|c| {
+        c.args(["--listen", "not-an-address"]);
+    });
+    assert!(stderr.contains("listen"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_redis_names_the_setting() {
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_REDIS_URL", "redis://127.0.0.1:1/")
+            .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+            .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET);
+    });
+    assert!(stderr.contains("redis_url"), "{stderr}");
+}
+
+#[test]
+fn migrate_version_and_print_config_work_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = webook(dir.path()).arg("migrate").output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("1 applied"), "{stdout}");
+    let output = webook(dir.path()).arg("migrate").output().unwrap();
+    assert!(String::from_utf8(output.stdout)
+        .unwrap()
+        .contains("0 applied"));
+
+    let output = webook(dir.path()).arg("version").output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        stdout.trim(),
+        format!("webook {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    let output = webook(dir.path())
+        .args(["serve", "--print-config"])
+        .env("WEBOOK_REDIS_URL", "redis://:redispw@127.0.0.1:6379/")
+        .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+        .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+        .env("WEBOOK_ADMINS", "root@example.com,ops@example.com")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let shown = String::from_utf8(output.stdout).unwrap();
+    for secret in [ACCESS_SECRET, REFRESH_SECRET, "redispw"] {
+        assert!(!shown.contains(secret), "{secret} printed:\n{shown}");
+    }
+    assert!(shown.contains("# mode: cluster"), "{shown}");
+    assert!(shown.contains("ops@example.com"), "{shown}");
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# THE project test command (README and .ci/run call it; use nothing else).
+#
+#   scripts/test.sh [CARGO TEST ARGS...]     e.g. scripts/test.sh -- --nocapture
+#
+# With a throwaway PostgreSQL + Redis (scripts/with-services.sh), runs in order and
+# stops at the first failure: rustfmt check, clippy (warnings are errors), and
+# `cargo test --workspace` with this script's arguments passed through.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+exec scripts/with-services.sh bash -c '
+  set -euo pipefail
+  step() { printf "\n==> %s\n" "$*" >&2; "$@"; }
+  step cargo fmt --all -- --check
+  step cargo clippy --workspace --all-targets -- -D warnings
+  step cargo test --workspace "$@"
+' scripts/test.sh "$@"
