@@ -14,5 +14,8 @@ exec scripts/with-services.sh bash -c '
   step() { printf "\n==> %s\n" "$*" >&2; "$@"; }
   step cargo fmt --all -- --check
   step cargo clippy --workspace --all-targets -- -D warnings
-  step cargo test --workspace "$@"
+  step cargo test --workspace "$@" 2>&1 | tee target/test-output.log
+  # One closing line for the whole run, summed over every test binary.
+  awk "/^test result:/ { for (i = 1; i <= NF; i++) { if (\$(i+1) ~ /^passed/) p += \$i; if (\$(i+1) ~ /^failed/) f += \$i } }
+       END { printf \"\ntests: %d passed, %d failed\n\", p, f }" target/test-output.log
 ' scripts/test.sh "$@"
