@@ -14,15 +14,22 @@ use std::{
 };
 
 use anyhow::Context;
-use axum::Router;
+use axum::{extract::FromRef, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     config::{Config, JwtSecrets},
-    infra::{db::Db, http::with_middleware, redis::Redis, telemetry},
+    infra::{
+        client_ip::TrustedProxies, db::Db, http::with_middleware, rate_limit::RateLimiter,
+        redis::Redis, telemetry,
+    },
     ops,
+    user::{
+        self, password::PasswordHasher, session::SessionStore, store::UserStore, token::Tokens,
+        UserService,
+    },
 };
 
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
@@ -37,10 +44,18 @@ pub struct AppState {
     pub db: Db,
     /// Redis, in cluster mode only.
     pub redis: Option<Redis>,
-    /// The token-signing secrets.
-    pub jwt: Arc<JwtSecrets>,
     /// The Prometheus registry, rendered by `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: TrustedProxies,
+    /// Accounts and sessions.
+    pub users: UserService,
+}
+
+impl FromRef<AppState> for TrustedProxies {
+    fn from_ref(state: &AppState) -> Self {
+        state.trusted_proxies.clone()
+    }
 }
 
 /// A built service: backends open, listener bound, not yet serving.
@@ -64,6 +79,8 @@ impl App {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,
         };
+        let users = build_user_service(&config, &jwt, &db, redis.as_ref()).await?;
+        let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -75,8 +92,9 @@ impl App {
                 config: Arc::new(config),
                 db,
                 redis,
-                jwt: Arc::new(jwt),
                 metrics,
+                trusted_proxies,
+                users,
             },
             listener,
         })
@@ -145,8 +163,46 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
     let config = state.config.clone();
     let routes = Router::new()
         .merge(ops::router(config.debug_endpoints))
+        .merge(user::router())
         .with_state(state);
     with_middleware(routes, &config)
+}
+
+/// Accounts and sessions, with the session store and rate limiter of the mode.
+async fn build_user_service(
+    config: &Config,
+    jwt: &JwtSecrets,
+    db: &Db,
+    redis: Option<&Redis>,
+) -> anyhow::Result<UserService> {
+    let tokens = Tokens::new(jwt, config.access_token_ttl, config.refresh_token_ttl)?;
+    let (sessions, auth_limiter) = match redis {
+        Some(redis) => (
+            SessionStore::redis(
+                redis.clone(),
+                &config.redis_prefix,
+                config.refresh_token_ttl,
+            ),
+            RateLimiter::redis(
+                "auth",
+                redis.clone(),
+                &config.redis_prefix,
+                config.auth_rate_limit,
+                config.auth_rate_window,
+            ),
+        ),
+        None => (
+            SessionStore::local(db.clone(), config.refresh_token_ttl).await?,
+            RateLimiter::local("auth", config.auth_rate_limit, config.auth_rate_window)?,
+        ),
+    };
+    Ok(UserService::new(
+        UserStore::new(db.clone()),
+        PasswordHasher::new()?,
+        tokens,
+        sessions,
+        auth_limiter,
+    ))
 }
 
 /// Builds and serves `config` until SIGINT or SIGTERM.

@@ -49,6 +49,8 @@ pub struct Config {
     /// Redis URL; set means cluster mode.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
+    /// Prefix of every Redis key webook writes, so deployments can share one Redis.
+    pub redis_prefix: String,
     /// HS256 secret for access tokens (required in cluster mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jwt_access_secret: Option<Secret>,
@@ -75,6 +77,20 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Size of the SQL connection pool.
     pub database_max_connections: u32,
+    /// Lifetime of access tokens.
+    #[serde(with = "humantime_serde")]
+    pub access_token_ttl: Duration,
+    /// Lifetime of refresh tokens (and of a session that is never refreshed).
+    #[serde(with = "humantime_serde")]
+    pub refresh_token_ttl: Duration,
+    /// Sign-up and login attempts allowed per client IP within `auth_rate_window`.
+    pub auth_rate_limit: u32,
+    /// The window of `auth_rate_limit`.
+    #[serde(with = "humantime_serde")]
+    pub auth_rate_window: Duration,
+    /// Proxies (IPs or CIDRs) whose `X-Forwarded-For` is believed when finding the client IP.
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub trusted_proxies: Vec<String>,
     /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
     /// Never enable in production.
     pub debug_endpoints: bool,
@@ -87,6 +103,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             database_url: None,
             redis_url: None,
+            redis_prefix: "webook".to_owned(),
             jwt_access_secret: None,
             jwt_refresh_secret: None,
             cors_origins: vec!["http://localhost:3000".to_owned()],
@@ -97,6 +114,11 @@ impl Default for Config {
             request_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(30),
             database_max_connections: 16,
+            access_token_ttl: Duration::from_secs(30 * 60),
+            refresh_token_ttl: Duration::from_secs(7 * 24 * 3600),
+            auth_rate_limit: 10,
+            auth_rate_window: Duration::from_secs(60),
+            trusted_proxies: Vec::new(),
             debug_endpoints: false,
         }
     }
@@ -109,6 +131,7 @@ pub const KEYS: &[&str] = &[
     "data_dir",
     "database_url",
     "redis_url",
+    "redis_prefix",
     "jwt_access_secret",
     "jwt_refresh_secret",
     "cors_origins",
@@ -119,6 +142,11 @@ pub const KEYS: &[&str] = &[
     "request_timeout",
     "shutdown_timeout",
     "database_max_connections",
+    "access_token_ttl",
+    "refresh_token_ttl",
+    "auth_rate_limit",
+    "auth_rate_window",
+    "trusted_proxies",
     "debug_endpoints",
 ];
 
@@ -185,6 +213,24 @@ impl Config {
         database_kind(&self.database_url())
     }
 
+    /// `trusted_proxies` parsed; a bare IP is a single-address network.
+    pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
+        self.trusted_proxies
+            .iter()
+            .map(|entry| {
+                entry
+                    .parse::<ipnet::IpNet>()
+                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "invalid trusted_proxies (WEBOOK_TRUSTED_PROXIES) entry {entry:?}: \
+                             expected an IP or a CIDR such as 10.0.0.0/8"
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// Checks what the type system cannot: URL schemes, the log filter, cluster secrets.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.database_kind()?;
@@ -213,6 +259,21 @@ impl Config {
                 "invalid database_max_connections (WEBOOK_DATABASE_MAX_CONNECTIONS): must be above 0"
             );
         }
+        if self.auth_rate_limit == 0 || self.auth_rate_window.is_zero() {
+            bail!(
+                "invalid auth_rate_limit / auth_rate_window (WEBOOK_AUTH_RATE_LIMIT, \
+                 WEBOOK_AUTH_RATE_WINDOW): both must be above 0"
+            );
+        }
+        if self.access_token_ttl < Duration::from_secs(1)
+            || self.refresh_token_ttl <= self.access_token_ttl
+        {
+            bail!(
+                "invalid access_token_ttl / refresh_token_ttl: access tokens must live at least \
+                 1s and refresh tokens longer than access tokens"
+            );
+        }
+        self.trusted_proxy_networks()?;
         for (name, secret) in [
             ("jwt_access_secret", &self.jwt_access_secret),
             ("jwt_refresh_secret", &self.jwt_refresh_secret),
@@ -440,6 +501,28 @@ mod tests {
 
     fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
         Config::load(flags).map_err(|err| err.to_string().into())
+    }
+
+    #[test]
+    fn keys_name_every_setting() {
+        let config = Config {
+            database_url: Some("sqlite://x.db".into()),
+            redis_url: Some("redis://127.0.0.1/".into()),
+            jwt_access_secret: Some(Secret::new("a")),
+            jwt_refresh_secret: Some(Secret::new("r")),
+            ..Config::default()
+        };
+        let value = serde_json::to_value(&config).unwrap();
+        let mut serialized: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        serialized.sort_unstable();
+        let mut listed = KEYS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(serialized, listed, "KEYS must list every Config field");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod config;
 pub mod error;
 pub mod infra;
 pub mod ops;
+pub mod user;
 
 #[cfg(feature = "test-support")]
 pub mod testing;

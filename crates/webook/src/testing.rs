@@ -18,6 +18,7 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -304,22 +305,25 @@ async fn ping(url: &str) -> bool {
         .is_ok()
 }
 
-/// A config for a test app: port 0, data dir `data_dir`, the given database.
+/// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so
+/// several apps in one test accept each other's tokens).
 pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
     Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         data_dir: data_dir.to_path_buf(),
         database_url: Some(database_url.to_owned()),
         log: "warn".to_owned(),
+        jwt_access_secret: Some(Secret::new("test-access-secret-0123456789abcdef")),
+        jwt_refresh_secret: Some(Secret::new("test-refresh-secret-0123456789abcdef")),
         ..Config::default()
     }
 }
 
-/// Turns `config` into cluster mode on `redis_url`, with fixed test secrets.
+/// Turns `config` into cluster mode on `redis_url`, under a Redis key prefix of its own so
+/// tests sharing one Redis never see each other's keys.
 pub fn make_cluster(config: &mut Config, redis_url: String) {
     config.redis_url = Some(redis_url);
-    config.jwt_access_secret = Some(Secret::new("test-access-secret-0123456789abcdef"));
-    config.jwt_refresh_secret = Some(Secret::new("test-refresh-secret-0123456789abcdef"));
+    config.redis_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
 }
 
 /// The real app serving on an ephemeral port in this process.
@@ -333,7 +337,7 @@ pub struct TestApp {
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
     _data_dir: tempfile::TempDir,
-    _db: Option<TestDb>,
+    _db: Arc<TestDb>,
 }
 
 impl TestApp {
@@ -344,6 +348,11 @@ impl TestApp {
 
     /// An app on `db`, after `configure` has adjusted its config.
     pub async fn spawn_with(db: TestDb, configure: impl FnOnce(&mut Config)) -> Self {
+        Self::spawn_shared(Arc::new(db), configure).await
+    }
+
+    /// An app on a database other apps of the test may use too (several instances, restarts).
+    pub async fn spawn_shared(db: Arc<TestDb>, configure: impl FnOnce(&mut Config)) -> Self {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let mut config = test_config(data_dir.path(), &db.url);
         configure(&mut config);
@@ -362,7 +371,7 @@ impl TestApp {
             stop: Some(stop),
             server: Some(server),
             _data_dir: data_dir,
-            _db: Some(db),
+            _db: db,
         }
     }
 

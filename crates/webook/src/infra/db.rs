@@ -25,8 +25,10 @@ use crate::{
 };
 
 /// Migrations in order: (version, description, SQL with `{{…}}` dialect placeholders).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "meta", include_str!("../../migrations/0001_meta.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "meta", include_str!("../../migrations/0001_meta.sql")),
+    (2, "users", include_str!("../../migrations/0002_users.sql")),
+];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
      PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;";

@@ -1,10 +1,13 @@
 //! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
-//! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]) and the HTTP
-//! middleware stack ([`http`]). Feature modules use these through [`crate::app::AppState`];
+//! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
+//! middleware stack ([`http`]), client IPs ([`client_ip`]) and rate limits ([`rate_limit`]).
+//! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
+pub mod client_ip;
 pub mod db;
 pub mod http;
+pub mod rate_limit;
 pub mod redis;
 pub mod telemetry;
 

@@ -1,0 +1,202 @@
+//! `/users/*` routes (API.md → Users): thin handlers that parse, call [`UserService`] and answer.
+
+use axum::{
+    extract::{FromRequestParts, State},
+    http::{header, request::Parts, HeaderMap, HeaderName, HeaderValue},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+    Json, Router,
+};
+use serde::Deserialize;
+
+use crate::{
+    app::AppState,
+    error::{ApiJson, ApiResult, AppError, Reply},
+    infra::{
+        client_ip::ClientIp,
+        http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
+    },
+    user::{model::ProfileEdit, service::AuthUser, service::TokenPair},
+};
+
+/// The `/users` routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/users/signup", post(signup))
+        .route("/users/login", post(login))
+        .route("/users/refresh_token", post(refresh_token))
+        .route("/users/logout", post(logout))
+        .route("/users/profile", get(profile))
+        .route("/users/edit", post(edit))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SignupRequest {
+    email: String,
+    password: String,
+    confirm_password: String,
+}
+
+async fn signup(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    ApiJson(request): ApiJson<SignupRequest>,
+) -> ApiResult<()> {
+    state.users.check_auth_rate(&ip.to_string()).await?;
+    state
+        .users
+        .signup(&request.email, request.password, &request.confirm_password)
+        .await?;
+    Ok(Reply(()))
+}
+
+#[derive(Deserialize)]
+struct LoginRequest {
+    email: String,
+    password: String,
+}
+
+async fn login(
+    State(state): State<AppState>,
+    ClientIp(ip): ClientIp,
+    headers: HeaderMap,
+    ApiJson(request): ApiJson<LoginRequest>,
+) -> Result<Response, AppError> {
+    state.users.check_auth_rate(&ip.to_string()).await?;
+    let tokens = state
+        .users
+        .login(&request.email, request.password, user_agent(&headers))
+        .await?;
+    with_tokens(&tokens)
+}
+
+async fn refresh_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    let token = bearer_token(&headers).ok_or(AppError::Unauthorized)?;
+    let tokens = state.users.refresh(token, user_agent(&headers)).await?;
+    with_tokens(&tokens)
+}
+
+async fn logout(State(state): State<AppState>, user: AuthUser) -> Result<Response, AppError> {
+    state.users.logout(&user).await?;
+    Ok((
+        [
+            (
+                HeaderName::from_static(ACCESS_TOKEN_HEADER),
+                HeaderValue::from_static(""),
+            ),
+            (
+                HeaderName::from_static(REFRESH_TOKEN_HEADER),
+                HeaderValue::from_static(""),
+            ),
+        ],
+        Reply(()),
+    )
+        .into_response())
+}
+
+/// The course frontend reads the profile as a bare object, not an envelope.
+async fn profile(State(state): State<AppState>, user: AuthUser) -> Result<Response, AppError> {
+    Ok(Json(state.users.profile(user.uid).await?).into_response())
+}
+
+#[derive(Deserialize)]
+struct EditRequest {
+    nickname: Option<String>,
+    birthday: Option<String>,
+    #[serde(rename = "aboutMe", alias = "about_me")]
+    about_me: Option<String>,
+}
+
+async fn edit(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(request): ApiJson<EditRequest>,
+) -> ApiResult<()> {
+    let today = chrono::Utc::now().date_naive();
+    let edit = ProfileEdit::parse(request.nickname, request.birthday, request.about_me, today)?;
+    state.users.edit_profile(user.uid, &edit).await?;
+    Ok(Reply(()))
+}
+
+fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
+    let header = |value: &str| {
+        HeaderValue::from_str(value)
+            .map_err(|err| AppError::Internal(anyhow::anyhow!("token header: {err}")))
+    };
+    Ok((
+        [
+            (
+                HeaderName::from_static(ACCESS_TOKEN_HEADER),
+                header(&tokens.access)?,
+            ),
+            (
+                HeaderName::from_static(REFRESH_TOKEN_HEADER),
+                header(&tokens.refresh)?,
+            ),
+        ],
+        Reply(()),
+    )
+        .into_response())
+}
+
+fn user_agent(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("")
+}
+
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
+/// Handlers that take an [`AuthUser`] only run for a valid, unrevoked access token presented
+/// from the User-Agent it was issued to (401 / 403001 otherwise).
+impl FromRequestParts<AppState> for AuthUser {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
+        state
+            .users
+            .authenticate(token, user_agent(&parts.headers))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_parsed_strictly() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(bearer_token(&headers), None);
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer abc.def"),
+        );
+        assert_eq!(bearer_token(&headers), Some("abc.def"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  xyz "),
+        );
+        assert_eq!(bearer_token(&headers), Some("xyz"));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(bearer_token(&headers), None);
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer_token(&headers), None);
+    }
+}

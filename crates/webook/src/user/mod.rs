@@ -1,0 +1,20 @@
+//! Users and sessions: sign-up, login, token refresh with rotation, logout, profile.
+//!
+//! Data flow: [`http`] parses requests (rate-limiting sign-up and login per client IP) and calls
+//! [`UserService`], which validates input ([`model`]), hashes passwords off the async runtime
+//! ([`password`]), reads and writes `users` ([`store`]), signs tokens ([`token`]) and keeps
+//! session state — revocation and refresh generations — in the [`session`] store (in-process +
+//! SQL when embedded, Redis in cluster mode).
+//!
+//! Other features authenticate requests by taking an [`AuthUser`] argument in their handlers.
+
+mod http;
+pub mod model;
+pub mod password;
+pub mod service;
+pub mod session;
+pub mod store;
+pub mod token;
+
+pub use http::router;
+pub use service::{AuthUser, UserService};

@@ -1,0 +1,271 @@
+//! User domain types and the validation rules of `API.md` → Users.
+
+use chrono::Datelike as _;
+use serde::Serialize;
+
+use crate::error::AppError;
+
+/// Longest accepted email (RFC 5321 path limit).
+pub const MAX_EMAIL_LEN: usize = 254;
+/// Shortest accepted password, in characters.
+pub const MIN_PASSWORD_CHARS: usize = 8;
+/// Longest accepted password, in bytes: bounds the hashing work one request can ask for.
+pub const MAX_PASSWORD_BYTES: usize = 256;
+/// Longest nickname, in characters.
+pub const MAX_NICKNAME_CHARS: usize = 64;
+/// Longest "about me", in characters.
+pub const MAX_ABOUT_ME_CHARS: usize = 1024;
+
+/// A stored account, as the service sees it. The password hash never leaves the service.
+#[derive(Debug, Clone)]
+pub struct User {
+    /// Id.
+    pub id: i64,
+    /// Normalised email, when the account has one.
+    pub email: Option<String>,
+    /// Phone number, when the account has one.
+    pub phone: Option<String>,
+    /// Display name ('' when not set).
+    pub nickname: String,
+    /// `YYYY-MM-DD`, or '' when not given.
+    pub birthday: String,
+    /// Free text ('' when not set).
+    pub about_me: String,
+    /// Creation time, ms.
+    pub ctime: i64,
+    /// Last update, ms.
+    pub utime: i64,
+}
+
+/// `GET /users/profile`: the bare object the course frontend reads (no envelope).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "PascalCase")]
+pub struct Profile {
+    /// Id.
+    pub id: i64,
+    /// Email ('' when none).
+    pub email: String,
+    /// Phone ('' when none).
+    pub phone: String,
+    /// Nickname.
+    pub nickname: String,
+    /// `YYYY-MM-DD` or ''.
+    pub birthday: String,
+    /// About me.
+    pub about_me: String,
+}
+
+impl From<User> for Profile {
+    fn from(user: User) -> Self {
+        Self {
+            id: user.id,
+            email: user.email.unwrap_or_default(),
+            phone: user.phone.unwrap_or_default(),
+            nickname: user.nickname,
+            birthday: user.birthday,
+            about_me: user.about_me,
+        }
+    }
+}
+
+/// A validated profile change: `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProfileEdit {
+    /// New nickname.
+    pub nickname: Option<String>,
+    /// New birthday (`YYYY-MM-DD`, or '' to clear it).
+    pub birthday: Option<String>,
+    /// New "about me".
+    pub about_me: Option<String>,
+}
+
+impl ProfileEdit {
+    /// Validates raw input: lengths in characters, a real calendar date not in the future.
+    pub fn parse(
+        nickname: Option<String>,
+        birthday: Option<String>,
+        about_me: Option<String>,
+        today: chrono::NaiveDate,
+    ) -> Result<Self, AppError> {
+        let nickname = nickname.map(|n| n.trim().to_owned());
+        if let Some(nickname) = &nickname {
+            if nickname.chars().count() > MAX_NICKNAME_CHARS {
+                return Err(invalid(format!(
+                    "nickname: at most {MAX_NICKNAME_CHARS} characters"
+                )));
+            }
+        }
+        if let Some(about_me) = &about_me {
+            if about_me.chars().count() > MAX_ABOUT_ME_CHARS {
+                return Err(invalid(format!(
+                    "aboutMe: at most {MAX_ABOUT_ME_CHARS} characters"
+                )));
+            }
+        }
+        let birthday = match birthday.map(|b| b.trim().to_owned()) {
+            Some(b) if b.is_empty() => Some(b),
+            Some(b) => {
+                let date = chrono::NaiveDate::parse_from_str(&b, "%Y-%m-%d")
+                    .ok()
+                    .filter(|_| b.len() == 10)
+                    .ok_or_else(|| invalid("birthday: expected a date as YYYY-MM-DD".into()))?;
+                if date > today || date.year() < 1900 {
+                    return Err(invalid(
+                        "birthday: must be between 1900-01-01 and today".into(),
+                    ));
+                }
+                Some(date.format("%Y-%m-%d").to_string())
+            }
+            None => None,
+        };
+        Ok(Self {
+            nickname,
+            birthday,
+            about_me,
+        })
+    }
+}
+
+fn invalid(msg: String) -> AppError {
+    AppError::InvalidInput(msg)
+}
+
+/// Trims and lower-cases an email, then checks its shape: one `@`, a non-empty local part of at
+/// most 64 bytes, a dotted domain of letters, digits, hyphens, no spaces or control characters.
+pub fn normalize_email(raw: &str) -> Result<String, AppError> {
+    let email = raw.trim().to_lowercase();
+    let bad = || invalid("email: not a valid email address".into());
+    if email.len() > MAX_EMAIL_LEN {
+        return Err(bad());
+    }
+    let (local, domain) = email.split_once('@').ok_or_else(bad)?;
+    let local_ok = !local.is_empty()
+        && local.len() <= 64
+        && !local.starts_with('.')
+        && !local.ends_with('.')
+        && !local.contains("..")
+        && local
+            .chars()
+            .all(|c| c.is_alphanumeric() || "!#$%&'*+-/=?^_`{|}~.".contains(c));
+    let labels: Vec<&str> = domain.split('.').collect();
+    let domain_ok = labels.len() >= 2
+        && labels.iter().all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_alphanumeric() || c == '-')
+        });
+    if local_ok && domain_ok {
+        Ok(email)
+    } else {
+        Err(bad())
+    }
+}
+
+/// The password rule: at least 8 characters with a letter, a digit and a symbol; at most 256
+/// bytes.
+pub fn check_password_strength(password: &str) -> Result<(), AppError> {
+    let long_enough = password.chars().count() >= MIN_PASSWORD_CHARS;
+    let has_letter = password.chars().any(char::is_alphabetic);
+    let has_digit = password.chars().any(|c| c.is_ascii_digit());
+    let has_symbol = password
+        .chars()
+        .any(|c| !c.is_alphanumeric() && !c.is_whitespace());
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(invalid(format!(
+            "password: at most {MAX_PASSWORD_BYTES} bytes"
+        )));
+    }
+    if long_enough && has_letter && has_digit && has_symbol {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "password: at least {MIN_PASSWORD_CHARS} characters with a letter, a digit and a symbol"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn today() -> chrono::NaiveDate {
+        chrono::NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
+    }
+
+    #[test]
+    fn emails_are_normalised_and_checked() {
+        assert_eq!(
+            normalize_email("  Alice@Example.COM ").unwrap(),
+            "alice@example.com"
+        );
+        assert_eq!(
+            normalize_email("a.b+tag@sub.example.cn").unwrap(),
+            "a.b+tag@sub.example.cn"
+        );
+        assert_eq!(normalize_email("用户@例子.中国").unwrap(), "用户@例子.中国");
+        for bad in [
+            "",
+            "plain",
+            "@example.com",
+            "a@",
+            "a@b",
+            "a b@example.com",
+            "a@exa mple.com",
+            "a@@example.com",
+            ".a@example.com",
+            "a..b@example.com",
+            "a@-x.com",
+            "a@x..com",
+            "a<b>@example.com",
+        ] {
+            assert!(normalize_email(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(normalize_email(&format!("{}@example.com", "a".repeat(65))).is_err());
+    }
+
+    #[test]
+    fn password_rule_needs_length_letter_digit_symbol() {
+        assert!(check_password_strength("hello#123").is_ok());
+        assert!(check_password_strength("密码密码#1ab").is_ok());
+        for weak in ["short#1", "nodigits#", "nosymbol12", "12345678#", ""] {
+            assert!(check_password_strength(weak).is_err(), "{weak:?} accepted");
+        }
+        assert!(check_password_strength(&format!("a1#{}", "x".repeat(300))).is_err());
+    }
+
+    #[test]
+    fn profile_edits_validate_lengths_and_dates() {
+        let edit = ProfileEdit::parse(
+            Some(" 小明 ".into()),
+            Some("1990-02-28".into()),
+            Some("hi".into()),
+            today(),
+        )
+        .unwrap();
+        assert_eq!(edit.nickname.as_deref(), Some("小明"));
+        assert_eq!(edit.birthday.as_deref(), Some("1990-02-28"));
+
+        let clear = ProfileEdit::parse(None, Some(String::new()), None, today()).unwrap();
+        assert_eq!(clear.birthday.as_deref(), Some(""));
+        assert_eq!(clear.nickname, None);
+
+        for bad_date in [
+            "1990-02-30",
+            "1990-2-3",
+            "yesterday",
+            "2027-01-01",
+            "1800-01-01",
+        ] {
+            assert!(
+                ProfileEdit::parse(None, Some(bad_date.into()), None, today()).is_err(),
+                "{bad_date} accepted"
+            );
+        }
+        // 64 multi-byte characters are fine, 65 are not.
+        assert!(ProfileEdit::parse(Some("字".repeat(64)), None, None, today()).is_ok());
+        assert!(ProfileEdit::parse(Some("字".repeat(65)), None, None, today()).is_err());
+        assert!(ProfileEdit::parse(None, None, Some("x".repeat(1025)), today()).is_err());
+    }
+}

@@ -1,0 +1,670 @@
+//! Users and sessions over HTTP (API.md → Users), on SQLite and PostgreSQL, with the in-process
+//! and the Redis-backed session store and rate limiter.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::{sync::Arc, time::Duration};
+
+use reqwest::{header::HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use webook::{
+    config::{Config, DatabaseKind},
+    testing::{make_cluster, redis_url, wait_until, TestApp, TestDb},
+};
+
+const UA: &str = "Mozilla/5.0 (webook tests)";
+const PASSWORD: &str = "hello#world1";
+
+/// Which database and which session store / rate limiter a test runs on.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    db: DatabaseKind,
+    cluster: bool,
+}
+
+impl Setup {
+    async fn spawn(self, configure: impl FnOnce(&mut Config)) -> TestApp {
+        let db = TestDb::new(self.db).await;
+        TestApp::spawn_with(db, |config| {
+            if self.cluster {
+                make_cluster(config, redis_url());
+            }
+            configure(config);
+        })
+        .await
+    }
+}
+
+/// One test body, four runs: {SQLite, PostgreSQL} × {embedded, Redis}.
+macro_rules! user_tests {
+    ($($name:ident),+ $(,)?) => {
+        user_tests!(@mode sqlite_embedded, Sqlite, false, $($name),+);
+        user_tests!(@mode postgres_embedded, Postgres, false, $($name),+);
+        user_tests!(@mode sqlite_redis, Sqlite, true, $($name),+);
+        user_tests!(@mode postgres_redis, Postgres, true, $($name),+);
+    };
+    (@mode $module:ident, $db:ident, $cluster:expr, $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Setup { db: webook::config::DatabaseKind::$db, cluster: $cluster }).await
+                }
+            )+
+        }
+    };
+}
+
+/// A response, with its raw body kept for "no password hash anywhere" checks.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    raw: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.raw).unwrap_or_else(|_| panic!("not JSON: {}", self.raw))
+    }
+
+    fn code(&self) -> i64 {
+        self.json()["code"].as_i64().unwrap()
+    }
+
+    fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+async fn call(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    user_agent: &str,
+    body: Option<Value>,
+) -> Answer {
+    let mut request = app
+        .client
+        .request(method, app.url(path))
+        .header(reqwest::header::USER_AGENT, user_agent);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let answer = Answer {
+        status: response.status(),
+        headers: response.headers().clone(),
+        raw: response.text().await.unwrap(),
+    };
+    assert!(
+        !answer.raw.contains("$argon2"),
+        "a response leaked a password hash: {}",
+        answer.raw
+    );
+    answer
+}
+
+async fn post(app: &TestApp, path: &str, token: Option<&str>, body: Value) -> Answer {
+    call(app, reqwest::Method::POST, path, token, UA, Some(body)).await
+}
+
+async fn get(app: &TestApp, path: &str, token: Option<&str>) -> Answer {
+    call(app, reqwest::Method::GET, path, token, UA, None).await
+}
+
+async fn signup(app: &TestApp, email: &str) -> Answer {
+    post(
+        app,
+        "/users/signup",
+        None,
+        json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD}),
+    )
+    .await
+}
+
+/// Logs in; returns (access token, refresh token).
+async fn login(app: &TestApp, email: &str) -> (String, String) {
+    let answer = post(
+        app,
+        "/users/login",
+        None,
+        json!({"email": email, "password": PASSWORD}),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::OK, 0),
+        "{}",
+        answer.raw
+    );
+    (
+        answer.header("x-jwt-token"),
+        answer.header("x-refresh-token"),
+    )
+}
+
+async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
+    call(
+        app,
+        reqwest::Method::POST,
+        "/users/refresh_token",
+        Some(refresh_token),
+        UA,
+        None,
+    )
+    .await
+}
+
+async fn count_users(app: &TestApp, email: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(app.state.db.pool())
+        .await
+        .unwrap()
+}
+
+async fn lifecycle_signup_login_profile_edit_logout(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let answer = signup(&app, "  Alice@Example.com ").await;
+    assert_eq!(
+        (answer.status, answer.json()),
+        (
+            StatusCode::OK,
+            json!({"code": 0, "msg": "ok", "data": null})
+        )
+    );
+
+    let (access, refresh_token) = login(&app, "alice@example.com").await;
+
+    let profile = get(&app, "/users/profile", Some(&access)).await;
+    assert_eq!(profile.status, StatusCode::OK);
+    let body = profile.json();
+    assert_eq!(body["Email"], "alice@example.com");
+    let mut keys: Vec<&str> = body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["AboutMe", "Birthday", "Email", "Id", "Nickname", "Phone"],
+        "bare object"
+    );
+
+    let edit = post(
+        &app,
+        "/users/edit",
+        Some(&access),
+        json!({"nickname": "小白", "birthday": "1995-05-20", "aboutMe": "写点东西"}),
+    )
+    .await;
+    assert_eq!(edit.code(), 0, "{}", edit.raw);
+    // The snake_case spelling some course frontends send, and a partial edit.
+    let edit = post(
+        &app,
+        "/users/edit",
+        Some(&access),
+        json!({"about_me": "changed"}),
+    )
+    .await;
+    assert_eq!(edit.code(), 0, "{}", edit.raw);
+    let body = get(&app, "/users/profile", Some(&access)).await.json();
+    assert_eq!(body["Nickname"], "小白");
+    assert_eq!(body["Birthday"], "1995-05-20");
+    assert_eq!(body["AboutMe"], "changed");
+
+    let bad = post(
+        &app,
+        "/users/edit",
+        Some(&access),
+        json!({"birthday": "1995-02-30"}),
+    )
+    .await;
+    assert_eq!((bad.status, bad.code()), (StatusCode::OK, 4));
+    assert!(bad.json()["msg"].as_str().unwrap().contains("birthday"));
+    assert_eq!(
+        get(&app, "/users/profile", Some(&access)).await.json()["Birthday"],
+        "1995-05-20"
+    );
+
+    let logout = post(&app, "/users/logout", Some(&access), json!({})).await;
+    assert_eq!(logout.code(), 0);
+    assert_eq!(logout.header("x-jwt-token"), "");
+    assert_eq!(logout.header("x-refresh-token"), "");
+
+    let after = get(&app, "/users/profile", Some(&access)).await;
+    assert_eq!(
+        (after.status, after.code()),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+    let after = refresh(&app, &refresh_token).await;
+    assert_eq!(
+        (after.status, after.code()),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+}
+
+async fn duplicate_signups_yield_one_account(setup: Setup) {
+    let app = Arc::new(setup.spawn(|config| config.auth_rate_limit = 1000).await);
+    assert_eq!(signup(&app, "bob@example.com").await.code(), 0);
+    let again = signup(&app, "BOB@example.com").await;
+    assert_eq!((again.status, again.code()), (StatusCode::OK, 409001));
+
+    let racers: Vec<_> = (0..20)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { signup(&app, "race@example.com").await.code() })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for racer in racers {
+        codes.push(racer.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
+    assert_eq!(
+        codes.iter().filter(|&&c| c == 409001).count(),
+        19,
+        "{codes:?}"
+    );
+    assert_eq!(count_users(&app, "race@example.com").await, 1);
+}
+
+async fn invalid_signups_are_refused_and_store_nothing(setup: Setup) {
+    let app = setup.spawn(|config| config.auth_rate_limit = 1000).await;
+    let cases = [
+        (
+            json!({"email": "not-an-email", "password": PASSWORD, "confirmPassword": PASSWORD}),
+            "email",
+        ),
+        (
+            json!({"email": "c@example.com", "password": PASSWORD, "confirmPassword": "other#123"}),
+            "confirmPassword",
+        ),
+        (
+            json!({"email": "c@example.com", "password": "weakpass", "confirmPassword": "weakpass"}),
+            "password",
+        ),
+    ];
+    for (body, field) in cases {
+        let answer = post(&app, "/users/signup", None, body).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::OK, 4),
+            "{}",
+            answer.raw
+        );
+        assert!(
+            answer.json()["msg"].as_str().unwrap().contains(field),
+            "{}",
+            answer.raw
+        );
+    }
+    let missing_field = post(
+        &app,
+        "/users/signup",
+        None,
+        json!({"email": "c@example.com"}),
+    )
+    .await;
+    assert_eq!(
+        (missing_field.status, missing_field.code()),
+        (StatusCode::BAD_REQUEST, 4)
+    );
+    assert_eq!(count_users(&app, "c@example.com").await, 0);
+}
+
+async fn wrong_password_and_unknown_email_get_the_same_answer(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    signup(&app, "dave@example.com").await;
+    let wrong = post(
+        &app,
+        "/users/login",
+        None,
+        json!({"email": "dave@example.com", "password": "wrong#pass1"}),
+    )
+    .await;
+    let unknown = post(
+        &app,
+        "/users/login",
+        None,
+        json!({"email": "nobody@example.com", "password": PASSWORD}),
+    )
+    .await;
+    let malformed = post(
+        &app,
+        "/users/login",
+        None,
+        json!({"email": "nobody", "password": PASSWORD}),
+    )
+    .await;
+    for answer in [&wrong, &unknown, &malformed] {
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(
+            answer.json(),
+            json!({"code": 401002, "msg": "wrong email or password", "data": null})
+        );
+        assert!(answer.headers.get("x-jwt-token").is_none());
+    }
+}
+
+async fn forged_misused_and_foreign_tokens_are_refused(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    signup(&app, "erin@example.com").await;
+    let (access, refresh_token) = login(&app, "erin@example.com").await;
+    assert_eq!(
+        get(&app, "/users/profile", Some(&access)).await.status,
+        StatusCode::OK
+    );
+
+    // Tampered: another user's id in the payload, the original signature.
+    let mut parts: Vec<&str> = access.split('.').collect();
+    let forged_payload = {
+        use base64::Engine as _;
+        let claims = json!({
+            "uid": 1_000_000, "ssid": "x", "ua": "x", "kind": "access", "iat": 0, "exp": 4_000_000_000_u64
+        });
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string())
+    };
+    parts[1] = &forged_payload;
+    let tampered = parts.join(".");
+    for (token, label) in [
+        (tampered.as_str(), "tampered"),
+        (refresh_token.as_str(), "refresh used as access"),
+        ("garbage", "garbage"),
+    ] {
+        let answer = get(&app, "/users/profile", Some(token)).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (StatusCode::UNAUTHORIZED, 401001),
+            "{label}"
+        );
+    }
+    let none = get(&app, "/users/profile", None).await;
+    assert_eq!(
+        (none.status, none.code()),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+
+    // Another client presenting the token.
+    let stolen = call(
+        &app,
+        reqwest::Method::GET,
+        "/users/profile",
+        Some(&access),
+        "curl/8.0",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (stolen.status, stolen.code()),
+        (StatusCode::FORBIDDEN, 403001)
+    );
+
+    // An access token is no refresh token.
+    let answer = refresh(&app, &access).await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+}
+
+async fn access_tokens_expire(setup: Setup) {
+    let app = setup
+        .spawn(|config| config.access_token_ttl = Duration::from_secs(2))
+        .await;
+    signup(&app, "fay@example.com").await;
+    let (access, _) = login(&app, "fay@example.com").await;
+    assert_eq!(
+        get(&app, "/users/profile", Some(&access)).await.status,
+        StatusCode::OK
+    );
+    wait_until("the access token to expire", || async {
+        get(&app, "/users/profile", Some(&access)).await.status == StatusCode::UNAUTHORIZED
+    })
+    .await;
+}
+
+async fn refresh_rotates_and_reuse_revokes_the_session(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    signup(&app, "gus@example.com").await;
+    let (_, first_refresh) = login(&app, "gus@example.com").await;
+
+    let rotated = refresh(&app, &first_refresh).await;
+    assert_eq!(rotated.code(), 0, "{}", rotated.raw);
+    let second_access = rotated.header("x-jwt-token");
+    let second_refresh = rotated.header("x-refresh-token");
+    assert_ne!(second_refresh, first_refresh);
+    assert_eq!(
+        get(&app, "/users/profile", Some(&second_access))
+            .await
+            .status,
+        StatusCode::OK
+    );
+
+    let rotated = refresh(&app, &second_refresh).await;
+    assert_eq!(rotated.code(), 0);
+    let third_access = rotated.header("x-jwt-token");
+    let third_refresh = rotated.header("x-refresh-token");
+
+    // Replaying a used refresh token: refused, and the whole session dies with it.
+    let replay = refresh(&app, &first_refresh).await;
+    assert_eq!(
+        (replay.status, replay.code()),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+    assert_eq!(
+        refresh(&app, &third_refresh).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&app, "/users/profile", Some(&third_access))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Other sessions of the same user are untouched.
+    let (other_access, other_refresh) = login(&app, "gus@example.com").await;
+    assert_eq!(
+        get(&app, "/users/profile", Some(&other_access))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(refresh(&app, &other_refresh).await.code(), 0);
+}
+
+async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
+    let window = Duration::from_secs(2);
+    let app = setup
+        .spawn(|config| {
+            config.auth_rate_limit = 3;
+            config.auth_rate_window = window;
+        })
+        .await;
+    let attempt = || {
+        post(
+            &app,
+            "/users/login",
+            None,
+            json!({"email": "h@example.com", "password": "x"}),
+        )
+    };
+    for _ in 0..3 {
+        assert_eq!(attempt().await.code(), 401002);
+    }
+    let limited = attempt().await;
+    assert_eq!(
+        (limited.status, limited.code()),
+        (StatusCode::TOO_MANY_REQUESTS, 429001)
+    );
+    let retry_after: u64 = limited.header("retry-after").parse().unwrap();
+    assert!((1..=2).contains(&retry_after), "retry-after {retry_after}");
+    // Sign-up shares the limit.
+    let signup_limited = signup(&app, "h@example.com").await;
+    assert_eq!(signup_limited.status, StatusCode::TOO_MANY_REQUESTS);
+
+    // The limit is a rate over time: once the window has passed, attempts are allowed again.
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert_eq!(attempt().await.code(), 401002);
+}
+
+user_tests!(
+    lifecycle_signup_login_profile_edit_logout,
+    duplicate_signups_yield_one_account,
+    invalid_signups_are_refused_and_store_nothing,
+    wrong_password_and_unknown_email_get_the_same_answer,
+    forged_misused_and_foreign_tokens_are_refused,
+    access_tokens_expire,
+    refresh_rotates_and_reuse_revokes_the_session,
+    login_rate_limit_triggers_and_recovers,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
+    let db = Arc::new(TestDb::postgres().await);
+    let redis = redis_url();
+    let prefix = format!("test-{}", uuid_like());
+    let configure = |config: &mut Config| {
+        make_cluster(config, redis.clone());
+        config.redis_prefix = prefix.clone();
+    };
+    let first = TestApp::spawn_shared(db.clone(), configure).await;
+    let second = TestApp::spawn_shared(db.clone(), configure).await;
+    signup(&first, "ivy@example.com").await;
+    let (access, refresh_token) = login(&first, "ivy@example.com").await;
+    assert_eq!(
+        get(&second, "/users/profile", Some(&access)).await.status,
+        StatusCode::OK
+    );
+
+    assert_eq!(
+        post(&first, "/users/logout", Some(&access), json!({}))
+            .await
+            .code(),
+        0
+    );
+    assert_eq!(
+        get(&second, "/users/profile", Some(&access)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        refresh(&second, &refresh_token).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_hold_across_instances() {
+    let db = Arc::new(TestDb::postgres().await);
+    let redis = redis_url();
+    let prefix = format!("test-{}", uuid_like());
+    let configure = |config: &mut Config| {
+        make_cluster(config, redis.clone());
+        config.redis_prefix = prefix.clone();
+        config.auth_rate_limit = 4;
+        config.auth_rate_window = Duration::from_secs(60);
+    };
+    let first = TestApp::spawn_shared(db.clone(), configure).await;
+    let second = TestApp::spawn_shared(db.clone(), configure).await;
+    let body = json!({"email": "j@example.com", "password": "x"});
+    for app in [&first, &second, &first, &second] {
+        assert_eq!(
+            post(app, "/users/login", None, body.clone()).await.code(),
+            401002
+        );
+    }
+    assert_eq!(
+        post(&first, "/users/login", None, body.clone())
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        post(&second, "/users/login", None, body).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_revocations_survive_a_restart() {
+    let db = Arc::new(TestDb::sqlite().await);
+    let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    signup(&app, "kim@example.com").await;
+    let (access, refresh_token) = login(&app, "kim@example.com").await;
+    let (other_access, _) = login(&app, "kim@example.com").await;
+    assert_eq!(
+        post(&app, "/users/logout", Some(&access), json!({}))
+            .await
+            .code(),
+        0
+    );
+    app.stop().await.unwrap();
+
+    let restarted = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    assert_eq!(
+        get(&restarted, "/users/profile", Some(&access))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        refresh(&restarted, &refresh_token).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(&restarted, "/users/profile", Some(&other_access))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
+    let login_as = |app: &TestApp, client: &'static str| {
+        let request = app
+            .client
+            .post(app.url("/users/login"))
+            .header("x-forwarded-for", client)
+            .json(&json!({"email": "l@example.com", "password": "x"}));
+        async move { request.send().await.unwrap().status() }
+    };
+
+    // Behind a trusted proxy (the tests connect from 127.0.0.1): each client has its own limit.
+    let trusted = TestApp::spawn_with(TestDb::sqlite().await, |config| {
+        config.auth_rate_limit = 1;
+        config.trusted_proxies = vec!["127.0.0.1/32".into()];
+    })
+    .await;
+    assert_eq!(login_as(&trusted, "198.51.100.1").await, StatusCode::OK);
+    assert_eq!(login_as(&trusted, "198.51.100.2").await, StatusCode::OK);
+    assert_eq!(
+        login_as(&trusted, "198.51.100.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Without trust, the header is ignored: everybody is the peer 127.0.0.1.
+    let direct =
+        TestApp::spawn_with(TestDb::sqlite().await, |config| config.auth_rate_limit = 1).await;
+    assert_eq!(login_as(&direct, "198.51.100.1").await, StatusCode::OK);
+    assert_eq!(
+        login_as(&direct, "198.51.100.2").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+fn uuid_like() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
