@@ -20,7 +20,9 @@ use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
+    article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
     config::{Config, JwtSecrets},
+    infra::events::EventStream,
     infra::{
         client_ip::TrustedProxies, db::Db, http::with_middleware, rate_limit::RateLimiter,
         redis::Redis, telemetry,
@@ -50,6 +52,10 @@ pub struct AppState {
     pub trusted_proxies: TrustedProxies,
     /// Accounts and sessions.
     pub users: UserService,
+    /// Articles.
+    pub articles: ArticleService,
+    /// Domain events (article published, withdrawn, …).
+    pub events: EventStream,
 }
 
 impl FromRef<AppState> for TrustedProxies {
@@ -81,6 +87,16 @@ impl App {
         };
         let users = build_user_service(&config, &jwt, &db, redis.as_ref()).await?;
         let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
+        let events = EventStream::in_process();
+        let articles = ArticleService::new(
+            ArticleStore::new(db.clone()),
+            ArticleCache::new(
+                redis
+                    .as_ref()
+                    .map(|redis| (redis, config.redis_prefix.as_str())),
+            ),
+            events.clone(),
+        );
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -95,6 +111,8 @@ impl App {
                 metrics,
                 trusted_proxies,
                 users,
+                articles,
+                events,
             },
             listener,
         })
@@ -164,6 +182,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
     let routes = Router::new()
         .merge(ops::router(config.debug_endpoints))
         .merge(user::router())
+        .merge(article::router())
         .with_state(state);
     with_middleware(routes, &config)
 }

@@ -12,8 +12,11 @@
 use std::time::Duration;
 
 use axum::{
-    extract::{rejection::JsonRejection, FromRequest, Request},
-    http::{header, HeaderValue, StatusCode},
+    extract::{
+        rejection::{JsonRejection, PathRejection},
+        FromRequest, FromRequestParts, Path, Request,
+    },
+    http::{header, request::Parts, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -232,6 +235,28 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let Json(value) = Json::<T>::from_request(req, state).await?;
         Ok(Self(value))
+    }
+}
+
+/// Path parameter extractor whose failures answer with the envelope (400, code 4).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    Path<T>: FromRequestParts<S, Rejection = PathRejection>,
+    S: Send + Sync,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            Err(rejection) => Err(AppError::BadRequest(format!(
+                "invalid path parameter: {}",
+                rejection.body_text()
+            ))),
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 //! shutdown signal drains it.
 
 pub mod app;
+pub mod article;
 pub mod cli;
 pub mod config;
 pub mod error;

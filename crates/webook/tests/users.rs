@@ -5,164 +5,15 @@
 
 use std::{sync::Arc, time::Duration};
 
-use reqwest::{header::HeaderMap, StatusCode};
-use serde_json::{json, Value};
+mod common;
+
+use common::{call, get, login, post, refresh, signup, Setup, PASSWORD};
+use reqwest::StatusCode;
+use serde_json::json;
 use webook::{
-    config::{Config, DatabaseKind},
+    config::Config,
     testing::{make_cluster, redis_url, wait_until, TestApp, TestDb},
 };
-
-const UA: &str = "Mozilla/5.0 (webook tests)";
-const PASSWORD: &str = "hello#world1";
-
-/// Which database and which session store / rate limiter a test runs on.
-#[derive(Debug, Clone, Copy)]
-struct Setup {
-    db: DatabaseKind,
-    cluster: bool,
-}
-
-impl Setup {
-    async fn spawn(self, configure: impl FnOnce(&mut Config)) -> TestApp {
-        let db = TestDb::new(self.db).await;
-        TestApp::spawn_with(db, |config| {
-            if self.cluster {
-                make_cluster(config, redis_url());
-            }
-            configure(config);
-        })
-        .await
-    }
-}
-
-/// One test body, four runs: {SQLite, PostgreSQL} × {embedded, Redis}.
-macro_rules! user_tests {
-    ($($name:ident),+ $(,)?) => {
-        user_tests!(@mode sqlite_embedded, Sqlite, false, $($name),+);
-        user_tests!(@mode postgres_embedded, Postgres, false, $($name),+);
-        user_tests!(@mode sqlite_redis, Sqlite, true, $($name),+);
-        user_tests!(@mode postgres_redis, Postgres, true, $($name),+);
-    };
-    (@mode $module:ident, $db:ident, $cluster:expr, $($name:ident),+) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Setup { db: webook::config::DatabaseKind::$db, cluster: $cluster }).await
-                }
-            )+
-        }
-    };
-}
-
-/// A response, with its raw body kept for "no password hash anywhere" checks.
-struct Answer {
-    status: StatusCode,
-    headers: HeaderMap,
-    raw: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.raw).unwrap_or_else(|_| panic!("not JSON: {}", self.raw))
-    }
-
-    fn code(&self) -> i64 {
-        self.json()["code"].as_i64().unwrap()
-    }
-
-    fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .unwrap_or_else(|| panic!("no {name} header"))
-            .to_str()
-            .unwrap()
-            .to_owned()
-    }
-}
-
-async fn call(
-    app: &TestApp,
-    method: reqwest::Method,
-    path: &str,
-    token: Option<&str>,
-    user_agent: &str,
-    body: Option<Value>,
-) -> Answer {
-    let mut request = app
-        .client
-        .request(method, app.url(path))
-        .header(reqwest::header::USER_AGENT, user_agent);
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    let response = request.send().await.unwrap();
-    let answer = Answer {
-        status: response.status(),
-        headers: response.headers().clone(),
-        raw: response.text().await.unwrap(),
-    };
-    assert!(
-        !answer.raw.contains("$argon2"),
-        "a response leaked a password hash: {}",
-        answer.raw
-    );
-    answer
-}
-
-async fn post(app: &TestApp, path: &str, token: Option<&str>, body: Value) -> Answer {
-    call(app, reqwest::Method::POST, path, token, UA, Some(body)).await
-}
-
-async fn get(app: &TestApp, path: &str, token: Option<&str>) -> Answer {
-    call(app, reqwest::Method::GET, path, token, UA, None).await
-}
-
-async fn signup(app: &TestApp, email: &str) -> Answer {
-    post(
-        app,
-        "/users/signup",
-        None,
-        json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD}),
-    )
-    .await
-}
-
-/// Logs in; returns (access token, refresh token).
-async fn login(app: &TestApp, email: &str) -> (String, String) {
-    let answer = post(
-        app,
-        "/users/login",
-        None,
-        json!({"email": email, "password": PASSWORD}),
-    )
-    .await;
-    assert_eq!(
-        (answer.status, answer.code()),
-        (StatusCode::OK, 0),
-        "{}",
-        answer.raw
-    );
-    (
-        answer.header("x-jwt-token"),
-        answer.header("x-refresh-token"),
-    )
-}
-
-async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
-    call(
-        app,
-        reqwest::Method::POST,
-        "/users/refresh_token",
-        Some(refresh_token),
-        UA,
-        None,
-    )
-    .await
-}
 
 async fn count_users(app: &TestApp, email: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
@@ -520,7 +371,7 @@ async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
     assert_eq!(attempt().await.code(), 401002);
 }
 
-user_tests!(
+setup_tests!(
     lifecycle_signup_login_profile_edit_logout,
     duplicate_signups_yield_one_account,
     invalid_signups_are_refused_and_store_nothing,

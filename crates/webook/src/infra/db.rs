@@ -28,6 +28,11 @@ use crate::{
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "meta", include_str!("../../migrations/0001_meta.sql")),
     (2, "users", include_str!("../../migrations/0002_users.sql")),
+    (
+        3,
+        "articles",
+        include_str!("../../migrations/0003_articles.sql"),
+    ),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \

@@ -4,8 +4,10 @@
 //! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
+pub mod cache;
 pub mod client_ip;
 pub mod db;
+pub mod events;
 pub mod http;
 pub mod rate_limit;
 pub mod redis;

@@ -1,0 +1,134 @@
+//! The article caches (seeds: "cache the first page", "preload on publish"), each with its rule:
+//!
+//! - **author's first page** — key: author id; value: the author's newest [`FIRST_PAGE_LEN`]
+//!   list items. Serves `/articles/list` with offset 0 and limit ≤ 100 by slicing. Invalidated by
+//!   every write of that author (save, publish, withdraw) after the transaction commits.
+//! - **reader copy** — key: article id; value: the published article with its author's name.
+//!   Preloaded (set) on publish and republish; invalidated on withdraw. Only published articles
+//!   are cached; an author's later nickname change shows after the entry's TTL.
+//!
+//! Both are [`VersionedCache`]s: a reader that loaded from the database before a write cannot
+//! put the old value back after it, and in cluster mode every instance sees a write at its next
+//! read. A value that no longer deserialises (a deploy changed its shape) is a miss.
+
+use std::{future::Future, time::Duration};
+
+use axum::body::Bytes;
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::{
+    article::model::{ArticleStatus, ListItem, PublishedArticle},
+    infra::{
+        cache::{Lookup, VersionedCache},
+        redis::Redis,
+    },
+};
+
+/// Items kept in an author's first-page entry (the largest page the API serves).
+pub const FIRST_PAGE_LEN: i64 = 100;
+const FIRST_PAGE_TTL: Duration = Duration::from_secs(10 * 60);
+const READER_COPY_TTL: Duration = Duration::from_secs(30 * 60);
+const FIRST_PAGES_BYTES: u64 = 32 * 1024 * 1024;
+const READER_COPIES_BYTES: u64 = 128 * 1024 * 1024;
+
+/// The two article caches; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ArticleCache {
+    first_pages: VersionedCache,
+    reader_copies: VersionedCache,
+}
+
+impl ArticleCache {
+    /// Caches in-process, or shared through `redis` under `redis_prefix` with a near cache.
+    pub fn new(redis: Option<(&Redis, &str)>) -> Self {
+        Self {
+            first_pages: VersionedCache::new(
+                "article_first_page",
+                FIRST_PAGES_BYTES,
+                FIRST_PAGE_TTL,
+                redis,
+            ),
+            reader_copies: VersionedCache::new(
+                "article_reader_copy",
+                READER_COPIES_BYTES,
+                READER_COPY_TTL,
+                redis,
+            ),
+        }
+    }
+
+    /// The author's first page, from the cache or from `load` (then cached).
+    pub async fn first_page<F>(&self, author: i64, load: F) -> sqlx::Result<Vec<ListItem>>
+    where
+        F: Future<Output = sqlx::Result<Vec<ListItem>>>,
+    {
+        let key = author.to_string();
+        let token = match self.first_pages.get(&key).await {
+            Lookup::Hit(bytes) => match decode(&bytes) {
+                Some(items) => return Ok(items),
+                None => self.first_pages.invalidate_and_token(&key).await,
+            },
+            Lookup::Miss(token) => token,
+        };
+        let items = load.await?;
+        if let Some(bytes) = encode(&items) {
+            self.first_pages.fill(&key, token, bytes).await;
+        }
+        Ok(items)
+    }
+
+    /// Rule: after any committed write by `author`.
+    pub async fn forget_first_page(&self, author: i64) {
+        self.first_pages.invalidate(&author.to_string()).await;
+    }
+
+    /// The reader copy `id` when published, from the cache or from `load` (cached only when
+    /// published).
+    pub async fn reader_copy<F>(&self, id: i64, load: F) -> sqlx::Result<Option<PublishedArticle>>
+    where
+        F: Future<Output = sqlx::Result<Option<PublishedArticle>>>,
+    {
+        let key = id.to_string();
+        let token = match self.reader_copies.get(&key).await {
+            Lookup::Hit(bytes) => match decode(&bytes) {
+                Some(article) => return Ok(Some(article)),
+                None => self.reader_copies.invalidate_and_token(&key).await,
+            },
+            Lookup::Miss(token) => token,
+        };
+        let article = load.await?.filter(|a| a.status == ArticleStatus::Published);
+        if let Some(bytes) = article.as_ref().and_then(encode) {
+            self.reader_copies.fill(&key, token, bytes).await;
+        }
+        Ok(article)
+    }
+
+    /// Rule: on publish and republish, with the committed reader copy (preload).
+    pub async fn put_reader_copy(&self, article: &PublishedArticle) {
+        match encode(article) {
+            Some(bytes) => self.reader_copies.set(&article.id.to_string(), bytes).await,
+            None => self.forget_reader_copy(article.id).await,
+        }
+    }
+
+    /// Rule: on withdraw.
+    pub async fn forget_reader_copy(&self, id: i64) {
+        self.reader_copies.invalidate(&id.to_string()).await;
+    }
+}
+
+fn encode(value: &impl Serialize) -> Option<Bytes> {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => Some(Bytes::from(bytes)),
+        Err(err) => {
+            tracing::error!(%err, "cannot serialise a cache value");
+            None
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(bytes: &Bytes) -> Option<T> {
+    serde_json::from_slice(bytes)
+        .inspect_err(|err| tracing::warn!(%err, "undecodable cache value; reloading"))
+        .ok()
+}

@@ -1,0 +1,218 @@
+//! The rules of articles: the draft/publish/withdraw state machine, authorship, the author's
+//! list and detail, the reader view, cache maintenance and article events. No HTTP, no SQL text.
+//!
+//! State machine (status of the author's copy / reader copy):
+//! - save draft: author copy → 1 (unpublished); reader copy unchanged, so readers keep seeing
+//!   the last published version;
+//! - publish: author copy → 2, reader copy := author copy with status 2 (its first-publication
+//!   `ctime` kept);
+//! - withdraw: both → 3; readers get 404001, the author still sees and can republish it.
+//!
+//! Every write commits first, then fixes the caches (so they never serve what the database no
+//! longer says once the write has returned), then emits its event.
+
+use serde::Serialize;
+
+use crate::{
+    article::{
+        cache::{ArticleCache, FIRST_PAGE_LEN},
+        model::{Article, Draft, ListItem, PublishedArticle},
+        store::{ArticleStore, WriteError},
+    },
+    error::AppError,
+    infra::{db::now_millis, events::EventStream},
+};
+
+/// Topic of the event emitted when an article is published or republished.
+pub const TOPIC_PUBLISHED: &str = "article_published";
+/// Topic of the event emitted when an article is withdrawn.
+pub const TOPIC_WITHDRAWN: &str = "article_withdrawn";
+/// Largest `offset` the author's list accepts.
+pub const MAX_LIST_OFFSET: i64 = 10_000;
+/// Largest `limit` the author's list accepts.
+pub const MAX_LIST_LIMIT: i64 = 100;
+
+/// Payload of [`TOPIC_PUBLISHED`] and [`TOPIC_WITHDRAWN`] events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ArticleEvent {
+    /// Article id.
+    pub id: i64,
+    /// Author's user id.
+    pub author: i64,
+    /// When it happened (ms).
+    pub time: i64,
+}
+
+/// Articles; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ArticleService {
+    store: ArticleStore,
+    cache: ArticleCache,
+    events: EventStream,
+}
+
+fn write_error(err: WriteError) -> AppError {
+    match err {
+        WriteError::NotFound => AppError::NotFound("no such article"),
+        WriteError::NotAuthor => AppError::Forbidden("not the author of this article"),
+        WriteError::Db(err) => err.into(),
+    }
+}
+
+/// `None` for a new article (absent or 0, as course frontends send), the id otherwise.
+pub fn existing_id(id: Option<i64>) -> Result<Option<i64>, AppError> {
+    match id {
+        None | Some(0) => Ok(None),
+        Some(id) if id > 0 => Ok(Some(id)),
+        Some(_) => Err(AppError::InvalidInput(
+            "id: must be a positive integer".into(),
+        )),
+    }
+}
+
+impl ArticleService {
+    /// Assembles the service.
+    pub fn new(store: ArticleStore, cache: ArticleCache, events: EventStream) -> Self {
+        Self {
+            store,
+            cache,
+            events,
+        }
+    }
+
+    /// Saves the author's draft (new when `id` is None); returns the id.
+    pub async fn save_draft(
+        &self,
+        author: i64,
+        id: Option<i64>,
+        title: &str,
+        content: &str,
+    ) -> Result<i64, AppError> {
+        let draft = Draft::parse(title, content, false)?;
+        let id = self
+            .store
+            .save_draft(author, id, &draft, now_millis())
+            .await
+            .map_err(write_error)?;
+        self.cache.forget_first_page(author).await;
+        Ok(id)
+    }
+
+    /// Saves and publishes; returns the id.
+    pub async fn publish(
+        &self,
+        author: i64,
+        id: Option<i64>,
+        title: &str,
+        content: &str,
+    ) -> Result<i64, AppError> {
+        let draft = Draft::parse(title, content, true)?;
+        let now = now_millis();
+        let id = self
+            .store
+            .publish(author, id, &draft, now)
+            .await
+            .map_err(write_error)?;
+        self.cache.forget_first_page(author).await;
+        match self.store.reader_copy(id).await? {
+            Some(published) => self.cache.put_reader_copy(&published).await,
+            None => self.cache.forget_reader_copy(id).await,
+        }
+        self.emit(
+            TOPIC_PUBLISHED,
+            ArticleEvent {
+                id,
+                author,
+                time: now,
+            },
+        )
+        .await;
+        Ok(id)
+    }
+
+    /// Withdraws an article: readers lose it, the author keeps it.
+    pub async fn withdraw(&self, author: i64, id: i64) -> Result<(), AppError> {
+        let now = now_millis();
+        self.store
+            .withdraw(author, id, now)
+            .await
+            .map_err(write_error)?;
+        self.cache.forget_reader_copy(id).await;
+        self.cache.forget_first_page(author).await;
+        self.emit(
+            TOPIC_WITHDRAWN,
+            ArticleEvent {
+                id,
+                author,
+                time: now,
+            },
+        )
+        .await;
+        Ok(())
+    }
+
+    /// A page of the author's own articles, newest update first.
+    pub async fn list(
+        &self,
+        author: i64,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<ListItem>, AppError> {
+        if !(0..=MAX_LIST_OFFSET).contains(&offset) {
+            return Err(AppError::InvalidInput(format!(
+                "offset: must be between 0 and {MAX_LIST_OFFSET}"
+            )));
+        }
+        if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+            return Err(AppError::InvalidInput(format!(
+                "limit: must be between 1 and {MAX_LIST_LIMIT}"
+            )));
+        }
+        if offset == 0 {
+            let mut page = self
+                .cache
+                .first_page(author, self.store.list_by_author(author, 0, FIRST_PAGE_LEN))
+                .await?;
+            page.truncate(usize::try_from(limit).unwrap_or(0));
+            return Ok(page);
+        }
+        Ok(self.store.list_by_author(author, offset, limit).await?)
+    }
+
+    /// The author's own copy; 403002 for someone else's.
+    pub async fn author_detail(&self, author: i64, id: i64) -> Result<Article, AppError> {
+        let article = self
+            .store
+            .author_copy(id)
+            .await?
+            .ok_or(AppError::NotFound("no such article"))?;
+        if article.author_id != author {
+            return Err(AppError::Forbidden("not the author of this article"));
+        }
+        Ok(article)
+    }
+
+    /// The published reader copy; 404001 when absent, unpublished or withdrawn.
+    pub async fn reader_view(&self, id: i64) -> Result<PublishedArticle, AppError> {
+        self.cache
+            .reader_copy(id, self.store.reader_copy(id))
+            .await?
+            .ok_or(AppError::NotFound("no such article"))
+    }
+
+    /// Emits after the write committed. A failure to publish is logged, never undoes the write.
+    async fn emit(&self, topic: &str, event: ArticleEvent) {
+        if let Err(err) = self
+            .events
+            .publish(topic, &event.id.to_string(), &event)
+            .await
+        {
+            tracing::error!(
+                topic,
+                id = event.id,
+                error = format!("{err:#}"),
+                "could not emit article event"
+            );
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! SQL for `articles` (author copies) and `published_articles` (reader copies), one
+//! implementation for SQLite and PostgreSQL. Writes that touch both copies run in one
+//! transaction; every write is scoped to the author (`WHERE id = $ AND author_id = $`), so a
+//! foreign id changes nothing.
+
+use sqlx::{any::AnyRow, Any, Row, Transaction};
+
+use crate::{
+    article::model::{Article, ArticleStatus, Draft, ListItem, PublishedArticle},
+    infra::db::Db,
+};
+
+/// Why a write to an existing article did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// No article with that id.
+    #[error("no such article")]
+    NotFound,
+    /// The article belongs to someone else.
+    #[error("not the author")]
+    NotAuthor,
+    /// Anything else.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Reads and writes articles.
+#[derive(Debug, Clone)]
+pub struct ArticleStore {
+    db: Db,
+}
+
+fn status_from(row: &AnyRow) -> sqlx::Result<ArticleStatus> {
+    let raw: i64 = row.try_get("status")?;
+    ArticleStatus::try_from(raw).map_err(|err| sqlx::Error::Decode(err.into()))
+}
+
+impl ArticleStore {
+    /// A store on `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Saves a draft: a new article (`id` None) or an edit of the author's copy, which becomes
+    /// unpublished (changes not yet published); the reader copy is untouched. Returns the id.
+    pub async fn save_draft(
+        &self,
+        author: i64,
+        id: Option<i64>,
+        draft: &Draft,
+        now: i64,
+    ) -> Result<i64, WriteError> {
+        let mut tx = self.db.pool().begin().await?;
+        let id =
+            upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Unpublished, now).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Saves and publishes in one transaction: the author's copy and the reader copy get the same
+    /// content; the reader copy keeps its first-publication `ctime`.
+    pub async fn publish(
+        &self,
+        author: i64,
+        id: Option<i64>,
+        draft: &Draft,
+        now: i64,
+    ) -> Result<i64, WriteError> {
+        let mut tx = self.db.pool().begin().await?;
+        let id =
+            upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Published, now).await?;
+        sqlx::query(
+            "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+             ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content, \
+             abstract = excluded.abstract, status = excluded.status, utime = excluded.utime",
+        )
+        .bind(id)
+        .bind(author)
+        .bind(&draft.title)
+        .bind(&draft.content)
+        .bind(&draft.abstract_text)
+        .bind(i64::from(ArticleStatus::Published))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Makes both copies private (status 3) in one transaction.
+    pub async fn withdraw(&self, author: i64, id: i64, now: i64) -> Result<(), WriteError> {
+        let mut tx = self.db.pool().begin().await?;
+        let changed = sqlx::query(
+            "UPDATE articles SET status = $1, utime = $2 WHERE id = $3 AND author_id = $4",
+        )
+        .bind(i64::from(ArticleStatus::Private))
+        .bind(now)
+        .bind(id)
+        .bind(author)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            return Err(why_not_written(&mut tx, id).await);
+        }
+        sqlx::query("UPDATE published_articles SET status = $1, utime = $2 WHERE id = $3 AND author_id = $4")
+            .bind(i64::from(ArticleStatus::Private))
+            .bind(now)
+            .bind(id)
+            .bind(author)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The author's copy `id`, whoever wrote it (callers check authorship).
+    pub async fn author_copy(&self, id: i64) -> sqlx::Result<Option<Article>> {
+        let row = sqlx::query(
+            "SELECT id, author_id, title, content, status, ctime, utime FROM articles WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.map(|row| {
+            Ok(Article {
+                id: row.try_get("id")?,
+                author_id: row.try_get("author_id")?,
+                title: row.try_get("title")?,
+                content: row.try_get("content")?,
+                status: status_from(&row)?,
+                ctime: row.try_get("ctime")?,
+                utime: row.try_get("utime")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// A page of `author`'s articles, newest update first (offset is bounded by the caller).
+    pub async fn list_by_author(
+        &self,
+        author: i64,
+        offset: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<ListItem>> {
+        let rows = sqlx::query(
+            "SELECT id, title, abstract, status, ctime, utime FROM articles \
+             WHERE author_id = $1 ORDER BY utime DESC, id DESC LIMIT $2 OFFSET $3",
+        )
+        .bind(author)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ListItem {
+                    id: row.try_get("id")?,
+                    title: row.try_get("title")?,
+                    abstract_text: row.try_get("abstract")?,
+                    status: status_from(row)?,
+                    ctime: row.try_get("ctime")?,
+                    utime: row.try_get("utime")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The reader copy `id` with its author's display name, whatever its status.
+    pub async fn reader_copy(&self, id: i64) -> sqlx::Result<Option<PublishedArticle>> {
+        let row = sqlx::query(
+            "SELECT p.id, p.author_id, u.nickname, p.title, p.content, p.abstract, p.status, p.ctime, p.utime \
+             FROM published_articles p JOIN users u ON u.id = p.author_id WHERE p.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.map(|row| {
+            let author_id: i64 = row.try_get("author_id")?;
+            let nickname: String = row.try_get("nickname")?;
+            Ok(PublishedArticle {
+                id: row.try_get("id")?,
+                author_id,
+                author_name: display_name(&nickname, author_id),
+                title: row.try_get("title")?,
+                content: row.try_get("content")?,
+                abstract_text: row.try_get("abstract")?,
+                status: status_from(&row)?,
+                ctime: row.try_get("ctime")?,
+                utime: row.try_get("utime")?,
+            })
+        })
+        .transpose()
+    }
+}
+
+/// The name readers see: the nickname, or `user<id>` for authors who never set one.
+pub fn display_name(nickname: &str, author_id: i64) -> String {
+    if nickname.trim().is_empty() {
+        format!("user{author_id}")
+    } else {
+        nickname.to_owned()
+    }
+}
+
+/// Inserts a new author copy, or updates an existing one of `author`.
+async fn upsert_author_copy(
+    tx: &mut Transaction<'static, Any>,
+    author: i64,
+    id: Option<i64>,
+    draft: &Draft,
+    status: ArticleStatus,
+    now: i64,
+) -> Result<i64, WriteError> {
+    match id {
+        None => Ok(sqlx::query_scalar(
+            "INSERT INTO articles (author_id, title, content, abstract, status, ctime, utime) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING id",
+        )
+        .bind(author)
+        .bind(&draft.title)
+        .bind(&draft.content)
+        .bind(&draft.abstract_text)
+        .bind(i64::from(status))
+        .bind(now)
+        .fetch_one(&mut **tx)
+        .await?),
+        Some(id) => {
+            let changed = sqlx::query(
+                "UPDATE articles SET title = $1, content = $2, abstract = $3, status = $4, utime = $5 \
+                 WHERE id = $6 AND author_id = $7",
+            )
+            .bind(&draft.title)
+            .bind(&draft.content)
+            .bind(&draft.abstract_text)
+            .bind(i64::from(status))
+            .bind(now)
+            .bind(id)
+            .bind(author)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if changed == 0 {
+                return Err(why_not_written(tx, id).await);
+            }
+            Ok(id)
+        }
+    }
+}
+
+/// After an author-scoped write changed nothing: was the id missing, or someone else's?
+async fn why_not_written(tx: &mut Transaction<'static, Any>, id: i64) -> WriteError {
+    match sqlx::query_scalar::<_, i64>("SELECT author_id FROM articles WHERE id = $1")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await
+    {
+        Ok(Some(_)) => WriteError::NotAuthor,
+        Ok(None) => WriteError::NotFound,
+        Err(err) => WriteError::Db(err),
+    }
+}

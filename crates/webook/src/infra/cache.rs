@@ -1,0 +1,374 @@
+//! Object caches that never serve a value older than the last write that returned.
+//!
+//! A [`VersionedCache`] holds byte values (serialised objects) under string keys. Every key has a
+//! version; writers bump it ([`VersionedCache::set`] stores the new value, [`invalidate`] leaves
+//! a tombstone), and a reader that missed may only [`fill`] the key if its version has not moved
+//! since the miss. That closes the classic race of cache-aside — a reader loads the old row from
+//! the database, a writer commits and invalidates, then the reader stores the old row — without
+//! locks: the reader's fill is simply refused.
+//!
+//! Two layouts, chosen by mode:
+//! - **embedded**: one in-process W-TinyLFU cache (`moka`), bounded by bytes and a TTL;
+//! - **cluster**: a Redis hash per key (`ver`, `data`) changed by Lua scripts, with the in-process
+//!   cache in front as a near cache. A read asks Redis only for the (tiny) version and uses the
+//!   local copy when it has that version, so large values cross the network once per change, and
+//!   a write on one instance is seen by the next read on every instance.
+//!
+//! Versions come from one counter per process (embedded) or per cache in Redis (cluster), never
+//! per key, so a key that expired and came back cannot repeat a version a near cache still holds. Cache failures never fail a request: a Redis error on read
+//! is a miss (the caller reads the database), on write it is logged and the entry's TTL bounds the
+//! damage.
+//!
+//! [`invalidate`]: VersionedCache::invalidate
+//! [`fill`]: VersionedCache::fill
+
+use std::{
+    sync::atomic::{AtomicU64, Ordering},
+    time::Duration,
+};
+
+use axum::body::Bytes;
+use moka::ops::compute::Op;
+
+use crate::infra::redis::Redis;
+
+/// Counter: cache lookups by `cache`, `layer` (local, redis) and `result` (hit, miss).
+pub const CACHE_REQUESTS_TOTAL: &str = "cache_requests_total";
+
+static NEXT_LOCAL_VERSION: AtomicU64 = AtomicU64::new(1);
+
+/// What a reader saw when it missed; hand it back to [`VersionedCache::fill`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillToken(u64);
+
+/// The result of a lookup.
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    /// The cached value.
+    Hit(Bytes),
+    /// Not cached; load it and offer it back with this token.
+    Miss(FillToken),
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    version: u64,
+    value: Option<Bytes>,
+}
+
+#[derive(Clone)]
+struct Remote {
+    redis: Redis,
+    prefix: String,
+    version_counter: String,
+    fill: std::sync::Arc<redis::Script>,
+    set: std::sync::Arc<redis::Script>,
+    invalidate: std::sync::Arc<redis::Script>,
+}
+
+/// Versions come from one counter per cache (KEYS[2]) that never expires, so a key that expired
+/// and came back can never repeat a version a near cache still holds.
+const FILL_SCRIPT: &str = r"
+local v = redis.call('HGET', KEYS[1], 'ver')
+if (v == false and ARGV[1] == '0') or v == ARGV[1] then
+  local g = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return g
+end
+return 0
+";
+
+const SET_SCRIPT: &str = r"
+local g = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return g
+";
+
+const INVALIDATE_SCRIPT: &str = r"
+local g = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'ver', g)
+redis.call('HDEL', KEYS[1], 'data')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return g
+";
+
+/// A versioned object cache (see the module docs); cheap to clone.
+#[derive(Clone)]
+pub struct VersionedCache {
+    name: &'static str,
+    local: moka::future::Cache<String, Slot>,
+    remote: Option<Remote>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for VersionedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VersionedCache")
+            .field("name", &self.name)
+            .field("redis", &self.remote.is_some())
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+fn count(cache: &'static str, layer: &'static str, hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!(CACHE_REQUESTS_TOTAL, "cache" => cache, "layer" => layer, "result" => result)
+        .increment(1);
+}
+
+impl VersionedCache {
+    /// A cache named `name` (metrics label, Redis key part) holding at most `max_bytes` locally,
+    /// entries living `ttl`; with `redis`, shared through Redis under `redis_prefix`.
+    pub fn new(
+        name: &'static str,
+        max_bytes: u64,
+        ttl: Duration,
+        redis: Option<(&Redis, &str)>,
+    ) -> Self {
+        let local = moka::future::Cache::builder()
+            .name(name)
+            .max_capacity(max_bytes)
+            .weigher(|key: &String, slot: &Slot| {
+                let size = key.len() + slot.value.as_ref().map_or(0, Bytes::len) + 16;
+                u32::try_from(size).unwrap_or(u32::MAX)
+            })
+            .time_to_live(ttl)
+            .build();
+        let remote = redis.map(|(redis, prefix)| Remote {
+            redis: redis.clone(),
+            prefix: format!("{prefix}:cache:{name}:"),
+            version_counter: format!("{prefix}:cache-version:{name}"),
+            fill: std::sync::Arc::new(redis::Script::new(FILL_SCRIPT)),
+            set: std::sync::Arc::new(redis::Script::new(SET_SCRIPT)),
+            invalidate: std::sync::Arc::new(redis::Script::new(INVALIDATE_SCRIPT)),
+        });
+        Self {
+            name,
+            local,
+            remote,
+            ttl,
+        }
+    }
+
+    fn ttl_millis(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Looks `key` up.
+    pub async fn get(&self, key: &str) -> Lookup {
+        let local = self.local.get(key).await;
+        let Some(remote) = &self.remote else {
+            return match local {
+                Some(Slot {
+                    value: Some(value), ..
+                }) => {
+                    count(self.name, "local", true);
+                    Lookup::Hit(value)
+                }
+                other => {
+                    count(self.name, "local", false);
+                    Lookup::Miss(FillToken(other.map_or(0, |slot| slot.version)))
+                }
+            };
+        };
+        match self.get_remote(remote, key, local).await {
+            Ok(lookup) => lookup,
+            Err(err) => {
+                tracing::warn!(cache = self.name, %err, "cache read failed; treating as a miss");
+                // A token no Redis version can match: the fill will be refused.
+                Lookup::Miss(FillToken(u64::MAX))
+            }
+        }
+    }
+
+    async fn get_remote(
+        &self,
+        remote: &Remote,
+        key: &str,
+        local: Option<Slot>,
+    ) -> anyhow::Result<Lookup> {
+        let redis_key = format!("{}{key}", remote.prefix);
+        let mut connection = remote.redis.connection();
+        let version: Option<u64> = redis::cmd("HGET")
+            .arg(&redis_key)
+            .arg("ver")
+            .query_async(&mut connection)
+            .await?;
+        if let (
+            Some(version),
+            Some(Slot {
+                version: local_version,
+                value: Some(value),
+            }),
+        ) = (version, &local)
+        {
+            if version == *local_version {
+                count(self.name, "local", true);
+                return Ok(Lookup::Hit(value.clone()));
+            }
+        }
+        count(self.name, "local", false);
+        let (version, data): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(&redis_key)
+            .arg("ver")
+            .arg("data")
+            .query_async(&mut connection)
+            .await?;
+        match (version, data) {
+            (Some(version), Some(data)) => {
+                count(self.name, "redis", true);
+                let value = Bytes::from(data);
+                self.local
+                    .insert(
+                        key.to_owned(),
+                        Slot {
+                            version,
+                            value: Some(value.clone()),
+                        },
+                    )
+                    .await;
+                Ok(Lookup::Hit(value))
+            }
+            (version, _) => {
+                count(self.name, "redis", false);
+                Ok(Lookup::Miss(FillToken(version.unwrap_or(0))))
+            }
+        }
+    }
+
+    /// Offers `value` loaded after a miss; stored only if no writer touched `key` since.
+    pub async fn fill(&self, key: &str, token: FillToken, value: Bytes) {
+        let Some(remote) = &self.remote else {
+            self.local
+                .entry(key.to_owned())
+                .and_compute_with(|current| {
+                    let current_version = current.as_ref().map_or(0, |entry| entry.value().version);
+                    let unchanged = current_version == token.0
+                        && current
+                            .as_ref()
+                            .is_none_or(|entry| entry.value().value.is_none());
+                    std::future::ready(if unchanged {
+                        let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
+                        Op::Put(Slot {
+                            version,
+                            value: Some(value),
+                        })
+                    } else {
+                        Op::Nop
+                    })
+                })
+                .await;
+            return;
+        };
+        if token.0 == u64::MAX {
+            return;
+        }
+        let stored: Result<u64, _> = remote
+            .fill
+            .key(format!("{}{key}", remote.prefix))
+            .key(&remote.version_counter)
+            .arg(token.0)
+            .arg(value.as_ref())
+            .arg(self.ttl_millis())
+            .invoke_async(&mut remote.redis.connection())
+            .await;
+        match stored {
+            Ok(0) => {}
+            Ok(version) => {
+                self.local
+                    .insert(
+                        key.to_owned(),
+                        Slot {
+                            version,
+                            value: Some(value),
+                        },
+                    )
+                    .await;
+            }
+            Err(err) => tracing::warn!(cache = self.name, %err, "cache fill failed"),
+        }
+    }
+
+    /// Writer: stores `value` as the new version of `key` (preloading readers' next hit).
+    pub async fn set(&self, key: &str, value: Bytes) {
+        let Some(remote) = &self.remote else {
+            let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
+            self.local
+                .insert(
+                    key.to_owned(),
+                    Slot {
+                        version,
+                        value: Some(value),
+                    },
+                )
+                .await;
+            return;
+        };
+        let result: Result<u64, _> = remote
+            .set
+            .key(format!("{}{key}", remote.prefix))
+            .key(&remote.version_counter)
+            .arg(value.as_ref())
+            .arg(self.ttl_millis())
+            .invoke_async(&mut remote.redis.connection())
+            .await;
+        match result {
+            Ok(version) => {
+                self.local
+                    .insert(
+                        key.to_owned(),
+                        Slot {
+                            version,
+                            value: Some(value),
+                        },
+                    )
+                    .await;
+            }
+            Err(err) => {
+                self.local.invalidate(key).await;
+                tracing::error!(cache = self.name, %err, "cache write failed; entry may be stale until its TTL");
+            }
+        }
+    }
+
+    /// Drops a value the caller could not use (e.g. it no longer deserialises) and returns a
+    /// token for refilling it.
+    pub async fn invalidate_and_token(&self, key: &str) -> FillToken {
+        self.invalidate(key).await;
+        match self.get(key).await {
+            Lookup::Miss(token) => token,
+            Lookup::Hit(_) => FillToken(u64::MAX),
+        }
+    }
+
+    /// Writer: drops `key`'s value and moves its version, so in-flight fills are refused.
+    pub async fn invalidate(&self, key: &str) {
+        let Some(remote) = &self.remote else {
+            let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
+            self.local
+                .insert(
+                    key.to_owned(),
+                    Slot {
+                        version,
+                        value: None,
+                    },
+                )
+                .await;
+            return;
+        };
+        self.local.invalidate(key).await;
+        let result: Result<u64, _> = remote
+            .invalidate
+            .key(format!("{}{key}", remote.prefix))
+            .key(&remote.version_counter)
+            .arg(self.ttl_millis())
+            .invoke_async(&mut remote.redis.connection())
+            .await;
+        if let Err(err) = result {
+            tracing::error!(cache = self.name, %err, "cache invalidation failed; entry may be stale until its TTL");
+        }
+    }
+}

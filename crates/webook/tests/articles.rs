@@ -1,0 +1,446 @@
+//! Articles over HTTP (API.md → Articles) on {SQLite, PostgreSQL} × {embedded, Redis}: the
+//! draft/publish/withdraw lifecycle, authorship, sanitising, pagination, cache freshness and
+//! article events.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod common;
+
+use std::{sync::Arc, time::Duration};
+
+use common::{get, login, post, signup, Setup};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use webook::{
+    article::service::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
+    config::Config,
+    testing::{make_cluster, redis_url, TestApp, TestDb},
+};
+
+/// Signs up and logs in `email`; returns its access token.
+async fn user(app: &TestApp, email: &str) -> String {
+    assert_eq!(signup(app, email).await.code(), 0);
+    login(app, email).await.0
+}
+
+async fn save(
+    app: &TestApp,
+    token: &str,
+    route: &str,
+    id: Option<i64>,
+    title: &str,
+    content: &str,
+) -> (i64, Value) {
+    let mut body = json!({"title": title, "content": content});
+    if let Some(id) = id {
+        body["id"] = json!(id);
+    }
+    let answer = post(app, route, Some(token), body).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+    let json = answer.json();
+    (json["code"].as_i64().unwrap(), json)
+}
+
+async fn publish(app: &TestApp, token: &str, id: Option<i64>, title: &str, content: &str) -> i64 {
+    let (code, json) = save(app, token, "/articles/publish", id, title, content).await;
+    assert_eq!(code, 0, "{json}");
+    json["data"].as_i64().unwrap()
+}
+
+async fn draft(app: &TestApp, token: &str, id: Option<i64>, title: &str, content: &str) -> i64 {
+    let (code, json) = save(app, token, "/articles/edit", id, title, content).await;
+    assert_eq!(code, 0, "{json}");
+    json["data"].as_i64().unwrap()
+}
+
+async fn reader(app: &TestApp, token: &str, id: i64) -> Value {
+    let answer = get(app, &format!("/articles/pub/{id}"), Some(token)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+    answer.json()
+}
+
+async fn detail(app: &TestApp, token: &str, id: i64) -> Value {
+    get(app, &format!("/articles/detail/{id}"), Some(token))
+        .await
+        .json()
+}
+
+async fn list(app: &TestApp, token: &str, offset: i64, limit: i64) -> Value {
+    post(
+        app,
+        "/articles/list",
+        Some(token),
+        json!({"offset": offset, "limit": limit}),
+    )
+    .await
+    .json()
+}
+
+async fn withdraw(app: &TestApp, token: &str, id: i64) -> Value {
+    post(app, "/articles/withdraw", Some(token), json!({"id": id}))
+        .await
+        .json()
+}
+
+async fn lifecycle_from_draft_to_withdrawal(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "author@example.com").await;
+    let other = user(&app, "reader@example.com").await;
+
+    let id = draft(&app, &author, None, "First", "<p>draft one</p>").await;
+    assert_eq!(
+        reader(&app, &other, id).await["code"],
+        404001,
+        "a draft is not readable"
+    );
+    assert_eq!(detail(&app, &author, id).await["data"]["status"], 1);
+
+    assert_eq!(
+        publish(&app, &author, Some(id), "First", "<p>version one</p>").await,
+        id
+    );
+    let first = reader(&app, &other, id).await;
+    assert_eq!(first["code"], 0);
+    let data = &first["data"];
+    assert_eq!(
+        (data["title"].as_str(), data["content"].as_str()),
+        (Some("First"), Some("<p>version one</p>"))
+    );
+    assert_eq!(data["abstract"], "version one");
+    assert_eq!(data["status"], 2);
+    assert_eq!(
+        data["author"]["name"],
+        format!("user{}", data["author"]["id"])
+    );
+    for field in ["readCnt", "likeCnt", "collectCnt"] {
+        assert_eq!(data[field], 0, "{field}");
+    }
+    assert_eq!(
+        (data["liked"].as_bool(), data["collected"].as_bool()),
+        (Some(false), Some(false))
+    );
+    let first_ctime = data["ctime"].as_i64().unwrap();
+
+    // Editing the draft leaves the reader copy alone.
+    draft(
+        &app,
+        &author,
+        Some(id),
+        "First (edited)",
+        "<p>version two</p>",
+    )
+    .await;
+    assert_eq!(
+        reader(&app, &other, id).await["data"]["content"],
+        "<p>version one</p>"
+    );
+    let mine = detail(&app, &author, id).await;
+    assert_eq!(mine["data"]["content"], "<p>version two</p>");
+    assert_eq!(mine["data"]["status"], 1);
+
+    // Republishing shows the new version and keeps the first-publication time.
+    publish(
+        &app,
+        &author,
+        Some(id),
+        "First (edited)",
+        "<p>version two</p>",
+    )
+    .await;
+    let second = reader(&app, &other, id).await;
+    assert_eq!(second["data"]["content"], "<p>version two</p>");
+    assert_eq!(second["data"]["ctime"].as_i64(), Some(first_ctime));
+    assert!(second["data"]["utime"].as_i64().unwrap() >= first_ctime);
+
+    assert_eq!(withdraw(&app, &author, id).await["code"], 0);
+    assert_eq!(reader(&app, &other, id).await["code"], 404001);
+    assert_eq!(reader(&app, &author, id).await["code"], 404001);
+    let mine = detail(&app, &author, id).await;
+    assert_eq!(
+        (mine["code"].as_i64(), mine["data"]["status"].as_i64()),
+        (Some(0), Some(3))
+    );
+    assert_eq!(list(&app, &author, 0, 10).await["data"][0]["status"], 3);
+
+    // And it can come back, still with its first-publication time.
+    publish(&app, &author, Some(id), "Back", "<p>version three</p>").await;
+    let back = reader(&app, &other, id).await;
+    assert_eq!(back["data"]["title"], "Back");
+    assert_eq!(back["data"]["ctime"].as_i64(), Some(first_ctime));
+}
+
+async fn only_the_author_may_touch_an_article(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "owner@example.com").await;
+    let intruder = user(&app, "intruder@example.com").await;
+    let id = publish(&app, &author, None, "Mine", "<p>original</p>").await;
+    let draft_id = draft(&app, &author, None, "Secret draft", "<p>secret</p>").await;
+
+    assert_eq!(detail(&app, &intruder, draft_id).await["code"], 403002);
+    assert_eq!(reader(&app, &intruder, draft_id).await["code"], 404001);
+    for route in ["/articles/edit", "/articles/publish"] {
+        let (code, _) = save(
+            &app,
+            &intruder,
+            route,
+            Some(id),
+            "Hijacked",
+            "<p>hijacked</p>",
+        )
+        .await;
+        assert_eq!(code, 403002, "{route}");
+    }
+    assert_eq!(withdraw(&app, &intruder, id).await["code"], 403002);
+
+    // Nothing changed, for the author or for readers.
+    let mine = detail(&app, &author, id).await;
+    assert_eq!(
+        (
+            mine["data"]["title"].as_str(),
+            mine["data"]["status"].as_i64()
+        ),
+        (Some("Mine"), Some(2))
+    );
+    assert_eq!(
+        reader(&app, &intruder, id).await["data"]["content"],
+        "<p>original</p>"
+    );
+    assert_eq!(list(&app, &intruder, 0, 10).await["data"], json!([]));
+
+    // Ids that do not exist, and ones that are not ids.
+    assert_eq!(detail(&app, &author, 999_999).await["code"], 404001);
+    assert_eq!(withdraw(&app, &author, 999_999).await["code"], 404001);
+    let (code, _) = save(
+        &app,
+        &author,
+        "/articles/publish",
+        Some(999_999),
+        "t",
+        "<p>c</p>",
+    )
+    .await;
+    assert_eq!(code, 404001);
+    let bad = get(&app, "/articles/pub/abc", Some(&author)).await;
+    assert_eq!((bad.status, bad.code()), (StatusCode::BAD_REQUEST, 4));
+    assert_eq!(detail(&app, &author, 0).await["code"], 4);
+    let (code, _) = save(&app, &author, "/articles/edit", Some(-3), "t", "c").await;
+    assert_eq!(code, 4);
+    let anonymous = get(&app, &format!("/articles/pub/{id}"), None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+}
+
+async fn stored_xss_does_not_survive_saving(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "xss@example.com").await;
+    let payload = r#"<p>hello</p><script>alert('s')</script><img src="x" onerror="alert('i')">
+        <a href="javascript:alert('j')">click</a><p onmouseover="alert('m')">&lt;img src=x onerror=alert(1)&gt;</p>"#;
+    let id = publish(&app, &author, None, "<b>title</b>", payload).await;
+    for view in [
+        reader(&app, &author, id).await["data"].clone(),
+        detail(&app, &author, id).await["data"].clone(),
+    ] {
+        let content = view["content"].as_str().unwrap();
+        // The escaped text "&lt;img … onerror=…&gt;" is text, not markup, and may stay.
+        for bad in [
+            "<script",
+            "onerror=\"",
+            "javascript:",
+            "onmouseover",
+            "alert('",
+            "<img src=x",
+        ] {
+            assert!(!content.contains(bad), "{bad} survived in {content}");
+        }
+        assert!(content.contains("<p>hello</p>"), "{content}");
+    }
+    let abstract_text = reader(&app, &author, id).await["data"]["abstract"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !abstract_text.contains('<'),
+        "abstract can be markup: {abstract_text}"
+    );
+    assert!(
+        abstract_text.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{abstract_text}"
+    );
+}
+
+async fn the_author_list_pages_newest_update_first_within_bounds(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "lister@example.com").await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(
+            draft(
+                &app,
+                &author,
+                None,
+                &format!("t{n}"),
+                &format!("<p>{n}</p>"),
+            )
+            .await,
+        );
+    }
+    // Touch the oldest: it becomes the newest update.
+    draft(&app, &author, Some(ids[0]), "t0 again", "<p>0</p>").await;
+    let order: Vec<i64> = list(&app, &author, 0, 100).await["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(order, vec![ids[0], ids[4], ids[3], ids[2], ids[1]]);
+    let item = &list(&app, &author, 0, 1).await["data"][0];
+    let mut keys: Vec<&str> = item
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["abstract", "ctime", "id", "status", "title", "utime"]
+    );
+
+    let page = |offset, limit| {
+        let app = &app;
+        let author = &author;
+        async move {
+            list(app, author, offset, limit).await["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|item| item["id"].as_i64().unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(page(0, 2).await, order[0..2]);
+    assert_eq!(page(2, 2).await, order[2..4]);
+    assert_eq!(page(4, 2).await, order[4..5]);
+    assert!(page(10_000, 100).await.is_empty());
+
+    for (offset, limit) in [(-1, 10), (10_001, 10), (0, 0), (0, 101), (0, -5)] {
+        let answer = list(&app, &author, offset, limit).await;
+        assert_eq!(answer["code"], 4, "offset {offset} limit {limit}: {answer}");
+    }
+}
+
+async fn caches_never_serve_stale_or_withdrawn_articles(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "cache@example.com").await;
+    let id = publish(&app, &author, None, "v1", "<p>one</p>").await;
+    for round in 2..6 {
+        // Read (fills the caches), write, read again at once.
+        assert_eq!(
+            list(&app, &author, 0, 10).await["data"][0]["title"],
+            format!("v{}", round - 1)
+        );
+        assert_eq!(
+            reader(&app, &author, id).await["data"]["title"],
+            format!("v{}", round - 1)
+        );
+        publish(&app, &author, Some(id), &format!("v{round}"), "<p>more</p>").await;
+        assert_eq!(
+            reader(&app, &author, id).await["data"]["title"],
+            format!("v{round}")
+        );
+        assert_eq!(
+            list(&app, &author, 0, 10).await["data"][0]["title"],
+            format!("v{round}")
+        );
+    }
+    reader(&app, &author, id).await;
+    withdraw(&app, &author, id).await;
+    assert_eq!(reader(&app, &author, id).await["code"], 404001);
+    assert_eq!(list(&app, &author, 0, 10).await["data"][0]["status"], 3);
+    // A draft edit shows in the (cached) first page at once.
+    draft(&app, &author, Some(id), "draft title", "<p>d</p>").await;
+    assert_eq!(
+        list(&app, &author, 0, 10).await["data"][0]["title"],
+        "draft title"
+    );
+}
+
+async fn publishing_and_withdrawing_emit_events(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    for topic in [TOPIC_PUBLISHED, TOPIC_WITHDRAWN] {
+        let tx = tx.clone();
+        tokio::spawn(app.state.events.consume(
+            topic,
+            "test",
+            10,
+            Duration::from_millis(10),
+            stop.clone(),
+            move |events| {
+                let tx = tx.clone();
+                async move {
+                    for event in events {
+                        tx.send((
+                            event.topic.clone(),
+                            serde_json::from_slice::<ArticleEvent>(&event.payload)?,
+                        ))
+                        .unwrap();
+                    }
+                    Ok(())
+                }
+            },
+        ));
+    }
+    let author = user(&app, "events@example.com").await;
+    let uid = get(&app, "/users/profile", Some(&author)).await.json()["Id"]
+        .as_i64()
+        .unwrap();
+    let id = publish(&app, &author, None, "t", "<p>c</p>").await;
+    let (topic, event) = rx.recv().await.unwrap();
+    assert_eq!(
+        (topic.as_str(), event.id, event.author),
+        (TOPIC_PUBLISHED, id, uid)
+    );
+    assert!(event.time > 0);
+    withdraw(&app, &author, id).await;
+    let (topic, event) = rx.recv().await.unwrap();
+    assert_eq!((topic.as_str(), event.id), (TOPIC_WITHDRAWN, id));
+    // A draft save is not an event.
+    draft(&app, &author, Some(id), "t", "<p>d</p>").await;
+    publish(&app, &author, Some(id), "t", "<p>e</p>").await;
+    assert_eq!(rx.recv().await.unwrap().0, TOPIC_PUBLISHED);
+    stop.cancel();
+}
+
+setup_tests!(
+    lifecycle_from_draft_to_withdrawal,
+    only_the_author_may_touch_an_article,
+    stored_xss_does_not_survive_saving,
+    the_author_list_pages_newest_update_first_within_bounds,
+    caches_never_serve_stale_or_withdrawn_articles,
+    publishing_and_withdrawing_emit_events,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_one_instance_are_seen_by_the_next_read_on_another() {
+    let db = Arc::new(TestDb::postgres().await);
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let redis = redis_url();
+    let configure = |config: &mut Config| {
+        make_cluster(config, redis.clone());
+        config.redis_prefix = prefix.clone();
+    };
+    let writer = TestApp::spawn_shared(db.clone(), configure).await;
+    let other = TestApp::spawn_shared(db.clone(), configure).await;
+    let author = user(&writer, "two@example.com").await;
+    let id = publish(&writer, &author, None, "v1", "<p>1</p>").await;
+    // `other` caches v1 (near cache and Redis).
+    assert_eq!(reader(&other, &author, id).await["data"]["title"], "v1");
+    assert_eq!(list(&other, &author, 0, 5).await["data"][0]["title"], "v1");
+    publish(&writer, &author, Some(id), "v2", "<p>2</p>").await;
+    assert_eq!(reader(&other, &author, id).await["data"]["title"], "v2");
+    assert_eq!(list(&other, &author, 0, 5).await["data"][0]["title"], "v2");
+    withdraw(&writer, &author, id).await;
+    assert_eq!(reader(&other, &author, id).await["code"], 404001);
+}

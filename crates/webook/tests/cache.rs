@@ -1,0 +1,151 @@
+//! The versioned object cache on both layouts: in-process, and Redis with a near cache.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use webook::{
+    infra::{
+        cache::{Lookup, VersionedCache},
+        redis::Redis,
+    },
+    testing::{redis_url, RedisServer},
+};
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// A cache of each layout; the Redis one under a fresh prefix (returned for sharing).
+async fn caches() -> Vec<(&'static str, VersionedCache, Option<(Redis, String)>)> {
+    let redis = Redis::connect(&redis_url()).await.unwrap();
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    vec![
+        (
+            "local",
+            VersionedCache::new("probe", 1 << 20, TTL, None),
+            None,
+        ),
+        (
+            "redis",
+            VersionedCache::new("probe", 1 << 20, TTL, Some((&redis, &prefix))),
+            Some((redis, prefix)),
+        ),
+    ]
+}
+
+fn hit(lookup: Lookup) -> Option<Bytes> {
+    match lookup {
+        Lookup::Hit(bytes) => Some(bytes),
+        Lookup::Miss(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_miss_filled_becomes_a_hit() {
+    for (layout, cache, _) in caches().await {
+        let Lookup::Miss(token) = cache.get("k").await else {
+            panic!("{layout}: hit on empty")
+        };
+        cache.fill("k", token, Bytes::from_static(b"v1")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"v1"[..]),
+            "{layout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn writes_replace_and_invalidate() {
+    for (layout, cache, _) in caches().await {
+        cache.set("k", Bytes::from_static(b"v1")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"v1"[..]),
+            "{layout}"
+        );
+        cache.set("k", Bytes::from_static(b"v2")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"v2"[..]),
+            "{layout}"
+        );
+        cache.invalidate("k").await;
+        assert!(
+            hit(cache.get("k").await).is_none(),
+            "{layout}: served after invalidate"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_fill_that_lost_the_race_to_a_writer_is_refused() {
+    for (layout, cache, _) in caches().await {
+        // A reader misses and goes to the database…
+        let Lookup::Miss(token) = cache.get("k").await else {
+            panic!()
+        };
+        // …a writer commits and invalidates…
+        cache.invalidate("k").await;
+        // …and the reader's stale value must not land.
+        cache.fill("k", token, Bytes::from_static(b"stale")).await;
+        assert!(
+            hit(cache.get("k").await).is_none(),
+            "{layout}: stale fill accepted after invalidate"
+        );
+
+        let Lookup::Miss(token) = cache.get("k").await else {
+            panic!()
+        };
+        cache.set("k", Bytes::from_static(b"new")).await;
+        cache.fill("k", token, Bytes::from_static(b"stale")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"new"[..]),
+            "{layout}: stale fill overwrote a write"
+        );
+
+        // A reader after the write may fill again.
+        cache.invalidate("k").await;
+        let Lookup::Miss(token) = cache.get("k").await else {
+            panic!()
+        };
+        cache.fill("k", token, Bytes::from_static(b"fresh")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"fresh"[..]),
+            "{layout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn near_caches_of_other_instances_see_writes_at_once() {
+    let redis = Redis::connect(&redis_url()).await.unwrap();
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let first = VersionedCache::new("probe", 1 << 20, TTL, Some((&redis, &prefix)));
+    let second = VersionedCache::new("probe", 1 << 20, TTL, Some((&redis, &prefix)));
+    first.set("k", Bytes::from_static(b"v1")).await;
+    assert_eq!(hit(second.get("k").await).as_deref(), Some(&b"v1"[..]));
+    // second now holds v1 in its near cache; a write elsewhere must win over it.
+    first.set("k", Bytes::from_static(b"v2")).await;
+    assert_eq!(hit(second.get("k").await).as_deref(), Some(&b"v2"[..]));
+    first.invalidate("k").await;
+    assert!(hit(second.get("k").await).is_none());
+}
+
+#[tokio::test]
+async fn a_redis_outage_is_a_miss_not_an_error() {
+    let mut server = RedisServer::start().await;
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let cache = VersionedCache::new("probe", 1 << 20, TTL, Some((&redis, "test")));
+    cache.set("k", Bytes::from_static(b"v1")).await;
+    server.stop();
+    let Lookup::Miss(token) = cache.get("k").await else {
+        panic!("served without Redis")
+    };
+    // Neither fills nor writes panic or hang while Redis is away.
+    cache.fill("k", token, Bytes::from_static(b"v2")).await;
+    cache.set("k", Bytes::from_static(b"v3")).await;
+    cache.invalidate("k").await;
+}

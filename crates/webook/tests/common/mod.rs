@@ -1,0 +1,164 @@
+//! Helpers shared by the HTTP integration tests: the four setups ({SQLite, PostgreSQL} ×
+//! {embedded, Redis}), a request helper that keeps raw bodies, and user sign-up/login.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses a subset
+
+use reqwest::{header::HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use webook::{
+    config::{Config, DatabaseKind},
+    testing::{make_cluster, redis_url, TestApp, TestDb},
+};
+
+pub const UA: &str = "Mozilla/5.0 (webook tests)";
+pub const PASSWORD: &str = "hello#world1";
+
+/// Which database and which session store / rate limiter a test runs on.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub db: DatabaseKind,
+    pub cluster: bool,
+}
+
+impl Setup {
+    pub async fn spawn(self, configure: impl FnOnce(&mut Config)) -> TestApp {
+        let db = TestDb::new(self.db).await;
+        TestApp::spawn_with(db, |config| {
+            if self.cluster {
+                make_cluster(config, redis_url());
+            }
+            configure(config);
+        })
+        .await
+    }
+}
+
+/// One test body, four runs: {SQLite, PostgreSQL} × {embedded, Redis}.
+#[macro_export]
+macro_rules! setup_tests {
+    ($($name:ident),+ $(,)?) => {
+        setup_tests!(@mode sqlite_embedded, Sqlite, false, $($name),+);
+        setup_tests!(@mode postgres_embedded, Postgres, false, $($name),+);
+        setup_tests!(@mode sqlite_redis, Sqlite, true, $($name),+);
+        setup_tests!(@mode postgres_redis, Postgres, true, $($name),+);
+    };
+    (@mode $module:ident, $db:ident, $cluster:expr, $($name:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Setup { db: webook::config::DatabaseKind::$db, cluster: $cluster }).await
+                }
+            )+
+        }
+    };
+}
+
+/// A response, with its raw body kept for "no password hash anywhere" checks.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub raw: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.raw).unwrap_or_else(|_| panic!("not JSON: {}", self.raw))
+    }
+
+    pub fn code(&self) -> i64 {
+        self.json()["code"].as_i64().unwrap()
+    }
+
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} header"))
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+pub async fn call(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    user_agent: &str,
+    body: Option<Value>,
+) -> Answer {
+    let mut request = app
+        .client
+        .request(method, app.url(path))
+        .header(reqwest::header::USER_AGENT, user_agent);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let answer = Answer {
+        status: response.status(),
+        headers: response.headers().clone(),
+        raw: response.text().await.unwrap(),
+    };
+    assert!(
+        !answer.raw.contains("$argon2"),
+        "a response leaked a password hash: {}",
+        answer.raw
+    );
+    answer
+}
+
+pub async fn post(app: &TestApp, path: &str, token: Option<&str>, body: Value) -> Answer {
+    call(app, reqwest::Method::POST, path, token, UA, Some(body)).await
+}
+
+pub async fn get(app: &TestApp, path: &str, token: Option<&str>) -> Answer {
+    call(app, reqwest::Method::GET, path, token, UA, None).await
+}
+
+pub async fn signup(app: &TestApp, email: &str) -> Answer {
+    post(
+        app,
+        "/users/signup",
+        None,
+        json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD}),
+    )
+    .await
+}
+
+/// Logs in; returns (access token, refresh token).
+pub async fn login(app: &TestApp, email: &str) -> (String, String) {
+    let answer = post(
+        app,
+        "/users/login",
+        None,
+        json!({"email": email, "password": PASSWORD}),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::OK, 0),
+        "{}",
+        answer.raw
+    );
+    (
+        answer.header("x-jwt-token"),
+        answer.header("x-refresh-token"),
+    )
+}
+
+pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
+    call(
+        app,
+        reqwest::Method::POST,
+        "/users/refresh_token",
+        Some(refresh_token),
+        UA,
+        None,
+    )
+    .await
+}
