@@ -6,16 +6,15 @@
 
 mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use common::{get, login, post, signup, Setup};
+use common::{cluster_pair, get, login, post, signup, Setup};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use webook::{
     article::service::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
-    config::Config,
-    testing::{make_cluster, redis_url, TestApp, TestDb},
+    testing::TestApp,
 };
 
 /// Signs up and logs in `email`; returns its access token.
@@ -222,7 +221,7 @@ async fn only_the_author_may_touch_an_article(setup: Setup) {
     .await;
     assert_eq!(code, 404001);
     let bad = get(&app, "/articles/pub/abc", Some(&author)).await;
-    assert_eq!((bad.status, bad.code()), (StatusCode::BAD_REQUEST, 4));
+    assert_eq!(bad.status_and_code(), (StatusCode::BAD_REQUEST, 4));
     assert_eq!(detail(&app, &author, 0).await["code"], 4);
     let (code, _) = save(&app, &author, "/articles/edit", Some(-3), "t", "c").await;
     assert_eq!(code, 4);
@@ -424,15 +423,7 @@ setup_tests!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_on_one_instance_are_seen_by_the_next_read_on_another() {
-    let db = Arc::new(TestDb::postgres().await);
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-    let redis = redis_url();
-    let configure = |config: &mut Config| {
-        make_cluster(config, redis.clone());
-        config.redis_prefix = prefix.clone();
-    };
-    let writer = TestApp::spawn_shared(db.clone(), configure).await;
-    let other = TestApp::spawn_shared(db.clone(), configure).await;
+    let (writer, other) = cluster_pair(|_| {}).await;
     let author = user(&writer, "two@example.com").await;
     let id = publish(&writer, &author, None, "v1", "<p>1</p>").await;
     // `other` caches v1 (near cache and Redis).

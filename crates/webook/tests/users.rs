@@ -7,13 +7,10 @@ use std::{sync::Arc, time::Duration};
 
 mod common;
 
-use common::{call, get, login, post, refresh, signup, Setup, PASSWORD};
+use common::{call, cluster_pair, get, login, post, refresh, signup, Setup, PASSWORD};
 use reqwest::StatusCode;
 use serde_json::json;
-use webook::{
-    config::Config,
-    testing::{make_cluster, redis_url, wait_until, TestApp, TestDb},
-};
+use webook::testing::{wait_until, TestApp, TestDb};
 
 async fn count_users(app: &TestApp, email: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
@@ -82,7 +79,7 @@ async fn lifecycle_signup_login_profile_edit_logout(setup: Setup) {
         json!({"birthday": "1995-02-30"}),
     )
     .await;
-    assert_eq!((bad.status, bad.code()), (StatusCode::OK, 4));
+    assert_eq!(bad.status_and_code(), (StatusCode::OK, 4));
     assert!(bad.json()["msg"].as_str().unwrap().contains("birthday"));
     assert_eq!(
         get(&app, "/users/profile", Some(&access)).await.json()["Birthday"],
@@ -95,22 +92,16 @@ async fn lifecycle_signup_login_profile_edit_logout(setup: Setup) {
     assert_eq!(logout.header("x-refresh-token"), "");
 
     let after = get(&app, "/users/profile", Some(&access)).await;
-    assert_eq!(
-        (after.status, after.code()),
-        (StatusCode::UNAUTHORIZED, 401001)
-    );
+    assert_eq!(after.status_and_code(), (StatusCode::UNAUTHORIZED, 401001));
     let after = refresh(&app, &refresh_token).await;
-    assert_eq!(
-        (after.status, after.code()),
-        (StatusCode::UNAUTHORIZED, 401001)
-    );
+    assert_eq!(after.status_and_code(), (StatusCode::UNAUTHORIZED, 401001));
 }
 
 async fn duplicate_signups_yield_one_account(setup: Setup) {
     let app = Arc::new(setup.spawn(|config| config.auth_rate_limit = 1000).await);
     assert_eq!(signup(&app, "bob@example.com").await.code(), 0);
     let again = signup(&app, "BOB@example.com").await;
-    assert_eq!((again.status, again.code()), (StatusCode::OK, 409001));
+    assert_eq!(again.status_and_code(), (StatusCode::OK, 409001));
 
     let racers: Vec<_> = (0..20)
         .map(|_| {
@@ -150,7 +141,7 @@ async fn invalid_signups_are_refused_and_store_nothing(setup: Setup) {
     for (body, field) in cases {
         let answer = post(&app, "/users/signup", None, body).await;
         assert_eq!(
-            (answer.status, answer.code()),
+            answer.status_and_code(),
             (StatusCode::OK, 4),
             "{}",
             answer.raw
@@ -169,7 +160,7 @@ async fn invalid_signups_are_refused_and_store_nothing(setup: Setup) {
     )
     .await;
     assert_eq!(
-        (missing_field.status, missing_field.code()),
+        missing_field.status_and_code(),
         (StatusCode::BAD_REQUEST, 4)
     );
     assert_eq!(count_users(&app, "c@example.com").await, 0);
@@ -236,16 +227,13 @@ async fn forged_misused_and_foreign_tokens_are_refused(setup: Setup) {
     ] {
         let answer = get(&app, "/users/profile", Some(token)).await;
         assert_eq!(
-            (answer.status, answer.code()),
+            answer.status_and_code(),
             (StatusCode::UNAUTHORIZED, 401001),
             "{label}"
         );
     }
     let none = get(&app, "/users/profile", None).await;
-    assert_eq!(
-        (none.status, none.code()),
-        (StatusCode::UNAUTHORIZED, 401001)
-    );
+    assert_eq!(none.status_and_code(), (StatusCode::UNAUTHORIZED, 401001));
 
     // Another client presenting the token.
     let stolen = call(
@@ -257,17 +245,11 @@ async fn forged_misused_and_foreign_tokens_are_refused(setup: Setup) {
         None,
     )
     .await;
-    assert_eq!(
-        (stolen.status, stolen.code()),
-        (StatusCode::FORBIDDEN, 403001)
-    );
+    assert_eq!(stolen.status_and_code(), (StatusCode::FORBIDDEN, 403001));
 
     // An access token is no refresh token.
     let answer = refresh(&app, &access).await;
-    assert_eq!(
-        (answer.status, answer.code()),
-        (StatusCode::UNAUTHORIZED, 401001)
-    );
+    assert_eq!(answer.status_and_code(), (StatusCode::UNAUTHORIZED, 401001));
 }
 
 async fn access_tokens_expire(setup: Setup) {
@@ -310,10 +292,7 @@ async fn refresh_rotates_and_reuse_revokes_the_session(setup: Setup) {
 
     // Replaying a used refresh token: refused, and the whole session dies with it.
     let replay = refresh(&app, &first_refresh).await;
-    assert_eq!(
-        (replay.status, replay.code()),
-        (StatusCode::UNAUTHORIZED, 401001)
-    );
+    assert_eq!(replay.status_and_code(), (StatusCode::UNAUTHORIZED, 401001));
     assert_eq!(
         refresh(&app, &third_refresh).await.status,
         StatusCode::UNAUTHORIZED
@@ -357,7 +336,7 @@ async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
     }
     let limited = attempt().await;
     assert_eq!(
-        (limited.status, limited.code()),
+        limited.status_and_code(),
         (StatusCode::TOO_MANY_REQUESTS, 429001)
     );
     let retry_after: u64 = limited.header("retry-after").parse().unwrap();
@@ -384,15 +363,7 @@ setup_tests!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
-    let db = Arc::new(TestDb::postgres().await);
-    let redis = redis_url();
-    let prefix = format!("test-{}", uuid_like());
-    let configure = |config: &mut Config| {
-        make_cluster(config, redis.clone());
-        config.redis_prefix = prefix.clone();
-    };
-    let first = TestApp::spawn_shared(db.clone(), configure).await;
-    let second = TestApp::spawn_shared(db.clone(), configure).await;
+    let (first, second) = cluster_pair(|_| {}).await;
     signup(&first, "ivy@example.com").await;
     let (access, refresh_token) = login(&first, "ivy@example.com").await;
     assert_eq!(
@@ -418,17 +389,11 @@ async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_hold_across_instances() {
-    let db = Arc::new(TestDb::postgres().await);
-    let redis = redis_url();
-    let prefix = format!("test-{}", uuid_like());
-    let configure = |config: &mut Config| {
-        make_cluster(config, redis.clone());
-        config.redis_prefix = prefix.clone();
+    let (first, second) = cluster_pair(|config| {
         config.auth_rate_limit = 4;
         config.auth_rate_window = Duration::from_secs(60);
-    };
-    let first = TestApp::spawn_shared(db.clone(), configure).await;
-    let second = TestApp::spawn_shared(db.clone(), configure).await;
+    })
+    .await;
     let body = json!({"email": "j@example.com", "password": "x"});
     for app in [&first, &second, &first, &second] {
         assert_eq!(
@@ -514,8 +479,4 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
         login_as(&direct, "198.51.100.2").await,
         StatusCode::TOO_MANY_REQUESTS
     );
-}
-
-fn uuid_like() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
 }

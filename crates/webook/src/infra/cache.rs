@@ -153,6 +153,17 @@ impl VersionedCache {
         }
     }
 
+    fn next_local_version() -> u64 {
+        NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Keeps `value` at `version` in the in-process layer.
+    async fn keep_local(&self, key: &str, version: u64, value: Option<Bytes>) {
+        self.local
+            .insert(key.to_owned(), Slot { version, value })
+            .await;
+    }
+
     fn ttl_millis(&self) -> u64 {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
@@ -221,15 +232,7 @@ impl VersionedCache {
             (Some(version), Some(data)) => {
                 count(self.name, "redis", true);
                 let value = Bytes::from(data);
-                self.local
-                    .insert(
-                        key.to_owned(),
-                        Slot {
-                            version,
-                            value: Some(value.clone()),
-                        },
-                    )
-                    .await;
+                self.keep_local(key, version, Some(value.clone())).await;
                 Ok(Lookup::Hit(value))
             }
             (version, _) => {
@@ -251,7 +254,7 @@ impl VersionedCache {
                             .as_ref()
                             .is_none_or(|entry| entry.value().value.is_none());
                     std::future::ready(if unchanged {
-                        let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
+                        let version = Self::next_local_version();
                         Op::Put(Slot {
                             version,
                             value: Some(value),
@@ -278,15 +281,7 @@ impl VersionedCache {
         match stored {
             Ok(0) => {}
             Ok(version) => {
-                self.local
-                    .insert(
-                        key.to_owned(),
-                        Slot {
-                            version,
-                            value: Some(value),
-                        },
-                    )
-                    .await;
+                self.keep_local(key, version, Some(value)).await;
             }
             Err(err) => tracing::warn!(cache = self.name, %err, "cache fill failed"),
         }
@@ -295,16 +290,8 @@ impl VersionedCache {
     /// Writer: stores `value` as the new version of `key` (preloading readers' next hit).
     pub async fn set(&self, key: &str, value: Bytes) {
         let Some(remote) = &self.remote else {
-            let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
-            self.local
-                .insert(
-                    key.to_owned(),
-                    Slot {
-                        version,
-                        value: Some(value),
-                    },
-                )
-                .await;
+            let version = Self::next_local_version();
+            self.keep_local(key, version, Some(value)).await;
             return;
         };
         let result: Result<u64, _> = remote
@@ -317,15 +304,7 @@ impl VersionedCache {
             .await;
         match result {
             Ok(version) => {
-                self.local
-                    .insert(
-                        key.to_owned(),
-                        Slot {
-                            version,
-                            value: Some(value),
-                        },
-                    )
-                    .await;
+                self.keep_local(key, version, Some(value)).await;
             }
             Err(err) => {
                 self.local.invalidate(key).await;
@@ -347,16 +326,8 @@ impl VersionedCache {
     /// Writer: drops `key`'s value and moves its version, so in-flight fills are refused.
     pub async fn invalidate(&self, key: &str) {
         let Some(remote) = &self.remote else {
-            let version = NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed);
-            self.local
-                .insert(
-                    key.to_owned(),
-                    Slot {
-                        version,
-                        value: None,
-                    },
-                )
-                .await;
+            let version = Self::next_local_version();
+            self.keep_local(key, version, None).await;
             return;
         };
         self.local.invalidate(key).await;

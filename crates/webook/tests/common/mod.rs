@@ -66,6 +66,10 @@ impl Answer {
         serde_json::from_str(&self.raw).unwrap_or_else(|_| panic!("not JSON: {}", self.raw))
     }
 
+    pub fn status_and_code(&self) -> (StatusCode, i64) {
+        (self.status, self.code())
+    }
+
     pub fn code(&self) -> i64 {
         self.json()["code"].as_i64().unwrap()
     }
@@ -161,4 +165,20 @@ pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
         None,
     )
     .await
+}
+
+/// Two cluster-mode instances sharing one PostgreSQL database and one Redis key space, as two
+/// instances behind a load balancer would; `configure` adjusts both configs.
+pub async fn cluster_pair(configure: impl Fn(&mut Config)) -> (TestApp, TestApp) {
+    let db = std::sync::Arc::new(TestDb::postgres().await);
+    let redis = redis_url();
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let configure = |config: &mut Config| {
+        make_cluster(config, redis.clone());
+        config.redis_prefix = prefix.clone();
+        configure(config);
+    };
+    let first = TestApp::spawn_shared(db.clone(), configure).await;
+    let second = TestApp::spawn_shared(db, configure).await;
+    (first, second)
 }
