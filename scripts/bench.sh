@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
+#
+#   scripts/bench.sh [--duration SECS] [SCENARIO...]      scenarios: healthz login (default: both)
+#
+# Builds `cargo build --release`, starts `webook serve` on a free local port with a fresh temp
+# data dir (auth rate limit lifted so the limiter does not answer instead of the handler), and
+# measures:
+#   - "ready after": spawn to the first 200 from /healthz (first start: migrations, new secrets);
+#   - idle RSS (VmRSS) before any load;
+#   - healthz: wrk -t2 -c64 against GET /healthz (the HTTP stack alone);
+#   - login:   signs up one user, checks that a login answers "code":0 (else the figures are
+#              meaningless and the script fails), then wrk -t2 -c16 POST /users/login
+#              (dominated by argon2id verification, one hash per request);
+# and prints one markdown table (requests/s, p50, p99, errors, RSS after the scenario) with the
+# machine, the git commit and the start-up figures above it. wrk's raw output goes to stderr.
+# Everything it started is stopped and the temp dir removed on exit.
+#
+# Figures in docs/PERFORMANCE.md come from `scripts/bench.sh --duration 10` (the default) on a
+# quiet machine; say which machine, and re-measure when the request path changes.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+usage() { sed -n '4p' "$0" | sed 's/^#   //' >&2; exit 2; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+note() { printf '==> %s\n' "$*" >&2; }
+
+duration=10
+scenarios=()
+while (($#)); do
+  case "$1" in
+    --duration) (($# >= 2)) || usage; duration=$2; shift 2 ;;
+    --duration=*) duration=${1#--duration=}; shift ;;
+    -h | --help) usage ;;
+    healthz | login) scenarios+=("$1"); shift ;;
+    *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
+  esac
+done
+[[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
+((${#scenarios[@]})) || scenarios=(healthz login)
+
+# --- tools ---------------------------------------------------------------------------------------
+if ! command -v wrk >/dev/null; then
+  if ((EUID == 0)) && command -v apt-get >/dev/null; then
+    note "installing wrk"
+    apt-get install -y wrk >&2 || { apt-get update >&2 && apt-get install -y wrk >&2; }
+  fi
+  command -v wrk >/dev/null || die "wrk is not installed (apt-get install wrk, as root)"
+fi
+for tool in curl python3 cargo git; do
+  command -v "$tool" >/dev/null || die "$tool is required"
+done
+
+# --- build ---------------------------------------------------------------------------------------
+note "cargo build --release"
+cargo build --release >&2
+target_dir=${CARGO_TARGET_DIR:-target}
+bin=$(cd "$target_dir/release" && pwd)/webook
+[[ -x $bin ]] || die "no binary at $bin after the build"
+
+# --- start the server ----------------------------------------------------------------------------
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/webook-bench.XXXXXX")
+server_pid=
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+base=http://127.0.0.1:$port
+
+# No inherited WEBOOK_* setting (a database URL, a config file) may turn this into another setup;
+# the server runs in the temp dir so no ./webook.toml is picked up either.
+for var in $(compgen -e | grep '^WEBOOK_' || true); do unset "$var"; done
+
+now_ms() { date +%s%3N; }
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$server_pid/status"; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+log_tail() { printf -- '--- server log (last 30 lines) ---\n' >&2; tail -n 30 "$tmp/server.log" >&2 || true; }
+
+note "starting $bin serve on 127.0.0.1:$port (data dir $tmp/data)"
+spawned=$(now_ms)
+(
+  cd "$tmp"
+  WEBOOK_DATA_DIR=$tmp/data WEBOOK_LISTEN=127.0.0.1:$port WEBOOK_LOG=warn \
+    WEBOOK_AUTH_RATE_LIMIT=1000000000 exec "$bin" serve
+) >"$tmp/server.log" 2>&1 &
+server_pid=$!
+
+deadline=$((spawned + 30000))
+until curl -fsS --max-time 1 -o /dev/null "$base/healthz" 2>/dev/null; do
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    log_tail
+    die "the server exited before answering /healthz"
+  fi
+  if (($(now_ms) > deadline)); then
+    log_tail
+    die "the server did not answer /healthz within 30 s"
+  fi
+  sleep 0.02
+done
+ready_ms=$(($(now_ms) - spawned))
+idle_rss=$(rss_kib)
+
+# --- scenarios -----------------------------------------------------------------------------------
+# wrk runs bounded: its own -d plus a hard timeout in case it hangs.
+run_wrk() { # OUTPUT_FILE WRK_ARGS...
+  local out=$1
+  shift
+  timeout --foreground --kill-after=5 $((duration + 60)) wrk -d"${duration}s" --timeout 10s --latency "$@" >"$out" ||
+    { cat "$out" >&2; die "wrk failed: wrk $*"; }
+  cat "$out" >&2
+}
+
+# Prints "REQ_PER_SEC P50 P99 ERRORS" from wrk --latency output (plus an optional
+# "Bad bodies: N" line written by the login script).
+parse_wrk() {
+  awk '
+    /^Requests\/sec:/                    { rps = $2 }
+    /Latency Distribution/              { dist = 1 }
+    dist && $1 == "50%"                 { p50 = $2 }
+    dist && $1 == "99%"                 { p99 = $2 }
+    /Non-2xx or 3xx responses:/         { errors += $NF }
+    /Socket errors:/                    { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) errors += $i + 0 }
+    /^Bad bodies:/                      { errors += $NF }
+    END {
+      if (rps == "" || p50 == "" || p99 == "") exit 1
+      printf "%s %s %s %d\n", rps, p50, p99, errors
+    }' "$1"
+}
+
+rows=()
+record() { # SCENARIO WRK_OUTPUT
+  local parsed rps p50 p99 errors
+  parsed=$(parse_wrk "$2") || die "$1: could not read wrk's output (above)"
+  read -r rps p50 p99 errors <<<"$parsed"
+  awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || die "$1: no request completed"
+  kill -0 "$server_pid" 2>/dev/null || { log_tail; die "$1: the server died under load"; }
+  rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $errors | $(mib "$(rss_kib)") |")
+}
+
+json_post() { # PATH BODY -> response body
+  curl -sS --max-time 30 -H 'Content-Type: application/json' -d "$2" "$base$1"
+}
+
+login_check=
+for scenario in "${scenarios[@]}"; do
+  case "$scenario" in
+    healthz)
+      note "healthz: wrk -t2 -c64 -d${duration}s GET /healthz"
+      run_wrk "$tmp/healthz.txt" -t2 -c64 "$base/healthz"
+      record healthz "$tmp/healthz.txt"
+      ;;
+    login)
+      email=bench@example.com password='bench#pass1'
+      if [[ -z $login_check ]]; then
+        signup=$(json_post /users/signup \
+          "{\"email\":\"$email\",\"password\":\"$password\",\"confirmPassword\":\"$password\"}")
+        [[ $signup == *'"code":0'* ]] || { log_tail; die "sign-up failed: $signup"; }
+      fi
+      body="{\"email\":\"$email\",\"password\":\"$password\"}"
+      answer=$(json_post /users/login "$body")
+      [[ $answer == *'"code":0'* ]] || { log_tail; die "login check failed (want \"code\":0): $answer"; }
+      login_check="passed (POST /users/login answered $answer)"
+
+      # Every answer's body is checked too: bodies without "code":0 count as errors.
+      cat >"$tmp/login.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$body'
+wrk.headers["Content-Type"] = "application/json"
+
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) bad = 0 end
+function response(status, headers, body)
+  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
+  io.write(string.format("Bad bodies: %d\n", total))
+end
+LUA
+      note "login: wrk -t2 -c16 -d${duration}s POST /users/login"
+      run_wrk "$tmp/login.txt" -t2 -c16 -s "$tmp/login.lua" "$base/users/login"
+      record login "$tmp/login.txt"
+      ;;
+  esac
+done
+
+# --- report --------------------------------------------------------------------------------------
+cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null)
+[[ -n $cpu ]] || cpu=$(lscpu 2>/dev/null | awk -F': +' '/^Model name/ { print $2; exit }')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain 2>/dev/null) ]] || commit+=-dirty
+
+printf '\n'
+printf -- '- machine: %s CPUs, %s\n' "$(nproc)" "${cpu:-unknown CPU}"
+printf -- '- commit: %s\n' "$commit"
+printf -- '- ready after: %d ms (spawn to first /healthz answer, fresh data dir)\n' "$ready_ms"
+printf -- '- idle RSS: %s MB\n' "$(mib "$idle_rss")"
+printf -- '- duration: %s s per scenario\n' "$duration"
+[[ -z $login_check ]] || printf -- '- login check: %s\n' "$login_check"
+printf '\n'
+printf '| scenario | requests/s | p50 | p99 | errors | RSS after (MB) |\n'
+printf '|---|---:|---:|---:|---:|---:|\n'
+printf '%s\n' "${rows[@]}"
