@@ -5,7 +5,7 @@
 //! parameters, so raising them later keeps old hashes verifiable.
 //!
 //! Hashing runs on a small pool of dedicated threads, one per CPU, each owning one reusable
-//! 19 MiB work area. Requests queue for a worker (a burst waits instead of exhausting memory or
+//! 19 MiB work area (allocated at its first job). Requests queue for a worker (a burst waits instead of exhausting memory or
 //! starving the async workers), and no 19 MiB buffer is ever allocated per request: with a
 //! buffer per call on tokio's blocking pool, glibc kept ~60 MB per blocking thread after a login
 //! burst (RSS 450–720 MB). Unknown emails are verified against a dummy hash, so they cost the same
@@ -126,13 +126,17 @@ impl PasswordHasher {
 /// A worker: takes jobs until every sender is gone, reusing one work area.
 fn work(queue: &Mutex<mpsc::Receiver<Job>>, params: Params) {
     let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
-    let mut memory = vec![Block::default(); argon2.params().block_count()];
+    // Allocated at the first job, so an idle process does not hold 19 MiB per CPU.
+    let mut memory: Vec<Block> = Vec::new();
     loop {
         // Only the waiting worker holds the lock; the others queue behind it for the next job.
         let job = match queue.lock() {
             Ok(mut queue) => queue.blocking_recv(),
             Err(_) => return,
         };
+        if job.is_some() && memory.is_empty() {
+            memory = vec![Block::default(); argon2.params().block_count()];
+        }
         match job {
             None => return,
             Some(Job::Hash { password, reply }) => {
