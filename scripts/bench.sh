@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
 #
-#   scripts/bench.sh [--duration SECS] [SCENARIO...]      scenarios: healthz login (default: both)
+#   scripts/bench.sh [--duration SECS] [--database-url URL] [SCENARIO...]
+#       scenarios: healthz login reads likes (default: all)
 #
 # Builds `cargo build --release`, starts `webook serve` on a free local port with a fresh temp
 # data dir (auth rate limit lifted so the limiter does not answer instead of the handler), and
@@ -12,6 +13,14 @@
 #   - login:   signs up one user, checks that a login answers "code":0 (else the figures are
 #              meaningless and the script fails), then wrk -t2 -c16 POST /users/login
 #              (dominated by argon2id verification, one hash per request);
+#   - reads:   wrk -t2 -c64 GET /articles/pub/ID as a logged-in reader (each request counts one
+#              read through the event stream); afterwards the read count must equal the number
+#              of requests wrk made, exactly, or the script fails;
+#   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
+#              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
+#              with the reader's "liked" flag;
+# --database-url postgres://… runs the server on PostgreSQL instead of SQLite, e.g.
+#   scripts/with-services.sh bash -c 'scripts/bench.sh --database-url "$WEBOOK_TEST_DATABASE_URL" reads likes';
 # and prints one markdown table (requests/s, p50, p99, errors, RSS after the scenario) with the
 # machine, the git commit and the start-up figures above it. wrk's raw output goes to stderr.
 # Everything it started is stopped and the temp dir removed on exit.
@@ -26,18 +35,20 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 note() { printf '==> %s\n' "$*" >&2; }
 
 duration=10
+database_url=
 scenarios=()
 while (($#)); do
   case "$1" in
     --duration) (($# >= 2)) || usage; duration=$2; shift 2 ;;
     --duration=*) duration=${1#--duration=}; shift ;;
+    --database-url) (($# >= 2)) || usage; database_url=$2; shift 2 ;;
     -h | --help) usage ;;
-    healthz | login) scenarios+=("$1"); shift ;;
+    healthz | login | reads | likes) scenarios+=("$1"); shift ;;
     *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
   esac
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
-((${#scenarios[@]})) || scenarios=(healthz login)
+((${#scenarios[@]})) || scenarios=(healthz login reads likes)
 
 # --- tools ---------------------------------------------------------------------------------------
 if ! command -v wrk >/dev/null; then
@@ -93,6 +104,7 @@ note "starting $bin serve on 127.0.0.1:$port (data dir $tmp/data)"
 spawned=$(now_ms)
 (
   cd "$tmp"
+  if [[ -n $database_url ]]; then export WEBOOK_DATABASE_URL=$database_url; fi
   WEBOOK_DATA_DIR=$tmp/data WEBOOK_LISTEN=127.0.0.1:$port WEBOOK_LOG=warn \
     WEBOOK_AUTH_RATE_LIMIT=1000000000 exec "$bin" serve
 ) >"$tmp/server.log" 2>&1 &
@@ -154,6 +166,30 @@ json_post() { # PATH BODY -> response body
   curl -sS --max-time 30 -H 'Content-Type: application/json' -d "$2" "$base$1"
 }
 
+# A logged-in reader and one published article, for the reads and likes scenarios. Tokens are
+# bound to the User-Agent they were issued to, so wrk sends the same one.
+ua=webook-bench/1
+token= article=
+reader_and_article() {
+  [[ -z $token ]] || return 0
+  local email=reader-$RANDOM@example.com password='bench#pass1' headers answer
+  answer=$(json_post /users/signup "{\"email\":\"$email\",\"password\":\"$password\",\"confirmPassword\":\"$password\"}")
+  [[ $answer == *'"code":0'* ]] || { log_tail; die "reader sign-up failed: $answer"; }
+  headers=$(curl -sS --max-time 30 -D - -o /dev/null -A "$ua" -H 'Content-Type: application/json' \
+    -d "{\"email\":\"$email\",\"password\":\"$password\"}" "$base/users/login")
+  token=$(printf '%s' "$headers" | awk -F': ' 'tolower($1) == "x-jwt-token" { sub(/\r$/, "", $2); print $2 }')
+  [[ -n $token ]] || { log_tail; die "reader login failed: $headers"; }
+  answer=$(curl -sS --max-time 30 -A "$ua" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d '{"title":"Benchmark article","content":"<p>Hello from the benchmark.</p>"}' "$base/articles/publish")
+  article=$(printf '%s' "$answer" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"])') ||
+    die "publishing the benchmark article failed: $answer"
+}
+reader_view() { # FIELD -> value of data.FIELD in the reader view (this counts one read)
+  curl -sS --max-time 30 -A "$ua" -H "Authorization: Bearer $token" "$base/articles/pub/$article" |
+    python3 -c "import json, sys; print(json.load(sys.stdin)['data']['$1'])"
+}
+checks=()
+
 login_check=
 for scenario in "${scenarios[@]}"; do
   case "$scenario" in
@@ -196,6 +232,73 @@ LUA
       run_wrk "$tmp/login.txt" -t2 -c16 -s "$tmp/login.lua" "$base/users/login"
       record login "$tmp/login.txt"
       ;;
+    reads)
+      reader_and_article
+      before=$(reader_view readCnt)
+      cat >"$tmp/reads.lua" <<LUA
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["User-Agent"] = "$ua"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) bad = 0 end
+function response(status, headers, body)
+  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
+  io.write(string.format("Bad bodies: %d\n", total))
+end
+LUA
+      note "reads: wrk -t2 -c64 -d${duration}s GET /articles/pub/$article"
+      run_wrk "$tmp/reads.txt" -t2 -c64 -s "$tmp/reads.lua" "$base/articles/pub/$article"
+      record reads "$tmp/reads.txt"
+      made=$(awk '/requests in/ { print $1; exit }' "$tmp/reads.txt")
+      # Every reader_view call below is one more read: the k-th sees before + 1 + made + (k - 1).
+      expected=$((before + 1 + made)) counted=
+      for _ in $(seq 100); do
+        counted=$(reader_view readCnt)
+        [[ $counted == "$expected" ]] && break
+        ((counted < expected)) || die "reads: counted $counted reads, more than the $expected made"
+        expected=$((expected + 1))
+        sleep 0.1
+      done
+      [[ $counted == "$expected" ]] || die "reads: counted $counted reads, want $expected"
+      checks+=("reads: $made requests by wrk, read count exact ($counted after the checks' own reads)")
+      ;;
+    likes)
+      reader_and_article
+      cat >"$tmp/likes.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["User-Agent"] = "$ua"
+wrk.headers["Content-Type"] = "application/json"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) bad = 0; n = 0 end
+function request()
+  n = n + 1
+  local like = (n % 2 == 1) and "true" or "false"
+  return wrk.format(nil, nil, nil, '{"id":$article,"like":' .. like .. '}')
+end
+function response(status, headers, body)
+  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
+  io.write(string.format("Bad bodies: %d\n", total))
+end
+LUA
+      note "likes: wrk -t2 -c64 -d${duration}s POST /articles/pub/like (alternating like/unlike)"
+      run_wrk "$tmp/likes.txt" -t2 -c64 -s "$tmp/likes.lua" "$base/articles/pub/like"
+      record likes "$tmp/likes.txt"
+      likes=$(reader_view likeCnt)
+      liked=$(reader_view liked)
+      want=0; [[ $liked == True ]] && want=1
+      [[ $likes == "$want" ]] || die "likes: likeCnt $likes does not agree with liked=$liked"
+      checks+=("likes: likeCnt $likes agrees with the reader's liked=$liked after the run")
+      ;;
   esac
 done
 
@@ -212,6 +315,9 @@ printf -- '- ready after: %d ms (spawn to first /healthz answer, fresh data dir)
 printf -- '- idle RSS: %s MB\n' "$(mib "$idle_rss")"
 printf -- '- duration: %s s per scenario\n' "$duration"
 [[ -z $login_check ]] || printf -- '- login check: %s\n' "$login_check"
+if [[ -n $database_url ]]; then db_label=PostgreSQL; else db_label='SQLite (embedded)'; fi
+printf -- '- database: %s\n' "$db_label"
+for check in "${checks[@]}"; do printf -- '- check: %s\n' "$check"; done
 printf '\n'
 printf '| scenario | requests/s | p50 | p99 | errors | RSS after (MB) |\n'
 printf '|---|---:|---:|---:|---:|---:|\n'

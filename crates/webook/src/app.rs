@@ -22,11 +22,12 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
     config::{Config, JwtSecrets},
-    infra::events::EventStream,
+    infra::events::{EventStream, RedisStreamOptions},
     infra::{
         client_ip::TrustedProxies, db::Db, http::with_middleware, rate_limit::RateLimiter,
         redis::Redis, telemetry,
     },
+    interactive::{store::InteractiveStore, InteractiveService},
     ops,
     user::{
         self, password::PasswordHasher, session::SessionStore, store::UserStore, token::Tokens,
@@ -56,6 +57,8 @@ pub struct AppState {
     pub articles: ArticleService,
     /// Domain events (article published, withdrawn, …).
     pub events: EventStream,
+    /// Reads, likes and collects.
+    pub interactive: InteractiveService,
 }
 
 impl FromRef<AppState> for TrustedProxies {
@@ -87,7 +90,15 @@ impl App {
         };
         let users = build_user_service(&config, &jwt, &db, redis.as_ref()).await?;
         let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
-        let events = EventStream::in_process();
+        let events = match (&redis, &config.redis_url) {
+            (Some(redis), Some(url)) => EventStream::redis(
+                redis.clone(),
+                url,
+                &config.redis_prefix,
+                RedisStreamOptions::default(),
+            )?,
+            _ => EventStream::in_process(),
+        };
         let articles = ArticleService::new(
             ArticleStore::new(db.clone()),
             ArticleCache::new(
@@ -96,6 +107,13 @@ impl App {
                     .map(|redis| (redis, config.redis_prefix.as_str())),
             ),
             events.clone(),
+        );
+        let interactive = InteractiveService::new(
+            InteractiveStore::new(db.clone()),
+            events.clone(),
+            redis
+                .as_ref()
+                .map(|redis| (redis, config.redis_prefix.as_str())),
         );
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
@@ -113,6 +131,7 @@ impl App {
                 users,
                 articles,
                 events,
+                interactive,
             },
             listener,
         })
@@ -133,9 +152,17 @@ impl App {
         let Self { state, listener } = self;
         let config = state.config.clone();
         let router = router(state.clone())?;
-        let background = TaskTracker::new();
+        // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
+        // `background_stop` ends background work, so the events those last requests published
+        // are still consumed and flushed.
         let stopping = CancellationToken::new();
-        background.spawn(metrics_upkeep(state.metrics.clone(), stopping.clone()));
+        let background = TaskTracker::new();
+        let background_stop = CancellationToken::new();
+        background.spawn(metrics_upkeep(
+            state.metrics.clone(),
+            background_stop.clone(),
+        ));
+        background.spawn(state.interactive.read_counter(background_stop.clone()));
 
         let addr = listener.local_addr()?;
         tracing::info!(
@@ -163,6 +190,7 @@ impl App {
             }
         }
         stopping.cancel();
+        background_stop.cancel();
         background.close();
         if tokio::time::timeout(config.shutdown_timeout, background.wait())
             .await

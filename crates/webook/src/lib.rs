@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod infra;
+pub mod interactive;
 pub mod ops;
 pub mod user;
 

@@ -27,7 +27,12 @@ pub fn router() -> Router<AppState> {
         .route("/articles/list", post(list))
         .route("/articles/detail/{id}", get(detail))
         .route("/articles/pub/{id}", get(reader_view))
+        .route("/articles/pub/like", post(like))
+        .route("/articles/pub/collect", post(collect))
 }
+
+/// The `biz` of articles in the interactive tables.
+pub const BIZ: &str = "article";
 
 #[derive(Deserialize)]
 struct EditRequest {
@@ -136,11 +141,16 @@ struct ReaderView {
 
 async fn reader_view(
     State(state): State<AppState>,
-    _user: AuthUser,
+    user: AuthUser,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<ReaderView> {
     let id = positive(id)?;
     let article = state.articles.reader_view(id).await?;
+    state.interactive.record_read(BIZ, id, user.uid).await;
+    let (counts, flags) = tokio::try_join!(
+        state.interactive.counts(BIZ, id),
+        state.interactive.user_flags(user.uid, BIZ, id),
+    )?;
     Ok(Reply(ReaderView {
         id: article.id,
         title: article.title,
@@ -151,15 +161,62 @@ async fn reader_view(
             name: article.author_name,
         },
         status: article.status,
-        // Counts and the caller's flags arrive with the interactive feature.
-        read_cnt: 0,
-        like_cnt: 0,
-        collect_cnt: 0,
-        liked: false,
-        collected: false,
+        read_cnt: counts.read_cnt,
+        like_cnt: counts.like_cnt,
+        collect_cnt: counts.collect_cnt,
+        liked: flags.liked,
+        collected: flags.collected,
         ctime: article.ctime,
         utime: article.utime,
     }))
+}
+
+#[derive(Deserialize)]
+struct LikeRequest {
+    id: i64,
+    like: bool,
+}
+
+async fn like(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(request): ApiJson<LikeRequest>,
+) -> ApiResult<()> {
+    let id = positive(request.id)?;
+    // Only published articles can be liked; 404001 otherwise.
+    state.articles.reader_view(id).await?;
+    state
+        .interactive
+        .like(user.uid, BIZ, id, request.like)
+        .await?;
+    Ok(Reply(()))
+}
+
+#[derive(Deserialize)]
+struct CollectRequest {
+    id: i64,
+    #[serde(default)]
+    cid: i64,
+    #[serde(default = "collect_by_default")]
+    collect: bool,
+}
+
+fn collect_by_default() -> bool {
+    true
+}
+
+async fn collect(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(request): ApiJson<CollectRequest>,
+) -> ApiResult<()> {
+    let id = positive(request.id)?;
+    state.articles.reader_view(id).await?;
+    state
+        .interactive
+        .collect(user.uid, BIZ, id, request.cid, request.collect)
+        .await?;
+    Ok(Reply(()))
 }
 
 fn positive(id: i64) -> Result<i64, AppError> {

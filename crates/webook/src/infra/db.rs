@@ -25,14 +25,12 @@ use crate::{
 };
 
 /// Migrations in order: (version, description, SQL with `{{…}}` dialect placeholders).
+#[rustfmt::skip]
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "meta", include_str!("../../migrations/0001_meta.sql")),
     (2, "users", include_str!("../../migrations/0002_users.sql")),
-    (
-        3,
-        "articles",
-        include_str!("../../migrations/0003_articles.sql"),
-    ),
+    (3, "articles", include_str!("../../migrations/0003_articles.sql")),
+    (4, "interactive", include_str!("../../migrations/0004_interactive.sql")),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \

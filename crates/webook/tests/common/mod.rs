@@ -21,11 +21,29 @@ pub struct Setup {
 }
 
 impl Setup {
+    /// An app on a fresh database (and, with Redis, a fresh key prefix).
     pub async fn spawn(self, configure: impl FnOnce(&mut Config)) -> TestApp {
-        let db = TestDb::new(self.db).await;
-        TestApp::spawn_with(db, |config| {
+        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        self.spawn_on(self.database().await, &prefix, configure)
+            .await
+    }
+
+    /// A fresh database of this setup's engine, to share between apps (restarts, instances).
+    pub async fn database(self) -> std::sync::Arc<TestDb> {
+        std::sync::Arc::new(TestDb::new(self.db).await)
+    }
+
+    /// An app on `db`; with Redis, under `redis_prefix` (apps sharing it share Redis state).
+    pub async fn spawn_on(
+        self,
+        db: std::sync::Arc<TestDb>,
+        redis_prefix: &str,
+        configure: impl FnOnce(&mut Config),
+    ) -> TestApp {
+        TestApp::spawn_shared(db, |config| {
             if self.cluster {
                 make_cluster(config, redis_url());
+                config.redis_prefix = redis_prefix.to_owned();
             }
             configure(config);
         })

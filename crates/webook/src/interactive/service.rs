@@ -1,0 +1,244 @@
+//! The rules of reads, likes and collects for any `biz` + `biz_id`.
+//!
+//! - **Likes and collects** are written synchronously: one transaction per action (see
+//!   [`InteractiveStore`]), then the object's cached counts are invalidated.
+//! - **Reads** are the highest-volume write in the system, so a read only publishes an event
+//!   ([`READ_TOPIC`]). The [`read counter`](InteractiveService::read_counter) consumes them in
+//!   batches (up to [`READ_BATCH`] events or [`READ_MAX_WAIT`]), adds them up per object and
+//!   applies the batch as one statement in one transaction, then invalidates those objects'
+//!   cached counts. Counts may lag a read by up to the batch wait; nothing is lost on graceful
+//!   shutdown (the consumer drains its queue before the process exits). With Redis Streams
+//!   (cluster), a batch can be delivered again after a consumer died between commit and
+//!   acknowledgement; the applied entry ids are recorded in the same transaction
+//!   (`consumed_events`), so such a batch is counted once.
+//! - **Counts** are read through a [`VersionedCache`] (in-process, or Redis with a near cache),
+//!   refilled from the database after each change. The database is the source of truth; a cache
+//!   failure never fails an action. (The seeds update a Redis hash with "increment if present";
+//!   that loses increments racing with a refill. Invalidation with versioned fills cannot, and a
+//!   hot object is refilled at most once per batch.)
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use axum::body::Bytes;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    error::AppError,
+    infra::{
+        cache::{Lookup, VersionedCache},
+        db::now_millis,
+        events::{Event, EventStream},
+        redis::Redis,
+    },
+    interactive::{
+        model::{Counts, ReadEvent, UserFlags},
+        store::InteractiveStore,
+    },
+};
+
+/// Topic of read events.
+pub const READ_TOPIC: &str = "interactive_read";
+/// Consumer group that turns read events into counts.
+pub const READ_GROUP: &str = "read_counter";
+/// Most read events applied in one transaction.
+pub const READ_BATCH: usize = 500;
+/// Longest a read event waits for its batch to fill.
+pub const READ_MAX_WAIT: Duration = Duration::from_millis(200);
+/// How long applied event ids are kept for recognising redeliveries.
+const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// Purge old applied event ids every this many batches.
+const PURGE_EVERY_BATCHES: u64 = 1000;
+const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
+const COUNTS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Reads, likes and collects; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct InteractiveService {
+    store: InteractiveStore,
+    counts_cache: VersionedCache,
+    events: EventStream,
+    dedup_reads: bool,
+    batches: Arc<AtomicU64>,
+}
+
+fn cache_key(biz: &str, biz_id: i64) -> String {
+    format!("{biz}:{biz_id}")
+}
+
+impl InteractiveService {
+    /// The service; with `redis`, counts are cached in Redis (under `redis_prefix`) and read
+    /// batches are deduplicated by event id, as Redis Streams may redeliver.
+    pub fn new(
+        store: InteractiveStore,
+        events: EventStream,
+        redis: Option<(&Redis, &str)>,
+    ) -> Self {
+        Self {
+            store,
+            counts_cache: VersionedCache::new(
+                "interactive_counts",
+                COUNTS_CACHE_BYTES,
+                COUNTS_TTL,
+                redis,
+            ),
+            events,
+            dedup_reads: redis.is_some(),
+            batches: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Likes or unlikes; idempotent.
+    pub async fn like(&self, uid: i64, biz: &str, biz_id: i64, like: bool) -> Result<(), AppError> {
+        if self
+            .store
+            .set_like(uid, biz, biz_id, like, now_millis())
+            .await?
+        {
+            self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+        }
+        Ok(())
+    }
+
+    /// Collects into folder `cid` (0 = default) or removes from collections; idempotent.
+    pub async fn collect(
+        &self,
+        uid: i64,
+        biz: &str,
+        biz_id: i64,
+        cid: i64,
+        collect: bool,
+    ) -> Result<(), AppError> {
+        if cid < 0 || !self.store.owns_collection(uid, cid).await? {
+            return Err(AppError::InvalidInput("cid: no such collection".into()));
+        }
+        if self
+            .store
+            .set_collect(uid, biz, biz_id, cid, collect, now_millis())
+            .await?
+        {
+            self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+        }
+        Ok(())
+    }
+
+    /// Counts one read of the object by `uid` (asynchronously). Never fails the read itself.
+    pub async fn record_read(&self, biz: &str, biz_id: i64, uid: i64) {
+        let event = ReadEvent {
+            biz: biz.to_owned(),
+            biz_id,
+            uid,
+        };
+        if let Err(err) = self
+            .events
+            .publish(READ_TOPIC, &cache_key(biz, biz_id), &event)
+            .await
+        {
+            tracing::error!(
+                biz,
+                biz_id,
+                error = format!("{err:#}"),
+                "could not record a read"
+            );
+        }
+    }
+
+    /// The object's counters, cached.
+    pub async fn counts(&self, biz: &str, biz_id: i64) -> Result<Counts, AppError> {
+        let key = cache_key(biz, biz_id);
+        let token = match self.counts_cache.get(&key).await {
+            Lookup::Hit(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(counts) => return Ok(counts),
+                Err(_) => self.counts_cache.invalidate_and_token(&key).await,
+            },
+            Lookup::Miss(token) => token,
+        };
+        let counts = self.store.counts(biz, biz_id).await?;
+        if let Ok(bytes) = serde_json::to_vec(&counts) {
+            self.counts_cache
+                .fill(&key, token, Bytes::from(bytes))
+                .await;
+        }
+        Ok(counts)
+    }
+
+    /// Counters of many objects in one query (for lists and the hot list); absent ids have none.
+    pub async fn batch_counts(
+        &self,
+        biz: &str,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, Counts>, AppError> {
+        Ok(self.store.batch_counts(biz, ids).await?)
+    }
+
+    /// Whether `uid` likes / has collected the object.
+    pub async fn user_flags(
+        &self,
+        uid: i64,
+        biz: &str,
+        biz_id: i64,
+    ) -> Result<UserFlags, AppError> {
+        Ok(self.store.user_flags(uid, biz, biz_id).await?)
+    }
+
+    /// The read counter: consumes read events until `stop`, then drains. Spawn it once per
+    /// process that should count reads.
+    pub fn read_counter(
+        &self,
+        stop: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let service = self.clone();
+        self.events.consume(
+            READ_TOPIC,
+            READ_GROUP,
+            READ_BATCH,
+            READ_MAX_WAIT,
+            stop,
+            move |events| {
+                let service = service.clone();
+                async move { service.apply_read_batch(events).await }
+            },
+        )
+    }
+
+    /// Applies one batch of read events; an error leaves the batch to be retried.
+    pub async fn apply_read_batch(&self, events: Vec<Event>) -> anyhow::Result<()> {
+        let reads: Vec<(String, i64, String)> = events
+            .into_iter()
+            .filter_map(
+                |event| match serde_json::from_slice::<ReadEvent>(&event.payload) {
+                    Ok(read) => Some((read.biz, read.biz_id, event.id)),
+                    Err(err) => {
+                        tracing::warn!(id = %event.id, %err, "skipping a malformed read event");
+                        None
+                    }
+                },
+            )
+            .collect();
+        let now = now_millis();
+        let dedup_group = self.dedup_reads.then_some(READ_GROUP);
+        let applied = self.store.apply_reads(&reads, dedup_group, now).await?;
+        for ((biz, biz_id), _) in &applied {
+            self.counts_cache.invalidate(&cache_key(biz, *biz_id)).await;
+        }
+        if self.dedup_reads
+            && self
+                .batches
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(PURGE_EVERY_BATCHES)
+        {
+            let cutoff =
+                now - i64::try_from(CONSUMED_EVENTS_RETENTION.as_millis()).unwrap_or(i64::MAX);
+            if let Err(err) = self.store.purge_consumed_events(cutoff).await {
+                tracing::warn!(%err, "could not purge applied event ids");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,357 @@
+//! SQL for counters (`interactives`), likes (`user_likes`), collects (`user_collects`,
+//! `collections`) and applied-event ids (`consumed_events`). One implementation for SQLite and
+//! PostgreSQL.
+//!
+//! Likes and collects change the user's row and the counter in one transaction, and only when the
+//! user's row actually changes state (the upsert's `RETURNING` yields a row only for a real
+//! transition), so repeating a like counts once and unliking what was never liked changes nothing.
+//! Decrements are guarded (`… > 0`), so counters never go negative.
+
+use std::collections::HashMap;
+
+use sqlx::{Any, Row, Transaction};
+
+use crate::{
+    infra::db::Db,
+    interactive::model::{Counts, UserFlags},
+};
+
+/// Reads and writes interactions.
+#[derive(Debug, Clone)]
+pub struct InteractiveStore {
+    db: Db,
+}
+
+/// Which counter a user action moves.
+#[derive(Debug, Clone, Copy)]
+enum Counter {
+    Like,
+    Collect,
+}
+
+impl Counter {
+    fn column(self) -> &'static str {
+        match self {
+            Self::Like => "like_cnt",
+            Self::Collect => "collect_cnt",
+        }
+    }
+}
+
+impl InteractiveStore {
+    /// A store on `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Likes (`true`) or unlikes; returns whether anything changed.
+    pub async fn set_like(
+        &self,
+        uid: i64,
+        biz: &str,
+        biz_id: i64,
+        like: bool,
+        now: i64,
+    ) -> sqlx::Result<bool> {
+        let mut tx = self.db.pool().begin().await?;
+        let changed = if like {
+            let turned_on = sqlx::query_scalar::<_, i64>(
+                "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, $2, $3, 1, $4, $4) \
+                 ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = 1, utime = excluded.utime \
+                 WHERE user_likes.status = 0 RETURNING id",
+            )
+            .bind(uid)
+            .bind(biz)
+            .bind(biz_id)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+            if turned_on {
+                bump(&mut tx, biz, biz_id, Counter::Like, now).await?;
+            }
+            turned_on
+        } else {
+            let turned_off = sqlx::query(
+                "UPDATE user_likes SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1",
+            )
+            .bind(now)
+            .bind(uid)
+            .bind(biz)
+            .bind(biz_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if turned_off {
+                drop_one(&mut tx, biz, biz_id, Counter::Like, now).await?;
+            }
+            turned_off
+        };
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Collects into folder `cid` (`true`; moving between folders does not count again) or
+    /// removes from collections; returns whether the counter changed.
+    pub async fn set_collect(
+        &self,
+        uid: i64,
+        biz: &str,
+        biz_id: i64,
+        cid: i64,
+        collect: bool,
+        now: i64,
+    ) -> sqlx::Result<bool> {
+        let mut tx = self.db.pool().begin().await?;
+        let changed = if collect {
+            let turned_on = sqlx::query_scalar::<_, i64>(
+                "INSERT INTO user_collects (uid, biz, biz_id, cid, status, ctime, utime) VALUES ($1, $2, $3, $4, 1, $5, $5) \
+                 ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = 1, cid = excluded.cid, utime = excluded.utime \
+                 WHERE user_collects.status = 0 RETURNING id",
+            )
+            .bind(uid)
+            .bind(biz)
+            .bind(biz_id)
+            .bind(cid)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+            if !turned_on {
+                // Already collected: at most a move to another folder. (Writes only: a SQLite
+                // transaction that read first could not upgrade to writing under contention.)
+                sqlx::query(
+                    "UPDATE user_collects SET cid = $1, utime = $2 \
+                     WHERE uid = $3 AND biz = $4 AND biz_id = $5 AND status = 1 AND cid <> $1",
+                )
+                .bind(cid)
+                .bind(now)
+                .bind(uid)
+                .bind(biz)
+                .bind(biz_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            if turned_on {
+                bump(&mut tx, biz, biz_id, Counter::Collect, now).await?;
+            }
+            turned_on
+        } else {
+            let turned_off = sqlx::query(
+                "UPDATE user_collects SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1",
+            )
+            .bind(now)
+            .bind(uid)
+            .bind(biz)
+            .bind(biz_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if turned_off {
+                drop_one(&mut tx, biz, biz_id, Counter::Collect, now).await?;
+            }
+            turned_off
+        };
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Whether folder `cid` belongs to `uid` (the default folder 0 always does).
+    pub async fn owns_collection(&self, uid: i64, cid: i64) -> sqlx::Result<bool> {
+        if cid == 0 {
+            return Ok(true);
+        }
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM collections WHERE id = $1 AND uid = $2")
+                .bind(cid)
+                .bind(uid)
+                .fetch_optional(self.db.pool())
+                .await?;
+        Ok(found.is_some())
+    }
+
+    /// Adds read counts, one statement for the whole batch, in one transaction. With `dedup`
+    /// (`group`, event ids), ids already applied are skipped and the rest recorded in the same
+    /// transaction, so a redelivered batch is counted once. Returns how many reads were applied.
+    pub async fn apply_reads(
+        &self,
+        reads: &[(String, i64, String)],
+        dedup_group: Option<&str>,
+        now: i64,
+    ) -> sqlx::Result<Vec<((String, i64), i64)>> {
+        let mut tx = self.db.pool().begin().await?;
+        let fresh: Vec<&(String, i64, String)> = match dedup_group {
+            None => reads.iter().collect(),
+            Some(group) => {
+                let mut fresh_ids = std::collections::HashSet::new();
+                for chunk in reads.chunks(1000) {
+                    let placeholders = (0..chunk.len())
+                        .map(|i| format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let sql = format!(
+                        "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES {placeholders} \
+                         ON CONFLICT (group_name, event_id) DO NOTHING RETURNING event_id"
+                    );
+                    let mut query = sqlx::query_scalar::<_, String>(&sql);
+                    for (_, _, event_id) in chunk {
+                        query = query.bind(group).bind(event_id).bind(now);
+                    }
+                    fresh_ids.extend(query.fetch_all(&mut *tx).await?);
+                }
+                reads
+                    .iter()
+                    .filter(|(_, _, id)| fresh_ids.contains(id))
+                    .collect()
+            }
+        };
+        let mut per_object: HashMap<(String, i64), i64> = HashMap::new();
+        for (biz, biz_id, _) in fresh {
+            *per_object.entry((biz.clone(), *biz_id)).or_default() += 1;
+        }
+        let applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
+        for chunk in applied.chunks(1000) {
+            let placeholders = (0..chunk.len())
+                .map(|i| {
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${})",
+                        i * 5 + 1,
+                        i * 5 + 2,
+                        i * 5 + 3,
+                        i * 5 + 4,
+                        i * 5 + 5
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "INSERT INTO interactives (biz, biz_id, read_cnt, ctime, utime) VALUES {placeholders} \
+                 ON CONFLICT (biz, biz_id) DO UPDATE SET read_cnt = interactives.read_cnt + excluded.read_cnt, \
+                 utime = excluded.utime"
+            );
+            let mut query = sqlx::query(&sql);
+            for ((biz, biz_id), count) in chunk {
+                query = query
+                    .bind(biz)
+                    .bind(*biz_id)
+                    .bind(*count)
+                    .bind(now)
+                    .bind(now);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    /// Drops applied-event ids recorded before `before` (ms).
+    pub async fn purge_consumed_events(&self, before: i64) -> sqlx::Result<u64> {
+        Ok(sqlx::query("DELETE FROM consumed_events WHERE ctime < $1")
+            .bind(before)
+            .execute(self.db.pool())
+            .await?
+            .rows_affected())
+    }
+
+    /// The counters of one object (zeros when it has none yet).
+    pub async fn counts(&self, biz: &str, biz_id: i64) -> sqlx::Result<Counts> {
+        Ok(self
+            .batch_counts(biz, &[biz_id])
+            .await?
+            .remove(&biz_id)
+            .unwrap_or_default())
+    }
+
+    /// The counters of many objects in one query; objects without counters are absent.
+    pub async fn batch_counts(&self, biz: &str, ids: &[i64]) -> sqlx::Result<HashMap<i64, Counts>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let placeholders = (0..ids.len())
+            .map(|i| format!("${}", i + 2))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT biz_id, read_cnt, like_cnt, collect_cnt FROM interactives WHERE biz = $1 AND biz_id IN ({placeholders})"
+        );
+        let mut query = sqlx::query(&sql).bind(biz);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        query
+            .fetch_all(self.db.pool())
+            .await?
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("biz_id")?,
+                    Counts {
+                        read_cnt: row.try_get("read_cnt")?,
+                        like_cnt: row.try_get("like_cnt")?,
+                        collect_cnt: row.try_get("collect_cnt")?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Whether `uid` likes and has collected the object, in one query.
+    pub async fn user_flags(&self, uid: i64, biz: &str, biz_id: i64) -> sqlx::Result<UserFlags> {
+        let row = sqlx::query(
+            "SELECT (SELECT status FROM user_likes WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS liked, \
+                    (SELECT status FROM user_collects WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS collected",
+        )
+        .bind(uid)
+        .bind(biz)
+        .bind(biz_id)
+        .fetch_one(self.db.pool())
+        .await?;
+        let liked: Option<i64> = row.try_get("liked")?;
+        let collected: Option<i64> = row.try_get("collected")?;
+        Ok(UserFlags {
+            liked: liked == Some(1),
+            collected: collected == Some(1),
+        })
+    }
+}
+
+async fn bump(
+    tx: &mut Transaction<'static, Any>,
+    biz: &str,
+    biz_id: i64,
+    counter: Counter,
+    now: i64,
+) -> sqlx::Result<()> {
+    let column = counter.column();
+    sqlx::query(&format!(
+        "INSERT INTO interactives (biz, biz_id, {column}, ctime, utime) VALUES ($1, $2, 1, $3, $3) \
+         ON CONFLICT (biz, biz_id) DO UPDATE SET {column} = interactives.{column} + 1, utime = excluded.utime"
+    ))
+    .bind(biz)
+    .bind(biz_id)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn drop_one(
+    tx: &mut Transaction<'static, Any>,
+    biz: &str,
+    biz_id: i64,
+    counter: Counter,
+    now: i64,
+) -> sqlx::Result<()> {
+    let column = counter.column();
+    sqlx::query(&format!(
+        "UPDATE interactives SET {column} = {column} - 1, utime = $1 WHERE biz = $2 AND biz_id = $3 AND {column} > 0"
+    ))
+    .bind(now)
+    .bind(biz)
+    .bind(biz_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

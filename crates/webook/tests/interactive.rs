@@ -1,0 +1,315 @@
+//! Reads, likes and collects on {SQLite, PostgreSQL} × {embedded (in-process events and cache),
+//! Redis (streams and cache)}: exact counts under concurrency, idempotency, reads counted in
+//! batches over HTTP, and nothing lost on graceful shutdown.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod common;
+
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc,
+};
+
+use common::{get, login, post, signup, Setup};
+use serde_json::{json, Value};
+use webook::{
+    interactive::Counts,
+    testing::{wait_until, TestApp, TestDb},
+};
+
+const BIZ: &str = "article";
+
+async fn user(app: &TestApp, email: &str) -> String {
+    assert_eq!(signup(app, email).await.code(), 0);
+    login(app, email).await.0
+}
+
+async fn published_article(app: &TestApp, token: &str) -> i64 {
+    let answer = post(
+        app,
+        "/articles/publish",
+        Some(token),
+        json!({"title": "t", "content": "<p>c</p>"}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].as_i64().unwrap()
+}
+
+async fn view(app: &TestApp, token: &str, id: i64) -> Value {
+    let answer = get(app, &format!("/articles/pub/{id}"), Some(token)).await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].clone()
+}
+
+async fn db_counts(app: &TestApp, id: i64) -> Counts {
+    app.state
+        .interactive
+        .batch_counts(BIZ, &[id])
+        .await
+        .unwrap()
+        .remove(&id)
+        .unwrap_or_default()
+}
+
+async fn concurrent_likes_are_exact_and_idempotent(setup: Setup) {
+    let app = Arc::new(setup.spawn(|_| {}).await);
+    let author = user(&app, "author@example.com").await;
+    let id = published_article(&app, &author).await;
+    let service = app.state.interactive.clone();
+
+    let like_all = |like: bool| {
+        let service = service.clone();
+        async move {
+            let tasks: Vec<_> = (1..=50)
+                .map(|uid| {
+                    let service = service.clone();
+                    tokio::spawn(
+                        async move { service.like(1000 + uid, BIZ, id, like).await.unwrap() },
+                    )
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        }
+    };
+    like_all(true).await;
+    assert_eq!(db_counts(&app, id).await.like_cnt, 50);
+    assert_eq!(view(&app, &author, id).await["likeCnt"], 50);
+    like_all(true).await;
+    assert_eq!(
+        db_counts(&app, id).await.like_cnt,
+        50,
+        "liking twice counts once"
+    );
+    like_all(false).await;
+    assert_eq!(db_counts(&app, id).await.like_cnt, 0);
+    like_all(false).await;
+    service.like(9999, BIZ, id, false).await.unwrap();
+    assert_eq!(db_counts(&app, id).await.like_cnt, 0, "never negative");
+    assert_eq!(view(&app, &author, id).await["likeCnt"], 0);
+}
+
+async fn likes_and_collects_over_http_show_in_the_reader_view(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "a@example.com").await;
+    let reader = user(&app, "r@example.com").await;
+    let id = published_article(&app, &author).await;
+
+    let like = |token: &str, like: bool| {
+        let body = json!({"id": id, "like": like});
+        let token = token.to_owned();
+        let app = &app;
+        async move { post(app, "/articles/pub/like", Some(&token), body).await }
+    };
+    assert_eq!(like(&reader, true).await.code(), 0);
+    assert_eq!(like(&reader, true).await.code(), 0);
+    let seen = view(&app, &reader, id).await;
+    assert_eq!(
+        (seen["likeCnt"].as_i64(), seen["liked"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let seen = view(&app, &author, id).await;
+    assert_eq!(
+        (seen["likeCnt"].as_i64(), seen["liked"].as_bool()),
+        (Some(1), Some(false))
+    );
+
+    let collect = |body: Value| post(&app, "/articles/pub/collect", Some(&reader), body);
+    assert_eq!(collect(json!({"id": id, "cid": 0})).await.code(), 0);
+    assert_eq!(
+        collect(json!({"id": id, "cid": 0, "collect": true}))
+            .await
+            .code(),
+        0
+    );
+    let seen = view(&app, &reader, id).await;
+    assert_eq!(
+        (seen["collectCnt"].as_i64(), seen["collected"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(
+        collect(json!({"id": id, "cid": 77})).await.code(),
+        4,
+        "someone else's or no folder"
+    );
+    assert_eq!(collect(json!({"id": id, "collect": false})).await.code(), 0);
+    let seen = view(&app, &reader, id).await;
+    assert_eq!(
+        (seen["collectCnt"].as_i64(), seen["collected"].as_bool()),
+        (Some(0), Some(false))
+    );
+
+    assert_eq!(like(&reader, false).await.code(), 0);
+    assert_eq!(view(&app, &reader, id).await["likeCnt"], 0);
+
+    // Only published articles can be liked.
+    let draft = post(
+        &app,
+        "/articles/edit",
+        Some(&author),
+        json!({"title": "d", "content": "x"}),
+    )
+    .await
+    .json()["data"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(
+        post(
+            &app,
+            "/articles/pub/like",
+            Some(&reader),
+            json!({"id": draft, "like": true})
+        )
+        .await
+        .code(),
+        404001
+    );
+    assert_eq!(
+        post(
+            &app,
+            "/articles/pub/like",
+            Some(&reader),
+            json!({"id": 0, "like": true})
+        )
+        .await
+        .code(),
+        4
+    );
+}
+
+async fn read_count_in(db: &TestDb, id: i64) -> i64 {
+    sqlx::query_scalar("SELECT read_cnt FROM interactives WHERE biz = $1 AND biz_id = $2")
+        .bind(BIZ)
+        .bind(id)
+        .fetch_optional(db.db.pool())
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+async fn ten_thousand_reads_count_exactly_ten_thousand(setup: Setup) {
+    const READS: usize = 10_000;
+    const CLIENTS: usize = 32;
+    let db = setup.database().await;
+    let app = Arc::new(setup.spawn_on(db.clone(), &prefix(), |_| {}).await);
+    let token = Arc::new(user(&app, "reads@example.com").await);
+    let id = published_article(&app, &token).await;
+    let next = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (app, token, next) = (app.clone(), token.clone(), next.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < READS {
+                    let answer = get(&app, &format!("/articles/pub/{id}"), Some(&token)).await;
+                    assert_eq!(answer.code(), 0);
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    wait_until("all reads to be counted", || async {
+        read_count_in(&db, id).await >= READS as i64
+    })
+    .await;
+    // Stop (drains the consumer); then it must be exactly, not at least, the reads made.
+    Arc::into_inner(app)
+        .expect("no other handles")
+        .stop()
+        .await
+        .unwrap();
+    assert_eq!(read_count_in(&db, id).await, READS as i64);
+}
+
+async fn buffered_reads_survive_a_graceful_restart(setup: Setup) {
+    const READS: i64 = 300;
+    let db = setup.database().await;
+    let prefix = prefix();
+    let app = setup.spawn_on(db.clone(), &prefix, |_| {}).await;
+    let token = user(&app, "restart@example.com").await;
+    let id = published_article(&app, &token).await;
+    for _ in 0..READS {
+        get(&app, &format!("/articles/pub/{id}"), Some(&token)).await;
+    }
+    // Stop at once: reads still sit in the consumer's batch window (in-process) or unread in
+    // the stream (Redis).
+    app.stop().await.unwrap();
+    let restarted = setup.spawn_on(db.clone(), &prefix, |_| {}).await;
+    wait_until("buffered reads to be applied", || async {
+        read_count_in(&db, id).await >= READS
+    })
+    .await;
+    restarted.stop().await.unwrap();
+    assert_eq!(read_count_in(&db, id).await, READS);
+}
+
+fn prefix() -> String {
+    format!("test-{}", uuid::Uuid::new_v4().simple())
+}
+
+setup_tests!(
+    concurrent_likes_are_exact_and_idempotent,
+    likes_and_collects_over_http_show_in_the_reader_view,
+    ten_thousand_reads_count_exactly_ten_thousand,
+    buffered_reads_survive_a_graceful_restart,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
+    use tokio_util::sync::CancellationToken;
+    use webook::{
+        infra::{
+            events::{EventStream, RedisStreamOptions},
+            redis::Redis,
+        },
+        interactive::{store::InteractiveStore, InteractiveService},
+        testing::RedisServer,
+    };
+
+    let mut server = RedisServer::start().await;
+    let redis = Redis::connect(&server.url()).await.unwrap();
+    let db = TestDb::sqlite().await;
+    let events = EventStream::redis(
+        redis.clone(),
+        &server.url(),
+        "test",
+        RedisStreamOptions::default(),
+    )
+    .unwrap();
+    let service = InteractiveService::new(
+        InteractiveStore::new(db.db.clone()),
+        events,
+        Some((&redis, "test")),
+    );
+    let stop = CancellationToken::new();
+    let counter = tokio::spawn(service.read_counter(stop.clone()));
+
+    // Up: a read goes through the stream.
+    service.record_read(BIZ, 1, 7).await;
+    wait_until("the first read to be counted", || async {
+        read_count_in(&db, 1).await == 1
+    })
+    .await;
+
+    server.stop();
+    // Likes take the database path; the cache failing does not fail them.
+    service.like(7, BIZ, 1, true).await.unwrap();
+    service.like(8, BIZ, 1, true).await.unwrap();
+    assert_eq!(service.counts(BIZ, 1).await.unwrap().like_cnt, 2);
+    // Reads fall back to the in-process queue of this process and are still counted.
+    for uid in 0..20 {
+        service.record_read(BIZ, 1, uid).await;
+    }
+    wait_until("reads made while Redis is down to be counted", || async {
+        read_count_in(&db, 1).await == 21
+    })
+    .await;
+
+    stop.cancel();
+    counter.await.unwrap();
+    assert_eq!(read_count_in(&db, 1).await, 21);
+}
