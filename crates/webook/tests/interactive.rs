@@ -143,7 +143,17 @@ async fn likes_and_collects_over_http_show_in_the_reader_view(setup: Setup) {
     );
 
     assert_eq!(like(&reader, false).await.code(), 0);
-    assert_eq!(view(&app, &reader, id).await["likeCnt"], 0);
+    let seen = view(&app, &reader, id).await;
+    assert_eq!(
+        (seen["likeCnt"].as_i64(), seen["liked"].as_bool()),
+        (Some(0), Some(false))
+    );
+    assert_eq!(like(&reader, true).await.code(), 0);
+    assert_eq!(
+        view(&app, &reader, id).await["liked"],
+        true,
+        "flags follow every change"
+    );
 
     // Only published articles can be liked.
     let draft = post(

@@ -50,7 +50,7 @@ impl ArticleStore {
         draft: &Draft,
         now: i64,
     ) -> Result<i64, WriteError> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let id =
             upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Unpublished, now).await?;
         tx.commit().await?;
@@ -66,7 +66,7 @@ impl ArticleStore {
         draft: &Draft,
         now: i64,
     ) -> Result<i64, WriteError> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let id =
             upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Published, now).await?;
         sqlx::query(
@@ -90,7 +90,7 @@ impl ArticleStore {
 
     /// Makes both copies private (status 3) in one transaction.
     pub async fn withdraw(&self, author: i64, id: i64, now: i64) -> Result<(), WriteError> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let changed = sqlx::query(
             "UPDATE articles SET status = $1, utime = $2 WHERE id = $3 AND author_id = $4",
         )

@@ -40,9 +40,16 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pool of connections to the SQL store, cheap to clone.
+///
+/// SQLite allows one writer at a time; writers that collide wait in SQLite's busy handler,
+/// which sleeps in growing steps (tens of milliseconds) — long tails under write load. So for
+/// SQLite, writes go through a pool of exactly one connection ([`Db::writer`]): writers queue
+/// fairly in the pool instead, and readers keep the other connections (WAL lets them read
+/// while the writer writes). For PostgreSQL both are the same pool.
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: AnyPool,
+    writer: AnyPool,
     kind: DatabaseKind,
 }
 
@@ -75,26 +82,41 @@ impl Db {
             .and_then(|connected| connected.map_err(anyhow::Error::from))
             .with_context(describe)?;
         probe.close().await.ok();
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if kind == DatabaseKind::Sqlite {
-                        sqlx::Executor::execute(&mut *conn, SQLITE_PRAGMAS).await?;
-                    }
-                    Ok(())
+        let pool_options = |size: u32| {
+            AnyPoolOptions::new()
+                .max_connections(size)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        if kind == DatabaseKind::Sqlite {
+                            sqlx::Executor::execute(&mut *conn, SQLITE_PRAGMAS).await?;
+                        }
+                        Ok(())
+                    })
                 })
-            })
+        };
+        let pool = pool_options(max_connections)
             .connect(&connect_url)
             .await
             .with_context(describe)?;
-        Ok(Self { pool, kind })
+        let writer = match kind {
+            DatabaseKind::Sqlite => pool_options(1)
+                .connect(&connect_url)
+                .await
+                .with_context(describe)?,
+            DatabaseKind::Postgres => pool.clone(),
+        };
+        Ok(Self { pool, writer, kind })
     }
 
-    /// The connection pool, for stores.
+    /// The pool for reads.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// The pool for writes and write transactions (one connection on SQLite; see [`Db`]).
+    pub fn writer(&self) -> &AnyPool {
+        &self.writer
     }
 
     /// Which engine this is.
@@ -116,7 +138,7 @@ impl Db {
             .filter(|m| !before.contains(&m.version))
             .count();
         let now = now_millis();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query(
             "INSERT INTO meta (name, value, utime) VALUES ('schema_created_at', $1, $2) \
              ON CONFLICT (name) DO NOTHING",
@@ -168,8 +190,9 @@ impl Db {
         Ok(())
     }
 
-    /// Closes the pool, waiting for checked-out connections to come back.
+    /// Closes the pools, waiting for checked-out connections to come back.
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 }

@@ -57,12 +57,15 @@ const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
 const PURGE_EVERY_BATCHES: u64 = 1000;
 const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
 const COUNTS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+const FLAGS_TTL: Duration = Duration::from_secs(10 * 60);
+const FLAGS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Reads, likes and collects; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct InteractiveService {
     store: InteractiveStore,
     counts_cache: VersionedCache,
+    flags_cache: VersionedCache,
     events: EventStream,
     dedup_reads: bool,
     batches: Arc<AtomicU64>,
@@ -70,6 +73,10 @@ pub struct InteractiveService {
 
 fn cache_key(biz: &str, biz_id: i64) -> String {
     format!("{biz}:{biz_id}")
+}
+
+fn flags_key(uid: i64, biz: &str, biz_id: i64) -> String {
+    format!("{uid}:{biz}:{biz_id}")
 }
 
 impl InteractiveService {
@@ -88,6 +95,12 @@ impl InteractiveService {
                 COUNTS_TTL,
                 redis,
             ),
+            flags_cache: VersionedCache::new(
+                "interactive_flags",
+                FLAGS_CACHE_BYTES,
+                FLAGS_TTL,
+                redis,
+            ),
             events,
             dedup_reads: redis.is_some(),
             batches: Arc::new(AtomicU64::new(0)),
@@ -101,7 +114,7 @@ impl InteractiveService {
             .set_like(uid, biz, biz_id, like, now_millis())
             .await?
         {
-            self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+            self.forget(uid, biz, biz_id).await;
         }
         Ok(())
     }
@@ -123,9 +136,17 @@ impl InteractiveService {
             .set_collect(uid, biz, biz_id, cid, collect, now_millis())
             .await?
         {
-            self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+            self.forget(uid, biz, biz_id).await;
         }
         Ok(())
+    }
+
+    /// After `uid` changed its like or collect of the object: its counts and that user's flags.
+    async fn forget(&self, uid: i64, biz: &str, biz_id: i64) {
+        self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+        self.flags_cache
+            .invalidate(&flags_key(uid, biz, biz_id))
+            .await;
     }
 
     /// Counts one read of the object by `uid` (asynchronously). Never fails the read itself.
@@ -177,14 +198,31 @@ impl InteractiveService {
         Ok(self.store.batch_counts(biz, ids).await?)
     }
 
-    /// Whether `uid` likes / has collected the object.
+    /// Whether `uid` likes / has collected the object; cached per (user, object) and
+    /// invalidated by that user's likes and collects of it.
     pub async fn user_flags(
         &self,
         uid: i64,
         biz: &str,
         biz_id: i64,
     ) -> Result<UserFlags, AppError> {
-        Ok(self.store.user_flags(uid, biz, biz_id).await?)
+        let key = flags_key(uid, biz, biz_id);
+        let token = match self.flags_cache.get(&key).await {
+            Lookup::Hit(bytes) if bytes.len() == 2 => {
+                return Ok(UserFlags {
+                    liked: bytes[0] == 1,
+                    collected: bytes[1] == 1,
+                })
+            }
+            Lookup::Hit(_) => self.flags_cache.invalidate_and_token(&key).await,
+            Lookup::Miss(token) => token,
+        };
+        let flags = self.store.user_flags(uid, biz, biz_id).await?;
+        let encoded = [u8::from(flags.liked), u8::from(flags.collected)];
+        self.flags_cache
+            .fill(&key, token, Bytes::copy_from_slice(&encoded))
+            .await;
+        Ok(flags)
     }
 
     /// The read counter: consumes read events until `stop`, then drains. Spawn it once per

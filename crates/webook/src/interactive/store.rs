@@ -53,7 +53,7 @@ impl InteractiveStore {
         like: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let changed = if like {
             let turned_on = sqlx::query_scalar::<_, i64>(
                 "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, $2, $3, 1, $4, $4) \
@@ -103,7 +103,7 @@ impl InteractiveStore {
         collect: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let changed = if collect {
             let turned_on = sqlx::query_scalar::<_, i64>(
                 "INSERT INTO user_collects (uid, biz, biz_id, cid, status, ctime, utime) VALUES ($1, $2, $3, $4, 1, $5, $5) \
@@ -181,7 +181,7 @@ impl InteractiveStore {
         dedup_group: Option<&str>,
         now: i64,
     ) -> sqlx::Result<Vec<((String, i64), i64)>> {
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.writer().begin().await?;
         let fresh: Vec<&(String, i64, String)> = match dedup_group {
             None => reads.iter().collect(),
             Some(group) => {
@@ -250,7 +250,7 @@ impl InteractiveStore {
     pub async fn purge_consumed_events(&self, before: i64) -> sqlx::Result<u64> {
         Ok(sqlx::query("DELETE FROM consumed_events WHERE ctime < $1")
             .bind(before)
-            .execute(self.db.pool())
+            .execute(self.db.writer())
             .await?
             .rows_affected())
     }

@@ -126,7 +126,7 @@ impl SessionStore {
         let now = now_millis();
         sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
             .bind(now)
-            .execute(db.pool())
+            .execute(db.writer())
             .await
             .context("purging expired sessions")?;
         let rows = sqlx::query("SELECT ssid, uid, generation, revoked, expires_at FROM sessions")
@@ -325,7 +325,7 @@ impl LocalSessions {
         .bind(i64::try_from(state.generation).unwrap_or(i64::MAX))
         .bind(i64::from(state.revoked))
         .bind(state.expires_at)
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await
         .context("saving session state")?;
         Ok(())

@@ -45,7 +45,7 @@ impl UserStore {
         .bind(email)
         .bind(password_hash)
         .bind(now)
-        .fetch_one(self.db.pool())
+        .fetch_one(self.db.writer())
         .await;
         match inserted {
             Ok(id) => Ok(id),
@@ -91,7 +91,7 @@ impl UserStore {
         .bind(edit.about_me.as_deref())
         .bind(now)
         .bind(id)
-        .execute(self.db.pool())
+        .execute(self.db.writer())
         .await?;
         Ok(result.rows_affected() == 1)
     }
