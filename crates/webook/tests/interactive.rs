@@ -323,3 +323,117 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
     counter.await.unwrap();
     assert_eq!(read_count_in(&db, 1).await, 21);
 }
+
+/// A read counter that dies mid-batch — before or after its transaction committed, in both cases
+/// before acknowledging — leaves its entries pending; another process's counter takes them over
+/// and the reads end up counted exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting() {
+    use std::time::Duration;
+    use tokio_util::sync::CancellationToken;
+    use webook::{
+        infra::{
+            events::{EventStream, RedisStreamOptions},
+            redis::Redis,
+        },
+        interactive::{
+            service::{READ_GROUP, READ_TOPIC},
+            store::InteractiveStore,
+            InteractiveService,
+        },
+        testing::redis_url,
+    };
+
+    for (case, commit_before_dying) in [("died after commit", true), ("died before commit", false)]
+    {
+        let db = TestDb::postgres().await;
+        let redis = Redis::connect(&redis_url()).await.unwrap();
+        let prefix = prefix();
+        let options = RedisStreamOptions {
+            min_idle: Duration::from_millis(300),
+            reclaim_interval: Duration::from_millis(100),
+            ..RedisStreamOptions::default()
+        };
+        // Two processes' worth of stream clients and services on one database and key space.
+        let process = || {
+            let events =
+                EventStream::redis(redis.clone(), &redis_url(), &prefix, options.clone()).unwrap();
+            InteractiveService::new(
+                InteractiveStore::new(db.db.clone()),
+                events,
+                Some((&redis, &prefix)),
+            )
+        };
+        let (doomed, survivor) = (process(), process());
+
+        // Reads wait in the stream; the doomed counter then takes them as one batch, maybe
+        // commits it, and hangs without acknowledging.
+        for uid in 0..100 {
+            doomed.record_read(BIZ, 1, uid).await;
+        }
+        let (took_batch, mut batch_taken) = tokio::sync::mpsc::unbounded_channel();
+        let doomed_service = doomed.clone();
+        let doomed_consumer = tokio::spawn(doomed_events(&doomed).consume(
+            READ_TOPIC,
+            READ_GROUP,
+            1000,
+            Duration::from_millis(300),
+            CancellationToken::new(),
+            move |events| {
+                let (service, took_batch) = (doomed_service.clone(), took_batch.clone());
+                async move {
+                    if commit_before_dying {
+                        service.apply_read_batch(events).await?;
+                    }
+                    took_batch.send(()).unwrap();
+                    std::future::pending::<anyhow::Result<()>>().await
+                }
+            },
+        ));
+        batch_taken.recv().await.unwrap();
+        doomed_consumer.abort();
+        let expected_before_takeover = if commit_before_dying { 100 } else { 0 };
+        assert_eq!(
+            read_count_in(&db, 1).await,
+            expected_before_takeover,
+            "{case}"
+        );
+
+        let stop = CancellationToken::new();
+        let survivor_counter = tokio::spawn(survivor.read_counter(stop.clone()));
+        // More reads through the survivor while it also takes over the orphaned batch.
+        for uid in 100..150 {
+            survivor.record_read(BIZ, 1, uid).await;
+        }
+        // Done when nothing is pending any more: the orphaned batch was taken over, handled
+        // and acknowledged, and the new reads too.
+        let stream = webook::infra::events::stream_key(&prefix, READ_TOPIC);
+        wait_until(
+            "the orphaned batch and the new reads to be applied",
+            || async {
+                let pending: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
+                    .arg(&stream)
+                    .arg(READ_GROUP)
+                    .query_async(&mut redis.connection())
+                    .await
+                    .unwrap();
+                pending.count() == 0 && read_count_in(&db, 1).await >= 150
+            },
+        )
+        .await;
+        stop.cancel();
+        survivor_counter.await.unwrap();
+        assert_eq!(
+            read_count_in(&db, 1).await,
+            150,
+            "{case}: counted exactly once"
+        );
+    }
+}
+
+/// The event stream a service publishes to (the doomed consumer registers on the same one).
+fn doomed_events(
+    service: &webook::interactive::InteractiveService,
+) -> webook::infra::events::EventStream {
+    service.events().clone()
+}

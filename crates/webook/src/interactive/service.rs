@@ -107,6 +107,11 @@ impl InteractiveService {
         }
     }
 
+    /// The event stream reads are published to.
+    pub fn events(&self) -> &EventStream {
+        &self.events
+    }
+
     /// Likes or unlikes; idempotent.
     pub async fn like(&self, uid: i64, biz: &str, biz_id: i64, like: bool) -> Result<(), AppError> {
         if self
