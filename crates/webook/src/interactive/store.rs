@@ -36,6 +36,14 @@ impl Counter {
             Self::Collect => "collect_cnt",
         }
     }
+
+    /// The per-user table whose rows this counter counts.
+    fn user_table(self) -> &'static str {
+        match self {
+            Self::Like => "user_likes",
+            Self::Collect => "user_collects",
+        }
+    }
 }
 
 impl InteractiveStore {
@@ -72,21 +80,7 @@ impl InteractiveStore {
             }
             turned_on
         } else {
-            let turned_off = sqlx::query(
-                "UPDATE user_likes SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1",
-            )
-            .bind(now)
-            .bind(uid)
-            .bind(biz)
-            .bind(biz_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if turned_off {
-                drop_one(&mut tx, biz, biz_id, Counter::Like, now).await?;
-            }
-            turned_off
+            turn_off(&mut tx, Counter::Like, uid, biz, biz_id, now).await?
         };
         tx.commit().await?;
         Ok(changed)
@@ -138,21 +132,7 @@ impl InteractiveStore {
             }
             turned_on
         } else {
-            let turned_off = sqlx::query(
-                "UPDATE user_collects SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1",
-            )
-            .bind(now)
-            .bind(uid)
-            .bind(biz)
-            .bind(biz_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if turned_off {
-                drop_one(&mut tx, biz, biz_id, Counter::Collect, now).await?;
-            }
-            turned_off
+            turn_off(&mut tx, Counter::Collect, uid, biz, biz_id, now).await?
         };
         tx.commit().await?;
         Ok(changed)
@@ -335,6 +315,34 @@ async fn bump(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// Sets the user's row to 0 if it was 1 and then takes one off the counter; returns whether it
+/// did.
+async fn turn_off(
+    tx: &mut Transaction<'static, Any>,
+    counter: Counter,
+    uid: i64,
+    biz: &str,
+    biz_id: i64,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let table = counter.user_table();
+    let turned_off = sqlx::query(&format!(
+        "UPDATE {table} SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1"
+    ))
+    .bind(now)
+    .bind(uid)
+    .bind(biz)
+    .bind(biz_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        == 1;
+    if turned_off {
+        drop_one(tx, biz, biz_id, counter, now).await?;
+    }
+    Ok(turned_off)
 }
 
 async fn drop_one(
