@@ -1,7 +1,9 @@
 //! The rules of reads, likes and collects for any `biz` + `biz_id`.
 //!
-//! - **Likes and collects** are written synchronously: one transaction per action (see
-//!   [`InteractiveStore`]), then the object's cached counts are invalidated.
+//! - **Likes and collects** are written synchronously: the user's row and the counter in one
+//!   transaction (see [`InteractiveStore`]), then the object's cached counts are invalidated.
+//!   Likes waiting at the same moment share a transaction (group commit, [`LIKE_BATCH`]); each
+//!   caller is answered after the commit.
 //! - **Reads** are the highest-volume write in the system, so a read only publishes an event
 //!   ([`READ_TOPIC`]). The [`read counter`](InteractiveService::read_counter) consumes them in
 //!   batches (up to [`READ_BATCH`] events or [`READ_MAX_WAIT`]), adds them up per object and
@@ -27,6 +29,7 @@ use std::{
 };
 
 use axum::body::Bytes;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -39,7 +42,7 @@ use crate::{
     },
     interactive::{
         model::{Counts, ReadEvent, UserFlags},
-        store::InteractiveStore,
+        store::{InteractiveStore, LikeChange},
     },
 };
 
@@ -64,11 +67,62 @@ const FLAGS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct InteractiveService {
     store: InteractiveStore,
+    likes: mpsc::Sender<LikeRequest>,
     counts_cache: VersionedCache,
     flags_cache: VersionedCache,
     events: EventStream,
     dedup_reads: bool,
     batches: Arc<AtomicU64>,
+}
+
+/// Most likes committed in one transaction. Likes waiting for the writer are applied together,
+/// in arrival order, each with the same statements as alone: SQLite has one writer, and one
+/// commit per like made the commit the bottleneck (group commit).
+pub const LIKE_BATCH: usize = 128;
+/// Likes waiting for the writer before callers wait to enqueue.
+const LIKE_QUEUE: usize = 4096;
+
+struct LikeRequest {
+    change: LikeChange,
+    reply: oneshot::Sender<anyhow::Result<bool>>,
+}
+
+/// The like writer: takes whatever likes are waiting (up to [`LIKE_BATCH`]), commits them in one
+/// transaction and answers each. If the batch fails, each like is retried alone, so one bad like
+/// cannot fail the others. Ends when the service is dropped.
+fn spawn_like_writer(store: InteractiveStore) -> mpsc::Sender<LikeRequest> {
+    let (sender, mut queue) = mpsc::channel::<LikeRequest>(LIKE_QUEUE);
+    tokio::spawn(async move {
+        while let Some(first) = queue.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < LIKE_BATCH {
+                match queue.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            let changes: Vec<LikeChange> = batch.iter().map(|r| r.change.clone()).collect();
+            match store.set_likes(&changes, now_millis()).await {
+                Ok(changed) => {
+                    for (request, changed) in batch.into_iter().zip(changed) {
+                        let _ = request.reply.send(Ok(changed));
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(size = batch.len(), %err, "like batch failed; retrying one by one");
+                    for request in batch {
+                        let alone = store
+                            .set_likes(std::slice::from_ref(&request.change), now_millis())
+                            .await
+                            .map(|changed| changed.first().copied().unwrap_or(false))
+                            .map_err(anyhow::Error::from);
+                        let _ = request.reply.send(alone);
+                    }
+                }
+            }
+        }
+    });
+    sender
 }
 
 fn cache_key(biz: &str, biz_id: i64) -> String {
@@ -88,6 +142,7 @@ impl InteractiveService {
         redis: Option<(&Redis, &str)>,
     ) -> Self {
         Self {
+            likes: spawn_like_writer(store.clone()),
             store,
             counts_cache: VersionedCache::new(
                 "interactive_counts",
@@ -112,12 +167,25 @@ impl InteractiveService {
         &self.events
     }
 
-    /// Likes or unlikes; idempotent.
+    /// Likes or unlikes; idempotent. Returns once the like is committed (see [`LIKE_BATCH`]).
     pub async fn like(&self, uid: i64, biz: &str, biz_id: i64, like: bool) -> Result<(), AppError> {
-        if self
-            .store
-            .set_like(uid, biz, biz_id, like, now_millis())
-            .await?
+        let (reply, changed) = oneshot::channel();
+        let request = LikeRequest {
+            change: LikeChange {
+                uid,
+                biz: biz.to_owned(),
+                biz_id,
+                like,
+            },
+            reply,
+        };
+        self.likes
+            .send(request)
+            .await
+            .map_err(|_| anyhow::anyhow!("the like writer stopped"))?;
+        if changed
+            .await
+            .map_err(|_| anyhow::anyhow!("the like writer dropped a like"))??
         {
             self.forget(uid, biz, biz_id).await;
         }

@@ -16,6 +16,19 @@ use crate::{
     interactive::model::{Counts, UserFlags},
 };
 
+/// One like (`like: true`) or unlike by `uid` of `biz` + `biz_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LikeChange {
+    /// Who.
+    pub uid: i64,
+    /// Kind of object.
+    pub biz: String,
+    /// Its id.
+    pub biz_id: i64,
+    /// Like or unlike.
+    pub like: bool,
+}
+
 /// Reads and writes interactions.
 #[derive(Debug, Clone)]
 pub struct InteractiveStore {
@@ -61,27 +74,28 @@ impl InteractiveStore {
         like: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let mut tx = self.db.writer().begin().await?;
-        let changed = if like {
-            let turned_on = sqlx::query_scalar::<_, i64>(
-                "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, $2, $3, 1, $4, $4) \
-                 ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = 1, utime = excluded.utime \
-                 WHERE user_likes.status = 0 RETURNING id",
-            )
-            .bind(uid)
-            .bind(biz)
-            .bind(biz_id)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?
-            .is_some();
-            if turned_on {
-                bump(&mut tx, biz, biz_id, Counter::Like, now).await?;
-            }
-            turned_on
-        } else {
-            turn_off(&mut tx, Counter::Like, uid, biz, biz_id, now).await?
+        let change = LikeChange {
+            uid,
+            biz: biz.to_owned(),
+            biz_id,
+            like,
         };
+        Ok(self
+            .set_likes(std::slice::from_ref(&change), now)
+            .await?
+            .first()
+            .copied()
+            .unwrap_or(false))
+    }
+
+    /// Applies `changes` in order in one transaction (all or none); returns, for each, whether
+    /// it changed anything.
+    pub async fn set_likes(&self, changes: &[LikeChange], now: i64) -> sqlx::Result<Vec<bool>> {
+        let mut tx = self.db.writer().begin().await?;
+        let mut changed = Vec::with_capacity(changes.len());
+        for change in changes {
+            changed.push(apply_like(&mut tx, change, now).await?);
+        }
         tx.commit().await?;
         Ok(changed)
     }
@@ -315,6 +329,43 @@ async fn bump(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// One like or unlike inside `tx`; returns whether the user's row changed state.
+async fn apply_like(
+    tx: &mut Transaction<'static, Any>,
+    change: &LikeChange,
+    now: i64,
+) -> sqlx::Result<bool> {
+    let changed = if change.like {
+        let turned_on = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, $2, $3, 1, $4, $4) \
+             ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = 1, utime = excluded.utime \
+             WHERE user_likes.status = 0 RETURNING id",
+        )
+        .bind(change.uid)
+        .bind(&change.biz)
+        .bind(change.biz_id)
+        .bind(now)
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some();
+        if turned_on {
+            bump(tx, &change.biz, change.biz_id, Counter::Like, now).await?;
+        }
+        turned_on
+    } else {
+        turn_off(
+            tx,
+            Counter::Like,
+            change.uid,
+            &change.biz,
+            change.biz_id,
+            now,
+        )
+        .await?
+    };
+    Ok(changed)
 }
 
 /// Sets the user's row to 0 if it was 1 and then takes one off the counter; returns whether it
