@@ -162,6 +162,24 @@ record() { # SCENARIO WRK_OUTPUT
   rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $errors | $(mib "$(rss_kib)") |")
 }
 
+# wrk_script FILE < LUA: writes the scenario's Lua (stdin) followed by the body check every
+# scenario shares: answers without "code":0 are counted and reported as "Bad bodies: N".
+wrk_script() {
+  { cat; cat <<'LUA'; } >"$1"
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) bad = 0 end
+function response(status, headers, body)
+  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
+  io.write(string.format("Bad bodies: %d\n", total))
+end
+LUA
+}
+
 json_post() { # PATH BODY -> response body
   curl -sS --max-time 30 -H 'Content-Type: application/json' -d "$2" "$base$1"
 }
@@ -211,22 +229,10 @@ for scenario in "${scenarios[@]}"; do
       login_check="passed (POST /users/login answered $answer)"
 
       # Every answer's body is checked too: bodies without "code":0 count as errors.
-      cat >"$tmp/login.lua" <<LUA
+      wrk_script "$tmp/login.lua" <<LUA
 wrk.method = "POST"
 wrk.body = '$body'
 wrk.headers["Content-Type"] = "application/json"
-
-local threads = {}
-function setup(thread) table.insert(threads, thread) end
-function init(args) bad = 0 end
-function response(status, headers, body)
-  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
-end
-function done(summary, latency, requests)
-  local total = 0
-  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
-  io.write(string.format("Bad bodies: %d\n", total))
-end
 LUA
       note "login: wrk -t2 -c16 -d${duration}s POST /users/login"
       run_wrk "$tmp/login.txt" -t2 -c16 -s "$tmp/login.lua" "$base/users/login"
@@ -234,20 +240,9 @@ LUA
       ;;
     reads)
       reader_and_article
-      cat >"$tmp/reads.lua" <<LUA
+      wrk_script "$tmp/reads.lua" <<LUA
 wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["User-Agent"] = "$ua"
-local threads = {}
-function setup(thread) table.insert(threads, thread) end
-function init(args) bad = 0 end
-function response(status, headers, body)
-  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
-end
-function done(summary, latency, requests)
-  local total = 0
-  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
-  io.write(string.format("Bad bodies: %d\n", total))
-end
 LUA
       note "reads: wrk -t2 -c64 -d${duration}s GET /articles/pub/$article"
       run_wrk "$tmp/reads.txt" -t2 -c64 -s "$tmp/reads.lua" "$base/articles/pub/$article"
@@ -271,26 +266,16 @@ LUA
       ;;
     likes)
       reader_and_article
-      cat >"$tmp/likes.lua" <<LUA
+      wrk_script "$tmp/likes.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["User-Agent"] = "$ua"
 wrk.headers["Content-Type"] = "application/json"
-local threads = {}
-function setup(thread) table.insert(threads, thread) end
-function init(args) bad = 0; n = 0 end
+n = 0
 function request()
   n = n + 1
   local like = (n % 2 == 1) and "true" or "false"
   return wrk.format(nil, nil, nil, '{"id":$article,"like":' .. like .. '}')
-end
-function response(status, headers, body)
-  if not string.find(body, '"code":0', 1, true) then bad = bad + 1 end
-end
-function done(summary, latency, requests)
-  local total = 0
-  for _, thread in ipairs(threads) do total = total + thread:get("bad") end
-  io.write(string.format("Bad bodies: %d\n", total))
 end
 LUA
       note "likes: wrk -t2 -c64 -d${duration}s POST /articles/pub/like (alternating like/unlike)"
