@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster_pair, get, login, post, signup, Setup};
+use common::{cluster_pair, get, login, post, signup, sorted_keys, Setup};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -293,15 +293,8 @@ async fn the_author_list_pages_newest_update_first_within_bounds(setup: Setup) {
         .collect();
     assert_eq!(order, vec![ids[0], ids[4], ids[3], ids[2], ids[1]]);
     let item = &list(&app, &author, 0, 1).await["data"][0];
-    let mut keys: Vec<&str> = item
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
     assert_eq!(
-        keys,
+        sorted_keys(item),
         ["abstract", "ctime", "id", "status", "title", "utime"]
     );
 

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 mod common;
 
-use common::{call, cluster_pair, get, login, post, refresh, signup, Setup, PASSWORD};
+use common::{call, cluster_pair, get, login, post, refresh, signup, sorted_keys, Setup, PASSWORD};
 use reqwest::StatusCode;
 use serde_json::json;
 use webook::testing::{wait_until, TestApp, TestDb};
@@ -37,15 +37,8 @@ async fn lifecycle_signup_login_profile_edit_logout(setup: Setup) {
     assert_eq!(profile.status, StatusCode::OK);
     let body = profile.json();
     assert_eq!(body["Email"], "alice@example.com");
-    let mut keys: Vec<&str> = body
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
-    keys.sort_unstable();
     assert_eq!(
-        keys,
+        sorted_keys(&body),
         ["AboutMe", "Birthday", "Email", "Id", "Nickname", "Phone"],
         "bare object"
     );

@@ -200,3 +200,15 @@ pub async fn cluster_pair(configure: impl Fn(&mut Config)) -> (TestApp, TestApp)
     let second = TestApp::spawn_shared(db, configure).await;
     (first, second)
 }
+
+/// The keys of a JSON object, sorted: for asserting a response's exact shape.
+pub fn sorted_keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort_unstable();
+    keys
+}
