@@ -98,21 +98,14 @@ impl TestDb {
 
     /// A new, migrated database on the test PostgreSQL server.
     pub async fn postgres() -> Self {
-        let url = Self::empty_postgres_database().await;
-        let db = Db::connect_url(&url.0, 4).await.expect("open PostgreSQL");
+        let (url, cleanup) = Self::empty_postgres_database().await;
+        let db = Db::connect_url(&url, 4).await.expect("open PostgreSQL");
         db.migrate().await.expect("migrate PostgreSQL");
-        Self {
-            db,
-            url: url.0,
-            cleanup: Cleanup::Postgres {
-                admin_url: url.1,
-                name: url.2,
-            },
-        }
+        Self { db, url, cleanup }
     }
 
-    /// Creates an empty database; returns (its URL, the admin URL, its name).
-    async fn empty_postgres_database() -> (String, String, String) {
+    /// Creates an empty database; returns its URL and what drops it.
+    async fn empty_postgres_database() -> (String, Cleanup) {
         let admin_url = required_env(TEST_DATABASE_URL_ENV);
         let name = format!("webook_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(&admin_url)
@@ -125,17 +118,14 @@ impl TestDb {
         admin.close().await.ok();
         let mut url = url::Url::parse(&admin_url).expect("valid test database URL");
         url.set_path(&format!("/{name}"));
-        (url.to_string(), admin_url, name)
+        (url.to_string(), Cleanup::Postgres { admin_url, name })
     }
 
     /// An empty (unmigrated) PostgreSQL database, dropped with the returned guard; for tests of
     /// migrations themselves and of processes that migrate on start.
     pub async fn empty_postgres() -> EmptyPostgres {
-        let (url, admin_url, name) = Self::empty_postgres_database().await;
-        EmptyPostgres {
-            url,
-            cleanup: Cleanup::Postgres { admin_url, name },
-        }
+        let (url, cleanup) = Self::empty_postgres_database().await;
+        EmptyPostgres { url, cleanup }
     }
 }
 

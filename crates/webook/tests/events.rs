@@ -61,6 +61,27 @@ async fn inspect(url: &str) -> MultiplexedConnection {
         .unwrap()
 }
 
+/// What most tests start from: a key space of their own on the Redis at `url` (its stream key), a
+/// connection to look at the stream with, one process's stream and its stop token.
+struct Fixture {
+    key: String,
+    look: MultiplexedConnection,
+    stream: EventStream,
+    stop: CancellationToken,
+}
+
+impl Fixture {
+    async fn on(url: String) -> Self {
+        let prefix = fresh_prefix();
+        Self {
+            key: stream_key(&prefix, TOPIC),
+            look: inspect(&url).await,
+            stream: cluster_stream(&url, &prefix).await,
+            stop: CancellationToken::new(),
+        }
+    }
+}
+
 /// Batches a handler received.
 type Batches = mpsc::UnboundedReceiver<Vec<Event>>;
 /// What a successful handler returns.
@@ -163,12 +184,12 @@ fn keys(events: &[Event]) -> Vec<String> {
 
 #[tokio::test]
 async fn every_event_arrives_once_in_order_in_bounded_batches() {
-    let url = redis_url();
-    let prefix = fresh_prefix();
-    let key = stream_key(&prefix, TOPIC);
-    let look = inspect(&url).await;
-    let stream = cluster_stream(&url, &prefix).await;
-    let stop = CancellationToken::new();
+    let Fixture {
+        key,
+        look,
+        stream,
+        stop,
+    } = Fixture::on(redis_url()).await;
     let (handler, mut batches) = recorder();
     let consumer = tokio::spawn(stream.consume(
         TOPIC,
@@ -214,12 +235,12 @@ async fn every_event_arrives_once_in_order_in_bounded_batches() {
 
 #[tokio::test]
 async fn every_group_receives_every_event() {
-    let url = redis_url();
-    let prefix = fresh_prefix();
-    let key = stream_key(&prefix, TOPIC);
-    let look = inspect(&url).await;
-    let stream = cluster_stream(&url, &prefix).await;
-    let stop = CancellationToken::new();
+    let Fixture {
+        key,
+        look,
+        stream,
+        stop,
+    } = Fixture::on(redis_url()).await;
     let mut groups = Vec::new();
     for group in ["feed", "search"] {
         let (handler, batches) = recorder();
@@ -321,12 +342,12 @@ async fn a_crashed_consumers_entries_are_taken_over_with_their_ids() {
 
 #[tokio::test]
 async fn a_failing_batch_is_retried_with_the_same_ids_then_acknowledged() {
-    let url = redis_url();
-    let prefix = fresh_prefix();
-    let key = stream_key(&prefix, TOPIC);
-    let look = inspect(&url).await;
-    let stream = cluster_stream(&url, &prefix).await;
-    let stop = CancellationToken::new();
+    let Fixture {
+        key,
+        look,
+        stream,
+        stop,
+    } = Fixture::on(redis_url()).await;
     let attempts = Arc::new(AtomicUsize::new(0));
     let (tx, mut calls) = mpsc::unbounded_channel();
     let counter = attempts.clone();
@@ -419,12 +440,12 @@ async fn stop_ends_a_blocked_read_promptly() {
 
 #[tokio::test]
 async fn stop_finishes_the_batch_in_hand_and_leaves_the_rest_in_the_stream() {
-    let url = redis_url();
-    let prefix = fresh_prefix();
-    let key = stream_key(&prefix, TOPIC);
-    let look = inspect(&url).await;
-    let stream = cluster_stream(&url, &prefix).await;
-    let stop = CancellationToken::new();
+    let Fixture {
+        key,
+        look,
+        stream,
+        stop,
+    } = Fixture::on(redis_url()).await;
     let gate = Arc::new(Semaphore::new(0));
     let (tx, mut batches) = mpsc::unbounded_channel();
     let held = gate.clone();
@@ -501,12 +522,12 @@ async fn stop_finishes_the_batch_in_hand_and_leaves_the_rest_in_the_stream() {
 #[tokio::test]
 async fn while_redis_is_down_events_reach_this_process_in_process() {
     let mut server = RedisServer::start().await;
-    let url = server.url();
-    let prefix = fresh_prefix();
-    let key = stream_key(&prefix, TOPIC);
-    let look = inspect(&url).await;
-    let stream = cluster_stream(&url, &prefix).await;
-    let stop = CancellationToken::new();
+    let Fixture {
+        key,
+        look,
+        stream,
+        stop,
+    } = Fixture::on(server.url()).await;
     let received = Arc::new(Mutex::new(Vec::<Event>::new()));
     let sink = received.clone();
     let consumer = tokio::spawn(stream.consume(

@@ -13,15 +13,9 @@
 
 use std::{future::Future, time::Duration};
 
-use axum::body::Bytes;
-use serde::{de::DeserializeOwned, Serialize};
-
 use crate::{
     article::model::{ArticleStatus, ListItem, PublishedArticle},
-    infra::{
-        cache::{Lookup, VersionedCache},
-        redis::Redis,
-    },
+    infra::{cache::VersionedCache, redis::Redis},
 };
 
 /// Items kept in an author's first-page entry (the largest page the API serves).
@@ -58,23 +52,14 @@ impl ArticleCache {
     }
 
     /// The author's first page, from the cache or from `load` (then cached).
-    pub async fn first_page<F>(&self, author: i64, load: F) -> sqlx::Result<Vec<ListItem>>
-    where
-        F: Future<Output = sqlx::Result<Vec<ListItem>>>,
-    {
-        let key = author.to_string();
-        let token = match self.first_pages.get(&key).await {
-            Lookup::Hit(bytes) => match decode(&bytes) {
-                Some(items) => return Ok(items),
-                None => self.first_pages.invalidate_and_token(&key).await,
-            },
-            Lookup::Miss(token) => token,
-        };
-        let items = load.await?;
-        if let Some(bytes) = encode(&items) {
-            self.first_pages.fill(&key, token, bytes).await;
-        }
-        Ok(items)
+    pub async fn first_page(
+        &self,
+        author: i64,
+        load: impl Future<Output = sqlx::Result<Vec<ListItem>>>,
+    ) -> sqlx::Result<Vec<ListItem>> {
+        self.first_pages
+            .get_or_load(&author.to_string(), load, |_| true)
+            .await
     }
 
     /// Rule: after any committed write by `author`.
@@ -84,51 +69,26 @@ impl ArticleCache {
 
     /// The reader copy `id` when published, from the cache or from `load` (cached only when
     /// published).
-    pub async fn reader_copy<F>(&self, id: i64, load: F) -> sqlx::Result<Option<PublishedArticle>>
-    where
-        F: Future<Output = sqlx::Result<Option<PublishedArticle>>>,
-    {
-        let key = id.to_string();
-        let token = match self.reader_copies.get(&key).await {
-            Lookup::Hit(bytes) => match decode(&bytes) {
-                Some(article) => return Ok(Some(article)),
-                None => self.reader_copies.invalidate_and_token(&key).await,
-            },
-            Lookup::Miss(token) => token,
-        };
-        let article = load.await?.filter(|a| a.status == ArticleStatus::Published);
-        if let Some(bytes) = article.as_ref().and_then(encode) {
-            self.reader_copies.fill(&key, token, bytes).await;
-        }
-        Ok(article)
+    pub async fn reader_copy(
+        &self,
+        id: i64,
+        load: impl Future<Output = sqlx::Result<Option<PublishedArticle>>>,
+    ) -> sqlx::Result<Option<PublishedArticle>> {
+        let published = async { Ok(load.await?.filter(|a| a.status == ArticleStatus::Published)) };
+        self.reader_copies
+            .get_or_load(&id.to_string(), published, Option::is_some)
+            .await
     }
 
     /// Rule: on publish and republish, with the committed reader copy (preload).
     pub async fn put_reader_copy(&self, article: &PublishedArticle) {
-        match encode(article) {
-            Some(bytes) => self.reader_copies.set(&article.id.to_string(), bytes).await,
-            None => self.forget_reader_copy(article.id).await,
-        }
+        self.reader_copies
+            .set_json(&article.id.to_string(), article)
+            .await;
     }
 
     /// Rule: on withdraw.
     pub async fn forget_reader_copy(&self, id: i64) {
         self.reader_copies.invalidate(&id.to_string()).await;
     }
-}
-
-fn encode(value: &impl Serialize) -> Option<Bytes> {
-    match serde_json::to_vec(value) {
-        Ok(bytes) => Some(Bytes::from(bytes)),
-        Err(err) => {
-            tracing::error!(%err, "cannot serialise a cache value");
-            None
-        }
-    }
-}
-
-fn decode<T: DeserializeOwned>(bytes: &Bytes) -> Option<T> {
-    serde_json::from_slice(bytes)
-        .inspect_err(|err| tracing::warn!(%err, "undecodable cache value; reloading"))
-        .ok()
 }

@@ -23,12 +23,14 @@
 //! [`fill`]: VersionedCache::fill
 
 use std::{
+    future::Future,
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
 use axum::body::Bytes;
 use moka::ops::compute::Op;
+use serde::{de::DeserializeOwned, Serialize};
 
 use crate::infra::redis::Redis;
 
@@ -313,9 +315,54 @@ impl VersionedCache {
         }
     }
 
-    /// Drops a value the caller could not use (e.g. it no longer deserialises) and returns a
-    /// token for refilling it.
-    pub async fn invalidate_and_token(&self, key: &str) -> FillToken {
+    /// Cache-aside for JSON values: a hit that decodes is the answer; otherwise `load` runs and
+    /// its value is offered back under the miss's token (so a concurrent write wins), if
+    /// `cacheable` says so. A value that no longer decodes (a deploy changed its shape) is
+    /// dropped and reloaded.
+    pub async fn get_or_load<T, E>(
+        &self,
+        key: &str,
+        load: impl Future<Output = Result<T, E>>,
+        cacheable: impl FnOnce(&T) -> bool,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+    {
+        let token = match self.get(key).await {
+            Lookup::Hit(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(value) => return Ok(value),
+                Err(err) => {
+                    tracing::warn!(cache = self.name, %err, "undecodable cache value; reloading");
+                    self.invalidate_and_token(key).await
+                }
+            },
+            Lookup::Miss(token) => token,
+        };
+        let value = load.await?;
+        if cacheable(&value) {
+            match serde_json::to_vec(&value) {
+                Ok(bytes) => self.fill(key, token, Bytes::from(bytes)).await,
+                Err(err) => {
+                    tracing::error!(cache = self.name, %err, "cannot serialise a cache value")
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// Writer: stores `value` serialised as JSON (see [`VersionedCache::set`]).
+    pub async fn set_json(&self, key: &str, value: &impl Serialize) {
+        match serde_json::to_vec(value) {
+            Ok(bytes) => self.set(key, Bytes::from(bytes)).await,
+            Err(err) => {
+                tracing::error!(cache = self.name, %err, "cannot serialise a cache value");
+                self.invalidate(key).await;
+            }
+        }
+    }
+
+    /// Drops a value the caller could not use and returns a token for refilling it.
+    async fn invalidate_and_token(&self, key: &str) -> FillToken {
         self.invalidate(key).await;
         match self.get(key).await {
             Lookup::Miss(token) => token,

@@ -229,6 +229,23 @@ pub fn expand_dialect(sql: &str, kind: DatabaseKind) -> String {
     sql.replace("{{id}}", id)
 }
 
+/// `$first, $first+1, …`: `count` numbered placeholders, for `IN (…)` lists built at run time.
+pub fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `($1, $2), ($3, $4), …`: `rows` rows of `columns` numbered placeholders, for multi-row
+/// `VALUES`.
+pub fn row_placeholders(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Milliseconds since the Unix epoch, the unit of every time column.
 pub fn now_millis() -> i64 {
     let since_epoch = std::time::SystemTime::now()
@@ -283,6 +300,13 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn placeholders_number_from_where_they_are_told() {
+        assert_eq!(placeholders(2, 3), "$2, $3, $4");
+        assert_eq!(row_placeholders(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(row_placeholders(0, 3), "");
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub struct Counts {
 }
 
 /// What the caller did to one object.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserFlags {
     /// The caller likes it.
     pub liked: bool,

@@ -28,14 +28,13 @@ use std::{
     time::Duration,
 };
 
-use axum::body::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     error::AppError,
     infra::{
-        cache::{Lookup, VersionedCache},
+        cache::VersionedCache,
         db::now_millis,
         events::{Event, EventStream},
         redis::Redis,
@@ -245,21 +244,14 @@ impl InteractiveService {
 
     /// The object's counters, cached.
     pub async fn counts(&self, biz: &str, biz_id: i64) -> Result<Counts, AppError> {
-        let key = cache_key(biz, biz_id);
-        let token = match self.counts_cache.get(&key).await {
-            Lookup::Hit(bytes) => match serde_json::from_slice(&bytes) {
-                Ok(counts) => return Ok(counts),
-                Err(_) => self.counts_cache.invalidate_and_token(&key).await,
-            },
-            Lookup::Miss(token) => token,
-        };
-        let counts = self.store.counts(biz, biz_id).await?;
-        if let Ok(bytes) = serde_json::to_vec(&counts) {
-            self.counts_cache
-                .fill(&key, token, Bytes::from(bytes))
-                .await;
-        }
-        Ok(counts)
+        Ok(self
+            .counts_cache
+            .get_or_load(
+                &cache_key(biz, biz_id),
+                self.store.counts(biz, biz_id),
+                |_| true,
+            )
+            .await?)
     }
 
     /// Counters of many objects in one query (for lists and the hot list); absent ids have none.
@@ -279,23 +271,14 @@ impl InteractiveService {
         biz: &str,
         biz_id: i64,
     ) -> Result<UserFlags, AppError> {
-        let key = flags_key(uid, biz, biz_id);
-        let token = match self.flags_cache.get(&key).await {
-            Lookup::Hit(bytes) if bytes.len() == 2 => {
-                return Ok(UserFlags {
-                    liked: bytes[0] == 1,
-                    collected: bytes[1] == 1,
-                })
-            }
-            Lookup::Hit(_) => self.flags_cache.invalidate_and_token(&key).await,
-            Lookup::Miss(token) => token,
-        };
-        let flags = self.store.user_flags(uid, biz, biz_id).await?;
-        let encoded = [u8::from(flags.liked), u8::from(flags.collected)];
-        self.flags_cache
-            .fill(&key, token, Bytes::copy_from_slice(&encoded))
-            .await;
-        Ok(flags)
+        Ok(self
+            .flags_cache
+            .get_or_load(
+                &flags_key(uid, biz, biz_id),
+                self.store.user_flags(uid, biz, biz_id),
+                |_| true,
+            )
+            .await?)
     }
 
     /// The read counter: consumes read events until `stop`, then drains. Spawn it once per

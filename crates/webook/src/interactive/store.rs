@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use sqlx::{Any, Row, Transaction};
 
 use crate::{
-    infra::db::Db,
+    infra::db::{placeholders, row_placeholders, Db},
     interactive::model::{Counts, UserFlags},
 };
 
@@ -166,9 +166,10 @@ impl InteractiveStore {
         Ok(found.is_some())
     }
 
-    /// Adds read counts, one statement for the whole batch, in one transaction. With `dedup`
-    /// (`group`, event ids), ids already applied are skipped and the rest recorded in the same
-    /// transaction, so a redelivered batch is counted once. Returns how many reads were applied.
+    /// Adds read counts — `reads` are (biz, biz_id, event id) — one statement for the whole batch,
+    /// in one transaction. With `dedup_group`, event ids already applied by that group are
+    /// skipped and the rest recorded in the same transaction, so a redelivered batch is counted
+    /// once. Returns the reads applied per object.
     pub async fn apply_reads(
         &self,
         reads: &[(String, i64, String)],
@@ -181,10 +182,7 @@ impl InteractiveStore {
             Some(group) => {
                 let mut fresh_ids = std::collections::HashSet::new();
                 for chunk in reads.chunks(1000) {
-                    let placeholders = (0..chunk.len())
-                        .map(|i| format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3))
-                        .collect::<Vec<_>>()
-                        .join(", ");
+                    let placeholders = row_placeholders(chunk.len(), 3);
                     let sql = format!(
                         "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES {placeholders} \
                          ON CONFLICT (group_name, event_id) DO NOTHING RETURNING event_id"
@@ -207,19 +205,7 @@ impl InteractiveStore {
         }
         let applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
         for chunk in applied.chunks(1000) {
-            let placeholders = (0..chunk.len())
-                .map(|i| {
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${})",
-                        i * 5 + 1,
-                        i * 5 + 2,
-                        i * 5 + 3,
-                        i * 5 + 4,
-                        i * 5 + 5
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
+            let placeholders = row_placeholders(chunk.len(), 5);
             let sql = format!(
                 "INSERT INTO interactives (biz, biz_id, read_cnt, ctime, utime) VALUES {placeholders} \
                  ON CONFLICT (biz, biz_id) DO UPDATE SET read_cnt = interactives.read_cnt + excluded.read_cnt, \
@@ -263,10 +249,7 @@ impl InteractiveStore {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let placeholders = (0..ids.len())
-            .map(|i| format!("${}", i + 2))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let placeholders = placeholders(2, ids.len());
         let sql = format!(
             "SELECT biz_id, read_cnt, like_cnt, collect_cnt FROM interactives WHERE biz = $1 AND biz_id IN ({placeholders})"
         );
