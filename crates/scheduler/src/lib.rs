@@ -1,14 +1,33 @@
 //! The generic job engine of webook. It knows nothing about articles or users: applications
-//! implement its `Job` trait and register jobs by name.
+//! implement [`Job`], describe when and where it runs with [`JobOptions`], and register it with a
+//! [`Scheduler`].
 //!
-//! What it will hold (see `DESIGN.md` §4 "Jobs"):
-//! - `Job` and its run context (cancellation token, fencing token);
-//! - schedules: cron expressions with seconds, `@every`, per-job IANA time zones;
-//! - a builder that wraps any job with tracing, metrics and error logging;
-//! - locks with an in-process and a Redis implementation, as short per-run locks or a long,
-//!   auto-refreshed, self-fencing lock;
-//! - the SQL preemptive scheduler: a `jobs` table every instance polls, compare-and-swap claims,
-//!   heartbeats, takeover of crashed holders, and a `job_runs` history.
+//! - [`schedule`]: when — cron expressions with seconds, `@every`, descriptors, per-job IANA time
+//!   zones with defined DST behaviour;
+//! - [`job`]: what — the [`Job`] trait and the [`JobContext`] a run receives (cancellation,
+//!   fencing token, ownership check);
+//! - [`lock`]: where — [`LockBackend`] with an in-process and a Redis implementation, and
+//!   [`Lease`], a held lock whose validity is tracked on the monotonic clock;
+//! - [`scheduler`]: the engine — drivers per job, overlap policy, short and long locks with
+//!   self-fencing, graceful stop;
+//! - [`instrument`]: the decorator every job is wrapped in (span, metrics, error log);
+//! - [`clock`]: the wall clock, real or driven by tokio's paused clock in tests.
 //!
-//! It is empty until the job-engine issue lands; the crate exists so the workspace layout is
-//! final from the first commit.
+//! Flow: `Scheduler::add(job, options)` → `start()` spawns one driver per job → at each fire time
+//! the driver spawns a run that takes the guard's lock (or skips), runs the instrumented job under
+//! supervision and releases → `stop(grace)` drains and releases every lock.
+//!
+//! The SQL preemptive scheduler (a `jobs` table every instance polls) joins this crate later.
+
+pub mod clock;
+pub mod instrument;
+pub mod job;
+pub mod lock;
+pub mod schedule;
+pub mod scheduler;
+
+pub use clock::{Clock, SystemClock, TokioClock};
+pub use job::{Job, JobContext};
+pub use lock::{Grant, InProcessLocks, Lease, LockBackend, LockError, RedisLocks};
+pub use schedule::{Schedule, ScheduleError};
+pub use scheduler::{Guard, JobOptions, Overlap, RunningScheduler, Scheduler, SchedulerError};
