@@ -4,7 +4,8 @@
 //! JWT secrets, binds the listener and assembles the router from every feature's `router()`
 //! behind the middleware of [`crate::infra::http`]. [`App::run_until`] serves until the shutdown
 //! future resolves, then drains: it stops accepting, lets in-flight requests finish (bounded by
-//! `shutdown_timeout`), stops background tasks and closes the pool.
+//! `shutdown_timeout`), stops the job scheduler (running jobs get `shutdown_timeout` too, then
+//! are cancelled), stops background tasks and closes the pool.
 
 use std::{
     future::{Future, IntoFuture},
@@ -24,14 +25,14 @@ use crate::{
     config::{Config, JwtSecrets},
     infra::events::{EventStream, RedisStreamOptions},
     infra::{
-        client_ip::TrustedProxies, db::Db, http::with_middleware, rate_limit::RateLimiter,
-        redis::Redis, telemetry,
+        client_ip::TrustedProxies, db::Db, http::with_middleware, jobs::JobRegistry,
+        rate_limit::RateLimiter, redis::Redis, telemetry,
     },
-    interactive::{store::InteractiveStore, InteractiveService},
+    interactive::{store::InteractiveStore, InteractiveService, PurgeConsumedEvents},
     ops,
     user::{
         self, password::PasswordHasher, session::SessionStore, store::UserStore, token::Tokens,
-        UserService,
+        PurgeExpiredSessions, UserService,
     },
 };
 
@@ -67,9 +68,10 @@ impl FromRef<AppState> for TrustedProxies {
     }
 }
 
-/// A built service: backends open, listener bound, not yet serving.
+/// A built service: backends open, jobs registered, listener bound, not yet serving.
 pub struct App {
     state: AppState,
+    jobs: JobRegistry,
     listener: TcpListener,
 }
 
@@ -115,6 +117,9 @@ impl App {
                 .as_ref()
                 .map(|redis| (redis, config.redis_prefix.as_str())),
         );
+        let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
+        jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
+        jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -133,6 +138,7 @@ impl App {
                 events,
                 interactive,
             },
+            jobs,
             listener,
         })
     }
@@ -149,7 +155,11 @@ impl App {
 
     /// Serves until `shutdown` resolves, then drains gracefully (see the module docs).
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Self { state, listener } = self;
+        let Self {
+            state,
+            jobs,
+            listener,
+        } = self;
         let config = state.config.clone();
         let router = router(state.clone())?;
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
@@ -163,6 +173,8 @@ impl App {
             background_stop.clone(),
         ));
         background.spawn(state.interactive.read_counter(background_stop.clone()));
+
+        let jobs = jobs.start();
 
         let addr = listener.local_addr()?;
         tracing::info!(
@@ -190,6 +202,14 @@ impl App {
             }
         }
         stopping.cancel();
+        // Jobs next: they may still publish events, which the consumers below then flush.
+        let interrupted = jobs.stop(config.shutdown_timeout).await;
+        if interrupted > 0 {
+            tracing::warn!(
+                interrupted,
+                "job runs outlived shutdown_timeout and were cancelled"
+            );
+        }
         background_stop.cancel();
         background.close();
         if tokio::time::timeout(config.shutdown_timeout, background.wait())

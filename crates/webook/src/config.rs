@@ -94,6 +94,9 @@ pub struct Config {
     /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
     /// Never enable in production.
     pub debug_endpoints: bool,
+    /// When maintenance jobs purge expired sessions and old applied-event ids: a cron
+    /// expression (seconds first, e.g. `0 */10 * * * *`) or `@every 10m`, in UTC.
+    pub purge_schedule: String,
 }
 
 impl Default for Config {
@@ -120,6 +123,7 @@ impl Default for Config {
             auth_rate_window: Duration::from_secs(60),
             trusted_proxies: Vec::new(),
             debug_endpoints: false,
+            purge_schedule: "@every 10m".to_owned(),
         }
     }
 }
@@ -148,6 +152,7 @@ pub const KEYS: &[&str] = &[
     "auth_rate_window",
     "trusted_proxies",
     "debug_endpoints",
+    "purge_schedule",
 ];
 
 /// Format of log lines.
@@ -231,6 +236,12 @@ impl Config {
             .collect()
     }
 
+    /// `purge_schedule` parsed.
+    pub fn purge_schedule(&self) -> anyhow::Result<scheduler::Schedule> {
+        scheduler::Schedule::parse(&self.purge_schedule)
+            .map_err(|err| anyhow::anyhow!("invalid purge_schedule (WEBOOK_PURGE_SCHEDULE): {err}"))
+    }
+
     /// Checks what the type system cannot: URL schemes, the log filter, cluster secrets.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.database_kind()?;
@@ -274,6 +285,7 @@ impl Config {
             );
         }
         self.trusted_proxy_networks()?;
+        self.purge_schedule()?;
         for (name, secret) in [
             ("jwt_access_secret", &self.jwt_access_secret),
             ("jwt_refresh_secret", &self.jwt_refresh_secret),
@@ -642,6 +654,17 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("listen"), "{err}");
+
+            jail.set_env("WEBOOK_LISTEN", "127.0.0.1:0");
+            jail.set_env("WEBOOK_PURGE_SCHEDULE", "0 0 25 * * *");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                "invalid purge_schedule (WEBOOK_PURGE_SCHEDULE): invalid cron expression \
+                 \"0 0 25 * * *\": hour field \"25\": 25 is out of range 0-23"
+            );
             Ok(())
         });
     }

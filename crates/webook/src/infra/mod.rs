@@ -1,6 +1,7 @@
 //! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
 //! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
-//! middleware stack ([`http`]), client IPs ([`client_ip`]) and rate limits ([`rate_limit`]).
+//! middleware stack ([`http`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]) and the
+//! periodic jobs ([`jobs`]).
 //! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
@@ -9,6 +10,7 @@ pub mod client_ip;
 pub mod db;
 pub mod events;
 pub mod http;
+pub mod jobs;
 pub mod rate_limit;
 pub mod redis;
 pub mod telemetry;

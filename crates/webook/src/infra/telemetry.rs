@@ -25,6 +25,12 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// Job duration buckets (seconds): jobs run from milliseconds (a purge) to minutes (a ranking
+/// over every article). A full-name matcher takes precedence over the latency suffix matcher.
+const JOB_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
 /// Installs the global log subscriber. A second call (tests start many apps) keeps the first.
 pub fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&config.log).context("invalid log (WEBOOK_LOG)")?;
@@ -57,6 +63,11 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
             LATENCY_BUCKETS,
         )
         .context("configuring metric buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full(scheduler::instrument::JOB_DURATION.to_owned()),
+            JOB_DURATION_BUCKETS,
+        )
+        .context("configuring job duration buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     metrics::describe_counter!(HTTP_REQUESTS_TOTAL, "HTTP requests served");
@@ -66,5 +77,6 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
         "HTTP request latency"
     );
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
+    scheduler::instrument::describe_metrics();
     Ok(handle)
 }

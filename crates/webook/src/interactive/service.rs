@@ -12,21 +12,15 @@
 //!   shutdown (the consumer drains its queue before the process exits). With Redis Streams
 //!   (cluster), a batch can be delivered again after a consumer died between commit and
 //!   acknowledgement; the applied entry ids are recorded in the same transaction
-//!   (`consumed_events`), so such a batch is counted once.
+//!   (`consumed_events`), so such a batch is counted once. Ids older than
+//!   [`CONSUMED_EVENTS_RETENTION`] are deleted by the `purge_consumed_events` job.
 //! - **Counts** are read through a [`VersionedCache`] (in-process, or Redis with a near cache),
 //!   refilled from the database after each change. The database is the source of truth; a cache
 //!   failure never fails an action. (The seeds update a Redis hash with "increment if present";
 //!   that loses increments racing with a refill. Invalidation with versioned fills cannot, and a
 //!   hot object is refilled at most once per batch.)
 
-use std::{
-    collections::HashMap,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{collections::HashMap, time::Duration};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -54,9 +48,7 @@ pub const READ_BATCH: usize = 500;
 /// Longest a read event waits for its batch to fill.
 pub const READ_MAX_WAIT: Duration = Duration::from_millis(200);
 /// How long applied event ids are kept for recognising redeliveries.
-const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
-/// Purge old applied event ids every this many batches.
-const PURGE_EVERY_BATCHES: u64 = 1000;
+pub const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
 const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
 const COUNTS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 const FLAGS_TTL: Duration = Duration::from_secs(10 * 60);
@@ -71,7 +63,6 @@ pub struct InteractiveService {
     flags_cache: VersionedCache,
     events: EventStream,
     dedup_reads: bool,
-    batches: Arc<AtomicU64>,
 }
 
 /// Most likes committed in one transaction. Likes waiting for the writer are applied together,
@@ -157,7 +148,6 @@ impl InteractiveService {
             ),
             events,
             dedup_reads: redis.is_some(),
-            batches: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -301,6 +291,16 @@ impl InteractiveService {
         )
     }
 
+    /// Deletes applied-event ids older than [`CONSUMED_EVENTS_RETENTION`] (run by
+    /// [`crate::interactive::jobs::PurgeConsumedEvents`]). Returns how many were deleted.
+    pub async fn purge_consumed_events(&self) -> anyhow::Result<u64> {
+        let retention = i64::try_from(CONSUMED_EVENTS_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        Ok(self
+            .store
+            .purge_consumed_events(now_millis().saturating_sub(retention))
+            .await?)
+    }
+
     /// Applies one batch of read events; an error leaves the batch to be retried.
     pub async fn apply_read_batch(&self, events: Vec<Event>) -> anyhow::Result<()> {
         let reads: Vec<(String, i64, String)> = events
@@ -320,18 +320,6 @@ impl InteractiveService {
         let applied = self.store.apply_reads(&reads, dedup_group, now).await?;
         for ((biz, biz_id), _) in &applied {
             self.counts_cache.invalidate(&cache_key(biz, *biz_id)).await;
-        }
-        if self.dedup_reads
-            && self
-                .batches
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(PURGE_EVERY_BATCHES)
-        {
-            let cutoff =
-                now - i64::try_from(CONSUMED_EVENTS_RETENTION.as_millis()).unwrap_or(i64::MAX);
-            if let Err(err) = self.store.purge_consumed_events(cutoff).await {
-                tracing::warn!(%err, "could not purge applied event ids");
-            }
         }
         Ok(())
     }

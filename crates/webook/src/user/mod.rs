@@ -9,6 +9,7 @@
 //! Other features authenticate requests by taking an [`AuthUser`] argument in their handlers.
 
 mod http;
+pub mod jobs;
 pub mod model;
 pub mod password;
 pub mod service;
@@ -17,4 +18,5 @@ pub mod store;
 pub mod token;
 
 pub use http::router;
+pub use jobs::PurgeExpiredSessions;
 pub use service::{AuthUser, UserService};

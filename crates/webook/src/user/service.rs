@@ -166,6 +166,11 @@ impl UserService {
         }
     }
 
+    /// Drops the state of fully expired sessions (see [`SessionStore::purge_expired`]).
+    pub async fn purge_expired_sessions(&self) -> anyhow::Result<u64> {
+        self.sessions.purge_expired().await
+    }
+
     /// Revokes the caller's session.
     pub async fn logout(&self, user: &AuthUser) -> Result<(), AppError> {
         self.sessions

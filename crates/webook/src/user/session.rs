@@ -123,12 +123,7 @@ return 1
 impl SessionStore {
     /// The embedded store: loads unexpired state from `sessions` and purges expired rows.
     pub async fn local(db: Db, ttl: Duration) -> anyhow::Result<Self> {
-        let now = now_millis();
-        sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
-            .bind(now)
-            .execute(db.writer())
-            .await
-            .context("purging expired sessions")?;
+        delete_expired_rows(&db, now_millis()).await?;
         let rows = sqlx::query("SELECT ssid, uid, generation, revoked, expires_at FROM sessions")
             .fetch_all(db.pool())
             .await
@@ -288,6 +283,31 @@ impl SessionStore {
             }
         }
     }
+}
+
+impl SessionStore {
+    /// Drops state of sessions whose every token has expired: rows of `sessions` and entries of
+    /// the in-process map (embedded). Redis expires its keys itself, so in cluster mode this does
+    /// nothing. Returns the number of rows deleted.
+    pub async fn purge_expired(&self) -> anyhow::Result<u64> {
+        let Backend::Local(local) = &self.backend else {
+            return Ok(0);
+        };
+        let now = now_millis();
+        let deleted = delete_expired_rows(&local.db, now).await?;
+        local.with_states(|states| states.retain(|_, state| state.expires_at > now));
+        Ok(deleted)
+    }
+}
+
+/// Deletes the `sessions` rows expired at `now` (ms).
+async fn delete_expired_rows(db: &Db, now: i64) -> anyhow::Result<u64> {
+    Ok(sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
+        .bind(now)
+        .execute(db.writer())
+        .await
+        .context("purging expired sessions")?
+        .rows_affected())
 }
 
 impl LocalSessions {

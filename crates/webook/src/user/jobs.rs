@@ -1,0 +1,36 @@
+//! Periodic upkeep of sessions, run by the process's scheduler (see `crate::infra::jobs`).
+
+use async_trait::async_trait;
+use scheduler::{Job, JobContext};
+
+use crate::user::UserService;
+
+/// Deletes the state of sessions whose every token has expired (embedded mode keeps it in SQL
+/// and in memory; Redis expires its own keys, so in cluster mode the run is a no-op).
+#[derive(Debug, Clone)]
+pub struct PurgeExpiredSessions {
+    users: UserService,
+}
+
+impl PurgeExpiredSessions {
+    /// The job's name in logs, metrics and lock keys.
+    pub const NAME: &'static str = "purge_expired_sessions";
+
+    /// The job over `users`' session store.
+    pub fn new(users: UserService) -> Self {
+        Self { users }
+    }
+}
+
+#[async_trait]
+impl Job for PurgeExpiredSessions {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    async fn run(&self, _ctx: JobContext) -> anyhow::Result<()> {
+        let deleted = self.users.purge_expired_sessions().await?;
+        tracing::info!(deleted, "purged expired sessions");
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! The app's periodic jobs, on every setup: the maintenance jobs purge what has expired and keep
+//! what has not, and the job metrics (runs by outcome, duration histogram) appear on `/metrics`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::Setup;
+use webook::{
+    infra::db::now_millis,
+    testing::{wait_until, TestApp},
+};
+
+setup_tests!(maintenance_jobs_purge_expired_state_and_report_metrics);
+
+const DAY_MS: i64 = 24 * 3600 * 1000;
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(sql)
+        .fetch_one(app.state.db.pool())
+        .await
+        .unwrap()
+}
+
+async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
+    let app = setup
+        .spawn(|config| config.purge_schedule = "@every 1s".to_owned())
+        .await;
+    let now = now_millis();
+    let writer = app.state.db.writer();
+    for (ssid, expires_at) in [("expired", now - 1000), ("live", now + DAY_MS)] {
+        sqlx::query(
+            "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) \
+             VALUES ($1, 1, 1, 0, $2)",
+        )
+        .bind(ssid)
+        .bind(expires_at)
+        .execute(writer)
+        .await
+        .unwrap();
+    }
+    for (event_id, ctime) in [("old-0", now - 2 * DAY_MS), ("recent-0", now)] {
+        sqlx::query(
+            "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES ('g', $1, $2)",
+        )
+        .bind(event_id)
+        .bind(ctime)
+        .execute(writer)
+        .await
+        .unwrap();
+    }
+
+    wait_until("old applied-event ids to be purged", || async {
+        count(
+            &app,
+            "SELECT COUNT(*) FROM consumed_events WHERE event_id = 'old-0'",
+        )
+        .await
+            == 0
+    })
+    .await;
+    assert_eq!(
+        count(
+            &app,
+            "SELECT COUNT(*) FROM consumed_events WHERE event_id = 'recent-0'"
+        )
+        .await,
+        1
+    );
+    if setup.cluster {
+        // Sessions live in Redis with their own expiry; the job leaves the unused table alone.
+        assert_eq!(count(&app, "SELECT COUNT(*) FROM sessions").await, 2);
+    } else {
+        wait_until("expired sessions to be purged", || async {
+            count(&app, "SELECT COUNT(*) FROM sessions WHERE ssid = 'expired'").await == 0
+        })
+        .await;
+        assert_eq!(
+            count(&app, "SELECT COUNT(*) FROM sessions WHERE ssid = 'live'").await,
+            1
+        );
+    }
+
+    // Both jobs have succeeded at least once by now (metrics are process-wide across tests).
+    wait_until("job metrics on /metrics", || async {
+        let body = app
+            .client
+            .get(app.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        ["purge_expired_sessions", "purge_consumed_events"]
+            .iter()
+            .all(|job| {
+                let runs = format!(
+                    "scheduler_job_runs_total{{job=\"{job}\",outcome=\"success\"}} "
+                );
+                let succeeded = body
+                    .lines()
+                    .filter_map(|line| line.strip_prefix(&runs))
+                    .any(|value| value.parse::<f64>().is_ok_and(|runs| runs >= 1.0));
+                let histogram = format!(
+                    "scheduler_job_duration_seconds_bucket{{job=\"{job}\",outcome=\"success\",le=\"3600\"}}"
+                );
+                succeeded && body.contains(&histogram)
+            })
+    })
+    .await;
+    app.stop().await.unwrap();
+}
