@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
-use crate::lock::Lease;
+use crate::ownership::Ownership;
 
 /// A unit of scheduled work.
 #[async_trait]
@@ -28,21 +28,21 @@ pub trait Job: Send + Sync + 'static {
 pub struct JobContext {
     cancel: CancellationToken,
     scheduled_at: DateTime<Utc>,
-    lease: Option<Arc<Lease>>,
+    ownership: Option<Arc<Ownership>>,
 }
 
 impl JobContext {
-    /// A context for a run at `scheduled_at`, cancelled through `cancel`, optionally holding a
-    /// lock. The scheduler builds these; tests and manual "run now" commands may too.
+    /// A context for a run at `scheduled_at`, cancelled through `cancel`, optionally owning a
+    /// lock or a claim. The schedulers build these; tests and manual runs may too.
     pub fn new(
         scheduled_at: DateTime<Utc>,
         cancel: CancellationToken,
-        lease: Option<Arc<Lease>>,
+        ownership: Option<Arc<Ownership>>,
     ) -> Self {
         Self {
             cancel,
             scheduled_at,
-            lease,
+            ownership,
         }
     }
 
@@ -52,9 +52,11 @@ impl JobContext {
         self.scheduled_at
     }
 
-    /// The fencing token of the lock this run holds; 0 for a job that runs without a lock.
+    /// The fencing token of the lock or claim this run holds; 0 for a job that runs without one.
     pub fn fencing_token(&self) -> u64 {
-        self.lease.as_ref().map_or(0, |lease| lease.fencing_token())
+        self.ownership
+            .as_ref()
+            .map_or(0, |ownership| ownership.fencing_token())
     }
 
     /// Whether the run has been asked to stop.
@@ -67,10 +69,14 @@ impl JobContext {
         self.cancel.cancelled()
     }
 
-    /// Whether this run may still write as the lock's owner: not cancelled, and its lock (if
+    /// Whether this run may still write as the owner: not cancelled, and its lock or claim (if
     /// any) still valid on the monotonic clock. Check it right before each externally visible
     /// write.
     pub fn still_owner(&self) -> bool {
-        !self.is_cancelled() && self.lease.as_ref().is_none_or(|lease| lease.is_valid())
+        !self.is_cancelled()
+            && self
+                .ownership
+                .as_ref()
+                .is_none_or(|ownership| ownership.is_valid())
     }
 }

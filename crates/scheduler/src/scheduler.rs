@@ -577,7 +577,11 @@ async fn supervise(
     lease: Option<Arc<Lease>>,
 ) {
     let cancel = CancellationToken::new();
-    let ctx = JobContext::new(scheduled_at, cancel.clone(), lease.clone());
+    let ctx = JobContext::new(
+        scheduled_at,
+        cancel.clone(),
+        lease.as_ref().map(|lease| lease.ownership().clone()),
+    );
     let mut deadline = Instant::now() + state.options.timeout;
     if let Some(lease) = &lease {
         if state.options.guard == Guard::ShortLock {

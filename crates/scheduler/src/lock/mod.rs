@@ -17,14 +17,13 @@
 mod in_process;
 mod redis;
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::ownership::Ownership;
 
 pub use in_process::InProcessLocks;
 pub use redis::RedisLocks;
@@ -70,12 +69,8 @@ pub trait LockBackend: Send + Sync + 'static {
 pub struct Lease {
     backend: Arc<dyn LockBackend>,
     key: String,
-    grant: Grant,
-    ttl: Duration,
-    margin: Duration,
-    /// Start of the ttl of the last successful acquire/extend (when its request was sent).
-    renewed_at: Mutex<Instant>,
-    lost: CancellationToken,
+    owner: String,
+    ownership: Arc<Ownership>,
 }
 
 impl std::fmt::Debug for dyn LockBackend {
@@ -113,11 +108,8 @@ impl Lease {
         let lease = Lease {
             backend,
             key: key.to_owned(),
-            grant,
-            ttl,
-            margin,
-            renewed_at: Mutex::new(sent_at),
-            lost: CancellationToken::new(),
+            owner: grant.owner,
+            ownership: Arc::new(Ownership::new(grant.fencing_token, ttl, margin, sent_at)),
         };
         if lease.is_valid() {
             Ok(Some(lease))
@@ -135,59 +127,53 @@ impl Lease {
 
     /// This acquisition's fencing token.
     pub fn fencing_token(&self) -> u64 {
-        self.grant.fencing_token
+        self.ownership.fencing_token()
+    }
+
+    /// The validity window, shared with the runs that hold this lease.
+    pub fn ownership(&self) -> &Arc<Ownership> {
+        &self.ownership
     }
 
     /// The ttl requested on acquire and every extend.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.ownership.ttl()
     }
 
-    /// The instant after which this holder no longer considers itself the owner, unless an
-    /// extend succeeds first: last renewal + ttl - margin.
+    /// See [`Ownership::valid_until`].
     pub fn valid_until(&self) -> Instant {
-        let renewed_at = *self
-            .renewed_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        renewed_at + self.ttl - self.margin
+        self.ownership.valid_until()
     }
 
-    /// Whether this holder may still act as the owner: not marked lost and within
-    /// [`Lease::valid_until`].
+    /// See [`Ownership::is_valid`].
     pub fn is_valid(&self) -> bool {
-        !self.lost.is_cancelled() && Instant::now() < self.valid_until()
+        self.ownership.is_valid()
     }
 
-    /// Resolves when the lease is marked lost (see [`Lease::mark_lost`]).
+    /// Resolves when the lease is marked lost.
     pub fn lost(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
-        self.lost.cancelled()
+        self.ownership.lost()
     }
 
-    /// Marks the lease lost: [`Lease::is_valid`] is false from now on and [`Lease::lost`]
-    /// resolves. Idempotent.
+    /// Marks the lease lost. Idempotent.
     pub fn mark_lost(&self) {
-        self.lost.cancel();
+        self.ownership.mark_lost();
     }
 
     /// Extends the lock by its ttl. `Ok(true)` renews the validity window (measured from when
     /// this request was sent); `Ok(false)` means the lock is no longer ours and marks the lease
     /// lost. Errors leave the lease as it was.
     pub async fn extend(&self) -> Result<bool, LockError> {
-        if self.lost.is_cancelled() {
+        if self.ownership.is_lost() {
             return Ok(false);
         }
         let sent_at = Instant::now();
         let extended = self
             .backend
-            .extend(&self.key, &self.grant.owner, self.ttl)
+            .extend(&self.key, &self.owner, self.ttl())
             .await?;
         if extended {
-            let mut renewed_at = self
-                .renewed_at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            *renewed_at = (*renewed_at).max(sent_at);
+            self.ownership.renewed(sent_at);
         } else {
             self.mark_lost();
         }
@@ -199,8 +185,7 @@ impl Lease {
     pub async fn release(&self) {
         self.mark_lost();
         let released =
-            tokio::time::timeout(self.ttl, self.backend.release(&self.key, &self.grant.owner))
-                .await;
+            tokio::time::timeout(self.ttl(), self.backend.release(&self.key, &self.owner)).await;
         match released {
             Ok(Ok(true)) => tracing::debug!(key = %self.key, "lock released"),
             Ok(Ok(false)) => tracing::debug!(key = %self.key, "lock had already expired"),
@@ -216,7 +201,7 @@ impl Lease {
     /// [`Lease::valid_until`] passes without a successful extend — even while an extend request
     /// is still hanging, so a holder cut off from the backend stops before its lock can expire.
     pub async fn keep_alive(&self, stop: CancellationToken) {
-        let interval = self.ttl / 3;
+        let interval = self.ttl() / 3;
         let retry = (interval / 4).max(Duration::from_millis(10));
         let mut wait = interval;
         loop {
@@ -254,7 +239,7 @@ impl Lease {
     fn expired_unrenewed(&self) {
         tracing::warn!(
             key = %self.key,
-            ttl = ?self.ttl,
+            ttl = ?self.ttl(),
             "no successful lock refresh within ttl minus the safety margin; no longer the owner"
         );
         self.mark_lost();

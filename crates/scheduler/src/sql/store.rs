@@ -1,0 +1,657 @@
+//! SQL of the preemptive scheduler, one implementation for SQLite and PostgreSQL (sqlx `Any`,
+//! `$N` placeholders, `ON CONFLICT`, `RETURNING`).
+//!
+//! Every statement that acts on behalf of a claim is conditional on the claim's token still being
+//! the job's `version`: the claim itself (a compare-and-swap that also re-checks due-ness or
+//! staleness, so a heartbeat racing a would-be taker cannot be overrun), heartbeats, and the
+//! final write of the run (job row and run row in one transaction). A holder whose token is stale
+//! is told so and its writes change nothing.
+//!
+//! Time comes from [`DbClock`]: the database's own clock in production, so application servers'
+//! clocks never decide due-ness or staleness; a manual clock in tests.
+
+use std::sync::{
+    atomic::{AtomicI64, Ordering},
+    Arc,
+};
+
+use sqlx::{any::AnyRow, AnyPool, Row};
+
+use crate::sql::model::{
+    next_fire, passed_during_run, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy,
+    RunRow, RunStatus,
+};
+
+/// Which SQL engine the pools talk to (for the clock expression).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite.
+    Sqlite,
+    /// PostgreSQL.
+    Postgres,
+}
+
+/// Where "now" comes from.
+#[derive(Debug, Clone)]
+pub enum DbClock {
+    /// The database server's clock (ms since the epoch).
+    Database(Dialect),
+    /// A value the test sets (ms since the epoch).
+    Manual(Arc<AtomicI64>),
+}
+
+/// A store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No job with that id or name.
+    #[error("no such job")]
+    NotFound,
+    /// The input is invalid; the message says why.
+    #[error("{0}")]
+    Invalid(String),
+    /// A job with this name exists.
+    #[error("a job named {0:?} already exists")]
+    Duplicate(String),
+    /// The job is stopped; resume it first.
+    #[error("job {0:?} is stopped; resume it first")]
+    Paused(String),
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// A job to create.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// Unique name: letters, digits, `.`, `_`, `-`; at most 64 characters.
+    pub name: String,
+    /// Schedule expression.
+    pub cron: String,
+    /// IANA time zone of the expression.
+    pub timezone: String,
+    /// Executor name (the caller checks it exists).
+    pub executor: String,
+    /// Executor configuration, JSON text (the caller checks it).
+    pub cfg: String,
+    /// Misfire policy.
+    pub misfire: Misfire,
+    /// Overlap policy.
+    pub overlap: OverlapPolicy,
+    /// Run timeout (ms), at least 1 s.
+    pub timeout_ms: i64,
+}
+
+/// Jobs that may be claimable now, read in one poll.
+#[derive(Debug, Clone)]
+pub struct Due {
+    /// The database time of the poll (ms).
+    pub now: i64,
+    /// Candidates, earliest fire time first.
+    pub jobs: Vec<JobRow>,
+    /// The earliest `next_time` among waiting jobs, to sleep until.
+    pub earliest_next: Option<i64>,
+}
+
+/// A won claim: what the holder runs and the token its writes carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The job.
+    pub job_id: i64,
+    /// The fencing token (the job's new version).
+    pub token: i64,
+    /// The run row.
+    pub run_id: i64,
+    /// The fire time being run (ms).
+    pub run_at: i64,
+    /// `next_time` as set by the claim.
+    pub next_time: i64,
+    /// Why it was claimed.
+    pub kind: ClaimKind,
+    /// Database time of the claim (ms).
+    pub claimed_at: i64,
+}
+
+const JOB_COLUMNS: &str = "id, name, cron, timezone, executor, cfg, status, next_time, \
+     scheduled_at, trigger_at, utime, version, owner, misfire, overlap, timeout_ms, ctime";
+const RUN_COLUMNS: &str =
+    "id, job_id, scheduled_at, token, owner, started_at, finished_at, status, error";
+/// Rows per multi-row insert (5 parameters each; well under both engines' limits).
+const INSERT_CHUNK: usize = 500;
+
+fn decode_error(column: &str, problem: String) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: column.to_owned(),
+        source: problem.into(),
+    }
+}
+
+fn job_from_row(row: &AnyRow) -> sqlx::Result<JobRow> {
+    let text_enum = |column: &str| -> sqlx::Result<String> { row.try_get::<String, _>(column) };
+    Ok(JobRow {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        cron: row.try_get("cron")?,
+        timezone: row.try_get("timezone")?,
+        executor: row.try_get("executor")?,
+        cfg: row.try_get("cfg")?,
+        status: text_enum("status")?
+            .parse()
+            .map_err(|err| decode_error("status", err))?,
+        next_time: row.try_get("next_time")?,
+        scheduled_at: row.try_get("scheduled_at")?,
+        trigger_at: row.try_get("trigger_at")?,
+        utime: row.try_get("utime")?,
+        version: row.try_get("version")?,
+        owner: row.try_get("owner")?,
+        misfire: text_enum("misfire")?
+            .parse()
+            .map_err(|err| decode_error("misfire", err))?,
+        overlap: text_enum("overlap")?
+            .parse()
+            .map_err(|err| decode_error("overlap", err))?,
+        timeout_ms: row.try_get("timeout_ms")?,
+        ctime: row.try_get("ctime")?,
+    })
+}
+
+fn run_from_row(row: &AnyRow) -> sqlx::Result<RunRow> {
+    Ok(RunRow {
+        id: row.try_get("id")?,
+        job_id: row.try_get("job_id")?,
+        scheduled_at: row.try_get("scheduled_at")?,
+        token: row.try_get("token")?,
+        owner: row.try_get("owner")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        status: row
+            .try_get::<String, _>("status")?
+            .parse()
+            .map_err(|err| decode_error("status", err))?,
+        error: row.try_get("error")?,
+    })
+}
+
+/// `($1, $2, …), (…)` for `rows` rows of `columns` parameters.
+fn values_list(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|row| {
+            let params: Vec<String> = (1..=columns)
+                .map(|column| format!("${}", row * columns + column))
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Checks a job name: non-empty, at most 64 characters of `[A-Za-z0-9._-]`.
+pub fn check_name(name: &str) -> Result<(), StoreError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "invalid job name {name:?}: use 1-64 letters, digits, '.', '_' or '-'"
+        )))
+    }
+}
+
+/// The `jobs` and `job_runs` tables.
+#[derive(Debug, Clone)]
+pub struct SqlJobStore {
+    reads: AnyPool,
+    writes: AnyPool,
+    clock: DbClock,
+}
+
+impl SqlJobStore {
+    /// A store reading through `reads` and writing through `writes` (the same pool on
+    /// PostgreSQL; SQLite's one-connection writer pool otherwise), with time from `clock`.
+    pub fn new(reads: AnyPool, writes: AnyPool, clock: DbClock) -> Self {
+        Self {
+            reads,
+            writes,
+            clock,
+        }
+    }
+
+    /// The current time (ms) by [`DbClock`].
+    pub async fn now(&self) -> sqlx::Result<i64> {
+        match &self.clock {
+            DbClock::Manual(now) => Ok(now.load(Ordering::SeqCst)),
+            DbClock::Database(Dialect::Postgres) => {
+                sqlx::query_scalar(
+                    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+                )
+                .fetch_one(&self.reads)
+                .await
+            }
+            DbClock::Database(Dialect::Sqlite) => {
+                sqlx::query_scalar(
+                    "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+                )
+                .fetch_one(&self.reads)
+                .await
+            }
+        }
+    }
+
+    /// Creates a job; its first fire time is the schedule's next after now. Returns its id.
+    pub async fn create(&self, job: &NewJob) -> Result<i64, StoreError> {
+        check_name(&job.name)?;
+        let schedule = crate::schedule::Schedule::parse_in(&job.cron, &job.timezone)
+            .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        if job.timeout_ms < 1000 {
+            return Err(StoreError::Invalid(
+                "timeout must be at least 1000 ms".to_owned(),
+            ));
+        }
+        let now = self.now().await?;
+        let next_time = next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER);
+        let inserted = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO jobs (name, cron, timezone, executor, cfg, status, next_time, utime, \
+             misfire, overlap, timeout_ms, ctime) \
+             VALUES ($1, $2, $3, $4, $5, 'waiting', $6, $7, $8, $9, $10, $7) \
+             ON CONFLICT (name) DO NOTHING RETURNING id",
+        )
+        .bind(&job.name)
+        .bind(job.cron.trim())
+        .bind(job.timezone.trim())
+        .bind(&job.executor)
+        .bind(&job.cfg)
+        .bind(next_time)
+        .bind(now)
+        .bind(job.misfire.as_str())
+        .bind(job.overlap.as_str())
+        .bind(job.timeout_ms)
+        .fetch_optional(&self.writes)
+        .await?;
+        inserted.ok_or_else(|| StoreError::Duplicate(job.name.clone()))
+    }
+
+    /// Every job, by id.
+    pub async fn list(&self) -> sqlx::Result<Vec<JobRow>> {
+        let rows = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY id"))
+            .fetch_all(&self.reads)
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// One job by id.
+    pub async fn get(&self, id: i64) -> sqlx::Result<Option<JobRow>> {
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.reads)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// One job by id (all digits) or name.
+    pub async fn find(&self, id_or_name: &str) -> sqlx::Result<Option<JobRow>> {
+        if let Ok(id) = id_or_name.parse::<i64>() {
+            if let Some(job) = self.get(id).await? {
+                return Ok(Some(job));
+            }
+        }
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE name = $1"))
+            .bind(id_or_name)
+            .fetch_optional(&self.reads)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Stops a job: status `paused`, version bumped (so a running holder's next heartbeat and
+    /// final write are refused), its running run recorded as fenced. Idempotent.
+    pub async fn stop(&self, id: i64) -> Result<(), StoreError> {
+        let now = self.now().await?;
+        let mut tx = self.writes.begin().await?;
+        let exists = sqlx::query_scalar::<_, i64>("SELECT id FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound);
+        }
+        sqlx::query(
+            "UPDATE jobs SET status = 'paused', version = version + 1, owner = '', \
+             trigger_at = 0, utime = $2 WHERE id = $1 AND status <> 'paused'",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE job_runs SET status = 'fenced', finished_at = $2, \
+             error = 'the job was stopped while running' \
+             WHERE job_id = $1 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Resumes a stopped job from the schedule's next fire time after now. Idempotent.
+    pub async fn resume(&self, id: i64) -> Result<(), StoreError> {
+        let job = self.get(id).await?.ok_or(StoreError::NotFound)?;
+        if job.status != JobStatus::Paused {
+            return Ok(());
+        }
+        let schedule = job
+            .schedule()
+            .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        let now = self.now().await?;
+        let next_time = next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER);
+        sqlx::query(
+            "UPDATE jobs SET status = 'waiting', next_time = $2, version = version + 1, \
+             utime = $3 WHERE id = $1 AND status = 'paused'",
+        )
+        .bind(id)
+        .bind(next_time)
+        .bind(now)
+        .execute(&self.writes)
+        .await?;
+        Ok(())
+    }
+
+    /// Asks for one run now, without moving the schedule (a running job runs it after the
+    /// current run). A stopped job refuses.
+    pub async fn trigger(&self, id: i64) -> Result<(), StoreError> {
+        let job = self.get(id).await?.ok_or(StoreError::NotFound)?;
+        if job.status == JobStatus::Paused {
+            return Err(StoreError::Paused(job.name));
+        }
+        let now = self.now().await?;
+        sqlx::query("UPDATE jobs SET trigger_at = $2 WHERE id = $1 AND status <> 'paused'")
+            .bind(id)
+            .bind(now)
+            .execute(&self.writes)
+            .await?;
+        Ok(())
+    }
+
+    /// The job's runs, newest fire time first, at most `limit`.
+    pub async fn runs(&self, job_id: i64, limit: i64) -> sqlx::Result<Vec<RunRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = $1 \
+             ORDER BY scheduled_at DESC LIMIT $2"
+        ))
+        .bind(job_id)
+        .bind(limit)
+        .fetch_all(&self.reads)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Up to `limit` jobs that may be claimable now: waiting and due or triggered, or running
+    /// with a heartbeat older than `lease_ms`.
+    pub async fn due(&self, limit: usize, lease_ms: i64) -> sqlx::Result<Due> {
+        let now = self.now().await?;
+        let rows = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs \
+             WHERE (status = 'waiting' AND (next_time <= $1 OR trigger_at > 0)) \
+                OR (status = 'running' AND utime < $2) \
+             ORDER BY next_time LIMIT $3"
+        ))
+        .bind(now)
+        .bind(now - lease_ms)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.reads)
+        .await?;
+        let jobs = rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?;
+        let earliest_next = sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT MIN(next_time) FROM jobs WHERE status = 'waiting'",
+        )
+        .fetch_one(&self.reads)
+        .await?;
+        Ok(Due {
+            now,
+            jobs,
+            earliest_next,
+        })
+    }
+
+    /// Claims `job` as `owner` per `plan` (decided at database time `now`): one transaction with
+    /// the compare-and-swap on `version`, the run row and any misfired rows. `None` when another
+    /// instance won, or when nothing was left to run (record-only claims, a fire time that
+    /// already has a row).
+    pub async fn claim(
+        &self,
+        job: &JobRow,
+        plan: &ClaimPlan,
+        owner: &str,
+        now: i64,
+        lease_ms: i64,
+    ) -> sqlx::Result<Option<Claim>> {
+        let mut tx = self.writes.begin().await?;
+        let running = plan.kind != ClaimKind::RecordOnly;
+        let token = sqlx::query_scalar::<_, i64>(
+            "UPDATE jobs SET status = $1, version = version + 1, owner = $2, utime = $3, \
+                 scheduled_at = CASE WHEN $9 = 1 THEN $4 ELSE scheduled_at END, next_time = $5, \
+                 trigger_at = CASE WHEN $6 = 1 THEN 0 ELSE trigger_at END \
+             WHERE id = $7 AND version = $8 AND ( \
+                 (status = 'waiting' AND (next_time <= $3 OR trigger_at > 0)) \
+                 OR (status = 'running' AND utime < $10)) \
+             RETURNING version",
+        )
+        .bind(if running { "running" } else { "waiting" })
+        .bind(if running { owner } else { "" })
+        .bind(now)
+        .bind(plan.run_at)
+        .bind(plan.next_time)
+        .bind(i64::from(plan.kind == ClaimKind::Triggered))
+        .bind(job.id)
+        .bind(job.version)
+        .bind(i64::from(running))
+        .bind(now - lease_ms)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(token) = token else {
+            return Ok(None);
+        };
+        insert_runs(
+            &mut tx,
+            job.id,
+            &plan.misfired,
+            token,
+            owner,
+            RunStatus::Misfired,
+        )
+        .await?;
+        let run_id = match plan.kind {
+            ClaimKind::RecordOnly => None,
+            ClaimKind::Takeover => {
+                let taken = sqlx::query_scalar::<_, i64>(
+                    "UPDATE job_runs SET token = $3, owner = $4, started_at = $5, \
+                     finished_at = NULL, status = 'running', error = NULL \
+                     WHERE job_id = $1 AND scheduled_at = $2 RETURNING id",
+                )
+                .bind(job.id)
+                .bind(plan.run_at)
+                .bind(token)
+                .bind(owner)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match taken {
+                    Some(id) => Some(id),
+                    None => insert_running(&mut tx, job.id, plan.run_at, token, owner, now).await?,
+                }
+            }
+            ClaimKind::Scheduled | ClaimKind::Triggered => {
+                insert_running(&mut tx, job.id, plan.run_at, token, owner, now).await?
+            }
+        };
+        let Some(run_id) = run_id else {
+            if running {
+                // The fire time already has a row (a trigger landing on a recorded fire time):
+                // nothing to run; hand the job back.
+                sqlx::query(
+                    "UPDATE jobs SET status = 'waiting', owner = '' WHERE id = $1 AND version = $2",
+                )
+                .bind(job.id)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+                tracing::warn!(job = %job.name, run_at = plan.run_at, "fire time already recorded; not running it again");
+            }
+            tx.commit().await?;
+            return Ok(None);
+        };
+        tx.commit().await?;
+        Ok(Some(Claim {
+            job_id: job.id,
+            token,
+            run_id,
+            run_at: plan.run_at,
+            next_time: plan.next_time,
+            kind: plan.kind,
+            claimed_at: now,
+        }))
+    }
+
+    /// Renews the claim's heartbeat. `Ok(false)`: the token is stale (stopped or taken over).
+    pub async fn heartbeat(&self, claim: &Claim) -> sqlx::Result<bool> {
+        let now = self.now().await?;
+        let updated = sqlx::query(
+            "UPDATE jobs SET utime = $3 WHERE id = $1 AND version = $2 AND status = 'running'",
+        )
+        .bind(claim.job_id)
+        .bind(claim.token)
+        .bind(now)
+        .execute(&self.writes)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    /// Records the run's outcome and releases the job with its next fire time (fire times that
+    /// came due during the run are recorded as skipped), in one transaction conditional on the
+    /// token.
+    /// `Ok(false)`: the token is stale and nothing was written.
+    pub async fn finish(
+        &self,
+        claim: &Claim,
+        schedule: &crate::schedule::Schedule,
+        status: RunStatus,
+        error: Option<&str>,
+    ) -> sqlx::Result<bool> {
+        let now = self.now().await?;
+        // Fire times already due when the claim was made are a backlog (catch-up, or a takeover
+        // after a silent holder): they stay due for the next claim and its misfire policy. Only
+        // fire times that came due during this run are skipped (overlap is forbidden).
+        let (skipped, next_time) = if claim.next_time <= claim.claimed_at {
+            (Vec::new(), claim.next_time)
+        } else {
+            passed_during_run(schedule, claim.next_time, now)
+        };
+        let mut tx = self.writes.begin().await?;
+        let released = sqlx::query(
+            "UPDATE jobs SET status = 'waiting', owner = '', utime = $3, next_time = $4 \
+             WHERE id = $1 AND version = $2 AND status = 'running'",
+        )
+        .bind(claim.job_id)
+        .bind(claim.token)
+        .bind(now)
+        .bind(next_time)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if released != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE job_runs SET status = $3, finished_at = $4, error = $5 \
+             WHERE id = $1 AND token = $2",
+        )
+        .bind(claim.run_id)
+        .bind(claim.token)
+        .bind(status.as_str())
+        .bind(now)
+        .bind(error)
+        .execute(&mut *tx)
+        .await?;
+        // The fire time being run may itself be among them (a trigger): its row exists already.
+        insert_runs(
+            &mut tx,
+            claim.job_id,
+            &skipped,
+            claim.token,
+            "",
+            RunStatus::Skipped,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+}
+
+/// Inserts the running row of a claim; `None` when the fire time already has a row.
+async fn insert_running(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    job_id: i64,
+    run_at: i64,
+    token: i64,
+    owner: &str,
+    now: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar::<_, i64>(
+        "INSERT INTO job_runs (job_id, scheduled_at, token, owner, started_at, status) \
+         VALUES ($1, $2, $3, $4, $5, 'running') \
+         ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",
+    )
+    .bind(job_id)
+    .bind(run_at)
+    .bind(token)
+    .bind(owner)
+    .bind(now)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// Records fire times that did not run (misfired, skipped); existing rows are left alone.
+async fn insert_runs(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    job_id: i64,
+    times: &[i64],
+    token: i64,
+    owner: &str,
+    status: RunStatus,
+) -> sqlx::Result<()> {
+    for chunk in times.chunks(INSERT_CHUNK) {
+        let sql = format!(
+            "INSERT INTO job_runs (job_id, scheduled_at, token, owner, status) VALUES {} \
+             ON CONFLICT (job_id, scheduled_at) DO NOTHING",
+            values_list(chunk.len(), 5)
+        );
+        let mut query = sqlx::query(&sql);
+        for &time in chunk {
+            query = query
+                .bind(job_id)
+                .bind(time)
+                .bind(token)
+                .bind(owner)
+                .bind(status.as_str());
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::values_list;
+
+    #[test]
+    fn values_list_numbers_parameters_row_by_row() {
+        assert_eq!(values_list(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(values_list(1, 1), "($1)");
+    }
+}

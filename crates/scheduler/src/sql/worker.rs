@@ -1,0 +1,467 @@
+//! The worker loop of the preemptive scheduler: poll, claim, run, heartbeat, release.
+//!
+//! One poller task per instance:
+//! 1. takes the number of free permits (bounded concurrency; with none free it waits for one);
+//! 2. reads up to that many candidates ([`SqlJobStore::due`]) together with the database time;
+//! 3. for each, decides the claim ([`plan_claim`]: on time, misfired, triggered or takeover) and
+//!    tries the compare-and-swap; a won claim is durable (run row committed) before work starts;
+//! 4. sleeps until the earliest next fire time, at most `max_idle_poll`, unless it just claimed
+//!    something (then it polls again at once) or is woken ([`RunningSqlScheduler::wake`]).
+//!
+//! Each claimed run gets a task that heartbeats every `heartbeat` and supervises the executor:
+//! the run is cancelled at its timeout, when a heartbeat is refused (the job was stopped or the
+//! claim taken over), when its claim's validity window on the monotonic clock passes without a
+//! successful heartbeat (lease minus a safety margin — a process resumed after SIGSTOP sees this at
+//! once), or at shutdown; a run that ignores cancellation is aborted after a grace. The final write
+//! is conditional on the token, so a replaced holder changes nothing.
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, Utc};
+use tokio::{sync::Semaphore, time::Instant};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{
+    instrument::Instrumented,
+    job::{Job, JobContext},
+    ownership::Ownership,
+    schedule::Schedule,
+    scheduler::{lock_margin, CANCEL_GRACE},
+    sql::{
+        executor::{Executor, Executors},
+        model::{plan_claim, ClaimKind, JobRow, RunStatus},
+        store::{Claim, Due, SqlJobStore},
+    },
+};
+
+/// Counter: won claims by `kind` (`scheduled`, `triggered`, `takeover`, `record_only`).
+pub const SQL_CLAIMS: &str = "scheduler_sql_claims_total";
+/// Counter: runs whose holder lost its claim (stopped, replaced, or heartbeats failing), by `job`.
+pub const SQL_FENCED: &str = "scheduler_sql_fenced_total";
+/// Histogram: seconds from a fire time to its claim (schedule lag), database clock.
+pub const SQL_SCHEDULE_LAG: &str = "scheduler_sql_schedule_lag_seconds";
+
+/// Tuning of one instance.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// This instance's id, recorded as `owner`.
+    pub instance: String,
+    /// Most runs at once on this instance.
+    pub permits: usize,
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// A running job whose heartbeat is older than this is taken over.
+    pub lease: Duration,
+    /// Longest sleep between polls when idle.
+    pub max_idle_poll: Duration,
+    /// A fire time claimed later than this after it came due is a misfire.
+    pub misfire_after: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            instance: default_instance_id(),
+            permits: 16,
+            heartbeat: Duration::from_secs(2),
+            lease: Duration::from_secs(10),
+            max_idle_poll: Duration::from_secs(1),
+            misfire_after: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `<host>-<pid>-<random>`: unique per process start, readable in `owner` columns.
+pub fn default_instance_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &random[..8])
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A preemptive scheduler instance, not yet started.
+#[derive(Debug)]
+pub struct SqlScheduler {
+    store: SqlJobStore,
+    executors: Executors,
+    options: WorkerOptions,
+}
+
+struct Shared {
+    store: SqlJobStore,
+    executors: Executors,
+    options: WorkerOptions,
+    permits: Arc<Semaphore>,
+    stopping: CancellationToken,
+    interrupt_runs: CancellationToken,
+    wake: tokio::sync::Notify,
+    runs: TaskTracker,
+}
+
+impl SqlScheduler {
+    /// An instance polling `store`, running jobs with `executors`.
+    pub fn new(store: SqlJobStore, executors: Executors, options: WorkerOptions) -> Self {
+        Self {
+            store,
+            executors,
+            options,
+        }
+    }
+
+    /// Starts polling.
+    pub fn start(self) -> RunningSqlScheduler {
+        tracing::info!(
+            instance = %self.options.instance,
+            permits = self.options.permits,
+            executors = ?self.executors.names(),
+            "SQL job scheduler started"
+        );
+        let shared = Arc::new(Shared {
+            permits: Arc::new(Semaphore::new(self.options.permits.max(1))),
+            store: self.store,
+            executors: self.executors,
+            options: self.options,
+            stopping: CancellationToken::new(),
+            interrupt_runs: CancellationToken::new(),
+            wake: tokio::sync::Notify::new(),
+            runs: TaskTracker::new(),
+        });
+        let poller = tokio::spawn(poll_loop(shared.clone()));
+        RunningSqlScheduler { shared, poller }
+    }
+}
+
+/// A started instance; [`RunningSqlScheduler::stop`] shuts it down.
+pub struct RunningSqlScheduler {
+    shared: Arc<Shared>,
+    poller: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for RunningSqlScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningSqlScheduler")
+            .field("instance", &self.shared.options.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunningSqlScheduler {
+    /// Polls now instead of at the next planned poll (after an operator's trigger or resume).
+    pub fn wake(&self) {
+        self.shared.wake.notify_one();
+    }
+
+    /// This instance's id.
+    pub fn instance(&self) -> &str {
+        &self.shared.options.instance
+    }
+
+    /// Stops claiming; running jobs get `grace` to finish, then are cancelled (recorded as
+    /// failed, "interrupted by shutdown") and aborted if they ignore it.
+    pub async fn stop(self, grace: Duration) {
+        self.shared.stopping.cancel();
+        if let Err(err) = self.poller.await {
+            tracing::error!(%err, "SQL scheduler poller ended abnormally");
+        }
+        self.shared.runs.close();
+        if tokio::time::timeout(grace, self.shared.runs.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(?grace, "job runs outlived the stop grace; cancelling them");
+            self.shared.interrupt_runs.cancel();
+            self.shared.runs.wait().await;
+        }
+        tracing::info!(instance = %self.shared.options.instance, "SQL job scheduler stopped");
+    }
+}
+
+async fn poll_loop(shared: Arc<Shared>) {
+    let options = &shared.options;
+    let mut failures: u32 = 0;
+    loop {
+        if shared.stopping.is_cancelled() {
+            return;
+        }
+        let free = shared.permits.available_permits();
+        if free == 0 {
+            tokio::select! {
+                permit = shared.permits.clone().acquire_owned() => drop(permit),
+                () = shared.stopping.cancelled() => return,
+            }
+            continue;
+        }
+        let polled_at = Instant::now();
+        let due = match shared.store.due(free, millis(options.lease)).await {
+            Ok(due) => {
+                failures = 0;
+                due
+            }
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                let backoff = (Duration::from_millis(50) * 2u32.saturating_pow(failures.min(8)))
+                    .min(options.max_idle_poll);
+                tracing::warn!(%err, ?backoff, "polling jobs failed");
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shared.stopping.cancelled() => return,
+                }
+                continue;
+            }
+        };
+        let mut claimed = 0usize;
+        for job in &due.jobs {
+            if shared.stopping.is_cancelled() {
+                return;
+            }
+            let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
+                break;
+            };
+            if let Some(run) = try_claim(&shared, job, &due, polled_at).await {
+                claimed += 1;
+                let task_shared = shared.clone();
+                shared.runs.spawn(async move {
+                    run.execute(&task_shared).await;
+                    drop(permit);
+                });
+            }
+        }
+        if claimed > 0 {
+            continue;
+        }
+        let max = millis(options.max_idle_poll);
+        let wait_ms = match due.earliest_next {
+            _ if !due.jobs.is_empty() => max / 5,
+            Some(next) if next > due.now => (next - due.now).clamp(1, max),
+            Some(_) => max / 5,
+            None => max,
+        };
+        let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shared.wake.notified() => {}
+            () = shared.stopping.cancelled() => return,
+        }
+    }
+}
+
+/// A won claim, ready to run.
+struct ClaimedRun {
+    claim: Claim,
+    job: JobRow,
+    schedule: Schedule,
+    executor: Arc<dyn Executor>,
+    ownership: Arc<Ownership>,
+}
+
+async fn try_claim(
+    shared: &Shared,
+    job: &JobRow,
+    due: &Due,
+    polled_at: Instant,
+) -> Option<ClaimedRun> {
+    let options = &shared.options;
+    let schedule = match job.schedule() {
+        Ok(schedule) => schedule,
+        Err(err) => {
+            tracing::error!(job = %job.name, %err, "job has an invalid schedule; stopping it");
+            if let Err(err) = shared.store.stop(job.id).await {
+                tracing::warn!(job = %job.name, %err, "could not stop the invalid job");
+            }
+            return None;
+        }
+    };
+    let executor = shared.executors.get(&job.executor)?;
+    let plan = plan_claim(
+        job,
+        &schedule,
+        due.now,
+        millis(options.lease),
+        millis(options.misfire_after),
+    )?;
+    let claim = match shared
+        .store
+        .claim(
+            job,
+            &plan,
+            &options.instance,
+            due.now,
+            millis(options.lease),
+        )
+        .await
+    {
+        Ok(claim) => claim,
+        Err(err) => {
+            tracing::warn!(job = %job.name, %err, "claim failed");
+            return None;
+        }
+    };
+    if !plan.misfired.is_empty() {
+        tracing::warn!(job = %job.name, misfired = plan.misfired.len(), policy = %job.misfire, "fire times passed while no instance ran the job");
+    }
+    let Some(claim) = claim else {
+        if plan.kind == ClaimKind::RecordOnly {
+            metrics::counter!(SQL_CLAIMS, "kind" => ClaimKind::RecordOnly.as_str()).increment(1);
+        }
+        return None;
+    };
+    metrics::counter!(SQL_CLAIMS, "kind" => claim.kind.as_str()).increment(1);
+    if claim.kind == ClaimKind::Scheduled {
+        let lag = (claim.claimed_at - claim.run_at).max(0);
+        #[allow(clippy::cast_precision_loss)] // lag in ms fits f64 exactly far beyond any lag
+        metrics::histogram!(SQL_SCHEDULE_LAG).record(lag as f64 / 1000.0);
+    }
+    if claim.kind == ClaimKind::Takeover {
+        tracing::warn!(job = %job.name, previous_owner = %job.owner, token = claim.token, "took over a job whose holder stopped heartbeating");
+    }
+    let ownership = Arc::new(Ownership::new(
+        u64::try_from(claim.token).unwrap_or(0),
+        options.lease,
+        lock_margin(options.lease),
+        polled_at,
+    ));
+    Some(ClaimedRun {
+        claim,
+        job: job.clone(),
+        schedule,
+        executor,
+        ownership,
+    })
+}
+
+/// Adapts an executor to [`Job`], so every run is instrumented like the cron engine's.
+struct ExecutorRun {
+    job: JobRow,
+    executor: Arc<dyn Executor>,
+}
+
+#[async_trait::async_trait]
+impl Job for ExecutorRun {
+    fn name(&self) -> &str {
+        &self.job.name
+    }
+
+    async fn run(&self, ctx: JobContext) -> anyhow::Result<()> {
+        self.executor.execute(&self.job, ctx).await
+    }
+}
+
+impl ClaimedRun {
+    async fn execute(self, shared: &Shared) {
+        let Self {
+            claim,
+            job,
+            schedule,
+            executor,
+            ownership,
+        } = self;
+        let scheduled_at = DateTime::<Utc>::from_timestamp_millis(claim.run_at).unwrap_or_default();
+        let cancel = CancellationToken::new();
+        let ctx = JobContext::new(scheduled_at, cancel.clone(), Some(ownership.clone()));
+        let stop_heartbeat = CancellationToken::new();
+        let heartbeat = tokio::spawn(heartbeat_loop(
+            shared.store.clone(),
+            claim.clone(),
+            ownership.clone(),
+            shared.options.heartbeat,
+            stop_heartbeat.clone(),
+        ));
+        let run = Instrumented::new(ExecutorRun {
+            job: job.clone(),
+            executor,
+        });
+        let mut handle = tokio::spawn(async move { run.run(ctx).await });
+        let deadline = Instant::now() + job.timeout();
+        let finished = tokio::select! {
+            joined = &mut handle => Some(joined),
+            () = tokio::time::sleep_until(deadline) => None,
+            () = ownership.lost() => None,
+            () = ownership.expired() => {
+                ownership.mark_lost();
+                None
+            }
+            () = shared.interrupt_runs.cancelled() => None,
+        };
+        let (status, error) = match finished {
+            Some(Ok(Ok(()))) => (RunStatus::Ok, None),
+            Some(Ok(Err(err))) => (RunStatus::Failed, Some(format!("{err:#}"))),
+            Some(Err(join)) => (RunStatus::Failed, Some(format!("the run panicked: {join}"))),
+            None => {
+                let (status, error, grace) = if ownership.is_lost() {
+                    (
+                        RunStatus::Fenced,
+                        "lost the claim: stopped, taken over, or no heartbeat within the lease",
+                        ownership.margin() / 2,
+                    )
+                } else if shared.interrupt_runs.is_cancelled() {
+                    (RunStatus::Failed, "interrupted by shutdown", CANCEL_GRACE)
+                } else {
+                    (RunStatus::Timeout, "timed out", CANCEL_GRACE)
+                };
+                tracing::warn!(job = %job.name, token = claim.token, reason = error, "interrupting job run");
+                cancel.cancel();
+                if tokio::time::timeout(grace, &mut handle).await.is_err() {
+                    handle.abort();
+                    let _aborted = handle.await;
+                }
+                (status, Some(error.to_owned()))
+            }
+        };
+        stop_heartbeat.cancel();
+        let _stopped = heartbeat.await;
+        // Conditional on the token: a replaced holder's write changes nothing.
+        let accepted = match shared
+            .store
+            .finish(&claim, &schedule, status, error.as_deref())
+            .await
+        {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::error!(job = %job.name, %err, "could not record the run's end; the job is taken over after the lease");
+                return;
+            }
+        };
+        if !accepted || status == RunStatus::Fenced {
+            metrics::counter!(SQL_FENCED, "job" => job.name.clone()).increment(1);
+            tracing::warn!(job = %job.name, token = claim.token, "run fenced: its claim is no longer current, nothing of it was recorded");
+        }
+    }
+}
+
+/// Renews the claim every `interval` until stopped; marks ownership lost when a heartbeat is
+/// refused (the token is stale).
+async fn heartbeat_loop(
+    store: SqlJobStore,
+    claim: Claim,
+    ownership: Arc<Ownership>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = stop.cancelled() => return,
+            () = ownership.lost() => return,
+        }
+        let sent_at = Instant::now();
+        match store.heartbeat(&claim).await {
+            Ok(true) => ownership.renewed(sent_at),
+            Ok(false) => {
+                tracing::warn!(
+                    job_id = claim.job_id,
+                    token = claim.token,
+                    "heartbeat refused: the job was stopped or taken over"
+                );
+                ownership.mark_lost();
+                return;
+            }
+            Err(err) => tracing::warn!(job_id = claim.job_id, %err, "heartbeat failed; retrying"),
+        }
+    }
+}
