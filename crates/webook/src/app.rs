@@ -20,6 +20,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
+use scheduler::sql::{Executors, SqlJobStore, SqlScheduler, WorkerOptions};
+
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
     config::{Config, JwtSecrets},
@@ -60,6 +62,10 @@ pub struct AppState {
     pub events: EventStream,
     /// Reads, likes and collects.
     pub interactive: InteractiveService,
+    /// Durable jobs (`jobs`, `job_runs`), for the admin API.
+    pub job_store: SqlJobStore,
+    /// The executors durable jobs may name.
+    pub job_executors: Executors,
 }
 
 impl FromRef<AppState> for TrustedProxies {
@@ -120,6 +126,8 @@ impl App {
         let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
         jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
+        let job_store = crate::jobs::store(&db);
+        let job_executors = crate::jobs::executors();
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -137,6 +145,8 @@ impl App {
                 articles,
                 events,
                 interactive,
+                job_store,
+                job_executors,
             },
             jobs,
             listener,
@@ -161,7 +171,15 @@ impl App {
             listener,
         } = self;
         let config = state.config.clone();
-        let router = router(state.clone())?;
+        let role = config.role;
+        let router = if role.serves_api() {
+            router(state.clone())?
+        } else {
+            with_middleware(
+                ops::router(config.debug_endpoints).with_state(state.clone()),
+                &config,
+            )?
+        };
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
         // `background_stop` ends background work, so the events those last requests published
         // are still consumed and flushed.
@@ -172,13 +190,25 @@ impl App {
             state.metrics.clone(),
             background_stop.clone(),
         ));
-        background.spawn(state.interactive.read_counter(background_stop.clone()));
-
-        let jobs = jobs.start();
+        let mut cron_jobs = None;
+        let mut durable_jobs = None;
+        if role.runs_work() {
+            background.spawn(state.interactive.read_counter(background_stop.clone()));
+            cron_jobs = Some(jobs.start());
+            durable_jobs = Some(
+                SqlScheduler::new(
+                    state.job_store.clone(),
+                    state.job_executors.clone(),
+                    worker_options(&config),
+                )
+                .start(),
+            );
+        }
 
         let addr = listener.local_addr()?;
         tracing::info!(
             mode = if config.is_cluster() { "cluster" } else { "embedded" },
+            role = ?role,
             database = %crate::infra::redact_url(&config.database_url()),
             "listening on http://{addr}"
         );
@@ -203,12 +233,17 @@ impl App {
         }
         stopping.cancel();
         // Jobs next: they may still publish events, which the consumers below then flush.
-        let interrupted = jobs.stop(config.shutdown_timeout).await;
-        if interrupted > 0 {
-            tracing::warn!(
-                interrupted,
-                "job runs outlived shutdown_timeout and were cancelled"
-            );
+        if let Some(durable_jobs) = durable_jobs {
+            durable_jobs.stop(config.shutdown_timeout).await;
+        }
+        if let Some(cron_jobs) = cron_jobs {
+            let interrupted = cron_jobs.stop(config.shutdown_timeout).await;
+            if interrupted > 0 {
+                tracing::warn!(
+                    interrupted,
+                    "job runs outlived shutdown_timeout and were cancelled"
+                );
+            }
         }
         background_stop.cancel();
         background.close();
@@ -231,8 +266,20 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(ops::router(config.debug_endpoints))
         .merge(user::router())
         .merge(article::router())
+        .merge(crate::jobs::router())
         .with_state(state);
     with_middleware(routes, &config)
+}
+
+/// Tuning of this instance's durable-job worker, from the config.
+fn worker_options(config: &Config) -> WorkerOptions {
+    WorkerOptions {
+        permits: config.job_permits,
+        heartbeat: config.job_heartbeat,
+        lease: config.job_lease,
+        max_idle_poll: config.job_poll_max,
+        ..WorkerOptions::default()
+    }
 }
 
 /// Accounts and sessions, with the session store and rate limiter of the mode.

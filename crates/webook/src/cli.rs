@@ -1,4 +1,4 @@
-//! Command-line interface: `webook serve | migrate | version`.
+//! Command-line interface: `webook serve | migrate | version | jobs …`.
 //!
 //! The global flags (`--config`, `--listen`, `--data-dir`, `--database-url`, `--redis-url`) are the
 //! top layer of the configuration (see [`crate::config`]); they work before or after the
@@ -11,7 +11,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::{app, config::Config, infra};
+use crate::{
+    app,
+    config::{Config, Role},
+    infra, jobs,
+};
 
 /// webook: the backend of a content community. Embedded (SQLite, no servers) by default;
 /// PostgreSQL + Redis when `--database-url postgres://…` and `--redis-url redis://…` are set.
@@ -63,6 +67,74 @@ pub enum Command {
     Migrate,
     /// Print the version and exit.
     Version,
+    /// Manage durable jobs directly in the database (the admin API's operations, offline).
+    Jobs {
+        /// What to do.
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+}
+
+/// `webook jobs …`: the operations of the admin API (API.md → Jobs (admin)) on the database the
+/// layered config names. Jobs are named by id or by name.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List every job: status, schedule, next fire time.
+    List,
+    /// Create a job; prints its id.
+    Add(AddJobArgs),
+    /// Stop a job: no further runs; a running run is told at its next heartbeat.
+    Stop {
+        /// Job id or name.
+        job: String,
+    },
+    /// Resume a stopped job from its next fire time after now.
+    Resume {
+        /// Job id or name.
+        job: String,
+    },
+    /// Ask for one run now; a running instance picks it up at its next poll.
+    Trigger {
+        /// Job id or name.
+        job: String,
+    },
+    /// Show a job's runs, newest first.
+    Runs {
+        /// Job id or name.
+        job: String,
+        /// How many runs to show (1-500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]
+        limit: i64,
+    },
+}
+
+/// Flags of `webook jobs add`.
+#[derive(Debug, Args)]
+pub struct AddJobArgs {
+    /// Unique name: 1-64 letters, digits, '.', '_' or '-'.
+    #[arg(long)]
+    pub name: String,
+    /// Schedule: cron with optional seconds and year, `@every 10m`, `@daily`, …
+    #[arg(long)]
+    pub cron: String,
+    /// Executor that runs it, e.g. `http`.
+    #[arg(long)]
+    pub executor: String,
+    /// Executor configuration, a JSON object (e.g. '{"url": "http://host/hook"}'). Default: {}.
+    #[arg(long, value_name = "JSON")]
+    pub cfg: Option<String>,
+    /// IANA time zone the schedule is read in. Default: UTC.
+    #[arg(long, value_name = "TZ")]
+    pub timezone: Option<String>,
+    /// Misfire policy: skip, fire_once or catch_up. Default: fire_once.
+    #[arg(long, value_name = "POLICY")]
+    pub misfire: Option<String>,
+    /// Overlap policy: forbid. Default: forbid.
+    #[arg(long, value_name = "POLICY")]
+    pub overlap: Option<String>,
+    /// Run timeout in milliseconds (at least 1000). Default: 600000.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<i64>,
 }
 
 /// Flags of `webook serve`.
@@ -71,6 +143,22 @@ pub struct ServeArgs {
     /// Print the effective configuration (secrets redacted) and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// all: API, jobs and consumers; api: HTTP API only (cluster mode); worker: jobs and
+    /// consumers, HTTP only for /healthz, /readyz, /metrics. Env: WEBOOK_ROLE. Default: all.
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
+}
+
+impl ServeArgs {
+    /// The layered config with `--role` on top.
+    fn load(&self, flags: &ConfigArgs) -> anyhow::Result<Config> {
+        let mut config = Config::load(flags)?;
+        if let Some(role) = self.role {
+            config.role = role;
+            config.validate()?;
+        }
+        Ok(config)
+    }
 }
 
 impl Cli {
@@ -81,17 +169,19 @@ impl Cli {
                 println!("webook {}", env!("CARGO_PKG_VERSION"));
                 Ok(())
             }
-            Command::Serve(ServeArgs { print_config: true }) => {
-                let config = Config::load(&self.config)?;
-                print!("{}", config.to_redacted_toml()?);
-                Ok(())
-            }
-            Command::Serve(ServeArgs {
-                print_config: false,
-            }) => {
-                let config = Config::load(&self.config)?;
+            Command::Serve(serve) => {
+                let config = serve.load(&self.config)?;
+                if serve.print_config {
+                    print!("{}", config.to_redacted_toml()?);
+                    return Ok(());
+                }
                 infra::telemetry::init_logging(&config)?;
                 app::serve(config).await
+            }
+            Command::Jobs { command } => {
+                let config = Config::load(&self.config)?;
+                infra::telemetry::init_logging(&config)?;
+                jobs::cli::run(&config, command).await
             }
             Command::Migrate => {
                 let config = Config::load(&self.config)?;

@@ -97,6 +97,45 @@ pub struct Config {
     /// When maintenance jobs purge expired sessions and old applied-event ids: a cron
     /// expression (seconds first, e.g. `0 */10 * * * *`) or `@every 10m`, in UTC.
     pub purge_schedule: String,
+    /// What this process does: `all` (HTTP API, jobs and event consumers), `api` (HTTP API
+    /// only; needs cluster mode so another process consumes its events) or `worker` (jobs and
+    /// consumers; HTTP only for /healthz, /readyz and /metrics).
+    pub role: Role,
+    /// Most durable-job runs at once on this instance.
+    pub job_permits: usize,
+    /// How often a running durable job renews its claim.
+    #[serde(with = "humantime_serde")]
+    pub job_heartbeat: Duration,
+    /// A running durable job whose last heartbeat is older than this is taken over.
+    #[serde(with = "humantime_serde")]
+    pub job_lease: Duration,
+    /// Longest pause between polls of the `jobs` table when nothing is due.
+    #[serde(with = "humantime_serde")]
+    pub job_poll_max: Duration,
+}
+
+/// What a process does (see [`Config::role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// HTTP API, jobs and consumers.
+    All,
+    /// HTTP API only.
+    Api,
+    /// Jobs and consumers only.
+    Worker,
+}
+
+impl Role {
+    /// Whether this process serves the API routes.
+    pub fn serves_api(self) -> bool {
+        matches!(self, Self::All | Self::Api)
+    }
+
+    /// Whether this process runs jobs and event consumers.
+    pub fn runs_work(self) -> bool {
+        matches!(self, Self::All | Self::Worker)
+    }
 }
 
 impl Default for Config {
@@ -124,6 +163,11 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             debug_endpoints: false,
             purge_schedule: "@every 10m".to_owned(),
+            role: Role::All,
+            job_permits: 16,
+            job_heartbeat: Duration::from_secs(2),
+            job_lease: Duration::from_secs(10),
+            job_poll_max: Duration::from_secs(1),
         }
     }
 }
@@ -153,6 +197,11 @@ pub const KEYS: &[&str] = &[
     "trusted_proxies",
     "debug_endpoints",
     "purge_schedule",
+    "role",
+    "job_permits",
+    "job_heartbeat",
+    "job_lease",
+    "job_poll_max",
 ];
 
 /// Format of log lines.
@@ -286,6 +335,24 @@ impl Config {
         }
         self.trusted_proxy_networks()?;
         self.purge_schedule()?;
+        if self.role == Role::Api && !self.is_cluster() {
+            bail!(
+                "invalid role (WEBOOK_ROLE / --role) api: an API-only process needs cluster mode \
+                 (redis_url), so a worker process consumes the events it publishes"
+            );
+        }
+        if self.job_permits == 0 {
+            bail!("invalid job_permits (WEBOOK_JOB_PERMITS): must be above 0");
+        }
+        if self.job_heartbeat.is_zero() || self.job_lease < self.job_heartbeat * 3 {
+            bail!(
+                "invalid job_heartbeat / job_lease (WEBOOK_JOB_HEARTBEAT, WEBOOK_JOB_LEASE): the \
+                 lease must be at least three heartbeats, so one late heartbeat is not a takeover"
+            );
+        }
+        if self.job_poll_max.is_zero() {
+            bail!("invalid job_poll_max (WEBOOK_JOB_POLL_MAX): must be above 0");
+        }
         for (name, secret) in [
             ("jwt_access_secret", &self.jwt_access_secret),
             ("jwt_refresh_secret", &self.jwt_refresh_secret),

@@ -7,14 +7,15 @@
 //! cause chain, and the client only ever sees a stable code and a safe message.
 //!
 //! [`ApiJson`] is the JSON body extractor every handler uses, so a malformed, mistyped or
-//! oversized body answers 400 with code 4 and a message saying what was wrong.
+//! oversized body answers 400 with code 4 and a message saying what was wrong; [`ApiPath`] and
+//! [`ApiQuery`] do the same for path parameters and query strings.
 
 use std::time::Duration;
 
 use axum::{
     extract::{
-        rejection::{JsonRejection, PathRejection},
-        FromRequest, FromRequestParts, Path, Request,
+        rejection::{JsonRejection, PathRejection, QueryRejection},
+        FromRequest, FromRequestParts, Path, Query, Request,
     },
     http::{header, request::Parts, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
@@ -254,6 +255,28 @@ where
             Ok(Path(value)) => Ok(Self(value)),
             Err(rejection) => Err(AppError::BadRequest(format!(
                 "invalid path parameter: {}",
+                rejection.body_text()
+            ))),
+        }
+    }
+}
+
+/// Query-string extractor whose failures answer with the envelope (400, code 4).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    Query<T>: FromRequestParts<S, Rejection = QueryRejection>,
+    S: Send + Sync,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(AppError::BadRequest(format!(
+                "invalid query string: {}",
                 rejection.body_text()
             ))),
         }

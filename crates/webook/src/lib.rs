@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod infra;
 pub mod interactive;
+pub mod jobs;
 pub mod ops;
 pub mod user;
 

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "users", include_str!("../../migrations/0002_users.sql")),
     (3, "articles", include_str!("../../migrations/0003_articles.sql")),
     (4, "interactive", include_str!("../../migrations/0004_interactive.sql")),
+    (5, "jobs", scheduler::sql::SCHEMA),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \

@@ -1,0 +1,242 @@
+//! `webook jobs …`: the admin API's operations from the command line, straight on the database
+//! the layered config names (the same settings `serve` uses; migrations are applied first, so it
+//! works on a fresh database too). Nothing here needs a running server: workers pick changes up
+//! at their next poll.
+//!
+//! Output is for people: aligned tables for `list` and `runs` (times in RFC 3339, UTC), one line
+//! for the other commands. Failures are errors (one `error: …` line, exit code 1, from `main`).
+
+use anyhow::{anyhow, Context};
+use chrono::{DateTime, SecondsFormat, Utc};
+use scheduler::sql::{JobRow, RunRow, SqlJobStore, StoreError};
+
+use crate::{
+    cli::{AddJobArgs, JobsCommand},
+    config::Config,
+    infra::db::Db,
+    jobs::service::{self, JobSpec},
+};
+
+/// Connects to the configured database, applies migrations and runs `command`, printing its
+/// output on stdout.
+pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
+    let db = Db::connect(config).await?;
+    let result = async {
+        db.migrate().await.context("applying migrations")?;
+        execute(&super::store(&db), command).await
+    }
+    .await;
+    db.close().await;
+    print!("{}", result?);
+    Ok(())
+}
+
+/// Runs `command` on `store`; returns what to print.
+pub async fn execute(store: &SqlJobStore, command: JobsCommand) -> anyhow::Result<String> {
+    match command {
+        JobsCommand::List => Ok(jobs_table(&store.list().await?)),
+        JobsCommand::Add(args) => {
+            let name = args.name.clone();
+            let id = service::create(store, &super::executors(), &spec(args))
+                .await
+                .map_err(|err| described(err, &name))
+                .with_context(|| format!("cannot create job {name:?}"))?;
+            Ok(format!("created job {id}\n"))
+        }
+        JobsCommand::Stop { job } => {
+            let job = find(store, &job).await?;
+            store
+                .stop(job.id)
+                .await
+                .map_err(|err| described(err, &job.name))?;
+            Ok(format!("stopped job {} ({})\n", job.id, job.name))
+        }
+        JobsCommand::Resume { job } => {
+            let job = find(store, &job).await?;
+            store
+                .resume(job.id)
+                .await
+                .map_err(|err| described(err, &job.name))?;
+            let next = store
+                .get(job.id)
+                .await?
+                .map_or_else(|| "-".to_owned(), |job| next_time_text(job.next_time));
+            Ok(format!(
+                "resumed job {} ({}), next run at {next}\n",
+                job.id, job.name
+            ))
+        }
+        JobsCommand::Trigger { job } => {
+            let job = find(store, &job).await?;
+            store
+                .trigger(job.id)
+                .await
+                .map_err(|err| described(err, &job.name))?;
+            Ok(format!(
+                "triggered job {} ({}): a running instance runs it at its next poll\n",
+                job.id, job.name
+            ))
+        }
+        JobsCommand::Runs { job, limit } => {
+            let job = find(store, &job).await?;
+            Ok(runs_table(&store.runs(job.id, limit).await?))
+        }
+    }
+}
+
+fn spec(args: AddJobArgs) -> JobSpec {
+    JobSpec {
+        name: args.name,
+        cron: args.cron,
+        executor: args.executor,
+        cfg: args.cfg,
+        timezone: args.timezone,
+        misfire: args.misfire,
+        overlap: args.overlap,
+        timeout_ms: args.timeout_ms,
+    }
+}
+
+/// The job with this id or name; an error naming it when there is none.
+async fn find(store: &SqlJobStore, id_or_name: &str) -> anyhow::Result<JobRow> {
+    store
+        .find(id_or_name)
+        .await?
+        .ok_or_else(|| anyhow!("no such job {id_or_name:?} (give a job id or name)"))
+}
+
+/// A store error as one line (the store's messages already name the problem).
+fn described(err: StoreError, name: &str) -> anyhow::Error {
+    match err {
+        StoreError::NotFound => anyhow!("no such job {name:?}"),
+        StoreError::Database(err) => anyhow::Error::new(err).context("database error"),
+        other => anyhow!("{other}"),
+    }
+}
+
+/// `ms` since the epoch as RFC 3339 UTC (fractions only when there are any).
+fn time_text(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms).map_or_else(
+        || ms.to_string(),
+        |time| time.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+    )
+}
+
+fn next_time_text(next_time: i64) -> String {
+    service::next_time(next_time).map_or_else(|| "never".to_owned(), time_text)
+}
+
+fn or_dash(text: &str) -> String {
+    if text.is_empty() {
+        "-".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn jobs_table(jobs: &[JobRow]) -> String {
+    let rows = jobs
+        .iter()
+        .map(|job| {
+            vec![
+                job.id.to_string(),
+                job.name.clone(),
+                job.status.to_string(),
+                job.cron.clone(),
+                job.timezone.clone(),
+                job.executor.clone(),
+                next_time_text(job.next_time),
+                or_dash(&job.owner),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID", "NAME", "STATUS", "CRON", "TIMEZONE", "EXECUTOR", "NEXT", "OWNER",
+        ],
+        rows,
+    )
+}
+
+fn runs_table(runs: &[RunRow]) -> String {
+    let optional_time = |ms: Option<i64>| ms.map_or_else(|| "-".to_owned(), time_text);
+    let rows = runs
+        .iter()
+        .map(|run| {
+            vec![
+                run.id.to_string(),
+                time_text(run.scheduled_at),
+                run.status.to_string(),
+                optional_time(run.started_at),
+                optional_time(run.finished_at),
+                run.token.to_string(),
+                or_dash(&run.owner),
+                // Keep the table one line per run.
+                run.error
+                    .as_deref()
+                    .map_or_else(|| "-".to_owned(), |error| error.replace('\n', " ")),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "SCHEDULED",
+            "STATUS",
+            "STARTED",
+            "FINISHED",
+            "TOKEN",
+            "OWNER",
+            "ERROR",
+        ],
+        rows,
+    )
+}
+
+/// Left-aligned columns two spaces apart; no trailing spaces.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let header: Vec<String> = header.iter().map(|&title| title.to_owned()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|title| title.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (cell, &width) in row.iter().zip(&widths) {
+            // `{:<width$}` pads by characters, as the widths are counted.
+            line.push_str(&format!("{cell:<width$}  "));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_and_trim_lines() {
+        let text = table(
+            &["ID", "NAME"],
+            vec![
+                vec!["1".into(), "nightly".into()],
+                vec!["12".into(), "x".into()],
+            ],
+        );
+        assert_eq!(text, "ID  NAME\n1   nightly\n12  x\n");
+        assert_eq!(table(&["ID", "NAME"], Vec::new()), "ID  NAME\n");
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(time_text(1_767_225_600_000), "2026-01-01T00:00:00Z");
+        assert_eq!(time_text(1_767_225_600_250), "2026-01-01T00:00:00.250Z");
+        assert_eq!(next_time_text(scheduler::sql::model::NEVER), "never");
+    }
+}

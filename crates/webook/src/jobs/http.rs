@@ -1,0 +1,249 @@
+//! `/jobs…` routes (API.md → Jobs (admin)): thin handlers over [`SqlJobStore`] and
+//! [`JobSpec`]. Every route takes an [`Admin`]: a logged-in caller (401 otherwise) whose email is
+//! in config `admins`, compared case-insensitively (403002 otherwise).
+//!
+//! Store outcomes map to the envelope: invalid input (schedule, time zone, name, policies,
+//! timeout, executor, `cfg`) and triggering a stopped job answer code 4 with the store's or the
+//! parser's message; a taken name answers 409001; an unknown id 404001.
+
+use axum::{
+    extract::{FromRequestParts, State},
+    http::request::Parts,
+    routing::{get, post},
+    Router,
+};
+use scheduler::sql::{JobRow, RunRow, SqlJobStore, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    app::AppState,
+    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Reply},
+    jobs::service::{self, JobSpec},
+    user::AuthUser,
+};
+
+/// Runs listed when `limit` is not given.
+const DEFAULT_RUNS_LIMIT: i64 = 50;
+/// Most runs one request may list.
+const MAX_RUNS_LIMIT: i64 = 500;
+
+/// The `/jobs` routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", get(list).post(create))
+        .route("/jobs/{id}/stop", post(stop))
+        .route("/jobs/{id}/resume", post(resume))
+        .route("/jobs/{id}/trigger", post(trigger))
+        .route("/jobs/{id}/runs", get(runs))
+}
+
+/// An authenticated caller listed in config `admins`. Taken before any other extractor, so a
+/// non-admin learns nothing about ids or bodies.
+struct Admin;
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        const NOT_ADMIN: AppError = AppError::Forbidden("only admins may manage jobs");
+        let user = AuthUser::from_request_parts(parts, state).await?;
+        if state.config.admins.is_empty() {
+            return Err(NOT_ADMIN);
+        }
+        let email = match state.users.profile(user.uid).await {
+            Ok(profile) => profile.email.to_lowercase(),
+            Err(AppError::NotFound(_)) => return Err(NOT_ADMIN),
+            Err(err) => return Err(err),
+        };
+        let listed = !email.is_empty()
+            && state
+                .config
+                .admins
+                .iter()
+                .any(|admin| admin.trim().to_lowercase() == email);
+        if listed {
+            Ok(Self)
+        } else {
+            Err(NOT_ADMIN)
+        }
+    }
+}
+
+/// The envelope of a store outcome (see the module docs).
+fn store_error(err: StoreError) -> AppError {
+    match err {
+        StoreError::NotFound => AppError::NotFound("no such job"),
+        StoreError::Duplicate(_) => AppError::Conflict("a job with this name already exists"),
+        StoreError::Invalid(_) | StoreError::Paused(_) => AppError::InvalidInput(err.to_string()),
+        StoreError::Database(err) => err.into(),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JobView {
+    id: i64,
+    name: String,
+    cron: String,
+    timezone: String,
+    executor: String,
+    status: &'static str,
+    /// `null` when the schedule never fires again.
+    next_time: Option<i64>,
+    owner: String,
+    utime: i64,
+}
+
+impl From<JobRow> for JobView {
+    fn from(job: JobRow) -> Self {
+        Self {
+            id: job.id,
+            name: job.name,
+            cron: job.cron,
+            timezone: job.timezone,
+            executor: job.executor,
+            status: job.status.as_str(),
+            next_time: service::next_time(job.next_time),
+            owner: job.owner,
+            utime: job.utime,
+        }
+    }
+}
+
+async fn list(_admin: Admin, State(state): State<AppState>) -> ApiResult<Vec<JobView>> {
+    let jobs = state.job_store.list().await?;
+    Ok(Reply(jobs.into_iter().map(JobView::from).collect()))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateRequest {
+    name: String,
+    cron: String,
+    executor: String,
+    /// A JSON object, or a string holding one.
+    #[serde(default)]
+    cfg: Option<serde_json::Value>,
+    timezone: Option<String>,
+    misfire: Option<String>,
+    overlap: Option<String>,
+    timeout_ms: Option<i64>,
+}
+
+async fn create(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<CreateRequest>,
+) -> ApiResult<i64> {
+    let cfg = match request.cfg {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(text)) => Some(text),
+        Some(value @ serde_json::Value::Object(_)) => Some(value.to_string()),
+        Some(_) => {
+            return Err(AppError::InvalidInput(
+                "cfg must be a JSON object (or a string holding one)".to_owned(),
+            ))
+        }
+    };
+    let spec = JobSpec {
+        name: request.name,
+        cron: request.cron,
+        executor: request.executor,
+        cfg,
+        timezone: request.timezone,
+        misfire: request.misfire,
+        overlap: request.overlap,
+        timeout_ms: request.timeout_ms,
+    };
+    let id = service::create(&state.job_store, &state.job_executors, &spec)
+        .await
+        .map_err(store_error)?;
+    Ok(Reply(id))
+}
+
+async fn stop(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<()> {
+    state.job_store.stop(id).await.map_err(store_error)?;
+    Ok(Reply(()))
+}
+
+async fn resume(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<()> {
+    state.job_store.resume(id).await.map_err(store_error)?;
+    Ok(Reply(()))
+}
+
+async fn trigger(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<()> {
+    state.job_store.trigger(id).await.map_err(store_error)?;
+    Ok(Reply(()))
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunView {
+    id: i64,
+    scheduled_at: i64,
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    owner: String,
+    token: i64,
+    status: &'static str,
+    error: Option<String>,
+}
+
+impl From<RunRow> for RunView {
+    fn from(run: RunRow) -> Self {
+        Self {
+            id: run.id,
+            scheduled_at: run.scheduled_at,
+            started_at: run.started_at,
+            finished_at: run.finished_at,
+            owner: run.owner,
+            token: run.token,
+            status: run.status.as_str(),
+            error: run.error,
+        }
+    }
+}
+
+async fn runs(
+    _admin: Admin,
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(query): ApiQuery<RunsQuery>,
+) -> ApiResult<Vec<RunView>> {
+    let limit = query.limit.unwrap_or(DEFAULT_RUNS_LIMIT);
+    if !(1..=MAX_RUNS_LIMIT).contains(&limit) {
+        return Err(AppError::InvalidInput(format!(
+            "limit: must be 1-{MAX_RUNS_LIMIT}"
+        )));
+    }
+    let runs = runs_of(&state.job_store, id, limit).await?;
+    Ok(Reply(runs.into_iter().map(RunView::from).collect()))
+}
+
+/// The runs of job `id`, newest first; 404001 when there is no such job.
+async fn runs_of(store: &SqlJobStore, id: i64, limit: i64) -> Result<Vec<RunRow>, AppError> {
+    if store.get(id).await?.is_none() {
+        return Err(AppError::NotFound("no such job"));
+    }
+    Ok(store.runs(id, limit).await?)
+}

@@ -1,0 +1,589 @@
+//! Durable jobs administered over HTTP (`/jobs…`, admins only) on every setup, and with
+//! `webook jobs …` (the real binary) on a SQLite file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod common;
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Output, Stdio},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{http::HeaderMap, routing::any, Router};
+use common::{get, login, post, signup, sorted_keys, Setup};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use webook::{
+    infra::db::now_millis,
+    testing::{wait_until, TestApp},
+};
+
+setup_tests!(
+    only_admins_may_manage_jobs,
+    invalid_jobs_are_refused_with_the_reason,
+    a_triggered_http_job_runs_once_and_obeys_stop_and_resume,
+);
+
+/// Listed in `admins` with other capitalisation than it signs up with.
+const ADMIN_LISTED: &str = "Root@Example.COM";
+const ADMIN: &str = "root@example.com";
+
+/// An app whose admin is [`ADMIN`], polling for durable jobs often; returns it and the admin's
+/// access token.
+async fn admin_app(setup: Setup) -> (TestApp, String) {
+    let app = setup
+        .spawn(|config| {
+            config.admins = vec!["ops@example.com".to_owned(), ADMIN_LISTED.to_owned()];
+            config.job_poll_max = Duration::from_millis(100);
+        })
+        .await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (token, _) = login(&app, ADMIN).await;
+    (app, token)
+}
+
+/// Asserts an answer's HTTP status and business code; returns its JSON.
+#[track_caller]
+fn expect(answer: &common::Answer, status: StatusCode, code: i64) -> Value {
+    assert_eq!(answer.status_and_code(), (status, code), "{}", answer.raw);
+    answer.json()
+}
+
+async fn list_jobs(app: &TestApp, token: &str) -> Vec<Value> {
+    let body = expect(&get(app, "/jobs", Some(token)).await, StatusCode::OK, 0);
+    body["data"].as_array().unwrap().clone()
+}
+
+async fn job_named(app: &TestApp, token: &str, name: &str) -> Value {
+    list_jobs(app, token)
+        .await
+        .into_iter()
+        .find(|job| job["name"] == name)
+        .unwrap_or_else(|| panic!("no job {name}"))
+}
+
+async fn only_admins_may_manage_jobs(setup: Setup) {
+    let (app, admin) = admin_app(setup).await;
+    assert_eq!(signup(&app, "someone@example.com").await.code(), 0);
+    let (user, _) = login(&app, "someone@example.com").await;
+    let create = json!({"name": "sneaky", "cron": "@daily", "executor": "http",
+                        "cfg": {"url": "http://127.0.0.1:9/hook"}});
+    let id = expect(
+        &post(&app, "/jobs", Some(&admin), create.clone()).await,
+        StatusCode::OK,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+
+    let posts = ["/jobs".to_owned()]
+        .into_iter()
+        .chain(["stop", "resume", "trigger"].map(|action| format!("/jobs/{id}/{action}")));
+    for path in posts {
+        let body = if path == "/jobs" {
+            json!({"name": "other", "cron": "@daily", "executor": "http",
+                   "cfg": {"url": "http://127.0.0.1:9/hook"}})
+        } else {
+            json!({})
+        };
+        expect(
+            &post(&app, &path, Some(&user), body.clone()).await,
+            StatusCode::OK,
+            403002,
+        );
+        expect(
+            &post(&app, &path, None, body).await,
+            StatusCode::UNAUTHORIZED,
+            401001,
+        );
+    }
+    for path in ["/jobs".to_owned(), format!("/jobs/{id}/runs")] {
+        let refused = expect(&get(&app, &path, Some(&user)).await, StatusCode::OK, 403002);
+        assert!(refused["data"].is_null(), "{refused}");
+        expect(
+            &get(&app, &path, None).await,
+            StatusCode::UNAUTHORIZED,
+            401001,
+        );
+    }
+    // A non-admin learns nothing about ids either: an unknown one is 403002 too.
+    expect(
+        &post(&app, "/jobs/999999/stop", Some(&user), json!({})).await,
+        StatusCode::OK,
+        403002,
+    );
+
+    // Nothing the refused calls asked for happened.
+    let jobs = list_jobs(&app, &admin).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0]["status"], "waiting");
+}
+
+async fn invalid_jobs_are_refused_with_the_reason(setup: Setup) {
+    let (app, admin) = admin_app(setup).await;
+    let valid = || {
+        json!({"name": "ping", "cron": "@every 1h", "executor": "http",
+               "cfg": {"url": "http://127.0.0.1:9/hook"}})
+    };
+    let with = |field: &str, value: Value| {
+        let mut body = valid();
+        body[field] = value;
+        body
+    };
+    let cases = [
+        (with("cron", json!("0 0 25 * * *")), "hour field"),
+        (with("cron", json!("every day")), "cron expression"),
+        (with("timezone", json!("Mars/Olympus_Mons")), "time zone"),
+        (
+            with("executor", json!("ranking")),
+            "unknown executor \"ranking\"",
+        ),
+        (
+            with("cfg", json!({"url": "https://example.com/hook"})),
+            "invalid http cfg",
+        ),
+        (with("cfg", json!({})), "invalid http cfg"),
+        (with("cfg", json!("{not json")), "cfg is not valid JSON"),
+        (with("cfg", json!(42)), "cfg must be a JSON object"),
+        (with("misfire", json!("later")), "misfire policy"),
+        (with("overlap", json!("allow")), "overlap policy"),
+        (with("name", json!("no spaces please")), "job name"),
+        (with("name", json!("")), "job name"),
+        (with("timeoutMs", json!(10)), "timeout"),
+    ];
+    for (body, reason) in cases {
+        let answer = post(&app, "/jobs", Some(&admin), body.clone()).await;
+        let refused = expect(&answer, StatusCode::OK, 4);
+        let msg = refused["msg"].as_str().unwrap();
+        assert!(
+            msg.contains(reason),
+            "{body}: {msg:?} should name {reason:?}"
+        );
+    }
+    // Bodies that do not fit the route at all: 400, code 4.
+    let mut unknown_field = valid();
+    unknown_field["timeout_ms"] = json!(5000);
+    expect(
+        &post(&app, "/jobs", Some(&admin), unknown_field).await,
+        StatusCode::BAD_REQUEST,
+        4,
+    );
+    expect(
+        &post(&app, "/jobs", Some(&admin), json!({"name": "x"})).await,
+        StatusCode::BAD_REQUEST,
+        4,
+    );
+    assert_eq!(list_jobs(&app, &admin).await, Vec::<Value>::new());
+
+    let before = now_millis();
+    // `cfg` as a JSON string is accepted as well as an object.
+    let created = post(
+        &app,
+        "/jobs",
+        Some(&admin),
+        with("cfg", json!(r#"{"url": "http://127.0.0.1:9/hook"}"#)),
+    )
+    .await;
+    let id = expect(&created, StatusCode::OK, 0)["data"]
+        .as_i64()
+        .unwrap();
+    assert!(id > 0);
+    let duplicate = post(&app, "/jobs", Some(&admin), valid()).await;
+    expect(&duplicate, StatusCode::OK, 409001);
+    let zoned = json!({"name": "zoned", "cron": "0 30 9 * * MON-FRI", "executor": "http",
+                       "cfg": {"url": "http://127.0.0.1:9/hook", "method": "PUT"},
+                       "timezone": "Asia/Shanghai", "misfire": "skip", "overlap": "forbid",
+                       "timeoutMs": 5000});
+    expect(
+        &post(&app, "/jobs", Some(&admin), zoned).await,
+        StatusCode::OK,
+        0,
+    );
+
+    let jobs = list_jobs(&app, &admin).await;
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let ping = &jobs[0];
+    assert_eq!(
+        sorted_keys(ping),
+        ["cron", "executor", "id", "name", "nextTime", "owner", "status", "timezone", "utime"]
+    );
+    assert_eq!(ping["id"], id);
+    assert_eq!(ping["name"], "ping");
+    assert_eq!(ping["cron"], "@every 1h");
+    assert_eq!(ping["timezone"], "UTC");
+    assert_eq!(ping["executor"], "http");
+    assert_eq!(ping["status"], "waiting");
+    assert_eq!(ping["owner"], "");
+    let next = ping["nextTime"].as_i64().unwrap();
+    assert!(
+        next > before && next <= now_millis() + 3600 * 1000,
+        "nextTime {next} should be within the hour after {before}"
+    );
+    assert!(ping["utime"].as_i64().unwrap() > 0);
+    assert_eq!(jobs[1]["name"], "zoned");
+    assert_eq!(jobs[1]["timezone"], "Asia/Shanghai");
+    assert!(jobs[1]["nextTime"].as_i64().unwrap() > before);
+}
+
+/// What the receiver saw of one call: `x-webook-job`, `x-webook-scheduled-at`,
+/// `x-webook-token`.
+#[derive(Debug, Clone)]
+struct Call {
+    job: String,
+    scheduled_at: String,
+    token: String,
+}
+
+/// A tiny HTTP server recording every request's job headers; answers 200.
+async fn start_receiver() -> (SocketAddr, Arc<Mutex<Vec<Call>>>) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let recorded = calls.clone();
+    let app = Router::new().route(
+        "/hook",
+        any(move |headers: HeaderMap| {
+            let recorded = recorded.clone();
+            async move {
+                let header = |name: &str| {
+                    headers
+                        .get(name)
+                        .map(|value| value.to_str().unwrap().to_owned())
+                        .unwrap_or_default()
+                };
+                recorded.lock().unwrap().push(Call {
+                    job: header("x-webook-job"),
+                    scheduled_at: header("x-webook-scheduled-at"),
+                    token: header("x-webook-token"),
+                });
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, calls)
+}
+
+async fn runs(app: &TestApp, token: &str, id: i64) -> Vec<Value> {
+    let answer = get(app, &format!("/jobs/{id}/runs"), Some(token)).await;
+    expect(&answer, StatusCode::OK, 0)["data"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn a_triggered_http_job_runs_once_and_obeys_stop_and_resume(setup: Setup) {
+    let (app, admin) = admin_app(setup).await;
+    let (receiver, calls) = start_receiver().await;
+    let create = json!({"name": "yearly-ping", "cron": "@yearly", "executor": "http",
+                        "cfg": {"url": format!("http://{receiver}/hook")}});
+    let id = expect(
+        &post(&app, "/jobs", Some(&admin), create).await,
+        StatusCode::OK,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(runs(&app, &admin, id).await, Vec::<Value>::new());
+
+    let triggered_after = now_millis();
+    expect(
+        &post(
+            &app,
+            &format!("/jobs/{id}/trigger"),
+            Some(&admin),
+            json!({}),
+        )
+        .await,
+        StatusCode::OK,
+        0,
+    );
+    wait_until("the triggered run to be recorded as ok", || async {
+        runs(&app, &admin, id)
+            .await
+            .first()
+            .is_some_and(|run| run["status"] == "ok")
+    })
+    .await;
+    let recorded = runs(&app, &admin, id).await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    let run = &recorded[0];
+    assert_eq!(
+        sorted_keys(run),
+        [
+            "error",
+            "finishedAt",
+            "id",
+            "owner",
+            "scheduledAt",
+            "startedAt",
+            "status",
+            "token"
+        ]
+    );
+    assert!(run["error"].is_null(), "{run}");
+    assert!(!run["owner"].as_str().unwrap().is_empty(), "{run}");
+    let scheduled_at = run["scheduledAt"].as_i64().unwrap();
+    assert!(
+        (triggered_after - 5000..=now_millis() + 5000).contains(&scheduled_at),
+        "a trigger runs now, not at the yearly fire time: {run}"
+    );
+    assert!(run["startedAt"].as_i64().unwrap() <= run["finishedAt"].as_i64().unwrap());
+    // The run is recorded ok only after the call answered: it has been made, exactly once.
+    let seen = calls.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].job, "yearly-ping");
+    assert_eq!(seen[0].scheduled_at, scheduled_at.to_string());
+    assert_eq!(seen[0].token, run["token"].as_i64().unwrap().to_string());
+    let job = job_named(&app, &admin, "yearly-ping").await;
+    assert_eq!(job["status"], "waiting", "released after the run: {job}");
+
+    expect(
+        &post(&app, &format!("/jobs/{id}/stop"), Some(&admin), json!({})).await,
+        StatusCode::OK,
+        0,
+    );
+    assert_eq!(
+        job_named(&app, &admin, "yearly-ping").await["status"],
+        "paused"
+    );
+    let refused = expect(
+        &post(
+            &app,
+            &format!("/jobs/{id}/trigger"),
+            Some(&admin),
+            json!({}),
+        )
+        .await,
+        StatusCode::OK,
+        4,
+    );
+    assert!(
+        refused["msg"].as_str().unwrap().contains("stopped"),
+        "{refused}"
+    );
+    expect(
+        &post(&app, &format!("/jobs/{id}/resume"), Some(&admin), json!({})).await,
+        StatusCode::OK,
+        0,
+    );
+    let resumed = job_named(&app, &admin, "yearly-ping").await;
+    assert_eq!(resumed["status"], "waiting");
+    assert!(
+        resumed["nextTime"].as_i64().unwrap() > now_millis(),
+        "{resumed}"
+    );
+
+    // `limit` is checked; a valid one bounds the list.
+    for limit in ["0", "501"] {
+        let answer = get(
+            &app,
+            &format!("/jobs/{id}/runs?limit={limit}"),
+            Some(&admin),
+        )
+        .await;
+        let refused = expect(&answer, StatusCode::OK, 4);
+        assert!(
+            refused["msg"].as_str().unwrap().contains("limit"),
+            "{refused}"
+        );
+    }
+    let answer = get(&app, &format!("/jobs/{id}/runs?limit=many"), Some(&admin)).await;
+    expect(&answer, StatusCode::BAD_REQUEST, 4);
+    let answer = get(&app, &format!("/jobs/{id}/runs?limit=1"), Some(&admin)).await;
+    assert_eq!(
+        expect(&answer, StatusCode::OK, 0)["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // Unknown ids: 404001 on every route; a non-numeric id is a bad request.
+    for action in ["stop", "resume", "trigger"] {
+        let answer = post(
+            &app,
+            &format!("/jobs/999999/{action}"),
+            Some(&admin),
+            json!({}),
+        )
+        .await;
+        expect(&answer, StatusCode::OK, 404001);
+    }
+    expect(
+        &get(&app, "/jobs/999999/runs", Some(&admin)).await,
+        StatusCode::OK,
+        404001,
+    );
+    expect(
+        &post(&app, "/jobs/ping/stop", Some(&admin), json!({})).await,
+        StatusCode::BAD_REQUEST,
+        4,
+    );
+    assert_eq!(calls.lock().unwrap().len(), 1, "no other run was made");
+}
+
+const BINARY: &str = env!("CARGO_BIN_EXE_webook");
+
+/// Runs `webook <args>` on the SQLite file in `dir`, with no inherited `WEBOOK_*` settings.
+fn webook(dir: &Path, args: &[&str]) -> Output {
+    let mut command = Command::new(BINARY);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("WEBOOK_") {
+            command.env_remove(key);
+        }
+    }
+    let data_dir = dir.join("data");
+    let database_url = format!("sqlite://{}", dir.join("jobs.db").display());
+    command
+        .current_dir(dir)
+        .args(["--data-dir", data_dir.to_str().unwrap()])
+        .args(["--database-url", &database_url])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run webook")
+}
+
+/// Runs a command expected to succeed; returns its stdout.
+#[track_caller]
+fn succeeds(dir: &Path, args: &[&str]) -> String {
+    let output = webook(dir, args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?} failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Runs a command expected to fail; returns its one-line stderr.
+#[track_caller]
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let output = webook(dir, args);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one clear line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    stderr
+}
+
+/// The table's rows as cells (columns are at least two spaces apart; cells have single ones).
+fn cells(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_jobs_command_manages_jobs_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let cfg = r#"{"url": "http://127.0.0.1:9/hook"}"#;
+    let add = |name: &'static str, cron: &'static str, executor: &'static str| {
+        vec![
+            "jobs",
+            "add",
+            "--name",
+            name,
+            "--cron",
+            cron,
+            "--executor",
+            executor,
+            "--cfg",
+            cfg,
+        ]
+    };
+
+    let mut nightly = add("nightly", "0 0 3 * * *", "http");
+    nightly.extend(["--timezone", "Europe/Paris", "--misfire", "skip"]);
+    let created = succeeds(dir, &nightly);
+    assert_eq!(created, "created job 1\n");
+
+    let stderr = fails(dir, &add("bad", "0 0 25 * * *", "http"));
+    assert!(stderr.contains("hour field"), "{stderr}");
+    let stderr = fails(dir, &add("other", "@daily", "ranking"));
+    assert!(stderr.contains("unknown executor \"ranking\""), "{stderr}");
+    let mut bad_cfg = add("other", "@daily", "http");
+    bad_cfg[9] = r#"{"url": "ftp://example.com/"}"#;
+    let stderr = fails(dir, &bad_cfg);
+    assert!(stderr.contains("invalid http cfg"), "{stderr}");
+    let stderr = fails(dir, &add("nightly", "@daily", "http"));
+    assert!(stderr.contains("already exists"), "{stderr}");
+
+    let listed = cells(&succeeds(dir, &["jobs", "list"]));
+    assert_eq!(
+        listed[0],
+        ["ID", "NAME", "STATUS", "CRON", "TIMEZONE", "EXECUTOR", "NEXT", "OWNER"]
+    );
+    assert_eq!(
+        listed.len(),
+        2,
+        "only the valid job was created: {listed:?}"
+    );
+    let row = &listed[1];
+    assert_eq!(
+        row[..6],
+        [
+            "1",
+            "nightly",
+            "waiting",
+            "0 0 3 * * *",
+            "Europe/Paris",
+            "http"
+        ]
+    );
+    let next = chrono::DateTime::parse_from_rfc3339(&row[6]).expect("NEXT is RFC 3339");
+    assert!(row[6].ends_with('Z'), "UTC: {}", row[6]);
+    assert!(next.timestamp_millis() > now_millis());
+    assert_eq!(row[7], "-");
+
+    assert_eq!(
+        succeeds(dir, &["jobs", "stop", "nightly"]),
+        "stopped job 1 (nightly)\n"
+    );
+    assert_eq!(cells(&succeeds(dir, &["jobs", "list"]))[1][2], "paused");
+    let stderr = fails(dir, &["jobs", "trigger", "nightly"]);
+    assert!(stderr.contains("stopped; resume it first"), "{stderr}");
+    let resumed = succeeds(dir, &["jobs", "resume", "nightly"]);
+    assert!(
+        resumed.starts_with("resumed job 1 (nightly), next run at 20"),
+        "{resumed}"
+    );
+    assert_eq!(cells(&succeeds(dir, &["jobs", "list"]))[1][2], "waiting");
+    let triggered = succeeds(dir, &["jobs", "trigger", "1"]);
+    assert!(
+        triggered.starts_with("triggered job 1 (nightly)"),
+        "{triggered}"
+    );
+
+    let runs = succeeds(dir, &["jobs", "runs", "nightly", "--limit", "10"]);
+    assert_eq!(
+        cells(&runs),
+        [[
+            "ID",
+            "SCHEDULED",
+            "STATUS",
+            "STARTED",
+            "FINISHED",
+            "TOKEN",
+            "OWNER",
+            "ERROR"
+        ]],
+        "a header and no runs (no instance ran it): {runs}"
+    );
+    let stderr = fails(dir, &["jobs", "stop", "nosuch"]);
+    assert!(stderr.contains("no such job \"nosuch\""), "{stderr}");
+    let stderr = fails(dir, &["jobs", "runs", "42"]);
+    assert!(stderr.contains("no such job \"42\""), "{stderr}");
+}

@@ -1,0 +1,513 @@
+//! The SQL preemptive scheduler's store and worker on SQLite and PostgreSQL.
+//!
+//! Store tests drive the database clock by hand (`DbClock::Manual`), so due-ness, leases and
+//! misfires are deterministic: exclusive claims under contention, misfire policies recording
+//! every missed fire time, takeover of a silent holder with its writes refused afterwards, stop /
+//! resume / trigger, and fire times passing during a run recorded as skipped. Worker tests run
+//! the real poll loop on the database's own clock: fire times run once each across two
+//! instances, and a holder that never heartbeats is taken over.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc, Mutex,
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use scheduler::{
+    sql::{
+        model::plan_claim, ClaimKind, DbClock, Dialect, Executor, Executors, JobRow, JobStatus,
+        Misfire, NewJob, OverlapPolicy, RunStatus, SqlJobStore, SqlScheduler, StoreError,
+        WorkerOptions,
+    },
+    JobContext,
+};
+use webook::{
+    backend_tests,
+    config::DatabaseKind,
+    testing::{wait_until, TestDb},
+};
+
+const SECOND: i64 = 1000;
+/// 2026-01-01T00:00:00Z in ms.
+const T0: i64 = 1_767_225_600_000;
+const LEASE: i64 = 10 * SECOND;
+const MISFIRE_AFTER: i64 = 5 * SECOND;
+
+backend_tests!(
+    one_of_many_concurrent_claims_wins,
+    misfire_policies_record_every_missed_fire_time,
+    a_silent_holder_is_taken_over_and_its_writes_refused,
+    stop_fences_the_holder_resume_and_trigger_keep_the_schedule,
+    fire_times_passing_during_a_run_are_recorded_as_skipped,
+    two_workers_run_each_fire_time_once,
+    a_worker_takes_over_a_job_whose_holder_never_heartbeats,
+);
+
+fn dialect(db: &TestDb) -> Dialect {
+    match db.db.kind() {
+        DatabaseKind::Sqlite => Dialect::Sqlite,
+        DatabaseKind::Postgres => Dialect::Postgres,
+    }
+}
+
+fn store(db: &TestDb, clock: DbClock) -> SqlJobStore {
+    SqlJobStore::new(db.db.pool().clone(), db.db.writer().clone(), clock)
+}
+
+fn manual(db: &TestDb, at: i64) -> (SqlJobStore, Arc<AtomicI64>) {
+    let now = Arc::new(AtomicI64::new(at));
+    (store(db, DbClock::Manual(now.clone())), now)
+}
+
+fn new_job(name: &str, cron: &str, misfire: Misfire) -> NewJob {
+    NewJob {
+        name: name.to_owned(),
+        cron: cron.to_owned(),
+        timezone: "UTC".to_owned(),
+        executor: "record".to_owned(),
+        cfg: "{}".to_owned(),
+        misfire,
+        overlap: OverlapPolicy::Forbid,
+        timeout_ms: 60_000,
+    }
+}
+
+/// Polls and claims every claimable job once as `owner`; returns the claims won.
+async fn claim_due(store: &SqlJobStore, owner: &str) -> Vec<scheduler::sql::Claim> {
+    let due = store.due(100, LEASE).await.unwrap();
+    let mut claims = Vec::new();
+    for job in &due.jobs {
+        let schedule = job.schedule().unwrap();
+        let Some(plan) = plan_claim(job, &schedule, due.now, LEASE, MISFIRE_AFTER) else {
+            continue;
+        };
+        if let Some(claim) = store
+            .claim(job, &plan, owner, due.now, LEASE)
+            .await
+            .unwrap()
+        {
+            claims.push(claim);
+        }
+    }
+    claims
+}
+
+async fn runs(store: &SqlJobStore, job_id: i64) -> Vec<(i64, RunStatus, i64)> {
+    let mut runs: Vec<_> = store
+        .runs(job_id, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|run| (run.scheduled_at - T0, run.status, run.token))
+        .collect();
+    runs.sort_by_key(|run| run.0);
+    runs
+}
+
+async fn job(store: &SqlJobStore, id: i64) -> JobRow {
+    store.get(id).await.unwrap().unwrap()
+}
+
+async fn one_of_many_concurrent_claims_wins(db: TestDb) {
+    let (store, _now) = manual(&db, T0);
+    let id = store
+        .create(&new_job("contended", "@every 10s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    // Everyone polled the same snapshot at T0+10s and races the compare-and-swap.
+    let (store, _now) = manual(&db, T0 + 10 * SECOND);
+    let due = store.due(10, LEASE).await.unwrap();
+    assert_eq!(due.jobs.len(), 1);
+    let row = due.jobs[0].clone();
+    let plan = plan_claim(
+        &row,
+        &row.schedule().unwrap(),
+        due.now,
+        LEASE,
+        MISFIRE_AFTER,
+    )
+    .unwrap();
+    let mut racers = Vec::new();
+    for racer in 0..8 {
+        let (store, row, plan) = (store.clone(), row.clone(), plan.clone());
+        racers.push(tokio::spawn(async move {
+            store
+                .claim(&row, &plan, &format!("racer-{racer}"), due.now, LEASE)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = Vec::new();
+    for racer in racers {
+        won.extend(racer.await.unwrap());
+    }
+    assert_eq!(won.len(), 1, "exactly one claim wins: {won:?}");
+    assert_eq!(won[0].token, row.version + 1);
+    let job = job(&store, id).await;
+    assert_eq!(job.status, JobStatus::Running);
+    assert_eq!(job.next_time, T0 + 20 * SECOND);
+    assert_eq!(
+        runs(&store, id).await,
+        [(10 * SECOND, RunStatus::Running, won[0].token)]
+    );
+}
+
+async fn misfire_policies_record_every_missed_fire_time(db: TestDb) {
+    let (store, now) = manual(&db, T0);
+    let skip = store
+        .create(&new_job("skip", "@every 10s", Misfire::Skip))
+        .await
+        .unwrap();
+    let once = store
+        .create(&new_job("once", "@every 10s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    let catch_up = store
+        .create(&new_job("catch-up", "@every 10s", Misfire::CatchUp))
+        .await
+        .unwrap();
+    // All instances were down from T0 to T0+65s: fire times 10 … 60 s passed.
+    now.store(T0 + 65 * SECOND, Ordering::SeqCst);
+    let claims = claim_due(&store, "w").await;
+    assert_eq!(claims.len(), 2, "skip runs nothing: {claims:?}");
+
+    let skip_runs = runs(&store, skip).await;
+    assert_eq!(
+        skip_runs
+            .iter()
+            .map(|run| (run.0, run.1))
+            .collect::<Vec<_>>(),
+        (1..=6)
+            .map(|i| (i * 10 * SECOND, RunStatus::Misfired))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(job(&store, skip).await.next_time, T0 + 70 * SECOND);
+    assert_eq!(job(&store, skip).await.status, JobStatus::Waiting);
+
+    let once_runs = runs(&store, once).await;
+    assert_eq!(once_runs.len(), 6);
+    assert!(once_runs[..5]
+        .iter()
+        .all(|run| run.1 == RunStatus::Misfired));
+    assert_eq!(once_runs[5].0, 60 * SECOND);
+    assert_eq!(once_runs[5].1, RunStatus::Running);
+
+    // Catch-up runs the oldest first and leaves the rest due: run, finish, claim again.
+    let schedule = job(&store, catch_up).await.schedule().unwrap();
+    let mut ran = Vec::new();
+    let mut claim = claims
+        .into_iter()
+        .find(|claim| claim.job_id == catch_up)
+        .unwrap();
+    loop {
+        ran.push(claim.run_at - T0);
+        assert!(store
+            .finish(&claim, &schedule, RunStatus::Ok, None)
+            .await
+            .unwrap());
+        match claim_due(&store, "w")
+            .await
+            .into_iter()
+            .find(|claim| claim.job_id == catch_up)
+        {
+            Some(next) => claim = next,
+            None => break,
+        }
+    }
+    assert_eq!(ran, (1..=6).map(|i| i * 10 * SECOND).collect::<Vec<_>>());
+    assert!(runs(&store, catch_up)
+        .await
+        .iter()
+        .all(|run| run.1 == RunStatus::Ok));
+    assert_eq!(job(&store, catch_up).await.next_time, T0 + 70 * SECOND);
+}
+
+async fn a_silent_holder_is_taken_over_and_its_writes_refused(db: TestDb) {
+    let (store, now) = manual(&db, T0);
+    let id = store
+        .create(&new_job("silent", "@every 10s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    now.store(T0 + 10 * SECOND, Ordering::SeqCst);
+    let first = claim_due(&store, "a").await.pop().unwrap();
+    let schedule = job(&store, id).await.schedule().unwrap();
+    // Within the lease nobody else may claim it.
+    now.store(T0 + 20 * SECOND, Ordering::SeqCst);
+    assert!(claim_due(&store, "b").await.is_empty());
+    // "a" goes silent; one lease after its last heartbeat "b" takes over the same fire time.
+    now.store(T0 + 20 * SECOND + 1, Ordering::SeqCst);
+    let second = claim_due(&store, "b").await.pop().unwrap();
+    assert_eq!(second.kind, ClaimKind::Takeover);
+    assert_eq!(second.run_at, first.run_at);
+    assert!(second.token > first.token);
+    assert_eq!(
+        runs(&store, id).await,
+        [(10 * SECOND, RunStatus::Running, second.token)]
+    );
+    // "a" wakes up: every write it attempts is refused and changes nothing.
+    assert!(!store.heartbeat(&first).await.unwrap());
+    assert!(!store
+        .finish(&first, &schedule, RunStatus::Ok, None)
+        .await
+        .unwrap());
+    assert_eq!(job(&store, id).await.owner, "b");
+    assert_eq!(
+        runs(&store, id).await,
+        [(10 * SECOND, RunStatus::Running, second.token)]
+    );
+    assert!(store.heartbeat(&second).await.unwrap());
+    assert!(store
+        .finish(&second, &schedule, RunStatus::Ok, None)
+        .await
+        .unwrap());
+    let released = job(&store, id).await;
+    assert_eq!(released.status, JobStatus::Waiting);
+    assert_eq!(released.owner, "");
+    assert_eq!(
+        runs(&store, id).await,
+        [(10 * SECOND, RunStatus::Ok, second.token)]
+    );
+}
+
+async fn stop_fences_the_holder_resume_and_trigger_keep_the_schedule(db: TestDb) {
+    let (store, now) = manual(&db, T0);
+    let id = store
+        .create(&new_job("stoppable", "0 0 * * * *", Misfire::FireOnce))
+        .await
+        .unwrap();
+    assert_eq!(job(&store, id).await.next_time, T0 + 3600 * SECOND);
+    assert!(matches!(
+        store
+            .create(&new_job("stoppable", "@daily", Misfire::Skip))
+            .await,
+        Err(StoreError::Duplicate(_))
+    ));
+    assert!(
+        matches!(store.create(&new_job("bad", "0 0 25 * * *", Misfire::Skip)).await, Err(StoreError::Invalid(message)) if message.contains("hour field"))
+    );
+
+    // A triggered run happens now and leaves the hourly schedule alone.
+    now.store(T0 + 5 * SECOND, Ordering::SeqCst);
+    store.trigger(id).await.unwrap();
+    let triggered = claim_due(&store, "a").await.pop().unwrap();
+    assert_eq!(triggered.kind, ClaimKind::Triggered);
+    assert_eq!(triggered.run_at, T0 + 5 * SECOND);
+    assert_eq!(job(&store, id).await.next_time, T0 + 3600 * SECOND);
+
+    // Stopping while it runs fences the holder.
+    store.stop(id).await.unwrap();
+    let stopped = job(&store, id).await;
+    assert_eq!(stopped.status, JobStatus::Paused);
+    assert!(!store.heartbeat(&triggered).await.unwrap());
+    let schedule = stopped.schedule().unwrap();
+    assert!(!store
+        .finish(&triggered, &schedule, RunStatus::Ok, None)
+        .await
+        .unwrap());
+    assert_eq!(runs(&store, id).await[0].1, RunStatus::Fenced);
+    assert!(matches!(
+        store.trigger(id).await,
+        Err(StoreError::Paused(_))
+    ));
+    now.store(T0 + 7200 * SECOND, Ordering::SeqCst);
+    assert!(
+        claim_due(&store, "a").await.is_empty(),
+        "a stopped job is never claimed"
+    );
+
+    // Resume continues from the next fire time after now: no misfire storm.
+    now.store(T0 + 7200 * SECOND + 30 * SECOND, Ordering::SeqCst);
+    store.resume(id).await.unwrap();
+    let resumed = job(&store, id).await;
+    assert_eq!(resumed.status, JobStatus::Waiting);
+    assert_eq!(resumed.next_time, T0 + 3 * 3600 * SECOND);
+    assert!(claim_due(&store, "a").await.is_empty());
+    assert!(matches!(store.stop(9999).await, Err(StoreError::NotFound)));
+}
+
+async fn fire_times_passing_during_a_run_are_recorded_as_skipped(db: TestDb) {
+    let (store, now) = manual(&db, T0);
+    let id = store
+        .create(&new_job("slow", "@every 10s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    now.store(T0 + 10 * SECOND, Ordering::SeqCst);
+    let claim = claim_due(&store, "a").await.pop().unwrap();
+    // The run takes 35 s, heartbeating; fire times 20, 30 and 40 pass meanwhile.
+    for at in [18, 26, 34, 42] {
+        now.store(T0 + at * SECOND, Ordering::SeqCst);
+        assert!(store.heartbeat(&claim).await.unwrap());
+        assert!(claim_due(&store, "b").await.is_empty());
+    }
+    now.store(T0 + 45 * SECOND, Ordering::SeqCst);
+    let schedule = job(&store, id).await.schedule().unwrap();
+    assert!(store
+        .finish(&claim, &schedule, RunStatus::Failed, Some("boom"))
+        .await
+        .unwrap());
+    let recorded = runs(&store, id).await;
+    assert_eq!(
+        recorded
+            .iter()
+            .map(|run| (run.0, run.1))
+            .collect::<Vec<_>>(),
+        [
+            (10 * SECOND, RunStatus::Failed),
+            (20 * SECOND, RunStatus::Skipped),
+            (30 * SECOND, RunStatus::Skipped),
+            (40 * SECOND, RunStatus::Skipped)
+        ]
+    );
+    assert_eq!(
+        store
+            .runs(id, 10)
+            .await
+            .unwrap()
+            .last()
+            .unwrap()
+            .error
+            .as_deref(),
+        Some("boom")
+    );
+    assert_eq!(job(&store, id).await.next_time, T0 + 50 * SECOND);
+}
+
+/// Records each execution (job, fire time, token).
+#[derive(Clone, Default)]
+struct Recording(Arc<Mutex<Vec<(String, i64, u64)>>>);
+
+#[async_trait]
+impl Executor for Recording {
+    fn name(&self) -> &str {
+        "record"
+    }
+
+    fn check_cfg(&self, _cfg: &serde_json::Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn execute(&self, job: &JobRow, ctx: JobContext) -> anyhow::Result<()> {
+        self.0.lock().unwrap().push((
+            job.name.clone(),
+            ctx.scheduled_at().timestamp_millis(),
+            ctx.fencing_token(),
+        ));
+        Ok(())
+    }
+}
+
+fn worker(
+    db: &TestDb,
+    recording: &Recording,
+    instance: &str,
+    lease: Duration,
+) -> scheduler::sql::RunningSqlScheduler {
+    let mut executors = Executors::new();
+    executors.register(recording.clone());
+    SqlScheduler::new(
+        store(db, DbClock::Database(dialect(db))),
+        executors,
+        WorkerOptions {
+            instance: instance.to_owned(),
+            permits: 4,
+            heartbeat: lease / 4,
+            lease,
+            max_idle_poll: Duration::from_millis(200),
+            misfire_after: Duration::from_secs(5),
+        },
+    )
+    .start()
+}
+
+async fn ok_runs(store: &SqlJobStore, id: i64) -> Vec<scheduler::sql::RunRow> {
+    store
+        .runs(id, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|run| run.status == RunStatus::Ok)
+        .collect()
+}
+
+async fn two_workers_run_each_fire_time_once(db: TestDb) {
+    let store = store(&db, DbClock::Database(dialect(&db)));
+    let id = store
+        .create(&new_job("every-second", "@every 1s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    let recording = Recording::default();
+    let a = worker(&db, &recording, "a", Duration::from_secs(4));
+    let b = worker(&db, &recording, "b", Duration::from_secs(4));
+    wait_until("five successful runs", || async {
+        ok_runs(&store, id).await.len() >= 5
+    })
+    .await;
+    a.stop(Duration::from_secs(5)).await;
+    b.stop(Duration::from_secs(5)).await;
+
+    let executions = recording.0.lock().unwrap().clone();
+    let ticks: HashSet<i64> = executions.iter().map(|(_, tick, _)| *tick).collect();
+    assert_eq!(
+        ticks.len(),
+        executions.len(),
+        "a fire time ran twice: {executions:?}"
+    );
+    let ok = ok_runs(&store, id).await;
+    assert_eq!(
+        ok.len(),
+        executions.len(),
+        "every execution was recorded ok"
+    );
+    for run in &ok {
+        assert!(executions.contains(&(
+            "every-second".to_owned(),
+            run.scheduled_at,
+            u64::try_from(run.token).unwrap()
+        )));
+        assert!(run.started_at.unwrap() >= run.scheduled_at, "never early");
+    }
+    let job = job(&store, id).await;
+    assert_eq!(job.status, JobStatus::Waiting);
+    assert_eq!(job.owner, "");
+}
+
+async fn a_worker_takes_over_a_job_whose_holder_never_heartbeats(db: TestDb) {
+    let store = store(&db, DbClock::Database(dialect(&db)));
+    let id = store
+        .create(&new_job("orphan", "@every 1s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    // A "ghost" instance claims the first fire time and dies without a word.
+    let ghost = loop {
+        if let Some(claim) = claim_due(&store, "ghost").await.pop() {
+            break claim;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let recording = Recording::default();
+    let worker = worker(&db, &recording, "rescuer", Duration::from_secs(1));
+    wait_until(
+        "the ghost's fire time to be re-run by the rescuer",
+        || async {
+            ok_runs(&store, id)
+                .await
+                .iter()
+                .any(|run| run.scheduled_at == ghost.run_at && run.owner == "rescuer")
+        },
+    )
+    .await;
+    worker.stop(Duration::from_secs(5)).await;
+    let rerun = ok_runs(&store, id)
+        .await
+        .into_iter()
+        .find(|run| run.scheduled_at == ghost.run_at)
+        .unwrap();
+    assert!(rerun.token > ghost.token);
+    assert!(!store.heartbeat(&ghost).await.unwrap());
+}
