@@ -732,6 +732,23 @@ mod tests {
                 "invalid purge_schedule (WEBOOK_PURGE_SCHEDULE): invalid cron expression \
                  \"0 0 25 * * *\": hour field \"25\": 25 is out of range 0-23"
             );
+
+            jail.set_env("WEBOOK_PURGE_SCHEDULE", "@every 10m");
+            jail.set_env("WEBOOK_ROLE", "api");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("role") && err.contains("cluster mode"),
+                "{err}"
+            );
+            jail.set_env("WEBOOK_ROLE", "worker");
+            jail.set_env("WEBOOK_JOB_LEASE", "3s");
+            jail.set_env("WEBOOK_JOB_HEARTBEAT", "2s");
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("job_lease"), "{err}");
             Ok(())
         });
     }

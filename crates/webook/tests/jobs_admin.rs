@@ -341,6 +341,23 @@ async fn a_triggered_http_job_runs_once_and_obeys_stop_and_resume(setup: Setup) 
     assert_eq!(seen[0].token, run["token"].as_i64().unwrap().to_string());
     let job = job_named(&app, &admin, "yearly-ping").await;
     assert_eq!(job["status"], "waiting", "released after the run: {job}");
+    // The durable scheduler's metrics are on /metrics (process-wide across tests, so >= 1).
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "scheduler_sql_claims_total{kind=\"triggered\"} ",
+        "scheduler_job_runs_total{job=\"yearly-ping\",outcome=\"success\"} ",
+        "scheduler_sql_schedule_lag_seconds_bucket{le=\"1\"}",
+    ] {
+        assert!(metrics.contains(series), "no {series} on /metrics");
+    }
 
     expect(
         &post(&app, &format!("/jobs/{id}/stop"), Some(&admin), json!({})).await,

@@ -3,8 +3,9 @@
 //! One poller task per instance:
 //! 1. takes the number of free permits (bounded concurrency; with none free it waits for one);
 //! 2. reads up to that many candidates ([`SqlJobStore::due`]) together with the database time;
-//! 3. for each, decides the claim ([`plan_claim`]: on time, misfired, triggered or takeover) and
-//!    tries the compare-and-swap; a won claim is durable (run row committed) before work starts;
+//! 3. for each, concurrently, decides the claim ([`plan_claim`]: on time, misfired, triggered or
+//!    takeover) and tries the compare-and-swap; a won claim is durable (run row committed) before
+//!    work starts;
 //! 4. sleeps until the earliest next fire time, at most `max_idle_poll`, unless it just claimed
 //!    something (then it polls again at once) or is woken ([`RunningSqlScheduler::wake`]).
 //!
@@ -30,7 +31,7 @@ use crate::{
     sql::{
         executor::{Executor, Executors},
         model::{plan_claim, ClaimKind, JobRow, RunStatus},
-        store::{Claim, Due, SqlJobStore},
+        store::{Claim, SqlJobStore},
     },
 };
 
@@ -38,8 +39,23 @@ use crate::{
 pub const SQL_CLAIMS: &str = "scheduler_sql_claims_total";
 /// Counter: runs whose holder lost its claim (stopped, replaced, or heartbeats failing), by `job`.
 pub const SQL_FENCED: &str = "scheduler_sql_fenced_total";
-/// Histogram: seconds from a fire time to its claim (schedule lag), database clock.
+/// Histogram: seconds from a fire time (or a trigger) to its claim (schedule lag), database
+/// clock. Takeovers are not included: their lag is the lease, counted by `SQL_CLAIMS`.
 pub const SQL_SCHEDULE_LAG: &str = "scheduler_sql_schedule_lag_seconds";
+
+/// Describes the metrics above to the installed recorder. Harmless to repeat.
+pub fn describe_metrics() {
+    metrics::describe_counter!(SQL_CLAIMS, "Durable-job claims won, by kind");
+    metrics::describe_counter!(
+        SQL_FENCED,
+        "Durable-job runs whose holder lost its claim before finishing"
+    );
+    metrics::describe_histogram!(
+        SQL_SCHEDULE_LAG,
+        metrics::Unit::Seconds,
+        "Seconds from a durable job's fire time to its claim"
+    );
+}
 
 /// Tuning of one instance.
 #[derive(Debug, Clone)]
@@ -215,22 +231,30 @@ async fn poll_loop(shared: Arc<Shared>) {
                 continue;
             }
         };
-        let mut claimed = 0usize;
+        // Claims race other instances, not each other: make them concurrently (each is one
+        // short transaction), so one instance's throughput is not one commit at a time.
+        let mut claims = tokio::task::JoinSet::new();
         for job in &due.jobs {
-            if shared.stopping.is_cancelled() {
-                return;
-            }
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 break;
             };
-            if let Some(run) = try_claim(&shared, job, &due, polled_at).await {
-                claimed += 1;
-                let task_shared = shared.clone();
-                shared.runs.spawn(async move {
-                    run.execute(&task_shared).await;
-                    drop(permit);
-                });
-            }
+            let (task_shared, job, now) = (shared.clone(), job.clone(), due.now);
+            claims.spawn(async move {
+                let run = try_claim(&task_shared, &job, now, polled_at).await;
+                (run, permit)
+            });
+        }
+        let mut claimed = 0usize;
+        while let Some(joined) = claims.join_next().await {
+            let Ok((Some(run), permit)) = joined else {
+                continue;
+            };
+            claimed += 1;
+            let task_shared = shared.clone();
+            shared.runs.spawn(async move {
+                run.execute(&task_shared).await;
+                drop(permit);
+            });
         }
         if claimed > 0 {
             continue;
@@ -263,7 +287,7 @@ struct ClaimedRun {
 async fn try_claim(
     shared: &Shared,
     job: &JobRow,
-    due: &Due,
+    now: i64,
     polled_at: Instant,
 ) -> Option<ClaimedRun> {
     let options = &shared.options;
@@ -281,19 +305,13 @@ async fn try_claim(
     let plan = plan_claim(
         job,
         &schedule,
-        due.now,
+        now,
         millis(options.lease),
         millis(options.misfire_after),
     )?;
     let claim = match shared
         .store
-        .claim(
-            job,
-            &plan,
-            &options.instance,
-            due.now,
-            millis(options.lease),
-        )
+        .claim(job, &plan, &options.instance, now, millis(options.lease))
         .await
     {
         Ok(claim) => claim,
@@ -312,7 +330,7 @@ async fn try_claim(
         return None;
     };
     metrics::counter!(SQL_CLAIMS, "kind" => claim.kind.as_str()).increment(1);
-    if claim.kind == ClaimKind::Scheduled {
+    if matches!(claim.kind, ClaimKind::Scheduled | ClaimKind::Triggered) {
         let lag = (claim.claimed_at - claim.run_at).max(0);
         #[allow(clippy::cast_precision_loss)] // lag in ms fits f64 exactly far beyond any lag
         metrics::histogram!(SQL_SCHEDULE_LAG).record(lag as f64 / 1000.0);

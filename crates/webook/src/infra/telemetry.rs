@@ -31,6 +31,10 @@ const JOB_DURATION_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 
+/// Schedule lag buckets (seconds): a fire time is normally claimed within one poll (≤ 1 s);
+/// beyond that, a takeover (≤ lease) or a backlog.
+const SCHEDULE_LAG_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
+
 /// Installs the global log subscriber. A second call (tests start many apps) keeps the first.
 pub fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&config.log).context("invalid log (WEBOOK_LOG)")?;
@@ -68,6 +72,11 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
             JOB_DURATION_BUCKETS,
         )
         .context("configuring job duration buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full(scheduler::sql::worker::SQL_SCHEDULE_LAG.to_owned()),
+            SCHEDULE_LAG_BUCKETS,
+        )
+        .context("configuring schedule lag buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     metrics::describe_counter!(HTTP_REQUESTS_TOTAL, "HTTP requests served");
@@ -78,5 +87,6 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     );
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
     scheduler::instrument::describe_metrics();
+    scheduler::sql::worker::describe_metrics();
     Ok(handle)
 }
