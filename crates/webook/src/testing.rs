@@ -377,6 +377,18 @@ impl TestApp {
         (status, response.json().await.expect("JSON body"))
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub async fn metrics_text(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// Stops the app gracefully and returns how its server ended.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {

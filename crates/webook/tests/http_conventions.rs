@@ -308,15 +308,7 @@ async fn metrics_count_requests_by_route_pattern_and_status() {
         app.get_json("/healthz").await;
     }
     app.get_json("/no/such/route").await;
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     let count_of = |series: &str| -> f64 {
         text.lines()
             .find(|line| line.starts_with(series))

@@ -83,15 +83,7 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
 
     // Both jobs have succeeded at least once by now (metrics are process-wide across tests).
     wait_until("job metrics on /metrics", || async {
-        let body = app
-            .client
-            .get(app.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = app.metrics_text().await;
         ["purge_expired_sessions", "purge_consumed_events"]
             .iter()
             .all(|job| {

@@ -342,15 +342,7 @@ async fn a_triggered_http_job_runs_once_and_obeys_stop_and_resume(setup: Setup) 
     let job = job_named(&app, &admin, "yearly-ping").await;
     assert_eq!(job["status"], "waiting", "released after the run: {job}");
     // The durable scheduler's metrics are on /metrics (process-wide across tests, so >= 1).
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text().await;
     for series in [
         "scheduler_sql_claims_total{kind=\"triggered\"} ",
         "scheduler_job_runs_total{job=\"yearly-ping\",outcome=\"success\"} ",

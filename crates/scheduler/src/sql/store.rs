@@ -125,8 +125,14 @@ fn decode_error(column: &str, problem: String) -> sqlx::Error {
     }
 }
 
+/// A text column holding one of the scheduler's enums.
+fn enum_column<T: std::str::FromStr<Err = String>>(row: &AnyRow, column: &str) -> sqlx::Result<T> {
+    row.try_get::<String, _>(column)?
+        .parse()
+        .map_err(|err| decode_error(column, err))
+}
+
 fn job_from_row(row: &AnyRow) -> sqlx::Result<JobRow> {
-    let text_enum = |column: &str| -> sqlx::Result<String> { row.try_get::<String, _>(column) };
     Ok(JobRow {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
@@ -134,21 +140,15 @@ fn job_from_row(row: &AnyRow) -> sqlx::Result<JobRow> {
         timezone: row.try_get("timezone")?,
         executor: row.try_get("executor")?,
         cfg: row.try_get("cfg")?,
-        status: text_enum("status")?
-            .parse()
-            .map_err(|err| decode_error("status", err))?,
+        status: enum_column(row, "status")?,
         next_time: row.try_get("next_time")?,
         scheduled_at: row.try_get("scheduled_at")?,
         trigger_at: row.try_get("trigger_at")?,
         utime: row.try_get("utime")?,
         version: row.try_get("version")?,
         owner: row.try_get("owner")?,
-        misfire: text_enum("misfire")?
-            .parse()
-            .map_err(|err| decode_error("misfire", err))?,
-        overlap: text_enum("overlap")?
-            .parse()
-            .map_err(|err| decode_error("overlap", err))?,
+        misfire: enum_column(row, "misfire")?,
+        overlap: enum_column(row, "overlap")?,
         timeout_ms: row.try_get("timeout_ms")?,
         ctime: row.try_get("ctime")?,
     })
@@ -163,10 +163,7 @@ fn run_from_row(row: &AnyRow) -> sqlx::Result<RunRow> {
         owner: row.try_get("owner")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
-        status: row
-            .try_get::<String, _>("status")?
-            .parse()
-            .map_err(|err| decode_error("status", err))?,
+        status: enum_column(row, "status")?,
         error: row.try_get("error")?,
     })
 }
