@@ -47,6 +47,7 @@ backend_tests!(
     fire_times_passing_during_a_run_are_recorded_as_skipped,
     two_workers_run_each_fire_time_once,
     a_worker_takes_over_a_job_whose_holder_never_heartbeats,
+    an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout,
 );
 
 fn dialect(db: &TestDb) -> Dialect {
@@ -510,4 +511,73 @@ async fn a_worker_takes_over_a_job_whose_holder_never_heartbeats(db: TestDb) {
         .unwrap();
     assert!(rerun.token > ghost.token);
     assert!(!store.heartbeat(&ghost).await.unwrap());
+}
+
+/// A receiver answering 500 on `/fail` and never answering on `/hang`.
+async fn unhappy_receiver() -> String {
+    use axum::{http::StatusCode, routing::post, Router};
+    let app = Router::new()
+        .route(
+            "/fail",
+            post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "no") }),
+        )
+        .route("/hang", post(std::future::pending::<&'static str>));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+async fn an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout(db: TestDb) {
+    let base = unhappy_receiver().await;
+    let store = store(&db, DbClock::Database(dialect(&db)));
+    let mut ids = Vec::new();
+    for (name, path, timeout_ms) in [
+        ("answers-500", "fail", 5000),
+        ("never-answers", "hang", 300),
+    ] {
+        let id = store
+            .create(&NewJob {
+                executor: "http".to_owned(),
+                cfg: format!(r#"{{"url": "{base}/{path}", "timeout_ms": {timeout_ms}}}"#),
+                ..new_job(name, "@yearly", Misfire::FireOnce)
+            })
+            .await
+            .unwrap();
+        store.trigger(id).await.unwrap();
+        ids.push(id);
+    }
+    let mut executors = Executors::new();
+    executors.register(scheduler::sql::HttpExecutor::new());
+    let worker = SqlScheduler::new(
+        store.clone(),
+        executors,
+        WorkerOptions {
+            max_idle_poll: Duration::from_millis(100),
+            ..WorkerOptions::default()
+        },
+    )
+    .start();
+    let finished = |id: i64| {
+        let store = store.clone();
+        async move {
+            store
+                .runs(id, 10)
+                .await
+                .unwrap()
+                .first()
+                .is_some_and(|run| run.status != RunStatus::Running)
+        }
+    };
+    wait_until("both runs to finish", || async {
+        finished(ids[0]).await && finished(ids[1]).await
+    })
+    .await;
+    worker.stop(Duration::from_secs(5)).await;
+    let failed = store.runs(ids[0], 10).await.unwrap().remove(0);
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert!(failed.error.unwrap().contains("500"));
+    let timed_out = store.runs(ids[1], 10).await.unwrap().remove(0);
+    assert_eq!(timed_out.status, RunStatus::Failed);
+    assert!(timed_out.error.unwrap().contains("calling"));
 }
