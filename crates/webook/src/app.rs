@@ -20,11 +20,14 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use scheduler::sql::{Executors, SqlJobStore, SqlScheduler, WorkerOptions};
+use scheduler::{
+    sql::{Executors, SqlJobStore, SqlScheduler, WorkerOptions},
+    Guard, JobOptions,
+};
 
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
-    config::{Config, JwtSecrets},
+    config::{Config, JwtSecrets, RankingMode},
     infra::events::{EventStream, RedisStreamOptions},
     infra::{
         client_ip::TrustedProxies, db::Db, http::with_middleware, jobs::JobRegistry,
@@ -32,11 +35,15 @@ use crate::{
     },
     interactive::{store::InteractiveStore, InteractiveService, PurgeConsumedEvents},
     ops,
+    ranking::{self, RankingJob, RankingService},
     user::{
         self, password::PasswordHasher, session::SessionStore, store::UserStore, token::Tokens,
         PurgeExpiredSessions, UserService,
     },
 };
+
+/// Time-to-live of the hot list's long lock (`ranking_mode = "cron"`).
+const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
 
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -66,6 +73,8 @@ pub struct AppState {
     pub job_store: SqlJobStore,
     /// The executors durable jobs may name.
     pub job_executors: Executors,
+    /// The hot list.
+    pub ranking: RankingService,
 }
 
 impl FromRef<AppState> for TrustedProxies {
@@ -126,8 +135,22 @@ impl App {
         let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
         jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
+        let ranking = ranking::build(&config, &db, redis.as_ref())?;
         let job_store = crate::jobs::store(&db);
-        let job_executors = crate::jobs::executors();
+        let job_executors = crate::jobs::executors(Some(ranking.clone()));
+        if config.role.runs_work() {
+            match config.ranking_mode {
+                RankingMode::Sql => ranking::ensure_job(&job_store, &config).await?,
+                RankingMode::Cron => jobs.add(
+                    RankingJob::new(ranking.clone()),
+                    JobOptions::new(config.ranking_schedule()?)
+                        .guard(Guard::LongLock {
+                            ttl: RANKING_LOCK_TTL,
+                        })
+                        .timeout(ranking::RANKING_TIMEOUT),
+                )?,
+            }
+        }
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -147,6 +170,7 @@ impl App {
                 interactive,
                 job_store,
                 job_executors,
+                ranking,
             },
             jobs,
             listener,
@@ -190,6 +214,7 @@ impl App {
             state.metrics.clone(),
             background_stop.clone(),
         ));
+        background.spawn(state.ranking.clone().refresher(background_stop.clone()));
         let mut cron_jobs = None;
         let mut durable_jobs = None;
         if role.runs_work() {
@@ -266,6 +291,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(ops::router(config.debug_endpoints))
         .merge(user::router())
         .merge(article::router())
+        .merge(ranking::router())
         .merge(crate::jobs::router())
         .with_state(state);
     with_middleware(routes, &config)

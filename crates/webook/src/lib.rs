@@ -19,6 +19,7 @@ pub mod infra;
 pub mod interactive;
 pub mod jobs;
 pub mod ops;
+pub mod ranking;
 pub mod user;
 
 #[cfg(feature = "test-support")]

@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "articles", include_str!("../../migrations/0003_articles.sql")),
     (4, "interactive", include_str!("../../migrations/0004_interactive.sql")),
     (5, "jobs", scheduler::sql::SCHEMA),
+    (6, "ranking", include_str!("../../migrations/0006_ranking.sql")),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \

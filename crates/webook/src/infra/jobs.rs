@@ -9,7 +9,9 @@
 //!
 //! Jobs registered today:
 //! - `purge_expired_sessions` and `purge_consumed_events` on `purge_schedule`, each run guarded
-//!   by a short lock that claims its fire time (one instance runs it).
+//!   by a short lock that claims its fire time (one instance runs it);
+//! - `ranking` under a long lock, when `ranking_mode = "cron"` (by default the hot list is the
+//!   durable `ranking` job of the SQL scheduler instead).
 
 use std::{sync::Arc, time::Duration};
 
@@ -48,6 +50,12 @@ impl JobRegistry {
         let options = JobOptions::new(config.purge_schedule()?)
             .guard(Guard::ShortLock)
             .timeout(MAINTENANCE_TIMEOUT);
+        self.scheduler.add(job, options)?;
+        Ok(())
+    }
+
+    /// Registers `job` with `options`.
+    pub fn add(&mut self, job: impl Job, options: JobOptions) -> anyhow::Result<()> {
         self.scheduler.add(job, options)?;
         Ok(())
     }

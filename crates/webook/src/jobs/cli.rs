@@ -23,7 +23,15 @@ pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
         db.migrate().await.context("applying migrations")?;
-        execute(&super::store(&db), command).await
+        // Only checks executors' cfg, never runs a job: the hot list's shared copy is irrelevant,
+        // so no Redis connection is needed even in cluster mode.
+        let ranking = crate::ranking::build(config, &db, None)?;
+        execute(
+            &super::store(&db),
+            &super::executors(Some(ranking)),
+            command,
+        )
+        .await
     }
     .await;
     db.close().await;
@@ -31,13 +39,17 @@ pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `command` on `store`; returns what to print.
-pub async fn execute(store: &SqlJobStore, command: JobsCommand) -> anyhow::Result<String> {
+/// Runs `command` on `store` (new jobs checked against `executors`); returns what to print.
+pub async fn execute(
+    store: &SqlJobStore,
+    executors: &scheduler::sql::Executors,
+    command: JobsCommand,
+) -> anyhow::Result<String> {
     match command {
         JobsCommand::List => Ok(jobs_table(&store.list().await?)),
         JobsCommand::Add(args) => {
             let name = args.name.clone();
-            let id = service::create(store, &super::executors(), &spec(args))
+            let id = service::create(store, executors, &spec(args))
                 .await
                 .map_err(|err| described(err, &name))
                 .with_context(|| format!("cannot create job {name:?}"))?;

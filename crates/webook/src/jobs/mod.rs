@@ -24,15 +24,23 @@ pub mod service;
 
 use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore};
 
-use crate::{config::DatabaseKind, infra::db::Db};
+use crate::{
+    config::DatabaseKind,
+    infra::db::Db,
+    ranking::{RankingJob, RankingService},
+};
 
 pub use http::router;
 
 /// The executors durable jobs may name: what this build's instances can run, and so what job
-/// creation accepts (the API and the CLI check against this same registry).
-pub fn executors() -> Executors {
+/// creation accepts (the API and the CLI check against this same registry). `ranking` is there
+/// when the hot list is given.
+pub fn executors(ranking: Option<RankingService>) -> Executors {
     let mut executors = Executors::new();
     executors.register(HttpExecutor::new());
+    if let Some(ranking) = ranking {
+        executors.register(RankingJob::new(ranking));
+    }
     executors
 }
 

@@ -118,7 +118,7 @@ mod tests {
     }
 
     fn refusal(spec: JobSpec) -> String {
-        match spec.to_new_job(&crate::jobs::executors()) {
+        match spec.to_new_job(&crate::jobs::executors(None)) {
             Err(StoreError::Invalid(msg)) => msg,
             other => panic!("expected Invalid, got {other:?}"),
         }
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn defaults_are_filled_in() {
-        let job = spec().to_new_job(&crate::jobs::executors()).unwrap();
+        let job = spec().to_new_job(&crate::jobs::executors(None)).unwrap();
         assert_eq!(job.timezone, "UTC");
         assert_eq!(job.misfire, Misfire::FireOnce);
         assert_eq!(job.overlap, OverlapPolicy::Forbid);

@@ -1,0 +1,230 @@
+//! Where computed lists live: the local snapshot every instance serves from, and the shared copy
+//! that carries a list from the instance (or CLI) that computed it to every other.
+//!
+//! - [`Snapshot`]: one computed list with its response bytes built once (`Bytes`, cloned by
+//!   reference count per request), its ETag and fence; held in an `ArcSwap` by the service, so a
+//!   reader's `load` is a couple of atomic operations and never waits for a writer.
+//! - [`SharedCopy`]: Redis in cluster mode (a hash with the items, a ZSET of scores for rank
+//!   look-ups, both expiring after several intervals, and a non-expiring fence key), the
+//!   `ranking_snapshots` table in embedded mode. A write whose fence — (fire time, token) — is
+//!   older than the stored one is refused, so a stale computation never replaces a newer list.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use axum::body::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    infra::redis::Redis,
+    ranking::store::{RankingStore, SharedList},
+};
+
+/// Name of the one list computed today.
+pub const TOP_LIST: &str = "top";
+
+/// One article of the list, as `GET /ranking/top` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RankedArticle {
+    /// Article id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// Abstract.
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// Author.
+    pub author: Author,
+    /// Likes when computed.
+    pub like_cnt: i64,
+    /// Score when computed.
+    pub score: f64,
+    /// First publication (ms).
+    pub ctime: i64,
+    /// Last update of the reader copy (ms).
+    pub utime: i64,
+}
+
+/// An article's author in the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Author {
+    /// User id.
+    pub id: i64,
+    /// Display name.
+    pub name: String,
+}
+
+/// A computed list, ready to serve.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The items, best first.
+    pub items: Vec<RankedArticle>,
+    /// The whole response body for the full list (`{"code":0,"msg":"ok","data":[…]}`).
+    pub body: Bytes,
+    /// Strong ETag of `body`.
+    pub etag: String,
+    /// When it was computed (ms).
+    pub computed_at: i64,
+    /// (fire time, token) of the computation.
+    pub fence: (i64, i64),
+}
+
+/// The envelope around `items_json`, as bytes.
+pub fn envelope(items_json: &str) -> Bytes {
+    Bytes::from(format!(r#"{{"code":0,"msg":"ok","data":{items_json}}}"#))
+}
+
+impl Snapshot {
+    /// Builds a snapshot from a shared list (parsing its items once).
+    pub fn from_shared(list: &SharedList) -> anyhow::Result<Self> {
+        let items: Vec<RankedArticle> =
+            serde_json::from_str(&list.items).context("decoding a shared ranking")?;
+        Ok(Self {
+            items,
+            body: envelope(&list.items),
+            etag: format!(
+                "\"{}-{}-{}\"",
+                list.computed_at, list.fence_at, list.fence_token
+            ),
+            computed_at: list.computed_at,
+            fence: (list.fence_at, list.fence_token),
+        })
+    }
+}
+
+const STORE_SCRIPT: &str = r"
+-- KEYS: 1 list hash, 2 rank zset, 3 fence; ARGV: 1 fence_at, 2 fence_token, 3 items,
+-- 4 computed_at, 5 ttl ms, then id, score pairs.
+local fence = redis.call('GET', KEYS[3])
+if fence then
+  local at, token = string.match(fence, '^(-?%d+):(-?%d+)$')
+  at, token = tonumber(at), tonumber(token)
+  local new_at, new_token = tonumber(ARGV[1]), tonumber(ARGV[2])
+  if at > new_at or (at == new_at and token > new_token) then return 0 end
+end
+redis.call('SET', KEYS[3], ARGV[1] .. ':' .. ARGV[2])
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[1], 'items', ARGV[3], 'computed_at', ARGV[4],
+  'fence_at', ARGV[1], 'fence_token', ARGV[2])
+for i = 6, #ARGV, 2 do
+  redis.call('ZADD', KEYS[2], ARGV[i + 1], ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return 1
+";
+
+/// The copy every instance refreshes from (see the module docs).
+#[derive(Clone)]
+pub enum SharedCopy {
+    /// `ranking_snapshots` (embedded mode).
+    Sql(RankingStore),
+    /// Redis (cluster mode).
+    Redis {
+        /// The connection.
+        redis: Redis,
+        /// Key prefix (`<redis_prefix>:ranking:`).
+        prefix: String,
+        /// The fenced store script.
+        store: Arc<redis::Script>,
+    },
+}
+
+impl std::fmt::Debug for SharedCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Sql(_) => "SharedCopy::Sql",
+            Self::Redis { .. } => "SharedCopy::Redis",
+        })
+    }
+}
+
+impl SharedCopy {
+    /// The Redis copy under `<redis_prefix>:ranking:`.
+    pub fn redis(redis: Redis, redis_prefix: &str) -> Self {
+        Self::Redis {
+            redis,
+            prefix: format!("{redis_prefix}:ranking:"),
+            store: Arc::new(redis::Script::new(STORE_SCRIPT)),
+        }
+    }
+
+    fn keys(prefix: &str, name: &str) -> [String; 3] {
+        [
+            format!("{prefix}{name}"),
+            format!("{prefix}{name}:rank"),
+            format!("{prefix}{name}:fence"),
+        ]
+    }
+
+    /// The list called `name`, if one is stored (and, in Redis, not expired).
+    pub async fn load(&self, name: &str) -> anyhow::Result<Option<SharedList>> {
+        match self {
+            Self::Sql(store) => Ok(store.load_shared(name).await?),
+            Self::Redis { redis, prefix, .. } => {
+                let [list, _, _] = Self::keys(prefix, name);
+                let mut connection = redis.connection();
+                let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+                    .arg(&list)
+                    .query_async(&mut connection)
+                    .await?;
+                if fields.is_empty() {
+                    return Ok(None);
+                }
+                let number = |field: &str| -> anyhow::Result<i64> {
+                    fields
+                        .get(field)
+                        .with_context(|| format!("shared ranking has no {field}"))?
+                        .parse()
+                        .with_context(|| format!("shared ranking {field}"))
+                };
+                Ok(Some(SharedList {
+                    items: fields
+                        .get("items")
+                        .context("shared ranking has no items")?
+                        .clone(),
+                    computed_at: number("computed_at")?,
+                    fence_at: number("fence_at")?,
+                    fence_token: number("fence_token")?,
+                }))
+            }
+        }
+    }
+
+    /// Stores `list` (with each item's score, for rank look-ups) unless a newer one is stored;
+    /// Redis keys expire after `ttl`. Returns whether it was stored.
+    pub async fn store(
+        &self,
+        name: &str,
+        list: &SharedList,
+        scores: &[(i64, f64)],
+        ttl: Duration,
+    ) -> anyhow::Result<bool> {
+        match self {
+            Self::Sql(store) => Ok(store.store_shared(name, list).await?),
+            Self::Redis {
+                redis,
+                prefix,
+                store,
+            } => {
+                let [list_key, rank_key, fence_key] = Self::keys(prefix, name);
+                let mut invocation = store.key(list_key);
+                invocation
+                    .key(rank_key)
+                    .key(fence_key)
+                    .arg(list.fence_at)
+                    .arg(list.fence_token)
+                    .arg(&list.items)
+                    .arg(list.computed_at)
+                    .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+                for (id, score) in scores {
+                    invocation.arg(id).arg(score);
+                }
+                let mut connection = redis.connection();
+                let stored: i64 = invocation.invoke_async(&mut connection).await?;
+                Ok(stored == 1)
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The hot list: the best N recently published articles, computed periodically in linear time
+//! and served like a static file.
+//!
+//! Data flow: a job ([`jobs`]) asks [`RankingService::compute`] to scan candidates ([`store`]:
+//! keyset batches of numbers, counts joined), score them and keep the best N ([`model`]), then
+//! publish the list ([`cache`]): the local snapshot, then the shared copy (Redis in cluster mode,
+//! a SQL table when embedded), fenced by (fire time, token). Every instance serves
+//! `GET /ranking/top` ([`http`]) from its local snapshot, loaded from the shared copy at start and
+//! refreshed periodically, and keeps serving its last list when Redis or the database is down.
+
+pub mod cache;
+mod http;
+pub mod jobs;
+pub mod model;
+pub mod service;
+pub mod store;
+
+pub use http::router;
+pub use jobs::{RankingJob, RANKING_JOB};
+pub use service::{RankingService, RankingSettings};
+
+use std::time::Duration;
+
+use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError};
+
+use crate::{config::Config, infra::db::Db, infra::redis::Redis};
+
+/// Candidates read per query.
+const SCAN_BATCH: usize = 1000;
+/// The shared copy outlives this many computation intervals.
+const EXPIRY_INTERVALS: u32 = 5;
+/// The shared copy lives at least this long.
+const MIN_EXPIRY: Duration = Duration::from_secs(60);
+/// Longest a computation may run before the scheduler cancels it.
+pub const RANKING_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The hot list of this config: the SQL store, the shared copy of the mode (Redis when given,
+/// else the database), the configured score and sizes.
+pub fn build(config: &Config, db: &Db, redis: Option<&Redis>) -> anyhow::Result<RankingService> {
+    let schedule = config.ranking_schedule()?;
+    let now = chrono::Utc::now();
+    let interval = schedule
+        .next_after(now)
+        .and_then(|first| Some((first, schedule.next_after(first)?)))
+        .and_then(|(first, second)| (second - first).to_std().ok())
+        .unwrap_or(MIN_EXPIRY);
+    let shared = match redis {
+        Some(redis) => cache::SharedCopy::redis(redis.clone(), &config.redis_prefix),
+        None => cache::SharedCopy::Sql(store::RankingStore::new(db.clone())),
+    };
+    Ok(RankingService::new(
+        store::RankingStore::new(db.clone()),
+        shared,
+        RankingSettings {
+            size: config.ranking_size,
+            window: config.ranking_window,
+            formula: config.ranking_formula()?,
+            batch: SCAN_BATCH,
+            expiry: (interval * EXPIRY_INTERVALS).max(MIN_EXPIRY),
+            refresh: config.ranking_refresh,
+        },
+    ))
+}
+
+/// Creates the durable `ranking` job on `ranking_schedule` unless a job of that name exists
+/// (operators' changes to it are kept). Safe when several instances start at once.
+pub async fn ensure_job(jobs: &SqlJobStore, config: &Config) -> anyhow::Result<()> {
+    if jobs.find(RANKING_JOB).await?.is_some() {
+        return Ok(());
+    }
+    let created = jobs
+        .create(&NewJob {
+            name: RANKING_JOB.to_owned(),
+            cron: config.ranking_schedule.clone(),
+            timezone: "UTC".to_owned(),
+            executor: RANKING_JOB.to_owned(),
+            cfg: "{}".to_owned(),
+            misfire: Misfire::FireOnce,
+            overlap: OverlapPolicy::Forbid,
+            timeout_ms: i64::try_from(RANKING_TIMEOUT.as_millis()).unwrap_or(i64::MAX),
+        })
+        .await;
+    match created {
+        Ok(id) => {
+            tracing::info!(id, schedule = %config.ranking_schedule, "created the ranking job");
+            Ok(())
+        }
+        Err(StoreError::Duplicate(_)) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}

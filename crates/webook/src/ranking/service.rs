@@ -1,0 +1,261 @@
+//! The rules of the hot list: compute, publish, serve, refresh.
+//!
+//! **Compute** ([`RankingService::compute`]): scan the candidates (articles first published
+//! within the window) in keyset batches, score each ([`ScoreFormula`]) and keep the best N in a
+//! bounded heap ([`TopN`]); then read the winners' titles and authors in one query and serialise
+//! the list once. **Publish**: the local snapshot first (cannot fail), then the shared copy, both
+//! fenced by (fire time, token) so a stale computation never replaces a newer list.
+//!
+//! **Serve** ([`RankingService::top`]): the local snapshot; when this instance has none yet, the
+//! shared copy (which then becomes the local snapshot). The local snapshot never expires: if the
+//! shared copy or the database is down, the last list is still served (counted as stale once it
+//! is older than its expiry). **Refresh** ([`RankingService::refresher`]): every instance loads
+//! the shared copy at start and then periodically, so a list computed elsewhere (another
+//! instance, the CLI) is served everywhere within one refresh.
+
+use std::{sync::Arc, time::Duration};
+
+use arc_swap::ArcSwapOption;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    article::store::display_name,
+    infra::db::now_millis,
+    ranking::{
+        cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
+        model::{ScoreFormula, TopN},
+        store::{Candidate, RankingStore, SharedList},
+    },
+};
+
+/// Histogram: seconds one computation took.
+pub const RANKING_COMPUTE_SECONDS: &str = "ranking_compute_duration_seconds";
+/// Counter: candidates scanned by computations.
+pub const RANKING_CANDIDATES: &str = "ranking_candidates_scanned_total";
+/// Counter: `GET /ranking/top` answers by `source` (`local`, `shared`, `none`).
+pub const RANKING_SERVES: &str = "ranking_serves_total";
+/// Counter: answers from a snapshot older than its expiry (the shared copy could not refresh it).
+pub const RANKING_STALE_SERVES: &str = "ranking_stale_serves_total";
+
+/// How the list is computed.
+#[derive(Debug, Clone)]
+pub struct RankingSettings {
+    /// How many articles the list holds.
+    pub size: usize,
+    /// Only articles first published this recently are candidates.
+    pub window: Duration,
+    /// The score.
+    pub formula: ScoreFormula,
+    /// Candidates read per query.
+    pub batch: usize,
+    /// How long the shared copy lives (several computation intervals).
+    pub expiry: Duration,
+    /// How often every instance reloads the shared copy.
+    pub refresh: Duration,
+}
+
+/// What one computation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ComputeReport {
+    /// Candidates scanned.
+    pub candidates: u64,
+    /// Articles in the list.
+    pub kept: usize,
+    /// When it was computed (ms).
+    pub computed_at: i64,
+    /// Whether the shared copy took it (false: a newer list was already there).
+    pub shared: bool,
+}
+
+/// The hot list; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RankingService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: RankingStore,
+    shared: SharedCopy,
+    local: ArcSwapOption<Snapshot>,
+    settings: RankingSettings,
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl RankingService {
+    /// The service over `store`, sharing lists through `shared`.
+    pub fn new(store: RankingStore, shared: SharedCopy, settings: RankingSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                shared,
+                local: ArcSwapOption::empty(),
+                settings,
+            }),
+        }
+    }
+
+    /// The settings in effect.
+    pub fn settings(&self) -> &RankingSettings {
+        &self.inner.settings
+    }
+
+    /// Computes the list at `now` (ms) for the computation fenced by `fence` = (fire time,
+    /// token) and publishes it. `progress` is told the running count of scanned candidates
+    /// after each batch; `still_owner` is asked right before publishing (a computation whose
+    /// lock or claim was lost meanwhile publishes nothing).
+    pub async fn compute(
+        &self,
+        fence: (i64, i64),
+        now: i64,
+        progress: impl Fn(u64) + Send,
+        still_owner: impl Fn() -> bool + Send,
+    ) -> anyhow::Result<ComputeReport> {
+        let started = std::time::Instant::now();
+        let settings = &self.inner.settings;
+        let since = now.saturating_sub(millis(settings.window));
+        let batch = i64::try_from(settings.batch.max(1)).unwrap_or(i64::MAX);
+        let mut top: TopN<Candidate> = TopN::new(settings.size);
+        let mut after = None;
+        let mut scanned: u64 = 0;
+        loop {
+            let candidates = self.inner.store.candidates(since, after, batch).await?;
+            let Some(last) = candidates.last() else {
+                break;
+            };
+            after = Some((last.first_published, last.id));
+            let full = candidates.len() == settings.batch.max(1);
+            scanned += candidates.len() as u64;
+            for candidate in candidates {
+                let score =
+                    settings
+                        .formula
+                        .score(candidate.signals, candidate.first_published, now);
+                top.push(score, candidate.id, candidate);
+            }
+            progress(scanned);
+            if !full {
+                break;
+            }
+        }
+        let ranked = top.into_sorted();
+        let ids: Vec<i64> = ranked.iter().map(|entry| entry.id).collect();
+        let mut details = self.inner.store.details(&ids).await?;
+        let items: Vec<RankedArticle> = ranked
+            .into_iter()
+            .filter_map(|entry| {
+                // An article withdrawn between the scan and this read is left out.
+                let details = details.remove(&entry.id)?;
+                let candidate = entry.item;
+                Some(RankedArticle {
+                    id: candidate.id,
+                    title: details.title,
+                    abstract_text: details.abstract_text,
+                    author: Author {
+                        id: candidate.author_id,
+                        name: display_name(&details.author_nickname, candidate.author_id),
+                    },
+                    like_cnt: candidate.signals.likes,
+                    score: entry.score,
+                    ctime: candidate.first_published,
+                    utime: candidate.utime,
+                })
+            })
+            .collect();
+        let scores: Vec<(i64, f64)> = items.iter().map(|item| (item.id, item.score)).collect();
+        let list = SharedList {
+            items: serde_json::to_string(&items)?,
+            computed_at: now,
+            fence_at: fence.0,
+            fence_token: fence.1,
+        };
+        metrics::histogram!(RANKING_COMPUTE_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(RANKING_CANDIDATES).increment(scanned);
+        if !still_owner() {
+            anyhow::bail!("lost ownership before publishing; the list was not published");
+        }
+        self.install(Snapshot::from_shared(&list)?);
+        let shared = self
+            .inner
+            .shared
+            .store(TOP_LIST, &list, &scores, settings.expiry)
+            .await?;
+        if !shared {
+            tracing::warn!(
+                ?fence,
+                "a newer hot list is already shared; this one was not"
+            );
+        }
+        Ok(ComputeReport {
+            candidates: scanned,
+            kept: items.len(),
+            computed_at: now,
+            shared,
+        })
+    }
+
+    /// Makes `snapshot` the local one unless the current one has a newer fence.
+    fn install(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        self.inner.local.rcu(|current| match current {
+            Some(current) if current.fence > snapshot.fence => Some(current.clone()),
+            _ => Some(snapshot.clone()),
+        });
+    }
+
+    /// Loads the shared copy and installs it if it is newer than the local snapshot. Returns
+    /// whether the local snapshot changed.
+    pub async fn refresh(&self) -> anyhow::Result<bool> {
+        let Some(list) = self.inner.shared.load(TOP_LIST).await? else {
+            return Ok(false);
+        };
+        let current = self.inner.local.load();
+        if current
+            .as_ref()
+            .is_some_and(|current| current.fence >= (list.fence_at, list.fence_token))
+        {
+            return Ok(false);
+        }
+        self.install(Snapshot::from_shared(&list)?);
+        Ok(true)
+    }
+
+    /// The list to serve: the local snapshot, else the shared copy; `None` if no list was ever
+    /// computed (or none can be reached).
+    pub async fn top(&self) -> Option<Arc<Snapshot>> {
+        if let Some(snapshot) = self.inner.local.load_full() {
+            metrics::counter!(RANKING_SERVES, "source" => "local").increment(1);
+            if now_millis() - snapshot.computed_at > millis(self.inner.settings.expiry) {
+                metrics::counter!(RANKING_STALE_SERVES).increment(1);
+            }
+            return Some(snapshot);
+        }
+        match self.refresh().await {
+            Ok(_) => {}
+            Err(err) => tracing::warn!(%err, "cannot load the shared hot list"),
+        }
+        let snapshot = self.inner.local.load_full();
+        let source = if snapshot.is_some() { "shared" } else { "none" };
+        metrics::counter!(RANKING_SERVES, "source" => source).increment(1);
+        snapshot
+    }
+
+    /// Reloads the shared copy at once and then every `refresh` until `stop`.
+    pub async fn refresher(self, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(self.inner.settings.refresh);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {
+                    if let Err(err) = self.refresh().await {
+                        tracing::warn!(%err, "cannot refresh the hot list; serving the last one");
+                    }
+                }
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The hot list end to end, on every setup ({SQLite, PostgreSQL} × {embedded, Redis}): articles
+//! with known likes and first-publication times rank in exactly the expected order; editing an
+//! old article does not move it up; withdrawn and out-of-window articles leave the list; the
+//! response is served with an ETag (304 on a match) and `x-ranking-computed-at`; a fresh instance
+//! serves the list another one computed without computing; the last list survives the shared
+//! copy and the database going away; and the durable `ranking` job computes it when triggered.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{get, login, post, signup, Setup};
+use reqwest::{header, StatusCode};
+use serde_json::{json, Value};
+use webook::{
+    infra::db::now_millis,
+    ranking::RANKING_JOB,
+    testing::{wait_until, TestApp},
+};
+
+setup_tests!(
+    articles_rank_by_score_and_leave_when_withdrawn_or_old,
+    a_fresh_instance_serves_the_list_another_computed,
+    the_last_list_is_served_when_the_database_is_gone,
+    the_ranking_job_computes_the_list_when_triggered,
+);
+
+const HOUR: i64 = 3600 * 1000;
+
+/// Yearly, so the scheduler never computes behind the test's back.
+fn quiet(config: &mut webook::config::Config) {
+    config.ranking_schedule = "@yearly".to_owned();
+    config.job_poll_max = std::time::Duration::from_millis(100);
+}
+
+async fn author(app: &TestApp, email: &str) -> String {
+    signup(app, email).await;
+    login(app, email).await.0
+}
+
+async fn publish(app: &TestApp, token: &str, title: &str) -> i64 {
+    let answer = post(
+        app,
+        "/articles/publish",
+        Some(token),
+        json!({"title": title, "content": format!("<p>{title} body</p>")}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].as_i64().unwrap()
+}
+
+/// Sets an article's first publication and like count directly (the test's known inputs).
+async fn set_signals(app: &TestApp, id: i64, published_hours_ago: i64, likes: i64) {
+    let writer = app.state.db.writer();
+    sqlx::query("UPDATE published_articles SET ctime = $1 WHERE id = $2")
+        .bind(now_millis() - published_hours_ago * HOUR)
+        .bind(id)
+        .execute(writer)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO interactives (biz, biz_id, like_cnt, ctime, utime) VALUES ('article', $1, $2, 0, 0) \
+         ON CONFLICT (biz, biz_id) DO UPDATE SET like_cnt = excluded.like_cnt",
+    )
+    .bind(id)
+    .bind(likes)
+    .execute(writer)
+    .await
+    .unwrap();
+}
+
+async fn compute(app: &TestApp, fence_at: i64) {
+    app.state
+        .ranking
+        .compute((fence_at, 0), now_millis(), |_| {}, || true)
+        .await
+        .unwrap();
+}
+
+async fn top_ids(app: &TestApp) -> Vec<i64> {
+    let answer = get(app, "/ranking/top", None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+    answer.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect()
+}
+
+async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
+    let app = setup.spawn(quiet).await;
+    let answer = get(&app, "/ranking/top", None).await;
+    assert_eq!(
+        answer.status_and_code(),
+        (StatusCode::SERVICE_UNAVAILABLE, 5),
+        "nothing computed yet"
+    );
+    let token = author(&app, "ranker@example.com").await;
+    // Hacker News score (likes - 1) / (hours + 2)^1.5:
+    let fresh = publish(&app, &token, "fresh").await; //     9 likes, 1 h:  8 / 5.2  = 1.54
+    let popular = publish(&app, &token, "popular").await; // 60 likes, 10 h: 59 / 41.6 = 1.42
+    let steady = publish(&app, &token, "steady").await; //  20 likes, 5 h:  19 / 18.5 = 1.03
+    let old = publish(&app, &token, "old").await; //     1000 likes, 8 days: outside the window
+    let quiet_one = publish(&app, &token, "quiet").await; //  0 likes, 0 h: -1 / 2.8 = -0.35
+    set_signals(&app, fresh, 1, 9).await;
+    set_signals(&app, popular, 10, 60).await;
+    set_signals(&app, steady, 5, 20).await;
+    set_signals(&app, old, 8 * 24, 1000).await;
+    set_signals(&app, quiet_one, 0, 0).await;
+    compute(&app, 1).await;
+    assert_eq!(top_ids(&app).await, [fresh, popular, steady, quiet_one]);
+
+    // The exact item shape, and the headers.
+    let response = app
+        .client
+        .get(app.url("/ranking/top?limit=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let computed_at: i64 = response.headers()["x-ranking-computed-at"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((now_millis() - computed_at).abs() < 60_000);
+    let etag = response.headers()[header::ETAG]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body: Value = response.json().await.unwrap();
+    let first = &body["data"][0];
+    assert_eq!(
+        common::sorted_keys(first),
+        ["abstract", "author", "ctime", "id", "likeCnt", "score", "title", "utime"]
+    );
+    assert_eq!(first["id"], fresh);
+    assert_eq!(first["likeCnt"], 9);
+    assert_eq!(
+        first["author"]["name"],
+        format!("user{}", first["author"]["id"])
+    );
+    assert!((first["score"].as_f64().unwrap() - 8.0 / 3f64.powf(1.5)).abs() < 0.01);
+    let not_modified = app
+        .client
+        .get(app.url("/ranking/top?limit=1"))
+        .header(header::IF_NONE_MATCH, &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(
+        get(&app, "/ranking/top?limit=0", None)
+            .await
+            .status_and_code(),
+        (StatusCode::OK, 4)
+    );
+
+    // Republishing the popular article (an edit) keeps its first publication: it stays second.
+    let answer = post(
+        &app,
+        "/articles/publish",
+        Some(&token),
+        json!({"id": popular, "title": "popular, edited", "content": "<p>new</p>"}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    compute(&app, 2).await;
+    assert_eq!(top_ids(&app).await, [fresh, popular, steady, quiet_one]);
+
+    // A withdrawn article leaves at the next computation.
+    let answer = post(
+        &app,
+        "/articles/withdraw",
+        Some(&token),
+        json!({"id": fresh}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    compute(&app, 3).await;
+    assert_eq!(top_ids(&app).await, [popular, steady, quiet_one]);
+
+    // A stale computation (older fire time) cannot replace the newer list.
+    set_signals(&app, quiet_one, 0, 500).await;
+    compute(&app, 2).await;
+    assert_eq!(top_ids(&app).await, [popular, steady, quiet_one]);
+    compute(&app, 4).await;
+    assert_eq!(top_ids(&app).await, [quiet_one, popular, steady]);
+}
+
+async fn a_fresh_instance_serves_the_list_another_computed(setup: Setup) {
+    let db = setup.database().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let first = setup.spawn_on(db.clone(), &prefix, quiet).await;
+    let token = author(&first, "shared@example.com").await;
+    let id = publish(&first, &token, "shared").await;
+    set_signals(&first, id, 1, 5).await;
+    compute(&first, 1).await;
+    let expected = get(&first, "/ranking/top", None).await.raw;
+
+    let second = setup.spawn_on(db, &prefix, quiet).await;
+    let answer = get(&second, "/ranking/top", None).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+    assert_eq!(
+        answer.raw, expected,
+        "the second instance serves the shared list"
+    );
+
+    // A newer list computed by the first reaches the second at its next refresh.
+    let other = publish(&first, &token, "newer").await;
+    set_signals(&first, other, 1, 50).await;
+    compute(&first, 2).await;
+    wait_until("the second instance to serve the newer list", || async {
+        top_ids(&second).await.first() == Some(&other)
+    })
+    .await;
+}
+
+async fn the_last_list_is_served_when_the_database_is_gone(setup: Setup) {
+    let app = setup.spawn(quiet).await;
+    let token = author(&app, "durable@example.com").await;
+    let id = publish(&app, &token, "durable").await;
+    set_signals(&app, id, 1, 3).await;
+    compute(&app, 1).await;
+    let before = get(&app, "/ranking/top", None).await.raw;
+    app.state.db.close().await;
+    if let Some(redis) = &app.state.redis {
+        // The shared copy goes too (in cluster mode it is Redis): drop the list's keys.
+        let mut connection = redis.connection();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:ranking:*", app.state.config.redis_prefix))
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        for key in keys {
+            let _: () = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+        }
+    }
+    for _ in 0..3 {
+        let answer = get(&app, "/ranking/top", None).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.raw, before);
+    }
+}
+
+async fn the_ranking_job_computes_the_list_when_triggered(setup: Setup) {
+    let app = setup.spawn(quiet).await;
+    let token = author(&app, "scheduled@example.com").await;
+    let id = publish(&app, &token, "scheduled").await;
+    set_signals(&app, id, 1, 7).await;
+    let job = app
+        .state
+        .job_store
+        .find(RANKING_JOB)
+        .await
+        .unwrap()
+        .expect("the ranking job is created at start-up");
+    assert_eq!(job.cron, "@yearly");
+    assert_eq!(job.executor, RANKING_JOB);
+    app.state.job_store.trigger(job.id).await.unwrap();
+    wait_until("the triggered ranking run to publish the list", || async {
+        get(&app, "/ranking/top", None).await.status == StatusCode::OK
+    })
+    .await;
+    assert_eq!(top_ids(&app).await, [id]);
+    let runs = app.state.job_store.runs(job.id, 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+}
