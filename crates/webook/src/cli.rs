@@ -73,6 +73,16 @@ pub enum Command {
         #[command(subcommand)]
         command: JobsCommand,
     },
+    /// The hot list: print the shared list, or compute and store it now (`--once`).
+    Rank(RankArgs),
+}
+
+/// Flags of `webook rank`.
+#[derive(Debug, Args)]
+pub struct RankArgs {
+    /// Compute the list now and store it where every instance picks it up at its next refresh.
+    #[arg(long)]
+    pub once: bool,
 }
 
 /// `webook jobs …`: the operations of the admin API (API.md → Jobs (admin)) on the database the
@@ -177,6 +187,11 @@ impl Cli {
                 }
                 infra::telemetry::init_logging(&config)?;
                 app::serve(config).await
+            }
+            Command::Rank(args) => {
+                let config = Config::load(&self.config)?;
+                infra::telemetry::init_logging(&config)?;
+                crate::ranking::cli::run(&config, args.once).await
             }
             Command::Jobs { command } => {
                 let config = Config::load(&self.config)?;

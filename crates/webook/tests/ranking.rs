@@ -272,3 +272,76 @@ async fn the_ranking_job_computes_the_list_when_triggered(setup: Setup) {
     let runs = app.state.job_store.runs(job.id, 10).await.unwrap();
     assert_eq!(runs.len(), 1);
 }
+
+/// `webook rank --once` (the real binary) computes and stores the list; a running instance
+/// serves it at its next refresh; `webook rank` prints it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_computes_a_list_that_running_instances_serve() {
+    let db = std::sync::Arc::new(webook::testing::TestDb::sqlite().await);
+    let app = TestApp::spawn_shared(db.clone(), |config| {
+        quiet(config);
+        config.ranking_refresh = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let token = author(&app, "cli@example.com").await;
+    let id = publish(&app, &token, "from the command line").await;
+    set_signals(&app, id, 2, 4).await;
+    let data_dir = tempfile::tempdir().unwrap();
+    let webook = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_webook"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("WEBOOK_") {
+                command.env_remove(key);
+            }
+        }
+        let output = command
+            .args(args)
+            .args(["--database-url", &db.url, "--data-dir"])
+            .arg(data_dir.path())
+            .env("WEBOOK_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "webook {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let printed = webook(&["rank", "--once"]);
+    assert_eq!(
+        printed,
+        "computed the hot list: 1 candidates scanned, 1 ranked\n"
+    );
+    wait_until("the running instance to serve the CLI's list", || async {
+        get(&app, "/ranking/top", None).await.status == StatusCode::OK
+    })
+    .await;
+    assert_eq!(top_ids(&app).await, [id]);
+    let listed = webook(&["rank"]);
+    assert!(listed.contains("from the command line"), "{listed}");
+    assert!(listed.lines().count() == 3, "{listed}");
+}
+
+/// Cluster mode with Redis killed: the local snapshot still answers, byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_the_local_snapshot_is_served() {
+    let mut redis = webook::testing::RedisServer::start().await;
+    let url = redis.url();
+    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
+        webook::testing::make_cluster(config, url);
+        quiet(config);
+    })
+    .await;
+    let token = author(&app, "outage@example.com").await;
+    let id = publish(&app, &token, "outage").await;
+    set_signals(&app, id, 1, 2).await;
+    compute(&app, 1).await;
+    let before = get(&app, "/ranking/top", None).await.raw;
+    redis.stop();
+    for _ in 0..3 {
+        let answer = get(&app, "/ranking/top", None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
+        assert_eq!(answer.raw, before);
+    }
+}

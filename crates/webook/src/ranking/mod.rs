@@ -9,6 +9,7 @@
 //! refreshed periodically, and keeps serving its last list when Redis or the database is down.
 
 pub mod cache;
+pub mod cli;
 mod http;
 pub mod jobs;
 pub mod model;
