@@ -188,6 +188,15 @@ async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
     assert_eq!(top_ids(&app).await, [popular, steady, quiet_one]);
     compute(&app, 4).await;
     assert_eq!(top_ids(&app).await, [quiet_one, popular, steady]);
+
+    let metrics = app.metrics_text().await;
+    for series in [
+        "ranking_serves_total{source=\"local\"} ",
+        "ranking_compute_duration_seconds_bucket{le=\"0.005\"}",
+        "ranking_candidates_scanned_total ",
+    ] {
+        assert!(metrics.contains(series), "no {series} on /metrics");
+    }
 }
 
 async fn a_fresh_instance_serves_the_list_another_computed(setup: Setup) {

@@ -77,6 +77,11 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
             SCHEDULE_LAG_BUCKETS,
         )
         .context("configuring schedule lag buckets")?
+        .set_buckets_for_metric(
+            Matcher::Full(crate::ranking::service::RANKING_COMPUTE_SECONDS.to_owned()),
+            JOB_DURATION_BUCKETS,
+        )
+        .context("configuring ranking buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     metrics::describe_counter!(HTTP_REQUESTS_TOTAL, "HTTP requests served");
@@ -88,5 +93,6 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
     scheduler::instrument::describe_metrics();
     scheduler::sql::worker::describe_metrics();
+    crate::ranking::service::describe_metrics();
     Ok(handle)
 }

@@ -37,6 +37,27 @@ pub const RANKING_SERVES: &str = "ranking_serves_total";
 /// Counter: answers from a snapshot older than its expiry (the shared copy could not refresh it).
 pub const RANKING_STALE_SERVES: &str = "ranking_stale_serves_total";
 
+/// Describes the hot list's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        RANKING_COMPUTE_SECONDS,
+        metrics::Unit::Seconds,
+        "Time to compute the hot list"
+    );
+    metrics::describe_counter!(
+        RANKING_CANDIDATES,
+        "Articles scanned by hot list computations"
+    );
+    metrics::describe_counter!(
+        RANKING_SERVES,
+        "GET /ranking/top answers by source: local snapshot, shared copy, none"
+    );
+    metrics::describe_counter!(
+        RANKING_STALE_SERVES,
+        "Hot list answers from a snapshot older than its expiry"
+    );
+}
+
 /// How the list is computed.
 #[derive(Debug, Clone)]
 pub struct RankingSettings {
