@@ -12,7 +12,7 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use axum::body::Bytes;
+use axum::{body::Bytes, http::HeaderValue};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -62,8 +62,10 @@ pub struct Snapshot {
     pub items: Vec<RankedArticle>,
     /// The whole response body for the full list (`{"code":0,"msg":"ok","data":[…]}`).
     pub body: Bytes,
-    /// Strong ETag of `body`.
-    pub etag: String,
+    /// Strong ETag of `body`, ready to send.
+    pub etag: HeaderValue,
+    /// `x-ranking-computed-at`, ready to send.
+    pub computed_at_header: HeaderValue,
     /// When it was computed (ms).
     pub computed_at: i64,
     /// (fire time, token) of the computation.
@@ -80,13 +82,15 @@ impl Snapshot {
     pub fn from_shared(list: &SharedList) -> anyhow::Result<Self> {
         let items: Vec<RankedArticle> =
             serde_json::from_str(&list.items).context("decoding a shared ranking")?;
+        let etag = format!(
+            "\"{}-{}-{}\"",
+            list.computed_at, list.fence_at, list.fence_token
+        );
         Ok(Self {
             items,
             body: envelope(&list.items),
-            etag: format!(
-                "\"{}-{}-{}\"",
-                list.computed_at, list.fence_at, list.fence_token
-            ),
+            etag: HeaderValue::from_str(&etag).context("ranking ETag")?,
+            computed_at_header: HeaderValue::from(list.computed_at),
             computed_at: list.computed_at,
             fence: (list.fence_at, list.fence_token),
         })

@@ -43,29 +43,31 @@ async fn top(
             "the hot list has not been computed yet"
         )));
     };
+    // The full list (the common request) allocates nothing: reference-counted clones only.
     let (body, etag) = if limit >= snapshot.items.len() {
         (snapshot.body.clone(), snapshot.etag.clone())
     } else {
         let items = serde_json::to_string(&snapshot.items[..limit])
             .map_err(|err| AppError::Internal(err.into()))?;
-        let etag = format!("{}-{limit}\"", snapshot.etag.trim_end_matches('"'));
+        let etag = format!(
+            "{}-{limit}\"",
+            snapshot
+                .etag
+                .to_str()
+                .unwrap_or_default()
+                .trim_end_matches('"')
+        );
+        let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
         (envelope(&items), etag)
     };
-    let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
-    let computed_at = HeaderValue::from(snapshot.computed_at);
     let not_modified = headers
         .get(header::IF_NONE_MATCH)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|wanted| {
-            wanted
-                .split(',')
-                .any(|candidate| candidate.trim() == etag.to_str().unwrap_or_default())
-        });
+        .is_some_and(|wanted| etag_matches(wanted.as_bytes(), etag.as_bytes()));
     let headers = [
         (header::ETAG, etag),
         (
             header::HeaderName::from_static("x-ranking-computed-at"),
-            computed_at,
+            snapshot.computed_at_header.clone(),
         ),
     ];
     if not_modified {
@@ -80,4 +82,26 @@ async fn top(
         body,
     )
         .into_response())
+}
+
+/// Whether an `If-None-Match` value (a list of ETags, or `*`) names `etag`.
+fn etag_matches(wanted: &[u8], etag: &[u8]) -> bool {
+    wanted
+        .split(|byte| *byte == b',')
+        .map(<[u8]>::trim_ascii)
+        .any(|candidate| candidate == etag || candidate == b"*")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::etag_matches;
+
+    #[test]
+    fn if_none_match_lists_and_wildcards() {
+        assert!(etag_matches(br#""a-1""#, br#""a-1""#));
+        assert!(etag_matches(br#""x", "a-1""#, br#""a-1""#));
+        assert!(etag_matches(b"*", br#""a-1""#));
+        assert!(!etag_matches(br#""a-2""#, br#""a-1""#));
+        assert!(!etag_matches(b"", br#""a-1""#));
+    }
 }
