@@ -103,3 +103,36 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
     .await;
     app.stop().await.unwrap();
 }
+
+/// `role = worker`: jobs run (the purge below), but the port answers only the operations routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_jobs_and_serves_only_operations_routes() {
+    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
+        config.role = webook::config::Role::Worker;
+        config.purge_schedule = "@every 1s".to_owned();
+    })
+    .await;
+    for path in ["/healthz", "/readyz"] {
+        assert_eq!(
+            app.get_json(path).await.0,
+            reqwest::StatusCode::OK,
+            "{path}"
+        );
+    }
+    assert!(app
+        .metrics_text()
+        .await
+        .contains("scheduler_job_runs_total"));
+    let (status, body) = app.get_json("/ranking/top").await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "{body}");
+    sqlx::query(
+        "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) VALUES ('gone', 1, 1, 0, 1)",
+    )
+    .execute(app.state.db.writer())
+    .await
+    .unwrap();
+    wait_until("the worker's purge job to run", || async {
+        count(&app, "SELECT COUNT(*) FROM sessions").await == 0
+    })
+    .await;
+}

@@ -23,6 +23,7 @@ setup_tests!(
     a_fresh_instance_serves_the_list_another_computed,
     the_last_list_is_served_when_the_database_is_gone,
     the_ranking_job_computes_the_list_when_triggered,
+    in_cron_mode_a_long_locked_job_computes_the_list,
 );
 
 const HOUR: i64 = 3600 * 1000;
@@ -353,4 +354,33 @@ async fn with_redis_stopped_the_local_snapshot_is_served() {
         assert_eq!(answer.status, StatusCode::OK, "{}", answer.raw);
         assert_eq!(answer.raw, before);
     }
+}
+
+async fn in_cron_mode_a_long_locked_job_computes_the_list(setup: Setup) {
+    let app = setup
+        .spawn(|config| {
+            config.ranking_mode = webook::config::RankingMode::Cron;
+            config.ranking_schedule = "@every 1s".to_owned();
+        })
+        .await;
+    let token = author(&app, "cron@example.com").await;
+    let id = publish(&app, &token, "cron").await;
+    set_signals(&app, id, 1, 3).await;
+    wait_until(
+        "the cron job to publish a list with the article",
+        || async {
+            let answer = get(&app, "/ranking/top", None).await;
+            answer.status == StatusCode::OK && answer.json()["data"][0]["id"] == id
+        },
+    )
+    .await;
+    assert!(
+        app.state
+            .job_store
+            .find(RANKING_JOB)
+            .await
+            .unwrap()
+            .is_none(),
+        "cron mode creates no durable ranking job"
+    );
 }
