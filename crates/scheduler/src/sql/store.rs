@@ -218,23 +218,23 @@ impl SqlJobStore {
 
     /// The current time (ms) by [`DbClock`].
     pub async fn now(&self) -> sqlx::Result<i64> {
-        match &self.clock {
-            DbClock::Manual(now) => Ok(now.load(Ordering::SeqCst)),
+        let mut connection = self.reads.acquire().await?;
+        self.now_on(&mut connection).await
+    }
+
+    /// The current time (ms) read on `connection` — inside a transaction, after its writes have
+    /// waited for any conflicting commit, so it is later than that commit.
+    async fn now_on(&self, connection: &mut sqlx::AnyConnection) -> sqlx::Result<i64> {
+        let sql = match &self.clock {
+            DbClock::Manual(now) => return Ok(now.load(Ordering::SeqCst)),
             DbClock::Database(Dialect::Postgres) => {
-                sqlx::query_scalar(
-                    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
-                )
-                .fetch_one(&self.reads)
-                .await
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
             }
             DbClock::Database(Dialect::Sqlite) => {
-                sqlx::query_scalar(
-                    "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-                )
-                .fetch_one(&self.reads)
-                .await
+                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
             }
-        }
+        };
+        sqlx::query_scalar(sql).fetch_one(connection).await
     }
 
     /// Creates a job; its first fire time is the schedule's next after now. Returns its id.
@@ -452,6 +452,9 @@ impl SqlJobStore {
         let Some(token) = token else {
             return Ok(None);
         };
+        // The start is read after the compare-and-swap, which waited for the previous holder's
+        // release to commit: on the record, a run never starts before the previous one ended.
+        let started_at = self.now_on(&mut tx).await?;
         insert_runs(
             &mut tx,
             job.id,
@@ -473,16 +476,19 @@ impl SqlJobStore {
                 .bind(plan.run_at)
                 .bind(token)
                 .bind(owner)
-                .bind(now)
+                .bind(started_at)
                 .fetch_optional(&mut *tx)
                 .await?;
                 match taken {
                     Some(id) => Some(id),
-                    None => insert_running(&mut tx, job.id, plan.run_at, token, owner, now).await?,
+                    None => {
+                        insert_running(&mut tx, job.id, plan.run_at, token, owner, started_at)
+                            .await?
+                    }
                 }
             }
             ClaimKind::Scheduled | ClaimKind::Triggered => {
-                insert_running(&mut tx, job.id, plan.run_at, token, owner, now).await?
+                insert_running(&mut tx, job.id, plan.run_at, token, owner, started_at).await?
             }
         };
         let Some(run_id) = run_id else {
