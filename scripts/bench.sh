@@ -2,7 +2,7 @@
 # HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
 #
 #   scripts/bench.sh [--duration SECS] [--database-url URL] [SCENARIO...]
-#       scenarios: healthz login reads likes (default: all)
+#       scenarios: healthz login reads likes ranking (default: all)
 #
 # Builds `cargo build --release`, starts `webook serve` on a free local port with a fresh temp
 # data dir (auth rate limit lifted so the limiter does not answer instead of the handler), and
@@ -19,6 +19,17 @@
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
+#   - ranking: publishes 300 articles through the API (likes on a third of them), runs the
+#              `ranking` job (`webook jobs trigger ranking` on the same database), waits for a
+#              list computed after the trigger, checks that GET /ranking/top answers a JSON
+#              envelope with code 0 and at least one item (else the script fails), then wrk
+#              -t2 -c64 GET /ranking/top against webook and, with the same settings, against
+#              nginx (installed with apt when missing, run from a config of its own in the temp
+#              dir on another free port, not the system service) serving those exact bytes as a
+#              static file: two rows, and their ratio as a check line. wrk runs without a Lua
+#              body check here (as for healthz), since with ~20 kB bodies the check itself
+#              would cost wrk a sizeable share of the two cores; each server's bytes are
+#              compared with the saved body beforehand instead;
 # --database-url postgres://… runs the server on PostgreSQL instead of SQLite, e.g.
 #   scripts/with-services.sh bash -c 'scripts/bench.sh --database-url "$WEBOOK_TEST_DATABASE_URL" reads likes';
 # and prints one markdown table (requests/s, p50, p99, errors, RSS after the scenario) with the
@@ -43,12 +54,12 @@ while (($#)); do
     --duration=*) duration=${1#--duration=}; shift ;;
     --database-url) (($# >= 2)) || usage; database_url=$2; shift 2 ;;
     -h | --help) usage ;;
-    healthz | login | reads | likes) scenarios+=("$1"); shift ;;
+    healthz | login | reads | likes | ranking) scenarios+=("$1"); shift ;;
     *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
   esac
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
-((${#scenarios[@]})) || scenarios=(healthz login reads likes)
+((${#scenarios[@]})) || scenarios=(healthz login reads likes ranking)
 
 # --- tools ---------------------------------------------------------------------------------------
 if ! command -v wrk >/dev/null; then
@@ -61,6 +72,16 @@ fi
 for tool in curl python3 cargo git; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
+nginx=
+if [[ " ${scenarios[*]} " == *' ranking '* ]]; then
+  nginx=$(PATH=$PATH:/usr/sbin:/sbin command -v nginx || true)
+  if [[ -z $nginx ]] && ((EUID == 0)) && command -v apt-get >/dev/null; then
+    note "installing nginx (the ranking scenario's static-file baseline)"
+    apt-get install -y nginx >&2 || { apt-get update >&2 && apt-get install -y nginx >&2; }
+    nginx=$(PATH=$PATH:/usr/sbin:/sbin command -v nginx || true)
+  fi
+  [[ -n $nginx ]] || die "nginx is not installed (apt-get install nginx, as root)"
+fi
 
 # --- build ---------------------------------------------------------------------------------------
 note "cargo build --release"
@@ -71,10 +92,16 @@ bin=$(cd "$target_dir/release" && pwd)/webook
 
 # --- start the server ----------------------------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/webook-bench.XXXXXX")
-server_pid=
+server_pid= nginx_pid=
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
+  if [[ -n $nginx_pid ]] && kill -0 "$nginx_pid" 2>/dev/null; then
+    kill -TERM "$nginx_pid" 2>/dev/null || true   # fast shutdown: the master stops its workers
+    for _ in $(seq 50); do kill -0 "$nginx_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$nginx_pid" 2>/dev/null || true
+    wait "$nginx_pid" 2>/dev/null || true
+  fi
   if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
@@ -153,13 +180,15 @@ parse_wrk() {
 }
 
 rows=()
-record() { # SCENARIO WRK_OUTPUT
+last_rps=
+record() { # SCENARIO WRK_OUTPUT [RSS_KIB (default: the server's)]
   local parsed rps p50 p99 errors
   parsed=$(parse_wrk "$2") || die "$1: could not read wrk's output (above)"
   read -r rps p50 p99 errors <<<"$parsed"
   awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || die "$1: no request completed"
   kill -0 "$server_pid" 2>/dev/null || { log_tail; die "$1: the server died under load"; }
-  rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $errors | $(mib "$(rss_kib)") |")
+  last_rps=$rps
+  rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $errors | $(mib "${3:-$(rss_kib)}") |")
 }
 
 # wrk_script FILE < LUA: writes the scenario's Lua (stdin) followed by the body check every
@@ -206,6 +235,110 @@ reader_view() { # FIELD -> value of data.FIELD in the reader view (this counts o
   curl -sS --max-time 30 -A "$ua" -H "Authorization: Bearer $token" "$base/articles/pub/$article" |
     python3 -c "import json, sys; print(json.load(sys.stdin)['data']['$1'])"
 }
+# The hot list of the ranking scenario: publishes 300 articles as the reader (a like on every
+# third), asks the running server for one computation through the CLI on the same database,
+# and waits for a list computed after that request; its body is saved in $tmp/ranking.json.
+ranking_list() {
+  reader_and_article
+  note "ranking: publishing 300 articles and liking 100 of them"
+  BASE=$base TOKEN=$token UA=$ua python3 - <<'PY' || die "ranking: publishing the articles failed"
+import http.client, json, os, urllib.parse
+url = urllib.parse.urlsplit(os.environ["BASE"])
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+headers = {"Authorization": "Bearer " + os.environ["TOKEN"], "User-Agent": os.environ["UA"],
+           "Content-Type": "application/json"}
+def post(path, body):
+    conn.request("POST", path, json.dumps(body), headers)
+    answer = json.loads(conn.getresponse().read())
+    if answer.get("code") != 0:
+        raise SystemExit(f"POST {path}: {answer}")
+    return answer.get("data")
+for n in range(300):
+    article = post("/articles/publish", {"title": f"Hot list article {n}",
+                                         "content": f"<p>Benchmark article number {n}, with a short body.</p>"})
+    if n % 3 == 0:
+        post("/articles/pub/like", {"id": article, "like": True})
+PY
+  local asked answer computed
+  asked=$(now_ms)
+  (
+    cd "$tmp"
+    if [[ -n $database_url ]]; then export WEBOOK_DATABASE_URL=$database_url; fi
+    WEBOOK_DATA_DIR=$tmp/data WEBOOK_LOG=warn exec "$bin" jobs trigger ranking
+  ) >&2 || die "ranking: webook jobs trigger ranking failed"
+  for _ in $(seq 300); do   # 30 s
+    computed=$(curl -sS --max-time 5 -D - -o "$tmp/ranking.json" "$base/ranking/top" 2>/dev/null |
+      awk -F': ' 'tolower($1) == "x-ranking-computed-at" { sub(/\r$/, "", $2); print $2 }')
+    [[ -n $computed ]] && ((computed >= asked)) && break
+    sleep 0.1
+  done
+  [[ -n $computed ]] && ((computed >= asked)) ||
+    { log_tail; die "ranking: no hot list computed after the trigger within 30 s"; }
+  answer=$(python3 - "$tmp/ranking.json" <<'PY'
+import json, sys
+body = json.load(open(sys.argv[1], "rb"))
+items = body.get("data") if isinstance(body, dict) else None
+if not isinstance(body, dict) or body.get("code") != 0 or not isinstance(items, list) or not items:
+    raise SystemExit(f"want an envelope with code 0 and at least one item, got {str(body)[:300]}")
+print(len(items), items[0]["likeCnt"], items[0]["id"])
+PY
+  ) || die "ranking: GET /ranking/top is not a non-empty list"
+  read -r ranking_items ranking_top_likes ranking_top_id <<<"$answer"
+}
+
+# nginx serving FILE as /ranking/top from a config of its own (temp dir, free port, no access
+# log, keep-alive connections never closed by nginx, as webook never closes them); sets $nginx_base.
+start_nginx() { # FILE
+  local dir=$tmp/nginx nport
+  mkdir -p "$dir/www/ranking" "$dir/temp"
+  cp "$1" "$dir/www/ranking/top"
+  # Its workers run as an unprivileged user when nginx starts as root: let them reach the file.
+  chmod 711 "$tmp"
+  chmod -R a+rX "$dir"
+  nport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+  cat >"$dir/nginx.conf" <<NGINX
+daemon off;
+worker_processes auto;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 100000000;
+  default_type application/json;
+  client_body_temp_path $dir/temp/body;
+  proxy_temp_path $dir/temp/proxy;
+  fastcgi_temp_path $dir/temp/fastcgi;
+  uwsgi_temp_path $dir/temp/uwsgi;
+  scgi_temp_path $dir/temp/scgi;
+  server {
+    listen 127.0.0.1:$nport;
+    root $dir/www;
+  }
+}
+NGINX
+  note "starting $nginx on 127.0.0.1:$nport ($dir/nginx.conf)"
+  "$nginx" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
+  nginx_pid=$!
+  nginx_base=http://127.0.0.1:$nport
+  for _ in $(seq 100); do
+    curl -fsS --max-time 1 -o /dev/null "$nginx_base/ranking/top" 2>/dev/null && return 0
+    kill -0 "$nginx_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  cat "$dir/stdout.log" "$dir/error.log" >&2 2>/dev/null || true
+  die "nginx did not serve $nginx_base/ranking/top"
+}
+nginx_rss_kib() {
+  local pid total=0
+  for pid in "$nginx_pid" $(pgrep -P "$nginx_pid" || true); do
+    total=$((total + $(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status")))
+  done
+  echo "$total"
+}
+
 checks=()
 
 login_check=
@@ -286,6 +419,26 @@ LUA
       want=0; [[ $liked == True ]] && want=1
       [[ $likes == "$want" ]] || die "likes: likeCnt $likes does not agree with liked=$liked"
       checks+=("likes: likeCnt $likes agrees with the reader's liked=$liked after the run")
+      ;;
+    ranking)
+      ranking_list
+      start_nginx "$tmp/ranking.json"
+      for server in "$base" "$nginx_base"; do
+        curl -fsS --max-time 30 -o "$tmp/served.json" "$server/ranking/top" ||
+          die "ranking: GET $server/ranking/top failed"
+        cmp -s "$tmp/served.json" "$tmp/ranking.json" ||
+          die "ranking: $server/ranking/top does not serve the saved list"
+      done
+      note "ranking: wrk -t2 -c64 -d${duration}s GET /ranking/top ($(wc -c <"$tmp/ranking.json") bytes)"
+      run_wrk "$tmp/ranking.txt" -t2 -c64 "$base/ranking/top"
+      record ranking "$tmp/ranking.txt"
+      webook_rps=$last_rps
+      note "ranking: wrk -t2 -c64 -d${duration}s the same bytes from nginx (static file)"
+      run_wrk "$tmp/ranking-nginx.txt" -t2 -c64 "$nginx_base/ranking/top"
+      kill -0 "$nginx_pid" 2>/dev/null || die "ranking: nginx died under load"
+      record 'ranking (nginx, static file)' "$tmp/ranking-nginx.txt" "$(nginx_rss_kib)"
+      checks+=("ranking: GET /ranking/top is code 0 with $ranking_items items (top: article $ranking_top_id, $ranking_top_likes likes), $(wc -c <"$tmp/ranking.json") bytes, byte-identical from nginx")
+      checks+=("ranking: webook / nginx throughput $(awk -v w="$webook_rps" -v n="$last_rps" 'BEGIN { printf "%.2f", w / n }') (target >= 0.9)")
       ;;
   esac
 done
