@@ -4,7 +4,10 @@
 //! The scan reads only numbers — id, author, first publication, last update and the counters,
 //! joined from `interactives` in the same query — in keyset batches over the
 //! `published_articles (ctime, id)` index (never OFFSET), so its cost is linear in the number of
-//! candidates and its memory one batch. Titles, abstracts and author names are read afterwards,
+//! candidates and its memory one batch. The keyset condition carries a redundant
+//! `ctime >= <last ctime>`: PostgreSQL cannot turn the `OR` form into an index bound and would
+//! otherwise start every batch at the window's start (a quadratic scan); the row-value form
+//! `(ctime, id) > (…)` fixes PostgreSQL but SQLite then stops using it as a bound. Titles, abstracts and author names are read afterwards,
 //! for the N winners only.
 
 use std::collections::HashMap;
@@ -87,7 +90,7 @@ impl RankingStore {
                     COALESCE(i.read_cnt, 0) AS read_cnt \
              FROM published_articles p \
              LEFT JOIN interactives i ON i.biz = $1 AND i.biz_id = p.id \
-             WHERE p.status = $2 AND p.ctime >= $3 \
+             WHERE p.status = $2 AND p.ctime >= $3 AND p.ctime >= $4 \
                AND (p.ctime > $4 OR (p.ctime = $4 AND p.id > $5)) \
              ORDER BY p.ctime, p.id LIMIT $6",
         )
