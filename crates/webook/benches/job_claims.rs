@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use scheduler::{
     sql::{
-        DbClock, Dialect, Executor, Executors, JobRow, RunningSqlScheduler, SqlJobStore,
-        SqlScheduler, WorkerOptions,
+        Executor, Executors, JobRow, RunningSqlScheduler, SqlJobStore, SqlScheduler, WorkerOptions,
     },
     JobContext,
 };
@@ -46,34 +45,19 @@ impl Executor for Noop {
     }
 }
 
-fn dialect(kind: DatabaseKind) -> Dialect {
-    match kind {
-        DatabaseKind::Sqlite => Dialect::Sqlite,
-        DatabaseKind::Postgres => Dialect::Postgres,
-    }
-}
-
 /// A store on its own pool to `url`, as a separate process would have.
-async fn own_store(url: &str, kind: DatabaseKind) -> (Db, SqlJobStore) {
+async fn own_store(url: &str) -> (Db, SqlJobStore) {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::connect(&test_config(dir.path(), url)).await.unwrap();
-    let store = SqlJobStore::new(
-        db.pool().clone(),
-        db.writer().clone(),
-        DbClock::Database(dialect(kind)),
-    );
+    let store = webook::jobs::store(&db);
     (db, store)
 }
 
-async fn start_instances(
-    url: &str,
-    kind: DatabaseKind,
-    count: usize,
-) -> (Vec<Db>, Vec<RunningSqlScheduler>) {
+async fn start_instances(url: &str, count: usize) -> (Vec<Db>, Vec<RunningSqlScheduler>) {
     let mut pools = Vec::new();
     let mut instances = Vec::new();
     for index in 0..count {
-        let (db, store) = own_store(url, kind).await;
+        let (db, store) = own_store(url).await;
         let mut executors = Executors::new();
         executors.register(Noop);
         instances.push(
@@ -118,11 +102,11 @@ async fn count(db: &Db, sql: &str) -> i64 {
 async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
     const JOBS: usize = 1000;
     let test_db = TestDb::new(kind).await;
-    let (_, store) = own_store(&test_db.url, kind).await;
+    let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, JOBS, "@every 1h", now - 100).await;
     let started = Instant::now();
-    let (_pools, running) = start_instances(&test_db.url, kind, instances).await;
+    let (_pools, running) = start_instances(&test_db.url, instances).await;
     while count(
         &test_db.db,
         "SELECT COUNT(*) FROM job_runs WHERE status = 'ok'",
@@ -143,10 +127,10 @@ async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
 
 async fn schedule_lag(kind: DatabaseKind) -> (i64, i64, usize) {
     let test_db = TestDb::new(kind).await;
-    let (_, store) = own_store(&test_db.url, kind).await;
+    let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, 100, "@every 1s", (now / 1000 + 1) * 1000).await;
-    let (_pools, running) = start_instances(&test_db.url, kind, 3).await;
+    let (_pools, running) = start_instances(&test_db.url, 3).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     for instance in running {
         instance.stop(Duration::from_secs(5)).await;

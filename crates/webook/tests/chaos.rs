@@ -25,10 +25,9 @@ use std::{
 };
 
 use axum::{extract::Query, http::HeaderMap, routing::post, Router};
-use scheduler::sql::{DbClock, Dialect, Misfire, NewJob, OverlapPolicy, RunStatus, SqlJobStore};
+use scheduler::sql::{Misfire, NewJob, OverlapPolicy, RunStatus};
 use webook::{
     backend_tests,
-    config::DatabaseKind,
     testing::{wait_until, TestDb},
 };
 
@@ -176,15 +175,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 
 async fn workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
-    let dialect = match db.db.kind() {
-        DatabaseKind::Sqlite => Dialect::Sqlite,
-        DatabaseKind::Postgres => Dialect::Postgres,
-    };
-    let store = SqlJobStore::new(
-        db.db.pool().clone(),
-        db.db.writer().clone(),
-        DbClock::Database(dialect),
-    );
+    let store = webook::jobs::store(&db.db);
     let receiver = Receiver::default();
     let url = receiver.start().await;
     let jobs = [

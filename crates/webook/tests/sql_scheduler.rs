@@ -29,7 +29,6 @@ use scheduler::{
 };
 use webook::{
     backend_tests,
-    config::DatabaseKind,
     testing::{wait_until, TestDb},
 };
 
@@ -51,10 +50,7 @@ backend_tests!(
 );
 
 fn dialect(db: &TestDb) -> Dialect {
-    match db.db.kind() {
-        DatabaseKind::Sqlite => Dialect::Sqlite,
-        DatabaseKind::Postgres => Dialect::Postgres,
-    }
+    webook::jobs::dialect(db.db.kind())
 }
 
 fn store(db: &TestDb, clock: DbClock) -> SqlJobStore {

@@ -44,15 +44,20 @@ pub fn executors(ranking: Option<RankingService>) -> Executors {
     executors
 }
 
+/// The scheduler's name for the SQL engine of `kind` (it picks the database clock's SQL).
+pub fn dialect(kind: DatabaseKind) -> Dialect {
+    match kind {
+        DatabaseKind::Sqlite => Dialect::Sqlite,
+        DatabaseKind::Postgres => Dialect::Postgres,
+    }
+}
+
 /// The durable-job store on `db`: reads on the shared pool, writes on the writer pool (SQLite's
 /// single writer), time from the database's own clock.
 pub fn store(db: &Db) -> SqlJobStore {
     SqlJobStore::new(
         db.pool().clone(),
         db.writer().clone(),
-        DbClock::Database(match db.kind() {
-            DatabaseKind::Sqlite => Dialect::Sqlite,
-            DatabaseKind::Postgres => Dialect::Postgres,
-        }),
+        DbClock::Database(dialect(db.kind())),
     )
 }
