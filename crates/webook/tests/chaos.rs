@@ -10,7 +10,8 @@
 //! - a committed (ok) run carries the highest token that executed its fire time: a replaced
 //!   holder's result was never accepted;
 //! - committed runs of one job never overlap in time (overlap is forbidden);
-//! - with one worker left running past the lease, no job stays `running` on a dead holder;
+//! - with one worker left running past the lease, no job stays `running` on a dead holder, and
+//!   each job's backlog inside the window is claimed and finished;
 //! - a fire time re-run after a kill or stop was taken over within lease + one poll (p50/p99
 //!   printed).
 
@@ -252,6 +253,30 @@ async fn workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs(db: T
                 .unwrap()
                 .iter()
                 .all(|job| job.status.as_str() != "running" || job.utime >= now - lease)
+    })
+    .await;
+    // A fire time that came due while its job was held (a takeover finding the next fire time
+    // already due leaves it for the next claim) gets its row at the job's next claim. Wait until
+    // each job has been seen waiting past the window — from then on, every fire time in the
+    // window has its final row — so the stop below cannot interrupt a run inside the window.
+    let settled: Arc<Mutex<BTreeMap<String, bool>>> = Arc::new(Mutex::new(
+        job_ids
+            .keys()
+            .map(|name| (name.to_string(), false))
+            .collect(),
+    ));
+    wait_until("every fire time in the window claimed and finished", || {
+        let (settled, store) = (settled.clone(), store.clone());
+        async move {
+            let jobs = store.list().await.unwrap();
+            let mut settled = settled.lock().unwrap();
+            for job in jobs {
+                if job.status.as_str() == "waiting" && job.next_time > window_end {
+                    settled.insert(job.name, true);
+                }
+            }
+            settled.values().all(|done| *done)
+        }
     })
     .await;
     signal(&workers[0], "TERM");
