@@ -48,9 +48,29 @@ const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What every handler can reach; cheap to clone (everything inside is shared).
+/// What every handler can reach: one pointer to the [`Services`], so the per-request clone the
+/// `State` extractor makes is a single reference-count increment (cloning every service handle
+/// per request was a fifth of the CPU time of a cached read).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    /// Shares `services` with every handler.
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The backends and services of one instance, built once at start-up.
+pub struct Services {
     /// The effective configuration.
     pub config: Arc<Config>,
     /// The SQL store.
@@ -158,7 +178,7 @@ impl App {
             )
         })?;
         Ok(Self {
-            state: AppState {
+            state: AppState::new(Services {
                 config: Arc::new(config),
                 db,
                 redis,
@@ -171,7 +191,7 @@ impl App {
                 job_store,
                 job_executors,
                 ranking,
-            },
+            }),
             jobs,
             listener,
         })

@@ -1,114 +1,230 @@
-//! The HTTP middleware stack every route runs behind, outermost first:
+//! The HTTP middleware stack every request runs through, outermost first:
 //!
-//! 1. request id (`x-request-id`, generated when absent, echoed back);
-//! 2. a `tracing` span per request carrying method, path and request id;
-//! 3. CORS per `API.md` (configured origins, credentials, exposed token headers);
-//! 4. response compression;
-//! 5. Prometheus metrics by matched route, method and status, plus an in-flight gauge;
-//! 6. the request timeout (answers 503, code 5);
-//! 7. panic catching (answers 500, code 5: never a dropped connection);
-//! 8. the body size limit, enforced by [`crate::error::ApiJson`] (answers 400, code 4).
+//! 1. response compression (gzip, when the client accepts it and the response is not already
+//!    encoded) and the body size limit, enforced by [`crate::error::ApiJson`] (answers 400,
+//!    code 4) — both wrap the whole router once;
+//! 2. routing;
+//! 3. [`Observe`] around each route (it labels metrics with the matched route pattern), one
+//!    layer doing what every request needs observed and bounded:
+//!    - the request id (`x-request-id`, generated when absent, echoed back);
+//!    - a `tracing` span carrying method, path and request id;
+//!    - CORS per `API.md` ([`CorsPolicy`]: preflights answered here, grants added to responses);
+//!    - Prometheus metrics by matched route, method and status, plus an in-flight gauge;
+//!    - the request timeout (answers 503, code 5), armed only if the handler does not answer
+//!      on its first poll;
+//!    - panic catching (answers 500, code 5: never a dropped connection).
+//!
+//! The observing steps are one hand-written layer rather than seven stock ones because axum
+//! clones a route's whole layered service per request and each stock layer adds a boxed future
+//! and often allocations: as seven layers they took a third of the CPU time of
+//! `GET /ranking/top` (docs/PERFORMANCE.md → Hot list). Its configuration sits behind one `Arc`;
+//! metric handles are looked up once per route, method and status per worker thread, not
+//! formatted into labels per request.
 //!
 //! Unknown routes and methods answer with the envelope too ([`AppError::NoRoute`],
 //! [`AppError::MethodNotAllowed`]).
 
-use std::{any::Any, time::Duration};
+use std::{
+    any::Any,
+    cell::RefCell,
+    collections::HashMap,
+    convert::Infallible,
+    future::Future,
+    panic::AssertUnwindSafe,
+    sync::Arc,
+    task::{Context as TaskContext, Poll},
+    time::Duration,
+};
 
-use anyhow::Context;
 use axum::{
-    extract::{DefaultBodyLimit, MatchedPath, Request, State},
-    http::{header, HeaderName, HeaderValue, Method},
-    middleware::{self, Next},
+    extract::{DefaultBodyLimit, MatchedPath, Request},
+    http::{HeaderName, HeaderValue, Method, StatusCode},
     response::{IntoResponse, Response},
     Router,
 };
-use tower::ServiceBuilder;
-use tower_http::{
-    catch_panic::CatchPanicLayer,
-    compression::CompressionLayer,
-    cors::{AllowOrigin, CorsLayer},
-    request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer},
-    trace::TraceLayer,
-};
+use futures_util::{future::BoxFuture, FutureExt};
+use metrics::{Counter, Gauge, Histogram};
+use tower::{Layer, Service};
+use tower_http::compression::CompressionLayer;
+use tracing::Instrument;
 
-use crate::{config::Config, error::AppError, infra::telemetry};
+use crate::{
+    config::Config,
+    error::AppError,
+    infra::{cors::CorsPolicy, telemetry},
+};
 
 /// Response header carrying a new access token (login, refresh).
 pub const ACCESS_TOKEN_HEADER: &str = "x-jwt-token";
 /// Response header carrying a new refresh token (login, refresh).
 pub const REFRESH_TOKEN_HEADER: &str = "x-refresh-token";
+/// Request and response header carrying the request id.
+pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Wraps `router` in the middleware stack described in the module docs.
 pub fn with_middleware(router: Router, config: &Config) -> anyhow::Result<Router> {
-    let cors = cors_layer(&config.cors_origins)?;
-    Ok(router
+    // The layer takes its metric handles now: the recorder must be installed first.
+    telemetry::metrics_handle()?;
+    let cors = CorsPolicy::new(&config.cors_origins)?;
+    // Observe wraps each route, as it labels metrics with the matched route; compression and
+    // the body limit wrap the router once.
+    let routed = router
         .fallback(|| async { AppError::NoRoute })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
+        .layer(ObserveLayer::new(config.request_timeout, cors));
+    let outer = tower::ServiceBuilder::new()
+        .layer(CompressionLayer::new())
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(middleware::from_fn_with_state(
-            config.request_timeout,
-            enforce_timeout,
-        ))
-        .layer(middleware::from_fn(record_metrics))
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(request_span))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(cors)
-                .layer(CompressionLayer::new()),
-        ))
+        .service(routed);
+    Ok(Router::new().fallback_service(outer))
 }
 
-/// CORS as `API.md` specifies it. A wildcard origin is refused: browsers reject it together with
-/// credentials, so it could only ever break the frontend.
-pub fn cors_layer(origins: &[String]) -> anyhow::Result<CorsLayer> {
-    let origins = origins
-        .iter()
-        .map(|origin| {
-            anyhow::ensure!(
-                origin != "*",
-                "invalid cors_origins (WEBOOK_CORS_ORIGINS): \"*\" cannot be used with \
-                 credentials; list the frontend origins"
+/// Builds [`Observe`] around each route.
+#[derive(Clone)]
+pub struct ObserveLayer {
+    shared: Arc<Observer>,
+}
+
+struct Observer {
+    timeout: Duration,
+    cors: CorsPolicy,
+    in_flight: Gauge,
+}
+
+impl ObserveLayer {
+    /// Requests running longer than `timeout` are answered 503 (code 5); browsers are held to
+    /// `cors`.
+    pub fn new(timeout: Duration, cors: CorsPolicy) -> Self {
+        Self {
+            shared: Arc::new(Observer {
+                timeout,
+                cors,
+                in_flight: metrics::gauge!(telemetry::HTTP_REQUESTS_IN_FLIGHT),
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for ObserveLayer {
+    type Service = Observe<S>;
+
+    fn layer(&self, inner: S) -> Observe<S> {
+        Observe {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Request id, span, metrics, timeout and panic catching around one route (module docs).
+#[derive(Clone)]
+pub struct Observe<S> {
+    inner: S,
+    shared: Arc<Observer>,
+}
+
+impl<S> Service<Request> for Observe<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        // The service that was polled ready serves this request; a clone stays for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        let request_id = match request.headers().get(REQUEST_ID_HEADER) {
+            Some(id) => id.clone(),
+            None => {
+                let id = new_request_id();
+                request.headers_mut().insert(REQUEST_ID_HEADER, id.clone());
+                id
+            }
+        };
+        let span = tracing::info_span!(
+            "request",
+            method = %request.method(),
+            path = %request.uri().path(),
+            request_id = %String::from_utf8_lossy(request_id.as_bytes()),
+        );
+        let route = request.extensions().get::<MatchedPath>().cloned();
+        let method = request.method().clone();
+        let preflight = shared.cors.preflight(&method, request.headers());
+        let origin = shared.cors.allowed_origin(request.headers());
+        async move {
+            shared.in_flight.increment(1.0);
+            // Decrements however the request ends (response, timeout, client gone).
+            let _in_flight = InFlight(&shared.in_flight);
+            let started = tokio::time::Instant::now();
+            let mut response = match preflight {
+                Some(answer) => answer,
+                None => {
+                    // Called inside the guard: a panic building the future is caught too.
+                    let handled =
+                        AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind();
+                    let mut response = match within(started + shared.timeout, handled).await {
+                        Some(Ok(Ok(response))) => response,
+                        Some(Ok(Err(never))) => match never {},
+                        Some(Err(panic)) => panic_response(&panic),
+                        None => AppError::Timeout.into_response(),
+                    };
+                    shared.cors.decorate(origin, &mut response);
+                    response
+                }
+            };
+            response
+                .headers_mut()
+                .entry(REQUEST_ID_HEADER)
+                .or_insert(request_id);
+            record_request(
+                route.as_ref().map_or("unmatched", MatchedPath::as_str),
+                &method,
+                response.status(),
+                started.elapsed(),
             );
-            HeaderValue::from_str(origin)
-                .with_context(|| format!("invalid cors_origins entry {origin:?}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(CorsLayer::new()
-        .allow_origin(AllowOrigin::list(origins))
-        .allow_credentials(true)
-        .allow_methods([
-            Method::GET,
-            Method::POST,
-            Method::PUT,
-            Method::DELETE,
-            Method::OPTIONS,
-        ])
-        .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION])
-        .expose_headers([
-            HeaderName::from_static(ACCESS_TOKEN_HEADER),
-            HeaderName::from_static(REFRESH_TOKEN_HEADER),
-        ])
-        .max_age(Duration::from_secs(600)))
+            Ok(response)
+        }
+        .instrument(span)
+        .boxed()
+    }
 }
 
-fn request_span(request: &Request) -> tracing::Span {
-    let request_id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("-");
-    tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        request_id = %request_id,
-    )
+/// `future`'s output, or `None` once `deadline` passes. Most handlers answer on their first poll
+/// (a cached read), so that poll is made before any timer exists: arming a timer takes the timer
+/// wheel's lock twice (register, cancel), a cost worth skipping on the hottest routes.
+async fn within<F: Future>(deadline: tokio::time::Instant, future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    if let Poll::Ready(output) = futures_util::poll!(future.as_mut()) {
+        return Some(output);
+    }
+    tokio::time::timeout_at(deadline, future).await.ok()
 }
 
-fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
+/// A UUID v4 as a header value.
+fn new_request_id() -> HeaderValue {
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4();
+    HeaderValue::from_str(id.hyphenated().encode_lower(&mut text))
+        .unwrap_or_else(|_| HeaderValue::from_static("-"))
+}
+
+struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+fn panic_response(panic: &(dyn Any + Send)) -> Response {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -117,47 +233,77 @@ fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response {
     AppError::Panic(message).into_response()
 }
 
-async fn enforce_timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => AppError::Timeout.into_response(),
-    }
+/// The metric handles of one (route, method, status) series.
+struct Series {
+    method: Method,
+    status: StatusCode,
+    requests: Counter,
+    duration: Histogram,
 }
 
-/// Decrements the in-flight gauge however the request ends (response, timeout, disconnect).
-struct InFlight;
-
-impl InFlight {
-    fn start() -> Self {
-        metrics::gauge!(telemetry::HTTP_REQUESTS_IN_FLIGHT).increment(1.0);
-        Self
-    }
+thread_local! {
+    /// Series handles by route pattern, per worker thread: looked up without locks or
+    /// allocation once a thread has served a series.
+    static SERIES: RefCell<HashMap<Box<str>, Vec<Series>>> = RefCell::new(HashMap::new());
 }
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        metrics::gauge!(telemetry::HTTP_REQUESTS_IN_FLIGHT).decrement(1.0);
-    }
+/// Counts one served request and its latency.
+fn record_request(route: &str, method: &Method, status: StatusCode, elapsed: Duration) {
+    // Methods outside the standard set share one label: a client inventing methods must not
+    // mint series.
+    let method = if is_standard(method) {
+        method
+    } else {
+        &OTHER_METHOD
+    };
+    SERIES.with_borrow_mut(|by_route| {
+        if !by_route.contains_key(route) {
+            by_route.insert(route.into(), Vec::new());
+        }
+        let Some(series) = by_route.get_mut(route) else {
+            return;
+        };
+        let index = match series
+            .iter()
+            .position(|one| one.status == status && one.method == *method)
+        {
+            Some(index) => index,
+            None => {
+                let labels = [
+                    ("method", method.as_str().to_owned()),
+                    ("route", route.to_owned()),
+                    ("status", status.as_str().to_owned()),
+                ];
+                series.push(Series {
+                    method: method.clone(),
+                    status,
+                    requests: metrics::counter!(telemetry::HTTP_REQUESTS_TOTAL, &labels),
+                    duration: metrics::histogram!(telemetry::HTTP_REQUEST_DURATION, &labels),
+                });
+                series.len() - 1
+            }
+        };
+        let one = &series[index];
+        one.requests.increment(1);
+        one.duration.record(elapsed.as_secs_f64());
+    });
 }
 
-async fn record_metrics(request: Request, next: Next) -> Response {
-    let _in_flight = InFlight::start();
-    let started = std::time::Instant::now();
-    // The route pattern, not the path: `/articles/pub/{id}` is one series, not one per id.
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().as_str().to_owned();
-    let response = next.run(request).await;
-    let labels = [
-        ("method", method),
-        ("route", route),
-        ("status", response.status().as_u16().to_string()),
+/// The label of methods outside [`is_standard`].
+static OTHER_METHOD: std::sync::LazyLock<Method> =
+    std::sync::LazyLock::new(|| Method::from_bytes(b"OTHER").unwrap_or(Method::GET));
+
+fn is_standard(method: &Method) -> bool {
+    const STANDARD: [Method; 9] = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::OPTIONS,
+        Method::CONNECT,
+        Method::TRACE,
     ];
-    metrics::counter!(telemetry::HTTP_REQUESTS_TOTAL, &labels).increment(1);
-    metrics::histogram!(telemetry::HTTP_REQUEST_DURATION, &labels)
-        .record(started.elapsed().as_secs_f64());
-    response
+    STANDARD.contains(method)
 }

@@ -1,12 +1,13 @@
 //! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
 //! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
-//! middleware stack ([`http`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]) and the
+//! middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]) and the
 //! periodic jobs ([`jobs`]).
 //! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
 pub mod cache;
 pub mod client_ip;
+pub mod cors;
 pub mod db;
 pub mod events;
 pub mod http;
