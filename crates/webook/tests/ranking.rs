@@ -1,7 +1,8 @@
 //! The hot list end to end, on every setup ({SQLite, PostgreSQL} × {embedded, Redis}): articles
 //! with known likes and first-publication times rank in exactly the expected order; editing an
 //! old article does not move it up; withdrawn and out-of-window articles leave the list; the
-//! response is served with an ETag (304 on a match) and `x-ranking-computed-at`; a fresh instance
+//! response is served with an ETag (304 on a match) and `x-ranking-computed-at`, gzipped once for
+//! clients that accept it; a fresh instance
 //! serves the list another one computed without computing; the last list survives the shared
 //! copy and the database going away; and the durable `ranking` job computes it when triggered.
 
@@ -152,6 +153,39 @@ async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+
+    // The full list is also kept gzipped, a representation with its own ETag.
+    let full = |gzip: bool, etag: Option<&str>| {
+        let mut request = app.client.get(app.url("/ranking/top"));
+        if gzip {
+            request = request.header(header::ACCEPT_ENCODING, "br, gzip;q=0.8");
+        }
+        if let Some(etag) = etag {
+            request = request.header(header::IF_NONE_MATCH, etag);
+        }
+        request.send()
+    };
+    let plain = full(false, None).await.unwrap();
+    assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+    let plain_etag = plain.headers()[header::ETAG].to_str().unwrap().to_owned();
+    let plain_body = plain.bytes().await.unwrap();
+    let gzipped = full(true, None).await.unwrap();
+    assert_eq!(gzipped.headers()[header::CONTENT_ENCODING], "gzip");
+    assert_eq!(gzipped.headers()[header::VARY], "accept-encoding");
+    let gzip_etag = gzipped.headers()[header::ETAG].to_str().unwrap().to_owned();
+    assert_ne!(gzip_etag, plain_etag);
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&gzipped.bytes().await.unwrap()[..]),
+        &mut unzipped,
+    )
+    .unwrap();
+    assert_eq!(unzipped, plain_body);
+    let revalidated = full(true, Some(&gzip_etag)).await.unwrap();
+    assert_eq!(revalidated.status(), StatusCode::NOT_MODIFIED);
+    let other_representation = full(false, Some(&gzip_etag)).await.unwrap();
+    assert_eq!(other_representation.status(), StatusCode::OK);
+
     assert_eq!(
         get(&app, "/ranking/top?limit=0", None)
             .await

@@ -1,18 +1,19 @@
 //! Where computed lists live: the local snapshot every instance serves from, and the shared copy
 //! that carries a list from the instance (or CLI) that computed it to every other.
 //!
-//! - [`Snapshot`]: one computed list with its response bytes built once (`Bytes`, cloned by
-//!   reference count per request), its ETag and fence; held in an `ArcSwap` by the service, so a
+//! - [`Snapshot`]: one computed list with its response bytes built once, plain and gzipped
+//!   (`Bytes`, cloned by reference count per request), their ETags and the fence; held in an `ArcSwap` by the service, so a
 //!   reader's `load` is a couple of atomic operations and never waits for a writer.
 //! - [`SharedCopy`]: Redis in cluster mode (a hash with the items, a ZSET of scores for rank
 //!   look-ups, both expiring after several intervals, and a non-expiring fence key), the
 //!   `ranking_snapshots` table in embedded mode. A write whose fence — (fire time, token) — is
 //!   older than the stored one is refused, so a stale computation never replaces a newer list.
 
-use std::{sync::Arc, time::Duration};
+use std::{io::Write, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{body::Bytes, http::HeaderValue};
+use flate2::{write::GzEncoder, Compression};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -64,6 +65,10 @@ pub struct Snapshot {
     pub body: Bytes,
     /// Strong ETag of `body`, ready to send.
     pub etag: HeaderValue,
+    /// `body` gzip-compressed once, for clients that accept gzip (a browser always does).
+    pub gzip_body: Bytes,
+    /// Strong ETag of `gzip_body` (another representation, so another tag).
+    pub gzip_etag: HeaderValue,
     /// `x-ranking-computed-at`, ready to send.
     pub computed_at_header: HeaderValue,
     /// When it was computed (ms).
@@ -82,14 +87,20 @@ impl Snapshot {
     pub fn from_shared(list: &SharedList) -> anyhow::Result<Self> {
         let items: Vec<RankedArticle> =
             serde_json::from_str(&list.items).context("decoding a shared ranking")?;
-        let etag = format!(
-            "\"{}-{}-{}\"",
+        let tag = format!(
+            "{}-{}-{}",
             list.computed_at, list.fence_at, list.fence_token
         );
+        let body = envelope(&list.items);
+        let mut gzip = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::default());
+        gzip.write_all(&body).context("compressing the hot list")?;
+        let gzip_body = Bytes::from(gzip.finish().context("compressing the hot list")?);
         Ok(Self {
             items,
-            body: envelope(&list.items),
-            etag: HeaderValue::from_str(&etag).context("ranking ETag")?,
+            body,
+            etag: HeaderValue::from_str(&format!("\"{tag}\"")).context("ranking ETag")?,
+            gzip_body,
+            gzip_etag: HeaderValue::from_str(&format!("\"{tag}-gzip\"")).context("ranking ETag")?,
             computed_at_header: HeaderValue::from(list.computed_at),
             computed_at: list.computed_at,
             fence: (list.fence_at, list.fence_token),

@@ -1,10 +1,11 @@
 //! `GET /ranking/top` (API.md → Hot list): public, served from the local snapshot's pre-built
-//! bytes. The full list is one reference-counted `Bytes` clone per request; a shorter `limit`
-//! serialises that prefix. `ETag` / `If-None-Match` answer 304 when the list has not changed;
+//! bytes. The full list is one reference-counted `Bytes` clone per request — the gzipped copy
+//! when the client accepts gzip, as a static file server serves a pre-compressed file; a shorter
+//! `limit` serialises that prefix (and the compression layer compresses it). `ETag` / `If-None-Match` answer 304 when the list has not changed;
 //! `x-ranking-computed-at` says when it was computed (ms).
 
 use axum::{
-    extract::State,
+    extract::{Request, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
@@ -31,7 +32,8 @@ struct TopQuery {
 async fn top(
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<TopQuery>,
-    headers: HeaderMap,
+    // The request itself rather than a `HeaderMap`, which the extractor would copy.
+    request: Request,
 ) -> Result<Response, AppError> {
     let size = state.ranking.settings().size;
     let limit = query.limit.unwrap_or(size);
@@ -44,7 +46,10 @@ async fn top(
         )));
     };
     // The full list (the common request) allocates nothing: reference-counted clones only.
-    let (body, etag) = if limit >= snapshot.items.len() {
+    let gzip = limit >= snapshot.items.len() && accepts_gzip(request.headers());
+    let (body, etag) = if gzip {
+        (snapshot.gzip_body.clone(), snapshot.gzip_etag.clone())
+    } else if limit >= snapshot.items.len() {
         (snapshot.body.clone(), snapshot.etag.clone())
     } else {
         let items = serde_json::to_string(&snapshot.items[..limit])
@@ -60,7 +65,8 @@ async fn top(
         let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
         (envelope(&items), etag)
     };
-    let not_modified = headers
+    let not_modified = request
+        .headers()
         .get(header::IF_NONE_MATCH)
         .is_some_and(|wanted| etag_matches(wanted.as_bytes(), etag.as_bytes()));
     let headers = [
@@ -69,11 +75,13 @@ async fn top(
             header::HeaderName::from_static("x-ranking-computed-at"),
             snapshot.computed_at_header.clone(),
         ),
+        // The body depends on Accept-Encoding: caches must keep the two apart.
+        (header::VARY, HeaderValue::from_static("accept-encoding")),
     ];
     if not_modified {
         return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
     }
-    Ok((
+    let mut response = (
         headers,
         [(
             header::CONTENT_TYPE,
@@ -81,7 +89,40 @@ async fn top(
         )],
         body,
     )
-        .into_response())
+        .into_response();
+    if gzip {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    Ok(response)
+}
+
+/// Whether an `Accept-Encoding` header admits gzip: a `gzip` (or `*`) coding whose `q` is not 0.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
+        .any(|coding| {
+            let mut parts = coding.split(|byte| *byte == b';');
+            let name = parts.next().unwrap_or_default().trim_ascii();
+            let named = name.eq_ignore_ascii_case(b"gzip") || name == b"*";
+            named
+                && parts.all(|param| {
+                    let param = param.trim_ascii();
+                    let Some(q) = param
+                        .strip_prefix(b"q=")
+                        .or_else(|| param.strip_prefix(b"Q="))
+                    else {
+                        return true;
+                    };
+                    std::str::from_utf8(q)
+                        .ok()
+                        .and_then(|q| q.trim().parse::<f32>().ok())
+                        .is_some_and(|q| q > 0.0)
+                })
+        })
 }
 
 /// Whether an `If-None-Match` value (a list of ETags, or `*`) names `etag`.
@@ -94,7 +135,29 @@ fn etag_matches(wanted: &[u8], etag: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::etag_matches;
+    use axum::http::{header, HeaderMap, HeaderValue};
+
+    use super::{accepts_gzip, etag_matches};
+
+    fn accept(values: &[&'static str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in values {
+            headers.append(header::ACCEPT_ENCODING, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[test]
+    fn accept_encoding_admits_gzip_unless_refused() {
+        assert!(accepts_gzip(&accept(&["gzip, deflate, br, zstd"])));
+        assert!(accepts_gzip(&accept(&["br;q=1.0, GZIP;q=0.5"])));
+        assert!(accepts_gzip(&accept(&["identity", "*"])));
+        assert!(!accepts_gzip(&accept(&[])));
+        assert!(!accepts_gzip(&accept(&["br, identity"])));
+        assert!(!accepts_gzip(&accept(&["gzip;q=0"])));
+        assert!(!accepts_gzip(&accept(&["gzip; q=0.000"])));
+        assert!(!accepts_gzip(&accept(&["gzips, xgzip"])));
+    }
 
     #[test]
     fn if_none_match_lists_and_wildcards() {

@@ -100,6 +100,32 @@ struct Inner {
     shared: SharedCopy,
     local: ArcSwapOption<Snapshot>,
     settings: RankingSettings,
+    serves: ServeCounters,
+}
+
+/// The read path's counters, looked up once instead of per request.
+struct ServeCounters {
+    local: metrics::Counter,
+    shared: metrics::Counter,
+    none: metrics::Counter,
+    stale: metrics::Counter,
+}
+
+impl ServeCounters {
+    fn new() -> Self {
+        Self {
+            local: metrics::counter!(RANKING_SERVES, "source" => "local"),
+            shared: metrics::counter!(RANKING_SERVES, "source" => "shared"),
+            none: metrics::counter!(RANKING_SERVES, "source" => "none"),
+            stale: metrics::counter!(RANKING_STALE_SERVES),
+        }
+    }
+}
+
+impl std::fmt::Debug for ServeCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeCounters").finish_non_exhaustive()
+    }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -115,6 +141,7 @@ impl RankingService {
                 shared,
                 local: ArcSwapOption::empty(),
                 settings,
+                serves: ServeCounters::new(),
             }),
         }
     }
@@ -248,9 +275,9 @@ impl RankingService {
     /// computed (or none can be reached).
     pub async fn top(&self) -> Option<Arc<Snapshot>> {
         if let Some(snapshot) = self.inner.local.load_full() {
-            metrics::counter!(RANKING_SERVES, "source" => "local").increment(1);
+            self.inner.serves.local.increment(1);
             if now_millis() - snapshot.computed_at > millis(self.inner.settings.expiry) {
-                metrics::counter!(RANKING_STALE_SERVES).increment(1);
+                self.inner.serves.stale.increment(1);
             }
             return Some(snapshot);
         }
@@ -259,8 +286,12 @@ impl RankingService {
             Err(err) => tracing::warn!(%err, "cannot load the shared hot list"),
         }
         let snapshot = self.inner.local.load_full();
-        let source = if snapshot.is_some() { "shared" } else { "none" };
-        metrics::counter!(RANKING_SERVES, "source" => source).increment(1);
+        let served = if snapshot.is_some() {
+            &self.inner.serves.shared
+        } else {
+            &self.inner.serves.none
+        };
+        served.increment(1);
         snapshot
     }
 
