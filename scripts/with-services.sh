@@ -10,6 +10,8 @@
 #   WEBOOK_TEST_REDIS_SERVER  path of redis-server (tests may spawn their own)
 # runs the command, and stops everything it started when the command ends, fails,
 # or the script is interrupted (Ctrl-C / SIGTERM). Exits with the command's status.
+# WEBOOK_PG_SETTINGS="name=value ..." passes extra server settings to PostgreSQL (e.g.
+# shared_buffers=1GB for benchmarks at a scale the 128 MB default cannot cache).
 #
 # State (data dirs, logs, pid files) lives in target/test-services/ and is wiped at
 # start (stopping services left over by a killed run) and removed at exit.
@@ -219,14 +221,19 @@ logged "$STATE/initdb.log" \
   { tail_log "$STATE/initdb.log"; die "initdb failed"; }
 
 PG_PORT=$(free_port) || die "could not find a free port"
+PG_EXTRA=
+for setting in ${WEBOOK_PG_SETTINGS:-}; do
+  [[ $setting == *=* ]] || die "WEBOOK_PG_SETTINGS: '$setting' is not name=value"
+  PG_EXTRA+=" -c $setting"
+done
 logged "$STATE/pg_ctl.log" run_pg "$PGBIN/pg_ctl" -w -t 60 -D "$PGDATA_DIR" -l "$PGLOG" \
-  -o "-k '$SOCKDIR' -p $PG_PORT -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+  -o "-k '$SOCKDIR' -p $PG_PORT -h 127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300$PG_EXTRA" \
   start ||
   { tail_log "$STATE/pg_ctl.log"; tail_log "$PGLOG"; die "postgres failed to start"; }
 
 "$PGBIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U webook webook >&2 ||
   { tail_log "$PGLOG"; die "createdb webook failed"; }
-log "postgres on 127.0.0.1:$PG_PORT ($("$PGBIN/postgres" --version))"
+log "postgres on 127.0.0.1:$PG_PORT ($("$PGBIN/postgres" --version))${PG_EXTRA:+, with$PG_EXTRA}"
 
 # --- Redis --------------------------------------------------------------------
 

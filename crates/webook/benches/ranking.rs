@@ -12,21 +12,22 @@
 //!   the test config (Hacker News score, top 100, 7-day window, keyset batches of 1 000, shared
 //!   copy in `ranking_snapshots`): scan, score, heap, details of the winners, serialise, publish
 //!   (the "tail": everything after the last batch's `progress` call, reported on its own);
-//! - **bare keyset**: the same scan — [`RankingStore::candidates`], the same query in the same
-//!   keyset batches — with nothing done to the rows (the target's "bare read");
+//! - **bare keyset**: the same scan — [`RankingStore::scan`], the same query in the same keyset
+//!   batches on the same connection — with nothing done to the rows (the target's "bare read");
 //! - **one SELECT**: the scan's columns, join and filter as one query without keyset paging or
 //!   LIMIT (`fetch_all`: sqlx's `Any` rows are buffered, this crate has no `Stream` trait), to
 //!   show what the paging itself costs.
 //!
 //! Printed: a markdown table of medians (best in parentheses), the compute/bare ratio and the
-//! growth of the compute time from the smallest to the largest size; then the query plan of one
-//! keyset batch from the middle of the scan at the largest size (`EXPLAIN QUERY PLAN` on SQLite,
+//! growth of the compute time from the smallest to the largest size; then the query plans of
+//! one keyset batch from the middle and from nine tenths into the scan at the largest size (`EXPLAIN QUERY PLAN` on SQLite,
 //! `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL), the time of one batch at the start, middle and
 //! end of the scan (equal when each batch costs the same, growing when each re-reads what came
-//! before), and the same for two other spellings of the keyset condition (a row value, and a
-//! redundant lower bound on ctime) as evidence for suggestions. PostgreSQL tables are `ANALYZE`d
-//! after seeding (autovacuum would do so within a minute); SQLite gets no `ANALYZE`, as in
-//! production.
+//! before), and the same for two other spellings of the keyset condition (the service's without
+//! its redundant lower bound on ctime, as it ran before, and a row value) for comparison.
+//! PostgreSQL tables are `VACUUM ANALYZE`d after seeding, as autovacuum would leave them: a
+//! freshly bulk-loaded table is otherwise vacuumed (and its hint bits set) while the
+//! measurements run on the same two cores. SQLite gets no `ANALYZE`, as in production.
 //!
 //! Run with the test services (PostgreSQL needs them): `scripts/with-services.sh cargo bench -p
 //! webook --bench ranking`. Arguments filter: backend names (`sqlite`, `postgres`) and sizes
@@ -58,7 +59,7 @@ const RUNS: usize = 4;
 const SLOW_RUN: Duration = Duration::from_secs(30);
 /// The hot list's candidate batch (`ranking::SCAN_BATCH`, private there).
 const BATCH: i64 = 1000;
-/// The candidate query of `RankingStore::candidates` with its parameters spelled out, for the
+/// The candidate query of `RankingStore::scan` with its parameters spelled out, for the
 /// query plans and the one-SELECT read (keep in step with `ranking/store.rs`).
 const SCAN_COLUMNS: &str = "SELECT p.id, p.author_id, p.ctime, p.utime, \
      COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.collect_cnt, 0) AS collect_cnt, \
@@ -164,19 +165,20 @@ async fn seed(db: &Db, count: i64, now: i64) {
         );
     }
     if db.kind() == DatabaseKind::Postgres {
-        sqlx::raw_sql("ANALYZE").execute(db.writer()).await.unwrap();
+        sqlx::raw_sql("VACUUM ANALYZE")
+            .execute(db.writer())
+            .await
+            .unwrap();
     }
 }
 
 /// The scan's rows, batch by batch, as `compute` reads them, and nothing else. Returns how many.
 async fn bare_keyset(store: &RankingStore, since: i64) -> u64 {
-    let mut after = None;
+    let mut scan = store.scan(since).await.unwrap();
     let mut rows = 0u64;
     let mut checksum = 0i64;
     loop {
-        let batch = store.candidates(since, after, BATCH).await.unwrap();
-        let Some(last) = batch.last() else { break };
-        after = Some((last.first_published, last.id));
+        let batch = scan.next_batch(BATCH).await.unwrap();
         rows += batch.len() as u64;
         checksum = checksum.wrapping_add(batch.iter().map(|c| c.signals.likes).sum::<i64>());
         if batch.len() < usize::try_from(BATCH).unwrap() {
@@ -210,10 +212,11 @@ async fn one_select(db: &Db, since: i64) -> u64 {
     rows.len() as u64
 }
 
-/// The keyset batch query after `(ctime, id)`, parameters spelled out.
+/// The keyset batch query after `(ctime, id)` as `RankingStore::scan` runs it, parameters
+/// spelled out.
 fn batch_query(since: i64, (ctime, id): (i64, i64)) -> String {
     format!(
-        "{SCAN_COLUMNS} WHERE p.status = 2 AND p.ctime >= {since} \
+        "{SCAN_COLUMNS} WHERE p.status = 2 AND p.ctime >= {since} AND p.ctime >= {ctime} \
          AND (p.ctime > {ctime} OR (p.ctime = {ctime} AND p.id > {id})) \
          ORDER BY p.ctime, p.id LIMIT {BATCH}"
     )
@@ -230,35 +233,45 @@ async fn position(db: &Db, since: i64, offset: u64) -> (i64, i64) {
     .unwrap()
 }
 
-/// The plan of one keyset batch starting half-way through the candidates, and the time of one
-/// batch (best of 3) at the start, the middle and the end of the scan: equal if a batch costs
-/// the same wherever it starts (linear scan), growing if each batch re-reads what came before.
+/// The plans of one keyset batch from half-way and nine tenths through the candidates, and the
+/// time of one batch (best of 3) at the start, the middle and the end of the scan: equal if a
+/// batch costs the same wherever it starts (linear scan), growing if each batch re-reads what
+/// came before.
 async fn plan(db: &Db, since: i64, total: u64) -> String {
-    let middle = position(db, since, total / 2).await;
-    let query = batch_query(since, middle);
-    let mut out = format!(
-        "-- one batch after (ctime, id) = ({}, {}), row {}\n",
-        middle.0,
-        middle.1,
-        total / 2
-    );
-    match db.kind() {
-        DatabaseKind::Sqlite => {
-            let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {query}"))
-                .fetch_all(db.pool())
-                .await
-                .unwrap();
-            for row in rows {
-                writeln!(out, "{}", row.try_get::<String, _>("detail").unwrap()).unwrap();
+    let mut out = String::new();
+    for (label, offset) in [("middle", total / 2), ("nine tenths", total * 9 / 10)] {
+        let after = position(db, since, offset).await;
+        let query = batch_query(since, after);
+        writeln!(
+            out,
+            "-- one batch after (ctime, id) = ({}, {}), row {offset} (the {label})",
+            after.0, after.1
+        )
+        .unwrap();
+        match db.kind() {
+            DatabaseKind::Sqlite => {
+                let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {query}"))
+                    .fetch_all(db.pool())
+                    .await
+                    .unwrap();
+                for row in rows {
+                    writeln!(out, "{}", row.try_get::<String, _>("detail").unwrap()).unwrap();
+                }
             }
-        }
-        DatabaseKind::Postgres => {
-            let rows = sqlx::query(&format!("EXPLAIN (ANALYZE, BUFFERS) {query}"))
-                .fetch_all(db.pool())
-                .await
-                .unwrap();
-            for row in rows {
-                writeln!(out, "{}", row.try_get::<String, _>(0).unwrap()).unwrap();
+            DatabaseKind::Postgres => {
+                // As a scan runs it: parallel query off (RankingStore::scan).
+                let mut transaction = db.pool().begin().await.unwrap();
+                sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0")
+                    .execute(&mut *transaction)
+                    .await
+                    .unwrap();
+                let rows = sqlx::query(&format!("EXPLAIN (ANALYZE, BUFFERS) {query}"))
+                    .fetch_all(&mut *transaction)
+                    .await
+                    .unwrap();
+                for row in rows {
+                    writeln!(out, "{}", row.try_get::<String, _>(0).unwrap()).unwrap();
+                }
             }
         }
     }
@@ -275,8 +288,12 @@ async fn plan(db: &Db, since: i64, total: u64) -> String {
         };
         let mut best = f64::MAX;
         for _ in 0..3 {
+            let mut scan = store.scan(since).await.unwrap();
+            if let Some(after) = after {
+                scan = scan.resume_after(after);
+            }
             let started = Instant::now();
-            let rows = store.candidates(since, after, BATCH).await.unwrap();
+            let rows = scan.next_batch(BATCH).await.unwrap();
             best = best.min(ms(started.elapsed()));
             assert_eq!(rows.len(), usize::try_from(BATCH).unwrap());
         }
@@ -286,10 +303,17 @@ async fn plan(db: &Db, since: i64, total: u64) -> String {
         )
         .unwrap();
     }
-    // Two other spellings of the keyset condition (suggestions, not what the service runs):
-    // a row-value comparison, and the service's condition plus a redundant lower bound on
-    // ctime, which an engine can use as the start of the index range.
+    // Two other spellings of the keyset condition, for comparison: the service's condition
+    // without the redundant lower bound on ctime (what it ran before), and a row-value
+    // comparison.
     let variants: [(&str, KeysetQuery); 2] = [
+        ("without `p.ctime >= c`", |since, (ctime, id)| {
+            format!(
+                "{SCAN_COLUMNS} WHERE p.status = 2 AND p.ctime >= {since} \
+                 AND (p.ctime > {ctime} OR (p.ctime = {ctime} AND p.id > {id})) \
+                 ORDER BY p.ctime, p.id LIMIT {BATCH}"
+            )
+        }),
         (
             "row value `(p.ctime, p.id) > (c, i)`",
             |since, (ctime, id)| {
@@ -299,13 +323,6 @@ async fn plan(db: &Db, since: i64, total: u64) -> String {
                 )
             },
         ),
-        ("plus `p.ctime >= c`", |since, (ctime, id)| {
-            format!(
-                "{SCAN_COLUMNS} WHERE p.status = 2 AND p.ctime >= {since} AND p.ctime >= {ctime} \
-                 AND (p.ctime > {ctime} OR (p.ctime = {ctime} AND p.id > {id})) \
-                 ORDER BY p.ctime, p.id LIMIT {BATCH}"
-            )
-        }),
     ];
     let end = position(db, since, total - BATCH as u64 - 1).await;
     let explain = match db.kind() {

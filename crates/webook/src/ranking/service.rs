@@ -167,14 +167,13 @@ impl RankingService {
         let since = now.saturating_sub(millis(settings.window));
         let batch = i64::try_from(settings.batch.max(1)).unwrap_or(i64::MAX);
         let mut top: TopN<Candidate> = TopN::new(settings.size);
-        let mut after = None;
+        let mut scan = self.inner.store.scan(since).await?;
         let mut scanned: u64 = 0;
         loop {
-            let candidates = self.inner.store.candidates(since, after, batch).await?;
-            let Some(last) = candidates.last() else {
+            let candidates = scan.next_batch(batch).await?;
+            if candidates.is_empty() {
                 break;
-            };
-            after = Some((last.first_published, last.id));
+            }
             let full = candidates.len() == settings.batch.max(1);
             scanned += candidates.len() as u64;
             for candidate in candidates {
@@ -189,6 +188,7 @@ impl RankingService {
                 break;
             }
         }
+        drop(scan);
         let ranked = top.into_sorted();
         let ids: Vec<i64> = ranked.iter().map(|entry| entry.id).collect();
         let mut details = self.inner.store.details(&ids).await?;
