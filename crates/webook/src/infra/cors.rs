@@ -75,12 +75,7 @@ impl CorsPolicy {
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::OK;
         let headers = response.headers_mut();
-        if let Some(origin) = self.allowed_origin(request_headers) {
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-                HeaderValue::from_static("true"),
-            );
+        if self.grant(headers, self.allowed_origin(request_headers)) {
             headers.insert(
                 header::ACCESS_CONTROL_ALLOW_METHODS,
                 self.allow_methods.clone(),
@@ -91,26 +86,35 @@ impl CorsPolicy {
             );
             headers.insert(header::ACCESS_CONTROL_MAX_AGE, self.max_age.clone());
         }
-        headers.append(header::VARY, self.vary.clone());
         Some(response)
     }
 
     /// Adds the CORS headers of an actual request from `origin` (see [`Self::allowed_origin`])
-    /// to its response, and `Vary` so caches keep answers to different origins apart.
+    /// to its response.
     pub fn decorate(&self, origin: Option<HeaderValue>, response: &mut Response) {
         let headers = response.headers_mut();
-        if let Some(origin) = origin {
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-            headers.insert(
-                header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-                HeaderValue::from_static("true"),
-            );
+        if self.grant(headers, origin) {
             headers.insert(
                 header::ACCESS_CONTROL_EXPOSE_HEADERS,
                 self.expose_headers.clone(),
             );
         }
+    }
+
+    /// The headers every answer carries: the grant to `origin` (an allowed one) with
+    /// credentials, and `Vary` so caches keep answers to different origins apart. Returns
+    /// whether it granted.
+    fn grant(&self, headers: &mut HeaderMap, origin: Option<HeaderValue>) -> bool {
         headers.append(header::VARY, self.vary.clone());
+        let Some(origin) = origin else {
+            return false;
+        };
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        true
     }
 }
 
