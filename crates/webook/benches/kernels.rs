@@ -1,0 +1,193 @@
+//! Criterion benches of the pure kernels the request and job paths are built from, each on
+//! fixed, seeded inputs:
+//!
+//! - `score/*`: one score per formula (Hacker News, Reddit, weighted) — run once per candidate
+//!   by the hot-list scan;
+//! - `top_n/*`: keeping the best 100 of 10 000 and 100 000 scored candidates with the bounded
+//!   heap ([`TopN`]) against sorting them all and truncating;
+//! - `hot_list_json/*`: building the served bytes of a 100-item list from its shared copy
+//!   ([`Snapshot::from_shared`]: parse, envelope, gzip) and serialising the items alone;
+//! - `article/*`: sanitising a ~6 kB article body and extracting its abstract, which every
+//!   save and publish does.
+//!
+//! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use webook::{
+    article::model::{abstract_of, sanitize_html},
+    ranking::{
+        cache::{Author, RankedArticle, Snapshot},
+        model::{ScoreFormula, Signals, TopN},
+        store::SharedList,
+    },
+};
+
+const HOUR_MS: i64 = 3_600_000;
+const NOW: i64 = 1_796_000_000_000;
+
+/// A well-mixed hash of `n` (splitmix64), for repeatable "random" inputs.
+fn mix(n: u64) -> u64 {
+    let mut z = n.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Signals and first-publication time of candidate `n`: likes skewed (cubed uniform), up to a
+/// week old.
+fn candidate(n: u64) -> (Signals, i64) {
+    let hash = mix(n);
+    let roll = i64::try_from(hash % 1000).unwrap();
+    let likes = roll * roll * roll / 1_000_000;
+    let signals = Signals {
+        likes,
+        collects: likes / 4,
+        reads: likes * 10 + i64::try_from((hash >> 20) % 500).unwrap(),
+    };
+    let age = i64::try_from((hash >> 40) % (7 * 24)).unwrap() * HOUR_MS;
+    (signals, NOW - age)
+}
+
+fn scores(c: &mut Criterion) {
+    let inputs: Vec<(Signals, i64)> = (0..1024).map(candidate).collect();
+    let formulas = [
+        ("hacker_news", ScoreFormula::default()),
+        ("reddit", ScoreFormula::Reddit),
+        (
+            "weighted",
+            ScoreFormula::Weighted {
+                likes: 1.0,
+                collects: 2.0,
+                reads: 0.1,
+                gravity: 1.5,
+            },
+        ),
+    ];
+    let mut group = c.benchmark_group("score");
+    group.throughput(Throughput::Elements(inputs.len() as u64));
+    for (name, formula) in formulas {
+        group.bench_function(BenchmarkId::new(name, "1024 candidates"), |b| {
+            b.iter(|| {
+                let mut sum = 0.0;
+                for (signals, first) in &inputs {
+                    sum += formula.score(*signals, *first, NOW);
+                }
+                black_box(sum)
+            });
+        });
+    }
+    group.finish();
+}
+
+fn top_n(c: &mut Criterion) {
+    let formula = ScoreFormula::default();
+    let mut group = c.benchmark_group("top_n");
+    for total in [10_000u64, 100_000] {
+        let scored: Vec<(f64, i64)> = (0..total)
+            .map(|n| {
+                let (signals, first) = candidate(n);
+                (
+                    formula.score(signals, first, NOW),
+                    i64::try_from(n).unwrap(),
+                )
+            })
+            .collect();
+        group.throughput(Throughput::Elements(total));
+        group.bench_function(BenchmarkId::new("bounded_heap_100", total), |b| {
+            b.iter(|| {
+                let mut top = TopN::new(100);
+                for (score, id) in &scored {
+                    top.push(*score, *id, *id);
+                }
+                black_box(top.into_sorted())
+            });
+        });
+        group.bench_function(BenchmarkId::new("full_sort_then_100", total), |b| {
+            b.iter(|| {
+                let mut all = scored.clone();
+                all.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+                all.truncate(100);
+                black_box(all)
+            });
+        });
+    }
+    group.finish();
+}
+
+/// A 100-item list like the served one: titles and abstracts of realistic length, mixed
+/// Chinese and English.
+fn hot_list_items() -> Vec<RankedArticle> {
+    (0..100)
+        .map(|n| RankedArticle {
+            id: 1_000_000 + n,
+            title: format!("热榜文章 {n}: why keyset pagination beats OFFSET at scale"),
+            abstract_text: "在大数据量下，使用游标分页而不是偏移量分页，可以让每一批查询的代价保持不变。\
+                            Keyset pagination keeps every batch at the same cost, whatever its \
+                            position in the scan."
+                .to_owned(),
+            author: Author {
+                id: n % 20 + 1,
+                name: format!("作者{}", n % 20 + 1),
+            },
+            like_cnt: 1000 - n * 7,
+            score: 12.5 - f64::from(u32::try_from(n).unwrap()) * 0.1,
+            ctime: NOW - n * HOUR_MS,
+            utime: NOW - n * HOUR_MS / 2,
+        })
+        .collect()
+}
+
+fn hot_list_json(c: &mut Criterion) {
+    let items = hot_list_items();
+    let shared = SharedList {
+        items: serde_json::to_string(&items).unwrap(),
+        computed_at: NOW,
+        fence_at: NOW,
+        fence_token: 7,
+    };
+    let mut group = c.benchmark_group("hot_list_json");
+    group.throughput(Throughput::Bytes(shared.items.len() as u64));
+    group.bench_function("serialise_100_items", |b| {
+        b.iter(|| black_box(serde_json::to_string(black_box(&items)).unwrap()));
+    });
+    group.bench_function("snapshot_from_shared_copy", |b| {
+        b.iter(|| black_box(Snapshot::from_shared(black_box(&shared)).unwrap()));
+    });
+    group.finish();
+}
+
+/// A ~6 kB article body: paragraphs, a list, links, an image, and things the sanitiser removes.
+fn article_html() -> String {
+    let mut html = String::new();
+    for n in 0..12 {
+        html.push_str(&format!(
+            "<h2>第{n}节 Section {n}</h2><p>这是一段中文正文，讨论热榜的计算方式与缓存策略。\
+             This paragraph explains <strong>why</strong> the list is served from memory, with \
+             a <a href=\"https://example.com/{n}\" onclick=\"steal()\">link</a>.</p>\
+             <ul><li>one</li><li>two</li></ul><script>alert({n})</script>"
+        ));
+    }
+    html.push_str("<p><img src=\"https://example.com/a.png\" onerror=\"x()\"></p>");
+    html
+}
+
+fn article(c: &mut Criterion) {
+    let html = article_html();
+    let clean = sanitize_html(&html);
+    let mut group = c.benchmark_group("article");
+    group.throughput(Throughput::Bytes(html.len() as u64));
+    group.bench_function("sanitize_6kB", |b| {
+        b.iter(|| black_box(sanitize_html(black_box(&html))));
+    });
+    group.bench_function("abstract_of_6kB", |b| {
+        b.iter(|| black_box(abstract_of(black_box(&clean))));
+    });
+    group.finish();
+}
+
+criterion_group!(kernels, scores, top_n, hot_list_json, article);
+criterion_main!(kernels);
