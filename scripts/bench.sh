@@ -2,7 +2,7 @@
 # HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
 #
 #   scripts/bench.sh [--duration SECS] [--rounds N] [--database-url URL] [SCENARIO...]
-#       scenarios: healthz login reads likes ranking (default: all)
+#       scenarios: healthz login reads likes mixed ranking (default: all)
 #
 # Builds `cargo build --release`, starts `webook serve` on a free local port with a fresh temp
 # data dir (auth rate limit lifted so the limiter does not answer instead of the handler), and
@@ -19,6 +19,8 @@
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
+#   - mixed:   wrk -t2 -c64, nine article reads to one like/unlike per connection (a reader's
+#              traffic); afterwards reads are exact and likes consistent, as above;
 #   - ranking: publishes 300 articles through the API (likes on a third of them), runs the
 #              `ranking` job (`webook jobs trigger ranking` on the same database), waits for a
 #              list computed after the trigger, checks that GET /ranking/top answers a JSON
@@ -34,7 +36,8 @@
 #              compared with the saved body beforehand instead;
 # --database-url postgres://… runs the server on PostgreSQL instead of SQLite, e.g.
 #   scripts/with-services.sh bash -c 'scripts/bench.sh --database-url "$WEBOOK_TEST_DATABASE_URL" reads likes';
-# and prints one markdown table (requests/s, p50, p99, errors, RSS after the scenario) with the
+# and prints one markdown table (requests/s, p50, p99, p99.9, errors, RSS after the scenario;
+# p99.9 from wrk's latency histogram, printed by a Lua done() hook) with the
 # machine, the git commit and the start-up figures above it. wrk's raw output goes to stderr.
 # Everything it started is stopped and the temp dir removed on exit.
 #
@@ -59,12 +62,12 @@ while (($#)); do
     --rounds=*) rounds=${1#--rounds=}; shift ;;
     --database-url) (($# >= 2)) || usage; database_url=$2; shift 2 ;;
     -h | --help) usage ;;
-    healthz | login | reads | likes | ranking) scenarios+=("$1"); shift ;;
+    healthz | login | reads | likes | mixed | ranking) scenarios+=("$1"); shift ;;
     *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
   esac
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
-((${#scenarios[@]})) || scenarios=(healthz login reads likes ranking)
+((${#scenarios[@]})) || scenarios=(healthz login reads likes mixed ranking)
 
 # --- tools ---------------------------------------------------------------------------------------
 if ! command -v wrk >/dev/null; then
@@ -167,33 +170,34 @@ run_wrk() { # OUTPUT_FILE WRK_ARGS...
   cat "$out" >&2
 }
 
-# Prints "REQ_PER_SEC P50 P99 ERRORS" from wrk --latency output (plus an optional
-# "Bad bodies: N" line written by the login script).
+# Prints "REQ_PER_SEC P50 P99 P999 ERRORS" from wrk --latency output plus the "P99.9: …" and
+# optional "Bad bodies: N" lines our Lua done() hooks write.
 parse_wrk() {
   awk '
     /^Requests\/sec:/                    { rps = $2 }
     /Latency Distribution/              { dist = 1 }
     dist && $1 == "50%"                 { p50 = $2 }
     dist && $1 == "99%"                 { p99 = $2 }
+    /^P99\.9:/                          { p999 = $2 }
     /Non-2xx or 3xx responses:/         { errors += $NF }
     /Socket errors:/                    { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) errors += $i + 0 }
     /^Bad bodies:/                      { errors += $NF }
     END {
-      if (rps == "" || p50 == "" || p99 == "") exit 1
-      printf "%s %s %s %d\n", rps, p50, p99, errors
+      if (rps == "" || p50 == "" || p99 == "" || p999 == "") exit 1
+      printf "%s %s %s %s %d\n", rps, p50, p99, p999, errors
     }' "$1"
 }
 
 rows=()
 last_rps=
 record() { # SCENARIO WRK_OUTPUT [RSS_KIB (default: the server's)]
-  local parsed rps p50 p99 errors
+  local parsed rps p50 p99 p999 errors
   parsed=$(parse_wrk "$2") || die "$1: could not read wrk's output (above)"
-  read -r rps p50 p99 errors <<<"$parsed"
+  read -r rps p50 p99 p999 errors <<<"$parsed"
   awk -v r="$rps" 'BEGIN { exit !(r > 0) }' || die "$1: no request completed"
   kill -0 "$server_pid" 2>/dev/null || { log_tail; die "$1: the server died under load"; }
   last_rps=$rps
-  rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $errors | $(mib "${3:-$(rss_kib)}") |")
+  rows+=("| $1 | $(awk -v r="$rps" 'BEGIN { printf (r >= 100 ? "%.0f" : "%.1f"), r }') | $p50 | $p99 | $p999 | $errors | $(mib "${3:-$(rss_kib)}") |")
 }
 
 # wrk_script FILE < LUA: writes the scenario's Lua (stdin) followed by the body check every
@@ -210,6 +214,16 @@ function done(summary, latency, requests)
   local total = 0
   for _, thread in ipairs(threads) do total = total + thread:get("bad") end
   io.write(string.format("Bad bodies: %d\n", total))
+  io.write(string.format("P99.9: %.2fms\n", latency:percentile(99.9) / 1000))
+end
+LUA
+}
+
+# The hook alone, for scenarios without a body check (healthz, ranking): no per-request Lua.
+p999_script() {
+  cat >"$1" <<'LUA'
+function done(summary, latency, requests)
+  io.write(string.format("P99.9: %.2fms\n", latency:percentile(99.9) / 1000))
 end
 LUA
 }
@@ -239,6 +253,34 @@ reader_and_article() {
 reader_view() { # FIELD -> value of data.FIELD in the reader view (this counts one read)
   curl -sS --max-time 30 -A "$ua" -H "Authorization: Bearer $token" "$base/articles/pub/$article" |
     python3 -c "import json, sys; print(json.load(sys.stdin)['data']['$1'])"
+}
+# Exactness after a scenario that read the article: every served GET of it (the server's own
+# request counter, which also sees requests wrk left in flight at the end) must be counted once
+# as a read, across all scenarios so far.
+served_reads() {
+  curl -sS --max-time 30 "$base/metrics" |
+    awk '/^http_requests_total\{/ && /route="\/articles\/pub\/\{id\}"/ && /status="200"/ { n += $NF } END { printf "%d\n", n }'
+}
+check_reads_exact() { # SCENARIO
+  local counted= served=
+  for _ in $(seq 100); do
+    served=$(served_reads)
+    counted=$(reader_view readCnt)   # the count before this read, so it must equal $served
+    [[ $counted == "$served" ]] && break
+    ((counted < served)) || die "$1: counted $counted reads, more than the $served served"
+    sleep 0.1
+  done
+  [[ $counted == "$served" ]] || die "$1: counted $counted reads of $served served"
+  checks+=("$1: $served reads served so far, $counted counted (exact)")
+}
+# After a scenario that liked and unliked: likeCnt must be 0 or 1 and agree with "liked".
+check_likes_consistent() { # SCENARIO
+  local likes liked want=0
+  likes=$(reader_view likeCnt)
+  liked=$(reader_view liked)
+  [[ $liked == True ]] && want=1
+  [[ $likes == "$want" ]] || die "$1: likeCnt $likes does not agree with liked=$liked"
+  checks+=("$1: likeCnt $likes agrees with the reader's liked=$liked after the run")
 }
 # The hot list of the ranking scenario: publishes 300 articles as the reader (a like on every
 # third), asks the running server for one computation through the CLI on the same database,
@@ -351,7 +393,8 @@ for scenario in "${scenarios[@]}"; do
   case "$scenario" in
     healthz)
       note "healthz: wrk -t2 -c64 -d${duration}s GET /healthz"
-      run_wrk "$tmp/healthz.txt" -t2 -c64 "$base/healthz"
+      p999_script "$tmp/p999.lua"
+      run_wrk "$tmp/healthz.txt" -t2 -c64 -s "$tmp/p999.lua" "$base/healthz"
       record healthz "$tmp/healthz.txt"
       ;;
     login)
@@ -385,22 +428,7 @@ LUA
       note "reads: wrk -t2 -c64 -d${duration}s GET /articles/pub/$article"
       run_wrk "$tmp/reads.txt" -t2 -c64 -s "$tmp/reads.lua" "$base/articles/pub/$article"
       record reads "$tmp/reads.txt"
-      # Exactness: every served GET of the article (the server's own request counter, which also
-      # sees requests wrk left in flight at the end) must be counted once as a read.
-      served_reads() {
-        curl -sS --max-time 30 "$base/metrics" |
-          awk '/^http_requests_total\{/ && /route="\/articles\/pub\/\{id\}"/ && /status="200"/ { n += $NF } END { printf "%d\n", n }'
-      }
-      counted= served=
-      for _ in $(seq 100); do
-        served=$(served_reads)
-        counted=$(reader_view readCnt)   # the count before this read, so it must equal $served
-        [[ $counted == "$served" ]] && break
-        ((counted < served)) || die "reads: counted $counted reads, more than the $served served"
-        sleep 0.1
-      done
-      [[ $counted == "$served" ]] || die "reads: counted $counted reads of $served served"
-      checks+=("reads: $served reads served, $counted counted (exact)")
+      check_reads_exact reads
       ;;
     likes)
       reader_and_article
@@ -419,15 +447,36 @@ LUA
       note "likes: wrk -t2 -c64 -d${duration}s POST /articles/pub/like (alternating like/unlike)"
       run_wrk "$tmp/likes.txt" -t2 -c64 -s "$tmp/likes.lua" "$base/articles/pub/like"
       record likes "$tmp/likes.txt"
-      likes=$(reader_view likeCnt)
-      liked=$(reader_view liked)
-      want=0; [[ $liked == True ]] && want=1
-      [[ $likes == "$want" ]] || die "likes: likeCnt $likes does not agree with liked=$liked"
-      checks+=("likes: likeCnt $likes agrees with the reader's liked=$liked after the run")
+      check_likes_consistent likes
+      ;;
+    mixed)
+      reader_and_article
+      wrk_script "$tmp/mixed.lua" <<LUA
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["User-Agent"] = "$ua"
+wrk.headers["Content-Type"] = "application/json"
+n = 0
+likes = 0
+function request()
+  n = n + 1
+  if n % 10 == 0 then
+    likes = likes + 1
+    local like = (likes % 2 == 1) and "true" or "false"
+    return wrk.format("POST", "/articles/pub/like", nil, '{"id":$article,"like":' .. like .. '}')
+  end
+  return wrk.format("GET", "/articles/pub/$article")
+end
+LUA
+      note "mixed: wrk -t2 -c64 -d${duration}s, 9 GET /articles/pub/$article to 1 POST /articles/pub/like"
+      run_wrk "$tmp/mixed.txt" -t2 -c64 -s "$tmp/mixed.lua" "$base"
+      record mixed "$tmp/mixed.txt"
+      check_reads_exact mixed
+      check_likes_consistent mixed
       ;;
     ranking)
       ranking_list
       start_nginx "$tmp/ranking.json"
+      p999_script "$tmp/p999.lua"
       for server in "$base" "$nginx_base"; do
         curl -fsS --max-time 30 -o "$tmp/served.json" "$server/ranking/top" ||
           die "ranking: GET $server/ranking/top failed"
@@ -437,11 +486,11 @@ LUA
       webook_runs=() nginx_runs=()
       for round in $(seq "$rounds"); do
         note "ranking $round/$rounds: wrk -t2 -c64 -d${duration}s GET /ranking/top ($(wc -c <"$tmp/ranking.json") bytes)"
-        run_wrk "$tmp/ranking-$round.txt" -t2 -c64 "$base/ranking/top"
+        run_wrk "$tmp/ranking-$round.txt" -t2 -c64 -s "$tmp/p999.lua" "$base/ranking/top"
         record "ranking (run $round)" "$tmp/ranking-$round.txt"
         webook_runs+=("$last_rps")
         note "ranking $round/$rounds: wrk -t2 -c64 -d${duration}s the same bytes from nginx (static file)"
-        run_wrk "$tmp/ranking-nginx-$round.txt" -t2 -c64 "$nginx_base/ranking/top"
+        run_wrk "$tmp/ranking-nginx-$round.txt" -t2 -c64 -s "$tmp/p999.lua" "$nginx_base/ranking/top"
         kill -0 "$nginx_pid" 2>/dev/null || die "ranking: nginx died under load"
         record "ranking, nginx static file (run $round)" "$tmp/ranking-nginx-$round.txt" "$(nginx_rss_kib)"
         nginx_runs+=("$last_rps")
@@ -472,6 +521,6 @@ if [[ -n $database_url ]]; then db_label=PostgreSQL; else db_label='SQLite (embe
 printf -- '- database: %s\n' "$db_label"
 for check in "${checks[@]}"; do printf -- '- check: %s\n' "$check"; done
 printf '\n'
-printf '| scenario | requests/s | p50 | p99 | errors | RSS after (MB) |\n'
-printf '|---|---:|---:|---:|---:|---:|\n'
+printf '| scenario | requests/s | p50 | p99 | p99.9 | errors | RSS after (MB) |\n'
+printf '|---|---:|---:|---:|---:|---:|---:|\n'
 printf '%s\n' "${rows[@]}"
