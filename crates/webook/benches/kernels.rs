@@ -125,10 +125,11 @@ fn hot_list_items() -> Vec<RankedArticle> {
         .map(|n| RankedArticle {
             id: 1_000_000 + n,
             title: format!("热榜文章 {n}: why keyset pagination beats OFFSET at scale"),
-            abstract_text: "在大数据量下，使用游标分页而不是偏移量分页，可以让每一批查询的代价保持不变。\
+            abstract_text:
+                "在大数据量下，使用游标分页而不是偏移量分页，可以让每一批查询的代价保持不变。\
                             Keyset pagination keeps every batch at the same cost, whatever its \
                             position in the scan."
-                .to_owned(),
+                    .to_owned(),
             author: Author {
                 id: n % 20 + 1,
                 name: format!("作者{}", n % 20 + 1),
