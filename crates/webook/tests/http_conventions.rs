@@ -1,5 +1,6 @@
 //! The HTTP conventions of API.md, through the real middleware stack: the envelope, the error
-//! mapping (unknown route, bad JSON, oversize body, panic, timeout), CORS, request ids, metrics.
+//! mapping (unknown route, bad JSON, oversize body, panic, timeout), CORS, request ids, metrics
+//! (including requests the client abandoned, counted as 499).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -12,7 +13,7 @@ use webook::{
     config::{Config, DatabaseKind},
     error::{ApiJson, Reply},
     infra::{http::with_middleware, telemetry},
-    testing::TestApp,
+    testing::{wait_until, TestApp},
 };
 
 /// Serves `routes` behind the production middleware with `config`; returns the base URL.
@@ -187,6 +188,32 @@ async fn a_request_past_the_timeout_answers_503_code_5() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(value["code"], 5);
     assert_eq!(value["msg"], "request timed out");
+}
+
+#[tokio::test]
+async fn a_request_the_client_abandons_is_counted_as_499() {
+    let config = Config {
+        request_timeout: Duration::from_secs(30),
+        ..small_config()
+    };
+    let base = serve(probe_routes(), &config).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let err = client
+        .post(format!("{base}/slow"))
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let metrics = telemetry::metrics_handle().unwrap();
+    wait_until("the abandoned request counted as 499", || async {
+        metrics
+            .render()
+            .contains(r#"http_requests_total{method="POST",route="/slow",status="499"}"#)
+    })
+    .await;
 }
 
 #[tokio::test]

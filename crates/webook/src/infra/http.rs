@@ -9,7 +9,8 @@
 //!    - the request id (`x-request-id`, generated when absent, echoed back);
 //!    - a `tracing` span carrying method, path and request id;
 //!    - CORS per `API.md` ([`CorsPolicy`]: preflights answered here, grants added to responses);
-//!    - Prometheus metrics by matched route, method and status, plus an in-flight gauge;
+//!    - Prometheus metrics by matched route, method and status (499 when the client went away
+//!      before the answer), plus an in-flight gauge;
 //!    - the request timeout (answers 503, code 5), armed only if the handler does not answer
 //!      on its first poll;
 //!    - panic catching (answers 500, code 5: never a dropped connection).
@@ -161,9 +162,14 @@ where
         let origin = shared.cors.allowed_origin(request.headers());
         async move {
             shared.in_flight.increment(1.0);
-            // Decrements however the request ends (response, timeout, client gone).
-            let _in_flight = InFlight(&shared.in_flight);
-            let started = tokio::time::Instant::now();
+            // Decrements however the request ends (response, timeout, client gone); counts a
+            // request whose client went away before the answer as status 499.
+            let mut in_flight = InFlight {
+                gauge: &shared.in_flight,
+                abandoned: Some((route.clone(), method.clone())),
+                started: tokio::time::Instant::now(),
+            };
+            let started = in_flight.started;
             let mut response = match preflight {
                 Some(answer) => answer,
                 None => {
@@ -184,8 +190,9 @@ where
                 .headers_mut()
                 .entry(REQUEST_ID_HEADER)
                 .or_insert(request_id);
+            in_flight.abandoned = None;
             record_request(
-                route.as_ref().map_or("unmatched", MatchedPath::as_str),
+                route.as_ref(),
                 &method,
                 response.status(),
                 started.elapsed(),
@@ -216,11 +223,27 @@ fn new_request_id() -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static("-"))
 }
 
-struct InFlight<'a>(&'a Gauge);
+/// Nginx's "client closed request": the status a request is counted with when its future is
+/// dropped before it answered (the connection closed mid-request). Its handler may have done
+/// part of its work.
+const CLIENT_CLOSED_REQUEST: u16 = 499;
+
+/// One request in flight, from the gauge's point of view and the request counter's.
+struct InFlight<'a> {
+    gauge: &'a Gauge,
+    /// Route and method while the request has not answered; taken when it does.
+    abandoned: Option<(Option<MatchedPath>, Method)>,
+    started: tokio::time::Instant,
+}
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.decrement(1.0);
+        self.gauge.decrement(1.0);
+        if let Some((route, method)) = self.abandoned.take() {
+            if let Ok(status) = StatusCode::from_u16(CLIENT_CLOSED_REQUEST) {
+                record_request(route.as_ref(), &method, status, self.started.elapsed());
+            }
+        }
     }
 }
 
@@ -247,8 +270,14 @@ thread_local! {
     static SERIES: RefCell<HashMap<Box<str>, Vec<Series>>> = RefCell::new(HashMap::new());
 }
 
-/// Counts one served request and its latency.
-fn record_request(route: &str, method: &Method, status: StatusCode, elapsed: Duration) {
+/// Counts one served request and its latency, by route pattern (`unmatched` for none).
+fn record_request(
+    route: Option<&MatchedPath>,
+    method: &Method,
+    status: StatusCode,
+    elapsed: Duration,
+) {
+    let route = route.map_or("unmatched", MatchedPath::as_str);
     // Methods outside the standard set share one label: a client inventing methods must not
     // mint series.
     let method = if is_standard(method) {
