@@ -10,7 +10,7 @@
 use anyhow::Context;
 use axum::{
     body::Body,
-    http::{header, HeaderMap, HeaderValue, Method, StatusCode},
+    http::{header, HeaderMap, HeaderValue, Method},
     response::Response,
 };
 
@@ -72,8 +72,7 @@ impl CorsPolicy {
         {
             return None;
         }
-        let mut response = Response::new(Body::empty());
-        *response.status_mut() = StatusCode::OK;
+        let mut response = Response::new(Body::empty()); // 200
         let headers = response.headers_mut();
         if self.grant(headers, self.allowed_origin(request_headers)) {
             headers.insert(

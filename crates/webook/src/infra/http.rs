@@ -158,7 +158,7 @@ where
         );
         let route = request.extensions().get::<MatchedPath>().cloned();
         let method = request.method().clone();
-        let preflight = shared.cors.preflight(&method, request.headers());
+        let preflight = shared.cors.preflight(request.method(), request.headers());
         let origin = shared.cors.allowed_origin(request.headers());
         async move {
             shared.in_flight.increment(1.0);
@@ -166,7 +166,7 @@ where
             // request whose client went away before the answer as status 499.
             let mut in_flight = InFlight {
                 gauge: &shared.in_flight,
-                abandoned: Some((route.clone(), method.clone())),
+                abandoned: Some((route, method)),
                 started: tokio::time::Instant::now(),
             };
             let started = in_flight.started;
@@ -190,13 +190,15 @@ where
                 .headers_mut()
                 .entry(REQUEST_ID_HEADER)
                 .or_insert(request_id);
-            in_flight.abandoned = None;
-            record_request(
-                route.as_ref(),
-                &method,
-                response.status(),
-                started.elapsed(),
-            );
+            // Answered: counted with its status here, not as abandoned by the guard.
+            if let Some((route, method)) = in_flight.abandoned.take() {
+                record_request(
+                    route.as_ref(),
+                    &method,
+                    response.status(),
+                    started.elapsed(),
+                );
+            }
             Ok(response)
         }
         .instrument(span)

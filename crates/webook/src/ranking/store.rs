@@ -98,18 +98,6 @@ impl RankingStore {
         })
     }
 
-    /// Up to `limit` published articles first published at or after `since` (ms), after
-    /// `after` = (first publication, id) in that order; `None` starts from the beginning. One
-    /// batch of a scan, on any connection of the pool (a scan uses [`Self::scan`]).
-    pub async fn candidates(
-        &self,
-        since: i64,
-        after: Option<(i64, i64)>,
-        limit: i64,
-    ) -> sqlx::Result<Vec<Candidate>> {
-        fetch_candidates(self.db.pool(), since, after, limit).await
-    }
-
     /// Title, abstract and author nickname of each of `ids` (one query).
     pub async fn details(&self, ids: &[i64]) -> sqlx::Result<HashMap<i64, Details>> {
         if ids.is_empty() {
