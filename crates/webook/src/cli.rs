@@ -1,4 +1,4 @@
-//! Command-line interface: `webook serve | migrate | version | jobs …`.
+//! Command-line interface: `webook serve | migrate | version | jobs … | rank | seed`.
 //!
 //! The global flags (`--config`, `--listen`, `--data-dir`, `--database-url`, `--redis-url`) are the
 //! top layer of the configuration (see [`crate::config`]); they work before or after the
@@ -75,6 +75,69 @@ pub enum Command {
     },
     /// The hot list: print the shared list, or compute and store it now (`--once`).
     Rank(RankArgs),
+    /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
+    /// reads, likes and collects), for benchmarks and demos. Adds to what is there.
+    Seed(SeedArgs),
+}
+
+/// Flags of `webook seed` (see `docs/PERFORMANCE.md` → Datasets).
+#[derive(Debug, Args)]
+pub struct SeedArgs {
+    /// Users to create (they sign in as seed<ID>@example.com with --password).
+    #[arg(long, default_value_t = 1_000)]
+    pub users: u64,
+    /// Articles to create: 90 % published, 6 % drafts, 4 % withdrawn.
+    #[arg(long, default_value_t = 10_000)]
+    pub articles: u64,
+    /// Likes across the published articles, Zipf-distributed (one per user and article).
+    #[arg(long, default_value_t = 50_000)]
+    pub likes: u64,
+    /// Collects across the published articles, Zipf-distributed like the likes.
+    #[arg(long, default_value_t = 5_000)]
+    pub collects: u64,
+    /// Reads across the published articles, Zipf-distributed (counters only).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub reads: u64,
+    /// Articles were created over the last D days (before --until).
+    #[arg(long, default_value_t = 30)]
+    pub days: u64,
+    /// Seed of every random choice: the same seed, sizes and --until give the same data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// End of the time window, RFC 3339 (e.g. 2026-11-30T00:00:00Z). Default: now.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Zipf exponent of popularity: rank r gets a share proportional to r^-s.
+    #[arg(long = "zipf", value_name = "S", default_value_t = 1.0)]
+    pub zipf_exponent: f64,
+    /// Password of every seeded user.
+    #[arg(long, default_value = "seed-Password-1!", env = "WEBOOK_SEED_PASSWORD")]
+    pub password: String,
+}
+
+impl SeedArgs {
+    /// The plan these flags describe.
+    pub fn plan(&self) -> anyhow::Result<crate::seed::Plan> {
+        let until = match &self.until {
+            Some(text) => chrono::DateTime::parse_from_rfc3339(text)
+                .with_context(|| format!("--until {text}: not an RFC 3339 time"))?
+                .timestamp_millis(),
+            None => infra::db::now_millis(),
+        };
+        Ok(crate::seed::Plan {
+            users: self.users,
+            articles: self.articles,
+            likes: self.likes,
+            collects: self.collects,
+            reads: self.reads,
+            days: self.days,
+            seed: self.seed,
+            until,
+            zipf_exponent: self.zipf_exponent,
+            password: self.password.clone(),
+            likes_per_pass: crate::seed::LIKES_PER_PASS,
+        })
+    }
 }
 
 /// Flags of `webook rank`.
@@ -192,6 +255,11 @@ impl Cli {
                 let config = Config::load(&self.config)?;
                 infra::telemetry::init_logging(&config)?;
                 crate::ranking::cli::run(&config, args.once).await
+            }
+            Command::Seed(args) => {
+                let config = Config::load(&self.config)?;
+                infra::telemetry::init_logging(&config)?;
+                crate::seed::cli::run(&config, &args).await
             }
             Command::Jobs { command } => {
                 let config = Config::load(&self.config)?;

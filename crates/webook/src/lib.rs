@@ -20,6 +20,7 @@ pub mod interactive;
 pub mod jobs;
 pub mod ops;
 pub mod ranking;
+pub mod seed;
 pub mod user;
 
 #[cfg(feature = "test-support")]

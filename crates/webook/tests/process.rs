@@ -318,3 +318,123 @@ fn migrate_version_and_print_config_work_offline() {
     assert!(shown.contains("# mode: cluster"), "{shown}");
     assert!(shown.contains("ops@example.com"), "{shown}");
 }
+
+#[tokio::test]
+async fn seed_fills_the_embedded_database_and_the_server_serves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = webook(dir.path())
+        .args([
+            "seed",
+            "--users",
+            "30",
+            "--articles",
+            "120",
+            "--likes",
+            "300",
+            "--collects",
+            "30",
+            "--reads",
+            "5000",
+            "--days",
+            "3",
+            "--seed",
+            "9",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    for (what, count) in [("users", "30"), ("articles", "120"), ("likes", "300")] {
+        let reported = stdout.lines().any(|line| {
+            let mut words = line.split_whitespace();
+            words.next() == Some(what) && words.next() == Some(count)
+        });
+        assert!(reported, "{what} {count} not in:\n{stdout}");
+    }
+
+    // A seeded user signs in over HTTP and reads a seeded article with its counters.
+    let server = Server::start(webook(dir.path()));
+    let client = reqwest::Client::new();
+    let login = client
+        .post(server.url("/users/login"))
+        .json(&serde_json::json!({"email": "seed5@example.com", "password": "seed-Password-1!"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::OK);
+    let token = login.headers()["x-jwt-token"].to_str().unwrap().to_owned();
+    let mut found = None;
+    for id in 1..=20 {
+        let body: Value = client
+            .get(server.url(&format!("/articles/pub/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if body["code"] == 0 {
+            found = Some(body);
+            break;
+        }
+    }
+    let article = found.expect("a published article among the first 20");
+    assert!(
+        !article["data"]["title"].as_str().unwrap().is_empty(),
+        "{article}"
+    );
+    assert!(
+        article["data"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with('<'),
+        "{article}"
+    );
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[test]
+fn seed_rejects_an_impossible_plan_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, named) in [
+        (
+            vec!["--users", "2", "--articles", "10", "--likes", "100"],
+            "--likes",
+        ),
+        (vec!["--until", "yesterday"], "--until"),
+        (vec!["--days", "0"], "--days"),
+    ] {
+        let output = webook(dir.path()).arg("seed").args(&args).output().unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(named),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Nothing was written: the next seed's first user is id 1.
+    let output = webook(dir.path())
+        .args([
+            "seed",
+            "--users",
+            "1",
+            "--articles",
+            "0",
+            "--likes",
+            "0",
+            "--collects",
+            "0",
+            "--reads",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.contains("ids 1–1,"),
+        "the first seeded user is id 1: {stdout}"
+    );
+}

@@ -187,6 +187,12 @@ pub fn abstract_of(html: &str) -> String {
         .replace("&gt;", ">")
         .replace("&quot;", "\"")
         .replace("&amp;", "&");
+    abstract_of_text(&text)
+}
+
+/// The abstract of plain `text`: its first 128 characters with whitespace runs collapsed to one
+/// space, escaped for HTML. [`abstract_of`] is this applied to an HTML body's text.
+pub fn abstract_of_text(text: &str) -> String {
     let mut out = String::with_capacity(ABSTRACT_CHARS + 16);
     for c in text
         .split_whitespace()

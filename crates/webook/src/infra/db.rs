@@ -248,6 +248,20 @@ pub fn row_placeholders(rows: usize, columns: usize) -> String {
         .join(", ")
 }
 
+/// [`row_placeholders`] for statements with thousands of values: anonymous `?` on SQLite, whose
+/// lookup of a numbered parameter's name scans every parameter before it (sqlx asks for each
+/// one's name, so `$N` binding is quadratic: 87 % of a bulk load's time with 4 000 values per
+/// statement); `$N` on PostgreSQL, which knows no `?`.
+pub fn bulk_row_placeholders(kind: DatabaseKind, rows: usize, columns: usize) -> String {
+    match kind {
+        DatabaseKind::Postgres => row_placeholders(rows, columns),
+        DatabaseKind::Sqlite => {
+            let row = format!("({})", vec!["?"; columns].join(", "));
+            vec![row.as_str(); rows].join(", ")
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch, the unit of every time column.
 pub fn now_millis() -> i64 {
     let since_epoch = std::time::SystemTime::now()
