@@ -142,6 +142,7 @@ impl App {
                 redis
                     .as_ref()
                     .map(|redis| (redis, config.redis_prefix.as_str())),
+                config.cache_memory_bytes,
             ),
             events.clone(),
         );
@@ -151,6 +152,7 @@ impl App {
             redis
                 .as_ref()
                 .map(|redis| (redis, config.redis_prefix.as_str())),
+            config.cache_memory_bytes,
         );
         let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;

@@ -34,6 +34,8 @@ pub const ENV_PREFIX: &str = "WEBOOK_";
 pub const SECRETS_FILE: &str = "jwt-secrets.toml";
 /// Shortest JWT secret accepted, in bytes (HS256 wants at least its 256-bit output size).
 pub const MIN_SECRET_LEN: usize = 32;
+/// Smallest accepted `cache_memory_bytes`.
+pub const MIN_CACHE_MEMORY_BYTES: u64 = 1024 * 1024;
 
 /// The effective configuration of one webook process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,6 +99,9 @@ pub struct Config {
     /// When maintenance jobs purge expired sessions and old applied-event ids: a cron
     /// expression (seconds first, e.g. `0 */10 * * * *`) or `@every 10m`, in UTC.
     pub purge_schedule: String,
+    /// Memory for this process's in-process caches (reader copies, authors' first pages,
+    /// counters, liked/collected flags), in bytes; each cache gets a fixed share.
+    pub cache_memory_bytes: u64,
     /// What this process does: `all` (HTTP API, jobs and event consumers), `api` (HTTP API
     /// only; needs cluster mode so another process consumes its events) or `worker` (jobs and
     /// consumers; HTTP only for /healthz, /readyz and /metrics).
@@ -197,6 +202,7 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             debug_endpoints: false,
             purge_schedule: "@every 10m".to_owned(),
+            cache_memory_bytes: 32 * 1024 * 1024,
             role: Role::All,
             job_permits: 16,
             job_heartbeat: Duration::from_secs(2),
@@ -241,6 +247,7 @@ pub const KEYS: &[&str] = &[
     "trusted_proxies",
     "debug_endpoints",
     "purge_schedule",
+    "cache_memory_bytes",
     "role",
     "job_permits",
     "job_heartbeat",
@@ -386,6 +393,11 @@ impl Config {
         }
         tracing_subscriber::EnvFilter::try_new(&self.log)
             .map_err(|err| anyhow::anyhow!("invalid log (WEBOOK_LOG) {:?}: {err}", self.log))?;
+        if self.cache_memory_bytes < MIN_CACHE_MEMORY_BYTES {
+            bail!(
+                "invalid cache_memory_bytes (WEBOOK_CACHE_MEMORY_BYTES): at least {MIN_CACHE_MEMORY_BYTES} (1 MiB)"
+            );
+        }
         if self.body_limit_bytes == 0 {
             bail!("invalid body_limit_bytes (WEBOOK_BODY_LIMIT_BYTES): must be above 0");
         }

@@ -294,6 +294,7 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
         InteractiveStore::new(db.db.clone()),
         events,
         Some((&redis, "test")),
+        webook::config::Config::default().cache_memory_bytes,
     );
     let stop = CancellationToken::new();
     let counter = tokio::spawn(service.read_counter(stop.clone()));
@@ -362,6 +363,7 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
                 InteractiveStore::new(db.db.clone()),
                 events,
                 Some((&redis, &prefix)),
+                webook::config::Config::default().cache_memory_bytes,
             )
         };
         let (doomed, survivor) = (process(), process());

@@ -22,8 +22,6 @@ use crate::{
 pub const FIRST_PAGE_LEN: i64 = 100;
 const FIRST_PAGE_TTL: Duration = Duration::from_secs(10 * 60);
 const READER_COPY_TTL: Duration = Duration::from_secs(30 * 60);
-const FIRST_PAGES_BYTES: u64 = 32 * 1024 * 1024;
-const READER_COPIES_BYTES: u64 = 128 * 1024 * 1024;
 
 /// The two article caches; cheap to clone.
 #[derive(Debug, Clone)]
@@ -34,17 +32,19 @@ pub struct ArticleCache {
 
 impl ArticleCache {
     /// Caches in-process, or shared through `redis` under `redis_prefix` with a near cache.
-    pub fn new(redis: Option<(&Redis, &str)>) -> Self {
+    /// `memory_bytes` is the process's whole cache budget (`cache_memory_bytes`): reader copies
+    /// get half of it, first pages an eighth (the interactive caches have the rest).
+    pub fn new(redis: Option<(&Redis, &str)>, memory_bytes: u64) -> Self {
         Self {
             first_pages: VersionedCache::new(
                 "article_first_page",
-                FIRST_PAGES_BYTES,
+                memory_bytes / 8,
                 FIRST_PAGE_TTL,
                 redis,
             ),
             reader_copies: VersionedCache::new(
                 "article_reader_copy",
-                READER_COPIES_BYTES,
+                memory_bytes / 2,
                 READER_COPY_TTL,
                 redis,
             ),

@@ -121,6 +121,12 @@ fn count(cache: &'static str, layer: &'static str, hit: bool) {
         .increment(1);
 }
 
+/// What one entry costs besides its key's and value's bytes: the key's and slot's headers, moka's
+/// entry record, hash-table bucket and access/write-order queue nodes, and allocator rounding
+/// (an estimate, ~4 allocations of 40–80 bytes). Without it a cache of small values (counters,
+/// flags) held several times its budget.
+const ENTRY_OVERHEAD_BYTES: usize = 256;
+
 impl VersionedCache {
     /// A cache named `name` (metrics label, Redis key part) holding at most `max_bytes` locally,
     /// entries living `ttl`; with `redis`, shared through Redis under `redis_prefix`.
@@ -134,7 +140,8 @@ impl VersionedCache {
             .name(name)
             .max_capacity(max_bytes)
             .weigher(|key: &String, slot: &Slot| {
-                let size = key.len() + slot.value.as_ref().map_or(0, Bytes::len) + 16;
+                let size =
+                    key.len() + slot.value.as_ref().map_or(0, Bytes::len) + ENTRY_OVERHEAD_BYTES;
                 u32::try_from(size).unwrap_or(u32::MAX)
             })
             .time_to_live(ttl)

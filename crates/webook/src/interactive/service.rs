@@ -50,9 +50,7 @@ pub const READ_MAX_WAIT: Duration = Duration::from_millis(200);
 /// How long applied event ids are kept for recognising redeliveries.
 pub const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
 const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
-const COUNTS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 const FLAGS_TTL: Duration = Duration::from_secs(10 * 60);
-const FLAGS_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Reads, likes and collects; cheap to clone.
 #[derive(Debug, Clone)]
@@ -125,24 +123,27 @@ fn flags_key(uid: i64, biz: &str, biz_id: i64) -> String {
 
 impl InteractiveService {
     /// The service; with `redis`, counts are cached in Redis (under `redis_prefix`) and read
-    /// batches are deduplicated by event id, as Redis Streams may redeliver.
+    /// batches are deduplicated by event id, as Redis Streams may redeliver. `memory_bytes` is
+    /// the process's whole cache budget (`cache_memory_bytes`): counters get an eighth of it,
+    /// liked/collected flags (one entry per user and object) a quarter.
     pub fn new(
         store: InteractiveStore,
         events: EventStream,
         redis: Option<(&Redis, &str)>,
+        memory_bytes: u64,
     ) -> Self {
         Self {
             likes: spawn_like_writer(store.clone()),
             store,
             counts_cache: VersionedCache::new(
                 "interactive_counts",
-                COUNTS_CACHE_BYTES,
+                memory_bytes / 8,
                 COUNTS_TTL,
                 redis,
             ),
             flags_cache: VersionedCache::new(
                 "interactive_flags",
-                FLAGS_CACHE_BYTES,
+                memory_bytes / 4,
                 FLAGS_TTL,
                 redis,
             ),
