@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
 #
-#   scripts/bench.sh [--duration SECS] [--rounds N] [--database-url URL [--redis-url URL]]
-#                    [SCENARIO...]
-#       scenarios: healthz login reads likes mixed ranking (default: all)
+#   scripts/bench.sh [--duration SECS] [--rounds N] [--dataset ARTICLES]
+#                    [--database-url URL [--redis-url URL]] [SCENARIO...]
+#       scenarios: healthz login reads browse likes mixed ranking (default: all)
 #
-# Builds `cargo build --release`, starts `webook serve` on a free local port with a fresh temp
-# data dir (auth rate limit lifted so the limiter does not answer instead of the handler), and
+# Builds `cargo build --release`, seeds a dataset into a fresh temp data dir (or the database
+# given) with `webook seed --articles N --users N/10 --likes 5N --collects N/2 --reads 100N
+# --days 30 --seed 1` (--dataset N, default 100000), starts `webook serve` on it on a free local
+# port (auth rate limit lifted so the limiter does not answer instead of the handler), and
 # measures:
-#   - "ready after": spawn to the first 200 from /healthz (first start: migrations, new secrets);
+#   - the seed's duration;
+#   - "ready after": spawn to the first 200 from /healthz, on that existing database (migrations
+#     already applied; new secrets);
 #   - idle RSS (VmRSS) before any load;
 #   - healthz: wrk -t2 -c64 against GET /healthz (the HTTP stack alone);
 #   - login:   signs up one user, checks that a login answers "code":0 (else the figures are
@@ -17,12 +21,17 @@
 #   - reads:   wrk -t2 -c64 GET /articles/pub/ID as a logged-in reader (each request counts one
 #              read through the event stream); afterwards the read count must equal the number
 #              of reads the server served (its request counter), exactly, or the script fails;
+#   - browse:  wrk -t2 -c64 GET /articles/pub/ID over the dataset's published articles, ids
+#              drawn by Zipf's law (s = 1) over a random order of them (the article cache and
+#              the database see a realistic mix of hot and cold articles); afterwards the sum of
+#              all read counters must have grown by the reads answered, as for reads (the
+#              database is read with python3's sqlite3 module, or psql for PostgreSQL);
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
 #   - mixed:   wrk -t2 -c64, nine article reads to one like/unlike per connection (a reader's
 #              traffic); afterwards reads are exact and likes consistent, as above;
-#   - ranking: publishes 300 articles through the API (likes on a third of them), runs the
+#   - ranking: on the dataset's articles and likes, runs the
 #              `ranking` job (`webook jobs trigger ranking` on the same database), waits for a
 #              list computed after the trigger, checks that GET /ranking/top answers a JSON
 #              envelope with code 0 and at least one item (else the script fails), then wrk
@@ -56,6 +65,7 @@ note() { printf '==> %s\n' "$*" >&2; }
 
 duration=10
 rounds=3
+dataset=100000
 database_url=
 redis_url=
 scenarios=()
@@ -65,15 +75,24 @@ while (($#)); do
     --duration=*) duration=${1#--duration=}; shift ;;
     --rounds) (($# >= 2)) || usage; rounds=$2; shift 2 ;;
     --rounds=*) rounds=${1#--rounds=}; shift ;;
+    --dataset) (($# >= 2)) || usage; dataset=$2; shift 2 ;;
+    --dataset=*) dataset=${1#--dataset=}; shift ;;
     --database-url) (($# >= 2)) || usage; database_url=$2; shift 2 ;;
     --redis-url) (($# >= 2)) || usage; redis_url=$2; shift 2 ;;
     -h | --help) usage ;;
-    healthz | login | reads | likes | mixed | ranking) scenarios+=("$1"); shift ;;
+    healthz | login | reads | browse | likes | mixed | ranking) scenarios+=("$1"); shift ;;
     *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
   esac
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
-((${#scenarios[@]})) || scenarios=(healthz login reads likes mixed ranking)
+[[ $dataset =~ ^[0-9]+$ ]] || die "--dataset must be a whole number of articles, got '$dataset'"
+((${#scenarios[@]})) || scenarios=(healthz login reads browse likes mixed ranking)
+if ((dataset < 1000)); then
+  for scenario in "${scenarios[@]}"; do
+    [[ $scenario != browse && $scenario != ranking ]] ||
+      die "the $scenario scenario needs a dataset: --dataset of at least 1000 articles"
+  done
+fi
 [[ -z $redis_url || -n $database_url ]] || die "--redis-url needs --database-url (cluster mode is PostgreSQL + Redis)"
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -87,6 +106,7 @@ fi
 for tool in curl python3 cargo git; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
+[[ -z $database_url ]] || command -v psql >/dev/null || die "psql is required with --database-url"
 nginx=
 if [[ " ${scenarios[*]} " == *' ranking '* ]]; then
   nginx=$(PATH=$PATH:/usr/sbin:/sbin command -v nginx || true)
@@ -141,6 +161,33 @@ now_ms() { date +%s%3N; }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$server_pid/status"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 log_tail() { printf -- '--- server log (last 30 lines) ---\n' >&2; tail -n 30 "$tmp/server.log" >&2 || true; }
+
+# The dataset, through the same configuration the server gets.
+seed_command=(seed --articles "$dataset" --users $((dataset / 10)) --likes $((dataset * 5))
+  --collects $((dataset / 2)) --reads $((dataset * 100)) --days 30 --seed 1)
+seed_ms=
+if ((dataset > 0)); then
+  note "webook ${seed_command[*]}"
+  seed_started=$(now_ms)
+  (
+    cd "$tmp"
+    if [[ -n $database_url ]]; then export WEBOOK_DATABASE_URL=$database_url; fi
+    WEBOOK_DATA_DIR=$tmp/data WEBOOK_LOG=warn exec "$bin" "${seed_command[@]}"
+  ) >&2 || die "seeding the dataset failed"
+  seed_ms=$(($(now_ms) - seed_started))
+fi
+db_query() { # SQL -> rows, one per line, columns separated by '|'
+  if [[ -n $database_url ]]; then
+    psql "$database_url" -XAtqc "$1"
+  else
+    python3 - "$tmp/data/webook.db" "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, timeout=30)
+for row in db.execute(sys.argv[2]):
+    print("|".join(str(v) for v in row))
+PY
+  fi
+}
 
 note "starting $bin serve on 127.0.0.1:$port (data dir $tmp/data)"
 spawned=$(now_ms)
@@ -272,6 +319,7 @@ reader_view() { # FIELD -> value of data.FIELD in the reader view (this counts o
 # the client abandoned mid-request (wrk closing its connections at the end; counted as 499) may
 # or may not have counted, depending on where they stopped, so the count must lie in
 # [answered, answered + abandoned].
+browse_served=0 browse_abandoned=0   # GETs of other articles (browse), not the reader's article
 route_requests() { # STATUS -> GETs of /articles/pub/{id} with that status so far
   curl -sS --max-time 30 "$base/metrics" |
     awk -v status="status=\"$1\"" '/^http_requests_total\{/ && /method="GET"/ && /route="\/articles\/pub\/\{id\}"/ && index($0, status) { n += $NF } END { printf "%d\n", n }'
@@ -279,8 +327,8 @@ route_requests() { # STATUS -> GETs of /articles/pub/{id} with that status so fa
 check_reads_exact() { # SCENARIO
   local counted= served= abandoned=
   for _ in $(seq 100); do
-    served=$(route_requests 200)
-    abandoned=$(route_requests 499)
+    served=$(($(route_requests 200) - browse_served))
+    abandoned=$(($(route_requests 499) - browse_abandoned))
     counted=$(reader_view readCnt)   # the count before this read, so at least $served
     ((counted <= served + abandoned)) ||
       die "$1: counted $counted reads, more than the $served answered + $abandoned abandoned"
@@ -299,30 +347,29 @@ check_likes_consistent() { # SCENARIO
   [[ $likes == "$want" ]] || die "$1: likeCnt $likes does not agree with liked=$liked"
   checks+=("$1: likeCnt $likes agrees with the reader's liked=$liked after the run")
 }
-# The hot list of the ranking scenario: publishes 300 articles as the reader (a like on every
-# third), asks the running server for one computation through the CLI on the same database,
-# and waits for a list computed after that request; its body is saved in $tmp/ranking.json.
+# Every read counter's sum, for the browse scenario's check.
+reads_total() { db_query "SELECT COALESCE(SUM(read_cnt), 0) FROM interactives WHERE biz = 'article'"; }
+# After browse: the counters grew by the reads answered during it (within the abandoned).
+check_browse_exact() { # SERVED_BEFORE ABANDONED_BEFORE READS_BEFORE
+  local counted= served= abandoned=
+  for _ in $(seq 100); do
+    served=$(($(route_requests 200) - $1))
+    abandoned=$(($(route_requests 499) - $2))
+    counted=$(($(reads_total) - $3))
+    ((counted <= served + abandoned)) ||
+      die "browse: counted $counted reads, more than the $served answered + $abandoned abandoned"
+    ((counted >= served)) && break
+    sleep 0.1
+  done
+  ((counted >= served)) || die "browse: counted $counted reads of $served answered"
+  browse_served=$((browse_served + served)) browse_abandoned=$((browse_abandoned + abandoned))
+  checks+=("browse: $served reads of $(wc -l <"$tmp/published.txt") articles answered and $abandoned abandoned, the counters grew by $counted (exact within the abandoned)")
+}
+
+# The hot list of the ranking scenario, over the dataset: asks the running server for one
+# computation through the CLI on the same database, and waits for a list computed after that
+# request; its body is saved in $tmp/ranking.json.
 ranking_list() {
-  reader_and_article
-  note "ranking: publishing 300 articles and liking 100 of them"
-  BASE=$base TOKEN=$token UA=$ua python3 - <<'PY' || die "ranking: publishing the articles failed"
-import http.client, json, os, urllib.parse
-url = urllib.parse.urlsplit(os.environ["BASE"])
-conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-headers = {"Authorization": "Bearer " + os.environ["TOKEN"], "User-Agent": os.environ["UA"],
-           "Content-Type": "application/json"}
-def post(path, body):
-    conn.request("POST", path, json.dumps(body), headers)
-    answer = json.loads(conn.getresponse().read())
-    if answer.get("code") != 0:
-        raise SystemExit(f"POST {path}: {answer}")
-    return answer.get("data")
-for n in range(300):
-    article = post("/articles/publish", {"title": f"Hot list article {n}",
-                                         "content": f"<p>Benchmark article number {n}, with a short body.</p>"})
-    if n % 3 == 0:
-        post("/articles/pub/like", {"id": article, "like": True})
-PY
   local asked answer computed
   asked=$(now_ms)
   (
@@ -447,6 +494,37 @@ LUA
       record reads "$tmp/reads.txt"
       check_reads_exact reads
       ;;
+    browse)
+      reader_and_article
+      # Not the reader's own article: the reads and mixed checks count its reads alone.
+      db_query "SELECT id FROM published_articles WHERE status = 2 AND id <> $article ORDER BY id" >"$tmp/published.txt"
+      (($(wc -l <"$tmp/published.txt") > 0)) || die "browse: the dataset has no published article"
+      wrk_script "$tmp/browse.lua" <<LUA
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["User-Agent"] = "$ua"
+-- Zipf (s = 1) over a random order of the published ids; each thread draws its own sequence.
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
+local ids, cumulative, total = {}, {}, 0
+for line in io.lines("$tmp/published.txt") do ids[#ids + 1] = line end
+for i = #ids, 2, -1 do local j = math.random(i); ids[i], ids[j] = ids[j], ids[i] end
+for i = 1, #ids do total = total + 1 / i; cumulative[i] = total end
+function request()
+  local target, low, high = math.random() * total, 1, #ids
+  while low < high do
+    local middle = math.floor((low + high) / 2)
+    if cumulative[middle] < target then low = middle + 1 else high = middle end
+  end
+  return wrk.format("GET", "/articles/pub/" .. ids[low])
+end
+LUA
+      before_served=$(route_requests 200)
+      before_abandoned=$(route_requests 499)
+      before_reads=$(reads_total)
+      note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID, Zipf over $(wc -l <"$tmp/published.txt") published articles"
+      run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
+      record browse "$tmp/browse.txt"
+      check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
+      ;;
     likes)
       reader_and_article
       wrk_script "$tmp/likes.lua" <<LUA
@@ -530,7 +608,12 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 printf '\n'
 printf -- '- machine: %s CPUs, %s\n' "$(nproc)" "${cpu:-unknown CPU}"
 printf -- '- commit: %s\n' "$commit"
-printf -- '- ready after: %d ms (spawn to first /healthz answer, fresh data dir)\n' "$ready_ms"
+if ((dataset > 0)); then
+  printf -- '- dataset: `webook %s`, %.1f s\n' "${seed_command[*]}" "$(awk -v ms="$seed_ms" 'BEGIN { print ms / 1000 }')"
+  printf -- '- ready after: %d ms (spawn to first /healthz answer, on the seeded database)\n' "$ready_ms"
+else
+  printf -- '- ready after: %d ms (spawn to first /healthz answer, fresh data dir)\n' "$ready_ms"
+fi
 printf -- '- idle RSS: %s MB\n' "$(mib "$idle_rss")"
 printf -- '- duration: %s s per scenario\n' "$duration"
 [[ -z $login_check ]] || printf -- '- login check: %s\n' "$login_check"
