@@ -324,18 +324,25 @@ route_requests() { # STATUS -> GETs of /articles/pub/{id} with that status so fa
   curl -sS --max-time 30 "$base/metrics" |
     awk -v status="status=\"$1\"" '/^http_requests_total\{/ && /method="GET"/ && /route="\/articles\/pub\/\{id\}"/ && index($0, status) { n += $NF } END { printf "%d\n", n }'
 }
-check_reads_exact() { # SCENARIO
-  local counted= served= abandoned=
+# Waits until the reads counted (COUNTER, a command printing a count, minus COUNT_BASE) reach the
+# GETs answered since SERVED_BASE; fails when they pass answered + abandoned (since
+# ABANDONED_BASE). Sets the caller's served, abandoned and counted.
+await_reads_counted() { # SCENARIO COUNTER SERVED_BASE ABANDONED_BASE COUNT_BASE
   for _ in $(seq 100); do
-    served=$(($(route_requests 200) - browse_served))
-    abandoned=$(($(route_requests 499) - browse_abandoned))
-    counted=$(reader_view readCnt)   # the count before this read, so at least $served
+    served=$(($(route_requests 200) - $3))
+    abandoned=$(($(route_requests 499) - $4))
+    counted=$(($($2) - $5))
     ((counted <= served + abandoned)) ||
       die "$1: counted $counted reads, more than the $served answered + $abandoned abandoned"
-    ((counted >= served)) && break
+    ((counted >= served)) && return 0
     sleep 0.1
   done
-  ((counted >= served)) || die "$1: counted $counted reads of $served answered"
+  die "$1: counted $counted reads of $served answered"
+}
+check_reads_exact() { # SCENARIO
+  local counted= served= abandoned=
+  # The reader's view shows the count before its own read, so it is at least $served.
+  await_reads_counted "$1" "reader_view readCnt" "$browse_served" "$browse_abandoned" 0
   checks+=("$1: $served reads answered and $abandoned abandoned so far, $counted counted (exact within the abandoned)")
 }
 # After a scenario that liked and unliked: likeCnt must be 0 or 1 and agree with "liked".
@@ -352,16 +359,7 @@ reads_total() { db_query "SELECT COALESCE(SUM(read_cnt), 0) FROM interactives WH
 # After browse: the counters grew by the reads answered during it (within the abandoned).
 check_browse_exact() { # SERVED_BEFORE ABANDONED_BEFORE READS_BEFORE
   local counted= served= abandoned=
-  for _ in $(seq 100); do
-    served=$(($(route_requests 200) - $1))
-    abandoned=$(($(route_requests 499) - $2))
-    counted=$(($(reads_total) - $3))
-    ((counted <= served + abandoned)) ||
-      die "browse: counted $counted reads, more than the $served answered + $abandoned abandoned"
-    ((counted >= served)) && break
-    sleep 0.1
-  done
-  ((counted >= served)) || die "browse: counted $counted reads of $served answered"
+  await_reads_counted browse reads_total "$1" "$2" "$3"
   browse_served=$((browse_served + served)) browse_abandoned=$((browse_abandoned + abandoned))
   checks+=("browse: $served reads of $(wc -l <"$tmp/published.txt") articles answered and $abandoned abandoned, the counters grew by $counted (exact within the abandoned)")
 }
