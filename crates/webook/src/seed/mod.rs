@@ -393,36 +393,33 @@ impl Generator {
         }
 
         let (published, popularity) = (&self.published, &self.popularity);
-        let counters: Vec<CounterRow> = published
-            .iter()
-            .enumerate()
-            .filter_map(|(p, &i)| {
-                let (reads, likes, collects) = (
-                    popularity.reads[p],
-                    popularity.likes[p],
-                    popularity.collects[p],
-                );
-                (reads + likes + collects > 0).then(|| {
-                    let (ctime, _) = self.article_times(i);
-                    CounterRow {
-                        biz_id: self.first_article_id + i as i64,
-                        reads: reads as i64,
-                        likes: likes as i64,
-                        collects: collects as i64,
-                        ctime,
-                        utime: plan.until,
-                    }
-                })
-            })
-            .collect();
+        let counted =
+            |p: usize| popularity.reads[p] + popularity.likes[p] + popularity.collects[p] > 0;
         send(Batch::Phase {
             name: "counters",
-            rows: counters.len() as u64,
+            rows: (0..published.len()).filter(|&p| counted(p)).count() as u64,
         })?;
-        for chunk in counters.chunks(INTERACTIONS_PER_BATCH) {
-            send(Batch::Counters(chunk.to_vec()))?;
+        let mut batch = Vec::with_capacity(INTERACTIONS_PER_BATCH);
+        for (p, &i) in published.iter().enumerate() {
+            if !counted(p) {
+                continue;
+            }
+            let (ctime, _) = self.article_times(i);
+            batch.push(CounterRow {
+                biz_id: self.first_article_id + i as i64,
+                reads: popularity.reads[p] as i64,
+                likes: popularity.likes[p] as i64,
+                collects: popularity.collects[p] as i64,
+                ctime,
+                utime: plan.until,
+            });
+            if batch.len() == INTERACTIONS_PER_BATCH {
+                send(Batch::Counters(std::mem::take(&mut batch)))?;
+            }
         }
-        drop(counters);
+        if !batch.is_empty() {
+            send(Batch::Counters(batch))?;
+        }
 
         for (kind, counts, total) in [
             (Interaction::Like, &popularity.likes, plan.likes),
