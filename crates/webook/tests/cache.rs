@@ -120,6 +120,42 @@ async fn a_fill_that_lost_the_race_to_a_writer_is_refused() {
 }
 
 #[tokio::test]
+async fn a_writer_refills_after_its_invalidation_unless_a_later_writer_came() {
+    for (layout, cache, _) in caches().await {
+        cache.set("k", Bytes::from_static(b"old")).await;
+        // The writer's own refill (the state it read after committing) is served.
+        let token = cache.invalidate_for_refill("k").await;
+        assert!(
+            hit(cache.get("k").await).is_none(),
+            "{layout}: served after invalidate"
+        );
+        cache
+            .fill("k", token, Bytes::from_static(b"refilled"))
+            .await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"refilled"[..]),
+            "{layout}"
+        );
+        // A second writer invalidated after the first read its state: the first one's refill
+        // (possibly older than the second write) is refused.
+        let first = cache.invalidate_for_refill("k").await;
+        let second = cache.invalidate_for_refill("k").await;
+        cache.fill("k", first, Bytes::from_static(b"stale")).await;
+        assert!(
+            hit(cache.get("k").await).is_none(),
+            "{layout}: stale refill accepted"
+        );
+        cache.fill("k", second, Bytes::from_static(b"newest")).await;
+        assert_eq!(
+            hit(cache.get("k").await).as_deref(),
+            Some(&b"newest"[..]),
+            "{layout}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn near_caches_of_other_instances_see_writes_at_once() {
     let redis = Redis::connect(&redis_url()).await.unwrap();
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());

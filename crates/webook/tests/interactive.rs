@@ -439,3 +439,60 @@ fn doomed_events(
 ) -> webook::infra::events::EventStream {
     service.events().clone()
 }
+
+/// After a read batch, the read counter refills the counters it changed (one query for the
+/// batch): the next `counts` is served from the cache — here told apart from a database load by
+/// changing the row behind the cache's back — on both engines, in-process and through Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_batch_refills_the_counters_it_changed() {
+    use webook::{
+        config::{Config, DatabaseKind},
+        infra::{
+            events::{Event, EventStream},
+            redis::Redis,
+        },
+        interactive::{model::ReadEvent, store::InteractiveStore, InteractiveService},
+        testing::redis_url,
+    };
+
+    let redis = Redis::connect(&redis_url()).await.unwrap();
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        for shared in [false, true] {
+            let db = TestDb::new(kind).await;
+            let prefix = prefix();
+            let service = InteractiveService::new(
+                InteractiveStore::new(db.db.clone()),
+                EventStream::in_process(),
+                shared.then_some((&redis, prefix.as_str())),
+                Config::default().cache_memory_bytes,
+            );
+            // Cached before the reads, as a reader's view leaves it.
+            assert_eq!(service.counts(BIZ, 5).await.unwrap().read_cnt, 0);
+            let events = (0..3)
+                .map(|n| Event {
+                    id: format!("e{n}"),
+                    topic: "interactive_read".into(),
+                    key: "5".into(),
+                    payload: serde_json::to_vec(&ReadEvent {
+                        biz: BIZ.into(),
+                        biz_id: 5,
+                        uid: n,
+                    })
+                    .unwrap()
+                    .into(),
+                    time: 0,
+                })
+                .collect();
+            service.apply_read_batch(events).await.unwrap();
+            sqlx::query("UPDATE interactives SET read_cnt = 999 WHERE biz_id = 5")
+                .execute(db.db.pool())
+                .await
+                .unwrap();
+            assert_eq!(
+                service.counts(BIZ, 5).await.unwrap().read_cnt,
+                3,
+                "{kind:?}, redis {shared}: the batch's counts were not refilled into the cache"
+            );
+        }
+    }
+}

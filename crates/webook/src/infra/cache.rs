@@ -127,6 +127,15 @@ fn count(cache: &'static str, layer: &'static str, hit: bool) {
 /// flags) held several times its budget.
 const ENTRY_OVERHEAD_BYTES: usize = 256;
 
+/// `value` as JSON in an allocation of exactly its size, as cached values should be:
+/// `serde_json::to_vec` grows its buffer by doubling, and `Bytes::from(Vec)` keeps the spare
+/// capacity, so a cached value held up to twice what the cache's budget counted for it.
+pub fn json_bytes(value: &impl Serialize) -> serde_json::Result<Bytes> {
+    let mut bytes = serde_json::to_vec(value)?;
+    bytes.shrink_to_fit();
+    Ok(Bytes::from(bytes))
+}
+
 impl VersionedCache {
     /// A cache named `name` (metrics label, Redis key part) holding at most `max_bytes` locally,
     /// entries living `ttl`; with `redis`, shared through Redis under `redis_prefix`.
@@ -347,8 +356,8 @@ impl VersionedCache {
         };
         let value = load.await?;
         if cacheable(&value) {
-            match serde_json::to_vec(&value) {
-                Ok(bytes) => self.fill(key, token, Bytes::from(bytes)).await,
+            match json_bytes(&value) {
+                Ok(bytes) => self.fill(key, token, bytes).await,
                 Err(err) => {
                     tracing::error!(cache = self.name, %err, "cannot serialise a cache value")
                 }
@@ -359,8 +368,8 @@ impl VersionedCache {
 
     /// Writer: stores `value` serialised as JSON (see [`VersionedCache::set`]).
     pub async fn set_json(&self, key: &str, value: &impl Serialize) {
-        match serde_json::to_vec(value) {
-            Ok(bytes) => self.set(key, Bytes::from(bytes)).await,
+        match json_bytes(value) {
+            Ok(bytes) => self.set(key, bytes).await,
             Err(err) => {
                 tracing::error!(cache = self.name, %err, "cannot serialise a cache value");
                 self.invalidate(key).await;
@@ -379,10 +388,18 @@ impl VersionedCache {
 
     /// Writer: drops `key`'s value and moves its version, so in-flight fills are refused.
     pub async fn invalidate(&self, key: &str) {
+        self.invalidate_for_refill(key).await;
+    }
+
+    /// Writer: [`invalidate`](Self::invalidate), returning the token of the new version. A
+    /// writer that then reads the committed state from the database may [`fill`](Self::fill)
+    /// it with this token: a later writer's invalidation moves the version and refuses the fill,
+    /// so the refill can never put back a value older than that writer's.
+    pub async fn invalidate_for_refill(&self, key: &str) -> FillToken {
         let Some(remote) = &self.remote else {
             let version = Self::next_local_version();
             self.keep_local(key, version, None).await;
-            return;
+            return FillToken(version);
         };
         self.local.invalidate(key).await;
         let result: Result<u64, _> = remote
@@ -392,8 +409,12 @@ impl VersionedCache {
             .arg(self.ttl_millis())
             .invoke_async(&mut remote.redis.connection())
             .await;
-        if let Err(err) = result {
-            tracing::error!(cache = self.name, %err, "cache invalidation failed; entry may be stale until its TTL");
+        match result {
+            Ok(version) => FillToken(version),
+            Err(err) => {
+                tracing::error!(cache = self.name, %err, "cache invalidation failed; entry may be stale until its TTL");
+                FillToken(u64::MAX)
+            }
         }
     }
 }

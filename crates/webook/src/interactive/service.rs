@@ -8,7 +8,8 @@
 //!   ([`READ_TOPIC`]). The [`read counter`](InteractiveService::read_counter) consumes them in
 //!   batches (up to [`READ_BATCH`] events or [`READ_MAX_WAIT`]), adds them up per object and
 //!   applies the batch as one statement in one transaction, then invalidates those objects'
-//!   cached counts. Counts may lag a read by up to the batch wait; nothing is lost on graceful
+//!   cached counts and refills them with one query (the objects just read are the ones about
+//!   to be read again). Counts may lag a read by up to the batch wait; nothing is lost on graceful
 //!   shutdown (the consumer drains its queue before the process exits). With Redis Streams
 //!   (cluster), a batch can be delivered again after a consumer died between commit and
 //!   acknowledgement; the applied entry ids are recorded in the same transaction
@@ -17,8 +18,8 @@
 //! - **Counts** are read through a [`VersionedCache`] (in-process, or Redis with a near cache),
 //!   refilled from the database after each change. The database is the source of truth; a cache
 //!   failure never fails an action. (The seeds update a Redis hash with "increment if present";
-//!   that loses increments racing with a refill. Invalidation with versioned fills cannot, and a
-//!   hot object is refilled at most once per batch.)
+//!   that loses increments racing with a refill. Invalidation with versioned fills cannot, and the
+//!   read counter's refill is one query per batch, not one miss per object.)
 
 use std::{collections::HashMap, time::Duration};
 
@@ -28,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     error::AppError,
     infra::{
-        cache::VersionedCache,
+        cache::{json_bytes, FillToken, VersionedCache},
         db::now_millis,
         events::{Event, EventStream},
         redis::Redis,
@@ -319,8 +320,37 @@ impl InteractiveService {
         let now = now_millis();
         let dedup_group = self.dedup_reads.then_some(READ_GROUP);
         let applied = self.store.apply_reads(&reads, dedup_group, now).await?;
+        // Invalidate, then refill from the database with one query per biz: the objects just
+        // read are the ones about to be read again, and each would otherwise miss on its own.
+        let mut refills: HashMap<&str, Vec<(i64, FillToken)>> = HashMap::new();
         for ((biz, biz_id), _) in &applied {
-            self.counts_cache.invalidate(&cache_key(biz, *biz_id)).await;
+            let token = self
+                .counts_cache
+                .invalidate_for_refill(&cache_key(biz, *biz_id))
+                .await;
+            refills.entry(biz).or_default().push((*biz_id, token));
+        }
+        for (biz, objects) in refills {
+            let ids: Vec<i64> = objects.iter().map(|(id, _)| *id).collect();
+            let mut counts = match self.store.batch_counts(biz, &ids).await {
+                Ok(counts) => counts,
+                Err(err) => {
+                    // The batch is applied; readers load the counters themselves.
+                    tracing::warn!(%err, "could not refill counters after a read batch");
+                    continue;
+                }
+            };
+            for (biz_id, token) in objects {
+                let value = counts.remove(&biz_id).unwrap_or_default();
+                match json_bytes(&value) {
+                    Ok(bytes) => {
+                        self.counts_cache
+                            .fill(&cache_key(biz, biz_id), token, bytes)
+                            .await;
+                    }
+                    Err(err) => tracing::error!(%err, "cannot serialise counters"),
+                }
+            }
         }
         Ok(())
     }

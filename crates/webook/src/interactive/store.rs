@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use sqlx::{Any, Row, Transaction};
 
 use crate::{
-    infra::db::{placeholders, row_placeholders, Db},
+    infra::db::{bulk_row_placeholders, placeholders, Db},
     interactive::model::{Counts, UserFlags},
 };
 
@@ -182,7 +182,7 @@ impl InteractiveStore {
             Some(group) => {
                 let mut fresh_ids = std::collections::HashSet::new();
                 for chunk in reads.chunks(1000) {
-                    let placeholders = row_placeholders(chunk.len(), 3);
+                    let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 3);
                     let sql = format!(
                         "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES {placeholders} \
                          ON CONFLICT (group_name, event_id) DO NOTHING RETURNING event_id"
@@ -205,7 +205,7 @@ impl InteractiveStore {
         }
         let applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
         for chunk in applied.chunks(1000) {
-            let placeholders = row_placeholders(chunk.len(), 5);
+            let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 5);
             let sql = format!(
                 "INSERT INTO interactives (biz, biz_id, read_cnt, ctime, utime) VALUES {placeholders} \
                  ON CONFLICT (biz, biz_id) DO UPDATE SET read_cnt = interactives.read_cnt + excluded.read_cnt, \
