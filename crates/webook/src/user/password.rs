@@ -5,20 +5,21 @@
 //! parameters, so raising them later keeps old hashes verifiable.
 //!
 //! Hashing runs on a small pool of dedicated threads, one per CPU, each owning one reusable
-//! 19 MiB work area (allocated at its first job). Requests queue for a worker (a burst waits instead of exhausting memory or
-//! starving the async workers), and no 19 MiB buffer is ever allocated per request: with a
-//! buffer per call on tokio's blocking pool, glibc kept ~60 MB per blocking thread after a login
-//! burst (RSS 450–720 MB). Unknown emails are verified against a dummy hash, so they cost the same
+//! 19 MiB work area while it is busy: allocated at the first job, released after
+//! [`IDLE_RELEASE`] without one (an idle server does not keep 19 MiB per CPU after one login).
+//! Requests queue for a worker (a burst waits instead of exhausting memory or starving the async
+//! workers), and no 19 MiB buffer is allocated per request: with a buffer per call on tokio's
+//! blocking pool, glibc kept ~60 MB per blocking thread after a login burst (RSS 450–720 MB). Unknown emails are verified against a dummy hash, so they cost the same
 //! time as a wrong password.
 
-use std::sync::{Arc, Mutex};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use argon2::{
     password_hash::{rand_core::OsRng, Output, ParamsString, PasswordHash, SaltString},
     Algorithm, Argon2, Block, Params, Version,
 };
-use tokio::sync::{mpsc, oneshot, OnceCell};
+use tokio::sync::{oneshot, OnceCell};
 
 /// Memory cost in KiB.
 pub const MEMORY_KIB: u32 = 19 * 1024;
@@ -30,6 +31,8 @@ pub const PARALLELISM: u32 = 1;
 const OUTPUT_LEN: usize = 32;
 /// Hash jobs waiting for a worker before callers wait to enqueue.
 const QUEUE_CAPACITY: usize = 1024;
+/// A worker without a job for this long gives its work area back.
+pub const IDLE_RELEASE: Duration = Duration::from_secs(2);
 
 enum Job {
     Hash {
@@ -47,7 +50,7 @@ enum Job {
 /// is dropped.
 #[derive(Clone)]
 pub struct PasswordHasher {
-    jobs: mpsc::Sender<Job>,
+    jobs: flume::Sender<Job>,
     dummy_hash: Arc<OnceCell<String>>,
 }
 
@@ -67,13 +70,12 @@ impl PasswordHasher {
     pub fn new() -> anyhow::Result<Self> {
         let params = params()?;
         let workers = std::thread::available_parallelism().map_or(1, usize::from);
-        let (jobs, queue) = mpsc::channel(QUEUE_CAPACITY);
-        let queue = Arc::new(Mutex::new(queue));
+        let (jobs, queue) = flume::bounded(QUEUE_CAPACITY);
         for index in 0..workers {
             let (queue, params) = (queue.clone(), params.clone());
             std::thread::Builder::new()
                 .name(format!("argon2-{index}"))
-                .spawn(move || work(&queue, params))
+                .spawn(move || work(&queue, params, IDLE_RELEASE))
                 .context("starting a password hashing thread")?;
         }
         Ok(Self {
@@ -110,7 +112,7 @@ impl PasswordHasher {
 
     async fn submit(&self, job: Job) -> anyhow::Result<()> {
         self.jobs
-            .send(job)
+            .send_async(job)
             .await
             .map_err(|_| anyhow::anyhow!("password hashing threads stopped"))
     }
@@ -123,16 +125,24 @@ impl PasswordHasher {
     }
 }
 
-/// A worker: takes jobs until every sender is gone, reusing one work area.
-fn work(queue: &Mutex<mpsc::Receiver<Job>>, params: Params) {
+/// A worker: takes jobs until every sender is gone, reusing one work area while jobs keep
+/// coming and releasing it after `idle_release` without one.
+fn work(queue: &flume::Receiver<Job>, params: Params, idle_release: Duration) {
     let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params);
     // Allocated at the first job, so an idle process does not hold 19 MiB per CPU.
     let mut memory: Vec<Block> = Vec::new();
     loop {
-        // Only the waiting worker holds the lock; the others queue behind it for the next job.
-        let job = match queue.lock() {
-            Ok(mut queue) => queue.blocking_recv(),
-            Err(_) => return,
+        let job = if memory.is_empty() {
+            queue.recv().ok()
+        } else {
+            match queue.recv_timeout(idle_release) {
+                Ok(job) => Some(job),
+                Err(flume::RecvTimeoutError::Timeout) => {
+                    memory = Vec::new();
+                    continue;
+                }
+                Err(flume::RecvTimeoutError::Disconnected) => None,
+            }
         };
         if job.is_some() && memory.is_empty() {
             memory = vec![Block::default(); argon2.params().block_count()];
