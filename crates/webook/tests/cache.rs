@@ -156,6 +156,55 @@ async fn a_writer_refills_after_its_invalidation_unless_a_later_writer_came() {
 }
 
 #[tokio::test]
+async fn a_fill_is_refused_after_the_writers_tombstone_was_evicted() {
+    // Room for a handful of entries (each weighs its bytes plus ~256 of bookkeeping).
+    let cache = VersionedCache::new("tiny", 4_000, TTL, None);
+    let Lookup::Miss(reader) = cache.get("k").await else {
+        panic!("hit on empty")
+    };
+    // The reader loads the old row; meanwhile a writer commits and invalidates.
+    cache.invalidate("k").await;
+    // Other, more popular keys push the tombstone out (W-TinyLFU keeps what is read often, so
+    // "k" is looked at only now and then). Once it is gone, each miss on "k" gets a fresh token
+    // instead of the tombstone's version.
+    let tombstone_gone = async {
+        for n in 0..50_000 {
+            let other = format!("other-{n}");
+            cache.set(&other, Bytes::from(vec![b'x'; 500])).await;
+            for _ in 0..3 {
+                cache.get(&other).await;
+            }
+            if n % 100 == 99 {
+                let (Lookup::Miss(a), Lookup::Miss(b)) =
+                    (cache.get("k").await, cache.get("k").await)
+                else {
+                    panic!("hit after invalidate")
+                };
+                if a != b {
+                    return;
+                }
+            }
+        }
+        panic!("the tombstone was never evicted");
+    };
+    tokio::time::timeout(Duration::from_secs(20), tombstone_gone)
+        .await
+        .expect("eviction within 20 s");
+    // The reader's fill would put back the row from before the write: refused.
+    cache.fill("k", reader, Bytes::from_static(b"stale")).await;
+    assert!(
+        hit(cache.get("k").await).is_none(),
+        "a fill from before the evicted tombstone was accepted"
+    );
+    // A reader that misses now fills as usual.
+    let Lookup::Miss(fresh) = cache.get("k").await else {
+        panic!("hit")
+    };
+    cache.fill("k", fresh, Bytes::from_static(b"new")).await;
+    assert_eq!(hit(cache.get("k").await).as_deref(), Some(&b"new"[..]));
+}
+
+#[tokio::test]
 async fn near_caches_of_other_instances_see_writes_at_once() {
     let redis = Redis::connect(&redis_url()).await.unwrap();
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());

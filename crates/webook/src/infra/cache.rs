@@ -15,7 +15,15 @@
 //!   a write on one instance is seen by the next read on every instance.
 //!
 //! Versions come from one counter per process (embedded) or per cache in Redis (cluster), never
-//! per key, so a key that expired and came back cannot repeat a version a near cache still holds. Cache failures never fail a request: a Redis error on read
+//! per key, so a key that expired and came back cannot repeat a version a near cache still holds.
+//!
+//! In-process, a tombstone is an entry like any other and can be evicted (size) or expire; a
+//! reader that missed on the key before that must still not fill it. So a miss on an absent key
+//! takes a fresh version as its token, evictions and expiries raise a floor for the key's bucket
+//! (one of [`FLOOR_BUCKETS`], by hash) to the version that left, and a fill of an absent key is
+//! accepted only above its bucket's floor. (Found by the benchmark: under eviction pressure a
+//! like's tombstone was evicted and a read that had loaded the counters before the like put
+//! them back.) Cache failures never fail a request: a Redis error on read
 //! is a miss (the caller reads the database), on write it is logged and the entry's TTL bounds the
 //! damage.
 //!
@@ -24,12 +32,16 @@
 
 use std::{
     future::Future,
-    sync::atomic::{AtomicU64, Ordering},
+    hash::{BuildHasher, RandomState},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
 use axum::body::Bytes;
-use moka::ops::compute::Op;
+use moka::{notification::RemovalCause, ops::compute::Op};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::infra::redis::Redis;
@@ -101,6 +113,7 @@ return g
 pub struct VersionedCache {
     name: &'static str,
     local: moka::future::Cache<String, Slot>,
+    floors: Arc<EvictionFloors>,
     remote: Option<Remote>,
     ttl: Duration,
 }
@@ -119,6 +132,31 @@ fn count(cache: &'static str, layer: &'static str, hit: bool) {
     let result = if hit { "hit" } else { "miss" };
     metrics::counter!(CACHE_REQUESTS_TOTAL, "cache" => cache, "layer" => layer, "result" => result)
         .increment(1);
+}
+
+/// Buckets of the eviction floors (see the module docs): a fill is refused needlessly only when
+/// another key of its bucket left the cache between its miss and its fill.
+pub const FLOOR_BUCKETS: usize = 4096;
+
+/// Per bucket of keys, the highest version of an entry of that bucket that was evicted or
+/// expired: fills of absent keys with tokens at or below it are refused.
+struct EvictionFloors {
+    hasher: RandomState,
+    floors: Box<[AtomicU64]>,
+}
+
+impl EvictionFloors {
+    fn new() -> Self {
+        Self {
+            hasher: RandomState::new(),
+            floors: (0..FLOOR_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn floor(&self, key: &str) -> &AtomicU64 {
+        let bucket = self.hasher.hash_one(key) as usize % FLOOR_BUCKETS;
+        &self.floors[bucket]
+    }
 }
 
 /// What one entry costs besides its key's and value's bytes: the key's and slot's headers, moka's
@@ -145,9 +183,18 @@ impl VersionedCache {
         ttl: Duration,
         redis: Option<(&Redis, &str)>,
     ) -> Self {
+        let floors = Arc::new(EvictionFloors::new());
+        let listener_floors = floors.clone();
         let local = moka::future::Cache::builder()
             .name(name)
             .max_capacity(max_bytes)
+            .eviction_listener(move |key: Arc<String>, slot: Slot, cause| {
+                if matches!(cause, RemovalCause::Size | RemovalCause::Expired) {
+                    listener_floors
+                        .floor(&key)
+                        .fetch_max(slot.version, Ordering::AcqRel);
+                }
+            })
             .weigher(|key: &String, slot: &Slot| {
                 let size =
                     key.len() + slot.value.as_ref().map_or(0, Bytes::len) + ENTRY_OVERHEAD_BYTES;
@@ -166,6 +213,7 @@ impl VersionedCache {
         Self {
             name,
             local,
+            floors,
             remote,
             ttl,
         }
@@ -199,7 +247,10 @@ impl VersionedCache {
                 }
                 other => {
                     count(self.name, "local", false);
-                    Lookup::Miss(FillToken(other.map_or(0, |slot| slot.version)))
+                    // A tombstone's version, or for an absent key a version of its own that no
+                    // write will ever get (see the module docs on eviction floors).
+                    let token = other.map_or_else(Self::next_local_version, |slot| slot.version);
+                    Lookup::Miss(FillToken(token))
                 }
             };
         };
@@ -266,11 +317,12 @@ impl VersionedCache {
             self.local
                 .entry(key.to_owned())
                 .and_compute_with(|current| {
-                    let current_version = current.as_ref().map_or(0, |entry| entry.value().version);
-                    let unchanged = current_version == token.0
-                        && current
-                            .as_ref()
-                            .is_none_or(|entry| entry.value().value.is_none());
+                    let unchanged = match current.as_ref().map(|entry| entry.value()) {
+                        // Still the tombstone the reader missed on.
+                        Some(slot) => slot.version == token.0 && slot.value.is_none(),
+                        // Absent at the miss and now: nothing that left since was newer.
+                        None => self.floors.floor(key).load(Ordering::Acquire) < token.0,
+                    };
                     std::future::ready(if unchanged {
                         let version = Self::next_local_version();
                         Op::Put(Slot {
