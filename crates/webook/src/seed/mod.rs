@@ -153,7 +153,7 @@ pub struct Report {
     pub first_article_id: i64,
     /// Users written.
     pub users: u64,
-    /// Articles written, by status.
+    /// Published articles (status 2).
     pub published: u64,
     /// Withdrawn articles (status 3; they have reader copies and counters).
     pub withdrawn: u64,
@@ -199,7 +199,11 @@ enum Batch {
 pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Result<Report> {
     plan.validate().map_err(anyhow::Error::msg)?;
     let statuses = article_statuses(plan);
-    let published_count = statuses.iter().filter(|&&s| s != DRAFT).count() as u64;
+    // Published-article index p → article index (the articles with a reader copy).
+    let published: Vec<u64> = (0..plan.articles)
+        .filter(|&i| statuses[i as usize] != DRAFT)
+        .collect();
+    let published_count = published.len() as u64;
     for (flag, wanted) in [("--likes", plan.likes), ("--collects", plan.collects)] {
         let room = plan.users.saturating_mul(published_count);
         if wanted > room {
@@ -216,10 +220,6 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             plan.reads
         );
     }
-    // Published-article index p → article index.
-    let published: Vec<u64> = (0..plan.articles)
-        .filter(|&i| statuses[i as usize] != DRAFT)
-        .collect();
     let popularity = Popularity::new(plan, published.len())?;
     let password_hash = PasswordHasher::new()?
         .hash(plan.password.clone())
