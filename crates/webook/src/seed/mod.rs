@@ -289,10 +289,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 progress.inc(rows.len() as u64);
             }
             Batch::Counters(rows) => {
-                let tx = match interactions.as_mut() {
-                    Some(tx) => tx,
-                    None => interactions.insert(db.writer().begin().await?),
-                };
+                let tx = interactions_transaction(&mut interactions, db).await?;
                 store::insert_counters(tx, db.kind(), &rows)
                     .await
                     .context("writing article counters")?;
@@ -301,10 +298,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 progress.inc(rows.len() as u64);
             }
             Batch::Interactions(kind, rows) => {
-                let tx = match interactions.as_mut() {
-                    Some(tx) => tx,
-                    None => interactions.insert(db.writer().begin().await?),
-                };
+                let tx = interactions_transaction(&mut interactions, db).await?;
                 store::insert_interactions(tx, db.kind(), kind, &rows)
                     .await
                     .with_context(|| format!("writing {kind:?}s"))?;
@@ -326,6 +320,17 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
     }
     progress.finish_and_clear();
     Ok(report)
+}
+
+/// The one transaction of the third phase, begun at its first batch.
+async fn interactions_transaction<'a>(
+    open: &'a mut Option<Transaction<'static, Any>>,
+    db: &Db,
+) -> sqlx::Result<&'a mut Transaction<'static, Any>> {
+    Ok(match open {
+        Some(tx) => tx,
+        None => open.insert(db.writer().begin().await?),
+    })
 }
 
 fn describe(what: &str, first_id: Option<i64>, rows: usize) -> String {

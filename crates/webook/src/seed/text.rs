@@ -495,11 +495,7 @@ fn sentence(rng: &mut Rng, language: Language, body: &mut Body) {
         };
         body.push(open, false);
         if i == 0 && language == Language::English {
-            let mut chars = word.chars();
-            if let Some(first) = chars.next() {
-                let capital: String = first.to_uppercase().chain(chars).collect();
-                body.push(&capital, true);
-            }
+            body.push(&capitalized(word), true);
         } else {
             body.push(word, true);
         }
@@ -509,6 +505,15 @@ fn sentence(rng: &mut Rng, language: Language, body: &mut Body) {
         }
     }
     body.push(stop, true);
+}
+
+/// `word` with its first letter in upper case.
+fn capitalized(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// A paragraph of 1–6 sentences.
@@ -539,12 +544,7 @@ fn title(rng: &mut Rng, language: Language) -> String {
                 if i > 0 {
                     title.push(' ');
                 }
-                let word = rng.pick(ENGLISH_WORDS);
-                let mut chars = word.chars();
-                if let Some(first) = chars.next() {
-                    title.extend(first.to_uppercase());
-                    title.push_str(chars.as_str());
-                }
+                title.push_str(&capitalized(rng.pick(ENGLISH_WORDS)));
             }
         }
         Language::Chinese => {
