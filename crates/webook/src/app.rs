@@ -260,7 +260,7 @@ impl App {
             "listening on http://{addr}"
         );
         let server = axum::serve(
-            listener,
+            crate::infra::http::without_nagle(listener),
             router.into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(stopping.clone().cancelled_owned())
