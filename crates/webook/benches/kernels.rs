@@ -8,21 +8,30 @@
 //! - `hot_list_json/*`: building the served bytes of a 100-item list from its shared copy
 //!   ([`Snapshot::from_shared`]: parse, envelope, gzip) and serialising the items alone;
 //! - `article/*`: sanitising a ~6 kB article body and extracting its abstract, which every
-//!   save and publish does.
+//!   save and publish does;
+//! - `response_gzip/*`: gzipping the JSON of an article read (long-form articles from the seed
+//!   generator: English of 15–30 kB, Chinese of 9–14 kB) at level 1, what the compression layer uses for every
+//!   client that accepts gzip, and at level 6, zlib's default, through flate2 with the
+//!   workspace's backend.
 //!
 //! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::hint::black_box;
+use std::{hint::black_box, ops::RangeInclusive};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use flate2::{write::GzEncoder, Compression};
 use webook::{
     article::model::{abstract_of, sanitize_html},
     ranking::{
         cache::{Author, RankedArticle, Snapshot},
         model::{ScoreFormula, Signals, TopN},
         store::SharedList,
+    },
+    seed::{
+        random::{Rng, Stream},
+        text::{self, Language},
     },
 };
 
@@ -190,5 +199,64 @@ fn article(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(kernels, scores, top_n, hot_list_json, article);
+/// The JSON of an article read (`{code, msg, data}` with the article) whose content is the first
+/// generated `language` article with a length in `bytes`.
+fn article_response(language: Language, bytes: RangeInclusive<usize>) -> Vec<u8> {
+    let article = (0..100_000)
+        .map(|index| text::article(&mut Rng::new(1, Stream::ArticleText, index), language))
+        .find(|article| bytes.contains(&article.content.len()))
+        .expect("no generated article of that length");
+    serde_json::to_vec(&serde_json::json!({
+        "code": 0,
+        "msg": "ok",
+        "data": {
+            "id": 55542, "title": article.title, "content": article.content,
+            "abstract": article.abstract_text, "author": {"id": 2381, "name": "韩明丽"},
+            "status": 2, "readCnt": 38393, "likeCnt": 12, "collectCnt": 3,
+            "liked": false, "collected": false, "ctime": NOW, "utime": NOW,
+        },
+    }))
+    .unwrap()
+}
+
+fn gzip(bytes: &[u8], level: u32) -> Vec<u8> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 2), Compression::new(level));
+    std::io::Write::write_all(&mut encoder, bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+fn response_gzip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("response_gzip");
+    // The generator's longest Chinese articles are ~14 kB (3-byte characters, fewer of them).
+    for (name, language, bytes) in [
+        ("english", Language::English, 15_000..=30_000),
+        ("chinese", Language::Chinese, 9_000..=14_000),
+    ] {
+        let response = article_response(language, bytes);
+        group.throughput(Throughput::Bytes(response.len() as u64));
+        for level in [1, 6] {
+            println!(
+                "response_gzip {name}: {} bytes, level {level} gives {} bytes",
+                response.len(),
+                gzip(&response, level).len()
+            );
+            group.bench_function(
+                BenchmarkId::new(format!("{name}_level_{level}"), response.len()),
+                |b| {
+                    b.iter(|| black_box(gzip(black_box(&response), level)));
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    kernels,
+    scores,
+    top_n,
+    hot_list_json,
+    article,
+    response_gzip
+);
 criterion_main!(kernels);
