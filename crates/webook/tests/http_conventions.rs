@@ -318,14 +318,30 @@ async fn request_ids_are_generated_or_propagated() {
 #[tokio::test]
 async fn large_responses_are_compressed_when_the_client_accepts_it() {
     let base = serve(probe_routes(), &small_config()).await;
+    let sent = json!({"text": "webook ".repeat(100)});
     let response = reqwest::Client::new()
         .post(format!("{base}/echo"))
         .header(header::ACCEPT_ENCODING, "gzip")
-        .json(&json!({"text": "webook ".repeat(100)}))
+        .json(&sent)
         .send()
         .await
         .unwrap();
     assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
+    let compressed = response.bytes().await.unwrap();
+    let mut decoded = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&compressed[..]),
+        &mut decoded,
+    )
+    .unwrap();
+    assert!(
+        compressed.len() < decoded.len() / 4,
+        "{} bytes of {}",
+        compressed.len(),
+        decoded.len()
+    );
+    let envelope: Value = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(envelope["data"], sent);
 }
 
 #[tokio::test]
