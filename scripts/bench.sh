@@ -23,7 +23,8 @@
 #              of reads the server served (its request counter), exactly, or the script fails;
 #   - browse:  wrk -t2 -c64 GET /articles/pub/ID over the dataset's published articles, ids
 #              drawn by Zipf's law (s = 1) over a random order of them (the article cache and
-#              the database see a realistic mix of hot and cold articles); afterwards the sum of
+#              the database see a realistic mix of hot and cold articles), with a browser's
+#              Accept-Encoding (so answers are gzipped, as browsers get them); afterwards the sum of
 #              all read counters must have grown by the reads answered, as for reads (the
 #              database is read with python3's sqlite3 module, or psql for PostgreSQL);
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
@@ -500,6 +501,7 @@ LUA
       wrk_script "$tmp/browse.lua" <<LUA
 wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["User-Agent"] = "$ua"
+wrk.headers["Accept-Encoding"] = "gzip, deflate, br, zstd"
 -- Zipf (s = 1) over a random order of the published ids; each thread draws its own sequence.
 math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
 local ids, cumulative, total = {}, {}, 0
@@ -518,7 +520,7 @@ LUA
       before_served=$(route_requests 200)
       before_abandoned=$(route_requests 499)
       before_reads=$(reads_total)
-      note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID, Zipf over $(wc -l <"$tmp/published.txt") published articles"
+      note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID (gzip accepted), Zipf over $(wc -l <"$tmp/published.txt") published articles"
       run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
       record browse "$tmp/browse.txt"
       check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
