@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use webook::{
     article::service::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
-    testing::TestApp,
+    testing::{wait_until, TestApp},
 };
 
 /// Signs up and logs in `email`; returns its access token.
@@ -357,6 +357,25 @@ async fn caches_never_serve_stale_or_withdrawn_articles(setup: Setup) {
     );
 }
 
+/// A withdrawal whose caller went away right after asking (a client that disconnected, a
+/// request that timed out) still completes, caches included: readers lose the article.
+async fn a_withdrawal_completes_when_its_caller_goes_away(setup: Setup) {
+    use futures_util::FutureExt;
+
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "gone@example.com").await;
+    let id = publish(&app, &author, None, "t", "<p>c</p>").await;
+    let view = reader(&app, &author, id).await; // cached from here on
+    let author_id = view["data"]["author"]["id"].as_i64().unwrap();
+    // Polled once, then dropped (unless already done in that one poll).
+    let _ = app.state.articles.withdraw(author_id, id).now_or_never();
+    wait_until("readers to lose the withdrawn article", || async {
+        reader(&app, &author, id).await["code"] == 404001
+    })
+    .await;
+    assert_eq!(list(&app, &author, 0, 10).await["data"][0]["status"], 3);
+}
+
 async fn publishing_and_withdrawing_emit_events(setup: Setup) {
     let app = setup.spawn(|_| {}).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -411,6 +430,7 @@ setup_tests!(
     stored_xss_does_not_survive_saving,
     the_author_list_pages_newest_update_first_within_bounds,
     caches_never_serve_stale_or_withdrawn_articles,
+    a_withdrawal_completes_when_its_caller_goes_away,
     publishing_and_withdrawing_emit_events,
 );
 

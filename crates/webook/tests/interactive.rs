@@ -496,3 +496,55 @@ async fn a_read_batch_refills_the_counters_it_changed() {
         }
     }
 }
+
+/// A like and a collect whose callers went away right after asking (a client that disconnected,
+/// a request that timed out) still complete: the database changes and the cached counters and
+/// flags follow, on both engines, in-process and through Redis. Before the writes ran on tasks of
+/// their own, the invalidation was dropped with the caller and the cache kept the old counts
+/// until its TTL (this test then timed out waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_and_collects_complete_when_their_caller_goes_away() {
+    use futures_util::FutureExt;
+    use webook::{
+        config::{Config, DatabaseKind},
+        infra::{events::EventStream, redis::Redis},
+        interactive::{store::InteractiveStore, InteractiveService},
+        testing::redis_url,
+    };
+
+    let redis = Redis::connect(&redis_url()).await.unwrap();
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        for shared in [false, true] {
+            let db = TestDb::new(kind).await;
+            let prefix = prefix();
+            let service = InteractiveService::new(
+                InteractiveStore::new(db.db.clone()),
+                EventStream::in_process(),
+                shared.then_some((&redis, prefix.as_str())),
+                Config::default().cache_memory_bytes,
+            );
+            // Cached before the writes, as a reader's view leaves them.
+            assert_eq!(service.counts(BIZ, 9).await.unwrap(), Counts::default());
+            assert!(!service.user_flags(3, BIZ, 9).await.unwrap().liked);
+            // Each polled once, then dropped (unless already done in that one poll).
+            let _ = service.like(3, BIZ, 9, true).now_or_never();
+            let _ = service.collect(3, BIZ, 9, 0, true).now_or_never();
+            wait_until(
+                &format!(
+                    "{kind:?}, redis {shared}: the cache to show the dropped like and collect"
+                ),
+                || async {
+                    let counts = service.counts(BIZ, 9).await.unwrap();
+                    let flags = service.user_flags(3, BIZ, 9).await.unwrap();
+                    counts.like_cnt == 1
+                        && counts.collect_cnt == 1
+                        && flags.liked
+                        && flags.collected
+                },
+            )
+            .await;
+            let stored = service.batch_counts(BIZ, &[9]).await.unwrap()[&9];
+            assert_eq!((stored.like_cnt, stored.collect_cnt), (1, 1));
+        }
+    }
+}

@@ -9,7 +9,9 @@
 //! - withdraw: both → 3; readers get 404001, the author still sees and can republish it.
 //!
 //! Every write commits first, then fixes the caches (so they never serve what the database no
-//! longer says once the write has returned), then emits its event.
+//! longer says once the write has returned), then emits its event — all on a task of its own
+//! ([`crate::infra::detached`]): a client that disconnects, or a request that times out, after
+//! the commit cannot leave the caches or the event behind.
 
 use serde::Serialize;
 
@@ -20,7 +22,7 @@ use crate::{
         store::{ArticleStore, WriteError},
     },
     error::AppError,
-    infra::{db::now_millis, events::EventStream},
+    infra::{db::now_millis, detached::to_completion, events::EventStream},
 };
 
 /// Topic of the event emitted when an article is published or republished.
@@ -80,7 +82,8 @@ impl ArticleService {
         }
     }
 
-    /// Saves the author's draft (new when `id` is None); returns the id.
+    /// Saves the author's draft (new when `id` is None); returns the id. Runs to completion even
+    /// if the caller goes away, as every write here does ([`to_completion`], module docs).
     pub async fn save_draft(
         &self,
         author: i64,
@@ -89,13 +92,17 @@ impl ArticleService {
         content: &str,
     ) -> Result<i64, AppError> {
         let draft = Draft::parse(title, content, false)?;
-        let id = self
-            .store
-            .save_draft(author, id, &draft, now_millis())
-            .await
-            .map_err(write_error)?;
-        self.cache.forget_first_page(author).await;
-        Ok(id)
+        let service = self.clone();
+        to_completion(async move {
+            let id = service
+                .store
+                .save_draft(author, id, &draft, now_millis())
+                .await
+                .map_err(write_error)?;
+            service.cache.forget_first_page(author).await;
+            Ok(id)
+        })
+        .await
     }
 
     /// Saves and publishes; returns the id.
@@ -107,48 +114,59 @@ impl ArticleService {
         content: &str,
     ) -> Result<i64, AppError> {
         let draft = Draft::parse(title, content, true)?;
-        let now = now_millis();
-        let id = self
-            .store
-            .publish(author, id, &draft, now)
-            .await
-            .map_err(write_error)?;
-        self.cache.forget_first_page(author).await;
-        match self.store.reader_copy(id).await? {
-            Some(published) => self.cache.put_reader_copy(&published).await,
-            None => self.cache.forget_reader_copy(id).await,
-        }
-        self.emit(
-            TOPIC_PUBLISHED,
-            ArticleEvent {
-                id,
-                author,
-                time: now,
-            },
-        )
-        .await;
-        Ok(id)
+        let service = self.clone();
+        to_completion(async move {
+            let now = now_millis();
+            let id = service
+                .store
+                .publish(author, id, &draft, now)
+                .await
+                .map_err(write_error)?;
+            service.cache.forget_first_page(author).await;
+            match service.store.reader_copy(id).await? {
+                Some(published) => service.cache.put_reader_copy(&published).await,
+                None => service.cache.forget_reader_copy(id).await,
+            }
+            service
+                .emit(
+                    TOPIC_PUBLISHED,
+                    ArticleEvent {
+                        id,
+                        author,
+                        time: now,
+                    },
+                )
+                .await;
+            Ok(id)
+        })
+        .await
     }
 
     /// Withdraws an article: readers lose it, the author keeps it.
     pub async fn withdraw(&self, author: i64, id: i64) -> Result<(), AppError> {
-        let now = now_millis();
-        self.store
-            .withdraw(author, id, now)
-            .await
-            .map_err(write_error)?;
-        self.cache.forget_reader_copy(id).await;
-        self.cache.forget_first_page(author).await;
-        self.emit(
-            TOPIC_WITHDRAWN,
-            ArticleEvent {
-                id,
-                author,
-                time: now,
-            },
-        )
-        .await;
-        Ok(())
+        let service = self.clone();
+        to_completion(async move {
+            let now = now_millis();
+            service
+                .store
+                .withdraw(author, id, now)
+                .await
+                .map_err(write_error)?;
+            service.cache.forget_reader_copy(id).await;
+            service.cache.forget_first_page(author).await;
+            service
+                .emit(
+                    TOPIC_WITHDRAWN,
+                    ArticleEvent {
+                        id,
+                        author,
+                        time: now,
+                    },
+                )
+                .await;
+            Ok(())
+        })
+        .await
     }
 
     /// A page of the author's own articles, newest update first.

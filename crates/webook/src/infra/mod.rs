@@ -1,7 +1,7 @@
 //! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
 //! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
-//! middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]) and the
-//! periodic jobs ([`jobs`]).
+//! middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]), the
+//! periodic jobs ([`jobs`]) and writes that outlive their request ([`detached`]).
 //! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
@@ -9,6 +9,7 @@ pub mod cache;
 pub mod client_ip;
 pub mod cors;
 pub mod db;
+pub mod detached;
 pub mod events;
 pub mod http;
 pub mod jobs;

@@ -1,7 +1,9 @@
 //! The rules of reads, likes and collects for any `biz` + `biz_id`.
 //!
 //! - **Likes and collects** are written synchronously: the user's row and the counter in one
-//!   transaction (see [`InteractiveStore`]), then the object's cached counts are invalidated.
+//!   transaction (see [`InteractiveStore`]), then the object's cached counts are invalidated —
+//!   on a task of their own, so a caller that goes away cannot leave the commit without the
+//!   invalidation ([`crate::infra::detached`]).
 //!   Likes waiting at the same moment share a transaction (group commit, [`LIKE_BATCH`]); each
 //!   caller is answered after the commit.
 //! - **Reads** are the highest-volume write in the system, so a read only publishes an event
@@ -31,6 +33,7 @@ use crate::{
     infra::{
         cache::{json_bytes, FillToken, VersionedCache},
         db::now_millis,
+        detached::to_completion,
         events::{Event, EventStream},
         redis::Redis,
     },
@@ -158,32 +161,41 @@ impl InteractiveService {
         &self.events
     }
 
-    /// Likes or unlikes; idempotent. Returns once the like is committed (see [`LIKE_BATCH`]).
+    /// Likes or unlikes; idempotent. Returns once the like is committed (see [`LIKE_BATCH`]) and
+    /// the caches are fixed; both happen even if the caller goes away ([`to_completion`]).
     pub async fn like(&self, uid: i64, biz: &str, biz_id: i64, like: bool) -> Result<(), AppError> {
-        let (reply, changed) = oneshot::channel();
-        let request = LikeRequest {
-            change: LikeChange {
+        let service = self.clone();
+        let biz = biz.to_owned();
+        to_completion(async move {
+            let (reply, changed) = oneshot::channel();
+            let change = LikeChange {
                 uid,
-                biz: biz.to_owned(),
+                biz,
                 biz_id,
                 like,
-            },
-            reply,
-        };
-        self.likes
-            .send(request)
-            .await
-            .map_err(|_| anyhow::anyhow!("the like writer stopped"))?;
-        if changed
-            .await
-            .map_err(|_| anyhow::anyhow!("the like writer dropped a like"))??
-        {
-            self.forget(uid, biz, biz_id).await;
-        }
-        Ok(())
+            };
+            let request = LikeRequest {
+                change: change.clone(),
+                reply,
+            };
+            service
+                .likes
+                .send(request)
+                .await
+                .map_err(|_| anyhow::anyhow!("the like writer stopped"))?;
+            if changed
+                .await
+                .map_err(|_| anyhow::anyhow!("the like writer dropped a like"))??
+            {
+                service.forget(uid, &change.biz, biz_id).await;
+            }
+            Ok(())
+        })
+        .await
     }
 
-    /// Collects into folder `cid` (0 = default) or removes from collections; idempotent.
+    /// Collects into folder `cid` (0 = default) or removes from collections; idempotent. The
+    /// write and the cache fix complete even if the caller goes away ([`to_completion`]).
     pub async fn collect(
         &self,
         uid: i64,
@@ -192,17 +204,22 @@ impl InteractiveService {
         cid: i64,
         collect: bool,
     ) -> Result<(), AppError> {
-        if cid < 0 || !self.store.owns_collection(uid, cid).await? {
-            return Err(AppError::InvalidInput("cid: no such collection".into()));
-        }
-        if self
-            .store
-            .set_collect(uid, biz, biz_id, cid, collect, now_millis())
-            .await?
-        {
-            self.forget(uid, biz, biz_id).await;
-        }
-        Ok(())
+        let service = self.clone();
+        let biz = biz.to_owned();
+        to_completion(async move {
+            if cid < 0 || !service.store.owns_collection(uid, cid).await? {
+                return Err(AppError::InvalidInput("cid: no such collection".into()));
+            }
+            if service
+                .store
+                .set_collect(uid, &biz, biz_id, cid, collect, now_millis())
+                .await?
+            {
+                service.forget(uid, &biz, biz_id).await;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// After `uid` changed its like or collect of the object: its counts and that user's flags.
