@@ -440,22 +440,18 @@ fn doomed_events(
     service.events().clone()
 }
 
-/// After a read batch, the read counter refills the counters it changed (one query for the
-/// batch): the next `counts` is served from the cache — here told apart from a database load by
-/// changing the row behind the cache's back — on both engines, in-process and through Redis.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_batch_refills_the_counters_it_changed() {
+/// An `InteractiveService` without the rest of the app on each of {SQLite, PostgreSQL} ×
+/// {in-process cache, Redis cache} (in-process events), with its database and a label.
+async fn standalone_services() -> Vec<(String, TestDb, webook::interactive::InteractiveService)> {
     use webook::{
         config::{Config, DatabaseKind},
-        infra::{
-            events::{Event, EventStream},
-            redis::Redis,
-        },
-        interactive::{model::ReadEvent, store::InteractiveStore, InteractiveService},
+        infra::{events::EventStream, redis::Redis},
+        interactive::{store::InteractiveStore, InteractiveService},
         testing::redis_url,
     };
 
     let redis = Redis::connect(&redis_url()).await.unwrap();
+    let mut services = Vec::new();
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
         for shared in [false, true] {
             let db = TestDb::new(kind).await;
@@ -466,34 +462,47 @@ async fn a_read_batch_refills_the_counters_it_changed() {
                 shared.then_some((&redis, prefix.as_str())),
                 Config::default().cache_memory_bytes,
             );
-            // Cached before the reads, as a reader's view leaves it.
-            assert_eq!(service.counts(BIZ, 5).await.unwrap().read_cnt, 0);
-            let events = (0..3)
-                .map(|n| Event {
-                    id: format!("e{n}"),
-                    topic: "interactive_read".into(),
-                    key: "5".into(),
-                    payload: serde_json::to_vec(&ReadEvent {
-                        biz: BIZ.into(),
-                        biz_id: 5,
-                        uid: n,
-                    })
-                    .unwrap()
-                    .into(),
-                    time: 0,
-                })
-                .collect();
-            service.apply_read_batch(events).await.unwrap();
-            sqlx::query("UPDATE interactives SET read_cnt = 999 WHERE biz_id = 5")
-                .execute(db.db.pool())
-                .await
-                .unwrap();
-            assert_eq!(
-                service.counts(BIZ, 5).await.unwrap().read_cnt,
-                3,
-                "{kind:?}, redis {shared}: the batch's counts were not refilled into the cache"
-            );
+            services.push((format!("{kind:?}, redis {shared}"), db, service));
         }
+    }
+    services
+}
+
+/// After a read batch, the read counter refills the counters it changed (one query for the
+/// batch): the next `counts` is served from the cache — here told apart from a database load by
+/// changing the row behind the cache's back — on both engines, in-process and through Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_batch_refills_the_counters_it_changed() {
+    use webook::{infra::events::Event, interactive::model::ReadEvent};
+
+    for (label, db, service) in standalone_services().await {
+        // Cached before the reads, as a reader's view leaves it.
+        assert_eq!(service.counts(BIZ, 5).await.unwrap().read_cnt, 0);
+        let events = (0..3)
+            .map(|n| Event {
+                id: format!("e{n}"),
+                topic: "interactive_read".into(),
+                key: "5".into(),
+                payload: serde_json::to_vec(&ReadEvent {
+                    biz: BIZ.into(),
+                    biz_id: 5,
+                    uid: n,
+                })
+                .unwrap()
+                .into(),
+                time: 0,
+            })
+            .collect();
+        service.apply_read_batch(events).await.unwrap();
+        sqlx::query("UPDATE interactives SET read_cnt = 999 WHERE biz_id = 5")
+            .execute(db.db.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            service.counts(BIZ, 5).await.unwrap().read_cnt,
+            3,
+            "{label}: the batch's counts were not refilled into the cache"
+        );
     }
 }
 
@@ -505,46 +514,24 @@ async fn a_read_batch_refills_the_counters_it_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn likes_and_collects_complete_when_their_caller_goes_away() {
     use futures_util::FutureExt;
-    use webook::{
-        config::{Config, DatabaseKind},
-        infra::{events::EventStream, redis::Redis},
-        interactive::{store::InteractiveStore, InteractiveService},
-        testing::redis_url,
-    };
 
-    let redis = Redis::connect(&redis_url()).await.unwrap();
-    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
-        for shared in [false, true] {
-            let db = TestDb::new(kind).await;
-            let prefix = prefix();
-            let service = InteractiveService::new(
-                InteractiveStore::new(db.db.clone()),
-                EventStream::in_process(),
-                shared.then_some((&redis, prefix.as_str())),
-                Config::default().cache_memory_bytes,
-            );
-            // Cached before the writes, as a reader's view leaves them.
-            assert_eq!(service.counts(BIZ, 9).await.unwrap(), Counts::default());
-            assert!(!service.user_flags(3, BIZ, 9).await.unwrap().liked);
-            // Each polled once, then dropped (unless already done in that one poll).
-            let _ = service.like(3, BIZ, 9, true).now_or_never();
-            let _ = service.collect(3, BIZ, 9, 0, true).now_or_never();
-            wait_until(
-                &format!(
-                    "{kind:?}, redis {shared}: the cache to show the dropped like and collect"
-                ),
-                || async {
-                    let counts = service.counts(BIZ, 9).await.unwrap();
-                    let flags = service.user_flags(3, BIZ, 9).await.unwrap();
-                    counts.like_cnt == 1
-                        && counts.collect_cnt == 1
-                        && flags.liked
-                        && flags.collected
-                },
-            )
-            .await;
-            let stored = service.batch_counts(BIZ, &[9]).await.unwrap()[&9];
-            assert_eq!((stored.like_cnt, stored.collect_cnt), (1, 1));
-        }
+    for (label, _db, service) in standalone_services().await {
+        // Cached before the writes, as a reader's view leaves them.
+        assert_eq!(service.counts(BIZ, 9).await.unwrap(), Counts::default());
+        assert!(!service.user_flags(3, BIZ, 9).await.unwrap().liked);
+        // Each polled once, then dropped (unless already done in that one poll).
+        let _ = service.like(3, BIZ, 9, true).now_or_never();
+        let _ = service.collect(3, BIZ, 9, 0, true).now_or_never();
+        wait_until(
+            &format!("{label}: the cache to show the dropped like and collect"),
+            || async {
+                let counts = service.counts(BIZ, 9).await.unwrap();
+                let flags = service.user_flags(3, BIZ, 9).await.unwrap();
+                counts.like_cnt == 1 && counts.collect_cnt == 1 && flags.liked && flags.collected
+            },
+        )
+        .await;
+        let stored = service.batch_counts(BIZ, &[9]).await.unwrap()[&9];
+        assert_eq!((stored.like_cnt, stored.collect_cnt), (1, 1));
     }
 }
