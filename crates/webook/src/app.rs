@@ -300,6 +300,10 @@ impl App {
         {
             tracing::warn!("background tasks outlived shutdown_timeout; abandoning them");
         }
+        // Writes whose callers left (timeouts, disconnects) finish before the pool closes.
+        if !crate::infra::detached::drain(config.shutdown_timeout).await {
+            tracing::warn!("detached writes outlived shutdown_timeout; abandoning them");
+        }
         state.db.close().await;
         tracing::info!("stopped");
         Ok(())

@@ -5,11 +5,20 @@
 //! and emit its event, or readers see the old state until a TTL expires (a withdrawn article
 //! still readable, a like counted in the database but not in the cached counters).
 //! [`to_completion`] runs such a write on a task of its own and awaits it: the caller gets the
-//! result if it is still there, and the work completes either way.
+//! result if it is still there, and the work completes either way. The tasks are tracked, and
+//! graceful shutdown waits for them ([`drain`]) before it closes the database pool, so a write
+//! whose caller left during shutdown still finishes (in cluster mode its cache step goes to
+//! Redis, which outlives the process).
 
-use std::future::Future;
+use std::{future::Future, sync::LazyLock, time::Duration};
+
+use tokio_util::task::TaskTracker;
 
 use crate::error::AppError;
+
+/// Every detached write of the process (one tracker: tests run several apps in one process, and
+/// waiting for another app's writes at shutdown only costs that wait).
+static WRITES: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
 
 /// Runs `work` on its own task to completion and returns its result; dropping the returned
 /// future does not cancel `work`. A panic inside it answers as an internal error.
@@ -18,9 +27,19 @@ where
     T: Send + 'static,
     F: Future<Output = Result<T, AppError>> + Send + 'static,
 {
-    tokio::spawn(work)
+    WRITES
+        .spawn(work)
         .await
         .map_err(|err| AppError::Internal(anyhow::anyhow!("a write task failed: {err}")))?
+}
+
+/// Waits up to `limit` for the detached writes running now (and any started meanwhile) to
+/// finish; returns whether they all did.
+pub async fn drain(limit: Duration) -> bool {
+    // A closed tracker still takes new tasks; its `wait` then ends whenever it is empty. It
+    // stays closed: reopening would stall a second app of a test process draining meanwhile.
+    WRITES.close();
+    tokio::time::timeout(limit, WRITES.wait()).await.is_ok()
 }
 
 #[cfg(test)]
@@ -30,7 +49,9 @@ mod tests {
     use futures_util::FutureExt;
     use tokio::sync::oneshot;
 
-    use super::to_completion;
+    use std::time::Duration;
+
+    use super::{drain, to_completion};
     use crate::error::AppError;
 
     #[tokio::test]
@@ -46,6 +67,26 @@ mod tests {
         assert!(call.now_or_never().is_none());
         release.send(()).unwrap();
         assert_eq!(finished.await.unwrap(), "committed and cached");
+    }
+
+    #[tokio::test]
+    async fn drain_waits_for_writes_whose_caller_left() {
+        let (release, released) = oneshot::channel::<()>();
+        let (done, mut finished) = oneshot::channel();
+        let call = to_completion(async move {
+            released.await.unwrap();
+            done.send(()).unwrap();
+            Ok::<_, AppError>(())
+        });
+        assert!(call.now_or_never().is_none());
+        // Still blocked: the drain gives up after its limit and says so.
+        assert!(!drain(Duration::from_millis(50)).await);
+        release.send(()).unwrap();
+        assert!(drain(Duration::from_secs(10)).await);
+        assert!(
+            finished.try_recv().is_ok(),
+            "drain returned before the write finished"
+        );
     }
 
     #[tokio::test]
