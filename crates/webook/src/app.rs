@@ -5,7 +5,8 @@
 //! behind the middleware of [`crate::infra::http`]. [`App::run_until`] serves until the shutdown
 //! future resolves, then drains: it stops accepting, lets in-flight requests finish (bounded by
 //! `shutdown_timeout`), stops the job scheduler (running jobs get `shutdown_timeout` too, then
-//! are cancelled), stops background tasks and closes the pool.
+//! are cancelled), stops background tasks, waits for writes whose callers left
+//! ([`crate::infra::detached`]) and closes the pool.
 
 use std::{
     future::{Future, IntoFuture},
