@@ -168,14 +168,13 @@ impl InteractiveService {
         let biz = biz.to_owned();
         to_completion(async move {
             let (reply, changed) = oneshot::channel();
-            let change = LikeChange {
-                uid,
-                biz,
-                biz_id,
-                like,
-            };
             let request = LikeRequest {
-                change: change.clone(),
+                change: LikeChange {
+                    uid,
+                    biz: biz.clone(),
+                    biz_id,
+                    like,
+                },
                 reply,
             };
             service
@@ -187,7 +186,7 @@ impl InteractiveService {
                 .await
                 .map_err(|_| anyhow::anyhow!("the like writer dropped a like"))??
             {
-                service.forget(uid, &change.biz, biz_id).await;
+                service.forget(uid, &biz, biz_id).await;
             }
             Ok(())
         })
@@ -204,12 +203,13 @@ impl InteractiveService {
         cid: i64,
         collect: bool,
     ) -> Result<(), AppError> {
+        // Checked before the write's task: a refused collect has nothing to complete.
+        if cid < 0 || !self.store.owns_collection(uid, cid).await? {
+            return Err(AppError::InvalidInput("cid: no such collection".into()));
+        }
         let service = self.clone();
         let biz = biz.to_owned();
         to_completion(async move {
-            if cid < 0 || !service.store.owns_collection(uid, cid).await? {
-                return Err(AppError::InvalidInput("cid: no such collection".into()));
-            }
             if service
                 .store
                 .set_collect(uid, &biz, biz_id, cid, collect, now_millis())
