@@ -1,25 +1,27 @@
 //! Wiring: turns a [`Config`] into a running service.
 //!
-//! [`App::build`] opens the backends (SQL pool + migrations, Redis in cluster mode), resolves the
-//! JWT secrets, binds the listener and assembles the router from every feature's `router()`
-//! behind the middleware of [`crate::infra::http`]. [`App::run_until`] serves until the shutdown
-//! future resolves, then drains: it stops accepting, lets in-flight requests finish (bounded by
-//! `shutdown_timeout`), stops the job scheduler (running jobs get `shutdown_timeout` too, then
-//! are cancelled), stops background tasks, waits for writes whose callers left
-//! ([`crate::infra::detached`]) and closes the pool.
+//! [`App::build`] takes the embedded-mode instance lock ([`InstanceLock`]), opens the backends
+//! (SQL pool + migrations, Redis in cluster mode), resolves the JWT secrets, binds the listeners
+//! (the API, and the operations endpoints when `ops_listen` is set) and assembles the router from
+//! every feature's `router()` behind the middleware of [`crate::infra::http`].
+//! [`App::run_until`] serves ([`crate::infra::serve`]) until the shutdown future resolves, then
+//! drains: it stops accepting, lets in-flight requests finish (bounded by `shutdown_timeout`),
+//! stops the job scheduler (running jobs get `shutdown_timeout` too, then are cancelled), stops
+//! background tasks, waits for writes whose callers left ([`crate::infra::detached`]) and closes
+//! the pool.
 
-use std::{
-    future::{Future, IntoFuture},
-    net::SocketAddr,
-    sync::Arc,
-    time::Duration,
-};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use axum::{extract::FromRef, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::infra::{
+    instance_lock::InstanceLock,
+    serve::{self as http_server, ServeOptions},
+};
 
 use scheduler::{
     sql::{Executors, SqlJobStore, SqlScheduler, WorkerOptions},
@@ -38,8 +40,8 @@ use crate::{
     ops,
     ranking::{self, RankingJob, RankingService},
     user::{
-        self, password::PasswordHasher, session::SessionStore, store::UserStore, token::Tokens,
-        PurgeExpiredSessions, UserService,
+        self, password::PasswordHasher, service::Limits, session::SessionStore, store::UserStore,
+        token::Tokens, PurgeExpiredSessions, UserService,
     },
 };
 
@@ -104,11 +106,14 @@ impl FromRef<AppState> for TrustedProxies {
     }
 }
 
-/// A built service: backends open, jobs registered, listener bound, not yet serving.
+/// A built service: backends open, jobs registered, listeners bound, not yet serving.
 pub struct App {
     state: AppState,
     jobs: JobRegistry,
     listener: TcpListener,
+    ops_listener: Option<TcpListener>,
+    /// Held while serving (embedded mode): no second embedded server on this database.
+    _instance_lock: Option<InstanceLock>,
 }
 
 impl App {
@@ -118,6 +123,13 @@ impl App {
         let metrics = telemetry::metrics_handle()?;
         let jwt = JwtSecrets::resolve(&config)?;
         let db = Db::connect(&config).await?;
+        // Before the first write. Worker-only processes share nothing user-facing in-process,
+        // so several may run.
+        let instance_lock = if config.role.serves_api() {
+            InstanceLock::acquire(&config, "webook serve").await?
+        } else {
+            None
+        };
         let applied = db.migrate().await.context("applying migrations")?;
         if applied > 0 {
             tracing::info!(applied, "database migrated");
@@ -160,7 +172,8 @@ impl App {
         jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
         let ranking = ranking::build(&config, &db, redis.as_ref())?;
         let job_store = crate::jobs::store(&db);
-        let job_executors = crate::jobs::executors(Some(ranking.clone()));
+        let job_executors =
+            crate::jobs::executors(Some(ranking.clone()), config.job_http_allowed_networks()?)?;
         if config.role.runs_work() {
             match config.ranking_mode {
                 RankingMode::Sql => ranking::ensure_job(&job_store, &config).await?,
@@ -180,6 +193,12 @@ impl App {
                 config.listen
             )
         })?;
+        let ops_listener = match config.ops_listen {
+            Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
+                format!("cannot listen on ops_listen (WEBOOK_OPS_LISTEN) {address}")
+            })?),
+            None => None,
+        };
         Ok(Self {
             state: AppState::new(Services {
                 config: Arc::new(config),
@@ -197,12 +216,23 @@ impl App {
             }),
             jobs,
             listener,
+            ops_listener,
+            _instance_lock: instance_lock,
         })
     }
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
         Ok(self.listener.local_addr()?)
+    }
+
+    /// The operations address actually bound, when `ops_listen` is set.
+    pub fn ops_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        Ok(self
+            .ops_listener
+            .as_ref()
+            .map(TcpListener::local_addr)
+            .transpose()?)
     }
 
     /// The shared state handlers see.
@@ -216,17 +246,32 @@ impl App {
             state,
             jobs,
             listener,
+            ops_listener,
+            _instance_lock,
         } = self;
         let config = state.config.clone();
         let role = config.role;
+        let separate_ops = ops_listener.is_some();
         let router = if role.serves_api() {
             router(state.clone())?
         } else {
             with_middleware(
-                ops::router(config.debug_endpoints).with_state(state.clone()),
+                ops::router(ops::Endpoints {
+                    metrics: !separate_ops,
+                    debug: config.debug_endpoints,
+                })
+                .with_state(state.clone()),
                 &config,
             )?
         };
+        let ops_router = with_middleware(
+            ops::router(ops::Endpoints {
+                metrics: true,
+                debug: false,
+            })
+            .with_state(state.clone()),
+            &config,
+        )?;
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
         // `background_stop` ends background work, so the events those last requests published
         // are still consumed and flushed.
@@ -237,11 +282,21 @@ impl App {
             state.metrics.clone(),
             background_stop.clone(),
         ));
-        background.spawn(state.ranking.clone().refresher(background_stop.clone()));
+        background.spawn(
+            state
+                .ranking
+                .clone()
+                .refresher(background_stop.clone(), role.runs_work()),
+        );
         let mut cron_jobs = None;
         let mut durable_jobs = None;
         if role.runs_work() {
             background.spawn(state.interactive.read_counter(background_stop.clone()));
+            background.spawn(
+                state
+                    .ranking
+                    .withdrawal_consumer(&state.events, background_stop.clone()),
+            );
             cron_jobs = Some(jobs.start());
             durable_jobs = Some(
                 SqlScheduler::new(
@@ -260,26 +315,40 @@ impl App {
             database = %crate::infra::redact_url(&config.database_url()),
             "listening on http://{addr}"
         );
-        let server = axum::serve(
-            crate::infra::http::without_nagle(listener),
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stopping.clone().cancelled_owned())
-        .into_future();
+        let options = ServeOptions::from_config(&config);
+        let ops_server = ops_listener.map(|ops_listener| {
+            if let Ok(ops_addr) = ops_listener.local_addr() {
+                tracing::info!("operations endpoints on http://{ops_addr}");
+            }
+            tokio::spawn(http_server::serve(
+                ops_listener,
+                ops_router,
+                options,
+                stopping.clone(),
+            ))
+        });
+        let server = http_server::serve(listener, router, options, stopping.clone());
         tokio::pin!(server);
 
         tokio::select! {
-            result = &mut server => result.context("HTTP server failed")?,
+            () = &mut server => anyhow::bail!("the HTTP server stopped by itself"),
             () = shutdown => {
                 tracing::info!(grace = ?config.shutdown_timeout, "shutting down: draining in-flight requests");
                 stopping.cancel();
-                match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
-                    Ok(result) => result.context("HTTP server failed while draining")?,
-                    Err(_) => tracing::warn!("in-flight requests outlived shutdown_timeout; abandoning them"),
+                if tokio::time::timeout(config.shutdown_timeout, &mut server).await.is_err() {
+                    tracing::warn!("in-flight requests outlived shutdown_timeout; abandoning them");
                 }
             }
         }
         stopping.cancel();
+        if let Some(ops_server) = ops_server {
+            if tokio::time::timeout(config.shutdown_timeout, ops_server)
+                .await
+                .is_err()
+            {
+                tracing::warn!("operations requests outlived shutdown_timeout; abandoning them");
+            }
+        }
         // Jobs next: they may still publish events, which the consumers below then flush.
         if let Some(durable_jobs) = durable_jobs {
             durable_jobs.stop(config.shutdown_timeout).await;
@@ -315,7 +384,10 @@ impl App {
 pub fn router(state: AppState) -> anyhow::Result<Router> {
     let config = state.config.clone();
     let routes = Router::new()
-        .merge(ops::router(config.debug_endpoints))
+        .merge(ops::router(ops::Endpoints {
+            metrics: config.ops_listen.is_none(),
+            debug: config.debug_endpoints,
+        }))
         .merge(user::router())
         .merge(article::router())
         .merge(ranking::router())
@@ -343,7 +415,7 @@ async fn build_user_service(
     redis: Option<&Redis>,
 ) -> anyhow::Result<UserService> {
     let tokens = Tokens::new(jwt, config.access_token_ttl, config.refresh_token_ttl)?;
-    let (sessions, auth_limiter) = match redis {
+    let (sessions, auth_limiter, write_limiter) = match redis {
         Some(redis) => (
             SessionStore::redis(
                 redis.clone(),
@@ -357,10 +429,18 @@ async fn build_user_service(
                 config.auth_rate_limit,
                 config.auth_rate_window,
             ),
+            RateLimiter::redis(
+                "write",
+                redis.clone(),
+                &config.redis_prefix,
+                config.write_rate_limit,
+                config.write_rate_window,
+            ),
         ),
         None => (
             SessionStore::local(db.clone(), config.refresh_token_ttl).await?,
             RateLimiter::local("auth", config.auth_rate_limit, config.auth_rate_window)?,
+            RateLimiter::local("write", config.write_rate_limit, config.write_rate_window)?,
         ),
     };
     Ok(UserService::new(
@@ -368,7 +448,10 @@ async fn build_user_service(
         PasswordHasher::new()?,
         tokens,
         sessions,
-        auth_limiter,
+        Limits {
+            auth: auth_limiter,
+            writes: write_limiter,
+        },
     ))
 }
 

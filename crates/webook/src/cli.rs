@@ -1,4 +1,4 @@
-//! Command-line interface: `webook serve | migrate | version | jobs … | rank | seed`.
+//! Command-line interface: `webook serve | migrate | version | jobs … | admin … | rank | seed`.
 //!
 //! The global flags (`--config`, `--listen`, `--data-dir`, `--database-url`, `--redis-url`) are the
 //! top layer of the configuration (see [`crate::config`]); they work before or after the
@@ -72,6 +72,12 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Grant, revoke and list admin rights (who may manage jobs over the API), in the database.
+    Admin {
+        /// What to do.
+        #[command(subcommand)]
+        command: AdminCommand,
     },
     /// The hot list: print the shared list, or compute and store it now (`--once`).
     Rank(RankArgs),
@@ -181,6 +187,24 @@ pub enum JobsCommand {
     },
 }
 
+/// `webook admin …`: admin rights by user, named by id or by registered email. Rights follow the
+/// user id; config `admins` lists further ids.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Give a user admin rights.
+    Grant {
+        /// User id or registered email.
+        user: String,
+    },
+    /// Take back rights granted with `grant` (ids in config `admins` stay admins).
+    Revoke {
+        /// User id or registered email.
+        user: String,
+    },
+    /// List the users granted admin rights in the database.
+    List,
+}
+
 /// Flags of `webook jobs add`.
 #[derive(Debug, Args)]
 pub struct AddJobArgs {
@@ -259,12 +283,20 @@ impl Cli {
             Command::Seed(args) => {
                 let config = Config::load(&self.config)?;
                 infra::telemetry::init_logging(&config)?;
+                // The seed assumes no concurrent writer: not beside an embedded server.
+                let _lock =
+                    infra::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
                 crate::seed::cli::run(&config, &args).await
             }
             Command::Jobs { command } => {
                 let config = Config::load(&self.config)?;
                 infra::telemetry::init_logging(&config)?;
                 jobs::cli::run(&config, command).await
+            }
+            Command::Admin { command } => {
+                let config = Config::load(&self.config)?;
+                infra::telemetry::init_logging(&config)?;
+                crate::user::admin::run_cli(&config, command).await
             }
             Command::Migrate => {
                 let config = Config::load(&self.config)?;

@@ -62,9 +62,10 @@ pub struct Config {
     /// Origins allowed by CORS (a list, or comma-separated in the environment).
     #[serde(deserialize_with = "list_or_comma_separated")]
     pub cors_origins: Vec<String>,
-    /// Emails of administrators (a list, or comma-separated in the environment).
-    #[serde(deserialize_with = "list_or_comma_separated")]
-    pub admins: Vec<String>,
+    /// User ids of administrators (a list, or comma-separated in the environment). Admin rights
+    /// are also granted with `webook admin grant`; never by email, which anyone can sign up with.
+    #[serde(deserialize_with = "user_ids")]
+    pub admins: Vec<i64>,
     /// Log filter in `tracing` EnvFilter syntax, e.g. `info` or `webook=debug,sqlx=warn`.
     pub log: String,
     /// Log line format.
@@ -74,11 +75,29 @@ pub struct Config {
     /// A request still running after this long is answered 503 and dropped.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// A client must send a request's whole header within this long of starting it (or of
+    /// connecting), or the connection is closed: slow-header clients cannot hold sockets.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// A connection with no request in progress and no bytes moving for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub http_idle_timeout: Duration,
+    /// Most client connections open at once; beyond it new connections wait in the listen
+    /// backlog until one closes.
+    pub http_max_connections: usize,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on this address instead of `listen` (which
+    /// then no longer serves `/metrics`). Unset: everything on `listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_listen: Option<SocketAddr>,
     /// On SIGINT/SIGTERM, how long in-flight work may take to drain before the process exits.
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
     /// Size of the SQL connection pool.
     pub database_max_connections: u32,
+    /// How long a query waits for a pooled connection before it fails (answered 503). While the
+    /// database is unreachable, queries fail at once after the first such failure.
+    #[serde(with = "humantime_serde")]
+    pub database_acquire_timeout: Duration,
     /// Lifetime of access tokens.
     #[serde(with = "humantime_serde")]
     pub access_token_ttl: Duration,
@@ -90,6 +109,12 @@ pub struct Config {
     /// The window of `auth_rate_limit`.
     #[serde(with = "humantime_serde")]
     pub auth_rate_window: Duration,
+    /// Writes (publish, save, withdraw, like, collect, profile edits) allowed per user within
+    /// `write_rate_window`; beyond it, 429001.
+    pub write_rate_limit: u32,
+    /// The window of `write_rate_limit`.
+    #[serde(with = "humantime_serde")]
+    pub write_rate_window: Duration,
     /// Proxies (IPs or CIDRs) whose `X-Forwarded-For` is believed when finding the client IP.
     #[serde(deserialize_with = "list_or_comma_separated")]
     pub trusted_proxies: Vec<String>,
@@ -117,6 +142,10 @@ pub struct Config {
     /// Longest pause between polls of the `jobs` table when nothing is due.
     #[serde(with = "humantime_serde")]
     pub job_poll_max: Duration,
+    /// Networks (CIDRs or IPs) that `http` jobs may call although they are loopback, private,
+    /// link-local or otherwise internal; every other internal address is refused.
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub job_http_allowed_networks: Vec<String>,
     /// How many articles the hot list holds (and the most `GET /ranking/top` returns).
     pub ranking_size: usize,
     /// Only articles first published this recently are ranked.
@@ -193,12 +222,19 @@ impl Default for Config {
             log_format: LogFormat::Text,
             body_limit_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            http_header_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
+            http_max_connections: 10_000,
+            ops_listen: None,
             shutdown_timeout: Duration::from_secs(30),
             database_max_connections: 16,
+            database_acquire_timeout: crate::infra::db::DEFAULT_ACQUIRE_TIMEOUT,
             access_token_ttl: Duration::from_secs(30 * 60),
             refresh_token_ttl: Duration::from_secs(7 * 24 * 3600),
             auth_rate_limit: 10,
             auth_rate_window: Duration::from_secs(60),
+            write_rate_limit: 120,
+            write_rate_window: Duration::from_secs(60),
             trusted_proxies: Vec::new(),
             debug_endpoints: false,
             purge_schedule: "@every 10m".to_owned(),
@@ -208,6 +244,7 @@ impl Default for Config {
             job_heartbeat: Duration::from_secs(2),
             job_lease: Duration::from_secs(10),
             job_poll_max: Duration::from_secs(1),
+            job_http_allowed_networks: Vec::new(),
             ranking_size: 100,
             ranking_window: Duration::from_secs(7 * 24 * 3600),
             ranking_formula: "hacker_news".to_owned(),
@@ -238,12 +275,19 @@ pub const KEYS: &[&str] = &[
     "log_format",
     "body_limit_bytes",
     "request_timeout",
+    "http_header_timeout",
+    "http_idle_timeout",
+    "http_max_connections",
+    "ops_listen",
     "shutdown_timeout",
     "database_max_connections",
+    "database_acquire_timeout",
     "access_token_ttl",
     "refresh_token_ttl",
     "auth_rate_limit",
     "auth_rate_window",
+    "write_rate_limit",
+    "write_rate_window",
     "trusted_proxies",
     "debug_endpoints",
     "purge_schedule",
@@ -253,6 +297,7 @@ pub const KEYS: &[&str] = &[
     "job_heartbeat",
     "job_lease",
     "job_poll_max",
+    "job_http_allowed_networks",
     "ranking_size",
     "ranking_window",
     "ranking_formula",
@@ -330,20 +375,12 @@ impl Config {
 
     /// `trusted_proxies` parsed; a bare IP is a single-address network.
     pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
-        self.trusted_proxies
-            .iter()
-            .map(|entry| {
-                entry
-                    .parse::<ipnet::IpNet>()
-                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| {
-                        anyhow::anyhow!(
-                            "invalid trusted_proxies (WEBOOK_TRUSTED_PROXIES) entry {entry:?}: \
-                             expected an IP or a CIDR such as 10.0.0.0/8"
-                        )
-                    })
-            })
-            .collect()
+        networks("trusted_proxies", &self.trusted_proxies)
+    }
+
+    /// `job_http_allowed_networks` parsed; a bare IP is a single-address network.
+    pub fn job_http_allowed_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
+        networks("job_http_allowed_networks", &self.job_http_allowed_networks)
     }
 
     /// The hot list's score function from `ranking_formula`, `ranking_gravity` and the weights.
@@ -398,6 +435,44 @@ impl Config {
                 "invalid cache_memory_bytes (WEBOOK_CACHE_MEMORY_BYTES): at least {MIN_CACHE_MEMORY_BYTES} (1 MiB)"
             );
         }
+        for (name, value) in [
+            ("request_timeout", self.request_timeout),
+            ("http_header_timeout", self.http_header_timeout),
+            ("http_idle_timeout", self.http_idle_timeout),
+            ("database_acquire_timeout", self.database_acquire_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ] {
+            if value.is_zero() {
+                bail!(
+                    "invalid {name} (WEBOOK_{}): must be above 0",
+                    name.to_uppercase()
+                );
+            }
+        }
+        if self.database_acquire_timeout >= self.request_timeout {
+            bail!(
+                "invalid database_acquire_timeout (WEBOOK_DATABASE_ACQUIRE_TIMEOUT): must be \
+                 shorter than request_timeout, so a request waiting for the database still gets \
+                 its own answer"
+            );
+        }
+        if self.http_max_connections == 0 {
+            bail!("invalid http_max_connections (WEBOOK_HTTP_MAX_CONNECTIONS): must be above 0");
+        }
+        if self.ops_listen == Some(self.listen) {
+            bail!(
+                "invalid ops_listen (WEBOOK_OPS_LISTEN): must differ from listen, or be left unset \
+                 to serve the operations endpoints on listen"
+            );
+        }
+        crate::infra::cors::CorsPolicy::new(&self.cors_origins)?;
+        if self.write_rate_limit == 0 || self.write_rate_window.is_zero() {
+            bail!(
+                "invalid write_rate_limit / write_rate_window (WEBOOK_WRITE_RATE_LIMIT, \
+                 WEBOOK_WRITE_RATE_WINDOW): both must be above 0"
+            );
+        }
+        self.job_http_allowed_networks()?;
         if self.body_limit_bytes == 0 {
             bail!("invalid body_limit_bytes (WEBOOK_BODY_LIMIT_BYTES): must be above 0");
         }
@@ -493,11 +568,39 @@ impl Config {
     }
 }
 
+/// IPs or CIDRs of the setting `name`; a bare IP is a single-address network.
+fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<ipnet::IpNet>> {
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "invalid {name} (WEBOOK_{}) entry {entry:?}: expected an IP or a CIDR \
+                         such as 10.0.0.0/8",
+                        name.to_uppercase()
+                    )
+                })
+        })
+        .collect()
+}
+
 /// One line naming the setting, where its value came from and what is wrong with it.
 fn describe_figment_error(err: figment::Error) -> anyhow::Error {
     let key = err.path.join(".").to_lowercase();
     if key.is_empty() {
-        return anyhow::anyhow!("invalid configuration: {err}");
+        // A file that is not TOML at all: the parser's report spans several lines (a snippet
+        // with a caret); keep its sentences on one line.
+        let origin = match err.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+            Some(figment::Source::File(path)) => format!(" {}", path.display()),
+            _ => String::new(),
+        };
+        return anyhow::anyhow!(
+            "invalid configuration{origin}: {}",
+            one_line(&err.kind.to_string())
+        );
     }
     let origin = match err.metadata.as_ref() {
         Some(metadata) => match &metadata.source {
@@ -510,6 +613,22 @@ fn describe_figment_error(err: figment::Error) -> anyhow::Error {
         None => "default".to_owned(),
     };
     anyhow::anyhow!("invalid {key} ({origin}): {}", err.kind)
+}
+
+/// A multi-line parser report as one line: the snippet lines (`  |`, `3 | key = …`) are dropped,
+/// the sentences joined with "; ".
+fn one_line(report: &str) -> String {
+    report
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            let snippet = line
+                .split_once('|')
+                .is_some_and(|(gutter, _)| gutter.trim().chars().all(|c| c.is_ascii_digit()));
+            !line.is_empty() && !snippet
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The engine a database URL points at, or an error naming the setting.
@@ -651,6 +770,56 @@ fn random_hex(bytes: usize) -> anyhow::Result<String> {
     Ok(hex::encode(buf))
 }
 
+/// User ids: `[1, 2]` (TOML) or `"1, 2"` (environment variables). An email is refused with the
+/// way to grant rights by email instead: an unregistered admin email could be claimed by
+/// whoever signs up with it first.
+fn user_ids<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<i64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(i64),
+        Text(String),
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IdsOrString {
+        Ids(Vec<Id>),
+        // An environment value of one number arrives as a number.
+        One(i64),
+        String(String),
+    }
+    let entries: Vec<Id> = match IdsOrString::deserialize(de)? {
+        IdsOrString::Ids(ids) => ids,
+        IdsOrString::One(id) => vec![Id::Number(id)],
+        IdsOrString::String(joined) => joined
+            .split(',')
+            .map(|part| Id::Text(part.trim().to_owned()))
+            .filter(|id| !matches!(id, Id::Text(text) if text.is_empty()))
+            .collect(),
+    };
+    entries
+        .into_iter()
+        .map(|entry| {
+            let id = match entry {
+                Id::Number(id) => Ok(id),
+                Id::Text(text) if text.contains('@') => Err(format!(
+                    "{text:?} is an email: admins are user ids now (an email could be claimed by \
+                     whoever signs up with it); grant rights with `webook admin grant {text}`"
+                )),
+                Id::Text(text) => text
+                    .parse::<i64>()
+                    .map_err(|_| format!("{text:?} is not a user id")),
+            }?;
+            if id > 0 {
+                Ok(id)
+            } else {
+                Err(format!("{id} is not a user id (ids are positive)"))
+            }
+        })
+        .collect::<Result<Vec<i64>, String>>()
+        .map_err(serde::de::Error::custom)
+}
+
 /// Accepts `["a", "b"]` (TOML, flags) or `"a, b"` (environment variables).
 fn list_or_comma_separated<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]
@@ -687,6 +856,7 @@ mod tests {
             redis_url: Some("redis://127.0.0.1/".into()),
             jwt_access_secret: Some(Secret::new("a")),
             jwt_refresh_secret: Some(Secret::new("r")),
+            ops_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             ..Config::default()
         };
         let value = serde_json::to_value(&config).unwrap();
@@ -724,7 +894,7 @@ mod tests {
                 listen = "127.0.0.1:9001"
                 data_dir = "/from-file"
                 log = "debug"
-                admins = ["file@example.com"]
+                admins = [7]
                 request_timeout = "5s"
                 "#,
             )?;
@@ -737,11 +907,13 @@ mod tests {
             // Env beats file.
             jail.set_env("WEBOOK_LISTEN", "127.0.0.1:9002");
             jail.set_env("WEBOOK_DATA_DIR", "/from-env");
-            jail.set_env("WEBOOK_ADMINS", "a@example.com, b@example.com");
+            jail.set_env("WEBOOK_ADMINS", "7");
+            assert_eq!(load_in_jail(&ConfigArgs::default())?.admins, vec![7]);
+            jail.set_env("WEBOOK_ADMINS", "3, 4");
             let config = load_in_jail(&ConfigArgs::default())?;
             assert_eq!(config.listen.to_string(), "127.0.0.1:9002");
             assert_eq!(config.data_dir, PathBuf::from("/from-env"));
-            assert_eq!(config.admins, vec!["a@example.com", "b@example.com"]);
+            assert_eq!(config.admins, vec![3, 4]);
             assert_eq!(config.log, "debug", "untouched keys keep the file's value");
 
             // Flags beat env.
@@ -790,6 +962,73 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("lisen"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
+        Jail::expect_with(|jail| {
+            let refused = |jail: &mut Jail, key: &str, value: &str, expected: &[&str]| {
+                jail.set_env(key, value);
+                let err = Config::load(&ConfigArgs::default())
+                    .unwrap_err()
+                    .to_string();
+                for part in expected {
+                    assert!(err.contains(part), "{key}={value}: {err}");
+                }
+                assert!(!err.contains('\n'), "one line: {err}");
+                std::env::remove_var(key);
+            };
+            refused(
+                jail,
+                "WEBOOK_REQUEST_TIMEOUT",
+                "0s",
+                &["request_timeout", "above 0"],
+            );
+            refused(
+                jail,
+                "WEBOOK_HTTP_HEADER_TIMEOUT",
+                "0s",
+                &["http_header_timeout"],
+            );
+            refused(
+                jail,
+                "WEBOOK_DATABASE_ACQUIRE_TIMEOUT",
+                "40s",
+                &["database_acquire_timeout", "request_timeout"],
+            );
+            refused(
+                jail,
+                "WEBOOK_CORS_ORIGINS",
+                "not a url",
+                &["cors_origins", "not a URL"],
+            );
+            refused(
+                jail,
+                "WEBOOK_ADMINS",
+                "ops@example.com",
+                &["admins", "webook admin grant"],
+            );
+            refused(jail, "WEBOOK_ADMINS", "-1", &["admins", "positive"]);
+            refused(jail, "WEBOOK_WRITE_RATE_LIMIT", "0", &["write_rate_limit"]);
+            refused(
+                jail,
+                "WEBOOK_JOB_HTTP_ALLOWED_NETWORKS",
+                "10.0.0.0/33",
+                &["job_http_allowed_networks", "CIDR"],
+            );
+            refused(jail, "WEBOOK_OPS_LISTEN", "127.0.0.1:8080", &["ops_listen"]);
+
+            jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;
+            let err = Config::load(&ConfigArgs::default())
+                .unwrap_err()
+                .to_string();
+            assert!(!err.contains('\n'), "one line: {err}");
+            assert!(
+                err.contains("webook.toml") && err.contains("line 2"),
+                "{err}"
+            );
             Ok(())
         });
     }

@@ -9,8 +9,17 @@
 //! [`ApiJson`] is the JSON body extractor every handler uses, so a malformed, mistyped or
 //! oversized body answers 400 with code 4 and a message saying what was wrong; [`ApiPath`] and
 //! [`ApiQuery`] do the same for path parameters and query strings.
+//!
+//! **Language.** Every message exists in English and Chinese ([`Msg`]); `msg` is answered in the
+//! language the request's `Accept-Language` prefers ([`Lang::negotiate`], English by default).
+//! The HTTP layer ([`crate::infra::http::Observe`]) runs each request inside [`Lang::scope`], and
+//! rendering an error reads [`Lang::current`]. Codes never depend on the language. Field names in
+//! messages (`title:`, `aboutMe:`) stay as the API spells them in both languages.
+//!
+//! A failure of the database itself (unreachable, disk full) is a dependency being down: it is
+//! answered 503 so that clients and load balancers retry, never 500 ([`AppError::from`]).
 
-use std::time::Duration;
+use std::{borrow::Cow, fmt, future::Future, time::Duration};
 
 use axum::{
     extract::{
@@ -44,6 +53,107 @@ pub const CODE_CONFLICT: i32 = 409001;
 /// Business code: too many requests.
 pub const CODE_RATE_LIMITED: i32 = 429001;
 
+/// A language `msg` can be answered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    /// English, the default.
+    #[default]
+    En,
+    /// Simplified Chinese.
+    Zh,
+}
+
+tokio::task_local! {
+    static LANG: Lang;
+}
+
+impl Lang {
+    /// The language an `Accept-Language` header prefers among those we speak: the highest
+    /// `q` wins, ties go to the earlier entry, `q=0` excludes; English when nothing matches.
+    pub fn negotiate(accept_language: Option<&str>) -> Self {
+        let Some(header) = accept_language else {
+            return Self::En;
+        };
+        let mut best: Option<(f32, Self)> = None;
+        for entry in header.split(',') {
+            let mut parts = entry.split(';');
+            let tag = parts.next().unwrap_or("").trim();
+            let quality = parts
+                .find_map(|param| {
+                    let (name, value) = param.split_once('=')?;
+                    (name.trim() == "q").then(|| value.trim().parse::<f32>().ok())?
+                })
+                .unwrap_or(1.0);
+            let primary = tag.split('-').next().unwrap_or("");
+            let lang = if primary.eq_ignore_ascii_case("zh") {
+                Self::Zh
+            } else if primary.eq_ignore_ascii_case("en") {
+                Self::En
+            } else {
+                continue;
+            };
+            if quality > 0.0 && best.is_none_or(|(best_quality, _)| quality > best_quality) {
+                best = Some((quality, lang));
+            }
+        }
+        best.map_or(Self::En, |(_, lang)| lang)
+    }
+
+    /// Runs `future` with `self` as the language of the errors it renders.
+    pub async fn scope<F: Future>(self, future: F) -> F::Output {
+        LANG.scope(self, future).await
+    }
+
+    /// The language of the request being handled (English outside a request).
+    pub fn current() -> Self {
+        LANG.try_with(|lang| *lang).unwrap_or_default()
+    }
+}
+
+/// A message in both languages of the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Msg {
+    en: Cow<'static, str>,
+    zh: Cow<'static, str>,
+}
+
+impl Msg {
+    /// A fixed message.
+    pub const fn new(en: &'static str, zh: &'static str) -> Self {
+        Self {
+            en: Cow::Borrowed(en),
+            zh: Cow::Borrowed(zh),
+        }
+    }
+
+    /// A message built at run time.
+    pub fn owned(en: String, zh: String) -> Self {
+        Self {
+            en: Cow::Owned(en),
+            zh: Cow::Owned(zh),
+        }
+    }
+
+    /// `field: why` in both languages, the form of every validation message.
+    pub fn field(field: &str, en: impl fmt::Display, zh: impl fmt::Display) -> Self {
+        Self::owned(format!("{field}: {en}"), format!("{field}：{zh}"))
+    }
+
+    /// The text in `lang`.
+    pub fn text(&self, lang: Lang) -> &str {
+        match lang {
+            Lang::En => &self.en,
+            Lang::Zh => &self.zh,
+        }
+    }
+}
+
+impl fmt::Display for Msg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.en)
+    }
+}
+
 /// The response envelope of every JSON answer.
 #[derive(Debug, Serialize)]
 pub struct Envelope<'a, T: Serialize> {
@@ -74,15 +184,15 @@ impl<T: Serialize> IntoResponse for Reply<T> {
 pub type ApiResult<T> = Result<Reply<T>, AppError>;
 
 /// Every way a request can fail, mapped to a status and a business code by [`AppError::status`]
-/// and [`AppError::code`].
+/// and [`AppError::code`], and to a message in the request's language by [`AppError::msg`].
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// A field failed validation (HTTP 200, code 4).
     #[error("{0}")]
-    InvalidInput(String),
+    InvalidInput(Msg),
     /// The body is not valid JSON for the route, or too large (HTTP 400, code 4).
     #[error("{0}")]
-    BadRequest(String),
+    BadRequest(Msg),
     /// Missing, invalid, expired or revoked token (HTTP 401).
     #[error("not logged in")]
     Unauthorized,
@@ -94,10 +204,10 @@ pub enum AppError {
     WrongClient,
     /// The caller may not do this (HTTP 200, code 403002).
     #[error("{0}")]
-    Forbidden(&'static str),
+    Forbidden(Msg),
     /// No such object (HTTP 200, code 404001).
     #[error("{0}")]
-    NotFound(&'static str),
+    NotFound(Msg),
     /// No route for this path and method (HTTP 404).
     #[error("no such route")]
     NoRoute,
@@ -106,7 +216,7 @@ pub enum AppError {
     MethodNotAllowed,
     /// Already exists, e.g. email taken (HTTP 200, code 409001).
     #[error("{0}")]
-    Conflict(&'static str),
+    Conflict(Msg),
     /// Rate limited; the client may retry after the given time (HTTP 429).
     #[error("too many requests")]
     RateLimited {
@@ -124,7 +234,7 @@ pub enum AppError {
     Panic(String),
     /// Anything else (HTTP 500); the cause is logged, never sent.
     #[error("system error")]
-    Internal(#[from] anyhow::Error),
+    Internal(anyhow::Error),
 }
 
 impl AppError {
@@ -145,6 +255,64 @@ impl AppError {
             Self::Unavailable(_) | Self::Timeout => StatusCode::SERVICE_UNAVAILABLE,
             Self::Panic(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+
+    /// The message of this error in `lang` (the English one is also its `Display`).
+    pub fn msg(&self, lang: Lang) -> Cow<'_, str> {
+        let fixed = |en: &'static str, zh: &'static str| {
+            Cow::Borrowed(match lang {
+                Lang::En => en,
+                Lang::Zh => zh,
+            })
+        };
+        match self {
+            Self::InvalidInput(msg)
+            | Self::BadRequest(msg)
+            | Self::Forbidden(msg)
+            | Self::NotFound(msg)
+            | Self::Conflict(msg) => Cow::Borrowed(msg.text(lang)),
+            Self::Unauthorized => fixed("not logged in", "未登录或登录已失效"),
+            Self::WrongCredentials => fixed("wrong email or password", "邮箱或密码错误"),
+            Self::WrongClient => fixed("token used from another client", "登录凭证来自其他客户端"),
+            Self::NoRoute => fixed("no such route", "没有这个接口"),
+            Self::MethodNotAllowed => fixed(
+                "method not allowed for this route",
+                "此接口不支持该请求方法",
+            ),
+            Self::RateLimited { .. } => fixed("too many requests", "请求过于频繁，请稍后再试"),
+            Self::Unavailable(_) => fixed("service unavailable", "服务暂时不可用，请稍后再试"),
+            Self::Timeout => fixed("request timed out", "请求超时"),
+            Self::Panic(_) | Self::Internal(_) => fixed("system error", "系统错误"),
+        }
+    }
+
+    /// The response in `lang` ([`IntoResponse`] uses the request's language). Internal errors
+    /// and panics are logged here, once, with their cause chain.
+    pub fn render(self, lang: Lang) -> Response {
+        match &self {
+            Self::Internal(cause) | Self::Unavailable(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "request failed");
+            }
+            Self::Panic(message) => tracing::error!(panic = %message, "handler panicked"),
+            _ => {}
+        }
+        let mut response = (
+            self.status(),
+            Json(Envelope::<()> {
+                code: self.code(),
+                msg: &self.msg(lang),
+                data: None,
+            }),
+        )
+            .into_response();
+        if let Self::RateLimited { retry_after } = self {
+            // Retry-After is whole seconds; round up so a client never retries too early.
+            let secs = retry_after.as_millis().div_ceil(1000).max(1);
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
     }
 
     /// The business code of this error (`API.md` → Conventions).
@@ -169,54 +337,49 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        match &self {
-            Self::Internal(cause) | Self::Unavailable(cause) => {
-                tracing::error!(error = format!("{cause:#}"), "request failed");
-            }
-            Self::Panic(message) => tracing::error!(panic = %message, "handler panicked"),
-            _ => {}
+        self.render(Lang::current())
+    }
+}
+
+/// A failure of the database itself (unreachable, disk full, …) is a dependency being down:
+/// answered 503, so clients and load balancers retry; anything else is a 500.
+impl From<anyhow::Error> for AppError {
+    fn from(err: anyhow::Error) -> Self {
+        if crate::infra::db::caused_by_unavailable_database(&err) {
+            Self::Unavailable(err)
+        } else {
+            Self::Internal(err)
         }
-        let msg = self.to_string();
-        let mut response = (
-            self.status(),
-            Json(Envelope::<()> {
-                code: self.code(),
-                msg: &msg,
-                data: None,
-            }),
-        )
-            .into_response();
-        if let Self::RateLimited { retry_after } = self {
-            // Retry-After is whole seconds; round up so a client never retries too early.
-            let secs = retry_after.as_millis().div_ceil(1000).max(1);
-            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-        }
-        response
     }
 }
 
 impl From<sqlx::Error> for AppError {
     fn from(err: sqlx::Error) -> Self {
-        Self::Internal(err.into())
+        anyhow::Error::from(err).into()
     }
 }
 
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         let msg = match &rejection {
-            JsonRejection::JsonSyntaxError(_) => "request body is not valid JSON".to_owned(),
-            JsonRejection::JsonDataError(err) => {
-                format!("request body does not fit this route: {}", err.body_text())
+            JsonRejection::JsonSyntaxError(_) => {
+                Msg::new("request body is not valid JSON", "请求体不是合法的 JSON")
             }
-            JsonRejection::MissingJsonContentType(_) => {
-                "expected a request body with Content-Type: application/json".to_owned()
-            }
+            JsonRejection::JsonDataError(err) => Msg::owned(
+                format!("request body does not fit this route: {}", err.body_text()),
+                format!("请求体与此接口不符：{}", err.body_text()),
+            ),
+            JsonRejection::MissingJsonContentType(_) => Msg::new(
+                "expected a request body with Content-Type: application/json",
+                "请求体须为 JSON（Content-Type: application/json）",
+            ),
             JsonRejection::BytesRejection(err) if err.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                "request body is too large".to_owned()
+                Msg::new("request body is too large", "请求体过大")
             }
-            other => format!("cannot read the request body: {}", other.body_text()),
+            other => Msg::owned(
+                format!("cannot read the request body: {}", other.body_text()),
+                format!("无法读取请求体：{}", other.body_text()),
+            ),
         };
         Self::BadRequest(msg)
     }
@@ -253,9 +416,9 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(value)) => Ok(Self(value)),
-            Err(rejection) => Err(AppError::BadRequest(format!(
-                "invalid path parameter: {}",
-                rejection.body_text()
+            Err(rejection) => Err(AppError::BadRequest(Msg::owned(
+                format!("invalid path parameter: {}", rejection.body_text()),
+                format!("路径参数无效：{}", rejection.body_text()),
             ))),
         }
     }
@@ -275,9 +438,9 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(value)) => Ok(Self(value)),
-            Err(rejection) => Err(AppError::BadRequest(format!(
-                "invalid query string: {}",
-                rejection.body_text()
+            Err(rejection) => Err(AppError::BadRequest(Msg::owned(
+                format!("invalid query string: {}", rejection.body_text()),
+                format!("查询参数无效：{}", rejection.body_text()),
             ))),
         }
     }
@@ -303,12 +466,12 @@ mod tests {
     async fn every_error_maps_to_its_status_and_code() {
         let cases: Vec<(AppError, StatusCode, i32)> = vec![
             (
-                AppError::InvalidInput("email: invalid".into()),
+                AppError::InvalidInput(Msg::new("email: invalid", "email：无效")),
                 StatusCode::OK,
                 4,
             ),
             (
-                AppError::BadRequest("bad json".into()),
+                AppError::BadRequest(Msg::new("bad json", "JSON 有误")),
                 StatusCode::BAD_REQUEST,
                 4,
             ),
@@ -316,17 +479,21 @@ mod tests {
             (AppError::WrongCredentials, StatusCode::OK, 401002),
             (AppError::WrongClient, StatusCode::FORBIDDEN, 403001),
             (
-                AppError::Forbidden("not the author"),
+                AppError::Forbidden(Msg::new("not the author", "不是作者")),
                 StatusCode::OK,
                 403002,
             ),
             (
-                AppError::NotFound("no such article"),
+                AppError::NotFound(Msg::new("no such article", "文章不存在")),
                 StatusCode::OK,
                 404001,
             ),
             (AppError::NoRoute, StatusCode::NOT_FOUND, 404001),
-            (AppError::Conflict("email taken"), StatusCode::OK, 409001),
+            (
+                AppError::Conflict(Msg::new("email taken", "邮箱已注册")),
+                StatusCode::OK,
+                409001,
+            ),
             (
                 AppError::RateLimited {
                     retry_after: Duration::from_millis(1500),
@@ -383,6 +550,57 @@ mod tests {
         })
         .await;
         assert_eq!(retry.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn accept_language_picks_the_preferred_language_we_speak() {
+        assert_eq!(Lang::negotiate(None), Lang::En);
+        assert_eq!(Lang::negotiate(Some("zh-CN,zh;q=0.9,en;q=0.8")), Lang::Zh);
+        assert_eq!(
+            Lang::negotiate(Some("en-US,en;q=0.9,zh-CN;q=0.8")),
+            Lang::En
+        );
+        assert_eq!(Lang::negotiate(Some("fr-FR, zh-TW;q=0.5")), Lang::Zh);
+        assert_eq!(Lang::negotiate(Some("en;q=0.3, ZH;q=0.7")), Lang::Zh);
+        assert_eq!(Lang::negotiate(Some("zh;q=0, en;q=0.1")), Lang::En);
+        assert_eq!(Lang::negotiate(Some("de, fr")), Lang::En);
+        assert_eq!(Lang::negotiate(Some(";;q=,zh;q=abc")), Lang::Zh);
+    }
+
+    #[tokio::test]
+    async fn errors_answer_in_the_language_of_the_request_with_the_same_code() {
+        let zh = Lang::Zh
+            .scope(async { render(AppError::Unauthorized).await })
+            .await;
+        let en = render(AppError::Unauthorized).await;
+        assert_eq!(zh.1["code"], en.1["code"]);
+        assert_eq!(en.1["msg"], "not logged in");
+        assert_eq!(zh.1["msg"], "未登录或登录已失效");
+        let (_, body, _) = Lang::Zh
+            .scope(async {
+                render(AppError::InvalidInput(Msg::field(
+                    "title",
+                    "at most 256 characters",
+                    "最多 256 个字符",
+                )))
+                .await
+            })
+            .await;
+        assert_eq!(body["msg"], "title：最多 256 个字符");
+    }
+
+    #[tokio::test]
+    async fn database_failures_answer_503_and_query_errors_500() {
+        let full = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let (status, body, _) = render(AppError::from(full)).await;
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some(5))
+        );
+        let wrapped = anyhow::Error::from(sqlx::Error::PoolTimedOut).context("loading the article");
+        assert!(matches!(AppError::from(wrapped), AppError::Unavailable(_)));
+        let (status, _, _) = render(AppError::from(sqlx::Error::RowNotFound)).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[tokio::test]

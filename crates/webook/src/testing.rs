@@ -86,6 +86,11 @@ impl TestDb {
     /// A migrated SQLite file in a new temp dir.
     pub async fn sqlite() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
+        Self::sqlite_in(dir).await
+    }
+
+    /// A migrated SQLite file in `dir` (removed with it), e.g. on a small filesystem.
+    pub async fn sqlite_in(dir: tempfile::TempDir) -> Self {
         let url = format!("sqlite://{}", dir.path().join("webook.db").display());
         let db = Db::connect_url(&url, 4).await.expect("open SQLite");
         db.migrate().await.expect("migrate SQLite");
@@ -94,6 +99,16 @@ impl TestDb {
             url,
             cleanup: Cleanup::Sqlite(dir),
         }
+    }
+
+    /// A new, migrated database on the test PostgreSQL server whose tables live in
+    /// `tablespace` (which the test created).
+    pub async fn postgres_in_tablespace(tablespace: &str) -> Self {
+        let (url, cleanup) =
+            Self::empty_postgres_database_with(&format!(" TABLESPACE {tablespace}")).await;
+        let db = Db::connect_url(&url, 4).await.expect("open PostgreSQL");
+        db.migrate().await.expect("migrate PostgreSQL");
+        Self { db, url, cleanup }
     }
 
     /// A new, migrated database on the test PostgreSQL server.
@@ -106,13 +121,18 @@ impl TestDb {
 
     /// Creates an empty database; returns its URL and what drops it.
     async fn empty_postgres_database() -> (String, Cleanup) {
+        Self::empty_postgres_database_with("").await
+    }
+
+    /// [`TestDb::empty_postgres_database`] with `options` appended to `CREATE DATABASE`.
+    async fn empty_postgres_database_with(options: &str) -> (String, Cleanup) {
         let admin_url = required_env(TEST_DATABASE_URL_ENV);
         let name = format!("webook_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(&admin_url)
             .await
             .unwrap_or_else(|err| panic!("connect to {TEST_DATABASE_URL_ENV}: {err}"));
         admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
+            .execute(format!("CREATE DATABASE {name}{options}").as_str())
             .await
             .expect("create test database");
         admin.close().await.ok();
@@ -296,7 +316,7 @@ async fn ping(url: &str) -> bool {
 }
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so
-/// several apps in one test accept each other's tokens).
+/// several apps in one test accept each other's tokens), `http` jobs allowed to call loopback.
 pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
     Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -305,6 +325,10 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
         log: "warn".to_owned(),
         jwt_access_secret: Some(Secret::new("test-access-secret-0123456789abcdef")),
         jwt_refresh_secret: Some(Secret::new("test-refresh-secret-0123456789abcdef")),
+        // Tests' job receivers listen on loopback, which production refuses by default.
+        job_http_allowed_networks: vec!["127.0.0.0/8".to_owned()],
+        // Tests write in bursts from one user; the write limit has a test of its own.
+        write_rate_limit: 1_000_000,
         ..Config::default()
     }
 }

@@ -132,6 +132,8 @@ fn start_worker(db_url: &str, dir: &Path, index: usize, generation: usize) -> Wo
         )
         .env("WEBOOK_JOB_POLL_MAX", format!("{}ms", POLL_MAX.as_millis()))
         .env("WEBOOK_SHUTDOWN_TIMEOUT", "5s")
+        // The job receiver listens on loopback, which http jobs may not call by default.
+        .env("WEBOOK_JOB_HTTP_ALLOWED_NETWORKS", "127.0.0.0/8")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

@@ -54,7 +54,11 @@ fn dialect(db: &TestDb) -> Dialect {
 }
 
 fn store(db: &TestDb, clock: DbClock) -> SqlJobStore {
-    SqlJobStore::new(db.db.pool().clone(), db.db.writer().clone(), clock)
+    SqlJobStore::new(
+        db.db.pool().any_pool().clone(),
+        db.db.writer().any_pool().clone(),
+        clock,
+    )
 }
 
 fn manual(db: &TestDb, at: i64) -> (SqlJobStore, Arc<AtomicI64>) {
@@ -544,7 +548,12 @@ async fn an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout(db: TestDb) {
         ids.push(id);
     }
     let mut executors = Executors::new();
-    executors.register(scheduler::sql::HttpExecutor::new());
+    executors.register(
+        scheduler::sql::HttpExecutor::new(scheduler::sql::TargetPolicy::allowing(vec![
+            "127.0.0.0/8".parse().unwrap(),
+        ]))
+        .unwrap(),
+    );
     let worker = SqlScheduler::new(
         store.clone(),
         executors,

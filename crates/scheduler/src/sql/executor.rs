@@ -5,16 +5,18 @@
 //!
 //! [`HttpExecutor`] (`http`) is the seeds' "scheduling = calling an endpoint": it sends one request
 //! per run with headers `x-webook-job`, `x-webook-scheduled-at` (ms) and `x-webook-token`, so the
-//! receiver can deduplicate by fire time and refuse stale holders by token. A non-2xx answer or a
-//! timeout fails the run.
+//! receiver can deduplicate by fire time and refuse stale holders by token. A non-2xx answer
+//! (redirects are not followed) or a timeout fails the run. Internal addresses are refused
+//! unless allowed ([`TargetPolicy`]): literal IPs when the job is created and when it runs,
+//! every address a host name resolves to at each call.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
 
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::{job::JobContext, sql::model::JobRow};
+use crate::{job::JobContext, sql::model::JobRow, sql::target::TargetPolicy};
 
 /// Runs jobs of one kind.
 #[async_trait]
@@ -97,7 +99,8 @@ fn default_timeout_ms() -> u64 {
 }
 
 impl HttpCfg {
-    fn parse(cfg: &serde_json::Value) -> Result<Self, String> {
+    /// Parses and checks `cfg`, including that a literal IP in the URL is allowed by `policy`.
+    fn parse(cfg: &serde_json::Value, policy: &TargetPolicy) -> Result<Self, String> {
         let parsed: HttpCfg = serde_json::from_value(cfg.clone())
             .map_err(|err| format!("invalid http cfg: {err}"))?;
         let url = reqwest::Url::parse(&parsed.url)
@@ -118,20 +121,66 @@ impl HttpCfg {
         if parsed.timeout_ms == 0 || parsed.timeout_ms > 3_600_000 {
             return Err("invalid http cfg: timeout_ms must be 1..=3600000".to_owned());
         }
+        if let Some(ip) = literal_ip(&url) {
+            policy
+                .check(&parsed.url, ip)
+                .map_err(|why| format!("invalid http cfg: url {why}"))?;
+        }
         Ok(parsed)
     }
 }
 
+/// The IP a URL names literally, if it does (no resolver is asked for those).
+fn literal_ip(url: &reqwest::Url) -> Option<IpAddr> {
+    match url.host()? {
+        url::Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
+        url::Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
+        url::Host::Domain(_) => None,
+    }
+}
+
+/// Resolves host names with the system resolver and refuses any whose addresses the policy
+/// does not allow (all of them must be allowed: the client may try any).
+struct GuardedResolver {
+    policy: Arc<TargetPolicy>,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for address in &addresses {
+                policy.check(&host, address.ip())?;
+            }
+            let addresses: reqwest::dns::Addrs = Box::new(addresses.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
 /// Calls a URL per run (see the module docs).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HttpExecutor {
     client: reqwest::Client,
+    policy: Arc<TargetPolicy>,
 }
 
 impl HttpExecutor {
-    /// An executor with its own connection pool.
-    pub fn new() -> Self {
-        Self::default()
+    /// An executor with its own connection pool, calling public addresses and the internal
+    /// ones `policy` allows.
+    pub fn new(policy: TargetPolicy) -> anyhow::Result<Self> {
+        let policy = Arc::new(policy);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver {
+                policy: policy.clone(),
+            }))
+            .build()
+            .context("building the http executor's client")?;
+        Ok(Self { client, policy })
     }
 }
 
@@ -142,12 +191,12 @@ impl Executor for HttpExecutor {
     }
 
     fn check_cfg(&self, cfg: &serde_json::Value) -> Result<(), String> {
-        HttpCfg::parse(cfg).map(|_| ())
+        HttpCfg::parse(cfg, &self.policy).map(|_| ())
     }
 
     async fn execute(&self, job: &JobRow, ctx: JobContext) -> anyhow::Result<()> {
         let cfg: serde_json::Value = serde_json::from_str(&job.cfg).context("job cfg")?;
-        let cfg = HttpCfg::parse(&cfg).map_err(anyhow::Error::msg)?;
+        let cfg = HttpCfg::parse(&cfg, &self.policy).map_err(anyhow::Error::msg)?;
         let method = reqwest::Method::from_bytes(cfg.method.as_bytes())?;
         let scheduled_at = ctx.scheduled_at().timestamp_millis();
         let request = self
@@ -159,7 +208,8 @@ impl Executor for HttpExecutor {
             .header("x-webook-token", ctx.fencing_token().to_string())
             .send();
         let response = tokio::select! {
-            response = request => response.with_context(|| format!("calling {}", cfg.url))?,
+            // `{:#}` keeps the resolver's refusal, which reqwest wraps in its own error.
+            response = request => response.map_err(|err| anyhow::anyhow!("calling {}: {:#}", cfg.url, anyhow::Error::from(err)))?,
             () = ctx.cancelled() => bail!("cancelled before {} answered", cfg.url),
         };
         let status = response.status();
@@ -178,11 +228,27 @@ mod tests {
     #[test]
     fn http_cfg_is_checked_with_clear_messages() {
         let mut executors = Executors::new();
-        executors.register(HttpExecutor::new());
+        executors.register(
+            HttpExecutor::new(TargetPolicy::allowing(vec!["127.0.0.0/8".parse().unwrap()]))
+                .unwrap(),
+        );
         assert_eq!(
             executors.check("http", r#"{"url": "http://127.0.0.1:9/hook"}"#),
             Ok(())
         );
+        let refused = executors
+            .check(
+                "http",
+                r#"{"url": "http://169.254.169.254/latest/meta-data/"}"#,
+            )
+            .unwrap_err();
+        assert!(
+            refused.contains("internal address 169.254.169.254"),
+            "{refused}"
+        );
+        assert!(executors
+            .check("http", r#"{"url": "http://[::ffff:10.0.0.1]/"}"#)
+            .is_err());
         assert_eq!(
             executors.check("ranking", "{}"),
             Err("unknown executor \"ranking\"; available: http".to_owned())
@@ -203,5 +269,74 @@ mod tests {
             .check("http", r#"{"url": "http://x/", "retries": 3}"#)
             .unwrap_err()
             .contains("unknown field"));
+    }
+
+    fn job(url: &str) -> JobRow {
+        JobRow {
+            id: 1,
+            name: "hook".to_owned(),
+            cron: "@every 1m".to_owned(),
+            timezone: "UTC".to_owned(),
+            executor: "http".to_owned(),
+            cfg: serde_json::json!({ "url": url }).to_string(),
+            status: crate::sql::JobStatus::Running,
+            next_time: 0,
+            scheduled_at: 0,
+            trigger_at: 0,
+            utime: 0,
+            version: 1,
+            owner: String::new(),
+            misfire: crate::sql::Misfire::FireOnce,
+            overlap: crate::sql::OverlapPolicy::Forbid,
+            timeout_ms: 5_000,
+            ctime: 0,
+        }
+    }
+
+    fn context() -> JobContext {
+        JobContext::new(
+            chrono::Utc::now(),
+            tokio_util::sync::CancellationToken::new(),
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_host_name_that_resolves_to_an_internal_address_is_refused_when_called() {
+        let executor = HttpExecutor::new(TargetPolicy::public_only()).unwrap();
+        // Passes the creation check (a name, not an IP) but resolves to loopback.
+        executor
+            .check_cfg(&serde_json::json!({"url": "http://localhost:9/hook"}))
+            .unwrap();
+        let err = executor
+            .execute(&job("http://localhost:9/hook"), context())
+            .await
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("internal address"), "{err:#}");
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await.unwrap();
+            socket
+                .write_all(b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+        });
+        let executor = HttpExecutor::new(TargetPolicy::allowing(vec!["127.0.0.1/32"
+            .parse()
+            .unwrap()]))
+        .unwrap();
+        let err = executor
+            .execute(&job(&format!("http://{address}/hook")), context())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("302"), "{err:#}");
     }
 }

@@ -26,6 +26,7 @@
 pub mod executor;
 pub mod model;
 pub mod store;
+pub mod target;
 pub mod worker;
 
 /// The tables of this scheduler (`jobs`, `job_runs`), in the application's migration dialect
@@ -35,4 +36,5 @@ pub const SCHEMA: &str = include_str!("schema.sql");
 pub use executor::{Executor, Executors, HttpExecutor};
 pub use model::{ClaimKind, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow, RunStatus};
 pub use store::{Claim, DbClock, Dialect, NewJob, SqlJobStore, StoreError};
+pub use target::TargetPolicy;
 pub use worker::{RunningSqlScheduler, SqlScheduler, WorkerOptions};

@@ -14,8 +14,8 @@ use crate::{
         model::{Article, ArticleStatus, ListItem},
         service::existing_id,
     },
-    error::{ApiJson, ApiPath, ApiResult, AppError, Reply},
-    user::AuthUser,
+    error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply},
+    user::{AuthUser, Writer},
 };
 
 /// The `/articles` routes.
@@ -43,7 +43,7 @@ struct EditRequest {
 
 async fn edit(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<i64> {
     let id = existing_id(request.id)?;
@@ -57,7 +57,7 @@ async fn edit(
 
 async fn publish(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<i64> {
     let id = existing_id(request.id)?;
@@ -76,11 +76,11 @@ struct WithdrawRequest {
 
 async fn withdraw(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<WithdrawRequest>,
 ) -> ApiResult<()> {
     let id = existing_id(Some(request.id))?
-        .ok_or_else(|| AppError::InvalidInput("id: required".into()))?;
+        .ok_or_else(|| AppError::InvalidInput(Msg::field("id", "required", "不能为空")))?;
     state.articles.withdraw(user.uid, id).await?;
     Ok(Reply(()))
 }
@@ -179,7 +179,7 @@ struct LikeRequest {
 
 async fn like(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<LikeRequest>,
 ) -> ApiResult<()> {
     let id = positive(request.id)?;
@@ -207,7 +207,7 @@ fn collect_by_default() -> bool {
 
 async fn collect(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<CollectRequest>,
 ) -> ApiResult<()> {
     let id = positive(request.id)?;
@@ -223,8 +223,10 @@ fn positive(id: i64) -> Result<i64, AppError> {
     if id > 0 {
         Ok(id)
     } else {
-        Err(AppError::InvalidInput(
-            "id: must be a positive integer".into(),
-        ))
+        Err(AppError::InvalidInput(Msg::field(
+            "id",
+            "must be a positive integer",
+            "须为正整数",
+        )))
     }
 }

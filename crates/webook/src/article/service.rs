@@ -21,8 +21,8 @@ use crate::{
         model::{Article, Draft, ListItem, PublishedArticle},
         store::{ArticleStore, WriteError},
     },
-    error::AppError,
-    infra::{db::now_millis, detached::to_completion, events::EventStream},
+    error::{AppError, Msg},
+    infra::{cpu, db::now_millis, detached::to_completion, events::EventStream},
 };
 
 /// Topic of the event emitted when an article is published or republished.
@@ -53,12 +53,25 @@ pub struct ArticleService {
     events: EventStream,
 }
 
+const NO_SUCH_ARTICLE: AppError = AppError::NotFound(Msg::new("no such article", "文章不存在"));
+const NOT_THE_AUTHOR: AppError = AppError::Forbidden(Msg::new(
+    "not the author of this article",
+    "你不是这篇文章的作者",
+));
+
 fn write_error(err: WriteError) -> AppError {
     match err {
-        WriteError::NotFound => AppError::NotFound("no such article"),
-        WriteError::NotAuthor => AppError::Forbidden("not the author of this article"),
+        WriteError::NotFound => NO_SUCH_ARTICLE,
+        WriteError::NotAuthor => NOT_THE_AUTHOR,
+        WriteError::NoSuchAuthor => AppError::Unauthorized,
         WriteError::Db(err) => err.into(),
     }
+}
+
+/// [`Draft::parse`] on the blocking pool: sanitising is CPU work ([`cpu`]).
+async fn parse_draft(title: &str, content: &str, publishing: bool) -> Result<Draft, AppError> {
+    let (title, content) = (title.to_owned(), content.to_owned());
+    cpu::run(move || Draft::parse(&title, &content, publishing)).await?
 }
 
 /// `None` for a new article (absent or 0, as course frontends send), the id otherwise.
@@ -66,9 +79,11 @@ pub fn existing_id(id: Option<i64>) -> Result<Option<i64>, AppError> {
     match id {
         None | Some(0) => Ok(None),
         Some(id) if id > 0 => Ok(Some(id)),
-        Some(_) => Err(AppError::InvalidInput(
-            "id: must be a positive integer".into(),
-        )),
+        Some(_) => Err(AppError::InvalidInput(Msg::field(
+            "id",
+            "must be a positive integer",
+            "须为正整数",
+        ))),
     }
 }
 
@@ -91,7 +106,7 @@ impl ArticleService {
         title: &str,
         content: &str,
     ) -> Result<i64, AppError> {
-        let draft = Draft::parse(title, content, false)?;
+        let draft = parse_draft(title, content, false).await?;
         let service = self.clone();
         to_completion(async move {
             let id = service
@@ -113,7 +128,7 @@ impl ArticleService {
         title: &str,
         content: &str,
     ) -> Result<i64, AppError> {
-        let draft = Draft::parse(title, content, true)?;
+        let draft = parse_draft(title, content, true).await?;
         let service = self.clone();
         to_completion(async move {
             let now = now_millis();
@@ -177,13 +192,17 @@ impl ArticleService {
         limit: i64,
     ) -> Result<Vec<ListItem>, AppError> {
         if !(0..=MAX_LIST_OFFSET).contains(&offset) {
-            return Err(AppError::InvalidInput(format!(
-                "offset: must be between 0 and {MAX_LIST_OFFSET}"
+            return Err(AppError::InvalidInput(Msg::field(
+                "offset",
+                format!("must be between 0 and {MAX_LIST_OFFSET}"),
+                format!("须在 0 到 {MAX_LIST_OFFSET} 之间"),
             )));
         }
         if !(1..=MAX_LIST_LIMIT).contains(&limit) {
-            return Err(AppError::InvalidInput(format!(
-                "limit: must be between 1 and {MAX_LIST_LIMIT}"
+            return Err(AppError::InvalidInput(Msg::field(
+                "limit",
+                format!("must be between 1 and {MAX_LIST_LIMIT}"),
+                format!("须在 1 到 {MAX_LIST_LIMIT} 之间"),
             )));
         }
         if offset == 0 {
@@ -199,13 +218,9 @@ impl ArticleService {
 
     /// The author's own copy; 403002 for someone else's.
     pub async fn author_detail(&self, author: i64, id: i64) -> Result<Article, AppError> {
-        let article = self
-            .store
-            .author_copy(id)
-            .await?
-            .ok_or(AppError::NotFound("no such article"))?;
+        let article = self.store.author_copy(id).await?.ok_or(NO_SUCH_ARTICLE)?;
         if article.author_id != author {
-            return Err(AppError::Forbidden("not the author of this article"));
+            return Err(NOT_THE_AUTHOR);
         }
         Ok(article)
     }
@@ -215,7 +230,7 @@ impl ArticleService {
         self.cache
             .reader_copy(id, self.store.reader_copy(id))
             .await?
-            .ok_or(AppError::NotFound("no such article"))
+            .ok_or(NO_SUCH_ARTICLE)
     }
 
     /// Emits after the write committed. A failure to publish is logged, never undoes the write.

@@ -19,9 +19,24 @@ pub enum WriteError {
     /// The article belongs to someone else.
     #[error("not the author")]
     NotAuthor,
+    /// The author's account does not exist (a token outlived its user): the foreign key on
+    /// `author_id` said so.
+    #[error("no such author")]
+    NoSuchAuthor,
     /// Anything else.
     #[error(transparent)]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
+}
+
+impl From<sqlx::Error> for WriteError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            // Every write here is the author's, and `author_id` is the only foreign key a write
+            // can break (the reader copy is written after its author copy).
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => Self::NoSuchAuthor,
+            _ => Self::Db(err),
+        }
+    }
 }
 
 /// Reads and writes articles.

@@ -39,6 +39,7 @@ impl CorsPolicy {
                     "invalid cors_origins (WEBOOK_CORS_ORIGINS): \"*\" cannot be used with \
                      credentials; list the frontend origins"
                 );
+                check_origin(origin)?;
                 HeaderValue::from_str(origin)
                     .with_context(|| format!("invalid cors_origins entry {origin:?}"))
             })
@@ -117,6 +118,32 @@ impl CorsPolicy {
     }
 }
 
+/// An origin as browsers send it: `http(s)://host[:port]`, lower case, no path or trailing
+/// slash. Anything else could never match a request's `Origin` header, so it is refused at
+/// start-up rather than silently blocking the frontend.
+fn check_origin(origin: &str) -> anyhow::Result<()> {
+    let invalid = |why: String| {
+        anyhow::anyhow!("invalid cors_origins (WEBOOK_CORS_ORIGINS) entry {origin:?}: {why}")
+    };
+    let parsed = url::Url::parse(origin).map_err(|err| {
+        invalid(format!(
+            "not a URL ({err}); expected e.g. https://webook.example.com"
+        ))
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(invalid(
+            "expected http://HOST[:PORT] or https://HOST[:PORT]".to_owned(),
+        ));
+    }
+    let canonical = parsed.origin().ascii_serialization();
+    if canonical != origin {
+        return Err(invalid(format!(
+            "browsers send origins as {canonical:?} (no path, no trailing slash, lower case)"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -138,6 +165,31 @@ mod tests {
             request = request.header(name, *value);
         }
         request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn origins_that_no_browser_sends_are_refused() {
+        for good in [
+            "http://localhost:3000",
+            "https://webook.example.com",
+            "http://[::1]:8080",
+        ] {
+            CorsPolicy::new(&[good.to_owned()]).unwrap();
+        }
+        for (bad, why) in [
+            ("not a url", "not a URL"),
+            ("ftp://example.com", "expected http"),
+            ("https://example.com/", "no trailing slash"),
+            ("https://example.com/app", "no path"),
+            ("HTTPS://Example.com", "lower case"),
+            ("*", "credentials"),
+        ] {
+            let err = CorsPolicy::new(&[bad.to_owned()]).unwrap_err().to_string();
+            assert!(
+                err.contains("cors_origins") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -95,7 +95,9 @@ mod tests {
             to_completion(async { Ok::<_, AppError>(7) }).await.unwrap(),
             7
         );
-        let failed = to_completion(async { Err::<(), _>(AppError::InvalidInput("x".into())) });
+        let failed = to_completion(async {
+            Err::<(), _>(AppError::InvalidInput(crate::error::Msg::new("x", "x")))
+        });
         assert!(matches!(failed.await, Err(AppError::InvalidInput(_))));
         let panicked = to_completion(async {
             panic!("boom");

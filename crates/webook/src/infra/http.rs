@@ -10,6 +10,9 @@
 //! 3. [`Observe`] around each route (it labels metrics with the matched route pattern), one
 //!    layer doing what every request needs observed and bounded:
 //!    - the request id (`x-request-id`, generated when absent, echoed back);
+//!    - the language of `msg` in error answers, from `Accept-Language` ([`Lang`]);
+//!    - `X-Content-Type-Options: nosniff` on every answer (no browser guesses a JSON answer
+//!      into HTML);
 //!    - a `tracing` span carrying method, path and request id;
 //!    - CORS per `API.md` ([`CorsPolicy`]: preflights answered here, grants added to responses);
 //!    - Prometheus metrics by matched route, method and status (499 when the client went away
@@ -28,7 +31,6 @@
 //! Unknown routes and methods answer with the envelope too ([`AppError::NoRoute`],
 //! [`AppError::MethodNotAllowed`]).
 //!
-//! Accepted connections go out with Nagle's algorithm off ([`without_nagle`]).
 
 use std::{
     any::Any,
@@ -45,20 +47,18 @@ use std::{
 use axum::{
     extract::{DefaultBodyLimit, MatchedPath, Request},
     http::{HeaderName, HeaderValue, Method, StatusCode},
-    response::{IntoResponse, Response},
-    serve::TapIo,
+    response::Response,
     Router,
 };
 use futures_util::{future::BoxFuture, FutureExt};
 use metrics::{Counter, Gauge, Histogram};
-use tokio::net::{TcpListener, TcpStream};
 use tower::{Layer, Service};
 use tower_http::{compression::CompressionLayer, CompressionLevel};
 use tracing::Instrument;
 
 use crate::{
     config::Config,
-    error::AppError,
+    error::{AppError, Lang},
     infra::{cors::CorsPolicy, telemetry},
 };
 
@@ -68,21 +68,6 @@ pub const ACCESS_TOKEN_HEADER: &str = "x-jwt-token";
 pub const REFRESH_TOKEN_HEADER: &str = "x-refresh-token";
 /// Request and response header carrying the request id.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The listener's connections with `TCP_NODELAY` set, as nginx sets it on keep-alive
-/// connections. A response hyper writes in more than one piece (a streamed or compressed body)
-/// would otherwise have its last small segment held back until the client acknowledges the
-/// previous one — up to the client's delayed-ACK timeout over a real network. On loopback it
-/// changed nothing measurable (`/ranking/top` and gzipped article reads, interleaved runs).
-/// (The concrete type, not `impl Listener`: `ConnectInfo` is only implemented for it.)
-pub fn without_nagle(listener: TcpListener) -> TapIo<TcpListener, fn(&mut TcpStream)> {
-    fn set_nodelay(connection: &mut TcpStream) {
-        if let Err(err) = connection.set_nodelay(true) {
-            tracing::debug!(%err, "cannot set TCP_NODELAY on an accepted connection");
-        }
-    }
-    axum::serve::ListenerExt::tap_io(listener, set_nodelay)
-}
 
 /// Wraps `router` in the middleware stack described in the module docs.
 pub fn with_middleware(router: Router, config: &Config) -> anyhow::Result<Router> {
@@ -178,6 +163,12 @@ where
             path = %request.uri().path(),
             request_id = %String::from_utf8_lossy(request_id.as_bytes()),
         );
+        let lang = Lang::negotiate(
+            request
+                .headers()
+                .get(axum::http::header::ACCEPT_LANGUAGE)
+                .and_then(|value| value.to_str().ok()),
+        );
         let route = request.extensions().get::<MatchedPath>().cloned();
         let method = request.method().clone();
         let preflight = shared.cors.preflight(request.method(), request.headers());
@@ -196,22 +187,25 @@ where
                 Some(answer) => answer,
                 None => {
                     // Called inside the guard: a panic building the future is caught too.
-                    let handled =
-                        AssertUnwindSafe(async move { inner.call(request).await }).catch_unwind();
+                    let handled = lang
+                        .scope(AssertUnwindSafe(async move { inner.call(request).await }))
+                        .catch_unwind();
                     let mut response = match within(started + shared.timeout, handled).await {
                         Some(Ok(Ok(response))) => response,
                         Some(Ok(Err(never))) => match never {},
-                        Some(Err(panic)) => panic_response(&panic),
-                        None => AppError::Timeout.into_response(),
+                        Some(Err(panic)) => panic_response(&panic, lang),
+                        None => AppError::Timeout.render(lang),
                     };
                     shared.cors.decorate(origin, &mut response);
                     response
                 }
             };
-            response
-                .headers_mut()
-                .entry(REQUEST_ID_HEADER)
-                .or_insert(request_id);
+            let headers = response.headers_mut();
+            headers.entry(REQUEST_ID_HEADER).or_insert(request_id);
+            headers.insert(
+                axum::http::header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
             // Answered: counted with its status here, not as abandoned by the guard.
             if let Some((route, method)) = in_flight.abandoned.take() {
                 record_request(
@@ -271,13 +265,13 @@ impl Drop for InFlight<'_> {
     }
 }
 
-fn panic_response(panic: &(dyn Any + Send)) -> Response {
+fn panic_response(panic: &(dyn Any + Send), lang: Lang) -> Response {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_owned());
-    AppError::Panic(message).into_response()
+    AppError::Panic(message).render(lang)
 }
 
 /// The metric handles of one (route, method, status) series.
@@ -359,29 +353,4 @@ fn is_standard(method: &Method) -> bool {
         Method::TRACE,
     ];
     STANDARD.contains(method)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use axum::serve::Listener;
-    use tokio::net::{TcpListener, TcpStream};
-
-    use super::without_nagle;
-
-    #[tokio::test]
-    async fn accepted_connections_have_nagle_off() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut listener = without_nagle(listener);
-        let client = TcpStream::connect(addr).await.unwrap();
-        let (accepted, peer) = listener.accept().await;
-        assert_eq!(peer, client.local_addr().unwrap());
-        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is off");
-        assert!(
-            !client.nodelay().unwrap(),
-            "the test's client socket starts with it off"
-        );
-    }
 }

@@ -1,21 +1,27 @@
 //! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
 //! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
-//! middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits ([`rate_limit`]), the
-//! periodic jobs ([`jobs`]) and writes that outlive their request ([`detached`]).
+//! server ([`serve`]: connection limits) and its middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits
+//! ([`rate_limit`]), the periodic jobs ([`jobs`]), writes that outlive their request
+//! ([`detached`]), one embedded server per database ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]) and the rules of free-text
+//! fields ([`text`]).
 //! Feature modules use these through [`crate::app::AppState`];
 //! nothing here knows about articles or users.
 
 pub mod cache;
 pub mod client_ip;
 pub mod cors;
+pub mod cpu;
 pub mod db;
 pub mod detached;
 pub mod events;
 pub mod http;
+pub mod instance_lock;
 pub mod jobs;
 pub mod rate_limit;
 pub mod redis;
+pub mod serve;
 pub mod telemetry;
+pub mod text;
 
 /// Returns `url` with any password replaced by `***`, for logs, errors and `--print-config`.
 /// Works on malformed URLs too (they are the ones that end up in error messages).

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    error::AppError,
+    error::{AppError, Msg},
     infra::{
         cache::{json_bytes, FillToken, VersionedCache},
         db::now_millis,
@@ -205,7 +205,11 @@ impl InteractiveService {
     ) -> Result<(), AppError> {
         // Checked before the write's task: a refused collect has nothing to complete.
         if cid < 0 || !self.store.owns_collection(uid, cid).await? {
-            return Err(AppError::InvalidInput("cid: no such collection".into()));
+            return Err(AppError::InvalidInput(Msg::field(
+                "cid",
+                "no such collection",
+                "收藏夹不存在",
+            )));
         }
         let service = self.clone();
         let biz = biz.to_owned();

@@ -28,7 +28,7 @@ pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
         let ranking = crate::ranking::build(config, &db, None)?;
         execute(
             &super::store(&db),
-            &super::executors(Some(ranking)),
+            &super::executors(Some(ranking), config.job_http_allowed_networks()?)?,
             command,
         )
         .await

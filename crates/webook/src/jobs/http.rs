@@ -1,14 +1,13 @@
 //! `/jobs…` routes (API.md → Jobs (admin)): thin handlers over [`SqlJobStore`] and
-//! [`JobSpec`]. Every route takes an [`Admin`]: a logged-in caller (401 otherwise) whose email is
-//! in config `admins`, compared case-insensitively (403002 otherwise).
+//! [`JobSpec`]. Every route takes an [`Admin`]: a logged-in caller (401 otherwise) with admin
+//! rights (403002 otherwise; see [`crate::user::admin`]).
 //!
 //! Store outcomes map to the envelope: invalid input (schedule, time zone, name, policies,
 //! timeout, executor, `cfg`) and triggering a stopped job answer code 4 with the store's or the
 //! parser's message; a taken name answers 409001; an unknown id 404001.
 
 use axum::{
-    extract::{FromRequestParts, State},
-    http::request::Parts,
+    extract::State,
     routing::{get, post},
     Router,
 };
@@ -17,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     app::AppState,
-    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Reply},
+    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     jobs::service::{self, JobSpec},
-    user::AuthUser,
+    user::admin::Admin,
 };
 
 /// Runs listed when `limit` is not given.
@@ -37,47 +36,19 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{id}/runs", get(runs))
 }
 
-/// An authenticated caller listed in config `admins`. Taken before any other extractor, so a
-/// non-admin learns nothing about ids or bodies.
-struct Admin;
-
-impl FromRequestParts<AppState> for Admin {
-    type Rejection = AppError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        const NOT_ADMIN: AppError = AppError::Forbidden("only admins may manage jobs");
-        let user = AuthUser::from_request_parts(parts, state).await?;
-        if state.config.admins.is_empty() {
-            return Err(NOT_ADMIN);
-        }
-        let email = match state.users.profile(user.uid).await {
-            Ok(profile) => profile.email.to_lowercase(),
-            Err(AppError::NotFound(_)) => return Err(NOT_ADMIN),
-            Err(err) => return Err(err),
-        };
-        let listed = !email.is_empty()
-            && state
-                .config
-                .admins
-                .iter()
-                .any(|admin| admin.trim().to_lowercase() == email);
-        if listed {
-            Ok(Self)
-        } else {
-            Err(NOT_ADMIN)
-        }
-    }
-}
+const NO_SUCH_JOB: AppError = AppError::NotFound(Msg::new("no such job", "任务不存在"));
 
 /// The envelope of a store outcome (see the module docs).
 fn store_error(err: StoreError) -> AppError {
     match err {
-        StoreError::NotFound => AppError::NotFound("no such job"),
-        StoreError::Duplicate(_) => AppError::Conflict("a job with this name already exists"),
-        StoreError::Invalid(_) | StoreError::Paused(_) => AppError::InvalidInput(err.to_string()),
+        StoreError::NotFound => NO_SUCH_JOB,
+        StoreError::Duplicate(_) => AppError::Conflict(Msg::new(
+            "a job with this name already exists",
+            "同名任务已存在",
+        )),
+        StoreError::Invalid(_) | StoreError::Paused(_) => {
+            AppError::InvalidInput(Msg::owned(err.to_string(), format!("任务参数无效：{err}")))
+        }
         StoreError::Database(err) => err.into(),
     }
 }
@@ -143,9 +114,11 @@ async fn create(
         Some(serde_json::Value::String(text)) => Some(text),
         Some(value @ serde_json::Value::Object(_)) => Some(value.to_string()),
         Some(_) => {
-            return Err(AppError::InvalidInput(
-                "cfg must be a JSON object (or a string holding one)".to_owned(),
-            ))
+            return Err(AppError::InvalidInput(Msg::field(
+                "cfg",
+                "must be a JSON object (or a string holding one)",
+                "须为 JSON 对象（或内容为 JSON 对象的字符串）",
+            )))
         }
     };
     let spec = JobSpec {
@@ -232,8 +205,10 @@ async fn runs(
 ) -> ApiResult<Vec<RunView>> {
     let limit = query.limit.unwrap_or(DEFAULT_RUNS_LIMIT);
     if !(1..=MAX_RUNS_LIMIT).contains(&limit) {
-        return Err(AppError::InvalidInput(format!(
-            "limit: must be 1-{MAX_RUNS_LIMIT}"
+        return Err(AppError::InvalidInput(Msg::field(
+            "limit",
+            format!("must be 1-{MAX_RUNS_LIMIT}"),
+            format!("须在 1 到 {MAX_RUNS_LIMIT} 之间"),
         )));
     }
     let runs = runs_of(&state.job_store, id, limit).await?;
@@ -243,7 +218,7 @@ async fn runs(
 /// The runs of job `id`, newest first; 404001 when there is no such job.
 async fn runs_of(store: &SqlJobStore, id: i64, limit: i64) -> Result<Vec<RunRow>, AppError> {
     if store.get(id).await?.is_none() {
-        return Err(AppError::NotFound("no such job"));
+        return Err(NO_SUCH_JOB);
     }
     Ok(store.runs(id, limit).await?)
 }

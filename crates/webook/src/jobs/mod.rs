@@ -22,7 +22,7 @@ pub mod cli;
 mod http;
 pub mod service;
 
-use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore};
+use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy};
 
 use crate::{
     config::DatabaseKind,
@@ -34,14 +34,18 @@ pub use http::router;
 
 /// The executors durable jobs may name: what this build's instances can run, and so what job
 /// creation accepts (the API and the CLI check against this same registry). `ranking` is there
-/// when the hot list is given.
-pub fn executors(ranking: Option<RankingService>) -> Executors {
+/// when the hot list is given; `http` calls public addresses and the internal networks in
+/// `allowed_networks` (config `job_http_allowed_networks`).
+pub fn executors(
+    ranking: Option<RankingService>,
+    allowed_networks: Vec<ipnet::IpNet>,
+) -> anyhow::Result<Executors> {
     let mut executors = Executors::new();
-    executors.register(HttpExecutor::new());
+    executors.register(HttpExecutor::new(TargetPolicy::allowing(allowed_networks))?);
     if let Some(ranking) = ranking {
         executors.register(RankingJob::new(ranking));
     }
-    executors
+    Ok(executors)
 }
 
 /// The scheduler's name for the SQL engine of `kind` (it picks the database clock's SQL).
@@ -56,8 +60,8 @@ pub fn dialect(kind: DatabaseKind) -> Dialect {
 /// single writer), time from the database's own clock.
 pub fn store(db: &Db) -> SqlJobStore {
     SqlJobStore::new(
-        db.pool().clone(),
-        db.writer().clone(),
+        db.pool().any_pool().clone(),
+        db.writer().any_pool().clone(),
         DbClock::Database(dialect(db.kind())),
     )
 }

@@ -107,6 +107,10 @@ mod tests {
 
     use super::*;
 
+    fn executors() -> scheduler::sql::Executors {
+        crate::jobs::executors(None, vec!["127.0.0.0/8".parse().unwrap()]).unwrap()
+    }
+
     fn spec() -> JobSpec {
         JobSpec {
             name: "ping".into(),
@@ -118,7 +122,7 @@ mod tests {
     }
 
     fn refusal(spec: JobSpec) -> String {
-        match spec.to_new_job(&crate::jobs::executors(None)) {
+        match spec.to_new_job(&executors()) {
             Err(StoreError::Invalid(msg)) => msg,
             other => panic!("expected Invalid, got {other:?}"),
         }
@@ -126,7 +130,7 @@ mod tests {
 
     #[test]
     fn defaults_are_filled_in() {
-        let job = spec().to_new_job(&crate::jobs::executors(None)).unwrap();
+        let job = spec().to_new_job(&executors()).unwrap();
         assert_eq!(job.timezone, "UTC");
         assert_eq!(job.misfire, Misfire::FireOnce);
         assert_eq!(job.overlap, OverlapPolicy::Forbid);

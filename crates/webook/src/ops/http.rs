@@ -21,19 +21,29 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest sleep `/debug/sleep` accepts.
 const MAX_DEBUG_SLEEP: Duration = Duration::from_secs(60);
 
-/// The operations routes; `debug_endpoints` adds the `/debug/*` ones.
-pub fn router(debug_endpoints: bool) -> Router<AppState> {
-    let router = Router::new()
+/// Which operations routes a listener serves beside `/healthz` and `/readyz`.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoints {
+    /// `/metrics` (off on the API port when `ops_listen` serves it).
+    pub metrics: bool,
+    /// `/debug/*` (config `debug_endpoints`).
+    pub debug: bool,
+}
+
+/// The operations routes.
+pub fn router(endpoints: Endpoints) -> Router<AppState> {
+    let mut router = Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(render_metrics));
-    if debug_endpoints {
-        router
-            .route("/debug/sleep", get(debug_sleep))
-            .route("/debug/panic", get(debug_panic))
-    } else {
-        router
+        .route("/readyz", get(readyz));
+    if endpoints.metrics {
+        router = router.route("/metrics", get(render_metrics));
     }
+    if endpoints.debug {
+        router = router
+            .route("/debug/sleep", get(debug_sleep))
+            .route("/debug/panic", get(debug_panic));
+    }
+    router
 }
 
 async fn healthz() -> Reply<&'static str> {
@@ -49,7 +59,17 @@ struct Readiness {
 
 async fn readyz(State(state): State<AppState>) -> Response {
     let database = match state.db.ping(PROBE_TIMEOUT).await {
-        Ok(()) => "up",
+        // Reachable is not enough: a full disk leaves reads working and every write failing.
+        Ok(()) => match state.db.probe_writer(PROBE_TIMEOUT).await {
+            Ok(()) => "up",
+            Err(err) => {
+                tracing::warn!(
+                    error = format!("{err:#}"),
+                    "readiness: database not writable"
+                );
+                "not writable"
+            }
+        },
         Err(err) => {
             tracing::warn!(error = format!("{err:#}"), "readiness: database down");
             "down"

@@ -8,6 +8,10 @@
 //!   look-ups, both expiring after several intervals, and a non-expiring fence key), the
 //!   `ranking_snapshots` table in embedded mode. A write whose fence — (fire time, token) — is
 //!   older than the stored one is refused, so a stale computation never replaces a newer list.
+//!   An article withdrawn after a list was computed is removed from the stored list in place
+//!   ([`SharedCopy::remove`]: same fence, fewer items — atomic in Redis, so two instances
+//!   removing different articles at once both take effect), and instances install a list of the
+//!   same fence with fewer items as the newer one.
 
 use std::{io::Write, sync::Arc, time::Duration};
 
@@ -77,20 +81,52 @@ pub struct Snapshot {
     pub fence: (i64, i64),
 }
 
+/// A strong ETag for the list `items_json` computed at `computed_at`: it changes with the
+/// content, including when articles are removed from a list after its computation.
+fn entity_tag(computed_at: i64, items_json: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(items_json.as_bytes());
+    format!("{computed_at}-{}", hex::encode(&digest[..8]))
+}
+
+/// `list` without the articles `ids`; `None` when none of them is in it.
+pub fn without(list: &SharedList, ids: &[i64]) -> anyhow::Result<Option<SharedList>> {
+    let items: Vec<RankedArticle> =
+        serde_json::from_str(&list.items).context("decoding a shared ranking")?;
+    let before = items.len();
+    let kept: Vec<RankedArticle> = items
+        .into_iter()
+        .filter(|item| !ids.contains(&item.id))
+        .collect();
+    if kept.len() == before {
+        return Ok(None);
+    }
+    Ok(Some(SharedList {
+        items: serde_json::to_string(&kept)?,
+        ..list.clone()
+    }))
+}
+
 /// The envelope around `items_json`, as bytes.
 pub fn envelope(items_json: &str) -> Bytes {
     Bytes::from(format!(r#"{{"code":0,"msg":"ok","data":{items_json}}}"#))
 }
 
 impl Snapshot {
+    /// The ETag a snapshot of `list` has, without building one.
+    pub fn etag_of(list: &SharedList) -> anyhow::Result<HeaderValue> {
+        HeaderValue::from_str(&format!(
+            "\"{}\"",
+            entity_tag(list.computed_at, &list.items)
+        ))
+        .context("ranking ETag")
+    }
+
     /// Builds a snapshot from a shared list (parsing its items once).
     pub fn from_shared(list: &SharedList) -> anyhow::Result<Self> {
         let items: Vec<RankedArticle> =
             serde_json::from_str(&list.items).context("decoding a shared ranking")?;
-        let tag = format!(
-            "{}-{}-{}",
-            list.computed_at, list.fence_at, list.fence_token
-        );
+        let tag = entity_tag(list.computed_at, &list.items);
         let body = envelope(&list.items);
         let mut gzip = GzEncoder::new(Vec::with_capacity(body.len() / 4), Compression::default());
         gzip.write_all(&body).context("compressing the hot list")?;
@@ -130,6 +166,25 @@ redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 1
 ";
 
+const REMOVE_SCRIPT: &str = r"
+-- KEYS: 1 list hash, 2 rank zset; ARGV: article ids. Removes those articles from the stored
+-- list (same fence); returns how many were removed.
+local items = redis.call('HGET', KEYS[1], 'items')
+if not items then return 0 end
+local remove = {}
+for i = 1, #ARGV do remove[tonumber(ARGV[i])] = true end
+local kept, removed = {}, 0
+for _, item in ipairs(cjson.decode(items)) do
+  if remove[item.id] then removed = removed + 1 else kept[#kept + 1] = item end
+end
+if removed == 0 then return 0 end
+local encoded = '[]'
+if #kept > 0 then encoded = cjson.encode(kept) end
+redis.call('HSET', KEYS[1], 'items', encoded)
+for i = 1, #ARGV do redis.call('ZREM', KEYS[2], ARGV[i]) end
+return removed
+";
+
 /// The copy every instance refreshes from (see the module docs).
 #[derive(Clone)]
 pub enum SharedCopy {
@@ -143,6 +198,8 @@ pub enum SharedCopy {
         prefix: String,
         /// The fenced store script.
         store: Arc<redis::Script>,
+        /// The in-place removal script.
+        remove: Arc<redis::Script>,
     },
 }
 
@@ -162,6 +219,7 @@ impl SharedCopy {
             redis,
             prefix: format!("{redis_prefix}:ranking:"),
             store: Arc::new(redis::Script::new(STORE_SCRIPT)),
+            remove: Arc::new(redis::Script::new(REMOVE_SCRIPT)),
         }
     }
 
@@ -222,6 +280,7 @@ impl SharedCopy {
                 redis,
                 prefix,
                 store,
+                ..
             } => {
                 let [list_key, rank_key, fence_key] = Self::keys(prefix, name);
                 let mut invocation = store.key(list_key);
@@ -239,6 +298,40 @@ impl SharedCopy {
                 let mut connection = redis.connection();
                 let stored: i64 = invocation.invoke_async(&mut connection).await?;
                 Ok(stored == 1)
+            }
+        }
+    }
+
+    /// Removes the articles `ids` from the stored list `name` in place, keeping its fence (a
+    /// newer list stored meanwhile is left alone). Returns whether anything was removed.
+    pub async fn remove(&self, name: &str, ids: &[i64]) -> anyhow::Result<bool> {
+        match self {
+            // One process writes the embedded copy (the data dir is locked), and a newer list
+            // stored between the load and the store wins by its fence.
+            Self::Sql(store) => {
+                let Some(list) = store.load_shared(name).await? else {
+                    return Ok(false);
+                };
+                match without(&list, ids)? {
+                    Some(filtered) => Ok(store.store_shared(name, &filtered).await?),
+                    None => Ok(false),
+                }
+            }
+            Self::Redis {
+                redis,
+                prefix,
+                remove,
+                ..
+            } => {
+                let [list_key, rank_key, _] = Self::keys(prefix, name);
+                let mut invocation = remove.key(list_key);
+                invocation.key(rank_key);
+                for id in ids {
+                    invocation.arg(id);
+                }
+                let mut connection = redis.connection();
+                let removed: i64 = invocation.invoke_async(&mut connection).await?;
+                Ok(removed > 0)
             }
         }
     }

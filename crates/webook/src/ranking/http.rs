@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use crate::{
     app::AppState,
-    error::{ApiQuery, AppError},
+    error::{ApiQuery, AppError, Msg},
     ranking::cache::envelope,
 };
 
@@ -38,7 +38,11 @@ async fn top(
     let size = state.ranking.settings().size;
     let limit = query.limit.unwrap_or(size);
     if limit == 0 || limit > size {
-        return Err(AppError::InvalidInput(format!("limit: must be 1-{size}")));
+        return Err(AppError::InvalidInput(Msg::field(
+            "limit",
+            format!("must be 1-{size}"),
+            format!("须在 1 到 {size} 之间"),
+        )));
     }
     let Some(snapshot) = state.ranking.top().await else {
         return Err(AppError::Unavailable(anyhow::anyhow!(

@@ -11,7 +11,14 @@
 //! shared copy or the database is down, the last list is still served (counted as stale once it
 //! is older than its expiry). **Refresh** ([`RankingService::refresher`]): every instance loads
 //! the shared copy at start and then periodically, so a list computed elsewhere (another
-//! instance, the CLI) is served everywhere within one refresh.
+//! instance, the CLI) is served everywhere within one refresh. An instance that runs jobs and
+//! finds no list at all computes one at once, so a fresh install serves a (possibly empty) list
+//! within moments of its first start instead of answering 503 until the first scheduled run.
+//!
+//! **Withdrawals** ([`RankingService::withdrawal_consumer`]): an article withdrawn after the list
+//! was computed leaves it when the withdrawal event arrives, not at the next computation: the
+//! consuming instance removes it from its snapshot and from the shared copy in place (same
+//! fence, fewer items), and every other instance installs that copy at its next refresh.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,8 +26,11 @@ use arc_swap::ArcSwapOption;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    article::store::display_name,
-    infra::db::now_millis,
+    article::{
+        service::{ArticleEvent, TOPIC_WITHDRAWN},
+        store::display_name,
+    },
+    infra::{db::now_millis, events::EventStream},
     ranking::{
         cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
         model::{ScoreFormula, TopN},
@@ -126,6 +136,19 @@ impl std::fmt::Debug for ServeCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServeCounters").finish_non_exhaustive()
     }
+}
+
+/// Consumer group of the withdrawal events.
+pub const WITHDRAWAL_GROUP: &str = "ranking";
+const WITHDRAWAL_BATCH: usize = 100;
+const WITHDRAWAL_MAX_WAIT: Duration = Duration::from_millis(50);
+
+/// Whether `candidate` replaces `current`: a newer fence, or the same fence with fewer items
+/// (articles withdrawn since its computation were taken off it; removal is the only change a
+/// list undergoes after it was computed).
+fn is_newer(candidate: &Snapshot, current: &Snapshot) -> bool {
+    candidate.fence > current.fence
+        || (candidate.fence == current.fence && candidate.items.len() < current.items.len())
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -245,11 +268,11 @@ impl RankingService {
         })
     }
 
-    /// Makes `snapshot` the local one unless the current one has a newer fence.
+    /// Makes `snapshot` the local one unless the current one is newer ([`is_newer`]).
     fn install(&self, snapshot: Snapshot) {
         let snapshot = Arc::new(snapshot);
         self.inner.local.rcu(|current| match current {
-            Some(current) if current.fence > snapshot.fence => Some(current.clone()),
+            Some(current) if !is_newer(&snapshot, current) => Some(current.clone()),
             _ => Some(snapshot.clone()),
         });
     }
@@ -260,15 +283,82 @@ impl RankingService {
         let Some(list) = self.inner.shared.load(TOP_LIST).await? else {
             return Ok(false);
         };
-        let current = self.inner.local.load();
-        if current
-            .as_ref()
-            .is_some_and(|current| current.fence >= (list.fence_at, list.fence_token))
-        {
-            return Ok(false);
+        let current = self.inner.local.load_full();
+        let fence = (list.fence_at, list.fence_token);
+        if let Some(current) = &current {
+            // Same fence and same content (the usual case every refresh): nothing to build.
+            if current.fence > fence
+                || (current.fence == fence && current.etag == Snapshot::etag_of(&list)?)
+            {
+                return Ok(false);
+            }
         }
-        self.install(Snapshot::from_shared(&list)?);
-        Ok(true)
+        let snapshot = Snapshot::from_shared(&list)?;
+        let changed = current
+            .as_ref()
+            .is_none_or(|current| is_newer(&snapshot, current));
+        self.install(snapshot);
+        Ok(changed)
+    }
+
+    /// Takes the articles `ids` off the list at once: out of this instance's snapshot and out
+    /// of the shared copy, so the other instances drop them at their next refresh.
+    pub async fn forget(&self, ids: &[i64]) -> anyhow::Result<()> {
+        if let Some(current) = self.inner.local.load_full() {
+            if current.items.iter().any(|item| ids.contains(&item.id)) {
+                let list = SharedList {
+                    items: serde_json::to_string(&current.items)?,
+                    computed_at: current.computed_at,
+                    fence_at: current.fence.0,
+                    fence_token: current.fence.1,
+                };
+                if let Some(filtered) = super::cache::without(&list, ids)? {
+                    self.install(Snapshot::from_shared(&filtered)?);
+                }
+            }
+        }
+        if self.inner.shared.remove(TOP_LIST, ids).await? {
+            tracing::info!(?ids, "withdrawn articles taken off the hot list");
+        }
+        Ok(())
+    }
+
+    /// Consumes article withdrawals (consumer group `ranking`) until `stop`, taking each
+    /// withdrawn article off the list ([`RankingService::forget`]); a failure is retried.
+    pub fn withdrawal_consumer(
+        &self,
+        events: &EventStream,
+        stop: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let service = self.clone();
+        events.consume(
+            TOPIC_WITHDRAWN,
+            WITHDRAWAL_GROUP,
+            WITHDRAWAL_BATCH,
+            WITHDRAWAL_MAX_WAIT,
+            stop,
+            move |batch| {
+                let service = service.clone();
+                async move {
+                    let ids: Vec<i64> = batch
+                        .iter()
+                        .filter_map(|event| {
+                            match serde_json::from_slice::<ArticleEvent>(&event.payload) {
+                                Ok(withdrawn) => Some(withdrawn.id),
+                                Err(err) => {
+                                    tracing::warn!(id = %event.id, %err, "skipping a malformed withdrawal event");
+                                    None
+                                }
+                            }
+                        })
+                        .collect();
+                    if ids.is_empty() {
+                        return Ok(());
+                    }
+                    service.forget(&ids).await
+                }
+            },
+        )
     }
 
     /// The list to serve: the local snapshot, else the shared copy; `None` if no list was ever
@@ -295,19 +385,47 @@ impl RankingService {
         snapshot
     }
 
-    /// Reloads the shared copy at once and then every `refresh` until `stop`.
-    pub async fn refresher(self, stop: CancellationToken) {
+    /// Reloads the shared copy at once and then every `refresh` until `stop`. With
+    /// `compute_if_missing`, a first load that finds no list at all computes one (module docs).
+    pub async fn refresher(self, stop: CancellationToken, compute_if_missing: bool) {
         let mut ticks = tokio::time::interval(self.inner.settings.refresh);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut first = true;
         loop {
             tokio::select! {
                 _ = ticks.tick() => {
-                    if let Err(err) = self.refresh().await {
-                        tracing::warn!(%err, "cannot refresh the hot list; serving the last one");
+                    match self.refresh().await {
+                        Err(err) => tracing::warn!(%err, "cannot refresh the hot list; serving the last one"),
+                        Ok(_) if first && compute_if_missing && self.inner.local.load().is_none() => {
+                            tokio::select! {
+                                () = self.compute_first() => {}
+                                () = stop.cancelled() => return,
+                            }
+                        }
+                        Ok(_) => {}
                     }
+                    first = false;
                 }
                 () = stop.cancelled() => return,
             }
+        }
+    }
+
+    /// Computes a list now because there is none yet. It is fenced below every real
+    /// computation, (0, 0), so that any scheduled run or `rank --once` supersedes it whatever
+    /// its fire time.
+    async fn compute_first(&self) {
+        let now = now_millis();
+        match self.compute((0, 0), now, |_| {}, || true).await {
+            Ok(report) => tracing::info!(
+                candidates = report.candidates,
+                kept = report.kept,
+                "computed a first hot list at start-up"
+            ),
+            Err(err) => tracing::warn!(
+                error = format!("{err:#}"),
+                "cannot compute a first hot list"
+            ),
         }
     }
 }

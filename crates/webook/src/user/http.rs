@@ -113,7 +113,7 @@ struct EditRequest {
 
 async fn edit(
     State(state): State<AppState>,
-    user: AuthUser,
+    Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<()> {
     let today = chrono::Utc::now().date_naive();
@@ -157,6 +157,24 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|token| !token.is_empty())
+}
+
+/// A logged-in caller about to write (publish, like, edit a profile, …): an [`AuthUser`] within
+/// the per-user write rate limit (`write_rate_limit`; 429001 beyond it, with `Retry-After`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer(pub AuthUser);
+
+impl FromRequestParts<AppState> for Writer {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let user = AuthUser::from_request_parts(parts, state).await?;
+        state.users.check_write_rate(user.uid).await?;
+        Ok(Self(user))
+    }
 }
 
 /// Handlers that take an [`AuthUser`] only run for a valid, unrevoked access token presented

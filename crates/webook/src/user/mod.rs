@@ -6,8 +6,11 @@
 //! session state — revocation and refresh generations — in the [`session`] store (in-process +
 //! SQL when embedded, Redis in cluster mode).
 //!
-//! Other features authenticate requests by taking an [`AuthUser`] argument in their handlers.
+//! Other features authenticate requests by taking an [`AuthUser`] argument in their handlers, and
+//! admin-only routes an [`admin::Admin`] (rights by user id: config `admins` or
+//! `webook admin grant`).
 
+pub mod admin;
 mod http;
 pub mod jobs;
 pub mod model;
@@ -17,6 +20,6 @@ pub mod session;
 pub mod store;
 pub mod token;
 
-pub use http::router;
+pub use http::{router, Writer};
 pub use jobs::PurgeExpiredSessions;
 pub use service::{AuthUser, UserService};

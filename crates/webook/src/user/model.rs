@@ -3,7 +3,10 @@
 use chrono::Datelike as _;
 use serde::Serialize;
 
-use crate::error::AppError;
+use crate::{
+    error::{AppError, Msg},
+    infra::text::{self, Lines},
+};
 
 /// Longest accepted email (RFC 5321 path limit).
 pub const MAX_EMAIL_LEN: usize = 254;
@@ -80,7 +83,9 @@ pub struct ProfileEdit {
 }
 
 impl ProfileEdit {
-    /// Validates raw input: lengths in characters, a real calendar date not in the future.
+    /// Validates raw input: lengths in characters, the text rules of [`crate::infra::text`] (a
+    /// nickname is one line with something visible, or empty), a real calendar date not in the
+    /// future.
     pub fn parse(
         nickname: Option<String>,
         birthday: Option<String>,
@@ -90,17 +95,24 @@ impl ProfileEdit {
         let nickname = nickname.map(|n| n.trim().to_owned());
         if let Some(nickname) = &nickname {
             if nickname.chars().count() > MAX_NICKNAME_CHARS {
-                return Err(invalid(format!(
-                    "nickname: at most {MAX_NICKNAME_CHARS} characters"
-                )));
+                return Err(invalid(
+                    "nickname",
+                    format!("at most {MAX_NICKNAME_CHARS} characters"),
+                    format!("最多 {MAX_NICKNAME_CHARS} 个字符"),
+                ));
             }
+            text::check("nickname", nickname, Lines::Single)?;
+            text::require_visible("nickname", nickname)?;
         }
         if let Some(about_me) = &about_me {
             if about_me.chars().count() > MAX_ABOUT_ME_CHARS {
-                return Err(invalid(format!(
-                    "aboutMe: at most {MAX_ABOUT_ME_CHARS} characters"
-                )));
+                return Err(invalid(
+                    "aboutMe",
+                    format!("at most {MAX_ABOUT_ME_CHARS} characters"),
+                    format!("最多 {MAX_ABOUT_ME_CHARS} 个字符"),
+                ));
             }
+            text::check("aboutMe", about_me, Lines::Multi)?;
         }
         let birthday = match birthday.map(|b| b.trim().to_owned()) {
             Some(b) if b.is_empty() => Some(b),
@@ -108,10 +120,18 @@ impl ProfileEdit {
                 let date = chrono::NaiveDate::parse_from_str(&b, "%Y-%m-%d")
                     .ok()
                     .filter(|_| b.len() == 10)
-                    .ok_or_else(|| invalid("birthday: expected a date as YYYY-MM-DD".into()))?;
+                    .ok_or_else(|| {
+                        invalid(
+                            "birthday",
+                            "expected a date as YYYY-MM-DD",
+                            "须为 YYYY-MM-DD 格式的日期",
+                        )
+                    })?;
                 if date > today || date.year() < 1900 {
                     return Err(invalid(
-                        "birthday: must be between 1900-01-01 and today".into(),
+                        "birthday",
+                        "must be between 1900-01-01 and today",
+                        "须在 1900-01-01 与今天之间",
                     ));
                 }
                 Some(date.format("%Y-%m-%d").to_string())
@@ -126,15 +146,15 @@ impl ProfileEdit {
     }
 }
 
-fn invalid(msg: String) -> AppError {
-    AppError::InvalidInput(msg)
+fn invalid(field: &str, en: impl std::fmt::Display, zh: impl std::fmt::Display) -> AppError {
+    AppError::InvalidInput(Msg::field(field, en, zh))
 }
 
 /// Trims and lower-cases an email, then checks its shape: one `@`, a non-empty local part of at
 /// most 64 bytes, a dotted domain of letters, digits, hyphens, no spaces or control characters.
 pub fn normalize_email(raw: &str) -> Result<String, AppError> {
     let email = raw.trim().to_lowercase();
-    let bad = || invalid("email: not a valid email address".into());
+    let bad = || invalid("email", "not a valid email address", "不是有效的邮箱地址");
     if email.len() > MAX_EMAIL_LEN {
         return Err(bad());
     }
@@ -173,16 +193,20 @@ pub fn check_password_strength(password: &str) -> Result<(), AppError> {
         .chars()
         .any(|c| !c.is_alphanumeric() && !c.is_whitespace());
     if password.len() > MAX_PASSWORD_BYTES {
-        return Err(invalid(format!(
-            "password: at most {MAX_PASSWORD_BYTES} bytes"
-        )));
+        return Err(invalid(
+            "password",
+            format!("at most {MAX_PASSWORD_BYTES} bytes"),
+            format!("最多 {MAX_PASSWORD_BYTES} 字节"),
+        ));
     }
     if long_enough && has_letter && has_digit && has_symbol {
         Ok(())
     } else {
-        Err(invalid(format!(
-            "password: at least {MIN_PASSWORD_CHARS} characters with a letter, a digit and a symbol"
-        )))
+        Err(invalid(
+            "password",
+            format!("at least {MIN_PASSWORD_CHARS} characters with a letter, a digit and a symbol"),
+            format!("至少 {MIN_PASSWORD_CHARS} 个字符，且包含字母、数字和符号"),
+        ))
     }
 }
 
@@ -267,5 +291,28 @@ mod tests {
         assert!(ProfileEdit::parse(Some("字".repeat(64)), None, None, today()).is_ok());
         assert!(ProfileEdit::parse(Some("字".repeat(65)), None, None, today()).is_err());
         assert!(ProfileEdit::parse(None, None, Some("x".repeat(1025)), today()).is_err());
+        // Text rules: no NUL (PostgreSQL cannot store it), no overrides, something visible.
+        for (nickname, about_me) in [
+            (Some("a\u{0}b"), None),
+            (None, Some("about\u{0}")),
+            (Some("\u{202E}evil"), None),
+            (Some("\u{200B}\u{200B}"), None),
+            (Some("two\nlines"), None),
+        ] {
+            assert!(
+                ProfileEdit::parse(
+                    nickname.map(str::to_owned),
+                    None,
+                    about_me.map(str::to_owned),
+                    today()
+                )
+                .is_err(),
+                "{nickname:?} {about_me:?} accepted"
+            );
+        }
+        let multi_line = ProfileEdit::parse(None, None, Some("one\ntwo".into()), today());
+        assert_eq!(multi_line.unwrap().about_me.as_deref(), Some("one\ntwo"));
+        let cleared = ProfileEdit::parse(Some(String::new()), None, None, today()).unwrap();
+        assert_eq!(cleared.nickname.as_deref(), Some(""));
     }
 }

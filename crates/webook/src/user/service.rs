@@ -2,7 +2,7 @@
 //! authentication of requests, profile reads and edits. No HTTP, no SQL text.
 
 use crate::{
-    error::AppError,
+    error::{AppError, Msg},
     infra::{db::now_millis, rate_limit::RateLimiter},
     user::{
         model::{check_password_strength, normalize_email, Profile, ProfileEdit},
@@ -12,6 +12,8 @@ use crate::{
         token::{user_agent_hash, Tokens},
     },
 };
+
+const NO_SUCH_USER: AppError = AppError::NotFound(Msg::new("no such user", "用户不存在"));
 
 /// Counter: authentication events by `event`.
 pub const AUTH_EVENTS_TOTAL: &str = "auth_events_total";
@@ -34,6 +36,15 @@ pub struct AuthUser {
     pub ssid: String,
 }
 
+/// The rate limits of users.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Sign-up and login attempts, per client IP.
+    pub auth: RateLimiter,
+    /// Writes (publishing, likes, profile edits, …), per user.
+    pub writes: RateLimiter,
+}
+
 /// Accounts and sessions; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct UserService {
@@ -41,7 +52,7 @@ pub struct UserService {
     hasher: PasswordHasher,
     tokens: Tokens,
     sessions: SessionStore,
-    auth_limiter: RateLimiter,
+    limits: Limits,
 }
 
 fn count(event: &'static str) {
@@ -55,20 +66,25 @@ impl UserService {
         hasher: PasswordHasher,
         tokens: Tokens,
         sessions: SessionStore,
-        auth_limiter: RateLimiter,
+        limits: Limits,
     ) -> Self {
         Self {
             store,
             hasher,
             tokens,
             sessions,
-            auth_limiter,
+            limits,
         }
     }
 
     /// Counts one sign-up or login attempt from `client`; `RateLimited` when over the limit.
     pub async fn check_auth_rate(&self, client: &str) -> Result<(), AppError> {
-        self.auth_limiter.check(client).await
+        self.limits.auth.check(client).await
+    }
+
+    /// Counts one write by `uid`; `RateLimited` when over `write_rate_limit`.
+    pub async fn check_write_rate(&self, uid: i64) -> Result<(), AppError> {
+        self.limits.writes.check(&uid.to_string()).await
     }
 
     /// Registers an account; returns its id. 409001 when the email is taken (decided by the
@@ -81,9 +97,11 @@ impl UserService {
     ) -> Result<i64, AppError> {
         let email = normalize_email(email)?;
         if password != confirm {
-            return Err(AppError::InvalidInput(
-                "confirmPassword: the two passwords differ".into(),
-            ));
+            return Err(AppError::InvalidInput(Msg::field(
+                "confirmPassword",
+                "the two passwords differ",
+                "两次输入的密码不一致",
+            )));
         }
         check_password_strength(&password)?;
         let hash = self.hasher.hash(password).await?;
@@ -92,7 +110,10 @@ impl UserService {
                 count("signup");
                 Ok(id)
             }
-            Err(InsertError::Duplicate) => Err(AppError::Conflict("email already registered")),
+            Err(InsertError::Duplicate) => Err(AppError::Conflict(Msg::new(
+                "email already registered",
+                "该邮箱已注册",
+            ))),
             Err(InsertError::Db(err)) => Err(err.into()),
         }
     }
@@ -215,7 +236,7 @@ impl UserService {
             .find_by_id(uid)
             .await?
             .map(Profile::from)
-            .ok_or(AppError::NotFound("no such user"))
+            .ok_or(NO_SUCH_USER)
     }
 
     /// Applies a validated profile edit.
@@ -223,7 +244,7 @@ impl UserService {
         if self.store.update_profile(uid, edit, now_millis()).await? {
             Ok(())
         } else {
-            Err(AppError::NotFound("no such user"))
+            Err(NO_SUCH_USER)
         }
     }
 }

@@ -8,16 +8,40 @@
 //!
 //! SQLite connections are set up for a server: WAL (readers never block the writer), a busy
 //! timeout (writers queue instead of failing), foreign keys on, `synchronous=NORMAL` (durable
-//! with WAL); the file and its directory are created on first run.
+//! with WAL); the file (mode 0600) and its directory (0700) are created on first run.
+//!
+//! **A failed write never poisons the connection.** When a disk fills up, SQLite may roll a
+//! whole transaction back by itself; sqlx's `ROLLBACK` then fails and sqlx still counts the
+//! connection as inside a transaction, so its next `begin` becomes a `SAVEPOINT` nested in a
+//! transaction that never commits — writes answered as committed that are not, and a write lock
+//! held forever. So every connection coming back to a pool is checked, after its pending rollback
+//! ran, and closed if it still counts as inside a transaction; the pool opens a fresh one. A
+//! commit that fails therefore fails its caller, and every later write gets a clean connection
+//! that either writes durably or fails too (until space is freed). `/readyz` probes the writer
+//! with a real write ([`Db::probe_writer`]).
+//!
+//! Pools are [`DbPool`]s: while the database is unreachable they fail at once instead of each
+//! query waiting out the acquire timeout ([`pool`]).
 
-use std::{borrow::Cow, path::Path, time::Duration};
+pub mod pool;
+
+pub use pool::{caused_by_unavailable_database, is_unavailable, DbPool};
+
+use std::{
+    borrow::Cow,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context;
 use sqlx::{
     any::AnyPoolOptions,
     migrate::{Migration, MigrationType, Migrator},
-    AnyConnection, AnyPool, Connection,
+    AnyConnection, Connection,
 };
+
+use pool::Circuit;
 
 use crate::{
     config::{database_kind, Config, DatabaseKind},
@@ -27,19 +51,25 @@ use crate::{
 /// Migrations in order: (version, description, SQL with `{{…}}` dialect placeholders).
 #[rustfmt::skip]
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "meta", include_str!("../../migrations/0001_meta.sql")),
-    (2, "users", include_str!("../../migrations/0002_users.sql")),
-    (3, "articles", include_str!("../../migrations/0003_articles.sql")),
-    (4, "interactive", include_str!("../../migrations/0004_interactive.sql")),
+    (1, "meta", include_str!("../../../migrations/0001_meta.sql")),
+    (2, "users", include_str!("../../../migrations/0002_users.sql")),
+    (3, "articles", include_str!("../../../migrations/0003_articles.sql")),
+    (4, "interactive", include_str!("../../../migrations/0004_interactive.sql")),
     (5, "jobs", scheduler::sql::SCHEMA),
-    (6, "ranking", include_str!("../../migrations/0006_ranking.sql")),
+    (6, "ranking", include_str!("../../../migrations/0006_ranking.sql")),
+    (7, "admins", include_str!("../../../migrations/0007_admins.sql")),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
      PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;";
 
-/// How long a connect or checkout may wait before failing.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the first, direct connection at start-up may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `database_acquire_timeout`: how long a query waits for a pooled connection.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a write waits for SQLite's single writer connection: writers queue there by design
+/// (see [`Db`]), so the wait is the queue, not an outage.
+const SQLITE_WRITER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A pool of connections to the SQL store, cheap to clone.
 ///
@@ -50,25 +80,48 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// while the writer writes). For PostgreSQL both are the same pool.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: AnyPool,
-    writer: AnyPool,
+    pool: DbPool,
+    writer: DbPool,
     kind: DatabaseKind,
+    /// The SQLite database file (`None` on PostgreSQL or for `:memory:`).
+    sqlite_file: Option<PathBuf>,
 }
+
+/// Below this much free space on the SQLite file's filesystem, the writer counts as unable to
+/// write: a commit may still fit into space the write-ahead log already holds, but the next
+/// larger one will not.
+pub const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
 impl Db {
     /// Connects to `config.database_url()`, creating the SQLite file and its directory if needed.
     pub async fn connect(config: &Config) -> anyhow::Result<Self> {
-        Self::connect_url(&config.database_url(), config.database_max_connections).await
+        Self::connect_with(
+            &config.database_url(),
+            config.database_max_connections,
+            config.database_acquire_timeout,
+        )
+        .await
     }
 
-    /// Connects to `url` with at most `max_connections` connections; fails with a message that
-    /// names the setting when the database cannot be reached.
+    /// Connects to `url` with at most `max_connections` connections and the default acquire
+    /// timeout.
     pub async fn connect_url(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        Self::connect_with(url, max_connections, DEFAULT_ACQUIRE_TIMEOUT).await
+    }
+
+    /// Connects to `url` with at most `max_connections` connections, queries waiting at most
+    /// `acquire_timeout` for one; fails with a message that names the setting when the database
+    /// cannot be reached.
+    pub async fn connect_with(
+        url: &str,
+        max_connections: u32,
+        acquire_timeout: Duration,
+    ) -> anyhow::Result<Self> {
         sqlx::any::install_default_drivers();
         let kind = database_kind(url)?;
-        let connect_url = match kind {
-            DatabaseKind::Sqlite => prepare_sqlite_url(url)?,
-            DatabaseKind::Postgres => url.to_owned(),
+        let (connect_url, sqlite_file) = match kind {
+            DatabaseKind::Sqlite => (prepare_sqlite_url(url)?, sqlite_file(url)),
+            DatabaseKind::Postgres => (url.to_owned(), None),
         };
         let describe = || {
             format!(
@@ -78,16 +131,16 @@ impl Db {
         };
         // One direct attempt first: the pool retries until its timeout and then reports only
         // "timed out", while this surfaces the real cause (refused, auth failed, no such db).
-        let probe = tokio::time::timeout(ACQUIRE_TIMEOUT, AnyConnection::connect(&connect_url))
+        let probe = tokio::time::timeout(CONNECT_TIMEOUT, AnyConnection::connect(&connect_url))
             .await
-            .map_err(|_| anyhow::anyhow!("no answer within {ACQUIRE_TIMEOUT:?}"))
+            .map_err(|_| anyhow::anyhow!("no answer within {CONNECT_TIMEOUT:?}"))
             .and_then(|connected| connected.map_err(anyhow::Error::from))
             .with_context(describe)?;
         probe.close().await.ok();
-        let pool_options = |size: u32| {
+        let pool_options = |size: u32, acquire_timeout: Duration| {
             AnyPoolOptions::new()
                 .max_connections(size)
-                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .acquire_timeout(acquire_timeout)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if kind == DatabaseKind::Sqlite {
@@ -96,28 +149,39 @@ impl Db {
                         Ok(())
                     })
                 })
+                .after_release(|conn, _meta| Box::pin(release_if_clean(conn)))
         };
-        let pool = pool_options(max_connections)
+        let circuit = Arc::new(Circuit::default());
+        let pool = pool_options(max_connections, acquire_timeout)
             .connect(&connect_url)
             .await
             .with_context(describe)?;
+        let pool = DbPool::new(pool, circuit.clone());
         let writer = match kind {
-            DatabaseKind::Sqlite => pool_options(1)
-                .connect(&connect_url)
-                .await
-                .with_context(describe)?,
+            DatabaseKind::Sqlite => DbPool::new(
+                pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
+                    .connect(&connect_url)
+                    .await
+                    .with_context(describe)?,
+                circuit,
+            ),
             DatabaseKind::Postgres => pool.clone(),
         };
-        Ok(Self { pool, writer, kind })
+        Ok(Self {
+            pool,
+            writer,
+            kind,
+            sqlite_file,
+        })
     }
 
     /// The pool for reads.
-    pub fn pool(&self) -> &AnyPool {
+    pub fn pool(&self) -> &DbPool {
         &self.pool
     }
 
     /// The pool for writes and write transactions (one connection on SQLite; see [`Db`]).
-    pub fn writer(&self) -> &AnyPool {
+    pub fn writer(&self) -> &DbPool {
         &self.writer
     }
 
@@ -132,7 +196,7 @@ impl Db {
         let migrator = migrator(self.kind);
         let before = self.applied_versions().await?;
         migrator
-            .run(&self.pool)
+            .run(self.pool.any_pool())
             .await
             .context("running migrations")?;
         let applied = migrator
@@ -189,6 +253,36 @@ impl Db {
         tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&self.pool))
             .await
             .context("database did not answer in time")??;
+        Ok(())
+    }
+
+    /// Checks that the writer can commit within `timeout`: on SQLite, that the file's
+    /// filesystem has [`MIN_FREE_BYTES`] free; then one small upsert of `meta`, through the
+    /// same connection and commit path as every write (a full disk fails it).
+    pub async fn probe_writer(&self, timeout: Duration) -> anyhow::Result<()> {
+        if let Some(file) = &self.sqlite_file {
+            let dir = file.parent().filter(|dir| !dir.as_os_str().is_empty());
+            let stats = rustix::fs::statvfs(dir.unwrap_or(Path::new(".")))
+                .with_context(|| format!("checking free space beside {}", file.display()))?;
+            let free = stats.f_bavail.saturating_mul(stats.f_frsize);
+            if free < MIN_FREE_BYTES {
+                anyhow::bail!(
+                    "only {free} bytes free on the filesystem of {} (less than {MIN_FREE_BYTES})",
+                    file.display()
+                );
+            }
+        }
+        let now = now_millis();
+        let write = sqlx::query(
+            "INSERT INTO meta (name, value, utime) VALUES ('writer_probe', $1, $2) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, utime = excluded.utime",
+        )
+        .bind(now.to_string())
+        .bind(now)
+        .execute(&self.writer);
+        tokio::time::timeout(timeout, write)
+            .await
+            .context("the writer did not commit in time")??;
         Ok(())
     }
 
@@ -270,30 +364,85 @@ pub fn now_millis() -> i64 {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Creates the directory of a SQLite URL's file and asks sqlx to create the file itself.
+/// Whether a connection coming back to its pool may be used again: not if it still counts as
+/// inside a transaction once its pending rollback ran (module docs). The ping runs after that
+/// rollback (a connection's commands run in order), so a successful rollback is not mistaken
+/// for a stuck one.
+async fn release_if_clean(conn: &mut AnyConnection) -> Result<bool, sqlx::Error> {
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!(
+            "a database connection is stuck in a failed transaction (a commit or rollback \
+             failed, e.g. on a full disk); closing it"
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Creates the directory of a SQLite URL's file (0700) and the file itself (0600) when they do
+/// not exist (they hold emails and password hashes), unless the URL names its own `mode=`.
 fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .unwrap_or(url);
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path != ":memory:" && !path.is_empty() {
+    let explicit_mode = query.split('&').any(|kv| kv.starts_with("mode="));
+    if path != ":memory:" && !path.is_empty() && !explicit_mode {
         if let Some(dir) = Path::new(path)
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir).with_context(|| {
+            create_private_dir(dir).with_context(|| {
                 format!("creating the directory of database_url {}", dir.display())
             })?;
         }
+        create_private_file(Path::new(path))
+            .with_context(|| format!("creating the database file {path}"))?;
     }
-    Ok(if query.split('&').any(|kv| kv.starts_with("mode=")) {
+    Ok(if explicit_mode {
         url.to_owned()
     } else if query.is_empty() {
         format!("sqlite://{path}?mode=rwc")
     } else {
         format!("sqlite://{path}?{query}&mode=rwc")
     })
+}
+
+/// The file of a `sqlite://` URL (`None` for an in-memory database).
+pub fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path))
+}
+
+/// Creates `dir` and any missing parents with mode 0700 (existing ones are left as they are).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Creates an empty file with mode 0600 unless `path` exists; SQLite then creates its `-wal`
+/// and `-shm` files with the database file's mode.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 #[cfg(test)]
@@ -332,13 +481,19 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_urls_get_create_mode() {
+    fn sqlite_urls_get_create_mode_and_private_files() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("a/b/webook.db");
         let url = prepare_sqlite_url(&format!("sqlite://{}", file.display())).unwrap();
         assert_eq!(url, format!("sqlite://{}?mode=rwc", file.display()));
-        assert!(file.parent().unwrap().is_dir());
-        let url = prepare_sqlite_url("sqlite://x.db?mode=ro").unwrap();
-        assert_eq!(url, "sqlite://x.db?mode=ro");
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(file.parent().unwrap()), 0o700);
+        assert_eq!(mode(&dir.path().join("a")), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        let elsewhere = dir.path().join("c/read-only.db");
+        let url = prepare_sqlite_url(&format!("sqlite://{}?mode=ro", elsewhere.display())).unwrap();
+        assert_eq!(url, format!("sqlite://{}?mode=ro", elsewhere.display()));
+        assert!(!elsewhere.exists(), "an explicit mode creates nothing");
     }
 }

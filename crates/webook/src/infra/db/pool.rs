@@ -1,0 +1,338 @@
+//! [`DbPool`]: a sqlx pool that fails fast while its database is unreachable, and the
+//! classification of database errors that says which failures are the database's (answered 503)
+//! rather than the request's or the code's (500).
+//!
+//! **Why a gate.** When PostgreSQL stops, every query waits for a connection until the pool's
+//! acquire timeout and only then fails; a server under load piles up requests that each hold a
+//! task and a socket for that long. So the pool carries a small circuit breaker: a
+//! connection-class failure ([`is_connection_failure`]: refused, reset, pool timeout, the server
+//! shutting down) opens it for [`RETRY_AFTER`], and while it is open every query fails at once
+//! with [`Unreachable`] instead of waiting. When the pause is over, the next query is let through
+//! as a probe (the others keep failing fast); its success closes the circuit, its failure opens
+//! it again. A success of any query closes it too. Storage failures such as a full disk do not
+//! open it: reads still work then, and only the failing writes fail.
+//!
+//! Statements of a transaction run on its own connection, not through the gate; the gate sees
+//! the acquisition that `begin` makes, which is where an unreachable server shows first.
+//!
+//! `DbPool` implements [`sqlx::Executor`] for `&DbPool`, so queries run on it exactly as on an
+//! `AnyPool` (`query.execute(db.pool())`).
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, LazyLock,
+    },
+    time::{Duration, Instant},
+};
+
+use futures_util::{future::BoxFuture, stream::BoxStream, FutureExt, StreamExt};
+use sqlx::{
+    any::{AnyQueryResult, AnyRow, AnyStatement, AnyTypeInfo},
+    pool::PoolConnection,
+    Any, AnyPool, Describe, Either, Execute, Executor, Transaction,
+};
+
+/// How long the circuit stays open after a connection failure before a probe is let through.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Counter: queries refused at once because the database was unreachable moments before.
+pub const DB_FAST_FAILURES_TOTAL: &str = "db_fast_failures_total";
+
+/// The error of a query refused while the circuit is open.
+#[derive(Debug, thiserror::Error)]
+#[error("the database is unreachable (failing fast; retrying every {RETRY_AFTER:?})")]
+pub struct Unreachable;
+
+/// A connection pool with a circuit breaker (module docs); cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DbPool {
+    pool: AnyPool,
+    circuit: Arc<Circuit>,
+}
+
+impl DbPool {
+    /// Gates `pool` with `circuit` (pools of one database share one circuit).
+    pub(super) fn new(pool: AnyPool, circuit: Arc<Circuit>) -> Self {
+        Self { pool, circuit }
+    }
+
+    /// The pool itself, for code that keeps its own pool handle (the job store).
+    pub fn any_pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Starts a transaction on a connection of this pool.
+    pub async fn begin(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
+        let admission = self.circuit.admit()?;
+        let result = self.pool.begin().await;
+        self.circuit.record(admission, result.as_ref().err());
+        result
+    }
+
+    /// Takes a connection of this pool.
+    pub async fn acquire(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
+        let admission = self.circuit.admit()?;
+        let result = self.pool.acquire().await;
+        self.circuit.record(admission, result.as_ref().err());
+        result
+    }
+
+    /// Closes the pool, waiting for checked-out connections to come back.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Whether `err` says the database cannot be reached (as opposed to refusing this one query):
+/// these open the circuit.
+pub fn is_connection_failure(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => true,
+        // PostgreSQL: connection exceptions (08…), the server shutting down or starting
+        // (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now).
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P0")),
+        _ => false,
+    }
+}
+
+/// Whether `err` is the database failing rather than the query: unreachable, out of disk or
+/// other resources, an I/O error, locked for longer than the busy timeout. Such a request is
+/// answered 503 (a dependency is down; retry later), never 500.
+pub fn is_unavailable(err: &sqlx::Error) -> bool {
+    if is_connection_failure(err) {
+        return true;
+    }
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    let Some(code) = db.code() else {
+        return false;
+    };
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        // SQLite reports (extended) result codes as numbers; the primary code is the low byte:
+        // SQLITE_BUSY 5, SQLITE_READONLY 8, SQLITE_IOERR 10, SQLITE_FULL 13, SQLITE_CANTOPEN 14.
+        return code
+            .parse::<i32>()
+            .is_ok_and(|code| matches!(code & 0xff, 5 | 8 | 10 | 13 | 14));
+    }
+    // PostgreSQL's SQLSTATE: insufficient resources (53…: disk full, out of memory, too many
+    // connections) and system errors (58…: I/O error, undefined file).
+    code.starts_with("53") || code.starts_with("58")
+}
+
+/// Whether `err`, or anything in its cause chain, is a database failure ([`is_unavailable`];
+/// a query refused by an open circuit is one).
+pub fn caused_by_unavailable_database(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<sqlx::Error>()
+            .is_some_and(is_unavailable)
+    })
+}
+
+/// The process-wide monotonic clock the circuit keeps its deadline on, in milliseconds.
+fn monotonic_millis() -> u64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    u64::try_from(START.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The circuit breaker of one database (module docs).
+#[derive(Debug, Default)]
+pub(super) struct Circuit {
+    /// 0 while closed; otherwise the [`monotonic_millis`] until which queries fail fast.
+    open_until: AtomicU64,
+    /// A probe is in flight.
+    probing: AtomicBool,
+}
+
+/// How a query got through the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// The circuit was closed.
+    Normal,
+    /// The circuit was open and its pause over: this query finds out whether the database is
+    /// back.
+    Probe,
+}
+
+impl Circuit {
+    /// Lets a query through, or refuses it at once while the circuit is open.
+    pub(super) fn admit(&self) -> Result<Admission, sqlx::Error> {
+        self.admit_at(monotonic_millis())
+    }
+
+    fn admit_at(&self, now: u64) -> Result<Admission, sqlx::Error> {
+        let open_until = self.open_until.load(Ordering::Acquire);
+        if open_until == 0 {
+            return Ok(Admission::Normal);
+        }
+        if now >= open_until
+            && self
+                .probing
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Ok(Admission::Probe);
+        }
+        metrics::counter!(DB_FAST_FAILURES_TOTAL).increment(1);
+        Err(sqlx::Error::Io(std::io::Error::other(Unreachable)))
+    }
+
+    /// Records how an admitted query ended: `failure` is its error, if any.
+    pub(super) fn record(&self, admission: Admission, failure: Option<&sqlx::Error>) {
+        self.record_at(monotonic_millis(), admission, failure);
+    }
+
+    fn record_at(&self, now: u64, admission: Admission, failure: Option<&sqlx::Error>) {
+        match failure {
+            Some(err) if is_connection_failure(err) => {
+                // +1: a deadline is never 0, which means closed.
+                let until = now + 1 + u64::try_from(RETRY_AFTER.as_millis()).unwrap_or(u64::MAX);
+                if self.open_until.swap(until, Ordering::AcqRel) == 0 {
+                    tracing::warn!(error = %err, "database unreachable; failing fast until it answers");
+                }
+            }
+            _ => {
+                if self.open_until.swap(0, Ordering::AcqRel) != 0 {
+                    tracing::info!("database reachable again");
+                }
+            }
+        }
+        if admission == Admission::Probe {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl<'p> Executor<'p> for &'_ DbPool {
+    type Database = Any;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let admission = match self.circuit.admit() {
+            Ok(admission) => admission,
+            Err(err) => return futures_util::stream::once(async { Err(err) }).boxed(),
+        };
+        let circuit = self.circuit.clone();
+        let mut recorded = false;
+        (&self.pool)
+            .fetch_many(query)
+            .map(move |item| {
+                if !recorded {
+                    recorded = true;
+                    circuit.record(admission, item.as_ref().err());
+                }
+                item
+            })
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<AnyRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Any>,
+    {
+        let admission = match self.circuit.admit() {
+            Ok(admission) => admission,
+            Err(err) => return futures_util::future::ready(Err(err)).boxed(),
+        };
+        let circuit = self.circuit.clone();
+        (&self.pool)
+            .fetch_optional(query)
+            .map(move |result| {
+                circuit.record(admission, result.as_ref().err());
+                result
+            })
+            .boxed()
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [AnyTypeInfo],
+    ) -> BoxFuture<'e, Result<AnyStatement<'q>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        (&self.pool).prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        (&self.pool).describe(sql)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn refused() -> sqlx::Error {
+        sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+    }
+
+    const PAUSE: u64 = RETRY_AFTER.as_millis() as u64;
+
+    // Times are milliseconds on the circuit's clock.
+
+    #[test]
+    fn a_connection_failure_opens_the_circuit_and_one_probe_closes_it() {
+        let circuit = Circuit::default();
+        let admission = circuit.admit_at(100).unwrap();
+        assert_eq!(admission, Admission::Normal);
+        circuit.record_at(100, admission, Some(&refused()));
+        let refused_at_once = circuit.admit_at(100 + PAUSE).unwrap_err();
+        assert!(is_connection_failure(&refused_at_once));
+        assert!(
+            caused_by_unavailable_database(&anyhow::Error::from(refused_at_once)),
+            "a fast failure is answered as unavailable"
+        );
+
+        // After the pause exactly one query probes; the others keep failing fast.
+        let probe = circuit.admit_at(101 + PAUSE).unwrap();
+        assert_eq!(probe, Admission::Probe);
+        assert!(
+            circuit.admit_at(102 + PAUSE).is_err(),
+            "a second query while probing"
+        );
+        circuit.record_at(103 + PAUSE, probe, None);
+        assert_eq!(circuit.admit_at(104 + PAUSE).unwrap(), Admission::Normal);
+    }
+
+    #[test]
+    fn a_failed_probe_opens_the_circuit_again_and_query_errors_do_not_open_it() {
+        let circuit = Circuit::default();
+        circuit.record_at(0, Admission::Normal, Some(&sqlx::Error::RowNotFound));
+        assert_eq!(circuit.admit_at(0).unwrap(), Admission::Normal);
+
+        circuit.record_at(10, Admission::Normal, Some(&sqlx::Error::PoolTimedOut));
+        let probe = circuit.admit_at(11 + PAUSE).unwrap();
+        circuit.record_at(12 + PAUSE, probe, Some(&refused()));
+        assert!(
+            circuit.admit_at(13 + PAUSE).is_err(),
+            "open again after a failed probe"
+        );
+        assert!(!circuit.probing.load(Ordering::Acquire));
+        assert_eq!(circuit.admit_at(13 + 2 * PAUSE).unwrap(), Admission::Probe);
+    }
+}

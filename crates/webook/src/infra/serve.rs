@@ -1,0 +1,519 @@
+//! The HTTP server: accepts connections, serves the router on each, and keeps clients from
+//! holding sockets they do not use.
+//!
+//! A connection costs a file descriptor and a task, and a client can hold one open by sending
+//! nothing, or a header one byte at a time. So each connection is watched:
+//! - **header timeout**: from the first byte of a request to the end of its header, at most
+//!   `http_header_timeout` (a connection that starts a request and trickles it is closed);
+//! - **idle timeout**: a connection with no request in progress and no byte moving in either
+//!   direction for `http_idle_timeout` is closed (this also covers a connection that never sends
+//!   anything);
+//! - **connection cap**: at most `http_max_connections` at once. At the cap the server stops
+//!   accepting, so new connections wait in the kernel's listen backlog until one closes
+//!   (backpressure rather than failure), and it says so in one log line, repeated at most once a
+//!   minute. The cap is kept below the process's file-descriptor limit (raised to its hard limit
+//!   when needed) with room left for the database, Redis and files, so accepting can never take
+//!   the descriptors the rest of the process needs.
+//!
+//! A request in progress is never cut by these: its bound is the request timeout of
+//! [`crate::infra::http`]. Connections are served by hyper (HTTP/1.1, and HTTP/2 with prior
+//! knowledge) with Nagle's algorithm off, as nginx does. On shutdown the server stops accepting,
+//! asks every connection to finish its request in progress and close, and returns when all have.
+
+use std::{
+    net::SocketAddr,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, LazyLock, Mutex,
+    },
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use axum::{body::Body, extract::ConnectInfo, Router};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::{TcpListener, TcpStream},
+    sync::Semaphore,
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tower::Service;
+
+use crate::config::Config;
+
+/// File descriptors kept free for everything but client connections (pools, Redis, logs,
+/// the SQLite files, outgoing job calls).
+const RESERVED_DESCRIPTORS: u64 = 256;
+/// How often the "at the connection cap" line may repeat.
+const CAP_LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// Pause after an accept error that is about this process (descriptors, memory) rather than
+/// the one connection.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Counter: connections closed by the server for idling or for sending their header too
+/// slowly, by `reason`.
+pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "http_connections_closed_total";
+/// Gauge: client connections open.
+pub const HTTP_CONNECTIONS_OPEN: &str = "http_connections_open";
+
+/// Limits of client connections (module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct ServeOptions {
+    /// Longest a request's header may take from its first byte.
+    pub header_timeout: Duration,
+    /// Longest a connection may sit with no request and no traffic.
+    pub idle_timeout: Duration,
+    /// Most connections at once (before the descriptor limit lowers it).
+    pub max_connections: usize,
+}
+
+impl ServeOptions {
+    /// The limits the config asks for.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            header_timeout: config.http_header_timeout,
+            idle_timeout: config.http_idle_timeout,
+            max_connections: config.http_max_connections,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` is cancelled, then lets the connections finish
+/// their requests in progress and returns once all are closed (callers bound that wait).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    options: ServeOptions,
+    stop: CancellationToken,
+) {
+    let cap = connection_cap(options.max_connections);
+    let permits = Arc::new(Semaphore::new(cap));
+    let connections = TaskTracker::new();
+    let mut cap_log = CapLog::default();
+    loop {
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                cap_log.reached(cap);
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                    () = stop.cancelled() => break,
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    accept_failed(&err).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => break,
+        };
+        without_nagle(&stream);
+        let (router, stop) = (router.clone(), stop.clone());
+        connections.spawn(async move {
+            serve_connection(stream, peer, router, options, stop).await;
+            drop(permit);
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// Turns Nagle's algorithm off on an accepted connection, as nginx does on keep-alive
+/// connections: a response written in more than one piece (a streamed or compressed body) would
+/// otherwise have its last small segment held back until the client acknowledges the previous
+/// one — up to the client's delayed-ACK timeout over a real network.
+fn without_nagle(stream: &TcpStream) {
+    if let Err(err) = stream.set_nodelay(true) {
+        tracing::debug!(%err, "cannot set TCP_NODELAY on an accepted connection");
+    }
+}
+
+/// The cap in effect: `wanted`, lowered to what the descriptor limit allows after raising the
+/// soft limit as far as the hard one permits.
+fn connection_cap(wanted: usize) -> usize {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let wanted_u64 = u64::try_from(wanted).unwrap_or(u64::MAX);
+    let needed = wanted_u64.saturating_add(RESERVED_DESCRIPTORS);
+    let limit = getrlimit(Resource::Nofile);
+    let Some(mut soft) = limit.current else {
+        return wanted; // unlimited
+    };
+    if soft < needed {
+        let raised = limit.maximum.map_or(needed, |hard| hard.min(needed));
+        if raised > soft
+            && setrlimit(
+                Resource::Nofile,
+                Rlimit {
+                    current: Some(raised),
+                    maximum: limit.maximum,
+                },
+            )
+            .is_ok()
+        {
+            soft = raised;
+        }
+    }
+    if soft >= needed {
+        return wanted;
+    }
+    let allowed = usize::try_from(soft.saturating_sub(RESERVED_DESCRIPTORS))
+        .unwrap_or(wanted)
+        .max(1);
+    tracing::warn!(
+        http_max_connections = wanted,
+        open_files_limit = soft,
+        effective = allowed,
+        "the open-files limit is too low for http_max_connections; serving at most {allowed} \
+         connections (raise `ulimit -n`)"
+    );
+    allowed
+}
+
+/// Logs reaching the connection cap at most once per [`CAP_LOG_INTERVAL`].
+#[derive(Default)]
+struct CapLog {
+    last: Option<Instant>,
+}
+
+impl CapLog {
+    fn reached(&mut self, cap: usize) {
+        if self
+            .last
+            .is_none_or(|last| last.elapsed() >= CAP_LOG_INTERVAL)
+        {
+            self.last = Some(Instant::now());
+            tracing::warn!(
+                http_max_connections = cap,
+                "connection limit reached; new connections wait in the listen backlog until \
+                 one closes (logged at most once a minute)"
+            );
+        }
+    }
+}
+
+/// An accept error: the client's own (reset before accept) is skipped; one of this process
+/// (out of descriptors or memory) is logged at most once a second and paused on, so the loop
+/// neither spins nor floods the log.
+async fn accept_failed(err: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        err.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused
+    ) {
+        return;
+    }
+    static LAST_LOG: LazyLock<Mutex<Option<Instant>>> = LazyLock::new(|| Mutex::new(None));
+    let log_now = LAST_LOG.lock().map_or(true, |mut last| {
+        let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    });
+    if log_now {
+        tracing::error!(%err, "cannot accept connections");
+    }
+    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+}
+
+/// Serves one connection until it ends, the watch closes it, or shutdown has let it finish.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    options: ServeOptions,
+    stop: CancellationToken,
+) {
+    let open = metrics::gauge!(HTTP_CONNECTIONS_OPEN);
+    open.increment(1.0);
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let requests = activity.clone();
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        let in_progress = requests.request_started();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let answer = router.clone().call(request.map(Body::new));
+        async move {
+            let response = answer.await;
+            drop(in_progress);
+            response
+        }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(connection);
+    let mut stopping = false;
+    loop {
+        let deadline = activity.deadline(options);
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    tracing::debug!(%peer, error = %err, "connection ended with an error");
+                }
+                break;
+            }
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                if let Some(reason) = activity.expired(options) {
+                    metrics::counter!(HTTP_CONNECTIONS_CLOSED_TOTAL, "reason" => reason).increment(1);
+                    tracing::debug!(%peer, reason, "closing connection");
+                    break;
+                }
+            }
+        }
+    }
+    open.decrement(1.0);
+}
+
+/// What a connection has been doing, for its watch.
+struct Activity {
+    /// When it was opened; the times below are milliseconds since then.
+    opened: Instant,
+    /// Last byte read or written.
+    last_traffic: AtomicU64,
+    /// First byte of a request header not yet complete, plus one (0: none).
+    header_started: AtomicU64,
+    /// Requests whose response is not produced yet.
+    in_progress: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            last_traffic: AtomicU64::new(0),
+            header_started: AtomicU64::new(0),
+            in_progress: AtomicUsize::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn traffic(&self, read: bool) {
+        self.traffic_at(self.now(), read);
+    }
+
+    fn traffic_at(&self, now: u64, read: bool) {
+        self.last_traffic.store(now, Ordering::Relaxed);
+        if read && self.in_progress.load(Ordering::Acquire) == 0 {
+            // The first bytes after an idle spell start a request header.
+            let _ = self.header_started.compare_exchange(
+                0,
+                now + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// A header was parsed into a request: it is no longer late, and the connection is busy
+    /// until the returned guard drops.
+    fn request_started(self: &Arc<Self>) -> InProgress {
+        self.in_progress.fetch_add(1, Ordering::AcqRel);
+        self.header_started.store(0, Ordering::Release);
+        InProgress(self.clone())
+    }
+
+    /// Why the connection should close now, if it should.
+    fn expired(&self, options: ServeOptions) -> Option<&'static str> {
+        self.expired_at(self.now(), options)
+    }
+
+    fn expired_at(&self, now: u64, options: ServeOptions) -> Option<&'static str> {
+        if self.in_progress.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let header_started = self.header_started.load(Ordering::Acquire);
+        if header_started > 0 && now + 1 >= header_started + millis(options.header_timeout) {
+            return Some("header_timeout");
+        }
+        let idle_since = self.last_traffic.load(Ordering::Relaxed);
+        if header_started == 0 && now >= idle_since + millis(options.idle_timeout) {
+            return Some("idle_timeout");
+        }
+        None
+    }
+
+    /// When to look again: the earliest moment [`Activity::expired`] could say yes.
+    fn deadline(&self, options: ServeOptions) -> Instant {
+        let header_started = self.header_started.load(Ordering::Acquire);
+        let at = if header_started > 0 {
+            (header_started - 1) + millis(options.header_timeout)
+        } else {
+            self.last_traffic.load(Ordering::Relaxed) + millis(options.idle_timeout)
+        };
+        // A busy connection is looked at again an idle timeout from now.
+        let at = at.max(self.now() + 1);
+        self.opened + Duration::from_millis(at)
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A request in progress on a connection; it is done when this drops.
+struct InProgress(Arc<Activity>);
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.in_progress.fetch_sub(1, Ordering::AcqRel);
+        self.0.traffic(false);
+    }
+}
+
+/// A socket that tells its [`Activity`] about every byte.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.traffic(true);
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.traffic(false);
+        }
+        result
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.traffic(false);
+        }
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const OPTIONS: ServeOptions = ServeOptions {
+        header_timeout: Duration::from_millis(100),
+        idle_timeout: Duration::from_millis(300),
+        max_connections: 10,
+    };
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(!accepted.nodelay().unwrap(), "sockets start with Nagle on");
+        without_nagle(&accepted);
+        assert!(accepted.nodelay().unwrap(), "TCP_NODELAY is off");
+        drop(client);
+    }
+
+    #[test]
+    fn the_cap_stays_below_the_open_files_limit() {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let wanted = usize::MAX / 2;
+        let cap = connection_cap(wanted);
+        match limit.maximum {
+            Some(hard) => assert!(
+                (cap as u64) + RESERVED_DESCRIPTORS <= hard.max(RESERVED_DESCRIPTORS + 1),
+                "cap {cap} with hard limit {hard}"
+            ),
+            None => assert_eq!(cap, wanted),
+        }
+        assert_eq!(connection_cap(10), 10, "a small cap is kept");
+    }
+
+    // Times are milliseconds since the connection opened.
+
+    #[test]
+    fn a_silent_connection_expires_after_the_idle_timeout() {
+        let activity = Arc::new(Activity::new());
+        assert_eq!(activity.expired_at(299, OPTIONS), None);
+        assert_eq!(activity.expired_at(300, OPTIONS), Some("idle_timeout"));
+        activity.traffic_at(250, false);
+        assert_eq!(
+            activity.expired_at(549, OPTIONS),
+            None,
+            "traffic restarts it"
+        );
+        assert_eq!(activity.expired_at(550, OPTIONS), Some("idle_timeout"));
+    }
+
+    #[test]
+    fn a_started_header_must_finish_within_the_header_timeout() {
+        let activity = Arc::new(Activity::new());
+        activity.traffic_at(10, true);
+        assert_eq!(activity.expired_at(109, OPTIONS), None);
+        activity.traffic_at(100, true); // one more byte does not restart the header clock
+        assert_eq!(activity.expired_at(110, OPTIONS), Some("header_timeout"));
+    }
+
+    #[test]
+    fn a_request_in_progress_is_never_expired() {
+        let activity = Arc::new(Activity::new());
+        activity.traffic_at(10, true);
+        let in_progress = activity.request_started();
+        assert_eq!(activity.expired_at(10_000, OPTIONS), None);
+        drop(in_progress);
+        assert_eq!(activity.expired(OPTIONS), None, "its end is traffic");
+    }
+}
