@@ -7,8 +7,12 @@
 //!   heap ([`TopN`]) against sorting them all and truncating;
 //! - `hot_list_json/*`: building the served bytes of a 100-item list from its shared copy
 //!   ([`Snapshot::from_shared`]: parse, envelope, gzip) and serialising the items alone;
-//! - `article/*`: sanitising a ~6 kB article body and extracting its abstract, which every
-//!   save and publish does;
+//! - `article/*`: sanitising a ~6 kB article body, bounding its markup first (`check_markup`)
+//!   and extracting its abstract, which every save and publish does; the abstract also through
+//!   ammonia's text-only cleaner, the implementation before the block-aware scan (baseline);
+//! - `nested_html/*`: sanitising 10 blocks nested 16, 64 and 256 deep (256 is the deepest
+//!   accepted: the parser's cost grows with the square of the depth), and refusing 100 000
+//!   nested `<div>`s with `check_markup` (what a hostile publish now costs);
 //! - `response_gzip/*`: gzipping the JSON of an article read (long-form articles from the seed
 //!   generator: English of 15–30 kB, Chinese of 9–14 kB) at level 1, what the compression layer uses for every
 //!   client that accepts gzip, and at level 6, zlib's default, through flate2 with the
@@ -23,7 +27,7 @@ use std::{hint::black_box, ops::RangeInclusive};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use flate2::{write::GzEncoder, Compression};
 use webook::{
-    article::model::{abstract_of, sanitize_html},
+    article::model::{abstract_of, check_markup, sanitize_html},
     ranking::{
         cache::{Author, RankedArticle, Snapshot},
         model::{ScoreFormula, Signals, TopN},
@@ -193,8 +197,50 @@ fn article(c: &mut Criterion) {
     group.bench_function("sanitize_6kB", |b| {
         b.iter(|| black_box(sanitize_html(black_box(&html))));
     });
+    group.bench_function("check_markup_6kB", |b| {
+        b.iter(|| black_box(check_markup(black_box(&html)).is_ok()));
+    });
     group.bench_function("abstract_of_6kB", |b| {
         b.iter(|| black_box(abstract_of(black_box(&clean))));
+    });
+    let text_only = {
+        let mut builder = ammonia::Builder::empty();
+        builder.clean_content_tags(["script", "style"].into_iter().collect());
+        builder
+    };
+    group.bench_function("abstract_via_text_cleaner_6kB_baseline", |b| {
+        b.iter(|| {
+            let text = text_only
+                .clean(black_box(&clean))
+                .to_string()
+                .replace("&nbsp;", " ")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&amp;", "&");
+            black_box(webook::article::model::abstract_of_text(&text))
+        });
+    });
+    group.finish();
+}
+
+fn nested_html(c: &mut Criterion) {
+    let mut group = c.benchmark_group("nested_html");
+    group.sample_size(10);
+    for depth in [16usize, 64, 256] {
+        let block = format!("{}x{}", "<div>".repeat(depth), "</div>".repeat(depth));
+        let html = block.repeat(10);
+        group.bench_with_input(
+            BenchmarkId::new("sanitize_10_blocks", depth),
+            &html,
+            |b, html| {
+                b.iter(|| black_box(sanitize_html(black_box(html))));
+            },
+        );
+    }
+    let hostile = "<div>".repeat(100_000);
+    group.bench_function("check_markup_refuses_100k_nested", |b| {
+        b.iter(|| black_box(check_markup(black_box(&hostile)).is_err()));
     });
     group.finish();
 }
@@ -257,6 +303,7 @@ criterion_group!(
     top_n,
     hot_list_json,
     article,
+    nested_html,
     response_gzip
 );
 criterion_main!(kernels);

@@ -717,7 +717,7 @@ impl JwtSecrets {
     fn load_or_generate(data_dir: &Path) -> anyhow::Result<Self> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
-        std::fs::create_dir_all(data_dir)
+        crate::infra::db::create_private_dir(data_dir)
             .with_context(|| format!("creating data_dir {}", data_dir.display()))?;
         let path = data_dir.join(SECRETS_FILE);
         if !path.exists() {

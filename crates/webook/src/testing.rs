@@ -344,6 +344,8 @@ pub fn make_cluster(config: &mut Config, redis_url: String) {
 pub struct TestApp {
     /// The bound address.
     pub addr: SocketAddr,
+    /// The operations address, when the config sets `ops_listen`.
+    pub ops_addr: Option<SocketAddr>,
     /// An HTTP client for it.
     pub client: reqwest::Client,
     /// The app's shared state (database, config, …).
@@ -373,6 +375,7 @@ impl TestApp {
         crate::infra::telemetry::init_logging(&config).expect("logging");
         let app = App::build(config).await.expect("build test app");
         let addr = app.local_addr().expect("bound address");
+        let ops_addr = app.ops_addr().expect("bound operations address");
         let state = app.state().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until(async {
@@ -380,6 +383,7 @@ impl TestApp {
         }));
         Self {
             addr,
+            ops_addr,
             client: reqwest::Client::new(),
             state,
             stop: Some(stop),

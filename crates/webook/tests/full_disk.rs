@@ -2,7 +2,9 @@
 //! a restart, nothing is answered twice with one id, failed writes answer 503 (code 5), the
 //! writer never stays stuck in a failed transaction (another process can take the write lock),
 //! `/readyz` says the database cannot write, and the server recovers by itself once space is
-//! freed.
+//! freed. The same holds for likes, which share transactions (group commit), and for reads,
+//! which are counted in batches: every like answered code 0 survives, and every read is counted
+//! once space is back.
 //!
 //! Each test makes its own small filesystem: a tmpfs it mounts (which needs root; CI runs as
 //! root, and without it the tests fail saying so), with a ballast file that is deleted to free
@@ -21,7 +23,7 @@ use std::{
     sync::Arc,
 };
 
-use common::{login, post, signup, Answer};
+use common::{get, login, post, signup, Answer};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection, Row, SqliteConnection};
@@ -186,12 +188,91 @@ fn expect_ok(answer: &Answer, what: &str) {
     );
 }
 
+/// Readers prepared before the disk fills, and what they did while it was full.
+struct Readers {
+    tokens: Vec<String>,
+    target: i64,
+    likes_acknowledged: i64,
+    reads: i64,
+}
+
+impl Readers {
+    /// Six readers and an article for them, while there is space.
+    async fn prepare(app: &TestApp, author: &str) -> Self {
+        let answer = post(
+            app,
+            "/articles/publish",
+            Some(author),
+            json!({"title": "liked while full", "content": "<p>read me</p>"}),
+        )
+        .await;
+        expect_ok(&answer, "the target article");
+        let mut tokens = Vec::new();
+        for n in 0..6 {
+            let email = format!("reader{n}@example.com");
+            expect_ok(&signup(app, &email).await, "a reader's sign-up");
+            tokens.push(login(app, &email).await.0);
+        }
+        Self {
+            tokens,
+            target: answer.json()["data"].as_i64().unwrap(),
+            likes_acknowledged: 0,
+            reads: 0,
+        }
+    }
+
+    /// On the full disk: every reader likes the target at once (they share a group commit) and
+    /// reads it five times. A like answers 0 or 503; a read answers 0 (it writes nothing itself).
+    async fn act_while_full(&mut self, app: &TestApp) {
+        let target = self.target;
+        let likes = self.tokens.iter().map(|token| async move {
+            post(
+                app,
+                "/articles/pub/like",
+                Some(token),
+                json!({"id": target, "like": true}),
+            )
+            .await
+        });
+        for answer in futures_util::future::join_all(likes).await {
+            match (answer.status, answer.code()) {
+                (StatusCode::OK, 0) => self.likes_acknowledged += 1,
+                (StatusCode::SERVICE_UNAVAILABLE, 5) => {}
+                other => panic!("a like on a full disk answered {other:?}: {}", answer.raw),
+            }
+        }
+        for token in &self.tokens {
+            for _ in 0..5 {
+                let answer = get(app, &format!("/articles/pub/{target}"), Some(token)).await;
+                expect_ok(&answer, "a read on a full disk");
+                self.reads += 1;
+            }
+        }
+    }
+
+    /// Once space is back: every read made while the disk was full is counted.
+    async fn reads_are_all_counted(&self, db: &Db) {
+        wait_until("every read made on the full disk to be counted", || async {
+            let counted: Option<i64> = sqlx::query_scalar(
+                "SELECT read_cnt FROM interactives WHERE biz = 'article' AND biz_id = $1",
+            )
+            .bind(self.target)
+            .fetch_optional(db.pool())
+            .await
+            .unwrap();
+            counted == Some(self.reads)
+        })
+        .await;
+    }
+}
+
 /// After a restart (a fresh pool on the same database): every acknowledged article is there
-/// with its title, and the users and like acknowledged after recovery too.
+/// with its title, and the users and likes acknowledged too.
 async fn assert_everything_acknowledged_survived(
     url: &str,
     acknowledged: &[(i64, String)],
     users: &[&str],
+    likes: i64,
 ) {
     let db = Db::connect_url(url, 2).await.unwrap();
     for (id, title) in acknowledged {
@@ -214,11 +295,14 @@ async fn assert_everything_acknowledged_survived(
             "sign-up of {email} was answered code 0 and is gone"
         );
     }
-    let likes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM user_likes WHERE status = 1")
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM user_likes WHERE status = 1")
         .fetch_one(db.pool())
         .await
         .unwrap();
-    assert_eq!(likes, 1, "the like answered code 0 is gone");
+    assert_eq!(
+        stored, likes,
+        "likes answered code 0 are gone (or refused ones were kept)"
+    );
     db.close().await;
 }
 
@@ -260,9 +344,10 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     let url = db.url.clone();
     let file = url.trim_start_matches("sqlite://").to_owned();
     // `db` stays here: dropping the last handle removes the database.
-    let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
     expect_ok(&signup(&app, "writer@example.com").await, "sign-up");
     let (token, _) = login(&app, "writer@example.com").await;
+    let mut readers = Readers::prepare(&app, &token).await;
 
     let mut outcomes = publish_until_full(&app, &token, 16, 40).await;
     assert!(
@@ -272,6 +357,7 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
         disk.free_bytes() / MIB
     );
     assert_unique(&outcomes.acknowledged);
+    readers.act_while_full(&app).await;
 
     // Full: readiness says the database cannot write, and the writer holds no lock.
     let (status, body) = app.get_json("/readyz").await;
@@ -294,12 +380,14 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     })
     .await;
     writes_recover(&app, &token, &mut outcomes.acknowledged).await;
+    readers.reads_are_all_counted(&app.state.db).await;
     app.stop().await.unwrap();
 
     assert_everything_acknowledged_survived(
         &url,
         &outcomes.acknowledged,
         &["writer@example.com", "later@example.com"],
+        readers.likes_acknowledged + 1,
     )
     .await;
     drop(db);
@@ -335,9 +423,10 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     let ballast = disk.ballast(3 * MIB);
     let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace).await);
     let url = db.url.clone();
-    let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
     expect_ok(&signup(&app, "writer@example.com").await, "sign-up");
     let (token, _) = login(&app, "writer@example.com").await;
+    let mut readers = Readers::prepare(&app, &token).await;
 
     let mut outcomes = publish_until_full(&app, &token, 16, 40).await;
     assert!(
@@ -346,14 +435,17 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
         outcomes.acknowledged.len()
     );
     assert_unique(&outcomes.acknowledged);
+    readers.act_while_full(&app).await;
 
     std::fs::remove_file(ballast).unwrap();
     writes_recover(&app, &token, &mut outcomes.acknowledged).await;
+    readers.reads_are_all_counted(&app.state.db).await;
     app.stop().await.unwrap();
     assert_everything_acknowledged_survived(
         &url,
         &outcomes.acknowledged,
         &["writer@example.com", "later@example.com"],
+        readers.likes_acknowledged + 1,
     )
     .await;
 

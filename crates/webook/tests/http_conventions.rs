@@ -369,3 +369,89 @@ async fn metrics_count_requests_by_route_pattern_and_status() {
     assert!(text.contains(telemetry::HTTP_REQUESTS_IN_FLIGHT));
     app.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn errors_speak_the_requested_language_and_no_answer_can_be_sniffed() {
+    let base = serve(probe_routes(), &small_config()).await;
+    let client = reqwest::Client::new();
+    let bad_json = |language: Option<&'static str>| {
+        let mut request = client
+            .post(format!("{base}/echo"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body("{nope");
+        if let Some(language) = language {
+            request = request.header(header::ACCEPT_LANGUAGE, language);
+        }
+        request.send()
+    };
+    for (language, msg) in [
+        (None, "request body is not valid JSON"),
+        (Some("en-US,en;q=0.9"), "request body is not valid JSON"),
+        (Some("zh-CN,zh;q=0.9,en;q=0.8"), "请求体不是合法的 JSON"),
+    ] {
+        let response = bad_json(language).await.unwrap();
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+        let (status, body) = body(response).await;
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (StatusCode::BAD_REQUEST, Some(4))
+        );
+        assert_eq!(body["msg"], msg, "{language:?}");
+    }
+    let response = client
+        .get(format!("{base}/nowhere"))
+        .header(header::ACCEPT_LANGUAGE, "zh")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = body(response).await;
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (StatusCode::NOT_FOUND, Some(404001))
+    );
+    assert_eq!(body["msg"], "没有这个接口");
+    let response = client
+        .post(format!("{base}/echo"))
+        .json(&json!({"a": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+}
+
+#[tokio::test]
+async fn ops_listen_serves_metrics_apart_from_the_api() {
+    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
+        config.ops_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let ops = app.ops_addr.expect("ops_listen bound");
+    let api_metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(
+        api_metrics.status(),
+        StatusCode::NOT_FOUND,
+        "no /metrics on the API port"
+    );
+    let metrics = app
+        .client
+        .get(format!("http://{ops}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    assert!(metrics
+        .text()
+        .await
+        .unwrap()
+        .contains("http_requests_total"));
+    for base in [format!("http://{ops}"), format!("http://{}", app.addr)] {
+        let response = app
+            .client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{base}");
+    }
+    app.stop().await.unwrap();
+}

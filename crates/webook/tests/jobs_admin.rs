@@ -20,13 +20,118 @@ use serde_json::{json, Value};
 use webook::{
     infra::db::now_millis,
     testing::{wait_until, TestApp},
+    user::admin::AdminStore,
 };
 
 setup_tests!(
     only_admins_may_manage_jobs,
     invalid_jobs_are_refused_with_the_reason,
     a_triggered_http_job_runs_once_and_obeys_stop_and_resume,
+    admin_rights_follow_user_ids_never_emails,
+    http_jobs_never_call_internal_addresses_unless_allowed,
 );
+
+/// Admins used to be listed by email: whoever signed up first with an admin's unregistered
+/// email (in any capitalisation) became an admin. Rights now follow user ids (config) or a
+/// grant by an operator, and an email in config `admins` is refused at start-up.
+async fn admin_rights_follow_user_ids_never_emails(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    assert_eq!(signup(&app, "  OPS@Example.com ").await.code(), 0);
+    let (ops, _) = login(&app, "ops@example.com").await;
+    expect(
+        &get(&app, "/jobs", Some(&ops)).await,
+        StatusCode::OK,
+        403002,
+    );
+
+    let store = AdminStore::new(app.state.db.clone());
+    let uid = store.grant("OPS@example.com").await.unwrap();
+    expect(&get(&app, "/jobs", Some(&ops)).await, StatusCode::OK, 0);
+    assert_eq!(store.list().await.unwrap()[0].uid, uid);
+    assert_eq!(store.revoke(&uid.to_string()).await.unwrap(), (uid, true));
+    expect(
+        &get(&app, "/jobs", Some(&ops)).await,
+        StatusCode::OK,
+        403002,
+    );
+    assert!(matches!(
+        store.grant("nobody@example.com").await,
+        Err(webook::user::admin::GrantError::NoSuchUser(_))
+    ));
+}
+
+/// An admin's `http` job pointed at the cloud metadata address or loopback is refused; a host
+/// name that resolves to an internal address is refused when the job runs.
+async fn http_jobs_never_call_internal_addresses_unless_allowed(setup: Setup) {
+    let app = setup
+        .spawn(|config| {
+            config.admins = vec![1];
+            config.job_poll_max = Duration::from_millis(100);
+            config.job_http_allowed_networks = Vec::new(); // the production default
+        })
+        .await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (admin, _) = login(&app, ADMIN).await;
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:9/hook",
+        "http://[::1]:9/hook",
+        "http://10.0.0.7/hook",
+        "http://[::ffff:192.168.1.1]/hook",
+    ] {
+        let create =
+            json!({"name": "probe", "cron": "@yearly", "executor": "http", "cfg": {"url": url}});
+        let refused = expect(
+            &post(&app, "/jobs", Some(&admin), create).await,
+            StatusCode::OK,
+            4,
+        );
+        assert!(
+            refused["msg"]
+                .as_str()
+                .unwrap()
+                .contains("internal address"),
+            "{url}: {refused}"
+        );
+    }
+    let (receiver, calls) = start_receiver().await;
+    let create = json!({"name": "by-name", "cron": "@yearly", "executor": "http",
+                        "cfg": {"url": format!("http://localhost:{}/hook", receiver.port())}});
+    let id = expect(
+        &post(&app, "/jobs", Some(&admin), create).await,
+        StatusCode::OK,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    expect(
+        &post(
+            &app,
+            &format!("/jobs/{id}/trigger"),
+            Some(&admin),
+            json!({}),
+        )
+        .await,
+        StatusCode::OK,
+        0,
+    );
+    wait_until("the run to fail", || async {
+        runs(&app, &admin, id)
+            .await
+            .first()
+            .is_some_and(|run| run["status"] == "failed")
+    })
+    .await;
+    let error = runs(&app, &admin, id).await[0]["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(error.contains("internal address"), "{error}");
+    assert!(
+        calls.lock().unwrap().is_empty(),
+        "the loopback receiver was called"
+    );
+}
 
 /// The first user of every test's fresh database, so its id is 1.
 const ADMIN: &str = "root@example.com";
@@ -604,4 +709,35 @@ fn the_jobs_command_manages_jobs_offline() {
     assert!(stderr.contains("no such job \"nosuch\""), "{stderr}");
     let stderr = fails(dir, &["jobs", "runs", "42"]);
     assert!(stderr.contains("no such job \"42\""), "{stderr}");
+}
+
+#[test]
+fn the_admin_command_grants_and_revokes_by_email_or_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    succeeds(dir, &["migrate"]);
+    let stderr = fails(dir, &["admin", "grant", "nobody@example.com"]);
+    assert!(stderr.contains("no user nobody@example.com"), "{stderr}");
+    // A user to grant: signed up through the store, as the server would.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = format!("sqlite://{}", dir.join("jobs.db").display());
+    runtime.block_on(async {
+        let db = webook::infra::db::Db::connect_url(&url, 1).await.unwrap();
+        webook::user::store::UserStore::new(db.clone())
+            .insert("ops@example.com", "$argon2id$not-a-real-hash", now_millis())
+            .await
+            .unwrap();
+        db.close().await;
+    });
+    assert_eq!(
+        succeeds(dir, &["admin", "grant", "OPS@example.com"]),
+        "user 1 (OPS@example.com) is an admin\n"
+    );
+    let listed = cells(&succeeds(dir, &["admin", "list"]));
+    assert_eq!(listed[1][..2], ["1", "ops@example.com"]);
+    assert_eq!(
+        succeeds(dir, &["admin", "revoke", "1"]),
+        "user 1 (1) is no longer an admin\n"
+    );
+    assert_eq!(cells(&succeeds(dir, &["admin", "list"])).len(), 1);
 }

@@ -1,5 +1,7 @@
-//! The real `webook` binary as a separate process: first start, cluster mode, bad configuration,
-//! graceful shutdown on SIGTERM, and the `migrate`/`version`/`--print-config` commands.
+//! The real `webook` binary as a separate process: the README's run command as written, first
+//! start, cluster mode, bad configuration, graceful shutdown on SIGTERM, one embedded server per
+//! data dir, connection limits (idle, slow-header and surplus clients), and the
+//! `migrate`/`version`/`--print-config` commands.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -8,8 +10,10 @@ use std::{
     path::Path,
     process::{Child, Command, Output, Stdio},
     sync::mpsc,
-    time::Duration,
+    time::{Duration, Instant},
 };
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -49,8 +53,13 @@ struct Server {
 
 impl Server {
     fn start(mut command: Command) -> Self {
+        command.args(["serve"]);
+        Self::spawn(command, WAIT_LIMIT)
+    }
+
+    /// Runs `command` (which serves) and waits up to `limit` for its "listening on" line.
+    fn spawn(mut command: Command, limit: Duration) -> Self {
         let mut child = command
-            .args(["serve"])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -66,7 +75,7 @@ impl Server {
         });
         let mut seen = Vec::new();
         let base = loop {
-            let line = lines.recv_timeout(WAIT_LIMIT).unwrap_or_else(|_| {
+            let line = lines.recv_timeout(limit).unwrap_or_else(|_| {
                 panic!(
                     "no 'listening on' line; stderr so far:\n{}",
                     seen.join("\n")
@@ -86,6 +95,16 @@ impl Server {
 
     fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
+    }
+
+    /// `host:port` it listens on.
+    fn address(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+
+    /// The log lines written since the last call.
+    fn new_log_lines(&self) -> Vec<String> {
+        self.stderr_lines.try_iter().collect()
     }
 
     async fn get_json(&self, path: &str) -> (StatusCode, Value) {
@@ -134,10 +153,17 @@ async fn first_start_creates_the_sqlite_database_and_private_secrets() {
     let (status, body) = server.get_json("/readyz").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["data"]["mode"], "embedded");
-    assert!(dir.path().join("data/webook.db").is_file());
-    let secrets = dir.path().join("data/jwt-secrets.toml");
-    let mode = std::fs::metadata(&secrets).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o600);
+    let mode = |path: &str| {
+        std::fs::metadata(dir.path().join(path))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // Emails and password hashes: readable by the owner only.
+    assert_eq!(mode("data"), 0o700);
+    assert_eq!(mode("data/webook.db"), 0o600);
+    assert_eq!(mode("data/jwt-secrets.toml"), 0o600);
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 }
@@ -436,5 +462,207 @@ fn seed_rejects_an_impossible_plan_before_writing() {
     assert!(
         stdout.contains("ids 1–1,"),
         "the first seeded user is id 1: {stdout}"
+    );
+}
+
+/// The README's run command, exactly as written (a fresh clone has two binaries in the
+/// workspace, the scheduler's test probe and webook; `cargo run` must still pick webook).
+/// Builds the release binary in its own target directory, so it never waits for the lock of
+/// the build running these tests.
+#[tokio::test]
+async fn the_readme_run_command_works_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let run_it = readme
+        .split("## Run it")
+        .nth(1)
+        .expect("the README has a 'Run it' section");
+    let command = run_it
+        .split("```sh")
+        .nth(1)
+        .and_then(|block| block.lines().nth(1))
+        .expect("'Run it' starts with a sh block")
+        .trim()
+        .to_owned();
+    assert!(command.starts_with("cargo run"), "{command}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut shell = Command::new("sh");
+    for (key, _) in std::env::vars() {
+        if key.starts_with("WEBOOK_") {
+            shell.env_remove(key);
+        }
+    }
+    shell
+        .args(["-c", &format!("exec {command}")])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", root.join("target/readme"))
+        .env("WEBOOK_DATA_DIR", dir.path().join("data"))
+        .env("WEBOOK_LISTEN", "127.0.0.1:0")
+        .env("WEBOOK_LOG", "info")
+        .stdin(Stdio::null());
+    // A release build from scratch on two cores takes minutes.
+    let server = Server::spawn(shell, Duration::from_secs(30 * 60));
+    let (status, body) = server.get_json("/healthz").await;
+    assert_eq!(
+        (status, body["code"].as_i64()),
+        (StatusCode::OK, Some(0)),
+        "{body}"
+    );
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+/// Embedded mode keeps sessions in the process: a second server on the same data dir is refused
+/// with one line naming the first, while the commands that are safe beside a server still work.
+#[tokio::test]
+async fn a_second_embedded_server_is_refused_but_the_cli_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Server::start(webook(dir.path()));
+    let output = webook(dir.path())
+        .env("WEBOOK_LOG", "warn")
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another webook process (pid {})",
+            first.child.id()
+        )) && stderr.contains("cluster mode"),
+        "{stderr}"
+    );
+    for args in [&["jobs", "list"][..], &["rank", "--once"], &["migrate"]] {
+        let output = webook(dir.path())
+            .env("WEBOOK_LOG", "warn")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "webook {args:?} beside a server: {output:?}"
+        );
+    }
+    first.terminate();
+    assert_eq!(first.exit_code().await, 0);
+    // The lock went with the process.
+    let again = Server::start(webook(dir.path()));
+    again.terminate();
+    assert_eq!(again.exit_code().await, 0);
+}
+
+/// Reads until the server closes `connection`; returns how long that took, or `None` if it
+/// stayed open for `limit`.
+async fn closed_within(
+    connection: &mut tokio::net::TcpStream,
+    limit: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at((started + limit).into(), connection.read(&mut buffer)).await
+        {
+            Err(_) => return None,
+            Ok(Ok(0) | Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Silent clients, clients that send a header one byte at a time and more clients than the cap
+/// cannot hold the server: their connections are closed, and a new client is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_slow_and_surplus_connections_cannot_hold_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command
+        .env("WEBOOK_HTTP_HEADER_TIMEOUT", "1s")
+        .env("WEBOOK_HTTP_IDLE_TIMEOUT", "2s")
+        .env("WEBOOK_HTTP_MAX_CONNECTIONS", "20");
+    let server = Server::start(command);
+    let address = server.address();
+
+    // Twice the cap of clients that never send a byte: the first twenty are accepted and
+    // closed after the idle timeout, the rest wait in the backlog and then get the same.
+    let mut silent = Vec::new();
+    for _ in 0..40 {
+        silent.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    // A newcomer is served once idle connections make room.
+    let started = Instant::now();
+    let (status, _) = server.get_json("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "healthz took {:?} behind the silent clients",
+        started.elapsed()
+    );
+    for connection in &mut silent {
+        let closed = closed_within(connection, Duration::from_secs(15)).await;
+        assert!(closed.is_some(), "a silent connection stayed open");
+    }
+    let limit_lines = server
+        .new_log_lines()
+        .into_iter()
+        .filter(|line| line.contains("connection limit reached"))
+        .count();
+    assert_eq!(
+        limit_lines, 1,
+        "one log line for reaching the cap, not one per connection"
+    );
+
+    // Slowloris: a header trickling in one byte every 200 ms is cut at the header timeout,
+    // although bytes keep arriving (so the idle timeout never would).
+    let mut slow = tokio::net::TcpStream::connect(&address).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let trickle = async {
+        for byte in b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if slow.write_all(&[*byte]).await.is_err() {
+                return true; // closed under us
+            }
+        }
+        false
+    };
+    let cut = tokio::time::timeout(Duration::from_secs(6), trickle).await;
+    assert!(
+        matches!(cut, Ok(true)),
+        "a slow header was not cut within the header timeout"
+    );
+
+    // A keep-alive connection in use outlives the idle timeout: one request every 500 ms for
+    // twice the idle timeout, all answered on the same connection.
+    let mut busy = tokio::net::TcpStream::connect(&address).await.unwrap();
+    for _ in 0..8 {
+        busy.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 1024];
+        let read = busy.read(&mut answer).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&answer[..read]).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer[..read])
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[test]
+fn a_config_file_that_is_not_toml_is_reported_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("webook.toml");
+    std::fs::write(&file, "listen = \"127.0.0.1:0\"\nlog = \n").unwrap();
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_CONFIG", &file);
+    });
+    assert!(
+        stderr.contains("webook.toml") && stderr.contains("line 2"),
+        "{stderr}"
     );
 }

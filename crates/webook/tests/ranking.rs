@@ -3,8 +3,10 @@
 //! old article does not move it up; withdrawn and out-of-window articles leave the list; the
 //! response is served with an ETag (304 on a match) and `x-ranking-computed-at`, gzipped once for
 //! clients that accept it; a fresh instance
-//! serves the list another one computed without computing; the last list survives the shared
-//! copy and the database going away; and the durable `ranking` job computes it when triggered.
+//! serves the list another one computed without computing; a withdrawn article leaves every
+//! instance's list when the withdrawal event arrives, not at the next computation; an instance
+//! with no list computes one at start-up; the last list survives the shared copy and the
+//! database going away; and the durable `ranking` job computes it when triggered.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +27,73 @@ setup_tests!(
     the_last_list_is_served_when_the_database_is_gone,
     the_ranking_job_computes_the_list_when_triggered,
     in_cron_mode_a_long_locked_job_computes_the_list,
+    a_withdrawn_article_leaves_every_list_before_the_next_computation,
 );
+
+async fn a_withdrawn_article_leaves_every_list_before_the_next_computation(setup: Setup) {
+    let db = setup.database().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let first = setup
+        .spawn_on(db.clone(), &prefix, |config| {
+            quiet(config);
+            config.ranking_refresh = std::time::Duration::from_millis(100);
+        })
+        .await;
+    let token = author(&first, "withdrawer@example.com").await;
+    let kept = publish(&first, &token, "kept").await;
+    let withdrawn = publish(&first, &token, "withdrawn").await;
+    set_signals(&first, kept, 1, 5).await;
+    set_signals(&first, withdrawn, 1, 50).await;
+    compute(&first, 1).await;
+    assert_eq!(top_ids(&first).await, [withdrawn, kept]);
+    let etag = get(&first, "/ranking/top", None).await.header("etag");
+    // Cluster mode: a second instance serving the same list.
+    let second = if setup.cluster {
+        let second = setup
+            .spawn_on(db.clone(), &prefix, |config| {
+                quiet(config);
+                config.ranking_refresh = std::time::Duration::from_millis(100);
+            })
+            .await;
+        wait_until("the second instance to serve the list", || async {
+            top_ids(&second).await == [withdrawn, kept]
+        })
+        .await;
+        Some(second)
+    } else {
+        None
+    };
+
+    let answer = post(
+        &first,
+        "/articles/withdraw",
+        Some(&token),
+        json!({"id": withdrawn}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    // The schedule is yearly: only the withdrawal event can take it off.
+    wait_until("the withdrawn article to leave the list", || async {
+        top_ids(&first).await == [kept]
+    })
+    .await;
+    assert_ne!(
+        get(&first, "/ranking/top", None).await.header("etag"),
+        etag,
+        "another list, another ETag"
+    );
+    if let Some(second) = &second {
+        wait_until("the other instance to drop it too", || async {
+            top_ids(second).await == [kept]
+        })
+        .await;
+    }
+    // The stored list lost it too: an instance started now does not bring it back.
+    drop(second);
+    first.stop().await.unwrap();
+    let fresh = setup.spawn_on(db, &prefix, quiet).await;
+    assert_eq!(top_ids(&fresh).await, [kept]);
+}
 
 const HOUR: i64 = 3600 * 1000;
 

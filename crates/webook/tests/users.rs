@@ -352,7 +352,60 @@ setup_tests!(
     access_tokens_expire,
     refresh_rotates_and_reuse_revokes_the_session,
     login_rate_limit_triggers_and_recovers,
+    profile_text_refuses_nul_controls_and_overrides,
 );
+
+/// A NUL in a nickname was a 500 on PostgreSQL (which cannot store it) and stored as-is on
+/// SQLite; every text field now refuses it, and the other characters that hide or disguise text.
+async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    signup(&app, "text@example.com").await;
+    let (token, _) = login(&app, "text@example.com").await;
+    for (body, msg) in [
+        (
+            json!({"nickname": "a\u{0}b"}),
+            "nickname: must not contain control characters",
+        ),
+        (
+            json!({"aboutMe": "about\u{0}"}),
+            "aboutMe: must not contain control characters",
+        ),
+        (
+            json!({"nickname": "\u{1b}[31mred"}),
+            "nickname: must not contain control characters",
+        ),
+        (
+            json!({"nickname": "admin\u{202E}nimda"}),
+            "nickname: must not contain bidirectional override characters",
+        ),
+        (
+            json!({"nickname": "\u{3164}\u{200B}"}),
+            "nickname: must contain visible characters",
+        ),
+    ] {
+        let answer = post(&app, "/users/edit", Some(&token), body.clone()).await;
+        assert_eq!(
+            answer.status_and_code(),
+            (StatusCode::OK, 4),
+            "{body}: {}",
+            answer.raw
+        );
+        assert_eq!(answer.json()["msg"], msg, "{body}");
+    }
+    let answer = post(
+        &app,
+        "/users/edit",
+        Some(&token),
+        json!({"nickname": "小明", "aboutMe": "line one\nline two"}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    let profile = get(&app, "/users/profile", Some(&token)).await.json();
+    assert_eq!(
+        (profile["Nickname"].as_str(), profile["AboutMe"].as_str()),
+        (Some("小明"), Some("line one\nline two"))
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logout_on_one_instance_rejects_the_token_on_every_instance() {

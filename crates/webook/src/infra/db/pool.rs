@@ -7,9 +7,9 @@
 //! task and a socket for that long. So the pool carries a small circuit breaker: a
 //! connection-class failure ([`is_connection_failure`]: refused, reset, pool timeout, the server
 //! shutting down) opens it for [`RETRY_AFTER`], and while it is open every query fails at once
-//! with [`Unreachable`] instead of waiting. When the pause is over, the next query is let through
-//! as a probe (the others keep failing fast); its success closes the circuit, its failure opens
-//! it again. A success of any query closes it too. Storage failures such as a full disk do not
+//! (an I/O error, [`UNREACHABLE`]) instead of waiting. When the pause is over, the next query is
+//! let through as a probe (the others keep failing fast); its success closes the circuit, its
+//! failure opens it again. A success of any query closes it too. Storage failures such as a full disk do not
 //! open it: reads still work then, and only the failing writes fail.
 //!
 //! Statements of a transaction run on its own connection, not through the gate; the gate sees
@@ -39,10 +39,9 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Counter: queries refused at once because the database was unreachable moments before.
 pub const DB_FAST_FAILURES_TOTAL: &str = "db_fast_failures_total";
 
-/// The error of a query refused while the circuit is open.
-#[derive(Debug, thiserror::Error)]
-#[error("the database is unreachable (failing fast; retrying every {RETRY_AFTER:?})")]
-pub struct Unreachable;
+/// The message of a query refused while the circuit is open (an I/O error, so it is answered
+/// like any other connection failure).
+pub const UNREACHABLE: &str = "the database is unreachable (failing fast until it answers again)";
 
 /// A connection pool with a circuit breaker (module docs); cheap to clone.
 #[derive(Debug, Clone)]
@@ -182,7 +181,10 @@ impl Circuit {
             return Ok(Admission::Probe);
         }
         metrics::counter!(DB_FAST_FAILURES_TOTAL).increment(1);
-        Err(sqlx::Error::Io(std::io::Error::other(Unreachable)))
+        Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            UNREACHABLE,
+        )))
     }
 
     /// Records how an admitted query ended: `failure` is its error, if any.
