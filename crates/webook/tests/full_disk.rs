@@ -84,11 +84,6 @@ impl SmallDisk {
         }
         path
     }
-
-    fn free_bytes(&self) -> u64 {
-        let stats = rustix::fs::statvfs(self.path()).unwrap();
-        stats.f_bavail * stats.f_frsize
-    }
 }
 
 impl Drop for SmallDisk {
@@ -336,6 +331,50 @@ async fn writes_recover(app: &TestApp, token: &str, acknowledged: &mut Vec<(i64,
     assert_unique(acknowledged);
 }
 
+/// What both tests do: a writer and six readers get ready while there is space, the writer
+/// publishes until the disk is full, and the readers like and read on the full disk.
+struct Filled {
+    token: String,
+    readers: Readers,
+    outcomes: Outcomes,
+}
+
+impl Filled {
+    async fn fill(app: &TestApp) -> Self {
+        expect_ok(&signup(app, "writer@example.com").await, "sign-up");
+        let (token, _) = login(app, "writer@example.com").await;
+        let mut readers = Readers::prepare(app, &token).await;
+        let outcomes = publish_until_full(app, &token, 16, 40).await;
+        assert!(
+            outcomes.failures.len() >= 16,
+            "the disk never filled up: {} publishes succeeded",
+            outcomes.acknowledged.len()
+        );
+        assert_unique(&outcomes.acknowledged);
+        readers.act_while_full(app).await;
+        Self {
+            token,
+            readers,
+            outcomes,
+        }
+    }
+
+    /// Once space is freed: writes succeed again, every read is counted, and after a restart
+    /// everything acknowledged is there.
+    async fn recover_and_verify(mut self, app: TestApp, url: &str) {
+        writes_recover(&app, &self.token, &mut self.outcomes.acknowledged).await;
+        self.readers.reads_are_all_counted(&app.state.db).await;
+        app.stop().await.unwrap();
+        assert_everything_acknowledged_survived(
+            url,
+            &self.outcomes.acknowledged,
+            &["writer@example.com", "later@example.com"],
+            self.readers.likes_acknowledged + 1,
+        )
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     let disk = SmallDisk::mount(16 * MIB);
@@ -345,19 +384,7 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     let file = url.trim_start_matches("sqlite://").to_owned();
     // `db` stays here: dropping the last handle removes the database.
     let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
-    expect_ok(&signup(&app, "writer@example.com").await, "sign-up");
-    let (token, _) = login(&app, "writer@example.com").await;
-    let mut readers = Readers::prepare(&app, &token).await;
-
-    let mut outcomes = publish_until_full(&app, &token, 16, 40).await;
-    assert!(
-        outcomes.failures.len() >= 16,
-        "the disk never filled up: {} publishes succeeded, {} MiB free",
-        outcomes.acknowledged.len(),
-        disk.free_bytes() / MIB
-    );
-    assert_unique(&outcomes.acknowledged);
-    readers.act_while_full(&app).await;
+    let filled = Filled::fill(&app).await;
 
     // Full: readiness says the database cannot write, and the writer holds no lock.
     let (status, body) = app.get_json("/readyz").await;
@@ -379,17 +406,7 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
         app.get_json("/readyz").await.0 == StatusCode::OK
     })
     .await;
-    writes_recover(&app, &token, &mut outcomes.acknowledged).await;
-    readers.reads_are_all_counted(&app.state.db).await;
-    app.stop().await.unwrap();
-
-    assert_everything_acknowledged_survived(
-        &url,
-        &outcomes.acknowledged,
-        &["writer@example.com", "later@example.com"],
-        readers.likes_acknowledged + 1,
-    )
-    .await;
+    filled.recover_and_verify(app, &url).await;
     drop(db);
 }
 
@@ -424,30 +441,9 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace).await);
     let url = db.url.clone();
     let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
-    expect_ok(&signup(&app, "writer@example.com").await, "sign-up");
-    let (token, _) = login(&app, "writer@example.com").await;
-    let mut readers = Readers::prepare(&app, &token).await;
-
-    let mut outcomes = publish_until_full(&app, &token, 16, 40).await;
-    assert!(
-        outcomes.failures.len() >= 16,
-        "the tablespace never filled up: {} publishes succeeded",
-        outcomes.acknowledged.len()
-    );
-    assert_unique(&outcomes.acknowledged);
-    readers.act_while_full(&app).await;
-
+    let filled = Filled::fill(&app).await;
     std::fs::remove_file(ballast).unwrap();
-    writes_recover(&app, &token, &mut outcomes.acknowledged).await;
-    readers.reads_are_all_counted(&app.state.db).await;
-    app.stop().await.unwrap();
-    assert_everything_acknowledged_survived(
-        &url,
-        &outcomes.acknowledged,
-        &["writer@example.com", "later@example.com"],
-        readers.likes_acknowledged + 1,
-    )
-    .await;
+    filled.recover_and_verify(app, &url).await;
 
     drop(db);
     admin

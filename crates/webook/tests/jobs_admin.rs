@@ -63,15 +63,10 @@ async fn admin_rights_follow_user_ids_never_emails(setup: Setup) {
 /// An admin's `http` job pointed at the cloud metadata address or loopback is refused; a host
 /// name that resolves to an internal address is refused when the job runs.
 async fn http_jobs_never_call_internal_addresses_unless_allowed(setup: Setup) {
-    let app = setup
-        .spawn(|config| {
-            config.admins = vec![1];
-            config.job_poll_max = Duration::from_millis(100);
-            config.job_http_allowed_networks = Vec::new(); // the production default
-        })
-        .await;
-    assert_eq!(signup(&app, ADMIN).await.code(), 0);
-    let (admin, _) = login(&app, ADMIN).await;
+    let (app, admin) = admin_app_with(setup, |config| {
+        config.job_http_allowed_networks = Vec::new(); // the production default
+    })
+    .await;
     for url in [
         "http://169.254.169.254/latest/meta-data/",
         "http://127.0.0.1:9/hook",
@@ -139,10 +134,19 @@ const ADMIN: &str = "root@example.com";
 /// An app whose admin is [`ADMIN`], listed by id in config `admins`, polling for durable jobs
 /// often; returns it and the admin's access token.
 async fn admin_app(setup: Setup) -> (TestApp, String) {
+    admin_app_with(setup, |_| {}).await
+}
+
+/// [`admin_app`] with `configure` applied to its config last.
+async fn admin_app_with(
+    setup: Setup,
+    configure: impl FnOnce(&mut webook::config::Config),
+) -> (TestApp, String) {
     let app = setup
         .spawn(|config| {
             config.admins = vec![1];
             config.job_poll_max = Duration::from_millis(100);
+            configure(config);
         })
         .await;
     assert_eq!(signup(&app, ADMIN).await.code(), 0);

@@ -181,56 +181,24 @@ impl Draft {
 }
 
 /// Elements that never have content, so never nest.
+#[rustfmt::skip]
 const VOID_ELEMENTS: &[&str] = &[
     "area", "base", "br", "col", "embed", "hr", "img", "input", "keygen", "link", "meta", "param",
     "source", "track", "wbr",
 ];
 
 /// Elements whose content is text up to their end tag, never markup.
+#[rustfmt::skip]
 const RAW_TEXT_ELEMENTS: &[&str] = &[
-    "script",
-    "style",
-    "textarea",
-    "title",
-    "xmp",
-    "iframe",
-    "noembed",
-    "noframes",
-    "plaintext",
+    "script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "plaintext",
 ];
 
 /// Start tags that close an open `<p>` (the parser does the same, so they do not nest in it).
+#[rustfmt::skip]
 const CLOSES_P: &[&str] = &[
-    "address",
-    "article",
-    "aside",
-    "blockquote",
-    "details",
-    "div",
-    "dl",
-    "fieldset",
-    "figcaption",
-    "figure",
-    "footer",
-    "form",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "header",
-    "hr",
-    "main",
-    "menu",
-    "nav",
-    "ol",
-    "p",
-    "pre",
-    "section",
-    "summary",
-    "table",
-    "ul",
+    "address", "article", "aside", "blockquote", "details", "div", "dl", "fieldset", "figcaption",
+    "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "main",
+    "menu", "nav", "ol", "p", "pre", "section", "summary", "table", "ul",
 ];
 
 /// Refuses markup nested deeper than [`MAX_NESTING`] or with more than [`MAX_ELEMENTS`]
@@ -241,32 +209,29 @@ const CLOSES_P: &[&str] = &[
 /// starts close an open `<p>`. It can overestimate only for markup the parser repairs in ways
 /// not modelled here, never underestimate by more than that.
 pub fn check_markup(html: &str) -> Result<(), AppError> {
-    let bytes = html.as_bytes();
     let mut open: Vec<&str> = Vec::new();
     let mut elements = 0usize;
     let mut at = 0usize;
-    while let Some(offset) = memchr_lt(&bytes[at..]) {
-        let start = at + offset;
-        let rest = &html[start..];
-        if rest.starts_with("<!--") {
-            at = rest.find("-->").map_or(bytes.len(), |end| start + end + 3);
-            continue;
-        }
-        let closing = rest.as_bytes().get(1) == Some(&b'/');
-        let name_start = start + 1 + usize::from(closing);
-        let name_len = bytes[name_start.min(bytes.len())..]
-            .iter()
-            .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-' || **b == b':')
-            .count();
-        if name_len == 0 || !bytes[name_start].is_ascii_alphabetic() {
-            // `<` as text, `<!doctype>`, `<?…>`: not an element.
-            at = start + 1;
-            continue;
-        }
-        let name = &html[name_start..name_start + name_len];
-        let tag_end = end_of_tag(bytes, name_start + name_len);
-        let self_closing = tag_end >= 2 && bytes[tag_end - 2] == b'/';
-        at = tag_end;
+    while let Some(offset) = html.as_bytes()[at..].iter().position(|b| *b == b'<') {
+        let (name, closing, self_closing) = match markup_at(html, at + offset) {
+            Markup::Comment { end } => {
+                at = end;
+                continue;
+            }
+            Markup::Text => {
+                at += offset + 1;
+                continue;
+            }
+            Markup::Tag {
+                name,
+                closing,
+                self_closing,
+                end,
+            } => {
+                at = end;
+                (name, closing, self_closing)
+            }
+        };
         if closing {
             if let Some(index) = open.iter().rposition(|o| o.eq_ignore_ascii_case(name)) {
                 open.truncate(index);
@@ -336,8 +301,46 @@ fn close_implied(open: &mut Vec<&str>, name: &str, closes_p: bool) {
     }
 }
 
-fn memchr_lt(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|b| *b == b'<')
+/// What a `<` of an HTML text starts.
+enum Markup<'a> {
+    /// A comment; `end` is the index past its `-->`.
+    Comment { end: usize },
+    /// A start or end tag; `end` is the index past its `>`.
+    Tag {
+        name: &'a str,
+        closing: bool,
+        self_closing: bool,
+        end: usize,
+    },
+    /// Neither (a `<` in text, `<!doctype>`, `<?…>`): the `<` is one character.
+    Text,
+}
+
+/// Reads the markup starting at the `<` at `start` (one tokenizer for the bound and the text
+/// scan, so they agree on what is a tag).
+fn markup_at(html: &str, start: usize) -> Markup<'_> {
+    let bytes = html.as_bytes();
+    let rest = &html[start..];
+    if rest.starts_with("<!--") {
+        let end = rest.find("-->").map_or(bytes.len(), |end| start + end + 3);
+        return Markup::Comment { end };
+    }
+    let closing = bytes.get(start + 1) == Some(&b'/');
+    let name_start = (start + 1 + usize::from(closing)).min(bytes.len());
+    let name_len = bytes[name_start..]
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'-' || **b == b':')
+        .count();
+    if name_len == 0 || !bytes[name_start].is_ascii_alphabetic() {
+        return Markup::Text;
+    }
+    let end = end_of_tag(bytes, name_start + name_len);
+    Markup::Tag {
+        name: &html[name_start..name_start + name_len],
+        closing,
+        self_closing: end >= 2 && bytes[end - 2] == b'/',
+        end,
+    }
 }
 
 /// The index just after the `>` ending the tag whose name ends at `from` (quoted attribute
@@ -395,45 +398,12 @@ pub fn sanitize_html(html: &str) -> String {
 
 /// Elements a reader sees as separate blocks (and `<br>`): their boundaries separate words in
 /// the text of an article, as a browser lays them out.
+#[rustfmt::skip]
 const BLOCK_ELEMENTS: &[&str] = &[
-    "address",
-    "article",
-    "aside",
-    "blockquote",
-    "br",
-    "caption",
-    "dd",
-    "details",
-    "div",
-    "dl",
-    "dt",
-    "figcaption",
-    "figure",
-    "footer",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "header",
-    "hr",
-    "li",
-    "main",
-    "nav",
-    "ol",
-    "p",
-    "pre",
-    "section",
-    "summary",
-    "table",
-    "tbody",
-    "td",
-    "tfoot",
-    "th",
-    "thead",
-    "tr",
-    "ul",
+    "address", "article", "aside", "blockquote", "br", "caption", "dd", "details", "div", "dl",
+    "dt", "figcaption", "figure", "footer", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr",
+    "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot",
+    "th", "thead", "tr", "ul",
 ];
 
 /// Calls `each` with the characters of `html`'s text in order, as a reader sees them: tags
@@ -448,37 +418,31 @@ fn for_each_text_char(html: &str, mut each: impl FnMut(char) -> ControlFlow<()>)
         let mut chars = rest.chars();
         let Some(c) = chars.next() else { break };
         match c {
-            '<' if rest.starts_with("<!--") => {
-                at = rest.find("-->").map_or(bytes.len(), |end| at + end + 3);
-            }
-            '<' => {
-                let closing = rest.as_bytes().get(1) == Some(&b'/');
-                let name_start = at + 1 + usize::from(closing);
-                let name_len = bytes[name_start.min(bytes.len())..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_alphanumeric())
-                    .count();
-                if name_len == 0 {
+            '<' => match markup_at(html, at) {
+                Markup::Comment { end } => at = end,
+                Markup::Text => {
                     at += 1;
                     if each('<').is_break() {
                         return;
                     }
-                    continue;
                 }
-                let name = &html[name_start..name_start + name_len];
-                at = end_of_tag(bytes, name_start + name_len);
-                if !closing
-                    && ["script", "style"]
-                        .iter()
-                        .any(|n| n.eq_ignore_ascii_case(name))
-                {
-                    at = end_of_raw_text(html, at, name);
-                } else if BLOCK_ELEMENTS.iter().any(|n| n.eq_ignore_ascii_case(name))
-                    && each(' ').is_break()
-                {
-                    return;
+                Markup::Tag {
+                    name, closing, end, ..
+                } => {
+                    at = end;
+                    if !closing
+                        && ["script", "style"]
+                            .iter()
+                            .any(|n| n.eq_ignore_ascii_case(name))
+                    {
+                        at = end_of_raw_text(html, at, name);
+                    } else if BLOCK_ELEMENTS.iter().any(|n| n.eq_ignore_ascii_case(name))
+                        && each(' ').is_break()
+                    {
+                        return;
+                    }
                 }
-            }
+            },
             '&' => {
                 let (decoded, len) = decode_entity(rest);
                 at += len;

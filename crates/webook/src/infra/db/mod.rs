@@ -14,8 +14,10 @@
 //! whole transaction back by itself; sqlx's `ROLLBACK` then fails and sqlx still counts the
 //! connection as inside a transaction, so its next `begin` becomes a `SAVEPOINT` nested in a
 //! transaction that never commits — writes answered as committed that are not, and a write lock
-//! held forever. So every connection coming back to a pool is checked, after its pending rollback
-//! ran, and closed if it still counts as inside a transaction; the pool opens a fresh one. A
+//! held forever. So every SQLite connection coming back to a pool that still counts as inside a
+//! transaction is checked again after its pending rollback ran, and closed if it still does;
+//! the pool opens a fresh one. (PostgreSQL ends failed transactions itself and treats a
+//! ROLLBACK of none as a warning, so its count cannot drift like this.) A
 //! commit that fails therefore fails its caller, and every later write gets a clean connection
 //! that either writes durably or fails too (until space is freed). `/readyz` probes the writer
 //! with a real write ([`Db::probe_writer`]).
@@ -149,7 +151,13 @@ impl Db {
                         Ok(())
                     })
                 })
-                .after_release(|conn, _meta| Box::pin(release_if_clean(conn)))
+        };
+        // SQLite only: PostgreSQL ends a failed transaction on the server's side, and its
+        // ROLLBACK of no transaction is a warning, so its count cannot go wrong this way.
+        let pool_options = |size: u32, acquire_timeout: Duration| match kind {
+            DatabaseKind::Sqlite => pool_options(size, acquire_timeout)
+                .after_release(|conn, _meta| Box::pin(release_if_clean(conn))),
+            DatabaseKind::Postgres => pool_options(size, acquire_timeout),
         };
         let circuit = Arc::new(Circuit::default());
         let pool = pool_options(max_connections, acquire_timeout)
@@ -364,11 +372,15 @@ pub fn now_millis() -> i64 {
     i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Whether a connection coming back to its pool may be used again: not if it still counts as
-/// inside a transaction once its pending rollback ran (module docs). The ping runs after that
-/// rollback (a connection's commands run in order), so a successful rollback is not mistaken
-/// for a stuck one.
+/// Whether a SQLite connection coming back to its pool may be used again: not if it still
+/// counts as inside a transaction once its pending rollback ran (module docs). A committed or
+/// transaction-less connection counts none and is released at once; otherwise a ping first lets
+/// the rollback that dropping the transaction queued run (a connection's commands run in
+/// order), so a successful rollback is not mistaken for a stuck one.
 async fn release_if_clean(conn: &mut AnyConnection) -> Result<bool, sqlx::Error> {
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
     conn.ping().await?;
     if conn.is_in_transaction() {
         tracing::warn!(
