@@ -170,6 +170,10 @@ impl App {
         let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
         jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
+        jobs.add_maintenance(
+            &config,
+            crate::idempotency::PurgeIdempotencyKeys::new(db.clone()),
+        )?;
         let ranking = ranking::build(&config, &db, redis.as_ref())?;
         let job_store = crate::jobs::store(&db);
         let job_executors =
@@ -389,9 +393,9 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
             debug: config.debug_endpoints,
         }))
         .merge(user::router())
-        .merge(article::router())
+        .merge(article::router(state.clone()))
         .merge(ranking::router())
-        .merge(crate::jobs::router())
+        .merge(crate::jobs::router(state.clone()))
         .with_state(state);
     with_middleware(routes, &config)
 }
@@ -417,7 +421,8 @@ async fn build_user_service(
     let tokens = Tokens::new(jwt, config.access_token_ttl, config.refresh_token_ttl)?;
     let (sessions, auth_limiter, write_limiter) = match redis {
         Some(redis) => (
-            SessionStore::redis(
+            SessionStore::cluster(
+                db.clone(),
                 redis.clone(),
                 &config.redis_prefix,
                 config.refresh_token_ttl,

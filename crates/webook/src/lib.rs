@@ -15,6 +15,7 @@ pub mod article;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod idempotency;
 pub mod infra;
 pub mod interactive;
 pub mod jobs;

@@ -234,14 +234,27 @@ pub fn redis_url() -> String {
 pub struct RedisServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
+    persistent: bool,
 }
 
 impl RedisServer {
-    /// Starts a server and waits until it answers.
+    /// Starts a server without persistence (a restart comes back empty) and waits until it
+    /// answers.
     pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// Starts a server that persists every write (append-only file, fsync always), so a
+    /// restart comes back with the data it had.
+    pub async fn start_persistent() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(persistent: bool) -> Self {
         let mut server = Self {
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
+            persistent,
         };
         server.restart().await;
         server
@@ -256,21 +269,20 @@ impl RedisServer {
         format!("redis+unix://{}", self.socket().display())
     }
 
-    /// Starts the server again after [`RedisServer::stop`] (same socket, empty data).
+    /// Starts the server again after [`RedisServer::stop`] (same socket; empty, or with its data
+    /// when persistent).
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "redis-server already running");
         let binary = required_env(TEST_REDIS_SERVER_ENV);
         let child = Command::new(&binary)
             .args(["--port", "0", "--unixsocket"])
             .arg(self.socket())
-            .args([
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--unixsocketperm", "700", "--save", ""])
+            .args(if self.persistent {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "everysec"]
+            })
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -313,6 +325,86 @@ async fn ping(url: &str) -> bool {
         .query_async::<String>(&mut connection)
         .await
         .is_ok()
+}
+
+/// A TCP proxy in front of a server, which a test can cut (the listener and every connection
+/// dropped: new connections are refused, open ones end, as when the server stops) and restore
+/// on the same address.
+pub struct TcpProxy {
+    /// Where clients connect.
+    pub address: SocketAddr,
+    target: SocketAddr,
+    tasks: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl TcpProxy {
+    /// Starts forwarding a free local port to `target`.
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let proxy = Self {
+            address: listener.local_addr().expect("proxy address"),
+            target,
+            tasks: Arc::default(),
+        };
+        proxy.serve(listener);
+        proxy
+    }
+
+    /// A proxy for the server of `url` (`scheme://user@host:port/…`); returns it and `url`
+    /// pointing at the proxy instead.
+    pub async fn for_url(url: &str) -> (Self, String) {
+        let mut through = url::Url::parse(url).expect("a URL");
+        let target: SocketAddr = format!(
+            "{}:{}",
+            through.host_str().expect("a host"),
+            through.port().expect("a port")
+        )
+        .parse()
+        .expect("an IP host");
+        let proxy = Self::start(target).await;
+        through
+            .set_port(Some(proxy.address.port()))
+            .expect("a port can be set");
+        (proxy, through.to_string())
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let (target, tasks) = (self.target, self.tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let pipe = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                tasks.lock().expect("proxy tasks").push(pipe);
+            }
+        });
+        self.tasks.lock().expect("proxy tasks").push(accept);
+    }
+
+    /// Drops the listener and every forwarded connection.
+    pub fn cut(&self) {
+        for task in self.tasks.lock().expect("proxy tasks").drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Listens again on the same address.
+    pub async fn restore(&self) {
+        let listener = tokio::net::TcpListener::bind(self.address)
+            .await
+            .expect("bind the proxy again");
+        self.serve(listener);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
 }
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so

@@ -436,7 +436,76 @@ setup_tests!(
     abstracts_read_as_text_and_text_fields_follow_the_rules,
     a_token_whose_user_is_gone_gets_401_on_writes,
     writes_beyond_the_per_user_limit_answer_429,
+    a_publish_with_an_idempotency_key_acts_once,
 );
+
+async fn publish_with_key(app: &TestApp, token: &str, key: &str, title: &str) -> common::Answer {
+    let mut request = app
+        .client
+        .post(app.url("/articles/publish"))
+        .header("user-agent", common::UA)
+        .bearer_auth(token)
+        .json(&json!({"title": title, "content": "<p>body</p>"}));
+    if !key.is_empty() {
+        request = request.header("idempotency-key", key);
+    }
+    let response = request.send().await.unwrap();
+    common::Answer {
+        status: response.status(),
+        headers: response.headers().clone(),
+        raw: response.text().await.unwrap(),
+    }
+}
+
+async fn a_publish_with_an_idempotency_key_acts_once(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "idempotent@example.com").await;
+    let other = user(&app, "someone-else@example.com").await;
+    // Five concurrent sends of one request: one article, five identical answers.
+    let answers = futures_util::future::join_all(
+        (0..5).map(|_| publish_with_key(&app, &author, "k-1", "once")),
+    )
+    .await;
+    let ids: std::collections::BTreeSet<i64> = answers
+        .iter()
+        .map(|answer| {
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            answer.json()["data"].as_i64().unwrap()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let replayed = answers
+        .iter()
+        .filter(|answer| answer.headers.contains_key("idempotent-replayed"))
+        .count();
+    assert_eq!(
+        replayed, 4,
+        "the first answer is the original, the rest replays"
+    );
+    // Another request with the key is refused; the key is the caller's own.
+    let reused = publish_with_key(&app, &author, "k-1", "something else").await;
+    assert_eq!(reused.code(), 4, "{}", reused.raw);
+    assert!(reused.json()["msg"]
+        .as_str()
+        .unwrap()
+        .contains("Idempotency-Key"));
+    let theirs = publish_with_key(&app, &other, "k-1", "once").await;
+    assert_eq!(theirs.code(), 0);
+    assert!(!ids.contains(&theirs.json()["data"].as_i64().unwrap()));
+    // Without a key nothing is deduplicated; a malformed key is refused.
+    let first = publish_with_key(&app, &author, "", "twice").await.json()["data"].clone();
+    let second = publish_with_key(&app, &author, "", "twice").await.json()["data"].clone();
+    assert_ne!(first, second);
+    let bad = publish_with_key(&app, &author, "with space", "t").await;
+    assert_eq!(bad.code(), 4, "{}", bad.raw);
+    assert_eq!(
+        list(&app, &author, 0, 100).await["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
 
 async fn abstracts_read_as_text_and_text_fields_follow_the_rules(setup: Setup) {
     let app = setup.spawn(|_| {}).await;

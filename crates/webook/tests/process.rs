@@ -5,11 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+mod common;
+
+use common::process::{webook, Server};
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
-    process::{Child, Command, Output, Stdio},
-    sync::mpsc,
+    process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -20,128 +21,11 @@ use serde_json::Value;
 use webook::{
     config::DatabaseKind,
     infra::db::migrator,
-    testing::{redis_url, wait_until, TestDb, WAIT_LIMIT},
+    testing::{redis_url, wait_until, TestDb},
 };
 
-const BINARY: &str = env!("CARGO_BIN_EXE_webook");
 const ACCESS_SECRET: &str = "process-test-access-secret-0123456789";
 const REFRESH_SECRET: &str = "process-test-refresh-secret-0123456789";
-
-/// A `webook` command with a clean environment: no inherited `WEBOOK_*` settings.
-fn webook(data_dir: &Path) -> Command {
-    let mut command = Command::new(BINARY);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("WEBOOK_") {
-            command.env_remove(key);
-        }
-    }
-    command
-        .current_dir(data_dir)
-        .env("WEBOOK_DATA_DIR", data_dir.join("data"))
-        .env("WEBOOK_LISTEN", "127.0.0.1:0")
-        .env("WEBOOK_LOG", "info")
-        .stdin(Stdio::null());
-    command
-}
-
-/// A running `webook serve`, its address read from its "listening on" log line.
-struct Server {
-    child: Child,
-    base: String,
-    stderr_lines: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(mut command: Command) -> Self {
-        command.args(["serve"]);
-        Self::spawn(command, WAIT_LIMIT)
-    }
-
-    /// Runs `command` (which serves) and waits up to `limit` for its "listening on" line.
-    fn spawn(mut command: Command, limit: Duration) -> Self {
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn webook");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut seen = Vec::new();
-        let base = loop {
-            let line = lines.recv_timeout(limit).unwrap_or_else(|_| {
-                panic!(
-                    "no 'listening on' line; stderr so far:\n{}",
-                    seen.join("\n")
-                )
-            });
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-            seen.push(line);
-        };
-        Self {
-            child,
-            base,
-            stderr_lines: lines,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    /// `host:port` it listens on.
-    fn address(&self) -> String {
-        self.base.trim_start_matches("http://").to_owned()
-    }
-
-    /// The log lines written since the last call.
-    fn new_log_lines(&self) -> Vec<String> {
-        self.stderr_lines.try_iter().collect()
-    }
-
-    async fn get_json(&self, path: &str) -> (StatusCode, Value) {
-        let response = reqwest::get(self.url(path)).await.unwrap();
-        (response.status(), response.json().await.unwrap())
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the process to exit (bounded) and returns its exit code.
-    async fn exit_code(mut self) -> i32 {
-        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().expect("exited, not killed by a signal");
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "webook did not exit"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.child.kill().ok();
-        self.child.wait().ok();
-    }
-}
 
 #[tokio::test]
 async fn first_start_creates_the_sqlite_database_and_private_secrets() {
@@ -224,7 +108,7 @@ async fn sigterm_lets_a_slow_request_finish_then_exits_zero() {
     assert_eq!(response.status(), StatusCode::OK);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["data"], 1500);
-    let lines: Vec<String> = server.stderr_lines.try_iter().collect();
+    let lines = server.new_log_lines();
     assert!(
         lines.iter().any(|l| l.contains("received SIGTERM")),
         "{lines:?}"

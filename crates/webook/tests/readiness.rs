@@ -5,18 +5,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use reqwest::StatusCode;
 use serde_json::json;
-use tokio::{net::TcpListener, task::JoinHandle};
 use webook::{
     config::DatabaseKind,
     infra::db::now_millis,
-    testing::{make_cluster, redis_url, wait_until, RedisServer, TestApp, TestDb},
+    testing::{make_cluster, redis_url, wait_until, RedisServer, TcpProxy, TestApp, TestDb},
 };
 
 #[tokio::test]
@@ -82,68 +80,12 @@ async fn readiness_reports_a_dead_database() {
     assert_eq!(app.get_json("/healthz").await.0, StatusCode::OK);
 }
 
-/// A TCP proxy in front of a server, which the test can cut (the listener and every connection
-/// dropped: new connections are refused, open ones end) and restore on the same address.
-struct Proxy {
-    address: SocketAddr,
-    target: SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let proxy = Self {
-            address: listener.local_addr().unwrap(),
-            target,
-            tasks: Arc::new(Mutex::new(Vec::new())),
-        };
-        proxy.serve(listener);
-        proxy
-    }
-
-    fn serve(&self, listener: TcpListener) {
-        let (target, tasks) = (self.target, self.tasks.clone());
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let pipe = tokio::spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                tasks.lock().unwrap().push(pipe);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
-    }
-
-    fn cut(&self) {
-        for task in self.tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
-
-    async fn restore(&self) {
-        let listener = TcpListener::bind(self.address).await.unwrap();
-        self.serve(listener);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_unreachable_requests_fail_fast_with_503_and_cached_reads_go_on() {
     let db = TestDb::postgres().await;
-    let mut through_proxy = url::Url::parse(&db.url).unwrap();
-    let target: SocketAddr = format!(
-        "{}:{}",
-        through_proxy.host_str().unwrap(),
-        through_proxy.port().unwrap()
-    )
-    .parse()
-    .unwrap();
-    let proxy = Proxy::start(target).await;
-    through_proxy.set_port(Some(proxy.address.port())).unwrap();
+    let (proxy, through_proxy) = TcpProxy::for_url(&db.url).await;
     let app = TestApp::spawn_shared(Arc::new(db), |config| {
-        config.database_url = Some(through_proxy.to_string());
+        config.database_url = Some(through_proxy);
     })
     .await;
     let client = &app.client;

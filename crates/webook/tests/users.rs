@@ -407,6 +407,45 @@ async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
     );
 }
 
+/// A refresh whose write could not be saved (the database's write lock held elsewhere) answers
+/// 503 and changes nothing: the client's retry with the same token is a normal refresh. The
+/// session state used to move in memory before the write, so the retry looked like a stolen
+/// token and logged the user out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_that_could_not_be_saved_is_retried_without_logging_out() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::sqlite().await;
+    let file = db.url.clone();
+    let app = TestApp::spawn_with(db, |_| {}).await;
+    signup(&app, "retry@example.com").await;
+    let (_, refresh_token) = login(&app, "retry@example.com").await;
+
+    let mut holder = sqlx::SqliteConnection::connect(&file).await.unwrap();
+    holder.execute("BEGIN IMMEDIATE").await.unwrap();
+    let refused = refresh(&app, &refresh_token).await;
+    assert_eq!(
+        refused.status_and_code(),
+        (StatusCode::SERVICE_UNAVAILABLE, 5),
+        "{}",
+        refused.raw
+    );
+    holder.execute("ROLLBACK").await.unwrap();
+    holder.close().await.unwrap();
+
+    let retried = refresh(&app, &refresh_token).await;
+    assert_eq!(
+        retried.status_and_code(),
+        (StatusCode::OK, 0),
+        "{}",
+        retried.raw
+    );
+    let access = retried.header("x-jwt-token");
+    assert_eq!(
+        get(&app, "/users/profile", Some(&access)).await.status,
+        StatusCode::OK
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
     let (first, second) = cluster_pair(|_| {}).await;

@@ -18,11 +18,12 @@ use crate::{
     user::{AuthUser, Writer},
 };
 
-/// The `/articles` routes.
-pub fn router() -> Router<AppState> {
+/// The `/articles` routes; saving and publishing honour `Idempotency-Key`.
+pub fn router(state: AppState) -> Router<AppState> {
+    let idempotent = axum::middleware::from_fn_with_state(state, crate::idempotency::layer);
     Router::new()
-        .route("/articles/edit", post(edit))
-        .route("/articles/publish", post(publish))
+        .route("/articles/edit", post(edit).route_layer(idempotent.clone()))
+        .route("/articles/publish", post(publish).route_layer(idempotent))
         .route("/articles/withdraw", post(withdraw))
         .route("/articles/list", post(list))
         .route("/articles/detail/{id}", get(detail))
@@ -146,11 +147,12 @@ async fn reader_view(
 ) -> ApiResult<ReaderView> {
     let id = positive(id)?;
     let article = state.articles.reader_view(id).await?;
-    state.interactive.record_read(BIZ, id, user.uid).await;
     let (counts, flags) = tokio::try_join!(
         state.interactive.counts(BIZ, id),
         state.interactive.user_flags(user.uid, BIZ, id),
     )?;
+    // Counted only once the answer is assembled: a read answered with an error is no read.
+    state.interactive.record_read(BIZ, id, user.uid).await;
     Ok(Reply(ReaderView {
         id: article.id,
         title: article.title,

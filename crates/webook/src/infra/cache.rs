@@ -16,6 +16,17 @@
 //!
 //! Versions come from one counter per process (embedded) or per cache in Redis (cluster), never
 //! per key, so a key that expired and came back cannot repeat a version a near cache still holds.
+//! A Redis counter that is missing (Redis restarted empty, or the key was evicted) starts again
+//! from Redis's clock in microseconds, not from 0: every version of the new run is above every
+//! version of the last one (which would need a million writes a second to catch up), so a near
+//! cache's copy from before the restart can never match a version written after it.
+//!
+//! A write whose Redis step fails (Redis down) is not forgotten: its key goes on a pending list
+//! that a background task retries every [`RETRY_INTERVAL`] until Redis takes the invalidation,
+//! so a persisted Redis that comes back with the old value is corrected within moments (the
+//! database was the truth meanwhile: a read that cannot reach Redis is a miss, answered from the
+//! database, and drops the key's near copy). A process that dies with keys still pending leaves
+//! them stale until their TTL.
 //!
 //! In-process, a tombstone is an entry like any other and can be evicted (size) or expire; a
 //! reader that missed on the key before that must still not fill it. So a miss on an absent key
@@ -78,14 +89,31 @@ struct Remote {
     fill: std::sync::Arc<redis::Script>,
     set: std::sync::Arc<redis::Script>,
     invalidate: std::sync::Arc<redis::Script>,
+    /// Keys whose invalidation Redis refused, retried by one background task (module docs).
+    pending: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Whether the retrier task is running (it ends when nothing is pending).
+    retrying: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// Versions come from one counter per cache (KEYS[2]) that never expires, so a key that expired
-/// and came back can never repeat a version a near cache still holds.
+/// How often keys whose invalidation Redis refused are retried.
+pub const RETRY_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The next version from the cache's counter (KEYS[2], never expiring); a missing counter starts
+/// from Redis's clock in microseconds (module docs), below 2^53 so Lua's numbers hold it exactly.
+const NEXT_VERSION: &str = r"
+local function next_version(counter)
+  if redis.call('EXISTS', counter) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', counter, string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2])))
+  end
+  return redis.call('INCR', counter)
+end
+";
+
 const FILL_SCRIPT: &str = r"
 local v = redis.call('HGET', KEYS[1], 'ver')
 if (v == false and ARGV[1] == '0') or v == ARGV[1] then
-  local g = redis.call('INCR', KEYS[2])
+  local g = next_version(KEYS[2])
   redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return g
@@ -94,19 +122,24 @@ return 0
 ";
 
 const SET_SCRIPT: &str = r"
-local g = redis.call('INCR', KEYS[2])
+local g = next_version(KEYS[2])
 redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return g
 ";
 
 const INVALIDATE_SCRIPT: &str = r"
-local g = redis.call('INCR', KEYS[2])
+local g = next_version(KEYS[2])
 redis.call('HSET', KEYS[1], 'ver', g)
 redis.call('HDEL', KEYS[1], 'data')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return g
 ";
+
+/// A script of this module: the version helper, then `body`.
+fn script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{NEXT_VERSION}{body}"))
+}
 
 /// A versioned object cache (see the module docs); cheap to clone.
 #[derive(Clone)]
@@ -206,9 +239,11 @@ impl VersionedCache {
             redis: redis.clone(),
             prefix: format!("{prefix}:cache:{name}:"),
             version_counter: format!("{prefix}:cache-version:{name}"),
-            fill: std::sync::Arc::new(redis::Script::new(FILL_SCRIPT)),
-            set: std::sync::Arc::new(redis::Script::new(SET_SCRIPT)),
-            invalidate: std::sync::Arc::new(redis::Script::new(INVALIDATE_SCRIPT)),
+            fill: std::sync::Arc::new(script(FILL_SCRIPT)),
+            set: std::sync::Arc::new(script(SET_SCRIPT)),
+            invalidate: std::sync::Arc::new(script(INVALIDATE_SCRIPT)),
+            pending: Arc::default(),
+            retrying: Arc::default(),
         });
         Self {
             name,
@@ -258,6 +293,8 @@ impl VersionedCache {
             Ok(lookup) => lookup,
             Err(err) => {
                 tracing::warn!(cache = self.name, %err, "cache read failed; treating as a miss");
+                // What changes meanwhile cannot be checked: the near copy goes.
+                self.local.invalidate(key).await;
                 // A token no Redis version can match: the fill will be refused.
                 Lookup::Miss(FillToken(u64::MAX))
             }
@@ -378,7 +415,8 @@ impl VersionedCache {
             }
             Err(err) => {
                 self.local.invalidate(key).await;
-                tracing::error!(cache = self.name, %err, "cache write failed; entry may be stale until its TTL");
+                tracing::error!(cache = self.name, %err, "cache write failed; retrying its invalidation");
+                self.retry_later(remote, key);
             }
         }
     }
@@ -464,9 +502,80 @@ impl VersionedCache {
         match result {
             Ok(version) => FillToken(version),
             Err(err) => {
-                tracing::error!(cache = self.name, %err, "cache invalidation failed; entry may be stale until its TTL");
+                tracing::error!(cache = self.name, %err, "cache invalidation failed; retrying it");
+                self.retry_later(remote, key);
                 FillToken(u64::MAX)
             }
         }
+    }
+
+    /// Puts `key` on the pending list and makes sure the retrier runs (module docs).
+    fn retry_later(&self, remote: &Remote, key: &str) {
+        remote
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.to_owned());
+        if !remote.retrying.swap(true, Ordering::AcqRel) {
+            let cache = self.clone();
+            tokio::spawn(async move { cache.retry_pending().await });
+        }
+    }
+
+    /// Retries the pending invalidations every [`RETRY_INTERVAL`] until none is left.
+    async fn retry_pending(self) {
+        let Some(remote) = &self.remote else { return };
+        loop {
+            tokio::time::sleep(RETRY_INTERVAL).await;
+            let keys: Vec<String> = remote
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .cloned()
+                .collect();
+            if keys.is_empty() {
+                remote.retrying.store(false, Ordering::Release);
+                // A key added between the look and the store would have found the task running.
+                let empty = remote
+                    .pending
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .is_empty();
+                if empty || remote.retrying.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            for key in keys {
+                let done: Result<u64, _> = remote
+                    .invalidate
+                    .key(format!("{}{key}", remote.prefix))
+                    .key(&remote.version_counter)
+                    .arg(self.ttl_millis())
+                    .invoke_async(&mut remote.redis.connection())
+                    .await;
+                if done.is_ok() {
+                    self.local.invalidate(&key).await;
+                    remote
+                        .pending
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&key);
+                    tracing::info!(cache = self.name, key, "pending cache invalidation done");
+                }
+            }
+        }
+    }
+
+    /// Keys whose invalidation Redis has not taken yet (cluster mode; empty otherwise).
+    pub fn pending_invalidations(&self) -> usize {
+        self.remote.as_ref().map_or(0, |remote| {
+            remote
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        })
     }
 }

@@ -26,9 +26,11 @@
 //!   has `batch_size` entries or `max_wait` has passed since the first;
 //! - hands the batch to the handler and `XACK`s it only after the handler returned `Ok`; a
 //!   failing batch is not acknowledged and is retried with the same growing pause as in-process;
-//! - at start and every [`RedisStreamOptions::reclaim_interval`] takes over entries that have
-//!   been pending longer than [`RedisStreamOptions::min_idle`] (`XAUTOCLAIM`) — left by a
-//!   consumer that crashed or was killed mid-batch — and handles them the same way. Entries keep
+//! - at start and every [`RedisStreamOptions::reclaim_interval`] (1 s) takes over entries that
+//!   have been pending longer than [`RedisStreamOptions::min_idle`] (3 s; `XAUTOCLAIM`) — left
+//!   by a consumer that crashed or was killed mid-batch — and handles them the same way, then
+//!   removes consumers that died without leaving (no pending entries, no read for
+//!   [`DEAD_CONSUMER_IDLE`]). Entries keep
 //!   their stream id (the [`Event::id`], e.g. `1732900000000-0`) however often they are
 //!   delivered;
 //! - on the same tick publishes the group's backlog (`XINFO GROUPS`: `lag`, entries not yet
@@ -69,7 +71,7 @@ use std::{
 use anyhow::Context;
 use axum::body::Bytes;
 use redis::{
-    aio::{ConnectionManager, MultiplexedConnection},
+    aio::MultiplexedConnection,
     streams::{StreamAutoClaimReply, StreamId, StreamInfoGroupsReply, StreamReadReply},
     AsyncConnectionConfig, RedisResult,
 };
@@ -102,10 +104,16 @@ const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Default [`RedisStreamOptions::max_len`]: entries kept per topic stream (approximately).
 pub const DEFAULT_STREAM_MAX_LEN: usize = 1_000_000;
 /// Default [`RedisStreamOptions::min_idle`]: how long an entry stays pending with its consumer
-/// before another consumer may take it over.
-pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(30);
+/// before another consumer may take it over. Short, so the reads a killed instance held are
+/// counted within seconds; a batch handled for longer than this is taken over while still being
+/// worked on, which costs only duplicate work (handlers deduplicate by event id).
+pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(3);
 /// Default [`RedisStreamOptions::reclaim_interval`].
-pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(5);
+pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+/// A consumer of a group that holds no pending entries and has not read for this long is
+/// removed from the group by the others (it died without leaving; a live one reads every
+/// [`READ_BLOCK`] at most).
+pub const DEAD_CONSUMER_IDLE: Duration = Duration::from_secs(60);
 
 /// How long an idle `XREADGROUP` blocks waiting for the first entry of a batch. Only a
 /// round-trip budget: stopping unblocks it at once (`CLIENT UNBLOCK`).
@@ -560,7 +568,7 @@ impl RedisBackend {
 /// The non-blocking side of one Redis consumer (acknowledging, reclaiming, reporting), on the
 /// shared connection.
 struct RedisConsumer {
-    connection: ConnectionManager,
+    connection: crate::infra::redis::RedisConnection,
     key: String,
     /// This consumer's name in its group.
     name: String,
@@ -601,12 +609,7 @@ async fn ensure_group(
 }
 
 /// Whether `err` only says Redis is unreachable (already reported by the reader).
-fn is_connection_error(err: &redis::RedisError) -> bool {
-    err.is_io_error()
-        || err.is_timeout()
-        || err.is_connection_dropped()
-        || err.is_connection_refusal()
-}
+use crate::infra::redis::is_connection_error;
 
 /// The event in a stream entry written by [`RedisBackend::publish`]; `None` if it is malformed.
 fn entry_event(topic: &str, mut entry: StreamId) -> Option<Event> {
@@ -666,6 +669,40 @@ impl RedisConsumer {
                 error = format!("{err:#}"),
                 "cannot read the consumer group's lag"
             ),
+        }
+    }
+
+    /// Removes the consumers of `group` that died without leaving (killed instances): no pending
+    /// entries (what they held was taken over) and no read for [`DEAD_CONSUMER_IDLE`].
+    async fn remove_dead_consumers(&self, group: &str) {
+        let mut connection = self.connection.clone();
+        let consumers: RedisResult<redis::streams::StreamInfoConsumersReply> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&self.key)
+            .arg(group)
+            .query_async(&mut connection)
+            .await;
+        let Ok(consumers) = consumers else { return };
+        let dead_after = usize::try_from(DEAD_CONSUMER_IDLE.as_millis()).unwrap_or(usize::MAX);
+        for consumer in consumers.consumers {
+            if consumer.name == self.name || consumer.pending > 0 || consumer.idle < dead_after {
+                continue;
+            }
+            let removed: RedisResult<i64> = redis::cmd("XGROUP")
+                .arg("DELCONSUMER")
+                .arg(&self.key)
+                .arg(group)
+                .arg(&consumer.name)
+                .query_async(&mut connection)
+                .await;
+            if removed.is_ok() {
+                tracing::info!(
+                    key = self.key,
+                    group,
+                    consumer = consumer.name,
+                    "removed a dead consumer from its group"
+                );
+            }
         }
     }
 
@@ -1055,6 +1092,7 @@ impl Consumer {
             }
         }
         redis.report_lag(&self.topic, &self.group).await;
+        redis.remove_dead_consumers(&self.group).await;
     }
 }
 

@@ -35,7 +35,7 @@ impl JobRegistry {
     pub fn for_mode(config: &Config, redis: Option<&Redis>) -> Self {
         let locks: Arc<dyn LockBackend> = match redis {
             Some(redis) => Arc::new(RedisLocks::new(
-                redis.connection(),
+                redis.manager(),
                 format!("{}:lock:", config.redis_prefix),
             )),
             None => Arc::new(InProcessLocks::new()),

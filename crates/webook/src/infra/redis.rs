@@ -1,22 +1,153 @@
 //! The Redis connection of cluster mode: one auto-reconnecting multiplexed connection
 //! ([`redis::aio::ConnectionManager`]) shared by every task. Commands on a broken connection fail
-//! fast (bounded timeouts) and the manager reconnects in the background, so a Redis outage shows
-//! up as errors and a failing `/readyz`, never as a hung request.
+//! (bounded timeouts) and the manager reconnects in the background, so a Redis outage shows up
+//! as errors and a failing `/readyz`, never as a hung request.
+//!
+//! While Redis is down, each command would still wait for the manager's reconnection attempt,
+//! and a request makes several (session, caches, limits, events): seconds per request. So the
+//! handles given out ([`RedisConnection`]) fail at once for [`RETRY_AFTER`] after a connection
+//! failure, then let one command through to probe — the circuit of the SQL pool
+//! (`infra::db::pool`), for Redis. Every Redis use already treats an error as "Redis is away"
+//! and degrades (the database answers, events go to the in-process queue, limits allow).
 
-use std::time::Duration;
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, LazyLock,
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{
+    aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig},
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
+};
 
 use crate::infra::redact_url;
 
 /// How long connecting or one command may take before it fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long commands fail at once after a connection failure, before one probes.
+pub const RETRY_AFTER: Duration = Duration::from_millis(500);
 
 /// A shared Redis connection, cheap to clone.
 #[derive(Clone)]
 pub struct Redis {
     connection: ConnectionManager,
+    circuit: Arc<Circuit>,
+}
+
+/// Whether `err` says Redis cannot be reached (rather than refusing one command).
+pub fn is_connection_error(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_timeout()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+}
+
+fn monotonic_millis() -> u64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    u64::try_from(START.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The fail-fast state of one connection (module docs).
+#[derive(Debug, Default)]
+struct Circuit {
+    /// 0 while closed; else the monotonic ms (plus one) until which commands fail at once.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+}
+
+impl Circuit {
+    /// `Ok(probe?)` to go ahead, or the error of a command refused at once.
+    fn admit(&self) -> Result<bool, RedisError> {
+        let open_until = self.open_until.load(Ordering::Acquire);
+        if open_until == 0 {
+            return Ok(false);
+        }
+        if monotonic_millis() >= open_until
+            && self
+                .probing
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return Ok(true);
+        }
+        Err(RedisError::from((
+            ErrorKind::Io,
+            "redis is unreachable (failing fast until it answers again)",
+        )))
+    }
+
+    fn record<T>(&self, probe: bool, result: &Result<T, RedisError>) {
+        match result {
+            Err(err) if is_connection_error(err) => {
+                let until = monotonic_millis()
+                    + 1
+                    + u64::try_from(RETRY_AFTER.as_millis()).unwrap_or(u64::MAX);
+                if self.open_until.swap(until, Ordering::AcqRel) == 0 {
+                    tracing::warn!(error = %err, "redis unreachable; failing fast until it answers");
+                }
+            }
+            _ => {
+                if self.open_until.load(Ordering::Acquire) != 0
+                    && self.open_until.swap(0, Ordering::AcqRel) != 0
+                {
+                    tracing::info!("redis reachable again");
+                }
+            }
+        }
+        if probe {
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// A handle for commands on the shared connection, failing fast while Redis is away (module
+/// docs); cheap to clone.
+#[derive(Clone)]
+pub struct RedisConnection {
+    inner: ConnectionManager,
+    circuit: Arc<Circuit>,
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let probe = match self.circuit.admit() {
+            Ok(probe) => probe,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        Box::pin(async move {
+            let result = self.inner.req_packed_command(cmd).await;
+            self.circuit.record(probe, &result);
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let probe = match self.circuit.admit() {
+            Ok(probe) => probe,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        Box::pin(async move {
+            let result = self
+                .inner
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            self.circuit.record(probe, &result);
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
 }
 
 impl std::fmt::Debug for Redis {
@@ -43,12 +174,24 @@ impl Redis {
         let connection = ConnectionManager::new_with_config(client, config)
             .await
             .with_context(context)?;
-        Ok(Self { connection })
+        Ok(Self {
+            connection,
+            circuit: Arc::default(),
+        })
+    }
+
+    /// The underlying connection without the fail-fast gate, for components with their own
+    /// handling of an unreachable Redis (the scheduler's locks).
+    pub fn manager(&self) -> ConnectionManager {
+        self.connection.clone()
     }
 
     /// A handle for issuing commands (clones share the one underlying connection).
-    pub fn connection(&self) -> ConnectionManager {
-        self.connection.clone()
+    pub fn connection(&self) -> RedisConnection {
+        RedisConnection {
+            inner: self.connection.clone(),
+            circuit: self.circuit.clone(),
+        }
     }
 
     /// Checks that Redis answers `PING` within `timeout`.

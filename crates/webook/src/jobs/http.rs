@@ -26,10 +26,14 @@ const DEFAULT_RUNS_LIMIT: i64 = 50;
 /// Most runs one request may list.
 const MAX_RUNS_LIMIT: i64 = 500;
 
-/// The `/jobs` routes.
-pub fn router() -> Router<AppState> {
+/// The `/jobs` routes; creating a job honours `Idempotency-Key`.
+pub fn router(state: AppState) -> Router<AppState> {
+    let idempotent = axum::middleware::from_fn_with_state(state, crate::idempotency::layer);
     Router::new()
-        .route("/jobs", get(list).post(create))
+        .route(
+            "/jobs",
+            get(list).merge(post(create).route_layer(idempotent)),
+        )
         .route("/jobs/{id}/stop", post(stop))
         .route("/jobs/{id}/resume", post(resume))
         .route("/jobs/{id}/trigger", post(trigger))

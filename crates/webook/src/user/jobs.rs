@@ -5,8 +5,8 @@ use scheduler::{Job, JobContext};
 
 use crate::user::UserService;
 
-/// Deletes the state of sessions whose every token has expired (embedded mode keeps it in SQL
-/// and in memory; Redis expires its own keys, so in cluster mode the run is a no-op).
+/// Deletes the state of sessions whose every token has expired: rows of `sessions` (both modes)
+/// and the in-process map (embedded; Redis expires its own keys).
 #[derive(Debug, Clone)]
 pub struct PurgeExpiredSessions {
     users: UserService,

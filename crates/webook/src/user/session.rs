@@ -10,17 +10,27 @@
 //! - **logout** revokes the session;
 //! - every authenticated request checks "revoked?".
 //!
-//! State lives for the refresh-token lifetime, after which every token of the session has
-//! expired anyway. Two implementations:
-//! - [`SessionStore::local`] (embedded): an in-process map — the answer to "revoked?" costs no
-//!   I/O — written through to the `sessions` table and reloaded at start, so a restart does not
-//!   bring revoked sessions back. Processes sharing one SQLite file do not see each other's
-//!   revocations until restart; embedded mode serves HTTP from one process.
-//! - [`SessionStore::redis`] (cluster): one Redis hash per session with a TTL, changed by Lua
-//!   scripts, so a logout on one instance rejects the token on every instance at once.
+//! **The database is the truth** in both modes: table `sessions`, changed by single conditional
+//! statements ([`rotate_in_db`], [`revoke_in_db`]), so the outcome of a refresh is decided by the
+//! database and memory or Redis only ever follow a committed change. A refresh whose write fails
+//! changes nothing anywhere, so the client's retry with the same token is a normal refresh, not a
+//! reuse (an earlier version advanced memory first and logged the user out on the retry).
+//!
+//! How "revoked?" is answered without a query per request:
+//! - [`SessionStore::local`] (embedded, one server per database): an in-process map of the
+//!   sessions with state, loaded at start and updated after each committed change;
+//! - [`SessionStore::cluster`]: Redis caches each session's flag (`<prefix>:session:<ssid>`,
+//!   field `revoked`, `"1"` or `"0"`). A miss reads the database and fills the flag only if the
+//!   key is still absent (`HSETNX`), so a revocation written meanwhile is never overwritten by a
+//!   stale "0"; "0" lives [`NOT_REVOKED_TTL`], "1" until the session's tokens expire. A logout
+//!   commits to the database, then sets the flag; if Redis cannot take it, the flag is retried in
+//!   the background until it can (a Redis restarted with stale data is corrected within a second
+//!   of answering). While Redis is unreachable, "revoked?" reads the database, with answers kept
+//!   [`FALLBACK_TTL`] in-process: sessions survive a Redis restart or outage, and the
+//!   authenticated API keeps serving.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -32,6 +42,22 @@ use crate::infra::{
     db::{now_millis, Db},
     redis::Redis,
 };
+
+/// How long Redis keeps a "not revoked" flag: the longest a revocation whose Redis write was
+/// lost (with the instance that made it) can go unseen by other instances.
+pub const NOT_REVOKED_TTL: Duration = Duration::from_secs(60);
+/// How long an instance keeps the database's answer while Redis is unreachable.
+pub const FALLBACK_TTL: Duration = Duration::from_secs(2);
+/// How often flags that Redis could not take are retried.
+const RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Sets the flag only if the session has none (a revocation set meanwhile stays), with its TTL.
+const FILL_SCRIPT: &str = r"
+if redis.call('HSETNX', KEYS[1], 'revoked', ARGV[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+";
 
 /// Outcome of presenting a refresh token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,254 +76,343 @@ pub enum Rotation {
 /// Session state store (see the module docs); cheap to clone.
 #[derive(Clone)]
 pub struct SessionStore {
-    backend: Backend,
+    db: Db,
+    cache: Cache,
     ttl: Duration,
 }
 
 #[derive(Clone)]
-enum Backend {
-    Local(Arc<LocalSessions>),
-    Redis {
-        redis: Redis,
-        key_prefix: String,
-        rotate: Arc<redis::Script>,
-        revoke: Arc<redis::Script>,
-    },
+enum Cache {
+    /// Embedded: the sessions with state, by ssid → (revoked, expires_at).
+    Local(Arc<Mutex<LocalStates>>),
+    /// Cluster: Redis, with a database fallback.
+    Redis(Arc<RedisFlags>),
 }
 
 impl std::fmt::Debug for SessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.backend {
-            Backend::Local(_) => "local",
-            Backend::Redis { .. } => "redis",
+        let kind = match self.cache {
+            Cache::Local(_) => "local",
+            Cache::Redis(_) => "redis",
         };
         f.debug_struct("SessionStore")
-            .field("backend", &kind)
+            .field("cache", &kind)
             .finish()
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct SessionState {
-    uid: i64,
-    generation: u64,
-    revoked: bool,
-    expires_at: i64,
-}
-
-struct LocalSessions {
-    db: Db,
-    states: Mutex<LocalStates>,
-}
-
 /// The in-process map, purged of expired entries whenever it has doubled since the last purge.
 struct LocalStates {
-    map: HashMap<String, SessionState>,
+    revoked: HashMap<String, (bool, i64)>,
     purge_at_len: usize,
 }
 
 /// Smallest map size at which expired entries are purged.
 const MIN_PURGE_LEN: usize = 1024;
 
-/// Advances the generation if ARGV[1] is current; on an older one revokes the session.
-/// Returns the new generation, -1 when already revoked, -2 on reuse.
-const ROTATE_SCRIPT: &str = r"
-if redis.call('HGET', KEYS[1], 'revoked') == '1' then return -1 end
-local current = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
-if tonumber(ARGV[1]) ~= current then
-  redis.call('HSET', KEYS[1], 'revoked', '1', 'uid', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return -2
-end
-redis.call('HSET', KEYS[1], 'gen', current + 1, 'uid', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return current + 1
-";
-
-const REVOKE_SCRIPT: &str = r"
-redis.call('HSET', KEYS[1], 'revoked', '1', 'uid', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return 1
-";
+struct RedisFlags {
+    redis: Redis,
+    key_prefix: String,
+    fill: redis::Script,
+    /// Database answers while Redis is unreachable: ssid → (revoked, when read).
+    fallback: Mutex<HashMap<String, (bool, tokio::time::Instant)>>,
+    /// Revocations committed to the database that Redis has not taken yet.
+    pending: Mutex<HashSet<String>>,
+    retrier: std::sync::OnceLock<()>,
+}
 
 impl SessionStore {
-    /// The embedded store: loads unexpired state from `sessions` and purges expired rows.
+    /// The embedded store: loads the state of unexpired sessions from `sessions` and purges
+    /// expired rows.
     pub async fn local(db: Db, ttl: Duration) -> anyhow::Result<Self> {
         delete_expired_rows(&db, now_millis()).await?;
-        let rows = sqlx::query("SELECT ssid, uid, generation, revoked, expires_at FROM sessions")
+        let rows = sqlx::query("SELECT ssid, revoked, expires_at FROM sessions")
             .fetch_all(db.pool())
             .await
             .context("loading sessions")?;
-        let mut states = HashMap::with_capacity(rows.len());
+        let mut revoked = HashMap::with_capacity(rows.len());
         for row in rows {
-            let generation: i64 = row.try_get("generation")?;
-            let revoked: i64 = row.try_get("revoked")?;
-            states.insert(
+            let flag: i64 = row.try_get("revoked")?;
+            revoked.insert(
                 row.try_get::<String, _>("ssid")?,
-                SessionState {
-                    uid: row.try_get("uid")?,
-                    generation: u64::try_from(generation).unwrap_or(0),
-                    revoked: revoked != 0,
-                    expires_at: row.try_get("expires_at")?,
-                },
+                (flag != 0, row.try_get::<i64, _>("expires_at")?),
             );
         }
         Ok(Self {
-            backend: Backend::Local(Arc::new(LocalSessions {
-                db,
-                states: Mutex::new(LocalStates {
-                    purge_at_len: (states.len() * 2).max(MIN_PURGE_LEN),
-                    map: states,
-                }),
-            })),
+            db,
+            cache: Cache::Local(Arc::new(Mutex::new(LocalStates {
+                purge_at_len: (revoked.len() * 2).max(MIN_PURGE_LEN),
+                revoked,
+            }))),
             ttl,
         })
     }
 
-    /// The cluster store on `redis`; keys are `<redis_prefix>:session:<ssid>`.
-    pub fn redis(redis: Redis, redis_prefix: &str, ttl: Duration) -> Self {
+    /// The cluster store: the database, with flags cached in `redis` under
+    /// `<redis_prefix>:session:<ssid>`.
+    pub fn cluster(db: Db, redis: Redis, redis_prefix: &str, ttl: Duration) -> Self {
         Self {
-            backend: Backend::Redis {
+            db,
+            cache: Cache::Redis(Arc::new(RedisFlags {
                 redis,
                 key_prefix: format!("{redis_prefix}:session:"),
-                rotate: Arc::new(redis::Script::new(ROTATE_SCRIPT)),
-                revoke: Arc::new(redis::Script::new(REVOKE_SCRIPT)),
-            },
+                fill: redis::Script::new(FILL_SCRIPT),
+                fallback: Mutex::new(HashMap::new()),
+                pending: Mutex::new(HashSet::new()),
+                retrier: std::sync::OnceLock::new(),
+            })),
             ttl,
         }
     }
 
-    fn ttl_millis(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    fn expires_at(&self) -> i64 {
+        now_millis().saturating_add(i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX))
     }
 
     /// Whether `ssid` was revoked.
     pub async fn is_revoked(&self, ssid: &str) -> anyhow::Result<bool> {
-        match &self.backend {
-            Backend::Local(local) => Ok(local.with_states(|states| {
-                states
-                    .get(ssid)
-                    .is_some_and(|state| state.revoked && state.expires_at > now_millis())
-            })),
-            Backend::Redis {
-                redis, key_prefix, ..
-            } => {
-                let revoked: Option<String> = redis::cmd("HGET")
-                    .arg(format!("{key_prefix}{ssid}"))
-                    .arg("revoked")
-                    .query_async(&mut redis.connection())
-                    .await?;
-                Ok(revoked.as_deref() == Some("1"))
-            }
+        match &self.cache {
+            Cache::Local(states) => Ok(lock(states)
+                .revoked
+                .get(ssid)
+                .is_some_and(|(revoked, expires_at)| *revoked && *expires_at > now_millis())),
+            Cache::Redis(flags) => flags.is_revoked(&self.db, ssid, self.ttl).await,
         }
     }
 
     /// Presents a refresh token of generation `presented` for session `ssid` of user `uid`.
     pub async fn rotate(&self, ssid: &str, uid: i64, presented: u64) -> anyhow::Result<Rotation> {
-        match &self.backend {
-            Backend::Local(local) => {
-                let now = now_millis();
-                let expires_at = now.saturating_add(self.ttl_millis());
-                let (rotation, state) = local.with_states(|states| {
-                    let state = states.entry(ssid.to_owned()).or_insert(SessionState {
-                        uid,
-                        generation: 0,
-                        revoked: false,
-                        expires_at,
-                    });
-                    let rotation = if state.revoked {
-                        Rotation::Revoked
-                    } else if state.generation != presented {
-                        state.revoked = true;
-                        Rotation::Reused
-                    } else {
-                        state.generation += 1;
-                        Rotation::Rotated {
-                            generation: state.generation,
-                        }
-                    };
-                    state.expires_at = expires_at;
-                    (rotation, *state)
-                });
-                if rotation != Rotation::Revoked {
-                    local.persist(ssid, state).await?;
-                }
-                Ok(rotation)
-            }
-            Backend::Redis {
-                redis,
-                key_prefix,
-                rotate,
-                ..
-            } => {
-                let outcome: i64 = rotate
-                    .key(format!("{key_prefix}{ssid}"))
-                    .arg(presented)
-                    .arg(self.ttl_millis())
-                    .arg(uid)
-                    .invoke_async(&mut redis.connection())
-                    .await?;
-                Ok(match outcome {
-                    -1 => Rotation::Revoked,
-                    -2 => Rotation::Reused,
-                    generation => Rotation::Rotated {
-                        generation: u64::try_from(generation)
-                            .context("negative session generation")?,
-                    },
-                })
-            }
+        let expires_at = self.expires_at();
+        let rotation = rotate_in_db(&self.db, ssid, uid, presented, expires_at).await?;
+        if rotation == Rotation::Reused {
+            self.cache_revocation(ssid, expires_at).await;
         }
+        Ok(rotation)
     }
 
     /// Revokes session `ssid` of user `uid`: its access and refresh tokens stop working.
     pub async fn revoke(&self, ssid: &str, uid: i64) -> anyhow::Result<()> {
-        match &self.backend {
-            Backend::Local(local) => {
-                let expires_at = now_millis().saturating_add(self.ttl_millis());
-                let state = local.with_states(|states| {
-                    let state = states.entry(ssid.to_owned()).or_insert(SessionState {
-                        uid,
-                        generation: 0,
-                        revoked: true,
-                        expires_at,
-                    });
-                    state.revoked = true;
-                    state.expires_at = expires_at;
-                    *state
-                });
-                local.persist(ssid, state).await
+        let expires_at = self.expires_at();
+        revoke_in_db(&self.db, ssid, uid, expires_at).await?;
+        self.cache_revocation(ssid, expires_at).await;
+        Ok(())
+    }
+
+    /// Makes the cache say "revoked" after the database does.
+    async fn cache_revocation(&self, ssid: &str, expires_at: i64) {
+        match &self.cache {
+            Cache::Local(states) => {
+                let mut states = lock(states);
+                if states.revoked.len() >= states.purge_at_len {
+                    let now = now_millis();
+                    states.revoked.retain(|_, (_, expires)| *expires > now);
+                    states.purge_at_len = (states.revoked.len() * 2).max(MIN_PURGE_LEN);
+                }
+                states.revoked.insert(ssid.to_owned(), (true, expires_at));
             }
-            Backend::Redis {
-                redis,
-                key_prefix,
-                revoke,
-                ..
-            } => {
-                let _: i64 = revoke
-                    .key(format!("{key_prefix}{ssid}"))
-                    .arg(self.ttl_millis())
-                    .arg(uid)
-                    .invoke_async(&mut redis.connection())
-                    .await?;
-                Ok(())
-            }
+            Cache::Redis(flags) => flags.revoked(ssid, self.ttl).await,
         }
+    }
+
+    /// Drops state of sessions whose every token has expired: rows of `sessions` and entries of
+    /// the in-process map (Redis expires its keys itself). Returns the number of rows deleted.
+    pub async fn purge_expired(&self) -> anyhow::Result<u64> {
+        let now = now_millis();
+        let deleted = delete_expired_rows(&self.db, now).await?;
+        if let Cache::Local(states) = &self.cache {
+            lock(states)
+                .revoked
+                .retain(|_, (_, expires)| *expires > now);
+        }
+        Ok(deleted)
     }
 }
 
-impl SessionStore {
-    /// Drops state of sessions whose every token has expired: rows of `sessions` and entries of
-    /// the in-process map (embedded). Redis expires its keys itself, so in cluster mode this does
-    /// nothing. Returns the number of rows deleted.
-    pub async fn purge_expired(&self) -> anyhow::Result<u64> {
-        let Backend::Local(local) = &self.backend else {
-            return Ok(0);
-        };
-        let now = now_millis();
-        let deleted = delete_expired_rows(&local.db, now).await?;
-        local.with_states(|states| states.retain(|_, state| state.expires_at > now));
-        Ok(deleted)
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl RedisFlags {
+    fn key(&self, ssid: &str) -> String {
+        format!("{}{ssid}", self.key_prefix)
     }
+
+    async fn is_revoked(&self, db: &Db, ssid: &str, ttl: Duration) -> anyhow::Result<bool> {
+        let key = self.key(ssid);
+        let cached: redis::RedisResult<Option<String>> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("revoked")
+            .query_async(&mut self.redis.connection())
+            .await;
+        match cached {
+            Ok(Some(flag)) => Ok(flag == "1"),
+            Ok(None) => {
+                let revoked = revoked_in_db(db, ssid).await?;
+                // Only into an absent field: a revocation set meanwhile stays.
+                let ttl = if revoked { ttl } else { NOT_REVOKED_TTL };
+                let filled: redis::RedisResult<i64> = self
+                    .fill
+                    .key(&key)
+                    .arg(if revoked { "1" } else { "0" })
+                    .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+                    .invoke_async(&mut self.redis.connection())
+                    .await;
+                if let Err(err) = filled {
+                    tracing::debug!(%err, "cannot cache a session flag");
+                }
+                Ok(revoked)
+            }
+            Err(err) => {
+                tracing::debug!(%err, "redis unreachable; checking the session in the database");
+                if let Some((revoked, read_at)) = lock(&self.fallback).get(ssid).copied() {
+                    if read_at.elapsed() < FALLBACK_TTL {
+                        return Ok(revoked);
+                    }
+                }
+                let revoked = revoked_in_db(db, ssid).await?;
+                let mut fallback = lock(&self.fallback);
+                if fallback.len() > 100_000 {
+                    fallback.retain(|_, (_, read_at)| read_at.elapsed() < FALLBACK_TTL);
+                }
+                fallback.insert(ssid.to_owned(), (revoked, tokio::time::Instant::now()));
+                Ok(revoked)
+            }
+        }
+    }
+
+    /// Sets the flag of a session the database says is revoked, or keeps retrying until Redis
+    /// takes it.
+    async fn revoked(self: &Arc<Self>, ssid: &str, ttl: Duration) {
+        lock(&self.fallback).insert(ssid.to_owned(), (true, tokio::time::Instant::now()));
+        if let Err(err) = self.set_revoked(ssid, ttl).await {
+            tracing::warn!(%err, ssid, "redis did not take a revocation; retrying in the background");
+            lock(&self.pending).insert(ssid.to_owned());
+            self.start_retrier(ttl);
+        }
+    }
+
+    async fn set_revoked(&self, ssid: &str, ttl: Duration) -> redis::RedisResult<()> {
+        let key = self.key(ssid);
+        redis::pipe()
+            .atomic()
+            .cmd("HSET")
+            .arg(&key)
+            .arg("revoked")
+            .arg("1")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            .ignore()
+            .query_async(&mut self.redis.connection())
+            .await
+    }
+
+    /// One task per store, started at the first revocation Redis refused: retries the pending
+    /// ones every [`RETRY_INTERVAL`].
+    fn start_retrier(self: &Arc<Self>, ttl: Duration) {
+        let flags = Arc::downgrade(self);
+        self.retrier.get_or_init(|| {
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RETRY_INTERVAL).await;
+                    let Some(flags) = flags.upgrade() else { return };
+                    let pending: Vec<String> = lock(&flags.pending).iter().cloned().collect();
+                    for ssid in pending {
+                        if flags.set_revoked(&ssid, ttl).await.is_ok() {
+                            lock(&flags.pending).remove(&ssid);
+                            tracing::info!(ssid, "redis took a pending revocation");
+                        }
+                    }
+                }
+            });
+        });
+    }
+}
+
+/// Whether the database says `ssid` is revoked (a session without state is not).
+async fn revoked_in_db(db: &Db, ssid: &str) -> anyhow::Result<bool> {
+    let revoked: Option<i64> =
+        sqlx::query_scalar("SELECT revoked FROM sessions WHERE ssid = $1 AND expires_at > $2")
+            .bind(ssid)
+            .bind(now_millis())
+            .fetch_optional(db.pool())
+            .await
+            .context("reading session state")?;
+    Ok(revoked.unwrap_or(0) != 0)
+}
+
+/// Decides a refresh in the database, each step one conditional statement: the session row
+/// exists (generation 0 if new); then either its generation moves from `presented` to the next
+/// (rotated), or, still unrevoked at another generation, it is revoked (reuse); otherwise it was
+/// revoked already. Two refreshes racing with one token: one rotates, the other is a reuse.
+pub async fn rotate_in_db(
+    db: &Db,
+    ssid: &str,
+    uid: i64,
+    presented: u64,
+    expires_at: i64,
+) -> anyhow::Result<Rotation> {
+    let presented = i64::try_from(presented).context("refresh generation out of range")?;
+    sqlx::query(
+        "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) \
+         VALUES ($1, $2, 0, 0, $3) ON CONFLICT (ssid) DO NOTHING",
+    )
+    .bind(ssid)
+    .bind(uid)
+    .bind(expires_at)
+    .execute(db.writer())
+    .await
+    .context("saving session state")?;
+    let rotated: Option<i64> = sqlx::query_scalar(
+        "UPDATE sessions SET generation = generation + 1, expires_at = $3 \
+         WHERE ssid = $1 AND revoked = 0 AND generation = $2 RETURNING generation",
+    )
+    .bind(ssid)
+    .bind(presented)
+    .bind(expires_at)
+    .fetch_optional(db.writer())
+    .await
+    .context("saving session state")?;
+    if let Some(generation) = rotated {
+        return Ok(Rotation::Rotated {
+            generation: u64::try_from(generation).context("negative session generation")?,
+        });
+    }
+    let reused = sqlx::query(
+        "UPDATE sessions SET revoked = 1, expires_at = $2 WHERE ssid = $1 AND revoked = 0",
+    )
+    .bind(ssid)
+    .bind(expires_at)
+    .execute(db.writer())
+    .await
+    .context("saving session state")?
+    .rows_affected();
+    Ok(if reused > 0 {
+        Rotation::Reused
+    } else {
+        Rotation::Revoked
+    })
+}
+
+/// Marks `ssid` revoked in the database (creating its row if the session had no state).
+pub async fn revoke_in_db(db: &Db, ssid: &str, uid: i64, expires_at: i64) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) \
+         VALUES ($1, $2, 0, 1, $3) \
+         ON CONFLICT (ssid) DO UPDATE SET revoked = 1, \
+           expires_at = CASE WHEN excluded.expires_at > sessions.expires_at \
+                        THEN excluded.expires_at ELSE sessions.expires_at END",
+    )
+    .bind(ssid)
+    .bind(uid)
+    .bind(expires_at)
+    .execute(db.writer())
+    .await
+    .context("saving session state")?;
+    Ok(())
 }
 
 /// Deletes the `sessions` rows expired at `now` (ms).
@@ -308,46 +423,4 @@ async fn delete_expired_rows(db: &Db, now: i64) -> anyhow::Result<u64> {
         .await
         .context("purging expired sessions")?
         .rows_affected())
-}
-
-impl LocalSessions {
-    /// Runs `f` on the map, first dropping expired entries when the map has doubled since the
-    /// last purge. The lock is never held across an `.await`.
-    fn with_states<T>(&self, f: impl FnOnce(&mut HashMap<String, SessionState>) -> T) -> T {
-        let mut states = self
-            .states
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if states.map.len() >= states.purge_at_len {
-            let now = now_millis();
-            states.map.retain(|_, state| state.expires_at > now);
-            states.purge_at_len = (states.map.len() * 2).max(MIN_PURGE_LEN);
-        }
-        f(&mut states.map)
-    }
-
-    /// Writes `state` through to SQL. Concurrent writers may finish out of order, so the upsert
-    /// never moves a generation backwards nor un-revokes.
-    async fn persist(&self, ssid: &str, state: SessionState) -> anyhow::Result<()> {
-        sqlx::query(
-            "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) \
-             VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (ssid) DO UPDATE SET \
-               generation = CASE WHEN excluded.generation > sessions.generation \
-                            THEN excluded.generation ELSE sessions.generation END, \
-               revoked = CASE WHEN excluded.revoked > sessions.revoked \
-                         THEN excluded.revoked ELSE sessions.revoked END, \
-               expires_at = CASE WHEN excluded.expires_at > sessions.expires_at \
-                            THEN excluded.expires_at ELSE sessions.expires_at END",
-        )
-        .bind(ssid)
-        .bind(state.uid)
-        .bind(i64::try_from(state.generation).unwrap_or(i64::MAX))
-        .bind(i64::from(state.revoked))
-        .bind(state.expires_at)
-        .execute(self.db.writer())
-        .await
-        .context("saving session state")?;
-        Ok(())
-    }
 }

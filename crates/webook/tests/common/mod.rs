@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses a subset
 
+pub mod process;
+
 use reqwest::{header::HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use webook::{

@@ -1,0 +1,825 @@
+//! Cluster mode through its dependencies' failures: three real `webook serve` processes on
+//! PostgreSQL (behind a TCP proxy the test can cut) and a private Redis the test stops and
+//! restarts, with and without persistence.
+//!
+//! - Redis restarted empty: nothing stale is served (articles, counts, flags);
+//! - a withdrawal committed while Redis is down is not served once Redis returns with its old data;
+//! - a logout (and refresh-token reuse detection) survives a Redis restart;
+//! - reads, likes, publishes, profile, logout keep answering code 0 while Redis is down;
+//! - PostgreSQL unreachable: 503 in under a second, what needs no database goes on;
+//! - an `Idempotency-Key` publish retried five times across instances creates one article;
+//! - the reads a killed instance held are counted within 5 s;
+//! - a rolling restart (SIGTERM one by one) skips no tick of an `@every 1s` job;
+//! - kill -9 mid-burst loses no acknowledged like or publish, and every instance sees every write
+//!   at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod common;
+
+use std::{
+    collections::BTreeSet,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{http::HeaderMap, routing::any, Router};
+use common::process::{webook, Server};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use webook::testing::{wait_until, RedisServer, TcpProxy, TestDb};
+
+const ACCESS_SECRET: &str = "cluster-test-access-secret-0123456789";
+const REFRESH_SECRET: &str = "cluster-test-refresh-secret-0123456789";
+const UA: &str = "cluster-test";
+const PASSWORD: &str = "hello#world1";
+
+/// Three instances sharing one database (through `proxy`) and one Redis.
+struct Cluster {
+    db: TestDb,
+    proxy: TcpProxy,
+    database_url: String,
+    redis: RedisServer,
+    dir: tempfile::TempDir,
+    instances: Vec<Option<Server>>,
+    client: reqwest::Client,
+    extra_env: Vec<(&'static str, String)>,
+}
+
+impl Cluster {
+    async fn start(redis: RedisServer) -> Self {
+        Self::start_with(redis, Vec::new()).await
+    }
+
+    async fn start_with(redis: RedisServer, extra_env: Vec<(&'static str, String)>) -> Self {
+        let db = TestDb::postgres().await;
+        let (proxy, database_url) = TcpProxy::for_url(&db.url).await;
+        let mut cluster = Self {
+            db,
+            proxy,
+            database_url,
+            redis,
+            dir: tempfile::tempdir().unwrap(),
+            instances: Vec::new(),
+            client: reqwest::Client::new(),
+            extra_env,
+        };
+        for index in 0..3 {
+            let server = cluster.spawn(index);
+            cluster.instances.push(Some(server));
+        }
+        cluster
+    }
+
+    fn spawn(&self, index: usize) -> Server {
+        let data_dir = self.dir.path().join(format!("instance-{index}"));
+        std::fs::create_dir_all(&data_dir).unwrap();
+        let mut command = webook(Path::new(&data_dir));
+        command
+            .env("WEBOOK_DATABASE_URL", &self.database_url)
+            .env("WEBOOK_REDIS_URL", self.redis.url())
+            .env("WEBOOK_REDIS_PREFIX", "cluster")
+            .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+            .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+            .env("WEBOOK_AUTH_RATE_LIMIT", "100000")
+            .env("WEBOOK_WRITE_RATE_LIMIT", "100000")
+            // "listening on" is the app's info line; the rest only when it goes wrong.
+            .env("WEBOOK_LOG", "warn,webook::app=info")
+            .env("WEBOOK_JOB_POLL_MAX", "200ms")
+            .env("WEBOOK_RANKING_SCHEDULE", "@yearly")
+            .env("WEBOOK_JOB_HTTP_ALLOWED_NETWORKS", "127.0.0.0/8");
+        for (key, value) in &self.extra_env {
+            command.env(key, value);
+        }
+        Server::start(command)
+    }
+
+    fn instance(&self, index: usize) -> &Server {
+        self.instances[index].as_ref().expect("instance running")
+    }
+
+    /// `method path` on instance `index`: (status, JSON body, headers).
+    async fn call(
+        &self,
+        index: usize,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value, HeaderMap) {
+        self.try_call(index, method, path, token, body, headers)
+            .await
+            .unwrap()
+    }
+
+    /// [`Cluster::call`], with a transport failure (a killed instance) as an error.
+    async fn try_call(
+        &self,
+        index: usize,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Result<(StatusCode, Value, HeaderMap)> {
+        let mut request = self
+            .client
+            .request(method, self.instance(index).url(path))
+            .header("user-agent", UA);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let (status, headers) = (response.status(), response.headers().clone());
+        let text = response.text().await?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, body, headers))
+    }
+
+    async fn post(
+        &self,
+        index: usize,
+        path: &str,
+        token: &str,
+        body: Value,
+    ) -> (StatusCode, Value) {
+        let (status, body, _) = self
+            .call(index, Method::POST, path, Some(token), Some(body), &[])
+            .await;
+        (status, body)
+    }
+
+    async fn get(&self, index: usize, path: &str, token: &str) -> (StatusCode, Value) {
+        let (status, body, _) = self
+            .call(index, Method::GET, path, Some(token), None, &[])
+            .await;
+        (status, body)
+    }
+
+    /// Signs `email` up (on instance 0) and logs in; returns (access, refresh) tokens.
+    async fn user(&self, email: &str) -> (String, String) {
+        let body = json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD});
+        let (status, answer, _) = self
+            .call(0, Method::POST, "/users/signup", None, Some(body), &[])
+            .await;
+        assert_eq!(
+            (status, answer["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{answer}"
+        );
+        self.login(email).await
+    }
+
+    async fn login(&self, email: &str) -> (String, String) {
+        let body = json!({"email": email, "password": PASSWORD});
+        let (status, answer, headers) = self
+            .call(1, Method::POST, "/users/login", None, Some(body), &[])
+            .await;
+        assert_eq!(
+            (status, answer["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{answer}"
+        );
+        let header = |name: &str| headers[name].to_str().unwrap().to_owned();
+        (header("x-jwt-token"), header("x-refresh-token"))
+    }
+
+    async fn publish(&self, index: usize, token: &str, id: Option<i64>, title: &str) -> i64 {
+        let mut body = json!({"title": title, "content": format!("<p>{title}</p>")});
+        if let Some(id) = id {
+            body["id"] = json!(id);
+        }
+        let (status, answer) = self.post(index, "/articles/publish", token, body).await;
+        assert_eq!(
+            (status, answer["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{answer}"
+        );
+        answer["data"].as_i64().unwrap()
+    }
+
+    /// The reader view of `id` on instance `index` (its `data`, or the whole answer if not 0).
+    async fn read(&self, index: usize, token: &str, id: i64) -> Value {
+        let (status, answer) = self.get(index, &format!("/articles/pub/{id}"), token).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        if answer["code"] == 0 {
+            answer["data"].clone()
+        } else {
+            answer
+        }
+    }
+
+    async fn like(&self, index: usize, token: &str, id: i64, like: bool) {
+        let (status, answer) = self
+            .post(
+                index,
+                "/articles/pub/like",
+                token,
+                json!({"id": id, "like": like}),
+            )
+            .await;
+        assert_eq!(
+            (status, answer["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{answer}"
+        );
+    }
+
+    async fn all_ready(&self) {
+        for index in 0..self.instances.len() {
+            wait_until("every instance to be ready", || async {
+                self.instance(index).get_json("/readyz").await.0 == StatusCode::OK
+            })
+            .await;
+        }
+    }
+
+    /// Stops Redis and starts it again (empty, or with its data if persistent).
+    async fn restart_redis(&mut self) {
+        self.redis.stop();
+        self.redis.restart().await;
+        self.all_ready().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_serves_nothing_stale() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let (reader, _) = cluster.user("reader@example.com").await;
+    let id = cluster.publish(0, &author, None, "version one").await;
+    cluster.like(0, &reader, id, true).await;
+    for index in 0..3 {
+        let view = cluster.read(index, &reader, id).await;
+        assert_eq!(
+            (
+                view["title"].as_str(),
+                view["likeCnt"].as_i64(),
+                view["liked"].as_bool()
+            ),
+            (Some("version one"), Some(1), Some(true)),
+            "instance {index}: {view}"
+        );
+    }
+
+    cluster.restart_redis().await;
+    // The same writes again after the restart: before versions were unique across Redis runs,
+    // they got the version numbers the near caches still held, with the old values.
+    cluster.publish(0, &author, Some(id), "version two").await;
+    cluster.like(0, &reader, id, false).await;
+    for index in 0..3 {
+        let view = cluster.read(index, &reader, id).await;
+        assert_eq!(
+            (
+                view["title"].as_str(),
+                view["likeCnt"].as_i64(),
+                view["liked"].as_bool()
+            ),
+            (Some("version two"), Some(0), Some(false)),
+            "instance {index} after the Redis restart: {view}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawal_while_redis_is_down_is_not_served_when_it_returns() {
+    let mut cluster = Cluster::start(RedisServer::start_persistent().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let (reader, _) = cluster.user("reader@example.com").await;
+    let id = cluster.publish(0, &author, None, "soon withdrawn").await;
+    for index in 0..3 {
+        assert_eq!(
+            cluster.read(index, &reader, id).await["title"],
+            "soon withdrawn"
+        );
+    }
+
+    cluster.redis.stop();
+    let (status, answer) = cluster
+        .post(0, "/articles/withdraw", &author, json!({"id": id}))
+        .await;
+    assert_eq!(
+        (status, answer["code"].as_i64()),
+        (StatusCode::OK, Some(0)),
+        "{answer}"
+    );
+    for index in 0..3 {
+        assert_eq!(
+            cluster.read(index, &reader, id).await["code"],
+            404001,
+            "instance {index} while Redis is down"
+        );
+    }
+
+    // Redis comes back with the article it had cached; the pending invalidation corrects it.
+    cluster.redis.restart().await;
+    cluster.all_ready().await;
+    for index in 0..3 {
+        wait_until("the withdrawn article to be gone everywhere", || async {
+            cluster.read(index, &reader, id).await["code"] == 404001
+        })
+        .await;
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        for index in 0..3 {
+            assert_eq!(cluster.read(index, &reader, id).await["code"], 404001);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logout_and_a_reused_refresh_token_survive_a_redis_restart() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    cluster.user("leaver@example.com").await;
+    let (access, refresh) = cluster.login("leaver@example.com").await;
+    let (status, _, headers) = cluster
+        .call(
+            2,
+            Method::POST,
+            "/users/refresh_token",
+            Some(&refresh),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let rotated = headers["x-jwt-token"].to_str().unwrap().to_owned();
+    let (status, _) = cluster.post(1, "/users/logout", &rotated, json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (other_access, other_refresh) = cluster.login("leaver@example.com").await;
+    // Reuse of the used refresh token of this second session revokes it.
+    let (status, _, _) = cluster
+        .call(
+            0,
+            Method::POST,
+            "/users/refresh_token",
+            Some(&other_refresh),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = cluster
+        .call(
+            0,
+            Method::POST,
+            "/users/refresh_token",
+            Some(&other_refresh),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "reuse detected");
+
+    cluster.restart_redis().await;
+    for index in 0..3 {
+        for token in [&access, &rotated, &other_access] {
+            let (status, _) = cluster.get(index, "/users/profile", token).await;
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "instance {index} after the restart"
+            );
+        }
+        let (status, _, _) = cluster
+            .call(
+                index,
+                Method::POST,
+                "/users/refresh_token",
+                Some(&refresh),
+                None,
+                &[],
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "a used refresh token stays used"
+        );
+    }
+    let (fresh, _) = cluster.login("leaver@example.com").await;
+    assert_eq!(
+        cluster.get(2, "/users/profile", &fresh).await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_authenticated_api_keeps_serving_while_redis_is_down() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let (reader, _) = cluster.user("reader@example.com").await;
+    let id = cluster
+        .publish(0, &author, None, "through the outage")
+        .await;
+
+    cluster.redis.stop();
+    let mut slowest = Duration::ZERO;
+    for index in 0..3 {
+        let started = Instant::now();
+        assert_eq!(
+            cluster.read(index, &reader, id).await["title"],
+            "through the outage"
+        );
+        cluster.like(index, &reader, id, index % 2 == 0).await;
+        cluster
+            .publish(index, &author, None, &format!("during the outage {index}"))
+            .await;
+        let (status, profile) = cluster.get(index, "/users/profile", &reader).await;
+        assert_eq!(status, StatusCode::OK, "{profile}");
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_secs(5),
+        "requests took {slowest:?} with Redis down"
+    );
+    // A logout while Redis is down is durable and seen by every instance.
+    let (leaving, _) = cluster.login("reader@example.com").await;
+    let (status, answer) = cluster.post(0, "/users/logout", &leaving, json!({})).await;
+    assert_eq!(
+        (status, answer["code"].as_i64()),
+        (StatusCode::OK, Some(0)),
+        "{answer}"
+    );
+    for index in 0..3 {
+        wait_until("the logout to be seen without Redis", || async {
+            cluster.get(index, "/users/profile", &leaving).await.0 == StatusCode::UNAUTHORIZED
+        })
+        .await;
+    }
+
+    cluster.redis.restart().await;
+    cluster.all_ready().await;
+    for index in 0..3 {
+        let view = cluster.read(index, &reader, id).await;
+        assert_eq!(
+            (view["likeCnt"].as_i64(), view["liked"].as_bool()),
+            (Some(1), Some(true)),
+            "instance {index} after Redis returned: {view}"
+        );
+        assert_eq!(
+            cluster.get(index, "/users/profile", &leaving).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_postgres_unreachable_writes_answer_503_in_under_a_second() {
+    let cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let id = cluster.publish(0, &author, None, "cached").await;
+    for index in 0..3 {
+        cluster.read(index, &author, id).await;
+        wait_until("the start-up hot list", || async {
+            cluster.instance(index).get_json("/ranking/top").await.0 == StatusCode::OK
+        })
+        .await;
+    }
+
+    cluster.proxy.cut();
+    for index in 0..3 {
+        for attempt in 0..3 {
+            let started = Instant::now();
+            let (status, answer) = cluster
+                .post(
+                    index,
+                    "/articles/publish",
+                    &author,
+                    json!({"title": "t", "content": "<p>c</p>"}),
+                )
+                .await;
+            let took = started.elapsed();
+            assert_eq!(
+                (status, answer["code"].as_i64()),
+                (StatusCode::SERVICE_UNAVAILABLE, Some(5)),
+                "instance {index}, attempt {attempt}: {answer}"
+            );
+            assert!(
+                took < Duration::from_secs(1),
+                "instance {index}, attempt {attempt}: {took:?}"
+            );
+        }
+        assert_eq!(cluster.read(index, &author, id).await["title"], "cached");
+        assert_eq!(
+            cluster.instance(index).get_json("/ranking/top").await.0,
+            StatusCode::OK
+        );
+    }
+
+    cluster.proxy.restore().await;
+    wait_until("writes to succeed again", || async {
+        cluster
+            .post(
+                1,
+                "/articles/publish",
+                &author,
+                json!({"title": "back", "content": "<p>c</p>"}),
+            )
+            .await
+            .1["code"]
+            == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_publish_retried_across_instances_creates_one_article() {
+    let cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("retrier@example.com").await;
+    let body = json!({"title": "exactly once", "content": "<p>once</p>"});
+    let mut ids = BTreeSet::new();
+    for attempt in 0..5 {
+        let (status, answer, headers) = cluster
+            .call(
+                attempt % 3,
+                Method::POST,
+                "/articles/publish",
+                Some(&author),
+                Some(body.clone()),
+                &[("idempotency-key", "publish-0001")],
+            )
+            .await;
+        assert_eq!(
+            (status, answer["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{answer}"
+        );
+        ids.insert(answer["data"].as_i64().unwrap());
+        assert_eq!(
+            headers.get("idempotent-replayed").is_some(),
+            attempt > 0,
+            "attempt {attempt}"
+        );
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let (_, refused, _) = cluster
+        .call(
+            1,
+            Method::POST,
+            "/articles/publish",
+            Some(&author),
+            Some(json!({"title": "something else", "content": "<p>x</p>"})),
+            &[("idempotency-key", "publish-0001")],
+        )
+        .await;
+    assert_eq!(refused["code"], 4, "{refused}");
+    let articles: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles")
+        .fetch_one(cluster.db.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(articles, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reads_a_killed_instance_held_are_counted_within_five_seconds() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let (reader, _) = cluster.user("reader@example.com").await;
+    let id = cluster.publish(0, &author, None, "read a lot").await;
+    // Only instance 0 consumes while the others are frozen, so the reads it answers are the
+    // reads it holds; it is killed before its batch (200 ms) is applied.
+    cluster.instance(1).signal("STOP");
+    cluster.instance(2).signal("STOP");
+    let reads = 40;
+    let path = format!("/articles/pub/{id}");
+    let answers =
+        futures_util::future::join_all((0..reads).map(|_| cluster.get(0, &path, &reader))).await;
+    cluster.instance(0).signal("KILL");
+    let killed_at = Instant::now();
+    assert!(answers
+        .iter()
+        .all(|(status, answer)| *status == StatusCode::OK && answer["code"] == 0));
+    cluster.instance(1).signal("CONT");
+    cluster.instance(2).signal("CONT");
+    cluster.instances[0] = None;
+
+    let counted = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT read_cnt FROM interactives WHERE biz = 'article' AND biz_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(cluster.db.db.pool())
+        .await
+        .unwrap()
+        .unwrap_or(0)
+    };
+    while counted().await < reads {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(5),
+            "{} of {reads} reads counted 5 s after the kill",
+            counted().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(counted().await, reads, "counted exactly once");
+}
+
+/// The calls an `http` job makes, by fire time.
+async fn start_receiver() -> (std::net::SocketAddr, Arc<Mutex<Vec<i64>>>) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let recorded = calls.clone();
+    let app = Router::new().route(
+        "/tick",
+        any(move |headers: HeaderMap| {
+            let recorded = recorded.clone();
+            async move {
+                let at: i64 = headers["x-webook-scheduled-at"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                recorded.lock().unwrap().push(at);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (address, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_skips_no_tick_of_an_every_second_job() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    let (receiver, calls) = start_receiver().await;
+    let store = webook::jobs::store(&cluster.db.db);
+    let job = store
+        .create(&scheduler::sql::NewJob {
+            name: "tick".to_owned(),
+            cron: "@every 1s".to_owned(),
+            timezone: "UTC".to_owned(),
+            executor: "http".to_owned(),
+            cfg: json!({"url": format!("http://{receiver}/tick")}).to_string(),
+            misfire: scheduler::sql::Misfire::FireOnce,
+            overlap: scheduler::sql::OverlapPolicy::Forbid,
+            timeout_ms: 5_000,
+        })
+        .await
+        .unwrap();
+    wait_until("the first tick", || async {
+        !calls.lock().unwrap().is_empty()
+    })
+    .await;
+    let window_start = webook::infra::db::now_millis();
+    // One instance at a time: stopped, a second with two instances, started again, a second.
+    for index in 0..3 {
+        let old = cluster.instances[index].take().unwrap();
+        old.terminate();
+        assert_eq!(old.exit_code().await, 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        cluster.instances[index] = Some(cluster.spawn(index));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let window_end = webook::infra::db::now_millis() - 2_000;
+
+    let runs = store.runs(job, 500).await.unwrap();
+    let in_window: Vec<_> = runs
+        .iter()
+        .filter(|run| (window_start..=window_end).contains(&run.scheduled_at))
+        .collect();
+    assert!(
+        in_window.len() >= 5,
+        "{} runs in the window {window_start}..{window_end}: {:?}",
+        in_window.len(),
+        runs.iter()
+            .map(|run| (run.scheduled_at, run.status, run.owner.clone()))
+            .collect::<Vec<_>>()
+    );
+    let mut fire_times: Vec<i64> = in_window.iter().map(|run| run.scheduled_at).collect();
+    fire_times.sort_unstable();
+    for pair in fire_times.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            1_000,
+            "a tick was skipped: {fire_times:?}"
+        );
+    }
+    for run in &in_window {
+        assert_eq!(
+            run.status,
+            scheduler::sql::RunStatus::Ok,
+            "fire time {} was {:?}: {:?}",
+            run.scheduled_at,
+            run.status,
+            run.error
+        );
+    }
+    let called: BTreeSet<i64> = calls.lock().unwrap().iter().copied().collect();
+    for at in &fire_times {
+        assert!(
+            called.contains(at),
+            "fire time {at} never called the receiver"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_minus_nine_mid_burst_loses_no_acknowledged_write() {
+    let mut cluster = Cluster::start(RedisServer::start().await).await;
+    let (author, _) = cluster.user("author@example.com").await;
+    let target = cluster.publish(0, &author, None, "liked").await;
+    let mut readers = Vec::new();
+    for n in 0..12 {
+        readers.push(cluster.user(&format!("reader{n}@example.com")).await.0);
+    }
+    // Every write is also read back on another instance at once.
+    let id = cluster.publish(1, &author, None, "seen everywhere").await;
+    for index in 0..3 {
+        assert_eq!(
+            cluster.read(index, &author, id).await["title"],
+            "seen everywhere"
+        );
+    }
+
+    let (cluster_ref, author_ref) = (&cluster, &author);
+    let burst =
+        futures_util::future::join_all(readers.iter().enumerate().map(|(n, token)| async move {
+            let (like, publish) = (
+                cluster_ref
+                    .try_call(
+                        n % 3,
+                        Method::POST,
+                        "/articles/pub/like",
+                        Some(token),
+                        Some(json!({"id": target, "like": true})),
+                        &[],
+                    )
+                    .await,
+                cluster_ref
+                    .try_call(
+                        n % 3,
+                        Method::POST,
+                        "/articles/publish",
+                        Some(author_ref),
+                        Some(json!({"title": format!("burst {n}"), "content": "<p>b</p>"})),
+                        &[],
+                    )
+                    .await,
+            );
+            (n, like, publish)
+        }));
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        cluster_ref.instance(2).signal("KILL");
+    };
+    let (outcomes, ()) = tokio::join!(burst, kill);
+    cluster.instances[2] = None;
+
+    let (mut liked, mut published) = (0i64, Vec::new());
+    // A request to the killed instance may get no answer at all: not acknowledged.
+    for (n, like, publish) in outcomes {
+        if let Ok((StatusCode::OK, like, _)) = like {
+            liked += i64::from(like["code"] == 0);
+        }
+        if let Ok((StatusCode::OK, publish, _)) = publish {
+            if publish["code"] == 0 {
+                published.push((publish["data"].as_i64().unwrap(), format!("burst {n}")));
+            }
+        }
+    }
+    let stored_likes: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM user_likes WHERE biz = 'article' AND biz_id = $1 AND status = 1",
+    )
+    .bind(target)
+    .fetch_one(cluster.db.db.pool())
+    .await
+    .unwrap();
+    assert!(
+        stored_likes >= liked,
+        "{liked} likes acknowledged, {stored_likes} stored"
+    );
+    for (id, title) in &published {
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT title FROM published_articles WHERE id = $1")
+                .bind(*id)
+                .fetch_optional(cluster.db.db.pool())
+                .await
+                .unwrap();
+        assert_eq!(
+            stored.as_deref(),
+            Some(title.as_str()),
+            "article {id} acknowledged and lost"
+        );
+    }
+    for index in 0..2 {
+        let view = cluster.read(index, &author, target).await;
+        assert_eq!(
+            view["likeCnt"].as_i64(),
+            Some(stored_likes),
+            "instance {index}: {view}"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! The real `webook` binary as a child process: a command with a clean environment, and a
+//! running server whose address is read from its "listening on" log line.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use webook::testing::WAIT_LIMIT;
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_webook");
+
+/// A `webook` command with a clean environment: no inherited `WEBOOK_*` settings.
+pub fn webook(data_dir: &Path) -> Command {
+    let mut command = Command::new(BINARY);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("WEBOOK_") {
+            command.env_remove(key);
+        }
+    }
+    command
+        .current_dir(data_dir)
+        .env("WEBOOK_DATA_DIR", data_dir.join("data"))
+        .env("WEBOOK_LISTEN", "127.0.0.1:0")
+        .env("WEBOOK_LOG", "info")
+        .stdin(Stdio::null());
+    command
+}
+
+/// A running `webook serve`, its address read from its "listening on" log line.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    base: String,
+    stderr_lines: mpsc::Receiver<String>,
+}
+
+impl Server {
+    pub fn start(mut command: Command) -> Self {
+        command.args(["serve"]);
+        Self::spawn(command, WAIT_LIMIT)
+    }
+
+    /// Runs `command` (which serves) and waits up to `limit` for its "listening on" line.
+    pub fn spawn(mut command: Command, limit: Duration) -> Self {
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn webook");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let base = loop {
+            let line = lines.recv_timeout(limit).unwrap_or_else(|_| {
+                panic!(
+                    "no 'listening on' line; stderr so far:\n{}",
+                    seen.join("\n")
+                )
+            });
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+            seen.push(line);
+        };
+        Self {
+            child,
+            base,
+            stderr_lines: lines,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// `host:port` it listens on.
+    pub fn address(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+
+    /// The log lines written since the last call.
+    pub fn new_log_lines(&self) -> Vec<String> {
+        self.stderr_lines.try_iter().collect()
+    }
+
+    pub async fn get_json(&self, path: &str) -> (StatusCode, Value) {
+        let response = reqwest::get(self.url(path)).await.unwrap();
+        (response.status(), response.json().await.unwrap())
+    }
+
+    pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends signal `name` (`TERM`, `KILL`, `STOP`, `CONT`) to the process.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name}");
+    }
+
+    /// Waits for the process to exit (bounded) and returns its exit code.
+    pub async fn exit_code(mut self) -> i32 {
+        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().expect("exited, not killed by a signal");
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "webook did not exit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
