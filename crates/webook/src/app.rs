@@ -434,18 +434,24 @@ async fn build_user_service(
                 config.auth_rate_limit,
                 config.auth_rate_window,
             ),
-            RateLimiter::redis(
-                "write",
-                redis.clone(),
-                &config.redis_prefix,
-                config.write_rate_limit,
-                config.write_rate_window,
-            ),
+            (config.write_rate_limit > 0).then(|| {
+                RateLimiter::redis(
+                    "write",
+                    redis.clone(),
+                    &config.redis_prefix,
+                    config.write_rate_limit,
+                    config.write_rate_window,
+                )
+            }),
         ),
         None => (
             SessionStore::local(db.clone(), config.refresh_token_ttl).await?,
             RateLimiter::local("auth", config.auth_rate_limit, config.auth_rate_window)?,
-            RateLimiter::local("write", config.write_rate_limit, config.write_rate_window)?,
+            (config.write_rate_limit > 0)
+                .then(|| {
+                    RateLimiter::local("write", config.write_rate_limit, config.write_rate_window)
+                })
+                .transpose()?,
         ),
     };
     Ok(UserService::new(

@@ -110,7 +110,7 @@ pub struct Config {
     #[serde(with = "humantime_serde")]
     pub auth_rate_window: Duration,
     /// Writes (publish, save, withdraw, like, collect, profile edits) allowed per user within
-    /// `write_rate_window`; beyond it, 429001.
+    /// `write_rate_window`; beyond it, 429001. 0 turns the limit off (load tests).
     pub write_rate_limit: u32,
     /// The window of `write_rate_limit`.
     #[serde(with = "humantime_serde")]
@@ -466,11 +466,8 @@ impl Config {
             );
         }
         crate::infra::cors::CorsPolicy::new(&self.cors_origins)?;
-        if self.write_rate_limit == 0 || self.write_rate_window.is_zero() {
-            bail!(
-                "invalid write_rate_limit / write_rate_window (WEBOOK_WRITE_RATE_LIMIT, \
-                 WEBOOK_WRITE_RATE_WINDOW): both must be above 0"
-            );
+        if self.write_rate_window.is_zero() {
+            bail!("invalid write_rate_window (WEBOOK_WRITE_RATE_WINDOW): must be above 0");
         }
         self.job_http_allowed_networks()?;
         if self.body_limit_bytes == 0 {
@@ -1011,7 +1008,12 @@ mod tests {
                 &["admins", "webook admin grant"],
             );
             refused(jail, "WEBOOK_ADMINS", "-1", &["admins", "positive"]);
-            refused(jail, "WEBOOK_WRITE_RATE_LIMIT", "0", &["write_rate_limit"]);
+            refused(
+                jail,
+                "WEBOOK_WRITE_RATE_WINDOW",
+                "0s",
+                &["write_rate_window"],
+            );
             refused(
                 jail,
                 "WEBOOK_JOB_HTTP_ALLOWED_NETWORKS",
