@@ -31,7 +31,7 @@ use scheduler::{
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
     config::{Config, JwtSecrets, RankingMode},
-    infra::events::{EventStream, RedisStreamOptions},
+    infra::events::{EventStream, RedisStreamOptions, Subscription},
     infra::{
         client_ip::TrustedProxies, db::Db, http::with_middleware, jobs::JobRegistry,
         rate_limit::RateLimiter, redis::Redis, telemetry,
@@ -294,13 +294,24 @@ impl App {
         );
         let mut cron_jobs = None;
         let mut durable_jobs = None;
+        // A process that does not consume the streams still takes what it published to its
+        // own in-process queues while Redis refused it (infra::events).
+        let subscription = if role.runs_work() {
+            Subscription::Stream
+        } else {
+            Subscription::FallbackOnly
+        };
+        background.spawn(
+            state
+                .interactive
+                .read_counter(subscription, background_stop.clone()),
+        );
+        background.spawn(state.ranking.withdrawal_consumer(
+            &state.events,
+            subscription,
+            background_stop.clone(),
+        ));
         if role.runs_work() {
-            background.spawn(state.interactive.read_counter(background_stop.clone()));
-            background.spawn(
-                state
-                    .ranking
-                    .withdrawal_consumer(&state.events, background_stop.clone()),
-            );
             cron_jobs = Some(jobs.start());
             durable_jobs = Some(
                 SqlScheduler::new(

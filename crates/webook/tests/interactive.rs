@@ -14,6 +14,7 @@ use std::sync::{
 use common::{get, login, post, signup, Setup};
 use serde_json::{json, Value};
 use webook::{
+    backend_tests,
     interactive::Counts,
     testing::{wait_until, TestApp, TestDb},
 };
@@ -273,7 +274,7 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
     use tokio_util::sync::CancellationToken;
     use webook::{
         infra::{
-            events::{EventStream, RedisStreamOptions},
+            events::{EventStream, RedisStreamOptions, Subscription},
             redis::Redis,
         },
         interactive::{store::InteractiveStore, InteractiveService},
@@ -297,7 +298,7 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
         webook::config::Config::default().cache_memory_bytes,
     );
     let stop = CancellationToken::new();
-    let counter = tokio::spawn(service.read_counter(stop.clone()));
+    let counter = tokio::spawn(service.read_counter(Subscription::Stream, stop.clone()));
 
     // Up: a read goes through the stream.
     service.record_read(BIZ, 1, 7).await;
@@ -334,7 +335,7 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
     use tokio_util::sync::CancellationToken;
     use webook::{
         infra::{
-            events::{EventStream, RedisStreamOptions},
+            events::{EventStream, RedisStreamOptions, Subscription},
             redis::Redis,
         },
         interactive::{
@@ -418,7 +419,8 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
         );
 
         let stop = CancellationToken::new();
-        let survivor_counter = tokio::spawn(survivor.read_counter(stop.clone()));
+        let survivor_counter =
+            tokio::spawn(survivor.read_counter(Subscription::Stream, stop.clone()));
         // More reads through the survivor while it also takes over the orphaned batch.
         for uid in 100..150 {
             survivor.record_read(BIZ, 1, uid).await;
@@ -549,4 +551,121 @@ async fn likes_and_collects_complete_when_their_caller_goes_away() {
         let stored = service.batch_counts(BIZ, &[9]).await.unwrap()[&9];
         assert_eq!((stored.like_cnt, stored.collect_cnt), (1, 1));
     }
+}
+
+/// An API-only instance (`role = api`) whose `XADD`s Redis refuses (out of memory) still gets
+/// its reads counted: it applies what it had to keep in process itself. (Before, only roles
+/// that run work consumed the in-process fallback, so an API instance dropped those reads while
+/// its log said they were delivered: 10 reads answered code 0, 3 counted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
+    use webook::{config::Role, testing::RedisServer};
+
+    let server = RedisServer::start().await;
+    let db = Arc::new(TestDb::postgres().await);
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let spawn = |role: Role| {
+        let (db, url, prefix) = (db.clone(), server.url(), prefix.clone());
+        async move {
+            TestApp::spawn_shared(db, |config| {
+                config.redis_url = Some(url);
+                config.redis_prefix = prefix;
+                config.role = role;
+            })
+            .await
+        }
+    };
+    let worker = spawn(Role::Worker).await;
+    let api = spawn(Role::Api).await;
+    let author = user(&api, "api-author@example.com").await;
+    let id = published_article(&api, &author).await;
+    let reader = user(&api, "api-reader@example.com").await;
+    // Up: a read goes through the stream to the worker.
+    assert_eq!(
+        get(&api, &format!("/articles/pub/{id}"), Some(&reader))
+            .await
+            .code(),
+        0
+    );
+    wait_until("the first read to be counted", || async {
+        read_count_in(&db, id).await == 1
+    })
+    .await;
+
+    // Redis now refuses every write (reads, such as session look-ups, still work).
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory-policy", "noeviction"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "1"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let refused: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(&["probe", "1"])
+        .query_async(&mut redis)
+        .await;
+    assert!(refused.is_err(), "Redis must refuse writes for this test");
+
+    for _ in 0..10 {
+        let answer = get(&api, &format!("/articles/pub/{id}"), Some(&reader)).await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+    }
+    wait_until("the ten reads Redis refused to be counted", || async {
+        read_count_in(&db, id).await == 11
+    })
+    .await;
+    // An event no consumer of this process takes (nothing consumes publications yet) is not
+    // dropped silently: the publish succeeds, and the loss is counted.
+    published_article(&api, &author).await;
+    let metrics = api.metrics_text().await;
+    assert!(
+        metrics.contains("events_lost_total{topic=\"article_published\"}"),
+        "{metrics}"
+    );
+    api.stop().await.unwrap();
+    worker.stop().await.unwrap();
+    assert_eq!(read_count_in(&db, id).await, 11);
+}
+
+backend_tests!(overlapping_read_batches_applied_concurrently_never_deadlock);
+
+/// Two instances' read batches over the same objects, applied at the same time, both commit:
+/// rows are locked in key order. (In `HashMap` order — different in every batch — PostgreSQL
+/// answered one of them "deadlock detected".)
+async fn overlapping_read_batches_applied_concurrently_never_deadlock(db: TestDb) {
+    use webook::interactive::store::InteractiveStore;
+
+    const OBJECTS: i64 = 300;
+    const ROUNDS: i64 = 8;
+    let store = InteractiveStore::new(db.db.clone());
+    for round in 0..ROUNDS {
+        let batches = ["a", "b"].map(|instance| {
+            let reads: Vec<(String, i64, String)> = (1..=OBJECTS)
+                .map(|id| (BIZ.to_owned(), id, format!("{round}-{instance}-{id}")))
+                .collect();
+            let store = store.clone();
+            tokio::spawn(async move { store.apply_reads(&reads, Some("reads"), 1).await })
+        });
+        for batch in batches {
+            let applied = batch
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            assert_eq!(applied.len(), OBJECTS as usize);
+        }
+    }
+    let counts = store
+        .batch_counts(BIZ, &(1..=OBJECTS).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(counts.len(), OBJECTS as usize);
+    assert!(counts.values().all(|counts| counts.read_cnt == 2 * ROUNDS));
 }

@@ -30,7 +30,9 @@
 //!   have been pending longer than [`RedisStreamOptions::min_idle`] (3 s; `XAUTOCLAIM`) — left
 //!   by a consumer that crashed or was killed mid-batch — and handles them the same way, then
 //!   removes consumers that died without leaving (no pending entries, no read for
-//!   [`DEAD_CONSUMER_IDLE`]). Entries keep
+//!   [`DEAD_CONSUMER_IDLE`]). A tick that comes while the consumer's own read is filling a
+//!   batch is put off until that batch is handled, so a consumer never takes over the entries
+//!   it is reading itself. Entries keep
 //!   their stream id (the [`Event::id`], e.g. `1732900000000-0`) however often they are
 //!   delivered;
 //! - on the same tick publishes the group's backlog (`XINFO GROUPS`: `lag`, entries not yet
@@ -54,15 +56,18 @@
 //! one select loop (never concurrently). Redis down: reads are still counted via the in-process
 //! fallback; bounded by the in-process queue capacity, publishers wait when it is full. Such
 //! events are no more durable than in embedded mode (a crash loses them) and reach only the
-//! consumers of the publishing process — which, as every group has a consumer in every instance,
-//! is still once per group.
+//! consumers of the publishing process — once per group, as long as the process has a consumer
+//! of the group: processes that do not consume the stream (`role = api`) register fallback-only
+//! consumers ([`EventStream::consume_fallback`]) for the topics they publish; an event that no
+//! consumer of the process takes is logged as lost and counted in `events_lost_total`, never
+//! dropped silently.
 
 use std::{
     collections::HashMap,
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicI64, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
     time::Duration,
@@ -93,6 +98,19 @@ pub const EVENT_BATCH_SIZE: &str = "event_batch_size";
 pub const EVENT_CONSUMER_LAG: &str = "event_consumer_lag";
 /// Counter: events published to the in-process queues because Redis was unavailable, by `topic`.
 pub const EVENTS_FALLBACK_TOTAL: &str = "events_fallback_total";
+/// Counter: events Redis refused that no consumer of the process could take either, by `topic`.
+pub const EVENTS_LOST_TOTAL: &str = "events_lost_total";
+
+/// What a consumer of a (topic, group) takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subscription {
+    /// Everything published to the topic: the stream, and the events this process published
+    /// to its in-process queue while Redis refused them.
+    Stream,
+    /// Only the events this process published to its in-process queue while Redis refused
+    /// them: for processes that do not consume the stream (`role = api`).
+    FallbackOnly,
+}
 
 /// Events a (topic, group) queue holds before publishers wait.
 const QUEUE_CAPACITY: usize = 10_000;
@@ -250,6 +268,64 @@ impl EventStream {
         Ok(())
     }
 
+    /// [`EventStream::consume`] for [`Subscription::Stream`], else
+    /// [`EventStream::consume_fallback`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn subscribe<H, Fut>(
+        &self,
+        subscription: Subscription,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        match subscription {
+            Subscription::Stream => {
+                Box::pin(self.consume(topic, group, batch_size, max_wait, stop, handler))
+            }
+            Subscription::FallbackOnly => {
+                Box::pin(self.consume_fallback(topic, group, batch_size, max_wait, stop, handler))
+            }
+        }
+    }
+
+    /// Like [`EventStream::consume`], but with Redis only the events that fell back to this
+    /// process's in-process queue (a Redis publish failed), not the stream: for processes that
+    /// do not consume the stream (`role = api`) but must not drop the events they publish while
+    /// Redis refuses them. In-process streams consume normally.
+    pub fn consume_fallback<H, Fut>(
+        &self,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send,
+    {
+        let local = match &self.backend {
+            Backend::InProcess(local) => local.register(topic, group),
+            Backend::Redis(backend) => backend.local.register(topic, group),
+        };
+        let consumer = Consumer {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            batch_size: batch_size.max(1),
+            max_wait,
+            stop,
+        };
+        async move { consumer.run_in_process(local, handler).await }
+    }
+
     /// Registers consumer group `group` on `topic` and returns the future that runs it until
     /// `stop` is cancelled (then finishes what it holds — see the module docs). `handler` gets
     /// batches of at most `batch_size` events, collected for at most `max_wait` after the first,
@@ -283,6 +359,7 @@ impl EventStream {
                 client: backend.client.clone(),
                 connection: None,
                 client_id: Arc::new(AtomicI64::new(0)),
+                holding: Arc::default(),
                 key: consumer.key.clone(),
                 group: group.to_owned(),
                 name: consumer.name.clone(),
@@ -553,6 +630,19 @@ impl RedisBackend {
             .query_async(&mut connection)
             .await;
         if let Err(err) = added {
+            if self.local.senders(topic).is_empty() {
+                // Nothing in this process would receive it (every topic this build consumes
+                // has a consumer in every process, `Subscription`): say so, never silently.
+                tracing::warn!(
+                    topic,
+                    key,
+                    error = format!("{err:#}"),
+                    "cannot publish to redis and no consumer of this process takes the topic; \
+                     event lost"
+                );
+                metrics::counter!(EVENTS_LOST_TOTAL, "topic" => topic.to_owned()).increment(1);
+                return;
+            }
             tracing::warn!(
                 topic,
                 key,
@@ -749,6 +839,9 @@ struct Reader {
     connection: Option<MultiplexedConnection>,
     /// `CLIENT ID` of `connection` (0: none), for `CLIENT UNBLOCK` when stopping.
     client_id: Arc<AtomicI64>,
+    /// Whether a read has entries in hand and is still filling its batch (up to `max_wait`):
+    /// they are pending on this consumer, and the consumer must not reclaim them meanwhile.
+    holding: Arc<AtomicBool>,
     key: String,
     group: String,
     name: String,
@@ -802,6 +895,7 @@ impl Reader {
         if batch.is_empty() {
             return Ok(batch);
         }
+        self.holding.store(true, Ordering::Release);
         // Like the in-process consumer: fill the batch for at most max_wait after the first.
         let deadline = Instant::now() + self.max_wait;
         while batch.len() < self.batch_size && !self.stop.is_cancelled() {
@@ -829,6 +923,7 @@ impl Reader {
                 }
             }
         }
+        self.holding.store(false, Ordering::Release);
         Ok(batch)
     }
 
@@ -907,6 +1002,7 @@ impl Consumer {
         Fut: Future<Output = anyhow::Result<()>>,
     {
         let client_id = reader.client_id.clone();
+        let holding = reader.holding.clone();
         let mut read = std::pin::pin!(reader.next());
         let mut reclaim = tokio::time::interval(
             redis
@@ -916,13 +1012,26 @@ impl Consumer {
         );
         reclaim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut queue_open = true;
+        // A tick that found the read filling a batch: reclaim as soon as that batch is handled.
+        let mut reclaim_due = false;
         loop {
             // Biased: stop first; the fallback queue before Redis, as it only fills while Redis
             // is failing.
             tokio::select! {
                 biased;
                 () = self.stop.cancelled() => break,
-                _ = reclaim.tick() => self.reclaim(&redis, &mut handler).await,
+                _ = reclaim.tick() => {
+                    // The entries a filling read holds are pending on this consumer, and those
+                    // of its first read can be idle past `min_idle` before it returns (when
+                    // `max_wait` is not well below it): `XAUTOCLAIM` would hand them to this
+                    // consumer a second time, as a batch of their own. (Seen in the takeover
+                    // test: the doomed consumer handled part of its own read via reclaim.)
+                    if holding.load(Ordering::Acquire) {
+                        reclaim_due = true;
+                    } else {
+                        self.reclaim(&redis, &mut handler).await;
+                    }
+                }
                 event = queue.recv(), if queue_open => match event {
                     Some(first) => self.handle_local(first, &mut queue, &mut handler).await,
                     None => queue_open = false,
@@ -930,6 +1039,10 @@ impl Consumer {
                 (reader, entries) = &mut read => {
                     read.set(reader.next());
                     self.handle_entries(&redis, entries, &mut handler).await;
+                    // No read is in flight here (the next one has not been polled yet).
+                    if std::mem::take(&mut reclaim_due) {
+                        self.reclaim(&redis, &mut handler).await;
+                    }
                 }
             }
         }

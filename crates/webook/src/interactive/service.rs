@@ -34,7 +34,7 @@ use crate::{
         cache::{json_bytes, FillToken, VersionedCache},
         db::now_millis,
         detached::to_completion,
-        events::{Event, EventStream},
+        events::{Event, EventStream, Subscription},
         redis::Redis,
     },
     interactive::{
@@ -295,13 +295,17 @@ impl InteractiveService {
     }
 
     /// The read counter: consumes read events until `stop`, then drains. Spawn it once per
-    /// process that should count reads.
+    /// process: with [`Subscription::Stream`] where reads are counted, with
+    /// [`Subscription::FallbackOnly`] where they are not (`role = api`), so the reads this
+    /// process published while Redis refused them are still counted.
     pub fn read_counter(
         &self,
+        subscription: Subscription,
         stop: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let service = self.clone();
-        self.events.consume(
+        self.events.subscribe(
+            subscription,
             READ_TOPIC,
             READ_GROUP,
             READ_BATCH,

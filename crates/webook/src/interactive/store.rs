@@ -181,15 +181,19 @@ impl InteractiveStore {
             None => reads.iter().collect(),
             Some(group) => {
                 let mut fresh_ids = std::collections::HashSet::new();
-                for chunk in reads.chunks(1000) {
+                // Sorted, like the counter rows below: a redelivered batch overlapping another
+                // instance's must wait for it, not deadlock with it.
+                let mut event_ids: Vec<&str> = reads.iter().map(|(_, _, id)| id.as_str()).collect();
+                event_ids.sort_unstable();
+                for chunk in event_ids.chunks(1000) {
                     let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 3);
                     let sql = format!(
                         "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES {placeholders} \
                          ON CONFLICT (group_name, event_id) DO NOTHING RETURNING event_id"
                     );
                     let mut query = sqlx::query_scalar::<_, String>(&sql);
-                    for (_, _, event_id) in chunk {
-                        query = query.bind(group).bind(event_id).bind(now);
+                    for event_id in chunk {
+                        query = query.bind(group).bind(*event_id).bind(now);
                     }
                     fresh_ids.extend(query.fetch_all(&mut *tx).await?);
                 }
@@ -203,7 +207,10 @@ impl InteractiveStore {
         for (biz, biz_id, _) in fresh {
             *per_object.entry((biz.clone(), *biz_id)).or_default() += 1;
         }
-        let applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
+        // In key order: two instances' batches lock the same rows in the same order, so on
+        // PostgreSQL they queue instead of deadlocking (HashMap order differs per batch).
+        let mut applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
+        applied.sort_unstable();
         for chunk in applied.chunks(1000) {
             let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 5);
             let sql = format!(

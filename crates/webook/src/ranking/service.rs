@@ -30,7 +30,10 @@ use crate::{
         service::{ArticleEvent, TOPIC_WITHDRAWN},
         store::display_name,
     },
-    infra::{db::now_millis, events::EventStream},
+    infra::{
+        db::now_millis,
+        events::{EventStream, Subscription},
+    },
     ranking::{
         cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
         model::{ScoreFormula, TopN},
@@ -325,13 +328,17 @@ impl RankingService {
 
     /// Consumes article withdrawals (consumer group `ranking`) until `stop`, taking each
     /// withdrawn article off the list ([`RankingService::forget`]); a failure is retried.
+    /// `subscription` as for the read counter
+    /// ([`crate::interactive::service::InteractiveService::read_counter`]).
     pub fn withdrawal_consumer(
         &self,
         events: &EventStream,
+        subscription: Subscription,
         stop: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let service = self.clone();
-        events.consume(
+        events.subscribe(
+            subscription,
             TOPIC_WITHDRAWN,
             WITHDRAWAL_GROUP,
             WITHDRAWAL_BATCH,
