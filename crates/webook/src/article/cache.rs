@@ -4,8 +4,12 @@
 //!   list items. Serves `/articles/list` with offset 0 and limit ≤ 100 by slicing. Invalidated by
 //!   every write of that author (save, publish, withdraw) after the transaction commits.
 //! - **reader copy** — key: article id; value: the published article with its author's name.
-//!   Preloaded (set) on publish and republish; invalidated on withdraw. Only published articles
-//!   are cached; an author's later nickname change shows after the entry's TTL.
+//!   Refreshed on publish and republish through the same versioned fill readers use (invalidate,
+//!   read the committed copy, fill with the invalidation's token), so a withdrawal or a newer
+//!   republish racing with it wins: an unconditional set here once put a published copy back
+//!   over a withdrawal's tombstone for the rest of the TTL. Invalidated on withdraw. Only
+//!   published copies are cached, and a hit is checked for status too. An author's later
+//!   nickname change shows after the entry's TTL.
 //!
 //! Both are [`VersionedCache`]s: a reader that loaded from the database before a write cannot
 //! put the old value back after it, and in cluster mode every instance sees a write at its next
@@ -17,6 +21,10 @@ use crate::{
     article::model::{ArticleStatus, ListItem, PublishedArticle},
     infra::{cache::VersionedCache, redis::Redis},
 };
+
+fn is_published(article: &PublishedArticle) -> bool {
+    article.status == ArticleStatus::Published
+}
 
 /// Items kept in an author's first-page entry (the largest page the API serves).
 pub const FIRST_PAGE_LEN: i64 = 100;
@@ -74,17 +82,36 @@ impl ArticleCache {
         id: i64,
         load: impl Future<Output = sqlx::Result<Option<PublishedArticle>>>,
     ) -> sqlx::Result<Option<PublishedArticle>> {
-        let published = async { Ok(load.await?.filter(|a| a.status == ArticleStatus::Published)) };
-        self.reader_copies
+        let published = async { Ok::<_, sqlx::Error>(load.await?.filter(is_published)) };
+        let found = self
+            .reader_copies
             .get_or_load(&id.to_string(), published, Option::is_some)
-            .await
+            .await?;
+        Ok(found.filter(is_published))
     }
 
-    /// Rule: on publish and republish, with the committed reader copy (preload).
-    pub async fn put_reader_copy(&self, article: &PublishedArticle) {
-        self.reader_copies
-            .set_json(&article.id.to_string(), article)
-            .await;
+    /// Rule: after a publish or republish committed — invalidate, read the committed reader copy
+    /// with `load`, and fill it under the invalidation's token (module docs). A failed read
+    /// leaves the entry invalidated: readers load it themselves.
+    pub async fn refresh_reader_copy(
+        &self,
+        id: i64,
+        load: impl Future<Output = sqlx::Result<Option<PublishedArticle>>>,
+    ) {
+        let key = id.to_string();
+        let token = self.reader_copies.invalidate_for_refill(&key).await;
+        match load.await {
+            Ok(Some(article)) if is_published(&article) => {
+                match crate::infra::cache::json_bytes(&article) {
+                    Ok(bytes) => self.reader_copies.fill(&key, token, bytes).await,
+                    Err(err) => tracing::error!(%err, id, "cannot serialise a reader copy"),
+                }
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(%err, id, "cannot reload a published article; readers will load it");
+            }
+        }
     }
 
     /// Rule: on withdraw.

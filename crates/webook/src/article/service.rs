@@ -11,7 +11,9 @@
 //! Every write commits first, then fixes the caches (so they never serve what the database no
 //! longer says once the write has returned), then emits its event — all on a task of its own
 //! ([`crate::infra::detached`]): a client that disconnects, or a request that times out, after
-//! the commit cannot leave the caches or the event behind.
+//! the commit cannot leave the caches or the event behind. Once the commit is done, nothing
+//! after it can fail the write: a cache step that cannot read back the committed copy leaves
+//! the entry invalidated, and the event still goes out.
 
 use serde::Serialize;
 
@@ -137,11 +139,13 @@ impl ArticleService {
                 .publish(author, id, &draft, now)
                 .await
                 .map_err(write_error)?;
+            // Committed: from here nothing may fail the publish (it happened); the cache steps
+            // only invalidate and refill, and the event goes out.
             service.cache.forget_first_page(author).await;
-            match service.store.reader_copy(id).await? {
-                Some(published) => service.cache.put_reader_copy(&published).await,
-                None => service.cache.forget_reader_copy(id).await,
-            }
+            service
+                .cache
+                .refresh_reader_copy(id, service.store.reader_copy(id))
+                .await;
             service
                 .emit(
                     TOPIC_PUBLISHED,

@@ -8,7 +8,8 @@
 //! locks: the reader's fill is simply refused.
 //!
 //! Two layouts, chosen by mode:
-//! - **embedded**: one in-process W-TinyLFU cache (`moka`), bounded by bytes and a TTL;
+//! - **embedded**: one in-process W-TinyLFU cache (`moka`), bounded by bytes and a TTL; writes
+//!   and fills both go through the key's `and_compute_with`, so they are serialised per key;
 //! - **cluster**: a Redis hash per key (`ver`, `data`) changed by Lua scripts, with the in-process
 //!   cache in front as a near cache. A read asks Redis only for the (tiny) version and uses the
 //!   local copy when it has that version, so large values cross the network once per change, and
@@ -52,7 +53,10 @@ use std::{
 };
 
 use axum::body::Bytes;
-use moka::{notification::RemovalCause, ops::compute::Op};
+use moka::{
+    notification::RemovalCause,
+    ops::compute::{CompResult, Op},
+};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::infra::redis::Redis;
@@ -258,7 +262,31 @@ impl VersionedCache {
         NEXT_LOCAL_VERSION.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Keeps `value` at `version` in the in-process layer.
+    /// Embedded writer: stores `value` (a tombstone for `None`) under a fresh version and returns
+    /// it. Through `and_compute_with`, like [`VersionedCache::fill`], so the two serialise per
+    /// key: moka's plain `insert` does not take the key's lock, and a fill that had decided on
+    /// the old tombstone could then put its value over this newer write (seen as two racing
+    /// republishes leaving the older version cached).
+    async fn write_local(&self, key: &str, value: Option<Bytes>) -> u64 {
+        let written = self
+            .local
+            .entry(key.to_owned())
+            .and_compute_with(|_| {
+                std::future::ready(Op::Put(Slot {
+                    version: Self::next_local_version(),
+                    value,
+                }))
+            })
+            .await;
+        match written {
+            CompResult::Inserted(entry) | CompResult::ReplacedWith(entry) => entry.value().version,
+            // A put always inserts or replaces.
+            CompResult::StillNone(_) | CompResult::Unchanged(_) | CompResult::Removed(_) => 0,
+        }
+    }
+
+    /// Near cache (cluster): keeps `value` at Redis's `version`. A read uses it only after
+    /// checking that version in Redis, so the order in which near copies land does not matter.
     async fn keep_local(&self, key: &str, version: u64, value: Option<Bytes>) {
         self.local
             .insert(key.to_owned(), Slot { version, value })
@@ -397,8 +425,7 @@ impl VersionedCache {
     /// Writer: stores `value` as the new version of `key` (preloading readers' next hit).
     pub async fn set(&self, key: &str, value: Bytes) {
         let Some(remote) = &self.remote else {
-            let version = Self::next_local_version();
-            self.keep_local(key, version, Some(value)).await;
+            self.write_local(key, Some(value)).await;
             return;
         };
         let result: Result<u64, _> = remote
@@ -487,9 +514,7 @@ impl VersionedCache {
     /// so the refill can never put back a value older than that writer's.
     pub async fn invalidate_for_refill(&self, key: &str) -> FillToken {
         let Some(remote) = &self.remote else {
-            let version = Self::next_local_version();
-            self.keep_local(key, version, None).await;
-            return FillToken(version);
+            return FillToken(self.write_local(key, None).await);
         };
         self.local.invalidate(key).await;
         let result: Result<u64, _> = remote
