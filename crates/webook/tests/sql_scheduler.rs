@@ -41,6 +41,7 @@ const MISFIRE_AFTER: i64 = 5 * SECOND;
 backend_tests!(
     one_of_many_concurrent_claims_wins,
     misfire_policies_record_every_missed_fire_time,
+    a_job_twelve_thousand_fire_times_behind_runs_the_latest,
     a_silent_holder_is_taken_over_and_its_writes_refused,
     stop_fences_the_holder_resume_and_trigger_keep_the_schedule,
     fire_times_passing_during_a_run_are_recorded_as_skipped,
@@ -227,6 +228,69 @@ async fn misfire_policies_record_every_missed_fire_time(db: TestDb) {
         .iter()
         .all(|run| run.1 == RunStatus::Ok));
     assert_eq!(job(&store, catch_up).await.next_time, T0 + 70 * SECOND);
+}
+
+/// More fire times missed than a claim records (`MAX_RECORDED_MISSES`): `fire_once` still runs
+/// the true latest one — it used to run the 10 000th, 33 minutes stale, and leave the rest
+/// without a row or a log — and `catch_up` runs exactly the newest 100.
+async fn a_job_twelve_thousand_fire_times_behind_runs_the_latest(db: TestDb) {
+    use scheduler::sql::model::{CATCH_UP_CAP, MAX_RECORDED_MISSES};
+
+    let (store, now) = manual(&db, T0);
+    let once = store
+        .create(&new_job("once", "@every 1s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    let catch_up = store
+        .create(&new_job("catch-up", "@every 1s", Misfire::CatchUp))
+        .await
+        .unwrap();
+    // Down from T0 to T0 + 12 000.3 s: fire times 1 … 12 000 s passed.
+    now.store(T0 + 12_000 * SECOND + 300, Ordering::SeqCst);
+    let claims = claim_due(&store, "w").await;
+
+    let once_claim = claims.iter().find(|claim| claim.job_id == once).unwrap();
+    assert_eq!(
+        once_claim.run_at,
+        T0 + 12_000 * SECOND,
+        "the latest fire time runs"
+    );
+    let once_runs = store.runs(once, 20_000).await.unwrap();
+    let misfired = once_runs
+        .iter()
+        .filter(|run| run.status == RunStatus::Misfired)
+        .count();
+    assert_eq!(misfired, MAX_RECORDED_MISSES);
+    assert_eq!(once_runs.len(), MAX_RECORDED_MISSES + 1);
+    assert_eq!(job(&store, once).await.next_time, T0 + 12_001 * SECOND);
+
+    let schedule = job(&store, catch_up).await.schedule().unwrap();
+    let mut claim = claims
+        .into_iter()
+        .find(|claim| claim.job_id == catch_up)
+        .unwrap();
+    let mut ran = Vec::new();
+    loop {
+        ran.push((claim.run_at - T0) / SECOND);
+        assert!(store
+            .finish(&claim, &schedule, RunStatus::Ok, None)
+            .await
+            .unwrap());
+        match claim_due(&store, "w")
+            .await
+            .into_iter()
+            .find(|claim| claim.job_id == catch_up)
+        {
+            Some(next) => claim = next,
+            None => break,
+        }
+    }
+    let newest: Vec<i64> = (12_001 - CATCH_UP_CAP as i64..=12_000).collect();
+    assert_eq!(
+        ran, newest,
+        "catch_up runs the newest {CATCH_UP_CAP}, oldest first"
+    );
+    assert_eq!(job(&store, catch_up).await.next_time, T0 + 12_001 * SECOND);
 }
 
 async fn a_silent_holder_is_taken_over_and_its_writes_refused(db: TestDb) {

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 
 use crate::schedule::Schedule;
 
-/// Most fire times a single claim or release walks (and records). Beyond this, a note is logged.
+/// Most missed fire times a single claim or release records as rows. Beyond this they are
+/// counted ([`ClaimPlan::unrecorded`]) and logged, not recorded.
 pub const MAX_RECORDED_MISSES: usize = 10_000;
 /// Most missed fire times `catch_up` runs; older ones are recorded as misfired.
 pub const CATCH_UP_CAP: usize = 100;
@@ -211,6 +212,55 @@ pub struct ClaimPlan {
     pub next_time: i64,
     /// Fire times recorded as misfired (ms, ascending).
     pub misfired: Vec<i64>,
+    /// Further missed fire times, beyond [`MAX_RECORDED_MISSES`], counted but not recorded.
+    pub unrecorded: u64,
+}
+
+/// The first fire time at or after `at_ms`.
+fn fire_at_or_after(schedule: &Schedule, at_ms: i64) -> Option<i64> {
+    next_fire(schedule, at_ms.saturating_sub(1))
+}
+
+/// The newest `n` fire times in `[first, now]` (ascending; fewer when fewer exist), found without
+/// walking from `first`: a window ending at `now` doubles until it holds `n` of them (or reaches
+/// `first`), so a job years behind costs a few dozen steps, not one per missed fire time.
+fn newest_fire_times(schedule: &Schedule, first: i64, now: i64, n: usize) -> Vec<i64> {
+    let mut width: i64 = 1_000;
+    loop {
+        let from = now.saturating_sub(width).max(first);
+        let mut times = Vec::new();
+        let mut cursor = fire_at_or_after(schedule, from);
+        while let Some(time) = cursor.filter(|time| *time <= now) {
+            times.push(time);
+            cursor = next_fire(schedule, time);
+        }
+        if times.len() >= n || from == first {
+            let keep = times.len().saturating_sub(n);
+            return times.split_off(keep);
+        }
+        width = width.saturating_mul(2);
+    }
+}
+
+/// How many fire times lie strictly between `after` and `until` (both fire times), counted up to
+/// `cap` (a count at the cap means "at least").
+fn fire_times_between(schedule: &Schedule, after: i64, until: i64, cap: u64) -> u64 {
+    if let Some(interval) = schedule.interval() {
+        let step = i64::try_from(interval.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        return u64::try_from((until - after) / step - 1).unwrap_or(0);
+    }
+    let mut count = 0;
+    let mut cursor = next_fire(schedule, after);
+    while let Some(time) = cursor.filter(|time| *time < until) {
+        count += 1;
+        if count >= cap {
+            break;
+        }
+        cursor = next_fire(schedule, time);
+    }
+    count
 }
 
 /// Fire times from `first` (included) up to `until` (included), at most `cap` of them.
@@ -256,6 +306,7 @@ pub fn plan_claim(
             run_at: job.scheduled_at,
             next_time: job.next_time,
             misfired: Vec::new(),
+            unrecorded: 0,
         }),
         JobStatus::Running => None,
         JobStatus::Waiting if job.trigger_at > 0 => Some(ClaimPlan {
@@ -263,46 +314,67 @@ pub fn plan_claim(
             run_at: job.trigger_at,
             next_time: job.next_time,
             misfired: Vec::new(),
+            unrecorded: 0,
         }),
         JobStatus::Waiting if job.next_time > now => None,
         JobStatus::Waiting => {
-            let passed = fire_times_through(schedule, job.next_time, now, MAX_RECORDED_MISSES);
-            let (Some(&oldest), Some(&latest)) = (passed.first(), passed.last()) else {
+            let recorded = fire_times_through(schedule, job.next_time, now, MAX_RECORDED_MISSES);
+            let (Some(&oldest), Some(&last_recorded)) = (recorded.first(), recorded.last()) else {
                 return None;
             };
-            let on_time = passed.len() == 1 && now - oldest <= misfire_after_ms;
             let after = |time: i64| next_fire(schedule, time).unwrap_or(NEVER);
-            if on_time {
+            if recorded.len() == 1 && after(oldest) > now && now - oldest <= misfire_after_ms {
                 return Some(ClaimPlan {
                     kind: ClaimKind::Scheduled,
                     run_at: oldest,
                     next_time: after(oldest),
                     misfired: Vec::new(),
+                    unrecorded: 0,
                 });
             }
-            // Whatever `passed` could not hold lies before `now` too: continue after `now`.
+            // The true latest due fire time, even when more passed than are recorded.
+            let latest = if after(last_recorded) > now {
+                last_recorded
+            } else {
+                newest_fire_times(schedule, last_recorded, now, 1)
+                    .last()
+                    .copied()
+                    .unwrap_or(last_recorded)
+            };
             let next_after_now = after(now.max(latest));
+            // Missed fire times beyond the recorded ones, up to (not including) `until`.
+            let unrecorded_before = |until: i64| {
+                if until > last_recorded {
+                    fire_times_between(schedule, last_recorded, until, u64::MAX)
+                } else {
+                    0
+                }
+            };
             Some(match job.misfire {
                 Misfire::Skip => ClaimPlan {
                     kind: ClaimKind::RecordOnly,
                     run_at: latest,
                     next_time: next_after_now,
-                    misfired: passed,
+                    unrecorded: unrecorded_before(latest) + u64::from(latest > last_recorded),
+                    misfired: recorded,
                 },
                 Misfire::FireOnce => ClaimPlan {
                     kind: ClaimKind::Scheduled,
                     run_at: latest,
                     next_time: next_after_now,
-                    misfired: passed[..passed.len() - 1].to_vec(),
+                    unrecorded: unrecorded_before(latest),
+                    misfired: recorded.into_iter().filter(|time| *time < latest).collect(),
                 },
                 Misfire::CatchUp => {
-                    let excess = passed.len().saturating_sub(CATCH_UP_CAP);
-                    let run_at = passed[excess];
+                    // The newest ones run, oldest of them first; everything older misfires.
+                    let newest = newest_fire_times(schedule, oldest, now, CATCH_UP_CAP);
+                    let run_at = newest.first().copied().unwrap_or(latest);
                     ClaimPlan {
                         kind: ClaimKind::Scheduled,
                         run_at,
-                        next_time: passed.get(excess + 1).copied().unwrap_or(next_after_now),
-                        misfired: passed[..excess].to_vec(),
+                        next_time: newest.get(1).copied().unwrap_or(next_after_now),
+                        unrecorded: unrecorded_before(run_at),
+                        misfired: recorded.into_iter().filter(|time| *time < run_at).collect(),
                     }
                 }
             })
@@ -319,7 +391,30 @@ pub fn passed_during_run(schedule: &Schedule, next_time: i64, now: i64) -> (Vec<
     }
     let passed = fire_times_through(schedule, next_time, now, MAX_RECORDED_MISSES);
     let last = passed.last().copied().unwrap_or(now).max(now);
-    (passed, next_fire(schedule, last).unwrap_or(NEVER))
+    let next = next_fire(schedule, last).unwrap_or(NEVER);
+    if passed.len() == MAX_RECORDED_MISSES {
+        if let Some(&last_recorded) = passed.last() {
+            let unrecorded = fire_times_between(schedule, last_recorded, next, u64::MAX);
+            note_unrecorded(unrecorded, "skipped during a run");
+        }
+    }
+    (passed, next)
+}
+
+/// Counter: missed fire times beyond [`MAX_RECORDED_MISSES`] that got no row.
+pub const SQL_UNRECORDED_FIRE_TIMES: &str = "scheduler_sql_unrecorded_fire_times_total";
+
+/// Logs and counts fire times that passed without a row of their own.
+pub fn note_unrecorded(count: u64, what: &str) {
+    if count > 0 {
+        metrics::counter!(SQL_UNRECORDED_FIRE_TIMES).increment(count);
+        tracing::warn!(
+            count,
+            recorded = MAX_RECORDED_MISSES,
+            "{what}: more fire times passed than are recorded; the oldest {MAX_RECORDED_MISSES} \
+             have rows, the rest are only counted"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -412,6 +507,56 @@ mod tests {
         assert_eq!(plan.misfired.len(), 51);
         assert_eq!(plan.run_at, first + 51 * 10 * SECOND);
         assert_eq!(plan.next_time, first + 52 * 10 * SECOND);
+    }
+
+    /// A job 12 000 s behind on `@every 1s`: more fire times passed than are recorded. The latest
+    /// one runs (not the 10 000th, 33 minutes stale), the recorded 10 000 are misfired and the rest
+    /// counted; `catch_up` runs the newest 100 (it used to run ones outside them).
+    #[test]
+    fn more_missed_fire_times_than_recorded_still_run_the_latest() {
+        let mut every_second = job(JobStatus::Waiting, T0, Misfire::FireOnce);
+        every_second.cron = "@every 1s".to_owned();
+        let now = T0 + 12_000 * SECOND + 300;
+        let fire_once = plan(&every_second, now).unwrap();
+        assert_eq!(
+            fire_once.run_at,
+            T0 + 12_000 * SECOND,
+            "the true latest fire time"
+        );
+        assert_eq!(fire_once.next_time, T0 + 12_001 * SECOND);
+        assert_eq!(fire_once.misfired.len(), MAX_RECORDED_MISSES);
+        assert_eq!(fire_once.misfired[0], T0);
+        // 12 001 fire times passed: 10 000 recorded, 1 runs, 2 000 only counted.
+        assert_eq!(fire_once.unrecorded, 2_000);
+
+        every_second.misfire = Misfire::Skip;
+        let skip = plan(&every_second, now).unwrap();
+        assert_eq!(
+            (skip.misfired.len(), skip.unrecorded),
+            (MAX_RECORDED_MISSES, 2_001)
+        );
+        assert_eq!(skip.next_time, T0 + 12_001 * SECOND);
+
+        every_second.misfire = Misfire::CatchUp;
+        let catch_up = plan(&every_second, now).unwrap();
+        assert_eq!(
+            catch_up.run_at,
+            T0 + (12_000 - 99) * SECOND,
+            "the oldest of the newest 100"
+        );
+        assert_eq!(catch_up.next_time, T0 + (12_000 - 98) * SECOND);
+        assert_eq!(catch_up.misfired.len(), MAX_RECORDED_MISSES);
+        assert_eq!(
+            catch_up.unrecorded,
+            12_000 - 99 - MAX_RECORDED_MISSES as u64
+        );
+
+        // A cron schedule (no fixed interval) finds its latest fire time the same way.
+        let mut cron = job(JobStatus::Waiting, T0, Misfire::FireOnce);
+        cron.cron = "* * * * * *".to_owned();
+        let plan = plan(&cron, now).unwrap();
+        assert_eq!(plan.run_at, T0 + 12_000 * SECOND);
+        assert_eq!(plan.unrecorded, 2_000);
     }
 
     #[test]

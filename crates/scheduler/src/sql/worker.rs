@@ -323,6 +323,7 @@ async fn try_claim(
     if !plan.misfired.is_empty() {
         tracing::warn!(job = %job.name, misfired = plan.misfired.len(), policy = %job.misfire, "fire times passed while no instance ran the job");
     }
+    crate::sql::model::note_unrecorded(plan.unrecorded, "misfired");
     let Some(claim) = claim else {
         if plan.kind == ClaimKind::RecordOnly {
             metrics::counter!(SQL_CLAIMS, "kind" => ClaimKind::RecordOnly.as_str()).increment(1);
