@@ -176,6 +176,12 @@ impl App {
         )?;
         let ranking = ranking::build(&config, &db, redis.as_ref())?;
         let job_store = crate::jobs::store(&db);
+        if !config.job_runs_retention.is_zero() {
+            jobs.add_maintenance(
+                &config,
+                crate::jobs::PurgeJobRuns::new(job_store.clone(), config.job_runs_retention),
+            )?;
+        }
         let job_executors =
             crate::jobs::executors(Some(ranking.clone()), config.job_http_allowed_networks()?)?;
         if config.role.runs_work() {

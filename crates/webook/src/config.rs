@@ -121,7 +121,7 @@ pub struct Config {
     /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
     /// Never enable in production.
     pub debug_endpoints: bool,
-    /// When maintenance jobs purge expired sessions and old applied-event ids: a cron
+    /// When maintenance jobs purge expired sessions, old applied-event ids and old job runs: a cron
     /// expression (seconds first, e.g. `0 */10 * * * *`) or `@every 10m`, in UTC.
     pub purge_schedule: String,
     /// Memory for this process's in-process caches (reader copies, authors' first pages,
@@ -142,6 +142,10 @@ pub struct Config {
     /// Longest pause between polls of the `jobs` table when nothing is due.
     #[serde(with = "humantime_serde")]
     pub job_poll_max: Duration,
+    /// Finished durable-job runs (`job_runs` rows) older than this are purged by the
+    /// maintenance job `purge_job_runs`; `0s` keeps them forever.
+    #[serde(with = "humantime_serde")]
+    pub job_runs_retention: Duration,
     /// Networks (CIDRs or IPs) that `http` jobs may call although they are loopback, private,
     /// link-local or otherwise internal; every other internal address is refused.
     #[serde(deserialize_with = "list_or_comma_separated")]
@@ -244,6 +248,7 @@ impl Default for Config {
             job_heartbeat: Duration::from_secs(2),
             job_lease: Duration::from_secs(10),
             job_poll_max: Duration::from_secs(1),
+            job_runs_retention: Duration::from_secs(30 * 24 * 3600),
             job_http_allowed_networks: Vec::new(),
             ranking_size: 100,
             ranking_window: Duration::from_secs(7 * 24 * 3600),
@@ -297,6 +302,7 @@ pub const KEYS: &[&str] = &[
     "job_heartbeat",
     "job_lease",
     "job_poll_max",
+    "job_runs_retention",
     "job_http_allowed_networks",
     "ranking_size",
     "ranking_window",

@@ -1,5 +1,6 @@
-//! The app's periodic jobs, on every setup: the maintenance jobs purge what has expired and keep
-//! what has not, and the job metrics (runs by outcome, duration histogram) appear on `/metrics`.
+//! The app's periodic jobs, on every setup: the maintenance jobs purge what has expired
+//! (sessions, applied-event ids, durable-job history past its retention) and keep what has not,
+//! and the job metrics (runs by outcome, duration histogram) appear on `/metrics`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -50,6 +51,58 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
         .unwrap();
     }
 
+    // Durable-job history: finished runs past the retention (30 days by default) go; a recent
+    // one and a still-running one stay.
+    let job_id = app
+        .state
+        .job_store
+        .create(&scheduler::sql::NewJob {
+            name: "history".to_owned(),
+            cron: "@every 1h".to_owned(),
+            timezone: "UTC".to_owned(),
+            executor: "http".to_owned(),
+            cfg: "{}".to_owned(),
+            misfire: scheduler::sql::Misfire::Skip,
+            overlap: scheduler::sql::OverlapPolicy::Forbid,
+            timeout_ms: 1000,
+        })
+        .await
+        .unwrap();
+    for (scheduled_at, status) in [
+        (now - 40 * DAY_MS, "ok"),
+        (now - 40 * DAY_MS + 1, "misfired"),
+        (now - 39 * DAY_MS, "running"),
+        (now - DAY_MS, "ok"),
+    ] {
+        sqlx::query(
+            "INSERT INTO job_runs (job_id, scheduled_at, token, status) VALUES ($1, $2, 1, $3)",
+        )
+        .bind(job_id)
+        .bind(scheduled_at)
+        .bind(status)
+        .execute(writer)
+        .await
+        .unwrap();
+    }
+    wait_until("job runs past the retention to be purged", || async {
+        count(
+            &app,
+            &format!("SELECT COUNT(*) FROM job_runs WHERE job_id = {job_id} AND status <> 'running' AND scheduled_at < {}", now - 2 * DAY_MS),
+        )
+        .await
+            == 0
+    })
+    .await;
+    assert_eq!(
+        count(
+            &app,
+            &format!("SELECT COUNT(*) FROM job_runs WHERE job_id = {job_id}")
+        )
+        .await,
+        2,
+        "the running and the recent run stay"
+    );
+
     wait_until("old applied-event ids to be purged", || async {
         count(
             &app,
@@ -80,7 +133,7 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
     // Both jobs have succeeded at least once by now (metrics are process-wide across tests).
     wait_until("job metrics on /metrics", || async {
         let body = app.metrics_text().await;
-        ["purge_expired_sessions", "purge_consumed_events"]
+        ["purge_expired_sessions", "purge_consumed_events", "purge_job_runs"]
             .iter()
             .all(|job| {
                 let runs = format!(

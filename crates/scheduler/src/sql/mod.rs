@@ -32,6 +32,8 @@ pub mod worker;
 /// The tables of this scheduler (`jobs`, `job_runs`), in the application's migration dialect
 /// (`{{id}}` is the auto-increment primary key of the engine).
 pub const SCHEMA: &str = include_str!("schema.sql");
+/// The index [`SqlJobStore::purge_runs_before`] deletes by: a migration after [`SCHEMA`].
+pub const RUNS_RETENTION_SCHEMA: &str = include_str!("schema_runs_retention.sql");
 
 pub use executor::{Executor, Executors, HttpExecutor};
 pub use model::{ClaimKind, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow, RunStatus};

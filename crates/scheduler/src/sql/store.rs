@@ -373,6 +373,29 @@ impl SqlJobStore {
         Ok(())
     }
 
+    /// Deletes the finished runs whose fire time is before `before` (ms, database clock), at most
+    /// `batch` rows per statement so SQLite's single writer is never held long; runs still
+    /// `running` are kept. Returns how many were deleted.
+    pub async fn purge_runs_before(&self, before: i64, batch: i64) -> sqlx::Result<u64> {
+        let batch = batch.max(1);
+        let mut deleted = 0;
+        loop {
+            let purged = sqlx::query(
+                "DELETE FROM job_runs WHERE id IN (SELECT id FROM job_runs \
+                 WHERE scheduled_at < $1 AND status <> 'running' LIMIT $2)",
+            )
+            .bind(before)
+            .bind(batch)
+            .execute(&self.writes)
+            .await?
+            .rows_affected();
+            deleted += purged;
+            if purged < u64::try_from(batch).unwrap_or(u64::MAX) {
+                return Ok(deleted);
+            }
+        }
+    }
+
     /// The job's runs, newest fire time first, at most `limit`.
     pub async fn runs(&self, job_id: i64, limit: i64) -> sqlx::Result<Vec<RunRow>> {
         let rows = sqlx::query(&format!(

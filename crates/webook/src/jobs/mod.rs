@@ -20,6 +20,7 @@
 
 pub mod cli;
 mod http;
+pub mod purge;
 pub mod service;
 
 use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy};
@@ -31,6 +32,7 @@ use crate::{
 };
 
 pub use http::router;
+pub use purge::PurgeJobRuns;
 
 /// The executors durable jobs may name: what this build's instances can run, and so what job
 /// creation accepts (the API and the CLI check against this same registry). `ranking` is there

@@ -61,6 +61,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "ranking", include_str!("../../../migrations/0006_ranking.sql")),
     (7, "admins", include_str!("../../../migrations/0007_admins.sql")),
     (8, "idempotency", include_str!("../../../migrations/0008_idempotency.sql")),
+    (9, "job runs retention", scheduler::sql::RUNS_RETENTION_SCHEMA),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
