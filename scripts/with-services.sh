@@ -8,6 +8,8 @@
 #                             user `webook` may create databases)
 #   WEBOOK_TEST_REDIS_URL     redis://127.0.0.1:PORT/
 #   WEBOOK_TEST_REDIS_SERVER  path of redis-server (tests may spawn their own)
+#   WEBOOK_TEST_LIBFAKETIME   path of libfaketime.so.1 (tests run a process whose wall clock
+#                             is off by LD_PRELOADing it)
 # runs the command, and stops everything it started when the command ends, fails,
 # or the script is interrupted (Ctrl-C / SIGTERM). Exits with the command's status.
 # WEBOOK_PG_SETTINGS="name=value ..." passes extra server settings to PostgreSQL (e.g.
@@ -15,7 +17,7 @@
 #
 # State (data dirs, logs, pid files) lives in target/test-services/ and is wiped at
 # start (stopping services left over by a killed run) and removed at exit.
-# Installs redis-server / postgresql with apt-get when missing and running as root.
+# Installs redis-server / postgresql / libfaketime with apt-get when missing and running as root.
 set -euo pipefail
 
 log() { printf 'with-services: %s\n' "$*" >&2; }
@@ -259,11 +261,27 @@ done
 [ -n "$ok" ] || { tail_log "$REDIS_LOG"; die "redis on port $REDIS_PORT did not answer PING within 10s"; }
 log "redis on 127.0.0.1:$REDIS_PORT ($("$REDIS_SERVER" --version | cut -d' ' -f1-3))"
 
+# --- libfaketime (a process whose wall clock is off, for clock-skew tests) -----
+
+find_libfaketime() {
+  local lib
+  for lib in /usr/lib/*/faketime/libfaketime.so.1 /usr/lib/faketime/libfaketime.so.1; do
+    [ -f "$lib" ] && { echo "$lib"; return 0; }
+  done
+  return 1
+}
+if ! LIBFAKETIME=$(find_libfaketime); then
+  apt_install libfaketime ||
+    die "libfaketime not found; install it (Debian/Ubuntu: 'apt-get install libfaketime')"
+  LIBFAKETIME=$(find_libfaketime) || die "libfaketime still not found after installing it"
+fi
+
 # --- run the command ----------------------------------------------------------
 
 export WEBOOK_TEST_DATABASE_URL="postgres://webook@127.0.0.1:$PG_PORT/webook"
 export WEBOOK_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 export WEBOOK_TEST_REDIS_SERVER="$REDIS_SERVER"
+export WEBOOK_TEST_LIBFAKETIME="$LIBFAKETIME"
 
 cmdline="$*"; cmdline=${cmdline//$'\n'/ }
 log "running: ${cmdline:0:200}"

@@ -6,7 +6,8 @@
 //! serves the list another one computed without computing; a withdrawn article leaves every
 //! instance's list when the withdrawal event arrives, not at the next computation; an instance
 //! with no list computes one at start-up; the last list survives the shared copy and the
-//! database going away; and the durable `ranking` job computes it when triggered.
+//! database going away; the durable `ranking` job computes it when triggered; and `webook rank
+//! --once` from a host whose clock runs ahead does not fence out the scheduled lists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -222,6 +223,45 @@ async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(not_modified.status(), StatusCode::NOT_MODIFIED);
+    // A shorter list gzipped (the compression layer used to gzip it under the plain ETag): its
+    // own ETag, which the plain representation does not match.
+    let partial_gzip = app
+        .client
+        .get(app.url("/ranking/top?limit=1"))
+        .header(header::ACCEPT_ENCODING, "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(partial_gzip.headers()[header::CONTENT_ENCODING], "gzip");
+    let partial_gzip_etag = partial_gzip.headers()[header::ETAG]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(partial_gzip_etag, etag);
+    assert!(
+        partial_gzip_etag.ends_with("-gzip\""),
+        "{partial_gzip_etag}"
+    );
+    let mut decoded = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&partial_gzip.bytes().await.unwrap()[..]),
+        &mut decoded,
+    )
+    .unwrap();
+    let decoded: Value = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(decoded["data"][0]["id"], fresh);
+    let cross = app
+        .client
+        .get(app.url("/ranking/top?limit=1"))
+        .header(header::IF_NONE_MATCH, &partial_gzip_etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        cross.status(),
+        StatusCode::OK,
+        "a gzip ETag does not match the plain body"
+    );
 
     // The full list is also kept gzipped, a representation with its own ETag.
     let full = |gzip: bool, etag: Option<&str>| {
@@ -398,6 +438,36 @@ async fn the_ranking_job_computes_the_list_when_triggered(setup: Setup) {
     assert_eq!(runs.len(), 1);
 }
 
+/// Runs the real `webook` binary with `args` on `db` (no other `WEBOOK_*` settings of this
+/// process leak in), with `env` added; asserts it succeeded and returns its stdout.
+fn webook_cli(
+    db: &webook::testing::TestDb,
+    data_dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_webook"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("WEBOOK_") {
+            command.env_remove(key);
+        }
+    }
+    let output = command
+        .args(args)
+        .args(["--database-url", &db.url, "--data-dir"])
+        .arg(data_dir)
+        .env("WEBOOK_LOG", "warn")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "webook {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// `webook rank --once` (the real binary) computes and stores the list; a running instance
 /// serves it at its next refresh; `webook rank` prints it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,27 +482,7 @@ async fn the_cli_computes_a_list_that_running_instances_serve() {
     let id = publish(&app, &token, "from the command line").await;
     set_signals(&app, id, 2, 4).await;
     let data_dir = tempfile::tempdir().unwrap();
-    let webook = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_webook"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("WEBOOK_") {
-                command.env_remove(key);
-            }
-        }
-        let output = command
-            .args(args)
-            .args(["--database-url", &db.url, "--data-dir"])
-            .arg(data_dir.path())
-            .env("WEBOOK_LOG", "warn")
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "webook {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
-    };
+    let webook = |args: &[&str]| webook_cli(&db, data_dir.path(), args, &[]);
     let printed = webook(&["rank", "--once"]);
     assert_eq!(
         printed,
@@ -446,6 +496,69 @@ async fn the_cli_computes_a_list_that_running_instances_serve() {
     let listed = webook(&["rank"]);
     assert!(listed.contains("from the command line"), "{listed}");
     assert!(listed.lines().count() == 3, "{listed}");
+}
+
+/// `webook rank --once` run on a host whose clock is two hours ahead of the database's does not
+/// fence out the scheduled runs: its list is fenced by the database's clock, as theirs are.
+/// (It used the host's clock, so every scheduled list was refused for the next two hours.)
+/// PostgreSQL only: with SQLite the database's clock is the process's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_list_from_a_host_whose_clock_runs_ahead_does_not_block_scheduled_lists() {
+    let libfaketime = std::env::var("WEBOOK_TEST_LIBFAKETIME").expect(
+        "WEBOOK_TEST_LIBFAKETIME is not set: run the tests through scripts/with-services.sh, \
+         which installs libfaketime",
+    );
+    let two_hours_ahead = [
+        ("LD_PRELOAD", libfaketime.as_str()),
+        ("FAKETIME", "+2h"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    // The preload really moves a process's wall clock here.
+    let date = std::process::Command::new("date")
+        .arg("+%s")
+        .envs(two_hours_ahead)
+        .output()
+        .unwrap();
+    let skew = String::from_utf8(date.stdout)
+        .unwrap()
+        .trim()
+        .parse::<i64>()
+        .unwrap()
+        - now_millis() / 1000;
+    assert!((7_100..7_300).contains(&skew), "libfaketime skew {skew} s");
+
+    let db = std::sync::Arc::new(webook::testing::TestDb::postgres().await);
+    let app = TestApp::spawn_shared(db.clone(), |config| {
+        quiet(config);
+        config.ranking_refresh = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let token = author(&app, "skew@example.com").await;
+    let older = publish(&app, &token, "older").await;
+    set_signals(&app, older, 2, 4).await;
+    let data_dir = tempfile::tempdir().unwrap();
+    webook_cli(&db, data_dir.path(), &["rank", "--once"], &two_hours_ahead);
+    wait_until("the running instance to serve the CLI's list", || async {
+        get(&app, "/ranking/top", None).await.status == StatusCode::OK
+            && top_ids(&app).await == [older]
+    })
+    .await;
+
+    // A scheduled run afterwards replaces it.
+    let newer = publish(&app, &token, "newer").await;
+    set_signals(&app, newer, 1, 9).await;
+    let job = app
+        .state
+        .job_store
+        .find(RANKING_JOB)
+        .await
+        .unwrap()
+        .unwrap();
+    app.state.job_store.trigger(job.id).await.unwrap();
+    wait_until("the scheduled list to replace the CLI's", || async {
+        top_ids(&app).await == [newer, older]
+    })
+    .await;
 }
 
 /// Cluster mode with Redis killed: the local snapshot still answers, byte for byte.

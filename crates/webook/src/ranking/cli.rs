@@ -1,7 +1,7 @@
 //! `webook rank`: the hot list from the command line, on the database (and, in cluster mode, the
-//! Redis) the layered config names. `--once` computes and stores the list — fenced by now, so a
-//! later scheduled run supersedes it — and every running instance serves it at its next refresh;
-//! without it, the shared list is printed.
+//! Redis) the layered config names. `--once` computes and stores the list — fenced by the
+//! database's now (the clock scheduled runs use), so a later scheduled run supersedes it — and
+//! every running instance serves it at its next refresh; without it, the shared list is printed.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{
     config::Config,
-    infra::{db::now_millis, db::Db, redis::Redis},
+    infra::{db::Db, redis::Redis},
     ranking::cache::Snapshot,
 };
 
@@ -31,7 +31,12 @@ pub async fn run(config: &Config, once: bool) -> anyhow::Result<()> {
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             progress.enable_steady_tick(Duration::from_millis(100));
-            let now = now_millis();
+            // The database's clock, as scheduled runs use: a CLI host whose clock runs ahead
+            // would otherwise fence out every scheduled list until the database caught up.
+            let now = crate::jobs::store(&db)
+                .now()
+                .await
+                .context("reading the database clock")?;
             let report = ranking
                 .compute(
                     (now, 0),

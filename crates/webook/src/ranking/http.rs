@@ -1,8 +1,10 @@
 //! `GET /ranking/top` (API.md → Hot list): public, served from the local snapshot's pre-built
 //! bytes. The full list is one reference-counted `Bytes` clone per request — the gzipped copy
 //! when the client accepts gzip, as a static file server serves a pre-compressed file; a shorter
-//! `limit` serialises that prefix (and the compression layer compresses it). `ETag` / `If-None-Match` answer 304 when the list has not changed;
-//! `x-ranking-computed-at` says when it was computed (ms).
+//! `limit` serialises that prefix and gzips it here for clients that accept it. Every
+//! representation has its own strong ETag (`…-gzip` for gzip), so a cache never answers one
+//! client's `If-None-Match` with the other encoding. `ETag` / `If-None-Match` answer 304 when the
+//! list has not changed; `x-ranking-computed-at` says when it was computed (ms).
 
 use axum::{
     extract::{Request, State},
@@ -50,24 +52,32 @@ async fn top(
         )));
     };
     // The full list (the common request) allocates nothing: reference-counted clones only.
-    let gzip = limit >= snapshot.items.len() && accepts_gzip(request.headers());
-    let (body, etag) = if gzip {
-        (snapshot.gzip_body.clone(), snapshot.gzip_etag.clone())
-    } else if limit >= snapshot.items.len() {
-        (snapshot.body.clone(), snapshot.etag.clone())
+    let gzip = accepts_gzip(request.headers());
+    let (body, etag) = if limit >= snapshot.items.len() {
+        if gzip {
+            (snapshot.gzip_body.clone(), snapshot.gzip_etag.clone())
+        } else {
+            (snapshot.body.clone(), snapshot.etag.clone())
+        }
     } else {
         let items = serde_json::to_string(&snapshot.items[..limit])
             .map_err(|err| AppError::Internal(err.into()))?;
-        let etag = format!(
-            "{}-{limit}\"",
-            snapshot
-                .etag
-                .to_str()
-                .unwrap_or_default()
-                .trim_end_matches('"')
-        );
+        let base = snapshot
+            .etag
+            .to_str()
+            .unwrap_or_default()
+            .trim_end_matches('"')
+            .to_owned();
+        let (body, etag) = if gzip {
+            (
+                gzipped(&envelope(&items))?,
+                format!("{base}-{limit}-gzip\""),
+            )
+        } else {
+            (envelope(&items), format!("{base}-{limit}\""))
+        };
         let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
-        (envelope(&items), etag)
+        (body, etag)
     };
     let not_modified = request
         .headers()
@@ -100,6 +110,22 @@ async fn top(
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
     Ok(response)
+}
+
+/// `body` gzipped at level 1, as the compression layer would have (module docs).
+fn gzipped(body: &[u8]) -> Result<axum::body::Bytes, AppError> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 3),
+        flate2::Compression::fast(),
+    );
+    encoder
+        .write_all(body)
+        .map_err(|err| AppError::Internal(err.into()))?;
+    let compressed = encoder
+        .finish()
+        .map_err(|err| AppError::Internal(err.into()))?;
+    Ok(axum::body::Bytes::from(compressed))
 }
 
 /// Whether an `Accept-Encoding` header admits gzip: a `gzip` (or `*`) coding whose `q` is not 0.
