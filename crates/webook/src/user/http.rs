@@ -116,7 +116,7 @@ async fn edit(
     Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<()> {
-    let today = chrono::Utc::now().date_naive();
+    let today = crate::user::model::latest_today(chrono::Utc::now());
     let edit = ProfileEdit::parse(request.nickname, request.birthday, request.about_me, today)?;
     state.users.edit_profile(user.uid, &edit).await?;
     Ok(Reply(()))

@@ -146,6 +146,13 @@ impl ProfileEdit {
     }
 }
 
+/// The calendar date of `now` in the time zone furthest ahead (UTC+14): the latest "today" any
+/// user can have, so a birthday entered as someone's local today is never "in the future" (UTC's
+/// date trails Asia's by up to a day).
+pub fn latest_today(now: chrono::DateTime<chrono::Utc>) -> chrono::NaiveDate {
+    (now + chrono::Duration::hours(14)).date_naive()
+}
+
 fn invalid(field: &str, en: impl std::fmt::Display, zh: impl std::fmt::Display) -> AppError {
     AppError::InvalidInput(Msg::field(field, en, zh))
 }
@@ -216,6 +223,22 @@ mod tests {
 
     fn today() -> chrono::NaiveDate {
         chrono::NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
+    }
+
+    #[test]
+    fn today_is_the_latest_date_on_earth() {
+        use chrono::TimeZone;
+        // 23:00 UTC on 29 November is already 30 November in Beijing (and Kiribati).
+        let late = chrono::Utc
+            .with_ymd_and_hms(2026, 11, 29, 23, 0, 0)
+            .unwrap();
+        let today = latest_today(late);
+        assert_eq!(
+            today,
+            chrono::NaiveDate::from_ymd_opt(2026, 11, 30).unwrap()
+        );
+        assert!(ProfileEdit::parse(None, Some("2026-11-30".into()), None, today).is_ok());
+        assert!(ProfileEdit::parse(None, Some("2026-12-01".into()), None, today).is_err());
     }
 
     #[test]
