@@ -1,0 +1,231 @@
+//! The in-process backend: one bounded queue per (topic, consumer group), fed by `publish` and
+//! drained by the group's consumer in batches. The whole backend in embedded mode; in cluster mode
+//! the fallback for events Redis refused (see the parent module).
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, OnceLock,
+    },
+};
+
+use axum::body::Bytes;
+use tokio::{sync::mpsc, time::Instant};
+
+use super::*;
+
+/// For each topic, the queue of each consumer group: (group name, its queue).
+pub(super) type GroupQueues = HashMap<String, Vec<(String, mpsc::Sender<Event>)>>;
+
+/// The in-process queues: the whole backend in embedded mode, the fallback in cluster mode.
+#[derive(Clone, Default)]
+pub(super) struct InProcess {
+    pub(super) groups: Arc<Mutex<GroupQueues>>,
+}
+
+impl InProcess {
+    /// Creates (or replaces) the queue of (`topic`, `group`) and returns its receiving end.
+    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Event> {
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+        let mut groups = self
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let topic_groups = groups.entry(topic.to_owned()).or_default();
+        topic_groups.retain(|(existing, _)| existing != group);
+        topic_groups.push((group.to_owned(), sender));
+        receiver
+    }
+
+    pub(super) fn senders(&self, topic: &str) -> Vec<mpsc::Sender<Event>> {
+        let groups = self
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        groups
+            .get(topic)
+            .map(|groups| groups.iter().map(|(_, sender)| sender.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Queues the event for every group of `topic`, waiting while a queue is full.
+    pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
+        let event = Event {
+            id: next_local_id(),
+            topic: topic.to_owned(),
+            key: key.to_owned(),
+            payload,
+            time,
+        };
+        for sender in self.senders(topic) {
+            // Waits when the group's queue is full (backpressure); fails only if it stopped.
+            if sender.send(event.clone()).await.is_err() {
+                tracing::warn!(topic, "event consumer stopped; event not delivered to it");
+            }
+        }
+    }
+}
+
+/// `local-{process}-{n}`: `n` counts events in this process; `process` is random per process, so
+/// ids recorded by consumers are not reused after a restart.
+pub(super) fn next_local_id() -> String {
+    static PROCESS: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let process = PROCESS.get_or_init(|| {
+        let mut random = uuid::Uuid::new_v4().simple().to_string();
+        random.truncate(12);
+        random
+    });
+    format!(
+        "local-{process}-{}",
+        COUNTER.fetch_add(1, Ordering::Relaxed) + 1
+    )
+}
+
+/// What both consumer loops share: who consumes, how it batches, when it stops.
+pub(super) struct Consumer {
+    pub(super) topic: String,
+    pub(super) group: String,
+    pub(super) batch_size: usize,
+    pub(super) max_wait: Duration,
+    pub(super) stop: CancellationToken,
+}
+
+impl Consumer {
+    /// The embedded-mode loop: batches from the in-process queue until stopped, then flushes.
+    pub(super) async fn run_in_process<H, Fut>(
+        self,
+        mut queue: mpsc::Receiver<Event>,
+        mut handler: H,
+    ) where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        loop {
+            let first = tokio::select! {
+                event = queue.recv() => event,
+                () = self.stop.cancelled() => None,
+            };
+            let Some(first) = first else { break };
+            self.handle_local(first, &mut queue, &mut handler).await;
+        }
+        self.flush_local(queue, &mut handler).await;
+        tracing::debug!(
+            topic = self.topic,
+            group = self.group,
+            "event consumer stopped"
+        );
+    }
+
+    /// Collects a batch starting with `first` (up to `batch_size`, at most `max_wait` after
+    /// `first`) from the in-process queue and delivers it.
+    pub(super) async fn handle_local<H, Fut>(
+        &self,
+        first: Event,
+        queue: &mut mpsc::Receiver<Event>,
+        handler: &mut H,
+    ) where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let mut batch = vec![first];
+        let deadline = Instant::now() + self.max_wait;
+        while batch.len() < self.batch_size {
+            tokio::select! {
+                event = queue.recv() => match event {
+                    Some(event) => batch.push(event),
+                    None => break,
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+                () = self.stop.cancelled() => break,
+            }
+        }
+        self.deliver_local(handler, batch).await;
+        metrics::gauge!(EVENT_CONSUMER_LAG, "topic" => self.topic.clone(), "group" => self.group.clone())
+            .set(queue.len() as f64);
+    }
+
+    /// Shutdown: stops accepting, then delivers everything still queued.
+    pub(super) async fn flush_local<H, Fut>(
+        &self,
+        mut queue: mpsc::Receiver<Event>,
+        handler: &mut H,
+    ) where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        queue.close();
+        let mut rest = Vec::new();
+        while let Some(event) = queue.recv().await {
+            rest.push(event);
+        }
+        for batch in rest.chunks(self.batch_size) {
+            self.deliver_local(handler, batch.to_vec()).await;
+        }
+    }
+
+    pub(super) async fn deliver_local<H, Fut>(&self, handler: &mut H, batch: Vec<Event>)
+    where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let size = batch.len();
+        if !self.deliver(handler, batch).await {
+            tracing::error!(
+                topic = self.topic,
+                group = self.group,
+                lost = size,
+                "event batch failed during shutdown; its events are lost"
+            );
+        }
+    }
+
+    /// Hands `batch` to `handler`, retrying with a growing pause while it fails. After `stop`,
+    /// one last attempt is made; returns whether the handler succeeded.
+    pub(super) async fn deliver<H, Fut>(&self, handler: &mut H, batch: Vec<Event>) -> bool
+    where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let (topic, group) = (self.topic.as_str(), self.group.as_str());
+        let size = batch.len();
+        let mut pause = FIRST_RETRY_PAUSE;
+        loop {
+            match handler(batch.clone()).await {
+                Ok(()) => {
+                    metrics::counter!(EVENTS_CONSUMED_TOTAL, "topic" => topic.to_owned(), "group" => group.to_owned())
+                        .increment(size as u64);
+                    metrics::histogram!(EVENT_BATCH_SIZE, "topic" => topic.to_owned(), "group" => group.to_owned())
+                        .record(size as f64);
+                    return true;
+                }
+                Err(err) if self.stop.is_cancelled() => {
+                    tracing::warn!(
+                        topic,
+                        group,
+                        size,
+                        error = format!("{err:#}"),
+                        "event batch failed during shutdown"
+                    );
+                    return false;
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        topic,
+                        group,
+                        size,
+                        error = format!("{err:#}"),
+                        "event batch failed; retrying"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {},
+                        () = self.stop.cancelled() => {},
+                    }
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! The event stream: `publish(topic, key, payload)` on one side, consumer groups that receive
+//! events in batches on the other (DESIGN.md §4). One type, [`EventStream`], with two backends
+//! behind the same API; every event carries an [`Event::id`] that stays the same when the event
+//! is delivered again, so consumers that must not count twice can deduplicate.
+//!
+//! Layout: this file is the API (types, [`EventStream`], settings, metric names); `in_process`
+//! holds the in-process queues and their consumer loop, `redis_streams` the Redis backend.
+//!
+//! **In-process (embedded mode, [`EventStream::in_process`]).** Each (topic, group) pair is a
+//! bounded queue, so a slow consumer pushes back on publishers instead of growing memory. A
+//! consumer takes up to `batch_size` events or whatever arrived within `max_wait` of the first
+//! one, and hands them to its handler as one batch; a failed batch is retried (at-least-once)
+//! with a growing pause. On shutdown a consumer drains what is queued and flushes it before it
+//! exits, so buffered events are not dropped. Events published to a topic nobody consumes are
+//! discarded — in-process events are a notification mechanism, not storage. Ids are
+//! `local-{process}-{n}`: unique within the process and, thanks to a random per-process part,
+//! not repeated by the next process (consumers may keep ids in a database).
+//!
+//! **Redis Streams (cluster mode, [`EventStream::redis`]).** Each topic is one stream,
+//! `{prefix}:stream:{topic}` ([`stream_key`]); `publish` is `XADD key MAXLEN ~ max_len * k <key>
+//! t <time> p <payload>`. Each group is a Redis consumer group on that stream, created from the
+//! stream's start (`XGROUP CREATE … 0 MKSTREAM`) by its first consumer, so events published
+//! before it — by requests served while the consumer was starting, or by other instances —
+//! are not missed (unlike in-process, where a group sees only what follows its registration). Each `consume` call is one Redis consumer, named
+//! `host-pid-random`, whose loop:
+//! - reads new entries with `XREADGROUP GROUP g c COUNT batch_size BLOCK … STREAMS key >` on a
+//!   connection of its own (a blocked read on the shared multiplexed connection would hold up
+//!   every command queued behind it), and, like the in-process consumer, keeps reading until it
+//!   has `batch_size` entries or `max_wait` has passed since the first;
+//! - hands the batch to the handler and `XACK`s it only after the handler returned `Ok`; a
+//!   failing batch is not acknowledged and is retried with the same growing pause as in-process;
+//! - at start and every [`RedisStreamOptions::reclaim_interval`] (1 s) takes over entries that
+//!   have been pending longer than [`RedisStreamOptions::min_idle`] (3 s; `XAUTOCLAIM`) — left
+//!   by a consumer that crashed or was killed mid-batch — and handles them the same way, then
+//!   removes consumers that died without leaving (no pending entries, no read for
+//!   [`DEAD_CONSUMER_IDLE`]). A tick that comes while the consumer's own read is filling a
+//!   batch is put off until that batch is handled, so a consumer never takes over the entries
+//!   it is reading itself. Entries keep
+//!   their stream id (the [`Event::id`], e.g. `1732900000000-0`) however often they are
+//!   delivered;
+//! - on the same tick publishes the group's backlog (`XINFO GROUPS`: `lag`, entries not yet
+//!   read by the group, plus `pending`, read but not acknowledged) as `event_consumer_lag`.
+//!
+//! Delivery is at-least-once per group: an entry whose consumer died after its handler committed
+//! but before `XACK` is delivered again (with the same id) to another consumer. On stop the
+//! consumer unblocks its read (`CLIENT UNBLOCK`), handles and acknowledges the batch in hand,
+//! leaves its group if it holds no pending entries (so restarts do not pile up consumer names),
+//! and returns; entries not yet read stay in the stream for the next consumer — that is the
+//! durability Redis gives. Redis being down or restarted empty is survived: the consumer
+//! reconnects with a growing pause and recreates its group (from the stream's start, so entries
+//! added to an emptied Redis meanwhile are still seen). A group more than `max_len` entries behind loses the oldest ones to
+//! trimming. Keep `max_wait` and handler run times well below `min_idle`, or other consumers
+//! take over entries still being worked on (harmless with deduplication, but wasted work).
+//!
+//! **Redis down.** A publish whose `XADD` fails goes to this process's in-process queues instead
+//! (logged, counted in `events_fallback_total`), so this process's consumer groups still receive
+//! the event rather than it being lost while Redis is unreachable. For that, in cluster mode each
+//! consumer also drains the in-process queue of its (topic, group), feeding the same handler from
+//! one select loop (never concurrently). Redis down: reads are still counted via the in-process
+//! fallback; bounded by the in-process queue capacity, publishers wait when it is full. Such
+//! events are no more durable than in embedded mode (a crash loses them) and reach only the
+//! consumers of the publishing process — once per group, as long as the process has a consumer
+//! of the group: processes that do not consume the stream (`role = api`) register fallback-only
+//! consumers ([`EventStream::consume_fallback`]) for the topics they publish; an event that no
+//! consumer of the process takes is logged as lost and counted in `events_lost_total`, never
+//! dropped silently.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{atomic::AtomicI64, Arc},
+    time::Duration,
+};
+
+use anyhow::Context;
+use axum::body::Bytes;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::infra::{db::now_millis, redis::Redis};
+
+/// Counter: events published, by `topic`.
+pub const EVENTS_PUBLISHED_TOTAL: &str = "events_published_total";
+/// Counter: events handled, by `topic` and `group`.
+pub const EVENTS_CONSUMED_TOTAL: &str = "events_consumed_total";
+/// Histogram: events per handled batch, by `topic` and `group`.
+pub const EVENT_BATCH_SIZE: &str = "event_batch_size";
+/// Gauge: events of a group not yet handled, by `topic` and `group`. Redis: the group's unread
+/// entries (`lag`) plus its pending ones, refreshed every reclaim tick; in-process: the queue
+/// length after each batch.
+pub const EVENT_CONSUMER_LAG: &str = "event_consumer_lag";
+/// Counter: events published to the in-process queues because Redis was unavailable, by `topic`.
+pub const EVENTS_FALLBACK_TOTAL: &str = "events_fallback_total";
+/// Counter: events Redis refused that no consumer of the process could take either, by `topic`.
+pub const EVENTS_LOST_TOTAL: &str = "events_lost_total";
+
+/// What a consumer of a (topic, group) takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subscription {
+    /// Everything published to the topic: the stream, and the events this process published
+    /// to its in-process queue while Redis refused them.
+    Stream,
+    /// Only the events this process published to its in-process queue while Redis refused
+    /// them: for processes that do not consume the stream (`role = api`).
+    FallbackOnly,
+}
+
+/// Events a (topic, group) queue holds before publishers wait.
+const QUEUE_CAPACITY: usize = 10_000;
+/// Longest pause between retries of a failing batch (and between failed Redis reads).
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(5_000);
+/// First pause after a failed batch or Redis read.
+const FIRST_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Default [`RedisStreamOptions::max_len`]: entries kept per topic stream (approximately).
+pub const DEFAULT_STREAM_MAX_LEN: usize = 1_000_000;
+/// Default [`RedisStreamOptions::min_idle`]: how long an entry stays pending with its consumer
+/// before another consumer may take it over. Short, so the reads a killed instance held are
+/// counted within seconds; a batch handled for longer than this is taken over while still being
+/// worked on, which costs only duplicate work (handlers deduplicate by event id).
+pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(3);
+/// Default [`RedisStreamOptions::reclaim_interval`].
+pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+/// A consumer of a group that holds no pending entries and has not read for this long is
+/// removed from the group by the others (it died without leaving; a live one reads every
+/// [`READ_BLOCK`] at most).
+pub const DEAD_CONSUMER_IDLE: Duration = Duration::from_secs(60);
+
+/// How long an idle `XREADGROUP` blocks waiting for the first entry of a batch. Only a
+/// round-trip budget: stopping unblocks it at once (`CLIENT UNBLOCK`).
+const READ_BLOCK: Duration = Duration::from_secs(5);
+/// Connect timeout of a consumer's reading connection, and the margin its response timeout
+/// allows beyond the `BLOCK` time.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a stopping consumer waits for its in-flight read to end after unblocking it; after
+/// that the read is dropped (whatever it took stays pending and is reclaimed by another consumer).
+const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// One event.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Unique id of this delivery unit, the same every time it is delivered again: the stream
+    /// entry id in Redis (e.g. `1732900000000-0`), `local-{process}-{n}` in-process (and for
+    /// events that fell back to the in-process queues while Redis was down). Unique per topic.
+    pub id: String,
+    /// What happened, e.g. `article_published`.
+    pub topic: String,
+    /// The object it happened to (ordering and partitioning key), e.g. the article id.
+    pub key: String,
+    /// JSON payload.
+    pub payload: Bytes,
+    /// When it was published (ms).
+    pub time: i64,
+}
+
+/// Settings of the Redis Streams backend; [`Default`] gives the production values.
+#[derive(Debug, Clone)]
+pub struct RedisStreamOptions {
+    /// Entries kept per topic stream, approximately (`XADD … MAXLEN ~`); a group further behind
+    /// than this loses the oldest entries.
+    pub max_len: usize,
+    /// How long an entry must have been pending with its consumer (read, not acknowledged)
+    /// before another consumer takes it over. Longer than any batch takes to handle.
+    pub min_idle: Duration,
+    /// How often each consumer looks for such entries and reports its group's lag.
+    pub reclaim_interval: Duration,
+}
+
+impl Default for RedisStreamOptions {
+    fn default() -> Self {
+        Self {
+            max_len: DEFAULT_STREAM_MAX_LEN,
+            min_idle: DEFAULT_MIN_IDLE,
+            reclaim_interval: DEFAULT_RECLAIM_INTERVAL,
+        }
+    }
+}
+
+/// The Redis key of `topic`'s stream under `redis_prefix`.
+pub fn stream_key(redis_prefix: &str, topic: &str) -> String {
+    format!("{redis_prefix}:stream:{topic}")
+}
+
+/// Publisher and consumer registry; cheap to clone.
+#[derive(Clone)]
+pub struct EventStream {
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    InProcess(InProcess),
+    Redis(Arc<RedisBackend>),
+}
+
+impl Default for EventStream {
+    fn default() -> Self {
+        Self::in_process()
+    }
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.backend {
+            Backend::InProcess(_) => f.write_str("EventStream(in-process)"),
+            Backend::Redis(_) => f.write_str("EventStream(redis)"),
+        }
+    }
+}
+
+impl EventStream {
+    /// An in-process stream.
+    pub fn in_process() -> Self {
+        Self {
+            backend: Backend::InProcess(InProcess::default()),
+        }
+    }
+
+    /// A Redis Streams stream (cluster mode): publishes and acknowledges through `redis`, reads
+    /// on connections of its own opened from `redis_url` (the URL `redis` was connected to), and
+    /// keeps its streams under `redis_prefix`. Fails only if `redis_url` is not a valid URL.
+    pub fn redis(
+        redis: Redis,
+        redis_url: &str,
+        redis_prefix: &str,
+        options: RedisStreamOptions,
+    ) -> anyhow::Result<Self> {
+        let client = redis::Client::open(redis_url).with_context(|| {
+            format!(
+                "invalid redis_url (WEBOOK_REDIS_URL) {}",
+                crate::infra::redact_url(redis_url)
+            )
+        })?;
+        Ok(Self {
+            backend: Backend::Redis(Arc::new(RedisBackend {
+                redis,
+                client,
+                prefix: redis_prefix.to_owned(),
+                options,
+                local: InProcess::default(),
+            })),
+        })
+    }
+
+    /// Publishes `payload` (serialised as JSON) on `topic` under `key` to every consumer group.
+    /// In-process it waits while a group's queue is full; with Redis it is one `XADD`, or, when
+    /// that fails, the in-process queues of this process (see the module docs).
+    pub async fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: &impl Serialize,
+    ) -> anyhow::Result<()> {
+        let payload = Bytes::from(serde_json::to_vec(payload).context("serialising an event")?);
+        let time = now_millis();
+        match &self.backend {
+            Backend::InProcess(local) => local.publish(topic, key, payload, time).await,
+            Backend::Redis(backend) => backend.publish(topic, key, payload, time).await,
+        }
+        metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => topic.to_owned()).increment(1);
+        Ok(())
+    }
+
+    /// [`EventStream::consume`] for [`Subscription::Stream`], else
+    /// [`EventStream::consume_fallback`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn subscribe<H, Fut>(
+        &self,
+        subscription: Subscription,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        match subscription {
+            Subscription::Stream => {
+                Box::pin(self.consume(topic, group, batch_size, max_wait, stop, handler))
+            }
+            Subscription::FallbackOnly => {
+                Box::pin(self.consume_fallback(topic, group, batch_size, max_wait, stop, handler))
+            }
+        }
+    }
+
+    /// Like [`EventStream::consume`], but with Redis only the events that fell back to this
+    /// process's in-process queue (a Redis publish failed), not the stream: for processes that
+    /// do not consume the stream (`role = api`) but must not drop the events they publish while
+    /// Redis refuses them. In-process streams consume normally.
+    pub fn consume_fallback<H, Fut>(
+        &self,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send,
+    {
+        let local = match &self.backend {
+            Backend::InProcess(local) => local.register(topic, group),
+            Backend::Redis(backend) => backend.local.register(topic, group),
+        };
+        let consumer = Consumer {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            batch_size: batch_size.max(1),
+            max_wait,
+            stop,
+        };
+        async move { consumer.run_in_process(local, handler).await }
+    }
+
+    /// Registers consumer group `group` on `topic` and returns the future that runs it until
+    /// `stop` is cancelled (then finishes what it holds — see the module docs). `handler` gets
+    /// batches of at most `batch_size` events, collected for at most `max_wait` after the first,
+    /// one batch at a time.
+    pub fn consume<H, Fut>(
+        &self,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send,
+    {
+        let batch_size = batch_size.max(1);
+        let (local, redis) = match &self.backend {
+            Backend::InProcess(local) => (local.register(topic, group), None),
+            Backend::Redis(backend) => (backend.local.register(topic, group), Some(backend)),
+        };
+        let redis = redis.map(|backend| {
+            let consumer = RedisConsumer {
+                connection: backend.redis.connection(),
+                key: stream_key(&backend.prefix, topic),
+                name: consumer_name(),
+                options: backend.options.clone(),
+            };
+            let reader = Reader {
+                client: backend.client.clone(),
+                connection: None,
+                client_id: Arc::new(AtomicI64::new(0)),
+                holding: Arc::default(),
+                key: consumer.key.clone(),
+                group: group.to_owned(),
+                name: consumer.name.clone(),
+                batch_size,
+                max_wait,
+                stop: stop.clone(),
+                pause: FIRST_RETRY_PAUSE,
+            };
+            (consumer, reader)
+        });
+        let consumer = Consumer {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            batch_size,
+            max_wait,
+            stop,
+        };
+        async move {
+            match redis {
+                None => consumer.run_in_process(local, handler).await,
+                Some((redis, reader)) => consumer.run_redis(redis, reader, local, handler).await,
+            }
+        }
+    }
+}
+
+mod in_process;
+mod redis_streams;
+
+use in_process::{Consumer, InProcess};
+use redis_streams::{consumer_name, Reader, RedisBackend, RedisConsumer};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use tokio::sync::mpsc;
+
+    #[tokio::test]
+    async fn batches_by_size_and_flushes_on_stop() {
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let batches = Arc::new(Mutex::new(Vec::<usize>::new()));
+        let seen = batches.clone();
+        let consumer = tokio::spawn(stream.consume(
+            "t",
+            "g",
+            3,
+            Duration::from_secs(60),
+            stop.clone(),
+            move |events| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock().unwrap().push(events.len());
+                    Ok(())
+                }
+            },
+        ));
+        for i in 0..7 {
+            stream.publish("t", &i.to_string(), &i).await.unwrap();
+        }
+        // Two full batches go out by size; the seventh waits for max_wait, until stop flushes it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while batches.lock().unwrap().len() < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no size-triggered batches"
+            );
+            tokio::task::yield_now().await;
+        }
+        stop.cancel();
+        consumer.await.unwrap();
+        assert_eq!(*batches.lock().unwrap(), vec![3, 3, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_by_time_when_traffic_is_light() {
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(stream.consume(
+            "t",
+            "g",
+            100,
+            Duration::from_millis(200),
+            stop.clone(),
+            move |events| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(events.len()).unwrap();
+                    Ok(())
+                }
+            },
+        ));
+        stream.publish("t", "a", &1).await.unwrap();
+        stream.publish("t", "b", &2).await.unwrap();
+        // With time paused, the batch can only go out because the 200 ms window elapsed.
+        assert_eq!(rx.recv().await, Some(2));
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_batches_are_retried_until_they_succeed() {
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let counter = attempts.clone();
+        tokio::spawn(stream.consume(
+            "t",
+            "g",
+            10,
+            Duration::from_millis(10),
+            stop.clone(),
+            move |events| {
+                let (counter, tx) = (counter.clone(), tx.clone());
+                async move {
+                    if counter.fetch_add(1, Ordering::SeqCst) < 2 {
+                        anyhow::bail!("database down");
+                    }
+                    tx.send(events.len()).unwrap();
+                    Ok(())
+                }
+            },
+        ));
+        stream.publish("t", "a", &1).await.unwrap();
+        assert_eq!(rx.recv().await, Some(1));
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn every_group_gets_every_event() {
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for group in ["feed", "search"] {
+            let tx = tx.clone();
+            tokio::spawn(stream.consume(
+                "t",
+                group,
+                1,
+                Duration::ZERO,
+                stop.clone(),
+                move |events| {
+                    let tx = tx.clone();
+                    async move {
+                        tx.send((group, events[0].key.clone())).unwrap();
+                        Ok(())
+                    }
+                },
+            ));
+        }
+        stream.publish("t", "42", &"x").await.unwrap();
+        let mut got = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        got.sort();
+        assert_eq!(
+            got,
+            vec![("feed", "42".to_owned()), ("search", "42".to_owned())]
+        );
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ids_are_unique_and_kept_across_retries() {
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut attempts = 0;
+        tokio::spawn(stream.consume(
+            "t",
+            "g",
+            10,
+            Duration::from_millis(10),
+            stop.clone(),
+            move |events: Vec<Event>| {
+                attempts += 1;
+                tx.send(
+                    events
+                        .iter()
+                        .map(|event| event.id.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .unwrap();
+                let fail = attempts == 1;
+                async move {
+                    anyhow::ensure!(!fail, "first attempt fails");
+                    Ok(())
+                }
+            },
+        ));
+        stream.publish("t", "a", &1).await.unwrap();
+        stream.publish("t", "b", &2).await.unwrap();
+        let first = rx.recv().await.unwrap();
+        let retry = rx.recv().await.unwrap();
+        assert_eq!(first, retry, "a retried batch keeps its ids");
+        assert_eq!(first.len(), 2);
+        assert_ne!(first[0], first[1]);
+        assert!(first.iter().all(|id| id.starts_with("local-")), "{first:?}");
+        stop.cancel();
+    }
+}

@@ -1,0 +1,629 @@
+//! The Redis Streams backend (cluster mode): publishing with `XADD`, consumer groups read with
+//! `XREADGROUP` on a connection of their own, acknowledging, reclaiming what dead consumers left
+//! and reporting lag (see the parent module for the delivery rules).
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicBool, AtomicI64, Ordering},
+        Arc,
+    },
+};
+
+use axum::body::Bytes;
+use redis::{
+    aio::MultiplexedConnection,
+    streams::{StreamAutoClaimReply, StreamId, StreamInfoGroupsReply, StreamReadReply},
+    AsyncConnectionConfig, RedisResult,
+};
+use tokio::{sync::mpsc, time::Instant};
+
+use super::{in_process::InProcess, *};
+
+/// The cluster-mode backend; the in-process queues are its fallback while Redis is down.
+pub(super) struct RedisBackend {
+    pub(super) redis: Redis,
+    pub(super) client: redis::Client,
+    pub(super) prefix: String,
+    pub(super) options: RedisStreamOptions,
+    pub(super) local: InProcess,
+}
+
+impl RedisBackend {
+    /// `XADD`s the event, or queues it in-process when Redis cannot take it.
+    pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
+        let mut connection = self.redis.connection();
+        let added: RedisResult<String> = redis::cmd("XADD")
+            .arg(stream_key(&self.prefix, topic))
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(self.options.max_len)
+            .arg("*")
+            .arg("k")
+            .arg(key)
+            .arg("t")
+            .arg(time)
+            .arg("p")
+            .arg(payload.as_ref())
+            .query_async(&mut connection)
+            .await;
+        if let Err(err) = added {
+            if self.local.senders(topic).is_empty() {
+                // Nothing in this process would receive it (every topic this build consumes
+                // has a consumer in every process, `Subscription`): say so, never silently.
+                tracing::warn!(
+                    topic,
+                    key,
+                    error = format!("{err:#}"),
+                    "cannot publish to redis and no consumer of this process takes the topic; \
+                     event lost"
+                );
+                metrics::counter!(EVENTS_LOST_TOTAL, "topic" => topic.to_owned()).increment(1);
+                return;
+            }
+            tracing::warn!(
+                topic,
+                key,
+                error = format!("{err:#}"),
+                "cannot publish to redis; delivering the event to this process's consumers"
+            );
+            metrics::counter!(EVENTS_FALLBACK_TOTAL, "topic" => topic.to_owned()).increment(1);
+            self.local.publish(topic, key, payload, time).await;
+        }
+    }
+}
+
+/// The non-blocking side of one Redis consumer (acknowledging, reclaiming, reporting), on the
+/// shared connection.
+pub(super) struct RedisConsumer {
+    pub(super) connection: crate::infra::redis::RedisConnection,
+    pub(super) key: String,
+    /// This consumer's name in its group.
+    pub(super) name: String,
+    pub(super) options: RedisStreamOptions,
+}
+
+/// `host-pid-random`: unique per process and `consume` call, and says where it runs.
+pub(super) fn consumer_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let mut random = uuid::Uuid::new_v4().simple().to_string();
+    random.truncate(8);
+    format!("{host}-{}-{random}", std::process::id())
+}
+
+/// Creates `group` on the stream at `key` (and the stream) unless it exists.
+pub(super) async fn ensure_group(
+    connection: &mut (impl redis::aio::ConnectionLike + Send),
+    key: &str,
+    group: &str,
+) -> RedisResult<()> {
+    let created: RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(key)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(connection)
+        .await;
+    match created {
+        Err(err) if err.code() == Some("BUSYGROUP") => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether `err` only says Redis is unreachable (already reported by the reader).
+use crate::infra::redis::is_connection_error;
+
+/// The event in a stream entry written by [`RedisBackend::publish`]; `None` if it is malformed.
+pub(super) fn entry_event(topic: &str, mut entry: StreamId) -> Option<Event> {
+    let key: String = redis::from_redis_value(entry.map.remove("k")?).ok()?;
+    let time: i64 = redis::from_redis_value(entry.map.remove("t")?).ok()?;
+    let payload: Vec<u8> = redis::from_redis_value(entry.map.remove("p")?).ok()?;
+    Some(Event {
+        id: entry.id,
+        topic: topic.to_owned(),
+        key,
+        payload: Bytes::from(payload),
+        time,
+    })
+}
+
+impl RedisConsumer {
+    /// `XACK`s `ids`. A failure leaves them pending: they are delivered again after `min_idle`.
+    pub(super) async fn ack(&self, group: &str, ids: &[String]) {
+        let mut connection = self.connection.clone();
+        let acked: RedisResult<i64> = redis::cmd("XACK")
+            .arg(&self.key)
+            .arg(group)
+            .arg(ids)
+            .query_async(&mut connection)
+            .await;
+        if let Err(err) = acked {
+            tracing::warn!(
+                key = self.key,
+                group,
+                count = ids.len(),
+                error = format!("{err:#}"),
+                "cannot acknowledge handled events; they will be delivered again"
+            );
+        }
+    }
+
+    /// Sets [`EVENT_CONSUMER_LAG`] from `XINFO GROUPS`: entries the group has not read (`lag`,
+    /// when Redis can tell) plus those read but not acknowledged (`pending`).
+    pub(super) async fn report_lag(&self, topic: &str, group: &str) {
+        let mut connection = self.connection.clone();
+        let reply: RedisResult<StreamInfoGroupsReply> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&self.key)
+            .query_async(&mut connection)
+            .await;
+        match reply {
+            Ok(reply) => {
+                if let Some(info) = reply.groups.iter().find(|info| info.name == group) {
+                    let lag = info.lag.unwrap_or(0) + info.pending;
+                    metrics::gauge!(EVENT_CONSUMER_LAG, "topic" => topic.to_owned(), "group" => group.to_owned())
+                        .set(lag as f64);
+                }
+            }
+            Err(err) => tracing::debug!(
+                key = self.key,
+                group,
+                error = format!("{err:#}"),
+                "cannot read the consumer group's lag"
+            ),
+        }
+    }
+
+    /// Removes the consumers of `group` that died without leaving (killed instances): no pending
+    /// entries (what they held was taken over) and no read for [`DEAD_CONSUMER_IDLE`].
+    pub(super) async fn remove_dead_consumers(&self, group: &str) {
+        let mut connection = self.connection.clone();
+        let consumers: RedisResult<redis::streams::StreamInfoConsumersReply> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&self.key)
+            .arg(group)
+            .query_async(&mut connection)
+            .await;
+        let Ok(consumers) = consumers else { return };
+        let dead_after = usize::try_from(DEAD_CONSUMER_IDLE.as_millis()).unwrap_or(usize::MAX);
+        for consumer in consumers.consumers {
+            if consumer.name == self.name || consumer.pending > 0 || consumer.idle < dead_after {
+                continue;
+            }
+            let removed: RedisResult<i64> = redis::cmd("XGROUP")
+                .arg("DELCONSUMER")
+                .arg(&self.key)
+                .arg(group)
+                .arg(&consumer.name)
+                .query_async(&mut connection)
+                .await;
+            if removed.is_ok() {
+                tracing::info!(
+                    key = self.key,
+                    group,
+                    consumer = consumer.name,
+                    "removed a dead consumer from its group"
+                );
+            }
+        }
+    }
+
+    /// After a clean stop: removes this consumer from its group if it holds no pending entries,
+    /// so restarts do not pile up dead consumer names (`XGROUP DELCONSUMER` would drop pending
+    /// entries, hence the check).
+    pub(super) async fn leave(&self, group: &str) {
+        let mut connection = self.connection.clone();
+        let pending: RedisResult<redis::Value> = redis::cmd("XPENDING")
+            .arg(&self.key)
+            .arg(group)
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .arg(&self.name)
+            .query_async(&mut connection)
+            .await;
+        if !matches!(&pending, Ok(redis::Value::Array(entries)) if entries.is_empty()) {
+            return;
+        }
+        let removed: RedisResult<i64> = redis::cmd("XGROUP")
+            .arg("DELCONSUMER")
+            .arg(&self.key)
+            .arg(group)
+            .arg(&self.name)
+            .query_async(&mut connection)
+            .await;
+        if let Err(err) = removed {
+            tracing::debug!(
+                key = self.key,
+                group,
+                error = format!("{err:#}"),
+                "cannot remove the stopped consumer from its group"
+            );
+        }
+    }
+}
+
+/// The blocking side of one Redis consumer: `XREADGROUP` on a connection of its own. Each
+/// [`Reader::next`] takes the reader and gives it back with a batch, so the consumer loop can
+/// keep one read in flight while it does other work.
+pub(super) struct Reader {
+    pub(super) client: redis::Client,
+    pub(super) connection: Option<MultiplexedConnection>,
+    /// `CLIENT ID` of `connection` (0: none), for `CLIENT UNBLOCK` when stopping.
+    pub(super) client_id: Arc<AtomicI64>,
+    /// Whether a read has entries in hand and is still filling its batch (up to `max_wait`):
+    /// they are pending on this consumer, and the consumer must not reclaim them meanwhile.
+    pub(super) holding: Arc<AtomicBool>,
+    pub(super) key: String,
+    pub(super) group: String,
+    pub(super) name: String,
+    pub(super) batch_size: usize,
+    pub(super) max_wait: Duration,
+    pub(super) stop: CancellationToken,
+    /// Pause after the next failed read.
+    pub(super) pause: Duration,
+}
+
+impl Reader {
+    /// The next batch of new entries: up to `batch_size`, read for at most `max_wait` after the
+    /// first; empty when none came within [`READ_BLOCK`], after `stop`, or after a failure
+    /// (logged, then a growing pause that `stop` cuts short, then a fresh connection).
+    pub(super) async fn next(mut self) -> (Self, Vec<StreamId>) {
+        if self.stop.is_cancelled() {
+            return (self, Vec::new());
+        }
+        match self.read().await {
+            Ok(entries) => {
+                self.pause = FIRST_RETRY_PAUSE;
+                (self, entries)
+            }
+            Err(err) => {
+                tracing::warn!(
+                    key = self.key,
+                    group = self.group,
+                    error = format!("{err:#}"),
+                    retry_in = ?self.pause,
+                    "cannot read events from redis"
+                );
+                self.disconnect();
+                tokio::select! {
+                    () = tokio::time::sleep(self.pause) => {},
+                    () = self.stop.cancelled() => {},
+                }
+                self.pause = (self.pause * 2).min(MAX_RETRY_PAUSE);
+                (self, Vec::new())
+            }
+        }
+    }
+
+    pub(super) async fn read(&mut self) -> RedisResult<Vec<StreamId>> {
+        let mut connection = self.connect().await?;
+        if self.stop.is_cancelled() {
+            return Ok(Vec::new());
+        }
+        let mut batch = self
+            .read_group(&mut connection, self.batch_size, READ_BLOCK)
+            .await?;
+        if batch.is_empty() {
+            return Ok(batch);
+        }
+        self.holding.store(true, Ordering::Release);
+        // Like the in-process consumer: fill the batch for at most max_wait after the first.
+        let deadline = Instant::now() + self.max_wait;
+        while batch.len() < self.batch_size && !self.stop.is_cancelled() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < Duration::from_millis(1) {
+                break;
+            }
+            match self
+                .read_group(&mut connection, self.batch_size - batch.len(), left)
+                .await
+            {
+                Ok(more) if more.is_empty() => break,
+                Ok(more) => batch.extend(more),
+                Err(err) => {
+                    // What was read is pending on this consumer: hand it over rather than wait
+                    // for it to be reclaimed.
+                    tracing::warn!(
+                        key = self.key,
+                        group = self.group,
+                        error = format!("{err:#}"),
+                        "cannot read events from redis; handling those already read"
+                    );
+                    self.disconnect();
+                    break;
+                }
+            }
+        }
+        self.holding.store(false, Ordering::Release);
+        Ok(batch)
+    }
+
+    /// One `XREADGROUP … COUNT count BLOCK block … >`; empty on timeout (or `CLIENT UNBLOCK`).
+    pub(super) async fn read_group(
+        &self,
+        connection: &mut MultiplexedConnection,
+        count: usize,
+        block: Duration,
+    ) -> RedisResult<Vec<StreamId>> {
+        // BLOCK 0 would mean forever.
+        let block_ms = u64::try_from(block.as_millis()).unwrap_or(u64::MAX).max(1);
+        let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.group)
+            .arg(&self.name)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(&self.key)
+            .arg(">")
+            .query_async(connection)
+            .await?;
+        Ok(reply
+            .map(|reply| reply.keys.into_iter().flat_map(|key| key.ids).collect())
+            .unwrap_or_default())
+    }
+
+    /// The reading connection, opened (with the group created) if there is none.
+    pub(super) async fn connect(&mut self) -> RedisResult<MultiplexedConnection> {
+        if let Some(connection) = &self.connection {
+            return Ok(connection.clone());
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(IO_TIMEOUT))
+            .set_response_timeout(Some(READ_BLOCK.max(self.max_wait) + IO_TIMEOUT));
+        let mut connection = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        ensure_group(&mut connection, &self.key, &self.group).await?;
+        match redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async::<i64>(&mut connection)
+            .await
+        {
+            Ok(id) => self.client_id.store(id, Ordering::SeqCst),
+            Err(err) => tracing::debug!(
+                error = format!("{err:#}"),
+                "CLIENT ID refused; a stopping consumer waits for its read to time out"
+            ),
+        }
+        self.connection = Some(connection.clone());
+        Ok(connection)
+    }
+
+    pub(super) fn disconnect(&mut self) {
+        self.connection = None;
+        self.client_id.store(0, Ordering::SeqCst);
+    }
+}
+
+impl Consumer {
+    /// The cluster-mode loop: one select over stop, the reclaim tick, the in-process fallback
+    /// queue and the in-flight Redis read, so the handler only ever runs for one batch at a time.
+    pub(super) async fn run_redis<H, Fut>(
+        self,
+        redis: RedisConsumer,
+        reader: Reader,
+        mut queue: mpsc::Receiver<Event>,
+        mut handler: H,
+    ) where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let client_id = reader.client_id.clone();
+        let holding = reader.holding.clone();
+        let mut read = std::pin::pin!(reader.next());
+        let mut reclaim = tokio::time::interval(
+            redis
+                .options
+                .reclaim_interval
+                .max(Duration::from_millis(10)),
+        );
+        reclaim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut queue_open = true;
+        // A tick that found the read filling a batch: reclaim as soon as that batch is handled.
+        let mut reclaim_due = false;
+        loop {
+            // Biased: stop first; the fallback queue before Redis, as it only fills while Redis
+            // is failing.
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => break,
+                _ = reclaim.tick() => {
+                    // The entries a filling read holds are pending on this consumer, and those
+                    // of its first read can be idle past `min_idle` before it returns (when
+                    // `max_wait` is not well below it): `XAUTOCLAIM` would hand them to this
+                    // consumer a second time, as a batch of their own. (Seen in the takeover
+                    // test: the doomed consumer handled part of its own read via reclaim.)
+                    if holding.load(Ordering::Acquire) {
+                        reclaim_due = true;
+                    } else {
+                        self.reclaim(&redis, &mut handler).await;
+                    }
+                }
+                event = queue.recv(), if queue_open => match event {
+                    Some(first) => self.handle_local(first, &mut queue, &mut handler).await,
+                    None => queue_open = false,
+                },
+                (reader, entries) = &mut read => {
+                    read.set(reader.next());
+                    self.handle_entries(&redis, entries, &mut handler).await;
+                    // No read is in flight here (the next one has not been polled yet).
+                    if std::mem::take(&mut reclaim_due) {
+                        self.reclaim(&redis, &mut handler).await;
+                    }
+                }
+            }
+        }
+        // Stop: finish the batch in hand, then what the fallback queue holds.
+        let finished = match self.finish_read(read.as_mut(), &redis, &client_id).await {
+            Some(entries) => {
+                self.handle_entries(&redis, entries, &mut handler).await;
+                true
+            }
+            None => false,
+        };
+        self.flush_local(queue, &mut handler).await;
+        if finished {
+            redis.leave(&self.group).await;
+        }
+        tracing::debug!(
+            topic = self.topic,
+            group = self.group,
+            consumer = redis.name,
+            "event consumer stopped"
+        );
+    }
+
+    /// After stop: unblocks the in-flight read (repeatedly, as the unblock may reach Redis before
+    /// the read does) and returns what it read, or `None` if it did not end within
+    /// [`STOP_GRACE`] (it is dropped; entries it took stay pending and are reclaimed elsewhere).
+    pub(super) async fn finish_read<F>(
+        &self,
+        mut read: Pin<&mut F>,
+        redis: &RedisConsumer,
+        client_id: &AtomicI64,
+    ) -> Option<Vec<StreamId>>
+    where
+        F: Future<Output = (Reader, Vec<StreamId>)>,
+    {
+        let deadline = Instant::now() + STOP_GRACE;
+        let mut wait = Duration::ZERO;
+        loop {
+            if let Ok((_, entries)) = tokio::time::timeout(wait, read.as_mut()).await {
+                return Some(entries);
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    topic = self.topic,
+                    group = self.group,
+                    "event read did not end on stop; what it took is reclaimed by another consumer"
+                );
+                return None;
+            }
+            let id = client_id.load(Ordering::SeqCst);
+            if id != 0 {
+                let mut connection = redis.connection.clone();
+                let mut unblock = redis::cmd("CLIENT");
+                unblock.arg("UNBLOCK").arg(id).arg("TIMEOUT");
+                let _unblocked =
+                    tokio::time::timeout_at(deadline, unblock.query_async::<i64>(&mut connection))
+                        .await;
+            }
+            wait = Duration::from_millis(20);
+        }
+    }
+
+    /// Delivers stream entries and acknowledges them once the handler succeeded; if it never
+    /// did (stopped while failing) they stay pending for another consumer. Malformed entries are
+    /// acknowledged without handling.
+    pub(super) async fn handle_entries<H, Fut>(
+        &self,
+        redis: &RedisConsumer,
+        entries: Vec<StreamId>,
+        handler: &mut H,
+    ) where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        if entries.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
+        let mut events = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let id = entry.id.clone();
+            match entry_event(&self.topic, entry) {
+                Some(event) => events.push(event),
+                None => tracing::warn!(
+                    key = redis.key,
+                    id,
+                    "malformed stream entry; acknowledged without handling"
+                ),
+            }
+        }
+        let size = events.len();
+        if !events.is_empty() && !self.deliver(handler, events).await {
+            tracing::warn!(
+                topic = self.topic,
+                group = self.group,
+                size,
+                "event batch not handled before stop; left pending for another consumer"
+            );
+            return;
+        }
+        redis.ack(&self.group, &ids).await;
+    }
+
+    /// Takes over entries pending longer than `min_idle` (`XAUTOCLAIM`, from any consumer of
+    /// the group, this one included), handles them, then reports the group's lag.
+    pub(super) async fn reclaim<H, Fut>(&self, redis: &RedisConsumer, handler: &mut H)
+    where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let mut connection = redis.connection.clone();
+        let min_idle_ms = u64::try_from(redis.options.min_idle.as_millis()).unwrap_or(u64::MAX);
+        let mut cursor = "0-0".to_owned();
+        loop {
+            let reply: RedisResult<StreamAutoClaimReply> = redis::cmd("XAUTOCLAIM")
+                .arg(&redis.key)
+                .arg(&self.group)
+                .arg(&redis.name)
+                .arg(min_idle_ms)
+                .arg(&cursor)
+                .arg("COUNT")
+                .arg(self.batch_size)
+                .query_async(&mut connection)
+                .await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(err) => {
+                    // NOGROUP: the reader creates the group when it connects.
+                    if err.code() != Some("NOGROUP") && !is_connection_error(&err) {
+                        tracing::warn!(
+                            key = redis.key,
+                            group = self.group,
+                            error = format!("{err:#}"),
+                            "cannot reclaim pending events"
+                        );
+                    }
+                    break;
+                }
+            };
+            if !reply.deleted_ids.is_empty() {
+                tracing::warn!(
+                    key = redis.key,
+                    group = self.group,
+                    count = reply.deleted_ids.len(),
+                    "pending events were trimmed from the stream before being handled"
+                );
+            }
+            if !reply.claimed.is_empty() {
+                tracing::info!(
+                    key = redis.key,
+                    group = self.group,
+                    count = reply.claimed.len(),
+                    "taking over events left pending"
+                );
+                self.handle_entries(redis, reply.claimed, handler).await;
+            }
+            cursor = reply.next_stream_id;
+            if cursor == "0-0" || self.stop.is_cancelled() {
+                break;
+            }
+        }
+        redis.report_lag(&self.topic, &self.group).await;
+        redis.remove_dead_consumers(&self.group).await;
+    }
+}
