@@ -31,12 +31,12 @@ use scheduler::{
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
     config::{Config, JwtSecrets, RankingMode},
-    infra::events::{EventStream, RedisStreamOptions, Subscription},
+    infra::events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
     infra::{
         client_ip::TrustedProxies, db::Db, http::with_middleware, jobs::JobRegistry,
         rate_limit::RateLimiter, redis::Redis, telemetry,
     },
-    interactive::{store::InteractiveStore, InteractiveService, PurgeConsumedEvents},
+    interactive::{store::InteractiveStore, InteractiveService},
     ops,
     ranking::{self, RankingJob, RankingService},
     user::{
@@ -90,6 +90,8 @@ pub struct Services {
     pub articles: ArticleService,
     /// Domain events (article published, withdrawn, …).
     pub events: EventStream,
+    /// Events recorded with the writes they report, and their relay to `events`.
+    pub outbox: Outbox,
     /// Reads, likes and collects.
     pub interactive: InteractiveService,
     /// Durable jobs (`jobs`, `job_runs`), for the admin API.
@@ -149,6 +151,7 @@ impl App {
             )?,
             _ => EventStream::in_process(),
         };
+        let outbox = Outbox::new(db.clone(), events.clone());
         let articles = ArticleService::new(
             ArticleStore::new(db.clone()),
             ArticleCache::new(
@@ -157,7 +160,7 @@ impl App {
                     .map(|redis| (redis, config.redis_prefix.as_str())),
                 config.cache_memory_bytes,
             ),
-            events.clone(),
+            outbox.clone(),
         );
         let interactive = InteractiveService::new(
             InteractiveStore::new(db.clone()),
@@ -169,7 +172,10 @@ impl App {
         );
         let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
-        jobs.add_maintenance(&config, PurgeConsumedEvents::new(interactive.clone()))?;
+        jobs.add_maintenance(
+            &config,
+            crate::infra::events::dedup::PurgeConsumedEvents::new(db.clone()),
+        )?;
         jobs.add_maintenance(
             &config,
             crate::idempotency::PurgeIdempotencyKeys::new(db.clone()),
@@ -219,6 +225,7 @@ impl App {
                 users,
                 articles,
                 events,
+                outbox,
                 interactive,
                 job_store,
                 job_executors,
@@ -317,6 +324,9 @@ impl App {
             subscription,
             background_stop.clone(),
         ));
+        // After the consumers above registered: in-process, the relay hands each row to the
+        // groups that exist when it relays it.
+        background.spawn(state.outbox.clone().run(background_stop.clone()));
         if role.runs_work() {
             cron_jobs = Some(jobs.start());
             durable_jobs = Some(
@@ -382,6 +392,24 @@ impl App {
                     "job runs outlived shutdown_timeout and were cancelled"
                 );
             }
+        }
+        // What the last writes recorded in the outbox goes out while the consumers still run
+        // (in-process, they must handle it before its rows go); anything left waits for the
+        // next start.
+        match tokio::time::timeout(
+            config.shutdown_timeout,
+            state.outbox.relay_pending(&CancellationToken::new()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(
+                error = format!("{err:#}"),
+                "cannot relay the outbox before stopping; its events wait for the next start"
+            ),
+            Err(_) => tracing::warn!(
+                "the outbox relay outlived shutdown_timeout; the rest waits for the next start"
+            ),
         }
         background_stop.cancel();
         background.close();

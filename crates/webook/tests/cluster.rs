@@ -11,7 +11,9 @@
 //! - the reads a killed instance held are counted within 5 s;
 //! - a rolling restart (SIGTERM one by one) skips no tick of an `@every 1s` job;
 //! - kill -9 mid-burst loses no acknowledged like or publish, and every instance sees every write
-//!   at once.
+//!   at once;
+//! - a server killed before it could relay its outbox (Redis refusing writes) loses no event
+//!   (also on SQLite).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -821,5 +823,165 @@ async fn kill_minus_nine_mid_burst_loses_no_acknowledged_write() {
             Some(stored_likes),
             "instance {index}: {view}"
         );
+    }
+}
+
+/// `webook serve` on `database_url` (PostgreSQL, or SQLite in `data_dir`) and the private Redis.
+fn outbox_server(data_dir: &Path, database_url: &str, redis: &RedisServer) -> Server {
+    let mut command = webook(data_dir);
+    command
+        .env("WEBOOK_DATABASE_URL", database_url)
+        .env("WEBOOK_REDIS_URL", redis.url())
+        .env("WEBOOK_REDIS_PREFIX", "outbox")
+        .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+        .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+        .env("WEBOOK_LOG", "warn,webook::app=info")
+        .env("WEBOOK_RANKING_SCHEDULE", "@yearly");
+    Server::start(command)
+}
+
+/// Sets Redis's memory limit: `1` refuses every write (`noeviction`), `0` lifts it.
+async fn redis_maxmemory(redis: &RedisServer, bytes: u64) {
+    let mut connection = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory-policy", "noeviction"])
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(bytes)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+}
+
+/// (event id, article id) of every entry of `topic`'s stream.
+async fn stream_events(redis: &RedisServer, topic: &str) -> Vec<(String, i64)> {
+    let mut connection = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = webook::infra::events::stream_key("outbox", topic);
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    entries
+        .ids
+        .iter()
+        .map(|entry| {
+            let id: String = redis::from_redis_value(entry.map["i"].clone()).unwrap();
+            let payload: Vec<u8> = redis::from_redis_value(entry.map["p"].clone()).unwrap();
+            let event: Value = serde_json::from_slice(&payload).unwrap();
+            (id, event["id"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+async fn outbox_rows(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM event_outbox")
+        .fetch_one(db.db.pool())
+        .await
+        .unwrap()
+}
+
+/// A server killed (SIGKILL) after acknowledging publishes and a withdrawal whose events it
+/// could not yet publish (Redis refused every write) loses none of them: the next start relays
+/// every one, each once, in order. On PostgreSQL and on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
+    use webook::{
+        article::service::{TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
+        config::DatabaseKind,
+    };
+
+    for kind in [DatabaseKind::Postgres, DatabaseKind::Sqlite] {
+        let db = TestDb::new(kind).await;
+        let redis = RedisServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let client = reqwest::Client::new();
+        let server = outbox_server(dir.path(), &db.url, &redis);
+        let call = |server: &Server, path: &str, token: Option<&str>, body: Value| {
+            let mut request = client
+                .post(server.url(path))
+                .header("user-agent", UA)
+                .json(&body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                let headers = response.headers().clone();
+                (response.json::<Value>().await.unwrap(), headers)
+            }
+        };
+        let credentials = json!({"email": "author@example.com", "password": PASSWORD});
+        let mut signup = credentials.clone();
+        signup["confirmPassword"] = json!(PASSWORD);
+        assert_eq!(
+            call(&server, "/users/signup", None, signup).await.0["code"],
+            0
+        );
+        let (answer, headers) = call(&server, "/users/login", None, credentials).await;
+        assert_eq!(answer["code"], 0, "{answer}");
+        let token = headers["x-jwt-token"].to_str().unwrap().to_owned();
+
+        redis_maxmemory(&redis, 1).await;
+        let mut published = Vec::new();
+        for n in 0..5 {
+            let body = json!({"title": format!("kept {n}"), "content": "<p>k</p>"});
+            let (answer, _) = call(&server, "/articles/publish", Some(&token), body).await;
+            assert_eq!(answer["code"], 0, "{kind:?}: {answer}");
+            published.push(answer["data"].as_i64().unwrap());
+        }
+        let withdrawn = published[0];
+        let (answer, _) = call(
+            &server,
+            "/articles/withdraw",
+            Some(&token),
+            json!({"id": withdrawn}),
+        )
+        .await;
+        assert_eq!(answer["code"], 0, "{kind:?}: {answer}");
+        assert_eq!(outbox_rows(&db).await, 6, "{kind:?}");
+        server.signal("KILL");
+        drop(server);
+
+        redis_maxmemory(&redis, 0).await;
+        let restarted = outbox_server(dir.path(), &db.url, &redis);
+        wait_until("the restarted server to relay the outbox", || async {
+            outbox_rows(&db).await == 0
+        })
+        .await;
+        let publications = stream_events(&redis, TOPIC_PUBLISHED).await;
+        let articles: Vec<i64> = publications.iter().map(|(_, article)| *article).collect();
+        assert_eq!(articles, published, "{kind:?}");
+        let withdrawals = stream_events(&redis, TOPIC_WITHDRAWN).await;
+        assert_eq!(
+            withdrawals
+                .iter()
+                .map(|(_, article)| *article)
+                .collect::<Vec<_>>(),
+            [withdrawn],
+            "{kind:?}"
+        );
+        let ids: BTreeSet<&String> = publications
+            .iter()
+            .chain(&withdrawals)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids.len(), 6, "{kind:?}: {ids:?}");
+        restarted.terminate();
+        assert_eq!(restarted.exit_code().await, 0, "{kind:?}");
     }
 }

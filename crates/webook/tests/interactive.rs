@@ -556,7 +556,8 @@ async fn likes_and_collects_complete_when_their_caller_goes_away() {
 /// An API-only instance (`role = api`) whose `XADD`s Redis refuses (out of memory) still gets
 /// its reads counted: it applies what it had to keep in process itself. (Before, only roles
 /// that run work consumed the in-process fallback, so an API instance dropped those reads while
-/// its log said they were delivered: 10 reads answered code 0, 3 counted.)
+/// its log said they were delivered: 10 reads answered code 0, 3 counted.) An article published
+/// meanwhile keeps its event in the outbox until Redis takes writes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     use webook::{config::Role, testing::RedisServer};
@@ -622,14 +623,41 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
         read_count_in(&db, id).await == 11
     })
     .await;
-    // An event no consumer of this process takes (nothing consumes publications yet) is not
-    // dropped silently: the publish succeeds, and the loss is counted.
-    published_article(&api, &author).await;
-    let metrics = api.metrics_text().await;
-    assert!(
-        metrics.contains("events_lost_total{topic=\"article_published\"}"),
-        "{metrics}"
-    );
+    // An article published meanwhile keeps its event in the outbox (the publish succeeds) until
+    // Redis takes it again; nothing is lost.
+    let second = published_article(&api, &author).await;
+    let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM event_outbox")
+        .fetch_one(db.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(waiting, 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "maxmemory", "0"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    wait_until("the outbox to reach redis", || async {
+        let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM event_outbox")
+            .fetch_one(db.db.pool())
+            .await
+            .unwrap();
+        waiting == 0
+    })
+    .await;
+    let stream =
+        webook::infra::events::stream_key(&prefix, webook::article::service::TOPIC_PUBLISHED);
+    let last: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
+        .arg(&stream)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let payload: Vec<u8> = redis::from_redis_value(last.ids[0].map["p"].clone()).unwrap();
+    let event: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(event["id"], second);
     api.stop().await.unwrap();
     worker.stop().await.unwrap();
     assert_eq!(read_count_in(&db, id).await, 11);

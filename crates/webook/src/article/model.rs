@@ -17,6 +17,22 @@ use crate::{
     infra::text::{self, Lines},
 };
 
+/// Topic of the event emitted when an article is published or republished.
+pub const TOPIC_PUBLISHED: &str = "article_published";
+/// Topic of the event emitted when an article is withdrawn.
+pub const TOPIC_WITHDRAWN: &str = "article_withdrawn";
+
+/// Payload of [`TOPIC_PUBLISHED`] and [`TOPIC_WITHDRAWN`] events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArticleEvent {
+    /// Article id.
+    pub id: i64,
+    /// Author's user id.
+    pub author: i64,
+    /// When it happened (ms).
+    pub time: i64,
+}
+
 /// Longest title, in characters.
 pub const MAX_TITLE_CHARS: usize = 256;
 /// Longest content after sanitising, in bytes.

@@ -8,15 +8,15 @@
 //!   `ctime` kept);
 //! - withdraw: both → 3; readers get 404001, the author still sees and can republish it.
 //!
-//! Every write commits first, then fixes the caches (so they never serve what the database no
-//! longer says once the write has returned), then emits its event — all on a task of its own
-//! ([`crate::infra::detached`]): a client that disconnects, or a request that times out, after
-//! the commit cannot leave the caches or the event behind. Once the commit is done, nothing
-//! after it can fail the write: a cache step that cannot read back the committed copy leaves
-//! the entry invalidated, and the event still goes out.
+//! Every write commits first — publish and withdraw with their event in the transactional outbox
+//! ([`crate::infra::events::outbox`]), so a committed change always gets its event — then wakes
+//! the outbox relay and fixes the caches (so they never serve what the database no longer says
+//! once the write has returned), all on a task of its own ([`crate::infra::detached`]): a client
+//! that disconnects, or a request that times out, after the commit cannot leave the caches
+//! behind. Once the commit is done, nothing after it can fail the write: a cache step that cannot
+//! read back the committed copy leaves the entry invalidated.
 
-use serde::Serialize;
-
+pub use crate::article::model::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
 use crate::{
     article::{
         cache::{ArticleCache, FIRST_PAGE_LEN},
@@ -24,35 +24,20 @@ use crate::{
         store::{ArticleStore, WriteError},
     },
     error::{AppError, Msg},
-    infra::{cpu, db::now_millis, detached::to_completion, events::EventStream},
+    infra::{cpu, db::now_millis, detached::to_completion, events::outbox::Outbox},
 };
 
-/// Topic of the event emitted when an article is published or republished.
-pub const TOPIC_PUBLISHED: &str = "article_published";
-/// Topic of the event emitted when an article is withdrawn.
-pub const TOPIC_WITHDRAWN: &str = "article_withdrawn";
 /// Largest `offset` the author's list accepts.
 pub const MAX_LIST_OFFSET: i64 = 10_000;
 /// Largest `limit` the author's list accepts.
 pub const MAX_LIST_LIMIT: i64 = 100;
-
-/// Payload of [`TOPIC_PUBLISHED`] and [`TOPIC_WITHDRAWN`] events.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ArticleEvent {
-    /// Article id.
-    pub id: i64,
-    /// Author's user id.
-    pub author: i64,
-    /// When it happened (ms).
-    pub time: i64,
-}
 
 /// Articles; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ArticleService {
     store: ArticleStore,
     cache: ArticleCache,
-    events: EventStream,
+    outbox: Outbox,
 }
 
 const NO_SUCH_ARTICLE: AppError = AppError::NotFound(Msg::new("no such article", "文章不存在"));
@@ -91,11 +76,11 @@ pub fn existing_id(id: Option<i64>) -> Result<Option<i64>, AppError> {
 
 impl ArticleService {
     /// Assembles the service.
-    pub fn new(store: ArticleStore, cache: ArticleCache, events: EventStream) -> Self {
+    pub fn new(store: ArticleStore, cache: ArticleCache, outbox: Outbox) -> Self {
         Self {
             store,
             cache,
-            events,
+            outbox,
         }
     }
 
@@ -139,22 +124,13 @@ impl ArticleService {
                 .publish(author, id, &draft, now)
                 .await
                 .map_err(write_error)?;
-            // Committed: from here nothing may fail the publish (it happened); the cache steps
-            // only invalidate and refill, and the event goes out.
+            // Committed, with its event in the outbox: from here nothing may fail the publish
+            // (it happened); the cache steps only invalidate and refill.
+            service.outbox.committed();
             service.cache.forget_first_page(author).await;
             service
                 .cache
                 .refresh_reader_copy(id, service.store.reader_copy(id))
-                .await;
-            service
-                .emit(
-                    TOPIC_PUBLISHED,
-                    ArticleEvent {
-                        id,
-                        author,
-                        time: now,
-                    },
-                )
                 .await;
             Ok(id)
         })
@@ -171,18 +147,9 @@ impl ArticleService {
                 .withdraw(author, id, now)
                 .await
                 .map_err(write_error)?;
+            service.outbox.committed();
             service.cache.forget_reader_copy(id).await;
             service.cache.forget_first_page(author).await;
-            service
-                .emit(
-                    TOPIC_WITHDRAWN,
-                    ArticleEvent {
-                        id,
-                        author,
-                        time: now,
-                    },
-                )
-                .await;
             Ok(())
         })
         .await
@@ -235,21 +202,5 @@ impl ArticleService {
             .reader_copy(id, self.store.reader_copy(id))
             .await?
             .ok_or(NO_SUCH_ARTICLE)
-    }
-
-    /// Emits after the write committed. A failure to publish is logged, never undoes the write.
-    async fn emit(&self, topic: &str, event: ArticleEvent) {
-        if let Err(err) = self
-            .events
-            .publish(topic, &event.id.to_string(), &event)
-            .await
-        {
-            tracing::error!(
-                topic,
-                id = event.id,
-                error = format!("{err:#}"),
-                "could not emit article event"
-            );
-        }
     }
 }

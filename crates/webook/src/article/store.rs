@@ -6,8 +6,11 @@
 use sqlx::{any::AnyRow, Any, Row, Transaction};
 
 use crate::{
-    article::model::{Article, ArticleStatus, Draft, ListItem, PublishedArticle},
-    infra::db::Db,
+    article::model::{
+        Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, TOPIC_PUBLISHED,
+        TOPIC_WITHDRAWN,
+    },
+    infra::{db::Db, events::outbox},
 };
 
 /// Why a write to an existing article did not happen.
@@ -73,7 +76,8 @@ impl ArticleStore {
     }
 
     /// Saves and publishes in one transaction: the author's copy and the reader copy get the same
-    /// content; the reader copy keeps its first-publication `ctime`.
+    /// content; the reader copy keeps its first-publication `ctime`; the
+    /// [`TOPIC_PUBLISHED`] event goes to the outbox (last, after the rows it reports are locked).
     pub async fn publish(
         &self,
         author: i64,
@@ -99,11 +103,13 @@ impl ArticleStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        record_event(&mut tx, TOPIC_PUBLISHED, id, author, now).await?;
         tx.commit().await?;
         Ok(id)
     }
 
-    /// Makes both copies private (status 3) in one transaction.
+    /// Makes both copies private (status 3) in one transaction, with the [`TOPIC_WITHDRAWN`]
+    /// event in the outbox.
     pub async fn withdraw(&self, author: i64, id: i64, now: i64) -> Result<(), WriteError> {
         let mut tx = self.db.writer().begin().await?;
         let changed = sqlx::query(
@@ -126,6 +132,7 @@ impl ArticleStore {
             .bind(author)
             .execute(&mut *tx)
             .await?;
+        record_event(&mut tx, TOPIC_WITHDRAWN, id, author, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -275,4 +282,20 @@ async fn why_not_written(tx: &mut Transaction<'static, Any>, id: i64) -> WriteEr
         Ok(None) => WriteError::NotFound,
         Err(err) => WriteError::Db(err),
     }
+}
+
+/// Records an [`ArticleEvent`] of `topic` in the transaction's outbox.
+async fn record_event(
+    tx: &mut Transaction<'_, Any>,
+    topic: &str,
+    id: i64,
+    author: i64,
+    now: i64,
+) -> sqlx::Result<()> {
+    let event = ArticleEvent {
+        id,
+        author,
+        time: now,
+    };
+    outbox::record(tx, topic, &id.to_string(), &event, now).await
 }

@@ -6,11 +6,9 @@
 //! which the read counter applies batch by batch. Counts are served through a versioned cache.
 //! See [`service`] for the rules.
 
-pub mod jobs;
 pub mod model;
 pub mod service;
 pub mod store;
 
-pub use jobs::PurgeConsumedEvents;
 pub use model::{Counts, UserFlags};
 pub use service::InteractiveService;

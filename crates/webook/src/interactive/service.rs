@@ -15,8 +15,7 @@
 //!   shutdown (the consumer drains its queue before the process exits). With Redis Streams
 //!   (cluster), a batch can be delivered again after a consumer died between commit and
 //!   acknowledgement; the applied entry ids are recorded in the same transaction
-//!   (`consumed_events`), so such a batch is counted once. Ids older than
-//!   [`CONSUMED_EVENTS_RETENTION`] are deleted by the `purge_consumed_events` job.
+//!   ([`crate::infra::events::dedup`]), so such a batch is counted once.
 //! - **Counts** are read through a [`VersionedCache`] (in-process, or Redis with a near cache),
 //!   refilled from the database after each change. The database is the source of truth; a cache
 //!   failure never fails an action. (The seeds update a Redis hash with "increment if present";
@@ -51,8 +50,6 @@ pub const READ_GROUP: &str = "read_counter";
 pub const READ_BATCH: usize = 500;
 /// Longest a read event waits for its batch to fill.
 pub const READ_MAX_WAIT: Duration = Duration::from_millis(200);
-/// How long applied event ids are kept for recognising redeliveries.
-pub const CONSUMED_EVENTS_RETENTION: Duration = Duration::from_secs(24 * 3600);
 const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
 const FLAGS_TTL: Duration = Duration::from_secs(10 * 60);
 
@@ -316,16 +313,6 @@ impl InteractiveService {
                 async move { service.apply_read_batch(events).await }
             },
         )
-    }
-
-    /// Deletes applied-event ids older than [`CONSUMED_EVENTS_RETENTION`] (run by
-    /// [`crate::interactive::jobs::PurgeConsumedEvents`]). Returns how many were deleted.
-    pub async fn purge_consumed_events(&self) -> anyhow::Result<u64> {
-        let retention = i64::try_from(CONSUMED_EVENTS_RETENTION.as_millis()).unwrap_or(i64::MAX);
-        Ok(self
-            .store
-            .purge_consumed_events(now_millis().saturating_sub(retention))
-            .await?)
     }
 
     /// Applies one batch of read events; an error leaves the batch to be retried.

@@ -1,6 +1,6 @@
-//! SQL for counters (`interactives`), likes (`user_likes`), collects (`user_collects`,
-//! `collections`) and applied-event ids (`consumed_events`). One implementation for SQLite and
-//! PostgreSQL.
+//! SQL for counters (`interactives`), likes (`user_likes`) and collects (`user_collects`,
+//! `collections`), with applied-event ids through [`crate::infra::events::dedup`]. One
+//! implementation for SQLite and PostgreSQL.
 //!
 //! Likes and collects change the user's row and the counter in one transaction, and only when the
 //! user's row actually changes state (the upsert's `RETURNING` yields a row only for a real
@@ -12,7 +12,10 @@ use std::collections::HashMap;
 use sqlx::{Any, Row, Transaction};
 
 use crate::{
-    infra::db::{bulk_row_placeholders, placeholders, Db},
+    infra::{
+        db::{bulk_row_placeholders, placeholders, Db},
+        events::dedup,
+    },
     interactive::model::{Counts, UserFlags},
 };
 
@@ -180,27 +183,15 @@ impl InteractiveStore {
         let fresh: Vec<&(String, i64, String)> = match dedup_group {
             None => reads.iter().collect(),
             Some(group) => {
-                let mut fresh_ids = std::collections::HashSet::new();
-                // Sorted, like the counter rows below: a redelivered batch overlapping another
-                // instance's must wait for it, not deadlock with it.
-                let mut event_ids: Vec<&str> = reads.iter().map(|(_, _, id)| id.as_str()).collect();
-                event_ids.sort_unstable();
-                for chunk in event_ids.chunks(1000) {
-                    let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 3);
-                    let sql = format!(
-                        "INSERT INTO consumed_events (group_name, event_id, ctime) VALUES {placeholders} \
-                         ON CONFLICT (group_name, event_id) DO NOTHING RETURNING event_id"
-                    );
-                    let mut query = sqlx::query_scalar::<_, String>(&sql);
-                    for event_id in chunk {
-                        query = query.bind(group).bind(*event_id).bind(now);
-                    }
-                    fresh_ids.extend(query.fetch_all(&mut *tx).await?);
-                }
-                reads
-                    .iter()
-                    .filter(|(_, _, id)| fresh_ids.contains(id))
-                    .collect()
+                dedup::first_deliveries(
+                    &mut tx,
+                    self.db.kind(),
+                    group,
+                    reads.iter().collect(),
+                    |(_, _, id)| id.as_str(),
+                    now,
+                )
+                .await?
             }
         };
         let mut per_object: HashMap<(String, i64), i64> = HashMap::new();
@@ -231,15 +222,6 @@ impl InteractiveStore {
         }
         tx.commit().await?;
         Ok(applied)
-    }
-
-    /// Drops applied-event ids recorded before `before` (ms).
-    pub async fn purge_consumed_events(&self, before: i64) -> sqlx::Result<u64> {
-        Ok(sqlx::query("DELETE FROM consumed_events WHERE ctime < $1")
-            .bind(before)
-            .execute(self.db.writer())
-            .await?
-            .rows_affected())
     }
 
     /// The counters of one object (zeros when it has none yet).

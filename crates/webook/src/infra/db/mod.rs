@@ -62,6 +62,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "admins", include_str!("../../../migrations/0007_admins.sql")),
     (8, "idempotency", include_str!("../../../migrations/0008_idempotency.sql")),
     (9, "job runs retention", scheduler::sql::RUNS_RETENTION_SCHEMA),
+    (10, "event outbox", include_str!("../../../migrations/0010_event_outbox.sql")),
 ];
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \

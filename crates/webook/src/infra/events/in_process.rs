@@ -6,7 +6,7 @@ use std::{
     collections::HashMap,
     future::Future,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, OnceLock,
     },
 };
@@ -17,7 +17,31 @@ use tokio::{sync::mpsc, time::Instant};
 use super::*;
 
 /// For each topic, the queue of each consumer group: (group name, its queue).
-pub(super) type GroupQueues = HashMap<String, Vec<(String, mpsc::Sender<Event>)>>;
+pub(super) type GroupQueues = HashMap<String, Vec<(String, mpsc::Sender<Queued>)>>;
+
+/// An event in a group's queue, with the receipt of the outbox row it came from, if any.
+pub(super) struct Queued {
+    pub(super) event: Event,
+    pub(super) receipt: Option<Arc<Receipt>>,
+}
+
+/// Counts down the groups that have yet to handle an outbox row; the last one reports the row's
+/// id to the relay, which may then delete it. A group that never handles it (its consumer
+/// stopped first) keeps it from being reported: the row stays in the outbox.
+pub(super) struct Receipt {
+    id: i64,
+    remaining: AtomicUsize,
+    handled: mpsc::UnboundedSender<i64>,
+}
+
+impl Receipt {
+    fn handled(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The relay gave up waiting (stopped): the row stays, which is safe.
+            let _ = self.handled.send(self.id);
+        }
+    }
+}
 
 /// The in-process queues: the whole backend in embedded mode, the fallback in cluster mode.
 #[derive(Clone, Default)]
@@ -27,7 +51,7 @@ pub(super) struct InProcess {
 
 impl InProcess {
     /// Creates (or replaces) the queue of (`topic`, `group`) and returns its receiving end.
-    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Event> {
+    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Queued> {
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let mut groups = self
             .groups
@@ -39,7 +63,7 @@ impl InProcess {
         receiver
     }
 
-    pub(super) fn senders(&self, topic: &str) -> Vec<mpsc::Sender<Event>> {
+    pub(super) fn senders(&self, topic: &str) -> Vec<mpsc::Sender<Queued>> {
         let groups = self
             .groups
             .lock()
@@ -60,11 +84,48 @@ impl InProcess {
             time,
         };
         for sender in self.senders(topic) {
+            let queued = Queued {
+                event: event.clone(),
+                receipt: None,
+            };
             // Waits when the group's queue is full (backpressure); fails only if it stopped.
-            if sender.send(event.clone()).await.is_err() {
+            if sender.send(queued).await.is_err() {
                 tracing::warn!(topic, "event consumer stopped; event not delivered to it");
             }
         }
+    }
+
+    /// Queues outbox row `id`'s event for every group of its topic; `handled` gets the id once
+    /// every group has handled it (at once if the topic has no group: nothing here needs it).
+    /// Returns false if some group could not be given it (its consumer stopped): the id will
+    /// never be reported.
+    pub(super) async fn hand_over(
+        &self,
+        event: Event,
+        id: i64,
+        handled: &mpsc::UnboundedSender<i64>,
+    ) -> bool {
+        let senders = self.senders(&event.topic);
+        let receipt = Arc::new(Receipt {
+            id,
+            remaining: AtomicUsize::new(senders.len()),
+            handled: handled.clone(),
+        });
+        if senders.is_empty() {
+            let _ = handled.send(id);
+            return true;
+        }
+        metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => event.topic.clone()).increment(1);
+        for sender in senders {
+            let queued = Queued {
+                event: event.clone(),
+                receipt: Some(receipt.clone()),
+            };
+            if sender.send(queued).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -97,7 +158,7 @@ impl Consumer {
     /// The embedded-mode loop: batches from the in-process queue until stopped, then flushes.
     pub(super) async fn run_in_process<H, Fut>(
         self,
-        mut queue: mpsc::Receiver<Event>,
+        mut queue: mpsc::Receiver<Queued>,
         mut handler: H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -123,8 +184,8 @@ impl Consumer {
     /// `first`) from the in-process queue and delivers it.
     pub(super) async fn handle_local<H, Fut>(
         &self,
-        first: Event,
-        queue: &mut mpsc::Receiver<Event>,
+        first: Queued,
+        queue: &mut mpsc::Receiver<Queued>,
         handler: &mut H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -150,7 +211,7 @@ impl Consumer {
     /// Shutdown: stops accepting, then delivers everything still queued.
     pub(super) async fn flush_local<H, Fut>(
         &self,
-        mut queue: mpsc::Receiver<Event>,
+        mut queue: mpsc::Receiver<Queued>,
         handler: &mut H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -161,25 +222,38 @@ impl Consumer {
         while let Some(event) = queue.recv().await {
             rest.push(event);
         }
-        for batch in rest.chunks(self.batch_size) {
-            self.deliver_local(handler, batch.to_vec()).await;
+        let mut rest = rest.into_iter().peekable();
+        while rest.peek().is_some() {
+            let batch: Vec<Queued> = rest.by_ref().take(self.batch_size).collect();
+            self.deliver_local(handler, batch).await;
         }
     }
 
-    pub(super) async fn deliver_local<H, Fut>(&self, handler: &mut H, batch: Vec<Event>)
+    /// Delivers a batch from the in-process queue; on success, reports its outbox rows handled.
+    pub(super) async fn deliver_local<H, Fut>(&self, handler: &mut H, batch: Vec<Queued>)
     where
         H: FnMut(Vec<Event>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
-        let size = batch.len();
-        if !self.deliver(handler, batch).await {
-            tracing::error!(
-                topic = self.topic,
-                group = self.group,
-                lost = size,
-                "event batch failed during shutdown; its events are lost"
-            );
+        let events = batch.iter().map(|queued| queued.event.clone()).collect();
+        if self.deliver(handler, events).await {
+            for receipt in batch.iter().filter_map(|queued| queued.receipt.as_ref()) {
+                receipt.handled();
+            }
+            return;
         }
+        // Events from the outbox stay there and come back at the next start.
+        let lost = batch
+            .iter()
+            .filter(|queued| queued.receipt.is_none())
+            .count();
+        tracing::error!(
+            topic = self.topic,
+            group = self.group,
+            lost,
+            kept_in_outbox = batch.len() - lost,
+            "event batch failed during shutdown"
+        );
     }
 
     /// Hands `batch` to `handler`, retrying with a growing pause while it fails. After `stop`,

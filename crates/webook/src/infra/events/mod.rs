@@ -3,8 +3,13 @@
 //! behind the same API; every event carries an [`Event::id`] that stays the same when the event
 //! is delivered again, so consumers that must not count twice can deduplicate.
 //!
+//! Events that report a committed write do not call `publish` themselves: they are recorded in
+//! the write's transaction and relayed by the [`outbox`], so none is lost between the commit and
+//! the publish; consumers that must apply each once use [`dedup`].
+//!
 //! Layout: this file is the API (types, [`EventStream`], settings, metric names); `in_process`
-//! holds the in-process queues and their consumer loop, `redis_streams` the Redis backend.
+//! holds the in-process queues and their consumer loop, `redis_streams` the Redis backend,
+//! [`outbox`] the transactional outbox and its relay, [`dedup`] the applied-event ids.
 //!
 //! **In-process (embedded mode, [`EventStream::in_process`]).** Each (topic, group) pair is a
 //! bounded queue, so a slow consumer pushes back on publishers instead of growing memory. A
@@ -379,7 +384,9 @@ impl EventStream {
     }
 }
 
+pub mod dedup;
 mod in_process;
+pub mod outbox;
 mod redis_streams;
 
 use in_process::{Consumer, InProcess};

@@ -31,6 +31,43 @@ pub(super) struct RedisBackend {
 }
 
 impl RedisBackend {
+    /// `XADD`s `events` (from the outbox, each with its own id in field `i`) in one pipeline:
+    /// all taken, or an error (some may have been added; the outbox adds them again, same id).
+    /// Never falls back to the in-process queues: the outbox keeps what Redis refused.
+    pub(super) async fn publish_all(&self, events: Vec<Event>) -> anyhow::Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut pipeline = redis::pipe();
+        for event in &events {
+            pipeline
+                .cmd("XADD")
+                .arg(stream_key(&self.prefix, &event.topic))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.options.max_len)
+                .arg("*")
+                .arg("i")
+                .arg(&event.id)
+                .arg("k")
+                .arg(&event.key)
+                .arg("t")
+                .arg(event.time)
+                .arg("p")
+                .arg(event.payload.as_ref())
+                .ignore();
+        }
+        let mut connection = self.redis.connection();
+        pipeline
+            .query_async::<()>(&mut connection)
+            .await
+            .context("adding outbox events to redis")?;
+        for event in events {
+            metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => event.topic).increment(1);
+        }
+        Ok(())
+    }
+
     /// `XADD`s the event, or queues it in-process when Redis cannot take it.
     pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
         let mut connection = self.redis.connection();
@@ -122,11 +159,17 @@ use crate::infra::redis::is_connection_error;
 
 /// The event in a stream entry written by [`RedisBackend::publish`]; `None` if it is malformed.
 pub(super) fn entry_event(topic: &str, mut entry: StreamId) -> Option<Event> {
+    // Outbox events carry their own id (the same however often they are added); others are
+    // known by their entry id.
+    let id = match entry.map.remove("i") {
+        Some(id) => redis::from_redis_value(id).ok()?,
+        None => entry.id,
+    };
     let key: String = redis::from_redis_value(entry.map.remove("k")?).ok()?;
     let time: i64 = redis::from_redis_value(entry.map.remove("t")?).ok()?;
     let payload: Vec<u8> = redis::from_redis_value(entry.map.remove("p")?).ok()?;
     Some(Event {
-        id: entry.id,
+        id,
         topic: topic.to_owned(),
         key,
         payload: Bytes::from(payload),
@@ -414,7 +457,7 @@ impl Consumer {
         self,
         redis: RedisConsumer,
         reader: Reader,
-        mut queue: mpsc::Receiver<Event>,
+        mut queue: mpsc::Receiver<super::in_process::Queued>,
         mut handler: H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,

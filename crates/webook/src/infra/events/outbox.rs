@@ -1,0 +1,333 @@
+//! The transactional outbox: events that must follow a write are recorded in the write's own
+//! transaction and published by a relay after the commit, so a committed change never loses its
+//! event — not to a crash between the commit and the publish, nor to Redis being down then.
+//!
+//! Data flow:
+//! 1. A store writes its change and, in the same transaction, [`record`]s the event as a row of
+//!    `event_outbox` (topic, key, JSON payload). Rolled back, the event never existed.
+//! 2. After the commit the service calls [`Outbox::committed`], which wakes this process's relay
+//!    (every [`POLL_INTERVAL`] it also looks by itself: rows of other instances, rows left by a
+//!    process that died, rows a failed pass kept).
+//! 3. The relay takes the oldest rows (up to [`RELAY_BATCH`]) and publishes each with the event id
+//!    `outbox-<row id>`, the same however often it is published:
+//!    - **Redis Streams**: one pipelined `XADD` per batch; the rows are deleted once Redis took
+//!      them (from then on the stream holds them, as durable as Redis is). If Redis refuses, the
+//!      rows stay and the relay retries with a growing pause. On PostgreSQL a pass runs in a
+//!      transaction holding an advisory lock, so one instance relays at a time and the stream
+//!      gets the rows in id order.
+//!    - **In-process**: the table itself is the durable queue. A row is handed to every consumer
+//!      group of its topic and deleted only once each group's handler has returned `Ok` for it;
+//!      a process killed before that finds the row again when it restarts.
+//! 4. Delivery is at-least-once (a crash between publishing and deleting publishes again), with
+//!    a stable id: consumers that must apply an event once deduplicate by [`Event::id`]
+//!    ([`super::dedup`]).
+//!
+//! Order: rows are published in id order. Two writes of the same object serialise on its row
+//! lock and record their events after their change, so their ids follow their commits; events of
+//! different objects may commit out of id order and are then published in the next pass.
+//!
+//! [`Event::id`]: super::Event::id
+
+use std::{sync::Arc, time::Duration};
+
+use serde::Serialize;
+use sqlx::{any::AnyRow, AnyConnection, Row};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use axum::body::Bytes;
+
+use super::{Backend, Event, EventStream, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE};
+use crate::{
+    config::DatabaseKind,
+    infra::db::{now_millis, Db},
+};
+
+/// Counter: outbox rows published (handed over, in-process) by the relay, by `topic`.
+pub const OUTBOX_RELAYED_TOTAL: &str = "outbox_relayed_total";
+/// Counter: relay passes that failed (Redis or the database unreachable); the rows stay.
+pub const OUTBOX_RELAY_FAILURES_TOTAL: &str = "outbox_relay_failures_total";
+/// Gauge: age of the oldest event still waiting in the outbox (0 when empty), after each pass.
+pub const OUTBOX_OLDEST_PENDING_SECONDS: &str = "outbox_oldest_pending_seconds";
+
+/// Rows per relay pass.
+pub const RELAY_BATCH: i64 = 500;
+/// How often the relay looks for rows without being woken.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Key of the PostgreSQL advisory lock that makes one instance relay at a time.
+const RELAY_LOCK_KEY: i64 = 0x7765_626f_6f6b_0001;
+
+/// Records `payload` as an event of `topic` about `key`, in the caller's transaction.
+pub async fn record(
+    tx: &mut AnyConnection,
+    topic: &str,
+    key: &str,
+    payload: &impl Serialize,
+    now: i64,
+) -> sqlx::Result<()> {
+    let payload =
+        serde_json::to_string(payload).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
+    sqlx::query(
+        "INSERT INTO event_outbox (topic, event_key, payload, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(topic)
+    .bind(key)
+    .bind(payload)
+    .bind(now)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// The event id of outbox row `id`.
+pub fn event_id(id: i64) -> String {
+    format!("outbox-{id}")
+}
+
+/// One row of `event_outbox`.
+struct OutboxRow {
+    id: i64,
+    topic: String,
+    key: String,
+    payload: String,
+    created_at: i64,
+}
+
+impl OutboxRow {
+    fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
+        Ok(Self {
+            id: row.try_get("id")?,
+            topic: row.try_get("topic")?,
+            key: row.try_get("event_key")?,
+            payload: row.try_get("payload")?,
+            created_at: row.try_get("created_at")?,
+        })
+    }
+
+    fn into_event(self) -> Event {
+        Event {
+            id: event_id(self.id),
+            topic: self.topic,
+            key: self.key,
+            payload: Bytes::from(self.payload.into_bytes()),
+            time: self.created_at,
+        }
+    }
+}
+
+const SELECT_BATCH: &str =
+    "SELECT id, topic, event_key, payload, created_at FROM event_outbox ORDER BY id LIMIT $1";
+
+/// The relay of one process, and the handle services wake it with; cheap to clone.
+#[derive(Clone)]
+pub struct Outbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Db,
+    events: EventStream,
+    wake: Notify,
+    /// One pass at a time in this process (the relay task, and the final pass at shutdown).
+    /// Held across the pass's awaits on purpose: it serialises the passes, nothing else waits.
+    pass: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Outbox")
+    }
+}
+
+impl Outbox {
+    /// The outbox of `db`, relayed to `events`.
+    pub fn new(db: Db, events: EventStream) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                db,
+                events,
+                wake: Notify::new(),
+                pass: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// Wakes the relay: a transaction that [`record`]ed events has committed.
+    pub fn committed(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// The relay: relays whatever is pending whenever woken, every [`POLL_INTERVAL`], and after a
+    /// failure with a growing pause, until `stop`. Start it after this process's consumers are
+    /// registered (in-process, a row is handed to the groups that exist when it is relayed).
+    pub async fn run(self, stop: CancellationToken) {
+        let mut pause = FIRST_RETRY_PAUSE;
+        loop {
+            let wait = match self.relay_pending(&stop).await {
+                Ok(_) => {
+                    pause = FIRST_RETRY_PAUSE;
+                    POLL_INTERVAL
+                }
+                Err(err) => {
+                    metrics::counter!(OUTBOX_RELAY_FAILURES_TOTAL).increment(1);
+                    tracing::warn!(
+                        error = format!("{err:#}"),
+                        retry_in = ?pause,
+                        "cannot relay outbox events; they stay in the outbox"
+                    );
+                    let wait = pause;
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                    wait
+                }
+            };
+            if let Ok(age) = oldest_pending_age(&self.inner.db).await {
+                metrics::gauge!(OUTBOX_OLDEST_PENDING_SECONDS)
+                    .set(age.unwrap_or(0) as f64 / 1000.0);
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = self.inner.wake.notified() => {},
+                () = tokio::time::sleep(wait) => {},
+            }
+        }
+    }
+
+    /// Relays every pending row (pass after pass until one finds fewer than a batch); returns how
+    /// many were relayed. In-process, a pass waits until the consumers handled its rows, or
+    /// `stop`.
+    pub async fn relay_pending(&self, stop: &CancellationToken) -> anyhow::Result<u64> {
+        let mut relayed = 0;
+        loop {
+            let (seen, done) = self.pass(stop).await?;
+            relayed += done;
+            if seen < RELAY_BATCH as usize || done < seen as u64 || stop.is_cancelled() {
+                return Ok(relayed);
+            }
+        }
+    }
+
+    /// One batch: (rows seen, rows relayed and deleted).
+    async fn pass(&self, stop: &CancellationToken) -> anyhow::Result<(usize, u64)> {
+        let _one_pass = self.inner.pass.lock().await;
+        let db = &self.inner.db;
+        match (&self.inner.events.backend, db.kind()) {
+            (Backend::Redis(_), DatabaseKind::Postgres) => {
+                // One relaying instance at a time (the others find the lock taken and skip), so
+                // the stream gets the rows in id order.
+                let mut tx = db.writer().begin().await?;
+                let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+                    .bind(RELAY_LOCK_KEY)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if !locked {
+                    return Ok((0, 0));
+                }
+                let rows = select_batch(&mut tx).await?;
+                let seen = rows.len();
+                let published = self.publish(rows).await?;
+                let deleted = delete(&mut tx, &published).await?;
+                tx.commit().await?;
+                Ok((seen, deleted))
+            }
+            (Backend::Redis(_), DatabaseKind::Sqlite) => {
+                // SQLite has one writer: never hold it across the network. One process per
+                // database file, so nothing else relays these rows. (Rows are read on the writer
+                // too: the relay is write-side work and must not queue behind readers.)
+                let rows = select_batch(&mut *db.writer().acquire().await?).await?;
+                let seen = rows.len();
+                let published = self.publish(rows).await?;
+                let deleted = delete(&mut *db.writer().acquire().await?, &published).await?;
+                Ok((seen, deleted))
+            }
+            (Backend::InProcess(local), _) => {
+                let rows = select_batch(&mut *db.writer().acquire().await?).await?;
+                let seen = rows.len();
+                let handled = hand_over(local, rows, stop).await;
+                let deleted = delete(&mut *db.writer().acquire().await?, &handled).await?;
+                Ok((seen, deleted))
+            }
+        }
+    }
+
+    /// Redis: `XADD`s the rows in one pipeline; returns their ids (all or an error).
+    async fn publish(&self, rows: Vec<OutboxRow>) -> anyhow::Result<Vec<i64>> {
+        let Backend::Redis(backend) = &self.inner.events.backend else {
+            anyhow::bail!("publish is the Redis pass");
+        };
+        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+        let topics: Vec<String> = rows.iter().map(|row| row.topic.clone()).collect();
+        backend
+            .publish_all(rows.into_iter().map(OutboxRow::into_event).collect())
+            .await?;
+        for topic in topics {
+            metrics::counter!(OUTBOX_RELAYED_TOTAL, "topic" => topic).increment(1);
+        }
+        Ok(ids)
+    }
+}
+
+async fn select_batch(connection: &mut AnyConnection) -> sqlx::Result<Vec<OutboxRow>> {
+    sqlx::query(SELECT_BATCH)
+        .bind(RELAY_BATCH)
+        .fetch_all(connection)
+        .await?
+        .iter()
+        .map(OutboxRow::from_row)
+        .collect()
+}
+
+async fn delete(connection: &mut AnyConnection, ids: &[i64]) -> sqlx::Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let placeholders: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
+    let sql = format!(
+        "DELETE FROM event_outbox WHERE id IN ({})",
+        placeholders.join(", ")
+    );
+    let mut query = sqlx::query(&sql);
+    for id in ids {
+        query = query.bind(*id);
+    }
+    Ok(query.execute(connection).await?.rows_affected())
+}
+
+/// In-process: hands each row to every group of its topic and returns the ids of the rows every
+/// group has handled, waiting for them (or `stop`). A row some group could not be given (its
+/// consumer stopped) is not among them: it stays for the next pass or the next start.
+async fn hand_over(
+    local: &super::in_process::InProcess,
+    rows: Vec<OutboxRow>,
+    stop: &CancellationToken,
+) -> Vec<i64> {
+    let (handled, mut handled_ids) = mpsc::unbounded_channel();
+    let mut expected = 0;
+    for row in rows {
+        let (id, topic) = (row.id, row.topic.clone());
+        if local.hand_over(row.into_event(), id, &handled).await {
+            expected += 1;
+            metrics::counter!(OUTBOX_RELAYED_TOTAL, "topic" => topic).increment(1);
+        }
+    }
+    drop(handled);
+    let mut done = Vec::with_capacity(expected);
+    while done.len() < expected {
+        tokio::select! {
+            id = handled_ids.recv() => match id {
+                Some(id) => done.push(id),
+                None => break,
+            },
+            () = stop.cancelled() => break,
+        }
+    }
+    done
+}
+
+/// Age of the oldest row still in the outbox (ms), if any.
+async fn oldest_pending_age(db: &Db) -> sqlx::Result<Option<i64>> {
+    let oldest: Option<i64> =
+        sqlx::query_scalar("SELECT created_at FROM event_outbox ORDER BY id LIMIT 1")
+            .fetch_optional(db.pool())
+            .await?;
+    Ok(oldest.map(|created_at| now_millis().saturating_sub(created_at)))
+}
