@@ -1,5 +1,6 @@
-//! webook — the backend of a content community (articles, reads/likes/collects, a hot list,
-//! follows, a feed, comments, tags, search, rewards) with its own job scheduler.
+//! webook — the backend of a content community (accounts, articles with drafts and publishing,
+//! reads/likes/collects, a hot list) with its own job scheduler. Follows and a feed, comments,
+//! tags, search and rewards are not built yet.
 //!
 //! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
 //! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
