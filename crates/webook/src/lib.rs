@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod article;
+pub mod biz;
 pub mod cli;
 pub mod config;
 pub mod error;

@@ -12,7 +12,7 @@ use std::sync::{
 use tracing_subscriber::layer::SubscriberExt as _;
 use webook::{config::DatabaseKind, interactive::store::InteractiveStore, testing::TestDb};
 
-const BIZ: &str = "article";
+const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
 
 /// Counts the statements sqlx logs (target `sqlx::query`) that read `interactives`, on any
 /// thread: SQLite connections run their statements on worker threads of their own, and the pool

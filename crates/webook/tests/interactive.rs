@@ -19,7 +19,7 @@ use webook::{
     testing::{wait_until, TestApp, TestDb},
 };
 
-const BIZ: &str = "article";
+const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
 
 async fn user(app: &TestApp, email: &str) -> String {
     assert_eq!(signup(app, email).await.code(), 0);
@@ -193,7 +193,7 @@ async fn likes_and_collects_over_http_show_in_the_reader_view(setup: Setup) {
 
 async fn read_count_in(db: &TestDb, id: i64) -> i64 {
     sqlx::query_scalar("SELECT read_cnt FROM interactives WHERE biz = $1 AND biz_id = $2")
-        .bind(BIZ)
+        .bind(BIZ.as_str())
         .bind(id)
         .fetch_optional(db.db.pool())
         .await
@@ -501,7 +501,7 @@ async fn a_read_batch_refills_the_counters_it_changed() {
                 topic: "interactive_read".into(),
                 key: "5".into(),
                 payload: serde_json::to_vec(&ReadEvent {
-                    biz: BIZ.into(),
+                    biz: BIZ,
                     biz_id: 5,
                     uid: n,
                 })
@@ -676,8 +676,8 @@ async fn overlapping_read_batches_applied_concurrently_never_deadlock(db: TestDb
     let store = InteractiveStore::new(db.db.clone());
     for round in 0..ROUNDS {
         let batches = ["a", "b"].map(|instance| {
-            let reads: Vec<(String, i64, String)> = (1..=OBJECTS)
-                .map(|id| (BIZ.to_owned(), id, format!("{round}-{instance}-{id}")))
+            let reads: Vec<(webook::biz::Biz, i64, String)> = (1..=OBJECTS)
+                .map(|id| (BIZ, id, format!("{round}-{instance}-{id}")))
                 .collect();
             let store = store.clone();
             tokio::spawn(async move { store.apply_reads(&reads, Some("reads"), 1).await })

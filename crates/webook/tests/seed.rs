@@ -324,12 +324,15 @@ async fn seeds_a_consistent_skewed_dataset(test: TestDb) {
     let interactive = InteractiveStore::new(test.db.clone());
     assert!(
         interactive
-            .user_flags(liker, "article", article)
+            .user_flags(liker, webook::biz::Biz::Article, article)
             .await
             .unwrap()
             .liked
     );
-    let counts = interactive.counts("article", article).await.unwrap();
+    let counts = interactive
+        .counts(webook::biz::Biz::Article, article)
+        .await
+        .unwrap();
     assert_eq!(
         counts.like_cnt,
         scalar(

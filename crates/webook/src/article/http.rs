@@ -33,7 +33,7 @@ pub fn router(state: AppState) -> Router<AppState> {
 }
 
 /// The `biz` of articles in the interactive tables.
-pub const BIZ: &str = "article";
+pub const BIZ: crate::biz::Biz = crate::biz::Biz::Article;
 
 #[derive(Deserialize)]
 struct EditRequest {

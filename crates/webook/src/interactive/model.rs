@@ -25,8 +25,8 @@ pub struct UserFlags {
 /// Payload of a read event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadEvent {
-    /// Kind of object, e.g. `article`.
-    pub biz: String,
+    /// Kind of object.
+    pub biz: crate::biz::Biz,
     /// Its id.
     pub biz_id: i64,
     /// The reader.

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    biz::Biz,
     error::{AppError, Msg},
     infra::{
         cache::{json_bytes, FillToken, VersionedCache},
@@ -114,11 +115,11 @@ fn spawn_like_writer(store: InteractiveStore) -> mpsc::Sender<LikeRequest> {
     sender
 }
 
-fn cache_key(biz: &str, biz_id: i64) -> String {
+fn cache_key(biz: Biz, biz_id: i64) -> String {
     format!("{biz}:{biz_id}")
 }
 
-fn flags_key(uid: i64, biz: &str, biz_id: i64) -> String {
+fn flags_key(uid: i64, biz: Biz, biz_id: i64) -> String {
     format!("{uid}:{biz}:{biz_id}")
 }
 
@@ -160,15 +161,14 @@ impl InteractiveService {
 
     /// Likes or unlikes; idempotent. Returns once the like is committed (see [`LIKE_BATCH`]) and
     /// the caches are fixed; both happen even if the caller goes away ([`to_completion`]).
-    pub async fn like(&self, uid: i64, biz: &str, biz_id: i64, like: bool) -> Result<(), AppError> {
+    pub async fn like(&self, uid: i64, biz: Biz, biz_id: i64, like: bool) -> Result<(), AppError> {
         let service = self.clone();
-        let biz = biz.to_owned();
         to_completion(async move {
             let (reply, changed) = oneshot::channel();
             let request = LikeRequest {
                 change: LikeChange {
                     uid,
-                    biz: biz.clone(),
+                    biz,
                     biz_id,
                     like,
                 },
@@ -183,7 +183,7 @@ impl InteractiveService {
                 .await
                 .map_err(|_| anyhow::anyhow!("the like writer dropped a like"))??
             {
-                service.forget(uid, &biz, biz_id).await;
+                service.forget(uid, biz, biz_id).await;
             }
             Ok(())
         })
@@ -195,7 +195,7 @@ impl InteractiveService {
     pub async fn collect(
         &self,
         uid: i64,
-        biz: &str,
+        biz: Biz,
         biz_id: i64,
         cid: i64,
         collect: bool,
@@ -209,14 +209,13 @@ impl InteractiveService {
             )));
         }
         let service = self.clone();
-        let biz = biz.to_owned();
         to_completion(async move {
             if service
                 .store
-                .set_collect(uid, &biz, biz_id, cid, collect, now_millis())
+                .set_collect(uid, biz, biz_id, cid, collect, now_millis())
                 .await?
             {
-                service.forget(uid, &biz, biz_id).await;
+                service.forget(uid, biz, biz_id).await;
             }
             Ok(())
         })
@@ -224,7 +223,7 @@ impl InteractiveService {
     }
 
     /// After `uid` changed its like or collect of the object: its counts and that user's flags.
-    async fn forget(&self, uid: i64, biz: &str, biz_id: i64) {
+    async fn forget(&self, uid: i64, biz: Biz, biz_id: i64) {
         self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
         self.flags_cache
             .invalidate(&flags_key(uid, biz, biz_id))
@@ -232,7 +231,7 @@ impl InteractiveService {
     }
 
     /// Counts one read of the object by `uid` (asynchronously). Never fails the read itself.
-    pub async fn record_read(&self, biz: &str, biz_id: i64, uid: i64) {
+    pub async fn record_read(&self, biz: Biz, biz_id: i64, uid: i64) {
         let event = ReadEvent {
             biz: biz.to_owned(),
             biz_id,
@@ -244,7 +243,7 @@ impl InteractiveService {
             .await
         {
             tracing::error!(
-                biz,
+                biz = biz.as_str(),
                 biz_id,
                 error = format!("{err:#}"),
                 "could not record a read"
@@ -253,7 +252,7 @@ impl InteractiveService {
     }
 
     /// The object's counters, cached.
-    pub async fn counts(&self, biz: &str, biz_id: i64) -> Result<Counts, AppError> {
+    pub async fn counts(&self, biz: Biz, biz_id: i64) -> Result<Counts, AppError> {
         Ok(self
             .counts_cache
             .get_or_load(
@@ -267,7 +266,7 @@ impl InteractiveService {
     /// Counters of many objects in one query (for lists and the hot list); absent ids have none.
     pub async fn batch_counts(
         &self,
-        biz: &str,
+        biz: Biz,
         ids: &[i64],
     ) -> Result<HashMap<i64, Counts>, AppError> {
         Ok(self.store.batch_counts(biz, ids).await?)
@@ -275,12 +274,7 @@ impl InteractiveService {
 
     /// Whether `uid` likes / has collected the object; cached per (user, object) and
     /// invalidated by that user's likes and collects of it.
-    pub async fn user_flags(
-        &self,
-        uid: i64,
-        biz: &str,
-        biz_id: i64,
-    ) -> Result<UserFlags, AppError> {
+    pub async fn user_flags(&self, uid: i64, biz: Biz, biz_id: i64) -> Result<UserFlags, AppError> {
         Ok(self
             .flags_cache
             .get_or_load(
@@ -317,7 +311,7 @@ impl InteractiveService {
 
     /// Applies one batch of read events; an error leaves the batch to be retried.
     pub async fn apply_read_batch(&self, events: Vec<Event>) -> anyhow::Result<()> {
-        let reads: Vec<(String, i64, String)> = events
+        let reads: Vec<(Biz, i64, String)> = events
             .into_iter()
             .filter_map(
                 |event| match serde_json::from_slice::<ReadEvent>(&event.payload) {
@@ -334,13 +328,13 @@ impl InteractiveService {
         let applied = self.store.apply_reads(&reads, dedup_group, now).await?;
         // Invalidate, then refill from the database with one query per biz: the objects just
         // read are the ones about to be read again, and each would otherwise miss on its own.
-        let mut refills: HashMap<&str, Vec<(i64, FillToken)>> = HashMap::new();
+        let mut refills: HashMap<Biz, Vec<(i64, FillToken)>> = HashMap::new();
         for ((biz, biz_id), _) in &applied {
             let token = self
                 .counts_cache
-                .invalidate_for_refill(&cache_key(biz, *biz_id))
+                .invalidate_for_refill(&cache_key(*biz, *biz_id))
                 .await;
-            refills.entry(biz).or_default().push((*biz_id, token));
+            refills.entry(*biz).or_default().push((*biz_id, token));
         }
         for (biz, objects) in refills {
             let ids: Vec<i64> = objects.iter().map(|(id, _)| *id).collect();

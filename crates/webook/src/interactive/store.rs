@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use sqlx::{Any, Row, Transaction};
 
 use crate::{
+    biz::Biz,
     infra::{
         db::{bulk_row_placeholders, placeholders, Db},
         events::dedup,
@@ -25,7 +26,7 @@ pub struct LikeChange {
     /// Who.
     pub uid: i64,
     /// Kind of object.
-    pub biz: String,
+    pub biz: Biz,
     /// Its id.
     pub biz_id: i64,
     /// Like or unlike.
@@ -72,14 +73,14 @@ impl InteractiveStore {
     pub async fn set_like(
         &self,
         uid: i64,
-        biz: &str,
+        biz: Biz,
         biz_id: i64,
         like: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
         let change = LikeChange {
             uid,
-            biz: biz.to_owned(),
+            biz,
             biz_id,
             like,
         };
@@ -108,12 +109,13 @@ impl InteractiveStore {
     pub async fn set_collect(
         &self,
         uid: i64,
-        biz: &str,
+        biz: Biz,
         biz_id: i64,
         cid: i64,
         collect: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
+        let biz = biz.as_str();
         let mut tx = self.db.writer().begin().await?;
         let changed = if collect {
             let turned_on = sqlx::query_scalar::<_, i64>(
@@ -175,12 +177,12 @@ impl InteractiveStore {
     /// once. Returns the reads applied per object.
     pub async fn apply_reads(
         &self,
-        reads: &[(String, i64, String)],
+        reads: &[(Biz, i64, String)],
         dedup_group: Option<&str>,
         now: i64,
-    ) -> sqlx::Result<Vec<((String, i64), i64)>> {
+    ) -> sqlx::Result<Vec<((Biz, i64), i64)>> {
         let mut tx = self.db.writer().begin().await?;
-        let fresh: Vec<&(String, i64, String)> = match dedup_group {
+        let fresh: Vec<&(Biz, i64, String)> = match dedup_group {
             None => reads.iter().collect(),
             Some(group) => {
                 dedup::first_deliveries(
@@ -194,13 +196,13 @@ impl InteractiveStore {
                 .await?
             }
         };
-        let mut per_object: HashMap<(String, i64), i64> = HashMap::new();
+        let mut per_object: HashMap<(Biz, i64), i64> = HashMap::new();
         for (biz, biz_id, _) in fresh {
-            *per_object.entry((biz.clone(), *biz_id)).or_default() += 1;
+            *per_object.entry((*biz, *biz_id)).or_default() += 1;
         }
         // In key order: two instances' batches lock the same rows in the same order, so on
         // PostgreSQL they queue instead of deadlocking (HashMap order differs per batch).
-        let mut applied: Vec<((String, i64), i64)> = per_object.into_iter().collect();
+        let mut applied: Vec<((Biz, i64), i64)> = per_object.into_iter().collect();
         applied.sort_unstable();
         for chunk in applied.chunks(1000) {
             let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 5);
@@ -212,7 +214,7 @@ impl InteractiveStore {
             let mut query = sqlx::query(&sql);
             for ((biz, biz_id), count) in chunk {
                 query = query
-                    .bind(biz)
+                    .bind(biz.as_str())
                     .bind(*biz_id)
                     .bind(*count)
                     .bind(now)
@@ -225,7 +227,7 @@ impl InteractiveStore {
     }
 
     /// The counters of one object (zeros when it has none yet).
-    pub async fn counts(&self, biz: &str, biz_id: i64) -> sqlx::Result<Counts> {
+    pub async fn counts(&self, biz: Biz, biz_id: i64) -> sqlx::Result<Counts> {
         Ok(self
             .batch_counts(biz, &[biz_id])
             .await?
@@ -234,7 +236,8 @@ impl InteractiveStore {
     }
 
     /// The counters of many objects in one query; objects without counters are absent.
-    pub async fn batch_counts(&self, biz: &str, ids: &[i64]) -> sqlx::Result<HashMap<i64, Counts>> {
+    pub async fn batch_counts(&self, biz: Biz, ids: &[i64]) -> sqlx::Result<HashMap<i64, Counts>> {
+        let biz = biz.as_str();
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
@@ -264,7 +267,8 @@ impl InteractiveStore {
     }
 
     /// Whether `uid` likes and has collected the object, in one query.
-    pub async fn user_flags(&self, uid: i64, biz: &str, biz_id: i64) -> sqlx::Result<UserFlags> {
+    pub async fn user_flags(&self, uid: i64, biz: Biz, biz_id: i64) -> sqlx::Result<UserFlags> {
+        let biz = biz.as_str();
         let row = sqlx::query(
             "SELECT (SELECT status FROM user_likes WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS liked, \
                     (SELECT status FROM user_collects WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS collected",
@@ -316,14 +320,14 @@ async fn apply_like(
              WHERE user_likes.status = 0 RETURNING id",
         )
         .bind(change.uid)
-        .bind(&change.biz)
+        .bind(change.biz.as_str())
         .bind(change.biz_id)
         .bind(now)
         .fetch_optional(&mut **tx)
         .await?
         .is_some();
         if turned_on {
-            bump(tx, &change.biz, change.biz_id, Counter::Like, now).await?;
+            bump(tx, change.biz.as_str(), change.biz_id, Counter::Like, now).await?;
         }
         turned_on
     } else {
@@ -331,7 +335,7 @@ async fn apply_like(
             tx,
             Counter::Like,
             change.uid,
-            &change.biz,
+            change.biz.as_str(),
             change.biz_id,
             now,
         )

@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// The `biz` of articles in `interactives`.
-const ARTICLE_BIZ: &str = "article";
+const ARTICLE_BIZ: &str = crate::biz::Biz::Article.as_str();
 
 /// One published article as the scan sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]

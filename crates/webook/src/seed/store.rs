@@ -178,7 +178,7 @@ pub async fn insert_counters(
         let mut query = sqlx::query(&sql);
         for row in chunk {
             query = query
-                .bind("article")
+                .bind(crate::biz::Biz::Article.as_str())
                 .bind(row.biz_id)
                 .bind(row.reads)
                 .bind(row.likes)
@@ -221,7 +221,7 @@ pub async fn insert_interactions(
         for row in chunk {
             query = query
                 .bind(row.uid)
-                .bind("article")
+                .bind(crate::biz::Biz::Article.as_str())
                 .bind(row.biz_id)
                 .bind(1i64)
                 .bind(row.time)
