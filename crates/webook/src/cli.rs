@@ -5,12 +5,10 @@
 //! subcommand. Each subcommand loads the layered config, then hands over to [`crate::app`] or the
 //! infrastructure it needs.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
 
+pub use crate::config::ConfigArgs;
 use crate::{
     app,
     config::{Config, Role},
@@ -28,34 +26,6 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Configuration flags, the highest-precedence layer. Every flag also has a `WEBOOK_*`
-/// environment variable and a `webook.toml` key of the same name (see `docs/CONFIG.md`).
-#[derive(Debug, Clone, Default, Args, Serialize)]
-pub struct ConfigArgs {
-    /// Config file (TOML). Default: `./webook.toml` when it exists. Env: WEBOOK_CONFIG.
-    #[arg(long, global = true, env = "WEBOOK_CONFIG", value_name = "PATH")]
-    #[serde(skip)]
-    pub config: Option<PathBuf>,
-    /// Address to listen on, e.g. 0.0.0.0:8080. Env: WEBOOK_LISTEN. Default: 127.0.0.1:8080.
-    #[arg(long, global = true, value_name = "ADDR")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub listen: Option<String>,
-    /// Directory for the SQLite database and generated secrets. Env: WEBOOK_DATA_DIR.
-    /// Default: ./data.
-    #[arg(long, global = true, value_name = "DIR")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data_dir: Option<PathBuf>,
-    /// sqlite://PATH or postgres://USER@HOST/DB. Env: WEBOOK_DATABASE_URL.
-    /// Default: SQLite file `webook.db` in the data dir.
-    #[arg(long, global = true, value_name = "URL")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub database_url: Option<String>,
-    /// redis://HOST:PORT/DB; setting it switches to cluster mode. Env: WEBOOK_REDIS_URL.
-    #[arg(long, global = true, value_name = "URL")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub redis_url: Option<String>,
 }
 
 /// The subcommands.

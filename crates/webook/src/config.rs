@@ -3,7 +3,9 @@
 //! [`Config::load`] merges the layers with figment (later layers win, key by key), extracts one
 //! [`Config`] and validates it, so every later stage can trust it. Keys are the same in every
 //! layer: the TOML key `data_dir` is the env var `WEBOOK_DATA_DIR` and the flag `--data-dir`.
-//! Errors name the setting and where its value came from, in one line.
+//! Errors name the setting and where its value came from, in one line. The flags layer is
+//! [`ConfigArgs`], defined here and flattened into the command line by [`crate::cli`] (the
+//! configuration does not depend on the command line).
 //!
 //! Mode follows from the settings: `redis_url` set means cluster mode (shared Redis, secrets
 //! must be configured); absent means embedded mode (in-process cache/locks/queue, JWT secrets
@@ -24,7 +26,35 @@ use figment::{
 };
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::{cli::ConfigArgs, infra::redact_url};
+use crate::infra::redact_url;
+
+/// Configuration flags, the highest-precedence layer. Every flag also has a `WEBOOK_*`
+/// environment variable and a `webook.toml` key of the same name (see `docs/CONFIG.md`).
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct ConfigArgs {
+    /// Config file (TOML). Default: `./webook.toml` when it exists. Env: WEBOOK_CONFIG.
+    #[arg(long, global = true, env = "WEBOOK_CONFIG", value_name = "PATH")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, e.g. 0.0.0.0:8080. Env: WEBOOK_LISTEN. Default: 127.0.0.1:8080.
+    #[arg(long, global = true, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Directory for the SQLite database and generated secrets. Env: WEBOOK_DATA_DIR.
+    /// Default: ./data.
+    #[arg(long, global = true, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// sqlite://PATH or postgres://USER@HOST/DB. Env: WEBOOK_DATABASE_URL.
+    /// Default: SQLite file `webook.db` in the data dir.
+    #[arg(long, global = true, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// redis://HOST:PORT/DB; setting it switches to cluster mode. Env: WEBOOK_REDIS_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+}
 
 /// The config file read when neither `--config` nor `WEBOOK_CONFIG` names one (optional).
 pub const DEFAULT_CONFIG_FILE: &str = "webook.toml";
