@@ -613,9 +613,10 @@ async fn an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout(db: TestDb) {
     }
     let mut executors = Executors::new();
     executors.register(
-        scheduler::sql::HttpExecutor::new(scheduler::sql::TargetPolicy::allowing(vec![
-            "127.0.0.0/8".parse().unwrap(),
-        ]))
+        scheduler::sql::HttpExecutor::new(
+            scheduler::sql::TargetPolicy::allowing(vec!["127.0.0.0/8".parse().unwrap()]),
+            "x-webook-",
+        )
         .unwrap(),
     );
     let worker = SqlScheduler::new(

@@ -71,7 +71,7 @@ impl std::fmt::Debug for RedisLocks {
 }
 
 impl RedisLocks {
-    /// Locks stored under `prefix` (e.g. `"webook:lock:"`) on `connection`.
+    /// Locks stored under `prefix` (e.g. `"myapp:lock:"`) on `connection`.
     pub fn new(connection: ConnectionManager, prefix: impl Into<String>) -> Self {
         Self {
             connection,

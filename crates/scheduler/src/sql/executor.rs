@@ -4,8 +4,9 @@
 //! ranking jobs to the ones that do.
 //!
 //! [`HttpExecutor`] (`http`) is the seeds' "scheduling = calling an endpoint": it sends one request
-//! per run with headers `x-webook-job`, `x-webook-scheduled-at` (ms) and `x-webook-token`, so the
-//! receiver can deduplicate by fire time and refuse stale holders by token. A non-2xx answer
+//! per run with headers `<prefix>job`, `<prefix>scheduled-at` (ms) and `<prefix>token` — the
+//! prefix is the caller's, e.g. `x-webook-` — so the receiver can deduplicate by fire time and
+//! refuse stale holders by token. A non-2xx answer
 //! (redirects are not followed) or a timeout fails the run. Internal addresses are refused
 //! unless allowed ([`TargetPolicy`]): literal IPs when the job is created and when it runs,
 //! every address a host name resolves to at each call.
@@ -166,12 +167,37 @@ impl reqwest::dns::Resolve for GuardedResolver {
 pub struct HttpExecutor {
     client: reqwest::Client,
     policy: Arc<TargetPolicy>,
+    headers: RunHeaders,
+}
+
+/// The names of the headers a run is announced with.
+#[derive(Debug, Clone)]
+struct RunHeaders {
+    job: reqwest::header::HeaderName,
+    scheduled_at: reqwest::header::HeaderName,
+    token: reqwest::header::HeaderName,
+}
+
+impl RunHeaders {
+    fn with_prefix(prefix: &str) -> anyhow::Result<Self> {
+        let name = |suffix: &str| {
+            reqwest::header::HeaderName::from_bytes(format!("{prefix}{suffix}").as_bytes())
+                .with_context(|| format!("{prefix:?} is not a valid header name prefix"))
+        };
+        Ok(Self {
+            job: name("job")?,
+            scheduled_at: name("scheduled-at")?,
+            token: name("token")?,
+        })
+    }
 }
 
 impl HttpExecutor {
     /// An executor with its own connection pool, calling public addresses and the internal
-    /// ones `policy` allows.
-    pub fn new(policy: TargetPolicy) -> anyhow::Result<Self> {
+    /// ones `policy` allows, announcing each run in headers named `header_prefix` + `job`,
+    /// `scheduled-at` and `token` (an error if that makes an invalid header name).
+    pub fn new(policy: TargetPolicy, header_prefix: &str) -> anyhow::Result<Self> {
+        let headers = RunHeaders::with_prefix(header_prefix)?;
         let policy = Arc::new(policy);
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -180,7 +206,11 @@ impl HttpExecutor {
             }))
             .build()
             .context("building the http executor's client")?;
-        Ok(Self { client, policy })
+        Ok(Self {
+            client,
+            policy,
+            headers,
+        })
     }
 }
 
@@ -203,9 +233,9 @@ impl Executor for HttpExecutor {
             .client
             .request(method, &cfg.url)
             .timeout(Duration::from_millis(cfg.timeout_ms))
-            .header("x-webook-job", &job.name)
-            .header("x-webook-scheduled-at", scheduled_at.to_string())
-            .header("x-webook-token", ctx.fencing_token().to_string())
+            .header(&self.headers.job, &job.name)
+            .header(&self.headers.scheduled_at, scheduled_at.to_string())
+            .header(&self.headers.token, ctx.fencing_token().to_string())
             .send();
         let response = tokio::select! {
             // `{:#}` keeps the resolver's refusal, which reqwest wraps in its own error.
@@ -229,8 +259,11 @@ mod tests {
     fn http_cfg_is_checked_with_clear_messages() {
         let mut executors = Executors::new();
         executors.register(
-            HttpExecutor::new(TargetPolicy::allowing(vec!["127.0.0.0/8".parse().unwrap()]))
-                .unwrap(),
+            HttpExecutor::new(
+                TargetPolicy::allowing(vec!["127.0.0.0/8".parse().unwrap()]),
+                "x-test-",
+            )
+            .unwrap(),
         );
         assert_eq!(
             executors.check("http", r#"{"url": "http://127.0.0.1:9/hook"}"#),
@@ -303,7 +336,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_host_name_that_resolves_to_an_internal_address_is_refused_when_called() {
-        let executor = HttpExecutor::new(TargetPolicy::public_only()).unwrap();
+        let executor = HttpExecutor::new(TargetPolicy::public_only(), "x-test-").unwrap();
         // Passes the creation check (a name, not an IP) but resolves to loopback.
         executor
             .check_cfg(&serde_json::json!({"url": "http://localhost:9/hook"}))
@@ -313,6 +346,45 @@ mod tests {
             .await
             .unwrap_err();
         assert!(format!("{err:#}").contains("internal address"), "{err:#}");
+    }
+
+    #[tokio::test]
+    async fn a_run_is_announced_in_headers_under_the_callers_prefix() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (seen, request) = tokio::sync::oneshot::channel::<String>();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buffer = vec![0u8; 4096];
+            let read = socket.read(&mut buffer).await.unwrap();
+            socket
+                .write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            seen.send(String::from_utf8_lossy(&buffer[..read]).to_lowercase())
+                .unwrap();
+        });
+        let executor = HttpExecutor::new(
+            TargetPolicy::allowing(vec!["127.0.0.1/32".parse().unwrap()]),
+            "x-acme-",
+        )
+        .unwrap();
+        executor
+            .execute(&job(&format!("http://{address}/hook")), context())
+            .await
+            .unwrap();
+        let request = request.await.unwrap();
+        for header in ["x-acme-job: ", "x-acme-scheduled-at: ", "x-acme-token: "] {
+            assert!(request.contains(header), "{header} missing in {request}");
+        }
+        assert!(!request.contains("x-webook-"), "{request}");
+    }
+
+    #[test]
+    fn a_prefix_that_makes_no_header_name_is_refused() {
+        let err = HttpExecutor::new(TargetPolicy::public_only(), "x bad ").unwrap_err();
+        assert!(err.to_string().contains("header name prefix"), "{err:#}");
     }
 
     #[tokio::test]
@@ -329,9 +401,10 @@ mod tests {
                 .await
                 .unwrap();
         });
-        let executor = HttpExecutor::new(TargetPolicy::allowing(vec!["127.0.0.1/32"
-            .parse()
-            .unwrap()]))
+        let executor = HttpExecutor::new(
+            TargetPolicy::allowing(vec!["127.0.0.1/32".parse().unwrap()]),
+            "x-test-",
+        )
         .unwrap();
         let err = executor
             .execute(&job(&format!("http://{address}/hook")), context())

@@ -34,6 +34,10 @@ use crate::{
 pub use http::router;
 pub use purge::PurgeJobRuns;
 
+/// Prefix of the headers the `http` executor announces a run with: `x-webook-job`,
+/// `x-webook-scheduled-at`, `x-webook-token` (docs/JOBS.md).
+pub const HTTP_JOB_HEADER_PREFIX: &str = "x-webook-";
+
 /// The executors durable jobs may name: what this build's instances can run, and so what job
 /// creation accepts (the API and the CLI check against this same registry). `ranking` is there
 /// when the hot list is given; `http` calls public addresses and the internal networks in
@@ -43,7 +47,10 @@ pub fn executors(
     allowed_networks: Vec<ipnet::IpNet>,
 ) -> anyhow::Result<Executors> {
     let mut executors = Executors::new();
-    executors.register(HttpExecutor::new(TargetPolicy::allowing(allowed_networks))?);
+    executors.register(HttpExecutor::new(
+        TargetPolicy::allowing(allowed_networks),
+        HTTP_JOB_HEADER_PREFIX,
+    )?);
     if let Some(ranking) = ranking {
         executors.register(RankingJob::new(ranking));
     }
