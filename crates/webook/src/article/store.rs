@@ -204,7 +204,7 @@ impl ArticleStore {
             Ok(PublishedArticle {
                 id: row.try_get("id")?,
                 author_id,
-                author_name: display_name(&nickname, author_id),
+                author_name: crate::user::model::display_name(&nickname, author_id),
                 title: row.try_get("title")?,
                 content: row.try_get("content")?,
                 abstract_text: row.try_get("abstract")?,
@@ -214,15 +214,6 @@ impl ArticleStore {
             })
         })
         .transpose()
-    }
-}
-
-/// The name readers see: the nickname, or `user<id>` for authors who never set one.
-pub fn display_name(nickname: &str, author_id: i64) -> String {
-    if nickname.trim().is_empty() {
-        format!("user{author_id}")
-    } else {
-        nickname.to_owned()
     }
 }
 

@@ -26,10 +26,7 @@ use arc_swap::ArcSwapOption;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    article::{
-        service::{ArticleEvent, TOPIC_WITHDRAWN},
-        store::display_name,
-    },
+    article::service::{ArticleEvent, TOPIC_WITHDRAWN},
     infra::{
         db::now_millis,
         events::{EventStream, Subscription},
@@ -230,7 +227,10 @@ impl RankingService {
                     abstract_text: details.abstract_text,
                     author: Author {
                         id: candidate.author_id,
-                        name: display_name(&details.author_nickname, candidate.author_id),
+                        name: crate::user::model::display_name(
+                            &details.author_nickname,
+                            candidate.author_id,
+                        ),
                     },
                     like_cnt: candidate.signals.likes,
                     score: entry.score,

@@ -146,6 +146,16 @@ impl ProfileEdit {
     }
 }
 
+/// The name others see for user `uid`: the nickname, or `user<id>` when none was set (authors
+/// in article views and the hot list; later comments and the feed).
+pub fn display_name(nickname: &str, uid: i64) -> String {
+    if nickname.trim().is_empty() {
+        format!("user{uid}")
+    } else {
+        nickname.to_owned()
+    }
+}
+
 /// The calendar date of `now` in the time zone furthest ahead (UTC+14): the latest "today" any
 /// user can have, so a birthday entered as someone's local today is never "in the future" (UTC's
 /// date trails Asia's by up to a day).
@@ -223,6 +233,14 @@ mod tests {
 
     fn today() -> chrono::NaiveDate {
         chrono::NaiveDate::from_ymd_opt(2026, 11, 29).unwrap()
+    }
+
+    #[test]
+    fn the_display_name_falls_back_to_the_id_only_without_a_nickname() {
+        assert_eq!(display_name("", 7), "user7");
+        assert_eq!(display_name(" \t", 7), "user7");
+        assert_eq!(display_name("小明", 7), "小明");
+        assert_eq!(display_name(" Ann ", 7), " Ann ");
     }
 
     #[test]
