@@ -298,6 +298,36 @@ impl RedisServer {
         .await;
     }
 
+    /// Makes the server refuse every write (`maxmemory 1`, `noeviction`: commands that add data
+    /// fail with OOM, reads still work), or take writes again.
+    pub async fn refuse_writes(&self, refuse: bool) {
+        let mut connection = redis::Client::open(self.url())
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the private redis-server");
+        for (key, value) in [
+            ("maxmemory-policy", "noeviction"),
+            ("maxmemory", if refuse { "1" } else { "0" }),
+        ] {
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(key)
+                .arg(value)
+                .query_async(&mut connection)
+                .await
+                .expect("CONFIG SET");
+        }
+        if refuse {
+            let refused: redis::RedisResult<()> = redis::cmd("SET")
+                .arg("refuse-writes-probe")
+                .arg("1")
+                .query_async(&mut connection)
+                .await;
+            assert!(refused.is_err(), "redis-server still takes writes");
+        }
+    }
+
     /// Kills the server and waits for it to exit.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -840,27 +840,6 @@ fn outbox_server(data_dir: &Path, database_url: &str, redis: &RedisServer) -> Se
     Server::start(command)
 }
 
-/// Sets Redis's memory limit: `1` refuses every write (`noeviction`), `0` lifts it.
-async fn redis_maxmemory(redis: &RedisServer, bytes: u64) {
-    let mut connection = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory-policy", "noeviction"])
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(bytes)
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-}
-
 /// (event id, article id) of every entry of `topic`'s stream.
 async fn stream_events(redis: &RedisServer, topic: &str) -> Vec<(String, i64)> {
     let mut connection = redis::Client::open(redis.url())
@@ -936,7 +915,7 @@ async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
         assert_eq!(answer["code"], 0, "{answer}");
         let token = headers["x-jwt-token"].to_str().unwrap().to_owned();
 
-        redis_maxmemory(&redis, 1).await;
+        redis.refuse_writes(true).await;
         let mut published = Vec::new();
         for n in 0..5 {
             let body = json!({"title": format!("kept {n}"), "content": "<p>k</p>"});
@@ -957,7 +936,7 @@ async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
         server.signal("KILL");
         drop(server);
 
-        redis_maxmemory(&redis, 0).await;
+        redis.refuse_writes(false).await;
         let restarted = outbox_server(dir.path(), &db.url, &redis);
         wait_until("the restarted server to relay the outbox", || async {
             outbox_rows(&db).await == 0

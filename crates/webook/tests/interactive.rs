@@ -594,27 +594,7 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     .await;
 
     // Redis now refuses every write (reads, such as session look-ups, still work).
-    let mut redis = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory-policy", "noeviction"])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory", "1"])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    let refused: redis::RedisResult<()> = redis::cmd("SET")
-        .arg(&["probe", "1"])
-        .query_async(&mut redis)
-        .await;
-    assert!(refused.is_err(), "Redis must refuse writes for this test");
-
+    server.refuse_writes(true).await;
     for _ in 0..10 {
         let answer = get(&api, &format!("/articles/pub/{id}"), Some(&reader)).await;
         assert_eq!(answer.code(), 0, "{}", answer.raw);
@@ -631,11 +611,7 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
         .await
         .unwrap();
     assert_eq!(waiting, 1);
-    let _: () = redis::cmd("CONFIG")
-        .arg(&["SET", "maxmemory", "0"])
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    server.refuse_writes(false).await;
     wait_until("the outbox to reach redis", || async {
         let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM event_outbox")
             .fetch_one(db.db.pool())
@@ -646,6 +622,11 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     .await;
     let stream =
         webook::infra::events::stream_key(&prefix, webook::article::service::TOPIC_PUBLISHED);
+    let mut redis = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let last: redis::streams::StreamRangeReply = redis::cmd("XREVRANGE")
         .arg(&stream)
         .arg("+")
