@@ -122,7 +122,8 @@ impl App {
     /// Opens every backend the config names and binds the listen address. Fails with one clear
     /// error naming the setting when a backend cannot be reached.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let metrics = telemetry::metrics_handle()?;
+        // First, so the recorder takes every feature's buckets.
+        let metrics = telemetry::install_metrics(&[ranking::service::METRICS])?;
         let jwt = JwtSecrets::resolve(&config)?;
         let db = Db::connect(&config).await?;
         // Before the first write. Worker-only processes share nothing user-facing in-process,

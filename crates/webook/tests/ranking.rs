@@ -336,7 +336,8 @@ async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
     let metrics = app.metrics_text().await;
     for series in [
         "ranking_serves_total{source=\"local\"} ",
-        "ranking_compute_duration_seconds_bucket{le=\"0.005\"}",
+        // The job-duration buckets the feature asked for, not the request-latency ones.
+        "ranking_compute_duration_seconds_bucket{le=\"900\"}",
         "ranking_candidates_scanned_total ",
     ] {
         assert!(metrics.contains(series), "no {series} on /metrics");

@@ -1,9 +1,10 @@
 //! Logs and metrics.
 //!
 //! Logs: `tracing` to stderr, filtered by `log` (`WEBOOK_LOG`, EnvFilter syntax), as text or JSON
-//! (`log_format`). Metrics: one process-wide Prometheus recorder ([`metrics_handle`]); any module
-//! records with the `metrics` macros and `GET /metrics` renders the registry. Metric names used
-//! across modules are constants here so dashboards and code agree.
+//! (`log_format`). Metrics: one process-wide Prometheus recorder ([`install_metrics`], then
+//! [`metrics_handle`]); any module records with the `metrics` macros and `GET /metrics` renders
+//! the registry. This module names no feature: a feature hands its histogram buckets and metric
+//! descriptions over as a [`MetricsSpec`] when the app installs the recorder.
 
 use std::{io::IsTerminal, sync::OnceLock};
 
@@ -25,9 +26,9 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// Job duration buckets (seconds): jobs run from milliseconds (a purge) to minutes (a ranking
+/// Job duration buckets (seconds): jobs run from milliseconds (a purge) to minutes (a computation
 /// over every article). A full-name matcher takes precedence over the latency suffix matcher.
-const JOB_DURATION_BUCKETS: &[f64] = &[
+pub const JOB_DURATION_BUCKETS: &[f64] = &[
     0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0,
 ];
 
@@ -50,18 +51,41 @@ pub fn init_logging(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The process-wide Prometheus registry, installed on first use (concurrent first callers wait
-/// for the one installation).
-pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
+/// What a feature tells the recorder about its metrics: histogram buckets by full metric name
+/// (taken when the recorder is installed) and a function that describes its metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsSpec {
+    /// (metric name, bucket bounds in the metric's unit).
+    pub histogram_buckets: &'static [(&'static str, &'static [f64])],
+    /// Describes the feature's metrics (`metrics::describe_*!`).
+    pub describe: fn(),
+}
+
+/// The process-wide Prometheus registry. The first call installs it with `features`' buckets and
+/// descriptions (concurrent first callers wait for that one installation); later calls return
+/// the same registry whatever they pass. The app calls it first, with every feature.
+pub fn install_metrics(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle> {
     static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
     HANDLE
-        .get_or_init(|| install_recorder().map_err(|err| format!("{err:#}")))
+        .get_or_init(|| install_recorder(features).map_err(|err| format!("{err:#}")))
         .clone()
         .map_err(anyhow::Error::msg)
 }
 
-fn install_recorder() -> anyhow::Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
+/// The process-wide registry ([`install_metrics`], installed without feature specs if nothing
+/// installed it yet).
+pub fn metrics_handle() -> anyhow::Result<PrometheusHandle> {
+    install_metrics(&[])
+}
+
+fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle> {
+    let mut builder = PrometheusBuilder::new();
+    for (metric, buckets) in features.iter().flat_map(|spec| spec.histogram_buckets) {
+        builder = builder
+            .set_buckets_for_metric(Matcher::Full((*metric).to_owned()), buckets)
+            .with_context(|| format!("configuring the buckets of {metric}"))?;
+    }
+    let handle = builder
         .set_buckets_for_metric(
             Matcher::Suffix("duration_seconds".to_owned()),
             LATENCY_BUCKETS,
@@ -77,11 +101,6 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
             SCHEDULE_LAG_BUCKETS,
         )
         .context("configuring schedule lag buckets")?
-        .set_buckets_for_metric(
-            Matcher::Full(crate::ranking::service::RANKING_COMPUTE_SECONDS.to_owned()),
-            JOB_DURATION_BUCKETS,
-        )
-        .context("configuring ranking buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     metrics::describe_counter!(HTTP_REQUESTS_TOTAL, "HTTP requests served");
@@ -93,6 +112,8 @@ fn install_recorder() -> anyhow::Result<PrometheusHandle> {
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
     scheduler::instrument::describe_metrics();
     scheduler::sql::worker::describe_metrics();
-    crate::ranking::service::describe_metrics();
+    for spec in features {
+        (spec.describe)();
+    }
     Ok(handle)
 }

@@ -30,6 +30,7 @@ use crate::{
     infra::{
         db::now_millis,
         events::{EventStream, Subscription},
+        telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
     },
     ranking::{
         cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
@@ -46,6 +47,13 @@ pub const RANKING_CANDIDATES: &str = "ranking_candidates_scanned_total";
 pub const RANKING_SERVES: &str = "ranking_serves_total";
 /// Counter: answers from a snapshot older than its expiry (the shared copy could not refresh it).
 pub const RANKING_STALE_SERVES: &str = "ranking_stale_serves_total";
+
+/// The hot list's metrics, for the recorder: computations take seconds to minutes, so their
+/// histogram uses the job-duration buckets.
+pub const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[(RANKING_COMPUTE_SECONDS, JOB_DURATION_BUCKETS)],
+    describe: describe_metrics,
+};
 
 /// Describes the hot list's metrics to the installed recorder.
 pub fn describe_metrics() {
