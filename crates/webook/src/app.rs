@@ -514,31 +514,37 @@ async fn build_user_service(
 
 /// Builds and serves `config` until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    App::build(config).await?.run_until(shutdown_signal()).await
+    // Before anything else: a signal that arrives while the app starts is then a graceful stop
+    // once it runs, never the default action (death by the signal).
+    let shutdown = shutdown_signal();
+    App::build(config).await?.run_until(shutdown).await
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::error!(%err, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is called, not
+/// when the future is first polled.
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind: SignalKind, name: &'static str| {
+        let registered = signal(kind);
+        async move {
+            match registered {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(err) => {
+                    tracing::error!(%err, "cannot listen for {name}");
+                    std::future::pending::<()>().await;
+                }
+            }
         }
     };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(err) => {
-                tracing::error!(%err, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+    let interrupt = listen(SignalKind::interrupt(), "SIGINT");
+    let terminate = listen(SignalKind::terminate(), "SIGTERM");
+    async move {
+        tokio::select! {
+            () = interrupt => tracing::info!("received SIGINT"),
+            () = terminate => tracing::info!("received SIGTERM"),
         }
-    };
-    tokio::select! {
-        () = interrupt => tracing::info!("received SIGINT"),
-        () = terminate => tracing::info!("received SIGTERM"),
     }
 }
 

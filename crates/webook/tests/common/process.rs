@@ -120,7 +120,17 @@ impl Server {
         let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().expect("exited, not killed by a signal");
+                return status.code().unwrap_or_else(|| {
+                    use std::os::unix::process::ExitStatusExt;
+                    // Seen once in CI (SIGTERM after a CLI run beside the server): say which
+                    // signal and what the server last logged.
+                    let log: Vec<String> = self.stderr_lines.try_iter().collect();
+                    panic!(
+                        "webook was killed by signal {:?} instead of exiting; its last log lines:\n{}",
+                        status.signal(),
+                        log[log.len().saturating_sub(40)..].join("\n")
+                    )
+                });
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
