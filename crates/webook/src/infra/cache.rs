@@ -517,14 +517,7 @@ impl VersionedCache {
             return FillToken(self.write_local(key, None).await);
         };
         self.local.invalidate(key).await;
-        let result: Result<u64, _> = remote
-            .invalidate
-            .key(format!("{}{key}", remote.prefix))
-            .key(&remote.version_counter)
-            .arg(self.ttl_millis())
-            .invoke_async(&mut remote.redis.connection())
-            .await;
-        match result {
+        match self.invalidate_remote(remote, key).await {
             Ok(version) => FillToken(version),
             Err(err) => {
                 tracing::error!(cache = self.name, %err, "cache invalidation failed; retrying it");
@@ -532,6 +525,17 @@ impl VersionedCache {
                 FillToken(u64::MAX)
             }
         }
+    }
+
+    /// Leaves a tombstone for `key` in Redis under a new version; returns that version.
+    async fn invalidate_remote(&self, remote: &Remote, key: &str) -> redis::RedisResult<u64> {
+        remote
+            .invalidate
+            .key(format!("{}{key}", remote.prefix))
+            .key(&remote.version_counter)
+            .arg(self.ttl_millis())
+            .invoke_async(&mut remote.redis.connection())
+            .await
     }
 
     /// Puts `key` on the pending list and makes sure the retrier runs (module docs).
@@ -573,13 +577,7 @@ impl VersionedCache {
                 continue;
             }
             for key in keys {
-                let done: Result<u64, _> = remote
-                    .invalidate
-                    .key(format!("{}{key}", remote.prefix))
-                    .key(&remote.version_counter)
-                    .arg(self.ttl_millis())
-                    .invoke_async(&mut remote.redis.connection())
-                    .await;
+                let done = self.invalidate_remote(remote, &key).await;
                 if done.is_ok() {
                     self.local.invalidate(&key).await;
                     remote

@@ -72,7 +72,6 @@
 
 use std::{
     future::Future,
-    pin::Pin,
     sync::{atomic::AtomicI64, Arc},
     time::Duration,
 };
@@ -266,33 +265,6 @@ impl EventStream {
         Ok(())
     }
 
-    /// [`EventStream::consume`] for [`Subscription::Stream`], else
-    /// [`EventStream::consume_fallback`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn subscribe<H, Fut>(
-        &self,
-        subscription: Subscription,
-        topic: &str,
-        group: &str,
-        batch_size: usize,
-        max_wait: Duration,
-        stop: CancellationToken,
-        handler: H,
-    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>
-    where
-        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
-        Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
-    {
-        match subscription {
-            Subscription::Stream => {
-                Box::pin(self.consume(topic, group, batch_size, max_wait, stop, handler))
-            }
-            Subscription::FallbackOnly => {
-                Box::pin(self.consume_fallback(topic, group, batch_size, max_wait, stop, handler))
-            }
-        }
-    }
-
     /// Like [`EventStream::consume`], but with Redis only the events that fell back to this
     /// process's in-process queue (a Redis publish failed), not the stream: for processes that
     /// do not consume the stream (`role = api`) but must not drop the events they publish while
@@ -310,18 +282,15 @@ impl EventStream {
         H: FnMut(Vec<Event>) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send,
     {
-        let local = match &self.backend {
-            Backend::InProcess(local) => local.register(topic, group),
-            Backend::Redis(backend) => backend.local.register(topic, group),
-        };
-        let consumer = Consumer {
-            topic: topic.to_owned(),
-            group: group.to_owned(),
-            batch_size: batch_size.max(1),
+        self.subscribe(
+            Subscription::FallbackOnly,
+            topic,
+            group,
+            batch_size,
             max_wait,
             stop,
-        };
-        async move { consumer.run_in_process(local, handler).await }
+            handler,
+        )
     }
 
     /// Registers consumer group `group` on `topic` and returns the future that runs it until
@@ -341,10 +310,42 @@ impl EventStream {
         H: FnMut(Vec<Event>) -> Fut + Send + 'static,
         Fut: Future<Output = anyhow::Result<()>> + Send,
     {
+        self.subscribe(
+            Subscription::Stream,
+            topic,
+            group,
+            batch_size,
+            max_wait,
+            stop,
+            handler,
+        )
+    }
+
+    /// [`EventStream::consume`] for [`Subscription::Stream`], else
+    /// [`EventStream::consume_fallback`]: the in-process queue of (`topic`, `group`) always,
+    /// the Redis stream only for [`Subscription::Stream`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn subscribe<H, Fut>(
+        &self,
+        subscription: Subscription,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+        max_wait: Duration,
+        stop: CancellationToken,
+        handler: H,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        H: FnMut(Vec<Event>) -> Fut + Send + 'static,
+        Fut: Future<Output = anyhow::Result<()>> + Send,
+    {
         let batch_size = batch_size.max(1);
         let (local, redis) = match &self.backend {
             Backend::InProcess(local) => (local.register(topic, group), None),
-            Backend::Redis(backend) => (backend.local.register(topic, group), Some(backend)),
+            Backend::Redis(backend) => (
+                backend.local.register(topic, group),
+                (subscription == Subscription::Stream).then_some(backend),
+            ),
         };
         let redis = redis.map(|backend| {
             let consumer = RedisConsumer {

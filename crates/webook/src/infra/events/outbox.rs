@@ -118,6 +118,15 @@ impl OutboxRow {
 const SELECT_BATCH: &str =
     "SELECT id, topic, event_key, payload, created_at FROM event_outbox ORDER BY id LIMIT $1";
 
+/// What [`Outbox::relay`] did.
+struct Relayed {
+    /// Rows relayed.
+    count: u64,
+    /// Whether its last pass found the outbox empty after it (fewer rows than a batch, all
+    /// relayed), so no row is waiting.
+    drained: bool,
+}
+
 /// The relay of one process, and the handle services wake it with; cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {
@@ -163,10 +172,10 @@ impl Outbox {
     pub async fn run(self, stop: CancellationToken) {
         let mut pause = FIRST_RETRY_PAUSE;
         loop {
-            let wait = match self.relay_pending(&stop).await {
-                Ok(_) => {
+            let (wait, drained) = match self.relay(&stop).await {
+                Ok(relayed) => {
                     pause = FIRST_RETRY_PAUSE;
-                    POLL_INTERVAL
+                    (POLL_INTERVAL, relayed.drained)
                 }
                 Err(err) => {
                     metrics::counter!(OUTBOX_RELAY_FAILURES_TOTAL).increment(1);
@@ -177,10 +186,16 @@ impl Outbox {
                     );
                     let wait = pause;
                     pause = (pause * 2).min(MAX_RETRY_PAUSE);
-                    wait
+                    (wait, false)
                 }
             };
-            if let Ok(age) = oldest_pending_age(&self.inner.db).await {
+            // A drained outbox is known empty without asking; rows left behind are looked up.
+            let age = if drained {
+                Ok(None)
+            } else {
+                oldest_pending_age(&self.inner.db).await
+            };
+            if let Ok(age) = age {
                 metrics::gauge!(OUTBOX_OLDEST_PENDING_SECONDS)
                     .set(age.unwrap_or(0) as f64 / 1000.0);
             }
@@ -196,12 +211,17 @@ impl Outbox {
     /// many were relayed. In-process, a pass waits until the consumers handled its rows, or
     /// `stop`.
     pub async fn relay_pending(&self, stop: &CancellationToken) -> anyhow::Result<u64> {
-        let mut relayed = 0;
+        Ok(self.relay(stop).await?.count)
+    }
+
+    async fn relay(&self, stop: &CancellationToken) -> anyhow::Result<Relayed> {
+        let mut count = 0;
         loop {
             let (seen, done) = self.pass(stop).await?;
-            relayed += done;
-            if seen < RELAY_BATCH as usize || done < seen as u64 || stop.is_cancelled() {
-                return Ok(relayed);
+            count += done;
+            let drained = seen < RELAY_BATCH as usize && done == seen as u64;
+            if drained || done < seen as u64 || stop.is_cancelled() {
+                return Ok(Relayed { count, drained });
             }
         }
     }
