@@ -13,19 +13,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::{Duration, Instant};
+use webook::schema::MIGRATIONS;
 
 use async_trait::async_trait;
+use platform::testing::TestDb;
+use platform::{config::DatabaseKind, db::Db};
 use scheduler::{
     sql::{
         Executor, Executors, JobRow, RunningSqlScheduler, SqlJobStore, SqlScheduler, WorkerOptions,
     },
     JobContext,
 };
-use webook::{
-    config::DatabaseKind,
-    infra::db::Db,
-    testing::{test_config, TestDb},
-};
+use webook::testing::test_config;
 
 /// Does nothing, successfully.
 struct Noop;
@@ -101,7 +100,7 @@ async fn count(db: &Db, sql: &str) -> i64 {
 
 async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
     const JOBS: usize = 1000;
-    let test_db = TestDb::new(kind).await;
+    let test_db = TestDb::new(kind, MIGRATIONS).await;
     let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, JOBS, "@every 1h", now - 100).await;
@@ -126,7 +125,7 @@ async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
 }
 
 async fn schedule_lag(kind: DatabaseKind) -> (i64, i64, usize) {
-    let test_db = TestDb::new(kind).await;
+    let test_db = TestDb::new(kind, MIGRATIONS).await;
     let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, 100, "@every 1s", (now / 1000 + 1) * 1000).await;

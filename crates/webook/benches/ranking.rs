@@ -39,13 +39,17 @@ use std::{
     fmt::Write as _,
     time::{Duration, Instant},
 };
+use webook::schema::MIGRATIONS;
 
+use platform::testing::TestDb;
+use platform::{
+    config::DatabaseKind,
+    db::{now_millis, Db},
+};
 use sqlx::Row;
 use webook::{
-    config::DatabaseKind,
-    infra::db::{now_millis, Db},
     ranking::{self, store::RankingStore},
-    testing::{test_config, TestDb},
+    testing::test_config,
 };
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -410,7 +414,7 @@ struct Figures {
 
 async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figures, String) {
     eprintln!("{backend}: seeding {size} articles");
-    let test_db = TestDb::new(kind).await;
+    let test_db = TestDb::new(kind, MIGRATIONS).await;
     let db = &test_db.db;
     let now = now_millis();
     seed(db, size, now).await;
@@ -418,7 +422,14 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
     let config = test_config(dir.path(), &test_db.url);
     let service = ranking::build(&config, db, None).unwrap();
     let store = RankingStore::new(db.clone());
-    let window = i64::try_from(config.ranking_window.as_millis()).unwrap();
+    let window = i64::try_from(
+        config
+            .settings::<ranking::RankingSettings>()
+            .unwrap()
+            .ranking_window
+            .as_millis(),
+    )
+    .unwrap();
 
     // One untimed read of every candidate row so measured passes start from a warm cache.
     let since = now_millis() - window;
@@ -451,7 +462,13 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
             .unwrap();
         compute.push(ms(started.elapsed()));
         tail.push(ms(scanned.into_inner().unwrap().elapsed()));
-        assert_eq!(report.kept, config.ranking_size);
+        assert_eq!(
+            report.kept,
+            config
+                .settings::<ranking::RankingSettings>()
+                .unwrap()
+                .ranking_size
+        );
         assert!(report.shared);
         assert_eq!(report.candidates, u64::try_from(size).unwrap());
         if !bare_first {

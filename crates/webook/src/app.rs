@@ -3,11 +3,11 @@
 //! [`App::build`] takes the embedded-mode instance lock ([`InstanceLock`]), opens the backends
 //! (SQL pool + migrations, Redis in cluster mode), resolves the JWT secrets, binds the listeners
 //! (the API, and the operations endpoints when `ops_listen` is set) and assembles the router from
-//! every feature's `router()` behind the middleware of [`crate::infra::http`].
-//! [`App::run_until`] serves ([`crate::infra::serve`]) until the shutdown future resolves, then
+//! every feature's `router()` behind the middleware of [`platform::http`].
+//! [`App::run_until`] serves ([`platform::serve`]) until the shutdown future resolves, then
 //! drains: it stops accepting, lets in-flight requests finish (bounded by `shutdown_timeout`),
 //! stops the job scheduler (running jobs get `shutdown_timeout` too, then are cancelled), stops
-//! background tasks, waits for writes whose callers left ([`crate::infra::detached`]) and closes
+//! background tasks, waits for writes whose callers left ([`platform::detached`]) and closes
 //! the pool.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::infra::{
+use platform::{
     instance_lock::InstanceLock,
     serve::{self as http_server, ServeOptions},
 };
@@ -30,20 +30,44 @@ use scheduler::{
 
 use crate::{
     article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
-    config::{Config, JwtSecrets, RankingMode},
-    infra::events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
-    infra::{
-        client_ip::TrustedProxies, db::Db, http::with_middleware, jobs::JobRegistry,
-        rate_limit::RateLimiter, redis::Redis, telemetry,
-    },
     interactive::{store::InteractiveStore, InteractiveService},
+    jobs::settings::JobSettings,
     ops,
-    ranking::{self, RankingJob, RankingService},
+    ranking::{self, RankingJob, RankingMode, RankingService, RankingSettings},
     user::{
-        self, password::PasswordHasher, service::Limits, session::SessionStore, store::UserStore,
-        token::Tokens, PurgeExpiredSessions, UserService,
+        self,
+        password::PasswordHasher,
+        service::Limits,
+        session::SessionStore,
+        settings::{AuthSettings, JwtSecrets},
+        store::UserStore,
+        token::Tokens,
+        PurgeExpiredSessions, UserService,
     },
 };
+use platform::{
+    client_ip::TrustedProxies,
+    config::{Config, ConfigArgs, SettingsSpec},
+    db::Db,
+    events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
+    http::with_middleware,
+    jobs::JobRegistry,
+    rate_limit::RateLimiter,
+    redis::Redis,
+    telemetry,
+};
+
+/// The features' settings sections, loaded with the platform's keys.
+pub const SETTINGS: &[SettingsSpec] = &[
+    user::settings::SETTINGS,
+    crate::jobs::settings::SETTINGS,
+    ranking::settings::SETTINGS,
+];
+
+/// Loads the layered configuration: the platform's keys and every feature's section.
+pub fn load_config(flags: &ConfigArgs) -> anyhow::Result<Config> {
+    Config::load(flags, SETTINGS)
+}
 
 /// Time-to-live of the hot list's long lock (`ranking_mode = "cron"`).
 const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
@@ -124,7 +148,10 @@ impl App {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         // First, so the recorder takes every feature's buckets.
         let metrics = telemetry::install_metrics(&[ranking::service::METRICS])?;
-        let jwt = JwtSecrets::resolve(&config)?;
+        let auth_settings = config.settings::<AuthSettings>()?;
+        let job_settings = config.settings::<JobSettings>()?;
+        let ranking_settings = config.settings::<RankingSettings>()?;
+        let jwt = JwtSecrets::resolve(auth_settings, &config)?;
         let db = Db::connect(&config).await?;
         // Before the first write. Worker-only processes share nothing user-facing in-process,
         // so several may run.
@@ -133,7 +160,10 @@ impl App {
         } else {
             None
         };
-        let applied = db.migrate().await.context("applying migrations")?;
+        let applied = db
+            .migrate(crate::schema::MIGRATIONS)
+            .await
+            .context("applying migrations")?;
         if applied > 0 {
             tracing::info!(applied, "database migrated");
         }
@@ -141,7 +171,7 @@ impl App {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,
         };
-        let users = build_user_service(&config, &jwt, &db, redis.as_ref()).await?;
+        let users = build_user_service(&config, auth_settings, &jwt, &db, redis.as_ref()).await?;
         let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
         let events = match (&redis, &config.redis_url) {
             (Some(redis), Some(url)) => EventStream::redis(
@@ -175,7 +205,7 @@ impl App {
         jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
         jobs.add_maintenance(
             &config,
-            crate::infra::events::dedup::PurgeConsumedEvents::new(db.clone()),
+            platform::events::dedup::PurgeConsumedEvents::new(db.clone()),
         )?;
         jobs.add_maintenance(
             &config,
@@ -183,20 +213,22 @@ impl App {
         )?;
         let ranking = ranking::build(&config, &db, redis.as_ref())?;
         let job_store = crate::jobs::store(&db);
-        if !config.job_runs_retention.is_zero() {
+        if !job_settings.job_runs_retention.is_zero() {
             jobs.add_maintenance(
                 &config,
-                crate::jobs::PurgeJobRuns::new(job_store.clone(), config.job_runs_retention),
+                crate::jobs::PurgeJobRuns::new(job_store.clone(), job_settings.job_runs_retention),
             )?;
         }
-        let job_executors =
-            crate::jobs::executors(Some(ranking.clone()), config.job_http_allowed_networks()?)?;
+        let job_executors = crate::jobs::executors(
+            Some(ranking.clone()),
+            job_settings.job_http_allowed_networks()?,
+        )?;
         if config.role.runs_work() {
-            match config.ranking_mode {
-                RankingMode::Sql => ranking::ensure_job(&job_store, &config).await?,
+            match ranking_settings.ranking_mode {
+                RankingMode::Sql => ranking::ensure_job(&job_store, ranking_settings).await?,
                 RankingMode::Cron => jobs.add(
                     RankingJob::new(ranking.clone()),
-                    JobOptions::new(config.ranking_schedule()?)
+                    JobOptions::new(ranking_settings.ranking_schedule()?)
                         .guard(Guard::LongLock {
                             ttl: RANKING_LOCK_TTL,
                         })
@@ -309,7 +341,7 @@ impl App {
         let mut cron_jobs = None;
         let mut durable_jobs = None;
         // A process that does not consume the streams still takes what it published to its
-        // own in-process queues while Redis refused it (infra::events).
+        // own in-process queues while Redis refused it (platform::events).
         let subscription = if role.runs_work() {
             Subscription::Stream
         } else {
@@ -334,7 +366,7 @@ impl App {
                 SqlScheduler::new(
                     state.job_store.clone(),
                     state.job_executors.clone(),
-                    worker_options(&config),
+                    worker_options(config.settings::<JobSettings>()?),
                 )
                 .start(),
             );
@@ -344,7 +376,7 @@ impl App {
         tracing::info!(
             mode = if config.is_cluster() { "cluster" } else { "embedded" },
             role = ?role,
-            database = %crate::infra::redact_url(&config.database_url()),
+            database = %platform::redact_url(&config.database_url()),
             "listening on http://{addr}"
         );
         let options = ServeOptions::from_config(&config);
@@ -421,7 +453,7 @@ impl App {
             tracing::warn!("background tasks outlived shutdown_timeout; abandoning them");
         }
         // Writes whose callers left (timeouts, disconnects) finish before the pool closes.
-        if !crate::infra::detached::drain(config.shutdown_timeout).await {
+        if !platform::detached::drain(config.shutdown_timeout).await {
             tracing::warn!("detached writes outlived shutdown_timeout; abandoning them");
         }
         state.db.close().await;
@@ -447,12 +479,12 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
 }
 
 /// Tuning of this instance's durable-job worker, from the config.
-fn worker_options(config: &Config) -> WorkerOptions {
+fn worker_options(settings: &JobSettings) -> WorkerOptions {
     WorkerOptions {
-        permits: config.job_permits,
-        heartbeat: config.job_heartbeat,
-        lease: config.job_lease,
-        max_idle_poll: config.job_poll_max,
+        permits: settings.job_permits,
+        heartbeat: settings.job_heartbeat,
+        lease: settings.job_lease,
+        max_idle_poll: settings.job_poll_max,
         ..WorkerOptions::default()
     }
 }
@@ -460,42 +492,47 @@ fn worker_options(config: &Config) -> WorkerOptions {
 /// Accounts and sessions, with the session store and rate limiter of the mode.
 async fn build_user_service(
     config: &Config,
+    settings: &AuthSettings,
     jwt: &JwtSecrets,
     db: &Db,
     redis: Option<&Redis>,
 ) -> anyhow::Result<UserService> {
-    let tokens = Tokens::new(jwt, config.access_token_ttl, config.refresh_token_ttl)?;
+    let tokens = Tokens::new(jwt, settings.access_token_ttl, settings.refresh_token_ttl)?;
     let (sessions, auth_limiter, write_limiter) = match redis {
         Some(redis) => (
             SessionStore::cluster(
                 db.clone(),
                 redis.clone(),
                 &config.redis_prefix,
-                config.refresh_token_ttl,
+                settings.refresh_token_ttl,
             ),
             RateLimiter::redis(
                 "auth",
                 redis.clone(),
                 &config.redis_prefix,
-                config.auth_rate_limit,
-                config.auth_rate_window,
+                settings.auth_rate_limit,
+                settings.auth_rate_window,
             ),
-            (config.write_rate_limit > 0).then(|| {
+            (settings.write_rate_limit > 0).then(|| {
                 RateLimiter::redis(
                     "write",
                     redis.clone(),
                     &config.redis_prefix,
-                    config.write_rate_limit,
-                    config.write_rate_window,
+                    settings.write_rate_limit,
+                    settings.write_rate_window,
                 )
             }),
         ),
         None => (
-            SessionStore::local(db.clone(), config.refresh_token_ttl).await?,
-            RateLimiter::local("auth", config.auth_rate_limit, config.auth_rate_window)?,
-            (config.write_rate_limit > 0)
+            SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
+            RateLimiter::local("auth", settings.auth_rate_limit, settings.auth_rate_window)?,
+            (settings.write_rate_limit > 0)
                 .then(|| {
-                    RateLimiter::local("write", config.write_rate_limit, config.write_rate_window)
+                    RateLimiter::local(
+                        "write",
+                        settings.write_rate_limit,
+                        settings.write_rate_window,
+                    )
                 })
                 .transpose()?,
         ),

@@ -8,7 +8,7 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{AppError, Msg};
+use platform::error::{AppError, Msg};
 
 /// A kind of object others can read, like, collect (and later comment on, tag, reward).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -8,12 +8,9 @@
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-pub use crate::config::ConfigArgs;
-use crate::{
-    app,
-    config::{Config, Role},
-    infra, jobs,
-};
+use crate::{app, jobs};
+use platform::config::ConfigArgs;
+use platform::config::{Config, Role};
 
 /// webook: the backend of a content community. Embedded (SQLite, no servers) by default;
 /// PostgreSQL + Redis when `--database-url postgres://…` and `--redis-url redis://…` are set.
@@ -98,7 +95,7 @@ impl SeedArgs {
             Some(text) => chrono::DateTime::parse_from_rfc3339(text)
                 .with_context(|| format!("--until {text}: not an RFC 3339 time"))?
                 .timestamp_millis(),
-            None => infra::db::now_millis(),
+            None => platform::db::now_millis(),
         };
         Ok(crate::seed::Plan {
             users: self.users,
@@ -219,7 +216,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The layered config with `--role` on top.
     fn load(&self, flags: &ConfigArgs) -> anyhow::Result<Config> {
-        let mut config = Config::load(flags)?;
+        let mut config = app::load_config(flags)?;
         if let Some(role) = self.role {
             config.role = role;
             config.validate()?;
@@ -242,40 +239,43 @@ impl Cli {
                     print!("{}", config.to_redacted_toml()?);
                     return Ok(());
                 }
-                infra::telemetry::init_logging(&config)?;
+                platform::telemetry::init_logging(&config)?;
                 app::serve(config).await
             }
             Command::Rank(args) => {
-                let config = Config::load(&self.config)?;
-                infra::telemetry::init_logging(&config)?;
+                let config = app::load_config(&self.config)?;
+                platform::telemetry::init_logging(&config)?;
                 crate::ranking::cli::run(&config, args.once).await
             }
             Command::Seed(args) => {
-                let config = Config::load(&self.config)?;
-                infra::telemetry::init_logging(&config)?;
+                let config = app::load_config(&self.config)?;
+                platform::telemetry::init_logging(&config)?;
                 // The seed assumes no concurrent writer: not beside an embedded server.
                 let _lock =
-                    infra::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
+                    platform::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
                 crate::seed::cli::run(&config, &args).await
             }
             Command::Jobs { command } => {
-                let config = Config::load(&self.config)?;
-                infra::telemetry::init_logging(&config)?;
+                let config = app::load_config(&self.config)?;
+                platform::telemetry::init_logging(&config)?;
                 jobs::cli::run(&config, command).await
             }
             Command::Admin { command } => {
-                let config = Config::load(&self.config)?;
-                infra::telemetry::init_logging(&config)?;
+                let config = app::load_config(&self.config)?;
+                platform::telemetry::init_logging(&config)?;
                 crate::user::admin::run_cli(&config, command).await
             }
             Command::Migrate => {
-                let config = Config::load(&self.config)?;
-                infra::telemetry::init_logging(&config)?;
-                let db = infra::db::Db::connect(&config).await?;
-                let applied = db.migrate().await.context("applying migrations")?;
+                let config = app::load_config(&self.config)?;
+                platform::telemetry::init_logging(&config)?;
+                let db = platform::db::Db::connect(&config).await?;
+                let applied = db
+                    .migrate(crate::schema::MIGRATIONS)
+                    .await
+                    .context("applying migrations")?;
                 println!(
                     "migrations: {applied} applied, database {} is up to date",
-                    infra::redact_url(&config.database_url())
+                    platform::redact_url(&config.database_url())
                 );
                 db.close().await;
                 Ok(())

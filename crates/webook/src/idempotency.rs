@@ -33,11 +33,10 @@ use axum::{
 use scheduler::{Job, JobContext};
 use sha2::Digest;
 
-use crate::{
-    app::AppState,
+use crate::{app::AppState, user::AuthUser};
+use platform::{
+    db::{now_millis, Db},
     error::{AppError, Msg},
-    infra::db::{now_millis, Db},
-    user::AuthUser,
 };
 
 /// The request header.

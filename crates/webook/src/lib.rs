@@ -15,14 +15,14 @@ pub mod app;
 pub mod article;
 pub mod biz;
 pub mod cli;
-pub mod config;
-pub mod error;
+#[cfg(test)]
+mod config_contract;
 pub mod idempotency;
-pub mod infra;
 pub mod interactive;
 pub mod jobs;
 pub mod ops;
 pub mod ranking;
+pub mod schema;
 pub mod seed;
 pub mod user;
 

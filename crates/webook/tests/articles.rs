@@ -10,12 +10,13 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{cluster_pair, get, login, post, signup, sorted_keys, Setup};
+use platform::testing::wait_until;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use webook::{
     article::service::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
-    testing::{wait_until, TestApp},
+    testing::TestApp,
 };
 
 /// Signs up and logs in `email`; returns its access token.
@@ -367,7 +368,13 @@ async fn racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy(setup:
     use webook::article::model::ArticleStatus;
 
     const ROUNDS: usize = 120;
-    let app = setup.spawn(|config| config.write_rate_limit = 0).await;
+    let app = setup
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .write_rate_limit = 0
+        })
+        .await;
     let author = user(&app, "racer@example.com").await;
     let id = publish(&app, &author, None, "v0", "<p>zero</p>").await;
     let author_id = reader(&app, &author, id).await["data"]["author"]["id"]
@@ -461,7 +468,7 @@ async fn racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy(setup:
 /// the commit goes through; PostgreSQL shares one pool.
 async fn a_publish_whose_read_back_fails_is_still_a_publish(cluster: bool) {
     let setup = Setup {
-        db: webook::config::DatabaseKind::Sqlite,
+        db: platform::config::DatabaseKind::Sqlite,
         cluster,
     };
     let app = setup
@@ -760,8 +767,12 @@ async fn a_token_whose_user_is_gone_gets_401_on_writes(setup: Setup) {
 async fn writes_beyond_the_per_user_limit_answer_429(setup: Setup) {
     let app = setup
         .spawn(|config| {
-            config.write_rate_limit = 3;
-            config.write_rate_window = Duration::from_secs(60);
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .write_rate_limit = 3;
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .write_rate_window = Duration::from_secs(60);
         })
         .await;
     let busy = user(&app, "busy@example.com").await;
@@ -809,7 +820,7 @@ async fn writes_beyond_the_per_user_limit_answer_429(setup: Setup) {
 /// workers, 16 of them at once held /healthz for seconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deeply_nested_html_never_stalls_the_server() {
-    let app = TestApp::spawn(webook::config::DatabaseKind::Sqlite).await;
+    let app = TestApp::spawn(platform::config::DatabaseKind::Sqlite).await;
     let author = user(&app, "nesting@example.com").await;
     let started = Instant::now();
     let (code, json) = save(

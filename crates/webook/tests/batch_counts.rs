@@ -8,9 +8,12 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
     Arc,
 };
+use webook::schema::MIGRATIONS;
 
+use platform::config::DatabaseKind;
+use platform::testing::TestDb;
 use tracing_subscriber::layer::SubscriberExt as _;
-use webook::{config::DatabaseKind, interactive::store::InteractiveStore, testing::TestDb};
+use webook::interactive::store::InteractiveStore;
 
 const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
 
@@ -51,7 +54,7 @@ async fn batch_counts_of_a_hundred_objects_is_one_statement() {
     )
     .unwrap();
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
-        let db = TestDb::new(kind).await;
+        let db = TestDb::new(kind, MIGRATIONS).await;
         let store = InteractiveStore::new(db.db.clone());
         for id in (1..=100).step_by(3) {
             store.set_like(7, BIZ, id, true, 1).await.unwrap();

@@ -5,12 +5,10 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use webook::{
-    infra::{
-        cache::{Lookup, VersionedCache},
-        redis::Redis,
-    },
-    testing::{redis_url, RedisServer},
+use platform::testing::{redis_url, RedisServer};
+use platform::{
+    cache::{Lookup, VersionedCache},
+    redis::Redis,
 };
 
 const TTL: Duration = Duration::from_secs(60);

@@ -27,10 +27,8 @@ use std::{
 
 use axum::{extract::Query, http::HeaderMap, routing::post, Router};
 use scheduler::sql::{Misfire, NewJob, OverlapPolicy, RunStatus};
-use webook::{
-    backend_tests,
-    testing::{wait_until, TestDb},
-};
+
+use platform::testing::{wait_until, TestDb};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_webook");
 const LEASE: Duration = Duration::from_secs(3);
@@ -41,7 +39,7 @@ const WORKERS: usize = 3;
 /// Claim + HTTP call time allowed on top of lease + poll when measuring takeovers.
 const TAKEOVER_SLACK: Duration = Duration::from_millis(750);
 
-backend_tests!(workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs);
+platform::backend_tests!(webook::schema::MIGRATIONS; workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs);
 
 fn wall_millis() -> i64 {
     i64::try_from(

@@ -25,12 +25,13 @@ use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
+use webook::schema::MIGRATIONS;
 
 use axum::{http::HeaderMap, routing::any, Router};
 use common::process::{webook, Server};
+use platform::testing::{wait_until, RedisServer, TcpProxy, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use webook::testing::{wait_until, RedisServer, TcpProxy, TestDb};
 
 const ACCESS_SECRET: &str = "cluster-test-access-secret-0123456789";
 const REFRESH_SECRET: &str = "cluster-test-refresh-secret-0123456789";
@@ -55,7 +56,7 @@ impl Cluster {
     }
 
     async fn start_with(redis: RedisServer, extra_env: Vec<(&'static str, String)>) -> Self {
-        let db = TestDb::postgres().await;
+        let db = TestDb::postgres(MIGRATIONS).await;
         let (proxy, database_url) = TcpProxy::for_url(&db.url).await;
         let mut cluster = Self {
             db,
@@ -674,7 +675,7 @@ async fn a_rolling_restart_skips_no_tick_of_an_every_second_job() {
         !calls.lock().unwrap().is_empty()
     })
     .await;
-    let window_start = webook::infra::db::now_millis();
+    let window_start = platform::db::now_millis();
     // One instance at a time: stopped, a second with two instances, started again, a second.
     for index in 0..3 {
         let old = cluster.instances[index].take().unwrap();
@@ -685,7 +686,7 @@ async fn a_rolling_restart_skips_no_tick_of_an_every_second_job() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let window_end = webook::infra::db::now_millis() - 2_000;
+    let window_end = platform::db::now_millis() - 2_000;
 
     let runs = store.runs(job, 500).await.unwrap();
     let in_window: Vec<_> = runs
@@ -847,7 +848,7 @@ async fn stream_events(redis: &RedisServer, topic: &str) -> Vec<(String, i64)> {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let key = webook::infra::events::stream_key("outbox", topic);
+    let key = platform::events::stream_key("outbox", topic);
     let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg(&key)
         .arg("-")
@@ -879,13 +880,11 @@ async fn outbox_rows(db: &TestDb) -> i64 {
 /// every one, each once, in order. On PostgreSQL and on SQLite.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
-    use webook::{
-        article::service::{TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
-        config::DatabaseKind,
-    };
+    use platform::config::DatabaseKind;
+    use webook::article::service::{TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
 
     for kind in [DatabaseKind::Postgres, DatabaseKind::Sqlite] {
-        let db = TestDb::new(kind).await;
+        let db = TestDb::new(kind, MIGRATIONS).await;
         let redis = RedisServer::start().await;
         let dir = tempfile::tempdir().unwrap();
         let client = reqwest::Client::new();

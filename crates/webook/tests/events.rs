@@ -14,6 +14,11 @@ use std::{
     time::Duration,
 };
 
+use platform::testing::{redis_url, wait_until, RedisServer, WAIT_LIMIT};
+use platform::{
+    events::{stream_key, Event, EventStream, RedisStreamOptions},
+    redis::Redis,
+};
 use redis::{
     aio::MultiplexedConnection,
     streams::{StreamInfoConsumersReply, StreamInfoGroupsReply, StreamPendingReply},
@@ -23,13 +28,6 @@ use tokio::{
     task::JoinHandle,
 };
 use tokio_util::sync::CancellationToken;
-use webook::{
-    infra::{
-        events::{stream_key, Event, EventStream, RedisStreamOptions},
-        redis::Redis,
-    },
-    testing::{redis_url, wait_until, RedisServer, WAIT_LIMIT},
-};
 
 const TOPIC: &str = "article_read";
 

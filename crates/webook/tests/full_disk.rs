@@ -22,15 +22,15 @@ use std::{
     process::Command,
     sync::Arc,
 };
+use webook::schema::MIGRATIONS;
 
 use common::{get, login, post, signup, Answer};
+use platform::db::Db;
+use platform::testing::{wait_until, TestDb};
 use reqwest::StatusCode;
 use serde_json::json;
 use sqlx::{Connection, Executor, PgConnection, Row, SqliteConnection};
-use webook::{
-    infra::db::Db,
-    testing::{wait_until, TestApp, TestDb},
-};
+use webook::testing::TestApp;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -379,11 +379,17 @@ impl Filled {
 async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     let disk = SmallDisk::mount(16 * MIB);
     let ballast = disk.ballast(4 * MIB);
-    let db = Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap()).await);
+    let db =
+        Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), MIGRATIONS).await);
     let url = db.url.clone();
     let file = url.trim_start_matches("sqlite://").to_owned();
     // `db` stays here: dropping the last handle removes the database.
-    let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
+    let app = TestApp::spawn_shared(db.clone(), |config| {
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_limit = 1_000
+    })
+    .await;
     let filled = Filled::fill(&app).await;
 
     // Full: readiness says the database cannot write, and the writer holds no lock.
@@ -415,7 +421,7 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     let disk = SmallDisk::mount(12 * MIB);
     let location = disk.path().join("tablespace");
     std::fs::create_dir(&location).unwrap();
-    let admin_url = std::env::var(webook::testing::TEST_DATABASE_URL_ENV)
+    let admin_url = std::env::var(platform::testing::TEST_DATABASE_URL_ENV)
         .expect("WEBOOK_TEST_DATABASE_URL: run the tests through scripts/test.sh");
     let mut admin = PgConnection::connect(&admin_url).await.unwrap();
     // The server's own OS user must own a tablespace's directory.
@@ -438,9 +444,14 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
         .unwrap();
 
     let ballast = disk.ballast(3 * MIB);
-    let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace).await);
+    let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, MIGRATIONS).await);
     let url = db.url.clone();
-    let app = TestApp::spawn_shared(db.clone(), |config| config.auth_rate_limit = 1_000).await;
+    let app = TestApp::spawn_shared(db.clone(), |config| {
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_limit = 1_000
+    })
+    .await;
     let filled = Filled::fill(&app).await;
     std::fs::remove_file(ballast).unwrap();
     filled.recover_and_verify(app, &url).await;

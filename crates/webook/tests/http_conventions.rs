@@ -5,16 +5,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::{net::SocketAddr, time::Duration};
+use webook::schema::MIGRATIONS;
 
 use axum::{routing::post, Router};
-use reqwest::{header, StatusCode};
-use serde_json::{json, Value};
-use webook::{
+use platform::testing::wait_until;
+use platform::{
     config::{Config, DatabaseKind},
     error::{ApiJson, Reply},
-    infra::{http::with_middleware, telemetry},
-    testing::{wait_until, TestApp},
+    http::with_middleware,
+    telemetry,
 };
+use reqwest::{header, StatusCode};
+use serde_json::{json, Value};
+use webook::testing::TestApp;
 
 /// Serves `routes` behind the production middleware with `config`; returns the base URL.
 async fn serve(routes: Router, config: &Config) -> String {
@@ -421,9 +424,12 @@ async fn errors_speak_the_requested_language_and_no_answer_can_be_sniffed() {
 
 #[tokio::test]
 async fn ops_listen_serves_metrics_apart_from_the_api() {
-    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
-        config.ops_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    })
+    let app = TestApp::spawn_with(
+        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        |config| {
+            config.ops_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        },
+    )
     .await;
     let ops = app.ops_addr.expect("ops_listen bound");
     let api_metrics = app.client.get(app.url("/metrics")).send().await.unwrap();

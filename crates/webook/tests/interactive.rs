@@ -10,14 +10,12 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
     Arc,
 };
+use webook::schema::MIGRATIONS;
 
 use common::{get, login, post, signup, Setup};
+use platform::testing::{wait_until, TestDb};
 use serde_json::{json, Value};
-use webook::{
-    backend_tests,
-    interactive::Counts,
-    testing::{wait_until, TestApp, TestDb},
-};
+use webook::{interactive::Counts, testing::TestApp};
 
 const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
 
@@ -271,19 +269,17 @@ setup_tests!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
-    use tokio_util::sync::CancellationToken;
-    use webook::{
-        infra::{
-            events::{EventStream, RedisStreamOptions, Subscription},
-            redis::Redis,
-        },
-        interactive::{store::InteractiveStore, InteractiveService},
-        testing::RedisServer,
+    use platform::testing::RedisServer;
+    use platform::{
+        events::{EventStream, RedisStreamOptions, Subscription},
+        redis::Redis,
     };
+    use tokio_util::sync::CancellationToken;
+    use webook::interactive::{store::InteractiveStore, InteractiveService};
 
     let mut server = RedisServer::start().await;
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let db = TestDb::sqlite().await;
+    let db = TestDb::sqlite(MIGRATIONS).await;
     let events = EventStream::redis(
         redis.clone(),
         &server.url(),
@@ -295,7 +291,7 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
         InteractiveStore::new(db.db.clone()),
         events,
         Some((&redis, "test")),
-        webook::config::Config::default().cache_memory_bytes,
+        platform::config::Config::default().cache_memory_bytes,
     );
     let stop = CancellationToken::new();
     let counter = tokio::spawn(service.read_counter(Subscription::Stream, stop.clone()));
@@ -331,24 +327,22 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
 /// and the reads end up counted exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting() {
+    use platform::testing::redis_url;
+    use platform::{
+        events::{EventStream, RedisStreamOptions, Subscription},
+        redis::Redis,
+    };
     use std::time::Duration;
     use tokio_util::sync::CancellationToken;
-    use webook::{
-        infra::{
-            events::{EventStream, RedisStreamOptions, Subscription},
-            redis::Redis,
-        },
-        interactive::{
-            service::{READ_GROUP, READ_TOPIC},
-            store::InteractiveStore,
-            InteractiveService,
-        },
-        testing::redis_url,
+    use webook::interactive::{
+        service::{READ_GROUP, READ_TOPIC},
+        store::InteractiveStore,
+        InteractiveService,
     };
 
     for (case, commit_before_dying) in [("died after commit", true), ("died before commit", false)]
     {
-        let db = TestDb::postgres().await;
+        let db = TestDb::postgres(MIGRATIONS).await;
         let redis = Redis::connect(&redis_url()).await.unwrap();
         let prefix = prefix();
         let options = RedisStreamOptions {
@@ -364,7 +358,7 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
                 InteractiveStore::new(db.db.clone()),
                 events,
                 Some((&redis, &prefix)),
-                webook::config::Config::default().cache_memory_bytes,
+                platform::config::Config::default().cache_memory_bytes,
             )
         };
         let (doomed, survivor) = (process(), process());
@@ -405,7 +399,7 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
             expected_before_takeover,
             "{case}"
         );
-        let stream = webook::infra::events::stream_key(&prefix, READ_TOPIC);
+        let stream = platform::events::stream_key(&prefix, READ_TOPIC);
         let orphaned: redis::streams::StreamPendingReply = redis::cmd("XPENDING")
             .arg(&stream)
             .arg(READ_GROUP)
@@ -453,25 +447,26 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
 /// The event stream a service publishes to (the doomed consumer registers on the same one).
 fn doomed_events(
     service: &webook::interactive::InteractiveService,
-) -> webook::infra::events::EventStream {
+) -> platform::events::EventStream {
     service.events().clone()
 }
 
 /// An `InteractiveService` without the rest of the app on each of {SQLite, PostgreSQL} ×
 /// {in-process cache, Redis cache} (in-process events), with its database and a label.
 async fn standalone_services() -> Vec<(String, TestDb, webook::interactive::InteractiveService)> {
-    use webook::{
+    use platform::testing::redis_url;
+    use platform::{
         config::{Config, DatabaseKind},
-        infra::{events::EventStream, redis::Redis},
-        interactive::{store::InteractiveStore, InteractiveService},
-        testing::redis_url,
+        events::EventStream,
+        redis::Redis,
     };
+    use webook::interactive::{store::InteractiveStore, InteractiveService};
 
     let redis = Redis::connect(&redis_url()).await.unwrap();
     let mut services = Vec::new();
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
         for shared in [false, true] {
-            let db = TestDb::new(kind).await;
+            let db = TestDb::new(kind, MIGRATIONS).await;
             let prefix = prefix();
             let service = InteractiveService::new(
                 InteractiveStore::new(db.db.clone()),
@@ -490,7 +485,8 @@ async fn standalone_services() -> Vec<(String, TestDb, webook::interactive::Inte
 /// changing the row behind the cache's back — on both engines, in-process and through Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_batch_refills_the_counters_it_changed() {
-    use webook::{infra::events::Event, interactive::model::ReadEvent};
+    use platform::events::Event;
+    use webook::interactive::model::ReadEvent;
 
     for (label, db, service) in standalone_services().await {
         // Cached before the reads, as a reader's view leaves it.
@@ -560,10 +556,11 @@ async fn likes_and_collects_complete_when_their_caller_goes_away() {
 /// meanwhile keeps its event in the outbox until Redis takes writes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
-    use webook::{config::Role, testing::RedisServer};
+    use platform::config::Role;
+    use platform::testing::RedisServer;
 
     let server = RedisServer::start().await;
-    let db = Arc::new(TestDb::postgres().await);
+    let db = Arc::new(TestDb::postgres(MIGRATIONS).await);
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let spawn = |role: Role| {
         let (db, url, prefix) = (db.clone(), server.url(), prefix.clone());
@@ -620,8 +617,7 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
         waiting == 0
     })
     .await;
-    let stream =
-        webook::infra::events::stream_key(&prefix, webook::article::service::TOPIC_PUBLISHED);
+    let stream = platform::events::stream_key(&prefix, webook::article::service::TOPIC_PUBLISHED);
     let mut redis = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -644,7 +640,7 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     assert_eq!(read_count_in(&db, id).await, 11);
 }
 
-backend_tests!(overlapping_read_batches_applied_concurrently_never_deadlock);
+platform::backend_tests!(webook::schema::MIGRATIONS; overlapping_read_batches_applied_concurrently_never_deadlock);
 
 /// Two instances' read batches over the same objects, applied at the same time, both commit:
 /// rows are locked in key order. (In `HashMap` order — different in every batch — PostgreSQL

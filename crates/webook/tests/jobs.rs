@@ -7,10 +7,10 @@
 mod common;
 
 use common::Setup;
-use webook::{
-    infra::db::now_millis,
-    testing::{wait_until, TestApp},
-};
+use platform::db::now_millis;
+use platform::testing::wait_until;
+use webook::schema::MIGRATIONS;
+use webook::testing::TestApp;
 
 setup_tests!(maintenance_jobs_purge_expired_state_and_report_metrics);
 
@@ -156,10 +156,13 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
 /// `role = worker`: jobs run (the purge below), but the port answers only the operations routes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_jobs_and_serves_only_operations_routes() {
-    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
-        config.role = webook::config::Role::Worker;
-        config.purge_schedule = "@every 1s".to_owned();
-    })
+    let app = TestApp::spawn_with(
+        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        |config| {
+            config.role = platform::config::Role::Worker;
+            config.purge_schedule = "@every 1s".to_owned();
+        },
+    )
     .await;
     for path in ["/healthz", "/readyz"] {
         assert_eq!(

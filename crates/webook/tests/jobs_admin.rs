@@ -15,13 +15,11 @@ use std::{
 
 use axum::{http::HeaderMap, routing::any, Router};
 use common::{get, login, post, signup, sorted_keys, Setup};
+use platform::db::now_millis;
+use platform::testing::wait_until;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use webook::{
-    infra::db::now_millis,
-    testing::{wait_until, TestApp},
-    user::admin::AdminStore,
-};
+use webook::{testing::TestApp, user::admin::AdminStore};
 
 setup_tests!(
     only_admins_may_manage_jobs,
@@ -64,7 +62,9 @@ async fn admin_rights_follow_user_ids_never_emails(setup: Setup) {
 /// name that resolves to an internal address is refused when the job runs.
 async fn http_jobs_never_call_internal_addresses_unless_allowed(setup: Setup) {
     let (app, admin) = admin_app_with(setup, |config| {
-        config.job_http_allowed_networks = Vec::new(); // the production default
+        config
+            .settings_mut::<webook::jobs::settings::JobSettings>()
+            .job_http_allowed_networks = Vec::new(); // the production default
     })
     .await;
     for url in [
@@ -140,12 +140,16 @@ async fn admin_app(setup: Setup) -> (TestApp, String) {
 /// [`admin_app`] with `configure` applied to its config last.
 async fn admin_app_with(
     setup: Setup,
-    configure: impl FnOnce(&mut webook::config::Config),
+    configure: impl FnOnce(&mut platform::config::Config),
 ) -> (TestApp, String) {
     let app = setup
         .spawn(|config| {
-            config.admins = vec![1];
-            config.job_poll_max = Duration::from_millis(100);
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .admins = vec![1];
+            config
+                .settings_mut::<webook::jobs::settings::JobSettings>()
+                .job_poll_max = Duration::from_millis(100);
             configure(config);
         })
         .await;
@@ -726,7 +730,7 @@ fn the_admin_command_grants_and_revokes_by_email_or_id() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let url = format!("sqlite://{}", dir.join("jobs.db").display());
     runtime.block_on(async {
-        let db = webook::infra::db::Db::connect_url(&url, 1).await.unwrap();
+        let db = platform::db::Db::connect_url(&url, 1).await.unwrap();
         webook::user::store::UserStore::new(db.clone())
             .insert("ops@example.com", "$argon2id$not-a-real-hash", now_millis())
             .await

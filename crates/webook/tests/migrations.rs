@@ -2,15 +2,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use webook::{
-    backend_tests,
+use platform::{
     config::DatabaseKind,
-    infra::db::{expand_dialect, migrator, Db},
-    testing::TestDb,
+    db::{expand_dialect, migrator, Db},
 };
+use webook::schema::MIGRATIONS;
+
+use platform::testing::TestDb;
 
 async fn fresh_database_is_fully_migrated(test: TestDb) {
-    let expected: Vec<i64> = migrator(test.db.kind()).iter().map(|m| m.version).collect();
+    let expected: Vec<i64> = migrator(test.db.kind(), MIGRATIONS)
+        .iter()
+        .map(|m| m.version)
+        .collect();
     assert!(!expected.is_empty());
     assert_eq!(test.db.applied_versions().await.unwrap(), expected);
     let version: String =
@@ -29,7 +33,7 @@ async fn migrating_again_applies_nothing_and_keeps_data(test: TestDb) {
             .unwrap();
     // A second process (or a restart) opening the same database.
     let again = Db::connect_url(&test.url, 2).await.unwrap();
-    assert_eq!(again.migrate().await.unwrap(), 0);
+    assert_eq!(again.migrate(MIGRATIONS).await.unwrap(), 0);
     let still: String =
         sqlx::query_scalar("SELECT value FROM meta WHERE name = 'schema_created_at'")
             .fetch_one(again.pool())
@@ -84,7 +88,7 @@ async fn portable_sql_runs_on_both_engines(test: TestDb) {
     assert_eq!(big, i64::MAX - 1);
 }
 
-backend_tests!(
+platform::backend_tests!(webook::schema::MIGRATIONS;
     fresh_database_is_fully_migrated,
     migrating_again_applies_nothing_and_keeps_data,
     portable_sql_runs_on_both_engines,
@@ -96,14 +100,17 @@ async fn empty_postgres_database_migrates_from_scratch() {
     let db = Db::connect_url(&empty.url, 2).await.unwrap();
     assert_eq!(db.kind(), DatabaseKind::Postgres);
     assert!(db.applied_versions().await.unwrap().is_empty());
-    let applied = db.migrate().await.unwrap();
-    assert_eq!(applied, migrator(DatabaseKind::Postgres).iter().count());
+    let applied = db.migrate(MIGRATIONS).await.unwrap();
+    assert_eq!(
+        applied,
+        migrator(DatabaseKind::Postgres, MIGRATIONS).iter().count()
+    );
     db.close().await;
 }
 
 #[tokio::test]
 async fn sqlite_is_set_up_for_concurrent_access() {
-    let test = TestDb::sqlite().await;
+    let test = TestDb::sqlite(MIGRATIONS).await;
     let mut conn = test.db.pool().acquire().await.unwrap();
     let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut *conn)

@@ -16,13 +16,10 @@ use std::{
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use platform::testing::{redis_url, wait_until, TestDb};
+use platform::{config::DatabaseKind, db::migrator};
 use reqwest::StatusCode;
 use serde_json::Value;
-use webook::{
-    config::DatabaseKind,
-    infra::db::migrator,
-    testing::{redis_url, wait_until, TestDb},
-};
 
 const ACCESS_SECRET: &str = "process-test-access-secret-0123456789";
 const REFRESH_SECRET: &str = "process-test-refresh-secret-0123456789";
@@ -198,7 +195,12 @@ fn migrate_version_and_print_config_work_offline() {
     let output = webook(dir.path()).arg("migrate").output().unwrap();
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let expected = format!("{} applied", migrator(DatabaseKind::Sqlite).iter().count());
+    let expected = format!(
+        "{} applied",
+        migrator(DatabaseKind::Sqlite, webook::schema::MIGRATIONS)
+            .iter()
+            .count()
+    );
     assert!(stdout.contains(&expected), "{stdout}");
     let output = webook(dir.path()).arg("migrate").output().unwrap();
     assert!(String::from_utf8(output.stdout)

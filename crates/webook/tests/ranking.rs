@@ -14,13 +14,12 @@
 mod common;
 
 use common::{get, login, post, signup, Setup};
+use platform::db::now_millis;
+use platform::testing::wait_until;
 use reqwest::{header, StatusCode};
 use serde_json::{json, Value};
-use webook::{
-    infra::db::now_millis,
-    ranking::RANKING_JOB,
-    testing::{wait_until, TestApp},
-};
+use webook::schema::MIGRATIONS;
+use webook::{ranking::RANKING_JOB, testing::TestApp};
 
 setup_tests!(
     articles_rank_by_score_and_leave_when_withdrawn_or_old,
@@ -37,7 +36,9 @@ async fn a_withdrawn_article_leaves_every_list_before_the_next_computation(setup
     let first = setup
         .spawn_on(db.clone(), &prefix, |config| {
             quiet(config);
-            config.ranking_refresh = std::time::Duration::from_millis(100);
+            config
+                .settings_mut::<webook::ranking::RankingSettings>()
+                .ranking_refresh = std::time::Duration::from_millis(100);
         })
         .await;
     let token = author(&first, "withdrawer@example.com").await;
@@ -53,7 +54,9 @@ async fn a_withdrawn_article_leaves_every_list_before_the_next_computation(setup
         let second = setup
             .spawn_on(db.clone(), &prefix, |config| {
                 quiet(config);
-                config.ranking_refresh = std::time::Duration::from_millis(100);
+                config
+                    .settings_mut::<webook::ranking::RankingSettings>()
+                    .ranking_refresh = std::time::Duration::from_millis(100);
             })
             .await;
         wait_until("the second instance to serve the list", || async {
@@ -99,9 +102,13 @@ async fn a_withdrawn_article_leaves_every_list_before_the_next_computation(setup
 const HOUR: i64 = 3600 * 1000;
 
 /// Yearly, so the scheduler never computes behind the test's back.
-fn quiet(config: &mut webook::config::Config) {
-    config.ranking_schedule = "@yearly".to_owned();
-    config.job_poll_max = std::time::Duration::from_millis(100);
+fn quiet(config: &mut platform::config::Config) {
+    config
+        .settings_mut::<webook::ranking::RankingSettings>()
+        .ranking_schedule = "@yearly".to_owned();
+    config
+        .settings_mut::<webook::jobs::settings::JobSettings>()
+        .job_poll_max = std::time::Duration::from_millis(100);
 }
 
 async fn author(app: &TestApp, email: &str) -> String {
@@ -442,7 +449,7 @@ async fn the_ranking_job_computes_the_list_when_triggered(setup: Setup) {
 /// Runs the real `webook` binary with `args` on `db` (no other `WEBOOK_*` settings of this
 /// process leak in), with `env` added; asserts it succeeded and returns its stdout.
 fn webook_cli(
-    db: &webook::testing::TestDb,
+    db: &platform::testing::TestDb,
     data_dir: &std::path::Path,
     args: &[&str],
     env: &[(&str, &str)],
@@ -473,10 +480,12 @@ fn webook_cli(
 /// serves it at its next refresh; `webook rank` prints it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_computes_a_list_that_running_instances_serve() {
-    let db = std::sync::Arc::new(webook::testing::TestDb::sqlite().await);
+    let db = std::sync::Arc::new(platform::testing::TestDb::sqlite(MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |config| {
         quiet(config);
-        config.ranking_refresh = std::time::Duration::from_millis(100);
+        config
+            .settings_mut::<webook::ranking::RankingSettings>()
+            .ranking_refresh = std::time::Duration::from_millis(100);
     })
     .await;
     let token = author(&app, "cli@example.com").await;
@@ -528,10 +537,12 @@ async fn a_cli_list_from_a_host_whose_clock_runs_ahead_does_not_block_scheduled_
         - now_millis() / 1000;
     assert!((7_100..7_300).contains(&skew), "libfaketime skew {skew} s");
 
-    let db = std::sync::Arc::new(webook::testing::TestDb::postgres().await);
+    let db = std::sync::Arc::new(platform::testing::TestDb::postgres(MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |config| {
         quiet(config);
-        config.ranking_refresh = std::time::Duration::from_millis(100);
+        config
+            .settings_mut::<webook::ranking::RankingSettings>()
+            .ranking_refresh = std::time::Duration::from_millis(100);
     })
     .await;
     let token = author(&app, "skew@example.com").await;
@@ -565,12 +576,15 @@ async fn a_cli_list_from_a_host_whose_clock_runs_ahead_does_not_block_scheduled_
 /// Cluster mode with Redis killed: the local snapshot still answers, byte for byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_stopped_the_local_snapshot_is_served() {
-    let mut redis = webook::testing::RedisServer::start().await;
+    let mut redis = platform::testing::RedisServer::start().await;
     let url = redis.url();
-    let app = TestApp::spawn_with(webook::testing::TestDb::sqlite().await, |config| {
-        webook::testing::make_cluster(config, url);
-        quiet(config);
-    })
+    let app = TestApp::spawn_with(
+        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        |config| {
+            webook::testing::make_cluster(config, url);
+            quiet(config);
+        },
+    )
     .await;
     let token = author(&app, "outage@example.com").await;
     let id = publish(&app, &token, "outage").await;
@@ -588,8 +602,12 @@ async fn with_redis_stopped_the_local_snapshot_is_served() {
 async fn in_cron_mode_a_long_locked_job_computes_the_list(setup: Setup) {
     let app = setup
         .spawn(|config| {
-            config.ranking_mode = webook::config::RankingMode::Cron;
-            config.ranking_schedule = "@every 1s".to_owned();
+            config
+                .settings_mut::<webook::ranking::RankingSettings>()
+                .ranking_mode = webook::ranking::RankingMode::Cron;
+            config
+                .settings_mut::<webook::ranking::RankingSettings>()
+                .ranking_schedule = "@every 1s".to_owned();
         })
         .await;
     let token = author(&app, "cron@example.com").await;

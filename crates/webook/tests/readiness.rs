@@ -8,14 +8,13 @@ use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
+use webook::schema::MIGRATIONS;
 
+use platform::testing::{redis_url, wait_until, RedisServer, TcpProxy, TestDb};
+use platform::{config::DatabaseKind, db::now_millis};
 use reqwest::StatusCode;
 use serde_json::json;
-use webook::{
-    config::DatabaseKind,
-    infra::db::now_millis,
-    testing::{make_cluster, redis_url, wait_until, RedisServer, TcpProxy, TestApp, TestDb},
-};
+use webook::testing::{make_cluster, TestApp};
 
 #[tokio::test]
 async fn embedded_app_is_alive_and_ready_without_redis() {
@@ -33,7 +32,7 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
 
 #[tokio::test]
 async fn cluster_app_on_postgres_and_redis_is_ready() {
-    let db = TestDb::postgres().await;
+    let db = TestDb::postgres(MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |config| make_cluster(config, redis_url())).await;
     let (status, body) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -47,7 +46,7 @@ async fn cluster_app_on_postgres_and_redis_is_ready() {
 #[tokio::test]
 async fn readiness_follows_redis_down_and_back_up_while_liveness_stays() {
     let mut redis = RedisServer::start().await;
-    let db = TestDb::sqlite().await;
+    let db = TestDb::sqlite(MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |config| make_cluster(config, redis.url())).await;
     assert_eq!(app.get_json("/readyz").await.0, StatusCode::OK);
 
@@ -71,7 +70,7 @@ async fn readiness_follows_redis_down_and_back_up_while_liveness_stays() {
 
 #[tokio::test]
 async fn readiness_reports_a_dead_database() {
-    let db = TestDb::sqlite().await;
+    let db = TestDb::sqlite(MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |_| {}).await;
     app.state.db.close().await;
     let (status, body) = app.get_json("/readyz").await;
@@ -82,7 +81,7 @@ async fn readiness_reports_a_dead_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_unreachable_requests_fail_fast_with_503_and_cached_reads_go_on() {
-    let db = TestDb::postgres().await;
+    let db = TestDb::postgres(MIGRATIONS).await;
     let (proxy, through_proxy) = TcpProxy::for_url(&db.url).await;
     let app = TestApp::spawn_shared(Arc::new(db), |config| {
         config.database_url = Some(through_proxy);

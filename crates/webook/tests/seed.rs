@@ -8,8 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use indicatif::ProgressBar;
+use platform::testing::TestDb;
 use sha2::{Digest, Sha256};
 use sqlx::Row;
+use webook::schema::MIGRATIONS;
 use webook::{
     article::{
         model::{abstract_of, sanitize_html, Draft, MAX_TITLE_CHARS},
@@ -17,7 +19,6 @@ use webook::{
     },
     interactive::store::InteractiveStore,
     seed::{seed, Plan, Report},
-    testing::TestDb,
     user::{password::PasswordHasher, store::UserStore},
 };
 
@@ -360,7 +361,7 @@ async fn the_same_seed_gives_the_same_data(test: TestDb) {
     let expected = digest(&test).await;
 
     // Same plan, likes sorted in many small passes instead of one: the same rows.
-    let again = TestDb::new(kind).await;
+    let again = TestDb::new(kind, MIGRATIONS).await;
     run(
         &again,
         &Plan {
@@ -371,7 +372,7 @@ async fn the_same_seed_gives_the_same_data(test: TestDb) {
     .await;
     assert_eq!(digest(&again).await, expected);
 
-    let other = TestDb::new(kind).await;
+    let other = TestDb::new(kind, MIGRATIONS).await;
     run(&other, &plan(12)).await;
     assert_ne!(digest(&other).await, expected);
 }
@@ -451,7 +452,7 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
     }
 }
 
-webook::backend_tests!(
+platform::backend_tests!(webook::schema::MIGRATIONS;
     seeds_a_consistent_skewed_dataset,
     the_same_seed_gives_the_same_data,
     seeding_again_adds_after_existing_rows,

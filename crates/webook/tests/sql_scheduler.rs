@@ -27,10 +27,8 @@ use scheduler::{
     },
     JobContext,
 };
-use webook::{
-    backend_tests,
-    testing::{wait_until, TestDb},
-};
+
+use platform::testing::{wait_until, TestDb};
 
 const SECOND: i64 = 1000;
 /// 2026-01-01T00:00:00Z in ms.
@@ -38,7 +36,7 @@ const T0: i64 = 1_767_225_600_000;
 const LEASE: i64 = 10 * SECOND;
 const MISFIRE_AFTER: i64 = 5 * SECOND;
 
-backend_tests!(
+platform::backend_tests!(webook::schema::MIGRATIONS;
     one_of_many_concurrent_claims_wins,
     misfire_policies_record_every_missed_fire_time,
     a_job_twelve_thousand_fire_times_behind_runs_the_latest,

@@ -4,13 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::{sync::Arc, time::Duration};
+use webook::schema::MIGRATIONS;
 
 mod common;
 
 use common::{call, cluster_pair, get, login, post, refresh, signup, sorted_keys, Setup, PASSWORD};
+use platform::testing::{wait_until, TestDb};
 use reqwest::StatusCode;
 use serde_json::json;
-use webook::testing::{wait_until, TestApp, TestDb};
+use webook::testing::TestApp;
 
 async fn count_users(app: &TestApp, email: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
@@ -91,7 +93,15 @@ async fn lifecycle_signup_login_profile_edit_logout(setup: Setup) {
 }
 
 async fn duplicate_signups_yield_one_account(setup: Setup) {
-    let app = Arc::new(setup.spawn(|config| config.auth_rate_limit = 1000).await);
+    let app = Arc::new(
+        setup
+            .spawn(|config| {
+                config
+                    .settings_mut::<webook::user::settings::AuthSettings>()
+                    .auth_rate_limit = 1000
+            })
+            .await,
+    );
     assert_eq!(signup(&app, "bob@example.com").await.code(), 0);
     let again = signup(&app, "BOB@example.com").await;
     assert_eq!(again.status_and_code(), (StatusCode::OK, 409001));
@@ -116,7 +126,13 @@ async fn duplicate_signups_yield_one_account(setup: Setup) {
 }
 
 async fn invalid_signups_are_refused_and_store_nothing(setup: Setup) {
-    let app = setup.spawn(|config| config.auth_rate_limit = 1000).await;
+    let app = setup
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .auth_rate_limit = 1000
+        })
+        .await;
     let cases = [
         (
             json!({"email": "not-an-email", "password": PASSWORD, "confirmPassword": PASSWORD}),
@@ -247,7 +263,11 @@ async fn forged_misused_and_foreign_tokens_are_refused(setup: Setup) {
 
 async fn access_tokens_expire(setup: Setup) {
     let app = setup
-        .spawn(|config| config.access_token_ttl = Duration::from_secs(2))
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .access_token_ttl = Duration::from_secs(2)
+        })
         .await;
     signup(&app, "fay@example.com").await;
     let (access, _) = login(&app, "fay@example.com").await;
@@ -312,8 +332,12 @@ async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
     let window = Duration::from_secs(2);
     let app = setup
         .spawn(|config| {
-            config.auth_rate_limit = 3;
-            config.auth_rate_window = window;
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .auth_rate_limit = 3;
+            config
+                .settings_mut::<webook::user::settings::AuthSettings>()
+                .auth_rate_window = window;
         })
         .await;
     let attempt = || {
@@ -414,7 +438,7 @@ async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_that_could_not_be_saved_is_retried_without_logging_out() {
     use sqlx::{Connection, Executor};
-    let db = TestDb::sqlite().await;
+    let db = TestDb::sqlite(MIGRATIONS).await;
     let file = db.url.clone();
     let app = TestApp::spawn_with(db, |_| {}).await;
     signup(&app, "retry@example.com").await;
@@ -475,8 +499,12 @@ async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_hold_across_instances() {
     let (first, second) = cluster_pair(|config| {
-        config.auth_rate_limit = 4;
-        config.auth_rate_window = Duration::from_secs(60);
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_limit = 4;
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_window = Duration::from_secs(60);
     })
     .await;
     let body = json!({"email": "j@example.com", "password": "x"});
@@ -500,7 +528,7 @@ async fn rate_limits_hold_across_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_revocations_survive_a_restart() {
-    let db = Arc::new(TestDb::sqlite().await);
+    let db = Arc::new(TestDb::sqlite(MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
     signup(&app, "kim@example.com").await;
     let (access, refresh_token) = login(&app, "kim@example.com").await;
@@ -544,8 +572,10 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     };
 
     // Behind a trusted proxy (the tests connect from 127.0.0.1): each client has its own limit.
-    let trusted = TestApp::spawn_with(TestDb::sqlite().await, |config| {
-        config.auth_rate_limit = 1;
+    let trusted = TestApp::spawn_with(TestDb::sqlite(MIGRATIONS).await, |config| {
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_limit = 1;
         config.trusted_proxies = vec!["127.0.0.1/32".into()];
     })
     .await;
@@ -557,8 +587,12 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     );
 
     // Without trust, the header is ignored: everybody is the peer 127.0.0.1.
-    let direct =
-        TestApp::spawn_with(TestDb::sqlite().await, |config| config.auth_rate_limit = 1).await;
+    let direct = TestApp::spawn_with(TestDb::sqlite(MIGRATIONS).await, |config| {
+        config
+            .settings_mut::<webook::user::settings::AuthSettings>()
+            .auth_rate_limit = 1
+    })
+    .await;
     assert_eq!(login_as(&direct, "198.51.100.1").await, StatusCode::OK);
     assert_eq!(
         login_as(&direct, "198.51.100.2").await,

@@ -17,10 +17,8 @@
 
 use std::{future::Future, time::Duration};
 
-use crate::{
-    article::model::{ArticleStatus, ListItem, PublishedArticle},
-    infra::{cache::VersionedCache, redis::Redis},
-};
+use crate::article::model::{ArticleStatus, ListItem, PublishedArticle};
+use platform::{cache::VersionedCache, redis::Redis};
 
 fn is_published(article: &PublishedArticle) -> bool {
     article.status == ArticleStatus::Published
@@ -102,7 +100,7 @@ impl ArticleCache {
         let token = self.reader_copies.invalidate_for_refill(&key).await;
         match load.await {
             Ok(Some(article)) if is_published(&article) => {
-                match crate::infra::cache::json_bytes(&article) {
+                match platform::cache::json_bytes(&article) {
                     Ok(bytes) => self.reader_copies.fill(&key, token, bytes).await,
                     Err(err) => tracing::error!(%err, id, "cannot serialise a reader copy"),
                 }

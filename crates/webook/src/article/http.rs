@@ -14,9 +14,9 @@ use crate::{
         model::{Article, ArticleStatus, ListItem},
         service::existing_id,
     },
-    error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply},
     user::{AuthUser, Writer},
 };
+use platform::error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
 
 /// The `/articles` routes; saving and publishing honour `Idempotency-Key`.
 pub fn router(state: AppState) -> Router<AppState> {

@@ -1,20 +1,20 @@
 //! Article domain types, validation, HTML sanitising and abstracts.
 //!
 //! Content is HTML from a rich-text editor. [`Draft::parse`] checks the title and the text rules
-//! of [`crate::infra::text`], bounds the markup's shape ([`check_markup`]: nesting depth and
+//! of [`platform::text`], bounds the markup's shape ([`check_markup`]: nesting depth and
 //! element count, measured by one linear scan), then sanitises it with an allow-list
 //! ([`sanitize_html`]) and derives the abstract from the result ([`abstract_of`]). The bound
 //! comes first because the HTML parser's work grows with the square of the nesting depth: 100 000
 //! nested `<div>`s (488 KiB, under the size limit) took 12.7 s of CPU. Parsing is CPU work, so the
-//! service runs it off the async workers ([`crate::infra::cpu`]).
+//! service runs it off the async workers ([`platform::cpu`]).
 
 use std::{ops::ControlFlow, sync::LazyLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
+use platform::{
     error::{AppError, Msg},
-    infra::text::{self, Lines},
+    text::{self, Lines},
 };
 
 /// Topic of the event emitted when an article is published or republished.

@@ -9,22 +9,25 @@
 //! - withdraw: both → 3; readers get 404001, the author still sees and can republish it.
 //!
 //! Every write commits first — publish and withdraw with their event in the transactional outbox
-//! ([`crate::infra::events::outbox`]), so a committed change always gets its event — then wakes
+//! ([`platform::events::outbox`]), so a committed change always gets its event — then wakes
 //! the outbox relay and fixes the caches (so they never serve what the database no longer says
-//! once the write has returned), all on a task of its own ([`crate::infra::detached`]): a client
+//! once the write has returned), all on a task of its own ([`platform::detached`]): a client
 //! that disconnects, or a request that times out, after the commit cannot leave the caches
 //! behind. Once the commit is done, nothing after it can fail the write: a cache step that cannot
 //! read back the committed copy leaves the entry invalidated.
 
 pub use crate::article::model::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
-use crate::{
-    article::{
-        cache::{ArticleCache, FIRST_PAGE_LEN},
-        model::{Article, Draft, ListItem, PublishedArticle},
-        store::{ArticleStore, WriteError},
-    },
+use crate::article::{
+    cache::{ArticleCache, FIRST_PAGE_LEN},
+    model::{Article, Draft, ListItem, PublishedArticle},
+    store::{ArticleStore, WriteError},
+};
+use platform::{
+    cpu,
+    db::now_millis,
+    detached::to_completion,
     error::{AppError, Msg},
-    infra::{cpu, db::now_millis, detached::to_completion, events::outbox::Outbox},
+    events::outbox::Outbox,
 };
 
 /// Largest `offset` the author's list accepts.

@@ -5,13 +5,11 @@
 
 use sqlx::{any::AnyRow, Any, Row, Transaction};
 
-use crate::{
-    article::model::{
-        Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, TOPIC_PUBLISHED,
-        TOPIC_WITHDRAWN,
-    },
-    infra::{db::Db, events::outbox},
+use crate::article::model::{
+    Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, TOPIC_PUBLISHED,
+    TOPIC_WITHDRAWN,
 };
+use platform::{db::Db, events::outbox};
 
 /// Why a write to an existing article did not happen.
 #[derive(Debug, thiserror::Error)]

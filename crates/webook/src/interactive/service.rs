@@ -3,7 +3,7 @@
 //! - **Likes and collects** are written synchronously: the user's row and the counter in one
 //!   transaction (see [`InteractiveStore`]), then the object's cached counts are invalidated —
 //!   on a task of their own, so a caller that goes away cannot leave the commit without the
-//!   invalidation ([`crate::infra::detached`]).
+//!   invalidation ([`platform::detached`]).
 //!   Likes waiting at the same moment share a transaction (group commit, [`LIKE_BATCH`]); each
 //!   caller is answered after the commit.
 //! - **Reads** are the highest-volume write in the system, so a read only publishes an event
@@ -15,7 +15,7 @@
 //!   shutdown (the consumer drains its queue before the process exits). With Redis Streams
 //!   (cluster), a batch can be delivered again after a consumer died between commit and
 //!   acknowledgement; the applied entry ids are recorded in the same transaction
-//!   ([`crate::infra::events::dedup`]), so such a batch is counted once.
+//!   ([`platform::events::dedup`]), so such a batch is counted once.
 //! - **Counts** are read through a [`VersionedCache`] (in-process, or Redis with a near cache),
 //!   refilled from the database after each change. The database is the source of truth; a cache
 //!   failure never fails an action. (The seeds update a Redis hash with "increment if present";
@@ -29,18 +29,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     biz::Biz,
-    error::{AppError, Msg},
-    infra::{
-        cache::{json_bytes, FillToken, VersionedCache},
-        db::now_millis,
-        detached::to_completion,
-        events::{Event, EventStream, Subscription},
-        redis::Redis,
-    },
     interactive::{
         model::{Counts, ReadEvent, UserFlags},
         store::{InteractiveStore, LikeChange},
     },
+};
+use platform::{
+    cache::{json_bytes, FillToken, VersionedCache},
+    db::now_millis,
+    detached::to_completion,
+    error::{AppError, Msg},
+    events::{Event, EventStream, Subscription},
+    redis::Redis,
 };
 
 /// Topic of read events.

@@ -1,5 +1,5 @@
 //! SQL for counters (`interactives`), likes (`user_likes`) and collects (`user_collects`,
-//! `collections`), with applied-event ids through [`crate::infra::events::dedup`]. One
+//! `collections`), with applied-event ids through [`platform::events::dedup`]. One
 //! implementation for SQLite and PostgreSQL.
 //!
 //! Likes and collects change the user's row and the counter in one transaction, and only when the
@@ -13,11 +13,11 @@ use sqlx::{Any, Row, Transaction};
 
 use crate::{
     biz::Biz,
-    infra::{
-        db::{bulk_row_placeholders, placeholders, Db},
-        events::dedup,
-    },
     interactive::model::{Counts, UserFlags},
+};
+use platform::{
+    db::{bulk_row_placeholders, placeholders, Db},
+    events::dedup,
 };
 
 /// One like (`like: true`) or unlike by `uid` of `biz` + `biz_id`.

@@ -12,23 +12,29 @@ use scheduler::sql::{JobRow, RunRow, SqlJobStore, StoreError};
 
 use crate::{
     cli::{AddJobArgs, JobsCommand},
-    config::Config,
-    infra::db::Db,
     jobs::service::{self, JobSpec},
 };
+use platform::{config::Config, db::Db};
 
 /// Connects to the configured database, applies migrations and runs `command`, printing its
 /// output on stdout.
 pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate().await.context("applying migrations")?;
+        db.migrate(crate::schema::MIGRATIONS)
+            .await
+            .context("applying migrations")?;
         // Only checks executors' cfg, never runs a job: the hot list's shared copy is irrelevant,
         // so no Redis connection is needed even in cluster mode.
         let ranking = crate::ranking::build(config, &db, None)?;
         execute(
             &super::store(&db),
-            &super::executors(Some(ranking), config.job_http_allowed_networks()?)?,
+            &super::executors(
+                Some(ranking),
+                config
+                    .settings::<super::settings::JobSettings>()?
+                    .job_http_allowed_networks()?,
+            )?,
             command,
         )
         .await

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     app::AppState,
-    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     jobs::service::{self, JobSpec},
     user::admin::Admin,
 };
+use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
 
 /// Runs listed when `limit` is not given.
 const DEFAULT_RUNS_LIMIT: i64 = 50;

@@ -22,14 +22,12 @@ pub mod cli;
 mod http;
 pub mod purge;
 pub mod service;
+pub mod settings;
 
 use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy};
 
-use crate::{
-    config::DatabaseKind,
-    infra::db::Db,
-    ranking::{RankingJob, RankingService},
-};
+use crate::ranking::{RankingJob, RankingService};
+use platform::{config::DatabaseKind, db::Db};
 
 pub use http::router;
 pub use purge::PurgeJobRuns;

@@ -11,10 +11,8 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    app::AppState,
-    error::{Envelope, Reply, CODE_OK, CODE_SYSTEM},
-};
+use crate::app::AppState;
+use platform::error::{Envelope, Reply, CODE_OK, CODE_SYSTEM};
 
 /// How long `/readyz` waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);

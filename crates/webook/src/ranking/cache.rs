@@ -20,10 +20,8 @@ use axum::{body::Bytes, http::HeaderValue};
 use flate2::{write::GzEncoder, Compression};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    infra::redis::Redis,
-    ranking::store::{RankingStore, SharedList},
-};
+use crate::ranking::store::{RankingStore, SharedList};
+use platform::redis::Redis;
 
 /// Name of the one list computed today.
 pub const TOP_LIST: &str = "top";

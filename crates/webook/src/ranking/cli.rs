@@ -8,17 +8,16 @@ use std::time::Duration;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{
-    config::Config,
-    infra::{db::Db, redis::Redis},
-    ranking::cache::Snapshot,
-};
+use crate::ranking::cache::Snapshot;
+use platform::{config::Config, db::Db, redis::Redis};
 
 /// Runs `webook rank [--once]`; prints the outcome on stdout.
 pub async fn run(config: &Config, once: bool) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate().await.context("applying migrations")?;
+        db.migrate(crate::schema::MIGRATIONS)
+            .await
+            .context("applying migrations")?;
         let redis = match &config.redis_url {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,

@@ -15,11 +15,8 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::{
-    app::AppState,
-    error::{ApiQuery, AppError, Msg},
-    ranking::cache::envelope,
-};
+use crate::{app::AppState, ranking::cache::envelope};
+use platform::error::{ApiQuery, AppError, Msg};
 
 /// The hot-list routes.
 pub fn router() -> Router<AppState> {

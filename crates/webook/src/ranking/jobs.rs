@@ -9,7 +9,8 @@ use scheduler::{
     Job, JobContext,
 };
 
-use crate::{infra::db::now_millis, ranking::RankingService};
+use crate::ranking::RankingService;
+use platform::db::now_millis;
 
 /// Name of the job (and of the durable executor).
 pub const RANKING_JOB: &str = "ranking";

@@ -14,17 +14,19 @@ mod http;
 pub mod jobs;
 pub mod model;
 pub mod service;
+pub mod settings;
 pub mod store;
 
 pub use http::router;
 pub use jobs::{RankingJob, RANKING_JOB};
-pub use service::{RankingService, RankingSettings};
+pub use service::{HotListParams, RankingService};
+pub use settings::{RankingMode, RankingSettings};
 
 use std::time::Duration;
 
 use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError};
 
-use crate::{config::Config, infra::db::Db, infra::redis::Redis};
+use platform::{config::Config, db::Db, redis::Redis};
 
 /// Candidates read per query.
 const SCAN_BATCH: usize = 1000;
@@ -38,7 +40,8 @@ pub const RANKING_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The hot list of this config: the SQL store, the shared copy of the mode (Redis when given,
 /// else the database), the configured score and sizes.
 pub fn build(config: &Config, db: &Db, redis: Option<&Redis>) -> anyhow::Result<RankingService> {
-    let schedule = config.ranking_schedule()?;
+    let settings = config.settings::<RankingSettings>()?;
+    let schedule = settings.ranking_schedule()?;
     let now = chrono::Utc::now();
     let interval = schedule
         .next_after(now)
@@ -52,27 +55,27 @@ pub fn build(config: &Config, db: &Db, redis: Option<&Redis>) -> anyhow::Result<
     Ok(RankingService::new(
         store::RankingStore::new(db.clone()),
         shared,
-        RankingSettings {
-            size: config.ranking_size,
-            window: config.ranking_window,
-            formula: config.ranking_formula()?,
+        HotListParams {
+            size: settings.ranking_size,
+            window: settings.ranking_window,
+            formula: settings.ranking_formula()?,
             batch: SCAN_BATCH,
             expiry: (interval * EXPIRY_INTERVALS).max(MIN_EXPIRY),
-            refresh: config.ranking_refresh,
+            refresh: settings.ranking_refresh,
         },
     ))
 }
 
 /// Creates the durable `ranking` job on `ranking_schedule` unless a job of that name exists
 /// (operators' changes to it are kept). Safe when several instances start at once.
-pub async fn ensure_job(jobs: &SqlJobStore, config: &Config) -> anyhow::Result<()> {
+pub async fn ensure_job(jobs: &SqlJobStore, settings: &RankingSettings) -> anyhow::Result<()> {
     if jobs.find(RANKING_JOB).await?.is_some() {
         return Ok(());
     }
     let created = jobs
         .create(&NewJob {
             name: RANKING_JOB.to_owned(),
-            cron: config.ranking_schedule.clone(),
+            cron: settings.ranking_schedule.clone(),
             timezone: "UTC".to_owned(),
             executor: RANKING_JOB.to_owned(),
             cfg: "{}".to_owned(),
@@ -83,7 +86,7 @@ pub async fn ensure_job(jobs: &SqlJobStore, config: &Config) -> anyhow::Result<(
         .await;
     match created {
         Ok(id) => {
-            tracing::info!(id, schedule = %config.ranking_schedule, "created the ranking job");
+            tracing::info!(id, schedule = %settings.ranking_schedule, "created the ranking job");
             Ok(())
         }
         Err(StoreError::Duplicate(_)) => Ok(()),

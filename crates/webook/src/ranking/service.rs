@@ -27,16 +27,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     article::service::{ArticleEvent, TOPIC_WITHDRAWN},
-    infra::{
-        db::now_millis,
-        events::{EventStream, Subscription},
-        telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
-    },
     ranking::{
         cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
         model::{ScoreFormula, TopN},
         store::{Candidate, RankingStore, SharedList},
     },
+};
+use platform::{
+    db::now_millis,
+    events::{EventStream, Subscription},
+    telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
 };
 
 /// Histogram: seconds one computation took.
@@ -78,7 +78,7 @@ pub fn describe_metrics() {
 
 /// How the list is computed.
 #[derive(Debug, Clone)]
-pub struct RankingSettings {
+pub struct HotListParams {
     /// How many articles the list holds.
     pub size: usize,
     /// Only articles first published this recently are candidates.
@@ -117,7 +117,7 @@ struct Inner {
     store: RankingStore,
     shared: SharedCopy,
     local: ArcSwapOption<Snapshot>,
-    settings: RankingSettings,
+    settings: HotListParams,
     serves: ServeCounters,
 }
 
@@ -165,7 +165,7 @@ fn millis(duration: Duration) -> i64 {
 
 impl RankingService {
     /// The service over `store`, sharing lists through `shared`.
-    pub fn new(store: RankingStore, shared: SharedCopy, settings: RankingSettings) -> Self {
+    pub fn new(store: RankingStore, shared: SharedCopy, settings: HotListParams) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -178,7 +178,7 @@ impl RankingService {
     }
 
     /// The settings in effect.
-    pub fn settings(&self) -> &RankingSettings {
+    pub fn settings(&self) -> &HotListParams {
         &self.inner.settings
     }
 

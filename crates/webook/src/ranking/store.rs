@@ -16,11 +16,10 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use crate::{
-    article::model::ArticleStatus,
+use crate::{article::model::ArticleStatus, ranking::model::Signals};
+use platform::{
     config::DatabaseKind,
-    infra::db::{placeholders, Db},
-    ranking::model::Signals,
+    db::{placeholders, Db},
 };
 
 /// The `biz` of articles in `interactives`.

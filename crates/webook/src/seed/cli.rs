@@ -6,11 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{
-    cli::SeedArgs,
-    config::Config,
-    infra::{db::Db, redact_url},
-};
+use crate::cli::SeedArgs;
+use platform::{config::Config, db::Db, redact_url};
 
 /// Runs `webook seed`.
 pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
@@ -18,7 +15,9 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
     plan.validate().map_err(anyhow::Error::msg)?;
     let db = Db::connect(config).await?;
     let outcome = async {
-        db.migrate().await.context("applying migrations")?;
+        db.migrate(crate::schema::MIGRATIONS)
+            .await
+            .context("applying migrations")?;
         let progress = ProgressBar::new(0);
         progress.set_style(
             ProgressStyle::with_template(

@@ -48,7 +48,8 @@ use self::{
     store::{ArticleRow, CounterRow, Interaction, InteractionRow, UserRow},
     text::Language,
 };
-use crate::{infra::db::Db, user::password::PasswordHasher};
+use crate::user::password::PasswordHasher;
+use platform::db::Db;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
 /// Users registered over this many days before the first seeded article.
@@ -104,7 +105,7 @@ impl Default for Plan {
             reads: 1_000_000,
             days: 30,
             seed: 1,
-            until: crate::infra::db::now_millis(),
+            until: platform::db::now_millis(),
             zipf_exponent: 1.0,
             password: "seed-Password-1!".to_owned(),
             likes_per_pass: LIKES_PER_PASS,

@@ -9,7 +9,7 @@
 
 use sqlx::AnyConnection;
 
-use crate::{config::DatabaseKind, infra::db::bulk_row_placeholders};
+use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// A user account.
 #[derive(Debug, Clone, PartialEq, Eq)]

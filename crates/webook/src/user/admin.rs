@@ -13,13 +13,11 @@ use anyhow::Context;
 use axum::{extract::FromRequestParts, http::request::Parts};
 use serde::Serialize;
 
-use crate::{
-    app::AppState,
-    cli::AdminCommand,
+use crate::{app::AppState, cli::AdminCommand, user::AuthUser};
+use platform::{
     config::Config,
+    db::{now_millis, Db},
     error::{AppError, Msg},
-    infra::db::{now_millis, Db},
-    user::AuthUser,
 };
 
 /// An authenticated caller with admin rights (module docs).
@@ -37,7 +35,11 @@ impl FromRequestParts<AppState> for Admin {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let user = AuthUser::from_request_parts(parts, state).await?;
-        let admin = state.config.admins.contains(&user.uid)
+        let admin = state
+            .config
+            .settings::<super::settings::AuthSettings>()?
+            .admins
+            .contains(&user.uid)
             || AdminStore::new(state.db.clone()).is_admin(user.uid).await?;
         if admin {
             Ok(Self { uid: user.uid })
@@ -54,7 +56,9 @@ impl FromRequestParts<AppState> for Admin {
 pub async fn run_cli(config: &Config, command: AdminCommand) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate().await.context("applying migrations")?;
+        db.migrate(crate::schema::MIGRATIONS)
+            .await
+            .context("applying migrations")?;
         let store = AdminStore::new(db.clone());
         anyhow::Ok(match command {
             AdminCommand::Grant { user } => {
@@ -79,7 +83,7 @@ pub async fn run_cli(config: &Config, command: AdminCommand) -> anyhow::Result<(
                         grant.email.as_deref().unwrap_or("-")
                     ));
                 }
-                for uid in &config.admins {
+                for uid in &config.settings::<super::settings::AuthSettings>()?.admins {
                     out.push_str(&format!("{uid:>8}  {:<32}  (config admins)\n", "-"));
                 }
                 out

@@ -11,12 +11,12 @@ use serde::Deserialize;
 
 use crate::{
     app::AppState,
-    error::{ApiJson, ApiResult, AppError, Reply},
-    infra::{
-        client_ip::ClientIp,
-        http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
-    },
     user::{model::ProfileEdit, service::AuthUser, service::TokenPair},
+};
+use platform::{
+    client_ip::ClientIp,
+    error::{ApiJson, ApiResult, AppError, Reply},
+    http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
 };
 
 /// The `/users` routes.

@@ -1,4 +1,4 @@
-//! Periodic upkeep of sessions, run by the process's scheduler (see `crate::infra::jobs`).
+//! Periodic upkeep of sessions, run by the process's scheduler (see `platform::jobs`).
 
 use async_trait::async_trait;
 use scheduler::{Job, JobContext};

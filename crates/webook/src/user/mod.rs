@@ -17,6 +17,7 @@ pub mod model;
 pub mod password;
 pub mod service;
 pub mod session;
+pub mod settings;
 pub mod store;
 pub mod token;
 

@@ -3,9 +3,9 @@
 use chrono::Datelike as _;
 use serde::Serialize;
 
-use crate::{
+use platform::{
     error::{AppError, Msg},
-    infra::text::{self, Lines},
+    text::{self, Lines},
 };
 
 /// Longest accepted email (RFC 5321 path limit).
@@ -83,7 +83,7 @@ pub struct ProfileEdit {
 }
 
 impl ProfileEdit {
-    /// Validates raw input: lengths in characters, the text rules of [`crate::infra::text`] (a
+    /// Validates raw input: lengths in characters, the text rules of [`platform::text`] (a
     /// nickname is one line with something visible, or empty), a real calendar date not in the
     /// future.
     pub fn parse(

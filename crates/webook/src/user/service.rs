@@ -1,16 +1,17 @@
 //! The rules of accounts and sessions: sign-up, login, token refresh with rotation, logout,
 //! authentication of requests, profile reads and edits. No HTTP, no SQL text.
 
-use crate::{
+use crate::user::{
+    model::{check_password_strength, normalize_email, Profile, ProfileEdit},
+    password::PasswordHasher,
+    session::{Rotation, SessionStore},
+    store::{InsertError, UserStore},
+    token::{user_agent_hash, Tokens},
+};
+use platform::{
+    db::now_millis,
     error::{AppError, Msg},
-    infra::{db::now_millis, rate_limit::RateLimiter},
-    user::{
-        model::{check_password_strength, normalize_email, Profile, ProfileEdit},
-        password::PasswordHasher,
-        session::{Rotation, SessionStore},
-        store::{InsertError, UserStore},
-        token::{user_agent_hash, Tokens},
-    },
+    rate_limit::RateLimiter,
 };
 
 const NO_SUCH_USER: AppError = AppError::NotFound(Msg::new("no such user", "用户不存在"));

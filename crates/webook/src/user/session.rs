@@ -38,7 +38,7 @@ use std::{
 use anyhow::Context;
 use sqlx::Row;
 
-use crate::infra::{
+use platform::{
     db::{now_millis, Db},
     redis::Redis,
 };

@@ -2,10 +2,8 @@
 
 use sqlx::{any::AnyRow, Row};
 
-use crate::{
-    infra::db::Db,
-    user::model::{ProfileEdit, User},
-};
+use crate::user::model::{ProfileEdit, User};
+use platform::db::Db;
 
 /// Why an insert failed.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@ use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::JwtSecrets;
+use super::settings::JwtSecrets;
 
 /// Which token a claim set belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ pub fn user_agent_hash(user_agent: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
+    use platform::config::Secret;
 
     fn tokens_with(access: &str, refresh: &str) -> Tokens {
         Tokens::new(

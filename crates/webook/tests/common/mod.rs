@@ -5,12 +5,12 @@
 
 pub mod process;
 
+use platform::config::{Config, DatabaseKind};
+use platform::testing::{redis_url, TestDb};
 use reqwest::{header::HeaderMap, StatusCode};
 use serde_json::{json, Value};
-use webook::{
-    config::{Config, DatabaseKind},
-    testing::{make_cluster, redis_url, TestApp, TestDb},
-};
+use webook::schema::MIGRATIONS;
+use webook::testing::{make_cluster, TestApp};
 
 pub const UA: &str = "Mozilla/5.0 (webook tests)";
 pub const PASSWORD: &str = "hello#world1";
@@ -32,7 +32,7 @@ impl Setup {
 
     /// A fresh database of this setup's engine, to share between apps (restarts, instances).
     pub async fn database(self) -> std::sync::Arc<TestDb> {
-        std::sync::Arc::new(TestDb::new(self.db).await)
+        std::sync::Arc::new(TestDb::new(self.db, MIGRATIONS).await)
     }
 
     /// An app on `db`; with Redis, under `redis_prefix` (apps sharing it share Redis state).
@@ -67,7 +67,7 @@ macro_rules! setup_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::common::Setup { db: webook::config::DatabaseKind::$db, cluster: $cluster }).await
+                    super::$name($crate::common::Setup { db: platform::config::DatabaseKind::$db, cluster: $cluster }).await
                 }
             )+
         }
@@ -190,7 +190,7 @@ pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
 /// Two cluster-mode instances sharing one PostgreSQL database and one Redis key space, as two
 /// instances behind a load balancer would; `configure` adjusts both configs.
 pub async fn cluster_pair(configure: impl Fn(&mut Config)) -> (TestApp, TestApp) {
-    let db = std::sync::Arc::new(TestDb::postgres().await);
+    let db = std::sync::Arc::new(TestDb::postgres(MIGRATIONS).await);
     let redis = redis_url();
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let configure = |config: &mut Config| {

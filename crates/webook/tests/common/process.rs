@@ -9,9 +9,9 @@ use std::{
     time::Duration,
 };
 
+use platform::testing::WAIT_LIMIT;
 use reqwest::StatusCode;
 use serde_json::Value;
-use webook::testing::WAIT_LIMIT;
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_webook");

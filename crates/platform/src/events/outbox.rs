@@ -40,7 +40,7 @@ use axum::body::Bytes;
 use super::{Backend, Event, EventStream, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE};
 use crate::{
     config::DatabaseKind,
-    infra::db::{now_millis, Db},
+    db::{now_millis, Db},
 };
 
 /// Counter: outbox rows published (handed over, in-process) by the relay, by `topic`.

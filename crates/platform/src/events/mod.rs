@@ -81,7 +81,7 @@ use axum::body::Bytes;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::infra::{db::now_millis, redis::Redis};
+use crate::{db::now_millis, redis::Redis};
 
 /// Counter: events published, by `topic`.
 pub const EVENTS_PUBLISHED_TOTAL: &str = "events_published_total";
@@ -232,7 +232,7 @@ impl EventStream {
         let client = redis::Client::open(redis_url).with_context(|| {
             format!(
                 "invalid redis_url (WEBOOK_REDIS_URL) {}",
-                crate::infra::redact_url(redis_url)
+                crate::redact_url(redis_url)
             )
         })?;
         Ok(Self {

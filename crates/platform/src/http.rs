@@ -58,8 +58,9 @@ use tracing::Instrument;
 
 use crate::{
     config::Config,
+    cors::CorsPolicy,
     error::{AppError, Lang},
-    infra::{cors::CorsPolicy, telemetry},
+    telemetry,
 };
 
 /// Response header carrying a new access token (login, refresh).

@@ -18,7 +18,7 @@ use governor::{
     DefaultKeyedRateLimiter, Quota,
 };
 
-use crate::{error::AppError, infra::redis::Redis};
+use crate::{error::AppError, redis::Redis};
 
 /// Counter: attempts rejected by a rate limiter, by `limiter` name.
 pub const RATE_LIMITED_TOTAL: &str = "rate_limited_total";

@@ -20,7 +20,7 @@
 //! request would be exact, but it cost a quarter of the throughput of a read/like mix.
 //!
 //! A request in progress is never cut by these: its bound is the request timeout of
-//! [`crate::infra::http`]. Connections are served by hyper (HTTP/1.1, and HTTP/2 with prior
+//! [`crate::http`]. Connections are served by hyper (HTTP/1.1, and HTTP/2 with prior
 //! knowledge) with Nagle's algorithm off, as nginx does. On shutdown the server stops accepting,
 //! asks every connection to finish its request in progress and close, and returns when all have.
 

@@ -59,7 +59,7 @@ use moka::{
 };
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::infra::redis::Redis;
+use crate::redis::Redis;
 
 /// Counter: cache lookups by `cache`, `layer` (local, redis) and `result` (hit, miss).
 pub const CACHE_REQUESTS_TOTAL: &str = "cache_requests_total";

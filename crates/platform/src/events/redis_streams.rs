@@ -114,7 +114,7 @@ impl RedisBackend {
 /// The non-blocking side of one Redis consumer (acknowledging, reclaiming, reporting), on the
 /// shared connection.
 pub(super) struct RedisConsumer {
-    pub(super) connection: crate::infra::redis::RedisConnection,
+    pub(super) connection: crate::redis::RedisConnection,
     pub(super) key: String,
     /// This consumer's name in its group.
     pub(super) name: String,
@@ -155,7 +155,7 @@ pub(super) async fn ensure_group(
 }
 
 /// Whether `err` only says Redis is unreachable (already reported by the reader).
-use crate::infra::redis::is_connection_error;
+use crate::redis::is_connection_error;
 
 /// The event in a stream entry written by [`RedisBackend::publish`]; `None` if it is malformed.
 pub(super) fn entry_event(topic: &str, mut entry: StreamId) -> Option<Event> {

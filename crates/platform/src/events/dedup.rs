@@ -14,7 +14,7 @@ use scheduler::{Job, JobContext};
 use sqlx::AnyConnection;
 
 use crate::config::DatabaseKind;
-use crate::infra::db::{bulk_row_placeholders, now_millis, Db};
+use crate::db::{bulk_row_placeholders, now_millis, Db};
 
 /// How long applied-event ids are kept.
 pub const RETENTION: Duration = Duration::from_secs(24 * 3600);

@@ -7,7 +7,7 @@
 //! and a request makes several (session, caches, limits, events): seconds per request. So the
 //! handles given out ([`RedisConnection`]) fail at once for [`RETRY_AFTER`] after a connection
 //! failure, then let one command through to probe — the circuit of the SQL pool
-//! (`infra::db::pool`), for Redis. Every Redis use already treats an error as "Redis is away"
+//! (`db::pool`), for Redis. Every Redis use already treats an error as "Redis is away"
 //! and degrades (the database answers, events go to the in-process queue, limits allow).
 
 use std::{
@@ -24,7 +24,7 @@ use redis::{
     Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
 };
 
-use crate::infra::redact_url;
+use crate::redact_url;
 
 /// How long connecting or one command may take before it fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);

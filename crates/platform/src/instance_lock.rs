@@ -24,7 +24,7 @@ use sqlx::{AnyConnection, Connection};
 
 use crate::{
     config::{Config, DatabaseKind},
-    infra::redact_url,
+    redact_url,
 };
 
 /// The PostgreSQL advisory lock key of an embedded server ("webook" in ASCII).
@@ -59,7 +59,7 @@ impl InstanceLock {
             DatabaseKind::Sqlite => {
                 let path = lock_path(&url);
                 if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-                    crate::infra::db::create_private_dir(dir)
+                    crate::db::create_private_dir(dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
                 }
                 let mut file = std::fs::OpenOptions::new()
@@ -116,7 +116,7 @@ impl InstanceLock {
 
 /// `<database file>.lock` of a `sqlite://` URL.
 fn lock_path(url: &str) -> PathBuf {
-    let file = crate::infra::db::sqlite_file(url).unwrap_or_else(|| PathBuf::from("memory"));
+    let file = crate::db::sqlite_file(url).unwrap_or_else(|| PathBuf::from("memory"));
     let mut name = file.into_os_string();
     name.push(".lock");
     PathBuf::from(name)

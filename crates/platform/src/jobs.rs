@@ -19,7 +19,7 @@ use scheduler::{
     Guard, InProcessLocks, Job, JobOptions, LockBackend, RedisLocks, RunningScheduler, Scheduler,
 };
 
-use crate::{config::Config, infra::redis::Redis};
+use crate::{config::Config, redis::Redis};
 
 /// Longest a maintenance run may take before it is cancelled.
 const MAINTENANCE_TIMEOUT: Duration = Duration::from_secs(5 * 60);

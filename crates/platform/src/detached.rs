@@ -1,7 +1,7 @@
 //! Writes that finish even when their caller goes away.
 //!
 //! A handler's future is dropped when the client disconnects or the request timeout answers
-//! 503 (`infra::http`). A write that has committed to the database must still fix the caches
+//! 503 (`crate::http`). A write that has committed to the database must still fix the caches
 //! and emit its event, or readers see the old state until a TTL expires (a withdrawn article
 //! still readable, a like counted in the database but not in the cached counters).
 //! [`to_completion`] runs such a write on a task of its own and awaits it: the caller gets the

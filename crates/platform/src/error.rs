@@ -12,7 +12,7 @@
 //!
 //! **Language.** Every message exists in English and Chinese ([`Msg`]); `msg` is answered in the
 //! language the request's `Accept-Language` prefers ([`Lang::negotiate`], English by default).
-//! The HTTP layer ([`crate::infra::http::Observe`]) runs each request inside [`Lang::scope`], and
+//! The HTTP layer ([`crate::http::Observe`]) runs each request inside [`Lang::scope`], and
 //! rendering an error reads [`Lang::current`]. Codes never depend on the language. Field names in
 //! messages (`title:`, `aboutMe:`) stay as the API spells them in both languages.
 //!
@@ -345,7 +345,7 @@ impl IntoResponse for AppError {
 /// answered 503, so clients and load balancers retry; anything else is a 500.
 impl From<anyhow::Error> for AppError {
     fn from(err: anyhow::Error) -> Self {
-        if crate::infra::db::caused_by_unavailable_database(&err) {
+        if crate::db::caused_by_unavailable_database(&err) {
             Self::Unavailable(err)
         } else {
             Self::Internal(err)

@@ -1,18 +1,34 @@
-//! Infrastructure shared by every feature: the SQL pool and migrations ([`db`]), the Redis
-//! connection of cluster mode ([`redis`]), logging and metrics ([`telemetry`]), the HTTP
-//! server ([`serve`]: connection limits) and its middleware stack ([`http`], with [`cors`]), client IPs ([`client_ip`]), rate limits
-//! ([`rate_limit`]), the periodic jobs ([`jobs`]), writes that outlive their request
-//! ([`detached`]), one embedded server per database ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]) and the rules of free-text
-//! fields ([`text`]).
-//! Feature modules use these through [`crate::app::AppState`];
-//! nothing here knows about articles or users.
+//! The platform every webook feature stands on, held apart by the compiler: this crate names no
+//! feature, and features depend on it, never the other way round.
+//!
+//! - storage: the SQL pool, dialects and migration runner ([`db`]), Redis ([`redis`]), the
+//!   two-level versioned cache ([`cache`]);
+//! - events: the stream (in-process or Redis Streams), the transactional outbox that feeds it
+//!   and the consumers' deduplication ([`events`]);
+//! - HTTP conventions: the `{code, msg, data}` envelope and [`error::AppError`], the middleware
+//!   stack with its `Observe` layer ([`http`]), [`cors`], client IPs ([`client_ip`]), rate
+//!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]);
+//! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
+//!   outlive their request ([`detached`]), one embedded server per database
+//!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
+//!   free-text fields ([`text`]);
+//! - the configuration core ([`config`]): layering, one-line errors, secrets, and the
+//!   [`config::Settings`] sections features bring;
+//! - `testing` (feature `test-support`): fresh databases per backend, private Redis servers,
+//!   TCP proxies, the backend matrix macro.
+//!
+//! Data flows one way: the application loads the [`config::Config`], opens these backends and
+//! hands them to each feature's install; features use them and give back routes, jobs and
+//! consumers.
 
 pub mod cache;
 pub mod client_ip;
+pub mod config;
 pub mod cors;
 pub mod cpu;
 pub mod db;
 pub mod detached;
+pub mod error;
 pub mod events;
 pub mod http;
 pub mod instance_lock;
@@ -21,6 +37,8 @@ pub mod rate_limit;
 pub mod redis;
 pub mod serve;
 pub mod telemetry;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod text;
 
 /// Returns `url` with any password replaced by `***`, for logs, errors and `--print-config`.

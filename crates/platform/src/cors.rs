@@ -2,7 +2,7 @@
 //! `Content-Type` and `Authorization`, the token headers exposed, preflights answered without a
 //! token.
 //!
-//! [`crate::infra::http::Observe`] asks [`CorsPolicy::preflight`] before routing a request on and
+//! [`crate::http::Observe`] asks [`CorsPolicy::preflight`] before routing a request on and
 //! [`CorsPolicy::decorate`] on every response. Every header value is built once here, so a
 //! request costs a header lookup and, for allowed origins, a few reference-counted clones (the
 //! stock `tower-http` layer cloned its whole configuration per request).
@@ -14,7 +14,7 @@ use axum::{
     response::Response,
 };
 
-use crate::infra::http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
+use crate::http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
 
 /// Which origins may call the API from a browser, and what they may send and read.
 #[derive(Debug, Clone)]

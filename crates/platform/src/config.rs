@@ -1,0 +1,696 @@
+//! The configuration core: built-in defaults → `webook.toml` → `WEBOOK_*` environment → flags.
+//!
+//! [`Config::load`] merges the layers with figment (later layers win, key by key) and extracts
+//! the platform's keys into [`Config`] and each feature's own section ([`Settings`], handed in
+//! as a [`SettingsSpec`]) from the same layers, validating each, so every later stage can trust
+//! them. Keys are flat and the same in every layer: the TOML key `data_dir` is the env var
+//! `WEBOOK_DATA_DIR` and the flag `--data-dir`. Errors name the setting and where its value came
+//! from, in one line; a file key no section knows is refused. The flags layer is [`ConfigArgs`],
+//! which the application's command line flattens in (the configuration does not depend on it).
+//!
+//! Mode follows from the settings: `redis_url` set means cluster mode (shared Redis); absent
+//! means embedded mode (in-process cache/locks/queue).
+
+use std::{any::Any, collections::BTreeMap, fmt, net::SocketAddr, path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context};
+use figment::{
+    providers::{Env, Format, Serialized, Toml},
+    Figment,
+};
+use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
+
+use crate::redact_url;
+
+/// Configuration flags, the highest-precedence layer. Every flag also has a `WEBOOK_*`
+/// environment variable and a `webook.toml` key of the same name (see `docs/CONFIG.md`).
+#[derive(Debug, Clone, Default, clap::Args, Serialize)]
+pub struct ConfigArgs {
+    /// Config file (TOML). Default: `./webook.toml` when it exists. Env: WEBOOK_CONFIG.
+    #[arg(long, global = true, env = "WEBOOK_CONFIG", value_name = "PATH")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, e.g. 0.0.0.0:8080. Env: WEBOOK_LISTEN. Default: 127.0.0.1:8080.
+    #[arg(long, global = true, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// Directory for the SQLite database and generated secrets. Env: WEBOOK_DATA_DIR.
+    /// Default: ./data.
+    #[arg(long, global = true, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// sqlite://PATH or postgres://USER@HOST/DB. Env: WEBOOK_DATABASE_URL.
+    /// Default: SQLite file `webook.db` in the data dir.
+    #[arg(long, global = true, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// redis://HOST:PORT/DB; setting it switches to cluster mode. Env: WEBOOK_REDIS_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+}
+
+/// The config file read when neither `--config` nor `WEBOOK_CONFIG` names one (optional).
+pub const DEFAULT_CONFIG_FILE: &str = "webook.toml";
+/// Prefix of every environment variable the config reads.
+pub const ENV_PREFIX: &str = "WEBOOK_";
+/// Smallest accepted `cache_memory_bytes`.
+pub const MIN_CACHE_MEMORY_BYTES: u64 = 1024 * 1024;
+
+/// The effective configuration of one webook process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Directory for the SQLite database and generated secrets.
+    pub data_dir: PathBuf,
+    /// `sqlite://PATH` or `postgres://…`; `None` means `sqlite://<data_dir>/webook.db`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// Redis URL; set means cluster mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key webook writes, so deployments can share one Redis.
+    pub redis_prefix: String,
+    /// Origins allowed by CORS (a list, or comma-separated in the environment).
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub cors_origins: Vec<String>,
+    /// Log filter in `tracing` EnvFilter syntax, e.g. `info` or `webook=debug,sqlx=warn`.
+    pub log: String,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Largest request body accepted, in bytes.
+    pub body_limit_bytes: usize,
+    /// A request still running after this long is answered 503 and dropped.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// A client must send a request's whole header within this long of starting it (or of
+    /// connecting), or the connection is closed: slow-header clients cannot hold sockets.
+    #[serde(with = "humantime_serde")]
+    pub http_header_timeout: Duration,
+    /// A connection with no request in progress and no bytes moving for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub http_idle_timeout: Duration,
+    /// Most client connections open at once; beyond it new connections wait in the listen
+    /// backlog until one closes.
+    pub http_max_connections: usize,
+    /// Serve `/healthz`, `/readyz` and `/metrics` on this address instead of `listen` (which
+    /// then no longer serves `/metrics`). Unset: everything on `listen`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops_listen: Option<SocketAddr>,
+    /// On SIGINT/SIGTERM, how long in-flight work may take to drain before the process exits.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_timeout: Duration,
+    /// Size of the SQL connection pool.
+    pub database_max_connections: u32,
+    /// How long a query waits for a pooled connection before it fails (answered 503). While the
+    /// database is unreachable, queries fail at once after the first such failure.
+    #[serde(with = "humantime_serde")]
+    pub database_acquire_timeout: Duration,
+    /// Proxies (IPs or CIDRs) whose `X-Forwarded-For` is believed when finding the client IP.
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub trusted_proxies: Vec<String>,
+    /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
+    /// Never enable in production.
+    pub debug_endpoints: bool,
+    /// When maintenance jobs purge expired sessions, old applied-event ids and old job runs: a cron
+    /// expression (seconds first, e.g. `0 */10 * * * *`) or `@every 10m`, in UTC.
+    pub purge_schedule: String,
+    /// Memory for this process's in-process caches (reader copies, authors' first pages,
+    /// counters, liked/collected flags), in bytes; each cache gets a fixed share.
+    pub cache_memory_bytes: u64,
+    /// What this process does: `all` (HTTP API, jobs and event consumers), `api` (HTTP API
+    /// only; needs cluster mode so another process consumes its events) or `worker` (jobs and
+    /// consumers; HTTP only for /healthz, /readyz and /metrics).
+    pub role: Role,
+    /// The features' own sections ([`Settings`]), in the order they were loaded; read them
+    /// with [`Config::settings`].
+    #[serde(skip)]
+    pub sections: Sections,
+}
+
+/// What a process does (see [`Config::role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// HTTP API, jobs and consumers.
+    All,
+    /// HTTP API only.
+    Api,
+    /// Jobs and consumers only.
+    Worker,
+}
+
+impl Role {
+    /// Whether this process serves the API routes.
+    pub fn serves_api(self) -> bool {
+        matches!(self, Self::All | Self::Api)
+    }
+
+    /// Whether this process runs jobs and event consumers.
+    pub fn runs_work(self) -> bool {
+        matches!(self, Self::All | Self::Worker)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            redis_url: None,
+            redis_prefix: "webook".to_owned(),
+            cors_origins: vec!["http://localhost:3000".to_owned()],
+            log: "info".to_owned(),
+            log_format: LogFormat::Text,
+            body_limit_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+            http_header_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
+            http_max_connections: 10_000,
+            ops_listen: None,
+            shutdown_timeout: Duration::from_secs(30),
+            database_max_connections: 16,
+            database_acquire_timeout: crate::db::DEFAULT_ACQUIRE_TIMEOUT,
+            trusted_proxies: Vec::new(),
+            debug_endpoints: false,
+            purge_schedule: "@every 10m".to_owned(),
+            cache_memory_bytes: 32 * 1024 * 1024,
+            role: Role::All,
+            sections: Sections::default(),
+        }
+    }
+}
+
+/// Every key of [`Config`]: the env vars read are exactly `WEBOOK_<KEY>` for these, so unrelated
+/// `WEBOOK_*` variables (such as the test harness's) are not mistaken for settings.
+pub const KEYS: &[&str] = &[
+    "listen",
+    "data_dir",
+    "database_url",
+    "redis_url",
+    "redis_prefix",
+    "cors_origins",
+    "log",
+    "log_format",
+    "body_limit_bytes",
+    "request_timeout",
+    "http_header_timeout",
+    "http_idle_timeout",
+    "http_max_connections",
+    "ops_listen",
+    "shutdown_timeout",
+    "database_max_connections",
+    "database_acquire_timeout",
+    "trusted_proxies",
+    "debug_endpoints",
+    "purge_schedule",
+    "cache_memory_bytes",
+    "role",
+];
+
+/// Format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Which SQL engine a database URL points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseKind {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+impl Config {
+    /// Loads and validates the layered configuration: the platform's keys and those of every
+    /// feature section in `sections`; `flags` is the top layer.
+    pub fn load(flags: &ConfigArgs, sections: &[SettingsSpec]) -> anyhow::Result<Self> {
+        let file = match &flags.config {
+            Some(path) if !path.is_file() => {
+                bail!(
+                    "config file {} (--config / WEBOOK_CONFIG) does not exist",
+                    path.display()
+                )
+            }
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEFAULT_CONFIG_FILE)).filter(|path| path.is_file()),
+        };
+        let known: Vec<&str> = KEYS
+            .iter()
+            .chain(sections.iter().flat_map(|spec| spec.keys))
+            .copied()
+            .collect();
+        let mut figment = Figment::new();
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        let figment = figment
+            .merge(Env::prefixed(ENV_PREFIX).only(&known))
+            .merge(Serialized::defaults(flags));
+        refuse_unknown_keys(&figment, &known)?;
+        let mut config: Config = figment.extract().map_err(describe_figment_error)?;
+        config.validate()?;
+        for spec in sections {
+            let section = (spec.load)(&figment)?;
+            section.validate(&config)?;
+            config.sections.0.push(section);
+        }
+        Ok(config)
+    }
+
+    /// The defaults of the platform and of every section in `sections` (tests start from here).
+    pub fn with_defaults(sections: &[SettingsSpec]) -> Self {
+        let mut config = Self::default();
+        config.sections.0 = sections.iter().map(|spec| (spec.default)()).collect();
+        config
+    }
+
+    /// The settings section `T` of a feature.
+    pub fn settings<T: Settings>(&self) -> anyhow::Result<&T> {
+        self.sections
+            .0
+            .iter()
+            .find_map(|section| section.as_any().downcast_ref::<T>())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the settings {} were not loaded: their feature is not installed",
+                    std::any::type_name::<T>()
+                )
+            })
+    }
+
+    /// The settings section `T`, to change it (tests); added with its defaults when missing.
+    pub fn settings_mut<T: Settings>(&mut self) -> &mut T {
+        let position = self
+            .sections
+            .0
+            .iter()
+            .position(|section| section.as_any().is::<T>());
+        let index = position.unwrap_or_else(|| {
+            self.sections.0.push(Box::new(T::default()));
+            self.sections.0.len() - 1
+        });
+        match self.sections.0[index].as_any_mut().downcast_mut::<T>() {
+            Some(settings) => settings,
+            None => unreachable!("the section at {index} was just found or inserted as T"),
+        }
+    }
+
+    /// True when Redis is configured: shared cache, locks, streams and session revocation.
+    pub fn is_cluster(&self) -> bool {
+        self.redis_url.is_some()
+    }
+
+    /// The database URL in effect: the configured one, or the SQLite file in the data dir.
+    pub fn database_url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", self.data_dir.join("webook.db").display()),
+        }
+    }
+
+    /// The engine behind [`Config::database_url`].
+    pub fn database_kind(&self) -> anyhow::Result<DatabaseKind> {
+        database_kind(&self.database_url())
+    }
+
+    /// `trusted_proxies` parsed; a bare IP is a single-address network.
+    pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
+        networks("trusted_proxies", &self.trusted_proxies)
+    }
+
+    /// `purge_schedule` parsed.
+    pub fn purge_schedule(&self) -> anyhow::Result<scheduler::Schedule> {
+        scheduler::Schedule::parse(&self.purge_schedule)
+            .map_err(|err| anyhow::anyhow!("invalid purge_schedule (WEBOOK_PURGE_SCHEDULE): {err}"))
+    }
+
+    /// Checks what the type system cannot in the platform's keys: URL schemes, the log filter,
+    /// timeouts. Each feature section checks its own keys ([`Settings::validate`]).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.database_kind()?;
+        if let Some(url) = &self.redis_url {
+            let parsed = url::Url::parse(url).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid redis_url (WEBOOK_REDIS_URL / --redis-url) {:?}: {err}",
+                    redact_url(url)
+                )
+            })?;
+            if !matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") {
+                bail!(
+                    "invalid redis_url (WEBOOK_REDIS_URL / --redis-url): unsupported scheme {:?}; \
+                     expected redis://, rediss:// or redis+unix://",
+                    parsed.scheme()
+                );
+            }
+        }
+        tracing_subscriber::EnvFilter::try_new(&self.log)
+            .map_err(|err| anyhow::anyhow!("invalid log (WEBOOK_LOG) {:?}: {err}", self.log))?;
+        if self.cache_memory_bytes < MIN_CACHE_MEMORY_BYTES {
+            bail!(
+                "invalid cache_memory_bytes (WEBOOK_CACHE_MEMORY_BYTES): at least {MIN_CACHE_MEMORY_BYTES} (1 MiB)"
+            );
+        }
+        for (name, value) in [
+            ("request_timeout", self.request_timeout),
+            ("http_header_timeout", self.http_header_timeout),
+            ("http_idle_timeout", self.http_idle_timeout),
+            ("database_acquire_timeout", self.database_acquire_timeout),
+            ("shutdown_timeout", self.shutdown_timeout),
+        ] {
+            if value.is_zero() {
+                bail!(
+                    "invalid {name} (WEBOOK_{}): must be above 0",
+                    name.to_uppercase()
+                );
+            }
+        }
+        if self.database_acquire_timeout >= self.request_timeout {
+            bail!(
+                "invalid database_acquire_timeout (WEBOOK_DATABASE_ACQUIRE_TIMEOUT): must be \
+                 shorter than request_timeout, so a request waiting for the database still gets \
+                 its own answer"
+            );
+        }
+        if self.http_max_connections == 0 {
+            bail!("invalid http_max_connections (WEBOOK_HTTP_MAX_CONNECTIONS): must be above 0");
+        }
+        if self.ops_listen == Some(self.listen) {
+            bail!(
+                "invalid ops_listen (WEBOOK_OPS_LISTEN): must differ from listen, or be left unset \
+                 to serve the operations endpoints on listen"
+            );
+        }
+        crate::cors::CorsPolicy::new(&self.cors_origins)?;
+        if self.body_limit_bytes == 0 {
+            bail!("invalid body_limit_bytes (WEBOOK_BODY_LIMIT_BYTES): must be above 0");
+        }
+        if self.database_max_connections == 0 {
+            bail!(
+                "invalid database_max_connections (WEBOOK_DATABASE_MAX_CONNECTIONS): must be above 0"
+            );
+        }
+        self.trusted_proxy_networks()?;
+        self.purge_schedule()?;
+        if self.role == Role::Api && !self.is_cluster() {
+            bail!(
+                "invalid role (WEBOOK_ROLE / --role) api: an API-only process needs cluster mode \
+                 (redis_url), so a worker process consumes the events it publishes"
+            );
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML (the platform's keys, then each section's), with
+    /// secrets and URL passwords redacted, under a comment naming the mode.
+    pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
+        let mut shown = self.clone();
+        shown.database_url = Some(redact_url(&self.database_url()));
+        shown.redis_url = self.redis_url.as_deref().map(redact_url);
+        let mut table = toml::Table::try_from(&shown).context("rendering the configuration")?;
+        let mut notes = Vec::new();
+        for section in &self.sections.0 {
+            table.extend(section.to_toml()?);
+            notes.extend(section.mode_note(self));
+        }
+        let body = toml::to_string_pretty(&table).context("rendering the configuration")?;
+        let mut mode = if self.is_cluster() {
+            "cluster (PostgreSQL/SQLite + Redis)".to_owned()
+        } else {
+            "embedded (in-process cache, locks and queue)".to_owned()
+        };
+        for note in notes {
+            mode.push_str("; ");
+            mode.push_str(&note);
+        }
+        Ok(format!("# mode: {mode}\n{body}"))
+    }
+}
+
+/// A feature's own settings: a section of flat keys in the same layers as the platform's (the
+/// TOML key `k` is the env var `WEBOOK_K`), loaded by [`Config::load`] and read with
+/// [`Config::settings`].
+pub trait Settings:
+    Serialize + DeserializeOwned + Default + Clone + fmt::Debug + Send + Sync + 'static
+{
+    /// Every key of the section (serde field names); env vars outside every section's keys are
+    /// ignored, file keys outside them are refused.
+    const KEYS: &'static [&'static str];
+
+    /// Checks what the type system cannot; `config` holds the platform's validated keys.
+    /// Errors name the key and its env var, in one line.
+    fn validate(&self, config: &Config) -> anyhow::Result<()>;
+
+    /// A note for the mode line of `--print-config` (e.g. where secrets come from).
+    fn mode_note(&self, _config: &Config) -> Option<String> {
+        None
+    }
+}
+
+/// How to load one [`Settings`] section, without naming its type: what a feature hands to
+/// [`Config::load`].
+#[derive(Clone, Copy)]
+pub struct SettingsSpec {
+    keys: &'static [&'static str],
+    load: fn(&Figment) -> anyhow::Result<Box<dyn Section>>,
+    default: fn() -> Box<dyn Section>,
+}
+
+impl SettingsSpec {
+    /// The spec of section `T`.
+    pub const fn of<T: Settings>() -> Self {
+        Self {
+            keys: T::KEYS,
+            load: load_section::<T>,
+            default: default_section::<T>,
+        }
+    }
+
+    /// The keys of the section.
+    pub fn keys(&self) -> &'static [&'static str] {
+        self.keys
+    }
+}
+
+impl fmt::Debug for SettingsSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SettingsSpec")
+            .field("keys", &self.keys)
+            .finish()
+    }
+}
+
+fn load_section<T: Settings>(figment: &Figment) -> anyhow::Result<Box<dyn Section>> {
+    let section: T = figment.extract().map_err(describe_figment_error)?;
+    Ok(Box::new(section))
+}
+
+fn default_section<T: Settings>() -> Box<dyn Section> {
+    Box::new(T::default())
+}
+
+/// A loaded [`Settings`] section behind a type-erased box.
+trait Section: Any + Send + Sync + fmt::Debug {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn clone_box(&self) -> Box<dyn Section>;
+    fn to_toml(&self) -> anyhow::Result<toml::Table>;
+    fn validate(&self, config: &Config) -> anyhow::Result<()>;
+    fn mode_note(&self, config: &Config) -> Option<String>;
+}
+
+impl<T: Settings> Section for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn clone_box(&self) -> Box<dyn Section> {
+        Box::new(self.clone())
+    }
+
+    fn to_toml(&self) -> anyhow::Result<toml::Table> {
+        toml::Table::try_from(self).context("rendering the configuration")
+    }
+
+    fn validate(&self, config: &Config) -> anyhow::Result<()> {
+        Settings::validate(self, config)
+    }
+
+    fn mode_note(&self, config: &Config) -> Option<String> {
+        Settings::mode_note(self, config)
+    }
+}
+
+/// The feature sections of a [`Config`] (opaque: read through [`Config::settings`]).
+#[derive(Debug, Default)]
+pub struct Sections(Vec<Box<dyn Section>>);
+
+impl Clone for Sections {
+    fn clone(&self) -> Self {
+        Self(self.0.iter().map(|section| section.clone_box()).collect())
+    }
+}
+
+/// Refuses a key no section knows (a typo in the file would otherwise be ignored silently),
+/// naming where it came from.
+fn refuse_unknown_keys(figment: &Figment, known: &[&str]) -> anyhow::Result<()> {
+    let keys: BTreeMap<String, figment::value::Value> =
+        figment.extract().map_err(describe_figment_error)?;
+    if let Some(unknown) = keys.keys().find(|key| !known.contains(&key.as_str())) {
+        let origin = match figment
+            .find_metadata(unknown)
+            .and_then(|metadata| metadata.source.as_ref())
+        {
+            Some(figment::Source::File(path)) => format!("in {}", path.display()),
+            _ => "in the configuration".to_owned(),
+        };
+        bail!("invalid {unknown} ({origin}): unknown field `{unknown}`; the settings are listed in docs/CONFIG.md");
+    }
+    Ok(())
+}
+
+/// IPs or CIDRs of the setting `name`; a bare IP is a single-address network.
+pub fn networks(name: &str, entries: &[String]) -> anyhow::Result<Vec<ipnet::IpNet>> {
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "invalid {name} (WEBOOK_{}) entry {entry:?}: expected an IP or a CIDR \
+                         such as 10.0.0.0/8",
+                        name.to_uppercase()
+                    )
+                })
+        })
+        .collect()
+}
+
+/// One line naming the setting, where its value came from and what is wrong with it.
+fn describe_figment_error(err: figment::Error) -> anyhow::Error {
+    let key = err.path.join(".").to_lowercase();
+    if key.is_empty() {
+        // A file that is not TOML at all: the parser's report spans several lines (a snippet
+        // with a caret); keep its sentences on one line.
+        let origin = match err.metadata.as_ref().and_then(|m| m.source.as_ref()) {
+            Some(figment::Source::File(path)) => format!(" {}", path.display()),
+            _ => String::new(),
+        };
+        return anyhow::anyhow!(
+            "invalid configuration{origin}: {}",
+            one_line(&err.kind.to_string())
+        );
+    }
+    let origin = match err.metadata.as_ref() {
+        Some(metadata) => match &metadata.source {
+            Some(figment::Source::File(path)) => format!("in {}", path.display()),
+            _ if metadata.name.contains("environment") => {
+                format!("from env {ENV_PREFIX}{}", key.to_uppercase())
+            }
+            _ => format!("from --{}", key.replace('_', "-")),
+        },
+        None => "default".to_owned(),
+    };
+    anyhow::anyhow!("invalid {key} ({origin}): {}", err.kind)
+}
+
+/// A multi-line parser report as one line: the snippet lines (`  |`, `3 | key = …`) are dropped,
+/// the sentences joined with "; ".
+fn one_line(report: &str) -> String {
+    report
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            let snippet = line
+                .split_once('|')
+                .is_some_and(|(gutter, _)| gutter.trim().chars().all(|c| c.is_ascii_digit()));
+            !line.is_empty() && !snippet
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The engine a database URL points at, or an error naming the setting.
+pub fn database_kind(url: &str) -> anyhow::Result<DatabaseKind> {
+    let scheme = url.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+    match scheme {
+        "sqlite" => Ok(DatabaseKind::Sqlite),
+        "postgres" | "postgresql" => {
+            url::Url::parse(url).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid database_url (WEBOOK_DATABASE_URL / --database-url) {:?}: {err}",
+                    redact_url(url)
+                )
+            })?;
+            Ok(DatabaseKind::Postgres)
+        }
+        _ => bail!(
+            "invalid database_url (WEBOOK_DATABASE_URL / --database-url) {:?}: expected \
+             sqlite://PATH or postgres://USER@HOST/DB",
+            redact_url(url)
+        ),
+    }
+}
+
+/// A secret value: never printed by `Debug` and serialised only as `"<redacted>"`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for signing; never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
+    }
+}
+
+/// Accepts `["a", "b"]` (TOML, flags) or `"a, b"` (environment variables).
+pub fn list_or_comma_separated<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<String>),
+        String(String),
+    }
+    let items = match ListOrString::deserialize(de)? {
+        ListOrString::List(items) => items,
+        ListOrString::String(joined) => joined.split(',').map(str::to_owned).collect(),
+    };
+    Ok(items
+        .into_iter()
+        .map(|item| item.trim().to_owned())
+        .filter(|item| !item.is_empty())
+        .collect())
+}

@@ -1,0 +1,486 @@
+//! The configuration contract: every TOML key, `WEBOOK_*` variable and flag that webook has
+//! ever documented keeps its name, its layering and its one-line errors, whichever module now
+//! owns the setting (the platform or a feature's `settings.rs`).
+
+#![allow(clippy::result_large_err)] // figment's Jail API returns figment::Error by value
+
+use std::{path::PathBuf, time::Duration};
+
+use figment::Jail;
+use platform::config::{Config, ConfigArgs, KEYS};
+
+use crate::{app::load_config, user::settings::AuthSettings};
+
+fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
+    load_config(flags).map_err(|err| err.to_string().into())
+}
+
+/// Every key of the platform and of every installed feature.
+fn every_key() -> Vec<&'static str> {
+    KEYS.iter()
+        .chain(crate::app::SETTINGS.iter().flat_map(|spec| spec.keys()))
+        .copied()
+        .collect()
+}
+
+/// A valid, non-default value for every key (as an env var would spell it) and the TOML value
+/// `--print-config` must then show. Together they form one valid cluster-mode configuration.
+const CONTRACT: &[(&str, &str, &str)] = &[
+    ("listen", "127.0.0.1:9999", r#""127.0.0.1:9999""#),
+    ("data_dir", "/tmp/contract-data", r#""/tmp/contract-data""#),
+    (
+        "database_url",
+        "sqlite:///tmp/contract.db",
+        r#""sqlite:///tmp/contract.db""#,
+    ),
+    (
+        "redis_url",
+        "redis://127.0.0.1:6390/",
+        r#""redis://127.0.0.1:6390/""#,
+    ),
+    ("redis_prefix", "contract", r#""contract""#),
+    (
+        "cors_origins",
+        "https://a.example, https://b.example",
+        r#"["https://a.example", "https://b.example"]"#,
+    ),
+    ("log", "debug", r#""debug""#),
+    ("log_format", "json", r#""json""#),
+    ("body_limit_bytes", "2048", "2048"),
+    ("request_timeout", "31s", r#""31s""#),
+    ("http_header_timeout", "11s", r#""11s""#),
+    ("http_idle_timeout", "2m", r#""2m""#),
+    ("http_max_connections", "77", "77"),
+    ("ops_listen", "127.0.0.1:9998", r#""127.0.0.1:9998""#),
+    ("shutdown_timeout", "29s", r#""29s""#),
+    ("database_max_connections", "5", "5"),
+    ("database_acquire_timeout", "400ms", r#""400ms""#),
+    ("trusted_proxies", "10.0.0.0/8", r#"["10.0.0.0/8"]"#),
+    ("debug_endpoints", "true", "true"),
+    ("purge_schedule", "@every 11m", r#""@every 11m""#),
+    ("cache_memory_bytes", "2097152", "2097152"),
+    ("role", "worker", r#""worker""#),
+    (
+        "jwt_access_secret",
+        "access-secret-0123456789abcdef0123456789",
+        r#""<redacted>""#,
+    ),
+    (
+        "jwt_refresh_secret",
+        "refresh-secret-0123456789abcdef012345678",
+        r#""<redacted>""#,
+    ),
+    ("admins", "5, 6", "[5, 6]"),
+    ("access_token_ttl", "20m", r#""20m""#),
+    ("refresh_token_ttl", "2days", r#""2days""#),
+    ("auth_rate_limit", "11", "11"),
+    ("auth_rate_window", "2m", r#""2m""#),
+    ("write_rate_limit", "121", "121"),
+    ("write_rate_window", "3m", r#""3m""#),
+    ("job_permits", "17", "17"),
+    ("job_heartbeat", "3s", r#""3s""#),
+    ("job_lease", "12s", r#""12s""#),
+    ("job_poll_max", "2s", r#""2s""#),
+    ("job_runs_retention", "10days", r#""10days""#),
+    (
+        "job_http_allowed_networks",
+        "192.168.0.0/16",
+        r#"["192.168.0.0/16"]"#,
+    ),
+    ("ranking_size", "50", "50"),
+    ("ranking_window", "3days", r#""3days""#),
+    ("ranking_formula", "reddit", r#""reddit""#),
+    ("ranking_gravity", "1.8", "1.8"),
+    ("ranking_weight_likes", "1.5", "1.5"),
+    ("ranking_weight_collects", "2.5", "2.5"),
+    ("ranking_weight_reads", "0.1", "0.1"),
+    ("ranking_schedule", "@every 2m", r#""@every 2m""#),
+    ("ranking_mode", "cron", r#""cron""#),
+    ("ranking_refresh", "6s", r#""6s""#),
+];
+
+/// `--print-config`'s TOML, parsed.
+fn printed(config: &Config) -> toml::Table {
+    let text = config.to_redacted_toml().unwrap();
+    text.parse::<toml::Table>()
+        .unwrap_or_else(|err| panic!("{err}\n{text}"))
+}
+
+fn expected_value(toml_value: &str) -> toml::Value {
+    format!("v = {toml_value}").parse::<toml::Table>().unwrap()["v"].clone()
+}
+
+#[test]
+fn the_contract_names_every_key_once() {
+    let mut contract: Vec<&str> = CONTRACT.iter().map(|(key, _, _)| *key).collect();
+    contract.sort_unstable();
+    let mut keys = every_key();
+    keys.sort_unstable();
+    assert_eq!(
+        contract, keys,
+        "every key needs a line in CONTRACT, and only keys"
+    );
+}
+
+#[test]
+fn every_key_is_read_from_its_env_var_and_shown_by_print_config() {
+    Jail::expect_with(|jail| {
+        for (key, value, _) in CONTRACT {
+            jail.set_env(format!("WEBOOK_{}", key.to_uppercase()), value);
+        }
+        let shown = printed(&load_in_jail(&ConfigArgs::default())?);
+        let mut shown_keys: Vec<&str> = shown.keys().map(String::as_str).collect();
+        shown_keys.sort_unstable();
+        let mut keys = every_key();
+        keys.sort_unstable();
+        assert_eq!(shown_keys, keys, "--print-config shows every key");
+        for (key, _, expected) in CONTRACT {
+            assert_eq!(shown[*key], expected_value(expected), "{key}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn every_key_is_read_from_the_config_file() {
+    Jail::expect_with(|jail| {
+        let file: String = CONTRACT
+            .iter()
+            .map(|(key, _, expected)| {
+                // Secrets are written as themselves; the file holds the real value.
+                let value = if expected.contains("redacted") {
+                    CONTRACT
+                        .iter()
+                        .find(|(k, _, _)| k == key)
+                        .map(|(_, env, _)| format!("{env:?}"))
+                        .unwrap()
+                } else {
+                    expected.to_string()
+                };
+                format!("{key} = {value}\n")
+            })
+            .collect();
+        jail.create_file("webook.toml", &file)?;
+        let shown = printed(&load_in_jail(&ConfigArgs::default())?);
+        for (key, _, expected) in CONTRACT {
+            assert_eq!(shown[*key], expected_value(expected), "{key}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn every_flag_sets_its_key() {
+    Jail::expect_with(|jail| {
+        jail.create_file("other.toml", "redis_prefix = \"from-other\"")?;
+        jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "a".repeat(40));
+        jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "r".repeat(40));
+        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from([
+            "webook",
+            "--config",
+            "other.toml",
+            "--listen",
+            "127.0.0.1:9101",
+            "--data-dir",
+            "/tmp/flag-data",
+            "--database-url",
+            "sqlite:///tmp/flag.db",
+            "--redis-url",
+            "redis://127.0.0.1:6391/",
+            "serve",
+        ])
+        .map_err(|err| err.to_string())?;
+        let config = load_in_jail(&cli.config)?;
+        assert_eq!(config.redis_prefix, "from-other", "--config names the file");
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9101");
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/flag-data"));
+        assert_eq!(config.database_url(), "sqlite:///tmp/flag.db");
+        assert_eq!(config.redis_url.as_deref(), Some("redis://127.0.0.1:6391/"));
+        Ok(())
+    });
+}
+
+#[test]
+fn every_section_serialises_exactly_its_keys() {
+    let config = Config {
+        redis_url: Some("redis://127.0.0.1/".into()),
+        ops_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9090))),
+        ..Config::with_defaults(crate::app::SETTINGS)
+    };
+    let shown = printed(&{
+        let mut config = config;
+        let settings = config.settings_mut::<AuthSettings>();
+        settings.jwt_access_secret = Some(platform::config::Secret::new("a".repeat(40)));
+        settings.jwt_refresh_secret = Some(platform::config::Secret::new("r".repeat(40)));
+        config
+    });
+    let mut shown_keys: Vec<&str> = shown.keys().map(String::as_str).collect();
+    shown_keys.sort_unstable();
+    let mut keys = every_key();
+    keys.sort_unstable();
+    assert_eq!(
+        shown_keys, keys,
+        "KEYS of each section must list its fields"
+    );
+}
+
+#[test]
+fn defaults_apply_without_any_layer() {
+    Jail::expect_with(|_jail| {
+        let config = load_in_jail(&ConfigArgs::default())?;
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+        assert_eq!(config.database_url(), "sqlite://./data/webook.db");
+        assert!(!config.is_cluster());
+        assert_eq!(config.cors_origins, vec!["http://localhost:3000"]);
+        Ok(())
+    });
+}
+
+#[test]
+fn each_layer_overrides_the_one_below() {
+    Jail::expect_with(|jail| {
+        jail.create_file(
+            "webook.toml",
+            r#"
+                listen = "127.0.0.1:9001"
+                data_dir = "/from-file"
+                log = "debug"
+                admins = [7]
+                request_timeout = "5s"
+                "#,
+        )?;
+        // File only.
+        let config = load_in_jail(&ConfigArgs::default())?;
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9001");
+        assert_eq!(config.log, "debug");
+        assert_eq!(config.request_timeout, Duration::from_secs(5));
+
+        // Env beats file.
+        jail.set_env("WEBOOK_LISTEN", "127.0.0.1:9002");
+        jail.set_env("WEBOOK_DATA_DIR", "/from-env");
+        jail.set_env("WEBOOK_ADMINS", "7");
+        assert_eq!(
+            load_in_jail(&ConfigArgs::default())?
+                .settings::<AuthSettings>()
+                .unwrap()
+                .admins,
+            vec![7]
+        );
+        jail.set_env("WEBOOK_ADMINS", "3, 4");
+        let config = load_in_jail(&ConfigArgs::default())?;
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9002");
+        assert_eq!(config.data_dir, PathBuf::from("/from-env"));
+        assert_eq!(
+            config.settings::<AuthSettings>().unwrap().admins,
+            vec![3, 4]
+        );
+        assert_eq!(config.log, "debug", "untouched keys keep the file's value");
+
+        // Flags beat env.
+        let flags = ConfigArgs {
+            listen: Some("127.0.0.1:9003".into()),
+            ..ConfigArgs::default()
+        };
+        let config = load_in_jail(&flags)?;
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9003");
+        assert_eq!(config.data_dir, PathBuf::from("/from-env"));
+        Ok(())
+    });
+}
+
+#[test]
+fn config_file_path_comes_from_env_or_flag() {
+    Jail::expect_with(|jail| {
+        jail.create_file("other.toml", "listen = \"127.0.0.1:7000\"")?;
+        let flags = ConfigArgs {
+            config: Some("other.toml".into()),
+            ..ConfigArgs::default()
+        };
+        assert_eq!(load_in_jail(&flags)?.listen.to_string(), "127.0.0.1:7000");
+
+        let missing = ConfigArgs {
+            config: Some("missing.toml".into()),
+            ..ConfigArgs::default()
+        };
+        let err = load_config(&missing).unwrap_err().to_string();
+        assert!(
+            err.contains("missing.toml") && err.contains("does not exist"),
+            "{err}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn unrelated_webook_env_vars_are_ignored_but_unknown_file_keys_are_not() {
+    Jail::expect_with(|jail| {
+        jail.set_env("WEBOOK_TEST_DATABASE_URL", "postgres://x@y/z");
+        load_in_jail(&ConfigArgs::default())?;
+
+        jail.create_file("webook.toml", "lisen = \"127.0.0.1:1\"")?;
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(err.contains("lisen"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
+    Jail::expect_with(|jail| {
+        let refused = |jail: &mut Jail, key: &str, value: &str, expected: &[&str]| {
+            jail.set_env(key, value);
+            let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+            for part in expected {
+                assert!(err.contains(part), "{key}={value}: {err}");
+            }
+            assert!(!err.contains('\n'), "one line: {err}");
+            std::env::remove_var(key);
+        };
+        refused(
+            jail,
+            "WEBOOK_REQUEST_TIMEOUT",
+            "0s",
+            &["request_timeout", "above 0"],
+        );
+        refused(
+            jail,
+            "WEBOOK_HTTP_HEADER_TIMEOUT",
+            "0s",
+            &["http_header_timeout"],
+        );
+        refused(
+            jail,
+            "WEBOOK_DATABASE_ACQUIRE_TIMEOUT",
+            "40s",
+            &["database_acquire_timeout", "request_timeout"],
+        );
+        refused(
+            jail,
+            "WEBOOK_CORS_ORIGINS",
+            "not a url",
+            &["cors_origins", "not a URL"],
+        );
+        refused(
+            jail,
+            "WEBOOK_ADMINS",
+            "ops@example.com",
+            &["admins", "webook admin grant"],
+        );
+        refused(jail, "WEBOOK_ADMINS", "-1", &["admins", "positive"]);
+        refused(
+            jail,
+            "WEBOOK_WRITE_RATE_WINDOW",
+            "0s",
+            &["write_rate_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_JOB_HTTP_ALLOWED_NETWORKS",
+            "10.0.0.0/33",
+            &["job_http_allowed_networks", "CIDR"],
+        );
+        refused(jail, "WEBOOK_OPS_LISTEN", "127.0.0.1:8080", &["ops_listen"]);
+
+        jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(!err.contains('\n'), "one line: {err}");
+        assert!(
+            err.contains("webook.toml") && err.contains("line 2"),
+            "{err}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_values_name_the_setting() {
+    Jail::expect_with(|jail| {
+        jail.set_env("WEBOOK_DATABASE_URL", "mysql://root@localhost/webook");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("database_url") && err.contains("WEBOOK_DATABASE_URL"),
+            "{err}"
+        );
+
+        jail.set_env("WEBOOK_DATABASE_URL", "postgres://u:hunter2@[bad/db");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(err.contains("database_url"), "{err}");
+        assert!(!err.contains("hunter2"), "password leaked: {err}");
+
+        jail.set_env("WEBOOK_DATABASE_URL", "sqlite://ok.db");
+        jail.set_env("WEBOOK_LISTEN", "not-an-address");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(err.contains("listen"), "{err}");
+
+        jail.set_env("WEBOOK_LISTEN", "127.0.0.1:0");
+        jail.set_env("WEBOOK_PURGE_SCHEDULE", "0 0 25 * * *");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid purge_schedule (WEBOOK_PURGE_SCHEDULE): invalid cron expression \
+                 \"0 0 25 * * *\": hour field \"25\": 25 is out of range 0-23"
+        );
+
+        jail.set_env("WEBOOK_PURGE_SCHEDULE", "@every 10m");
+        jail.set_env("WEBOOK_ROLE", "api");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("role") && err.contains("cluster mode"),
+            "{err}"
+        );
+        jail.set_env("WEBOOK_ROLE", "worker");
+        jail.set_env("WEBOOK_JOB_LEASE", "3s");
+        jail.set_env("WEBOOK_JOB_HEARTBEAT", "2s");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(err.contains("job_lease"), "{err}");
+        Ok(())
+    });
+}
+
+#[test]
+fn cluster_mode_requires_secrets() {
+    Jail::expect_with(|jail| {
+        jail.set_env("WEBOOK_REDIS_URL", "redis://127.0.0.1:6379/");
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("jwt_access_secret") && err.contains("cluster"),
+            "{err}"
+        );
+
+        jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "short");
+        jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "x".repeat(40));
+        let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();
+        assert!(err.contains("too short"), "{err}");
+
+        jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "y".repeat(40));
+        let config = load_in_jail(&ConfigArgs::default())?;
+        assert!(config.is_cluster());
+        Ok(())
+    });
+}
+
+#[test]
+fn redacted_config_hides_secrets_and_passwords() {
+    Jail::expect_with(|jail| {
+        jail.set_env("WEBOOK_REDIS_URL", "redis://:redispass@127.0.0.1:6379/");
+        jail.set_env(
+            "WEBOOK_DATABASE_URL",
+            "postgres://u:dbpass@127.0.0.1/webook",
+        );
+        jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "a".repeat(40));
+        jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "r".repeat(40));
+        let shown = load_in_jail(&ConfigArgs::default())?
+            .to_redacted_toml()
+            .map_err(|err| err.to_string())?;
+        for leaked in ["redispass", "dbpass", &"a".repeat(40), &"r".repeat(40)] {
+            assert!(!shown.contains(leaked), "{leaked} leaked:\n{shown}");
+        }
+        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(
+            shown.contains("postgres://u:***@127.0.0.1/webook"),
+            "{shown}"
+        );
+        Ok(())
+    });
+}
