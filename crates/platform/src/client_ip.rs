@@ -8,7 +8,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::{
-    extract::{ConnectInfo, FromRef, FromRequestParts},
+    extract::{ConnectInfo, FromRequestParts},
     http::request::Parts,
 };
 use ipnet::IpNet;
@@ -50,11 +50,25 @@ impl TrustedProxies {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
-impl<S> FromRequestParts<S> for ClientIp
-where
-    TrustedProxies: FromRef<S>,
-    S: Send + Sync,
-{
+/// The state of routes whose handlers take a [`ClientIp`].
+pub trait KnowsProxies: Send + Sync {
+    /// The proxies whose `X-Forwarded-For` is believed.
+    fn trusted_proxies(&self) -> &TrustedProxies;
+}
+
+impl KnowsProxies for TrustedProxies {
+    fn trusted_proxies(&self) -> &TrustedProxies {
+        self
+    }
+}
+
+impl<T: KnowsProxies> KnowsProxies for std::sync::Arc<T> {
+    fn trusted_proxies(&self) -> &TrustedProxies {
+        (**self).trusted_proxies()
+    }
+}
+
+impl<S: KnowsProxies> FromRequestParts<S> for ClientIp {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
@@ -70,9 +84,7 @@ where
             .get_all("x-forwarded-for")
             .iter()
             .filter_map(|value| value.to_str().ok());
-        Ok(Self(
-            TrustedProxies::from_ref(state).client_ip(peer, forwarded),
-        ))
+        Ok(Self(state.trusted_proxies().client_ip(peer, forwarded)))
     }
 }
 

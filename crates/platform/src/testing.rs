@@ -208,7 +208,7 @@ macro_rules! backend_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::testing::TestDb::sqlite($schema).await).await
+                    super::$name($crate::testing::TestDb::sqlite(&$schema).await).await
                 }
             )+
         }
@@ -216,7 +216,7 @@ macro_rules! backend_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::testing::TestDb::postgres($schema).await).await
+                    super::$name($crate::testing::TestDb::postgres(&$schema).await).await
                 }
             )+
         }

@@ -100,7 +100,7 @@ async fn count(db: &Db, sql: &str) -> i64 {
 
 async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
     const JOBS: usize = 1000;
-    let test_db = TestDb::new(kind, MIGRATIONS).await;
+    let test_db = TestDb::new(kind, &MIGRATIONS).await;
     let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, JOBS, "@every 1h", now - 100).await;
@@ -125,7 +125,7 @@ async fn claims_per_second(kind: DatabaseKind, instances: usize) -> f64 {
 }
 
 async fn schedule_lag(kind: DatabaseKind) -> (i64, i64, usize) {
-    let test_db = TestDb::new(kind, MIGRATIONS).await;
+    let test_db = TestDb::new(kind, &MIGRATIONS).await;
     let (_, store) = own_store(&test_db.url).await;
     let now = store.now().await.unwrap();
     insert_jobs(&test_db.db, 100, "@every 1s", (now / 1000 + 1) * 1000).await;

@@ -414,7 +414,7 @@ struct Figures {
 
 async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figures, String) {
     eprintln!("{backend}: seeding {size} articles");
-    let test_db = TestDb::new(kind, MIGRATIONS).await;
+    let test_db = TestDb::new(kind, &MIGRATIONS).await;
     let db = &test_db.db;
     let now = now_millis();
     seed(db, size, now).await;

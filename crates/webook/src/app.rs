@@ -1,141 +1,91 @@
-//! Wiring: turns a [`Config`] into a running service.
+//! Wiring: the list of features, and turning a [`Config`] into a running service.
 //!
-//! [`App::build`] takes the embedded-mode instance lock ([`InstanceLock`]), opens the backends
-//! (SQL pool + migrations, Redis in cluster mode), resolves the JWT secrets, binds the listeners
-//! (the API, and the operations endpoints when `ops_listen` is set) and assembles the router from
-//! every feature's `router()` behind the middleware of [`platform::http`].
-//! [`App::run_until`] serves ([`platform::serve`]) until the shutdown future resolves, then
-//! drains: it stops accepting, lets in-flight requests finish (bounded by `shutdown_timeout`),
-//! stops the job scheduler (running jobs get `shutdown_timeout` too, then are cancelled), stops
-//! background tasks, waits for writes whose callers left ([`platform::detached`]) and closes
-//! the pool.
+//! [`FEATURES`] is the one place that names the features; adding one is its folder and a line
+//! there (`docs/ARCHITECTURE.md` → Adding a feature). [`App::build`] takes the embedded-mode
+//! instance lock ([`InstanceLock`]), opens the backends (SQL pool + every feature's migrations,
+//! Redis in cluster mode, the event stream and its outbox), binds the listeners (the API, and
+//! the operations endpoints when `ops_listen` is set) and installs each feature in list order
+//! ([`Feature::install`]): routes, periodic jobs, durable-job executors, background tasks.
+//! [`App::run_until`] serves ([`platform::serve`]) the merged routes behind the middleware of
+//! [`platform::http`] until the shutdown future resolves, then drains: it stops accepting, lets
+//! in-flight requests finish (bounded by `shutdown_timeout`), stops the job schedulers (running
+//! jobs get `shutdown_timeout` too, then are cancelled), relays what the last writes recorded in
+//! the outbox, stops background tasks, waits for writes whose callers left
+//! ([`platform::detached`]) and closes the pool.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use axum::{extract::FromRef, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
+use scheduler::sql::{Executors, SqlScheduler};
 use tokio::net::TcpListener;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use platform::{
-    instance_lock::InstanceLock,
-    serve::{self as http_server, ServeOptions},
-};
-
-use scheduler::{
-    sql::{Executors, SqlJobStore, SqlScheduler, WorkerOptions},
-    Guard, JobOptions,
-};
-
-use crate::{
-    article::{self, cache::ArticleCache, store::ArticleStore, ArticleService},
-    interactive::{store::InteractiveStore, InteractiveService},
-    jobs::settings::JobSettings,
-    ops,
-    ranking::{self, RankingJob, RankingMode, RankingService, RankingSettings},
-    user::{
-        self,
-        password::PasswordHasher,
-        service::Limits,
-        session::SessionStore,
-        settings::{AuthSettings, JwtSecrets},
-        store::UserStore,
-        token::Tokens,
-        PurgeExpiredSessions, UserService,
-    },
-};
 use platform::{
     client_ip::TrustedProxies,
     config::{Config, ConfigArgs, SettingsSpec},
     db::Db,
     events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
+    feature::{Background, Feature, Installed, Platform, Registry, Services},
     http::with_middleware,
+    instance_lock::InstanceLock,
     jobs::JobRegistry,
-    rate_limit::RateLimiter,
+    ops,
     redis::Redis,
-    telemetry,
+    serve::{self as http_server, ServeOptions},
+    telemetry::{self, MetricsSpec},
 };
 
-/// The features' settings sections, loaded with the platform's keys.
-pub const SETTINGS: &[SettingsSpec] = &[
-    user::settings::SETTINGS,
-    crate::jobs::settings::SETTINGS,
-    ranking::settings::SETTINGS,
+use crate::{article, interactive, jobs, ranking, user};
+
+/// Every feature, in install order: a feature comes after those whose services it uses.
+pub const FEATURES: &[&dyn Feature] = &[
+    &user::Users,
+    &interactive::Interactive,
+    &article::Articles,
+    &ranking::Ranking,
+    // Last: it checks new jobs against every executor registered before it.
+    &jobs::Jobs,
 ];
+
+/// Every feature's settings sections.
+pub fn settings() -> Vec<SettingsSpec> {
+    FEATURES
+        .iter()
+        .flat_map(|feature| feature.settings().iter().copied())
+        .collect()
+}
 
 /// Loads the layered configuration: the platform's keys and every feature's section.
 pub fn load_config(flags: &ConfigArgs) -> anyhow::Result<Config> {
-    Config::load(flags, SETTINGS)
+    Config::load(flags, &settings())
 }
 
-/// Time-to-live of the hot list's long lock (`ranking_mode = "cron"`).
-const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
+/// Every feature's metric specs.
+pub fn metrics() -> Vec<MetricsSpec> {
+    FEATURES
+        .iter()
+        .flat_map(|feature| feature.metrics().iter().copied())
+        .collect()
+}
+
+/// The durable-job executors every feature offers, for commands that check jobs without
+/// serving (`webook jobs add`).
+pub fn offline_executors(config: &Config, db: &Db) -> anyhow::Result<Executors> {
+    let mut executors = Executors::new();
+    for feature in FEATURES {
+        feature.offline_executors(config, db, &mut executors)?;
+    }
+    Ok(executors)
+}
 
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// What every handler can reach: one pointer to the [`Services`], so the per-request clone the
-/// `State` extractor makes is a single reference-count increment (cloning every service handle
-/// per request was a fifth of the CPU time of a cached read).
-#[derive(Clone)]
-pub struct AppState(Arc<Services>);
-
-impl AppState {
-    /// Shares `services` with every handler.
-    pub fn new(services: Services) -> Self {
-        Self(Arc::new(services))
-    }
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Services;
-
-    fn deref(&self) -> &Services {
-        &self.0
-    }
-}
-
-/// The backends and services of one instance, built once at start-up.
-pub struct Services {
-    /// The effective configuration.
-    pub config: Arc<Config>,
-    /// The SQL store.
-    pub db: Db,
-    /// Redis, in cluster mode only.
-    pub redis: Option<Redis>,
-    /// The Prometheus registry, rendered by `/metrics`.
-    pub metrics: PrometheusHandle,
-    /// Proxies whose `X-Forwarded-For` is believed.
-    pub trusted_proxies: TrustedProxies,
-    /// Accounts and sessions.
-    pub users: UserService,
-    /// Articles.
-    pub articles: ArticleService,
-    /// Domain events (article published, withdrawn, …).
-    pub events: EventStream,
-    /// Events recorded with the writes they report, and their relay to `events`.
-    pub outbox: Outbox,
-    /// Reads, likes and collects.
-    pub interactive: InteractiveService,
-    /// Durable jobs (`jobs`, `job_runs`), for the admin API.
-    pub job_store: SqlJobStore,
-    /// The executors durable jobs may name.
-    pub job_executors: Executors,
-    /// The hot list.
-    pub ranking: RankingService,
-}
-
-impl FromRef<AppState> for TrustedProxies {
-    fn from_ref(state: &AppState) -> Self {
-        state.trusted_proxies.clone()
-    }
-}
-
-/// A built service: backends open, jobs registered, listeners bound, not yet serving.
+/// A built service: backends open, features installed, listeners bound, not yet serving.
 pub struct App {
-    state: AppState,
-    jobs: JobRegistry,
+    platform: Platform,
+    installed: Installed,
     listener: TcpListener,
     ops_listener: Option<TcpListener>,
     /// Held while serving (embedded mode): no second embedded server on this database.
@@ -143,15 +93,11 @@ pub struct App {
 }
 
 impl App {
-    /// Opens every backend the config names and binds the listen address. Fails with one clear
-    /// error naming the setting when a backend cannot be reached.
+    /// Opens every backend the config names, installs the features and binds the listen
+    /// address. Fails with one clear error naming the setting when a backend cannot be reached.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         // First, so the recorder takes every feature's buckets.
-        let metrics = telemetry::install_metrics(&[ranking::service::METRICS])?;
-        let auth_settings = config.settings::<AuthSettings>()?;
-        let job_settings = config.settings::<JobSettings>()?;
-        let ranking_settings = config.settings::<RankingSettings>()?;
-        let jwt = JwtSecrets::resolve(auth_settings, &config)?;
+        let metrics = telemetry::install_metrics(&metrics())?;
         let db = Db::connect(&config).await?;
         // Before the first write. Worker-only processes share nothing user-facing in-process,
         // so several may run.
@@ -161,7 +107,7 @@ impl App {
             None
         };
         let applied = db
-            .migrate(crate::schema::MIGRATIONS)
+            .migrate(&crate::schema::MIGRATIONS)
             .await
             .context("applying migrations")?;
         if applied > 0 {
@@ -171,7 +117,6 @@ impl App {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,
         };
-        let users = build_user_service(&config, auth_settings, &jwt, &db, redis.as_ref()).await?;
         let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
         let events = match (&redis, &config.redis_url) {
             (Some(redis), Some(url)) => EventStream::redis(
@@ -183,59 +128,30 @@ impl App {
             _ => EventStream::in_process(),
         };
         let outbox = Outbox::new(db.clone(), events.clone());
-        let articles = ArticleService::new(
-            ArticleStore::new(db.clone()),
-            ArticleCache::new(
-                redis
-                    .as_ref()
-                    .map(|redis| (redis, config.redis_prefix.as_str())),
-                config.cache_memory_bytes,
-            ),
-            outbox.clone(),
-        );
-        let interactive = InteractiveService::new(
-            InteractiveStore::new(db.clone()),
-            events.clone(),
-            redis
-                .as_ref()
-                .map(|redis| (redis, config.redis_prefix.as_str())),
-            config.cache_memory_bytes,
-        );
-        let mut jobs = JobRegistry::for_mode(&config, redis.as_ref());
-        jobs.add_maintenance(&config, PurgeExpiredSessions::new(users.clone()))?;
-        jobs.add_maintenance(
-            &config,
-            platform::events::dedup::PurgeConsumedEvents::new(db.clone()),
+        let platform = Platform {
+            config: Arc::new(config),
+            db,
+            redis,
+            events,
+            outbox,
+            metrics,
+            trusted_proxies,
+        };
+        let mut registry = Registry::new(JobRegistry::for_mode(
+            &platform.config,
+            platform.redis.as_ref(),
+        ));
+        registry.maintenance(
+            &platform.config,
+            platform::events::dedup::PurgeConsumedEvents::new(platform.db.clone()),
         )?;
-        jobs.add_maintenance(
-            &config,
-            crate::idempotency::PurgeIdempotencyKeys::new(db.clone()),
-        )?;
-        let ranking = ranking::build(&config, &db, redis.as_ref())?;
-        let job_store = crate::jobs::store(&db);
-        if !job_settings.job_runs_retention.is_zero() {
-            jobs.add_maintenance(
-                &config,
-                crate::jobs::PurgeJobRuns::new(job_store.clone(), job_settings.job_runs_retention),
-            )?;
+        for feature in FEATURES {
+            feature
+                .install(&platform, &mut registry)
+                .await
+                .with_context(|| format!("installing {}", feature.name()))?;
         }
-        let job_executors = crate::jobs::executors(
-            Some(ranking.clone()),
-            job_settings.job_http_allowed_networks()?,
-        )?;
-        if config.role.runs_work() {
-            match ranking_settings.ranking_mode {
-                RankingMode::Sql => ranking::ensure_job(&job_store, ranking_settings).await?,
-                RankingMode::Cron => jobs.add(
-                    RankingJob::new(ranking.clone()),
-                    JobOptions::new(ranking_settings.ranking_schedule()?)
-                        .guard(Guard::LongLock {
-                            ttl: RANKING_LOCK_TTL,
-                        })
-                        .timeout(ranking::RANKING_TIMEOUT),
-                )?,
-            }
-        }
+        let config = &platform.config;
         let listener = TcpListener::bind(config.listen).await.with_context(|| {
             format!(
                 "cannot listen on listen (WEBOOK_LISTEN / --listen) {}",
@@ -249,22 +165,8 @@ impl App {
             None => None,
         };
         Ok(Self {
-            state: AppState::new(Services {
-                config: Arc::new(config),
-                db,
-                redis,
-                metrics,
-                trusted_proxies,
-                users,
-                articles,
-                events,
-                outbox,
-                interactive,
-                job_store,
-                job_executors,
-                ranking,
-            }),
-            jobs,
+            platform,
+            installed: registry.into_parts(),
             listener,
             ops_listener,
             _instance_lock: instance_lock,
@@ -285,41 +187,57 @@ impl App {
             .transpose()?)
     }
 
-    /// The shared state handlers see.
-    pub fn state(&self) -> &AppState {
-        &self.state
+    /// The opened backends.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
+    /// What the features provided (their services, by type).
+    pub fn services(&self) -> &Arc<Services> {
+        &self.installed.services
     }
 
     /// Serves until `shutdown` resolves, then drains gracefully (see the module docs).
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Self {
-            state,
-            jobs,
+            platform,
+            installed,
             listener,
             ops_listener,
             _instance_lock,
         } = self;
-        let config = state.config.clone();
+        let Installed {
+            routes,
+            jobs,
+            executors,
+            background: tasks,
+            durable_jobs,
+            services: _,
+        } = installed;
+        let config = platform.config.clone();
         let role = config.role;
         let separate_ops = ops_listener.is_some();
+        let shared = Arc::new(platform.clone());
+        let ops_routes = ops::router(
+            ops::Endpoints {
+                metrics: !separate_ops,
+                debug: config.debug_endpoints,
+            },
+            shared.clone(),
+        );
         let router = if role.serves_api() {
-            router(state.clone())?
+            with_middleware(ops_routes.merge(routes), &config)?
         } else {
-            with_middleware(
-                ops::router(ops::Endpoints {
-                    metrics: !separate_ops,
-                    debug: config.debug_endpoints,
-                })
-                .with_state(state.clone()),
-                &config,
-            )?
+            with_middleware(ops_routes, &config)?
         };
         let ops_router = with_middleware(
-            ops::router(ops::Endpoints {
-                metrics: true,
-                debug: false,
-            })
-            .with_state(state.clone()),
+            ops::router(
+                ops::Endpoints {
+                    metrics: true,
+                    debug: false,
+                },
+                shared,
+            ),
             &config,
         )?;
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
@@ -329,47 +247,33 @@ impl App {
         let background = TaskTracker::new();
         let background_stop = CancellationToken::new();
         background.spawn(metrics_upkeep(
-            state.metrics.clone(),
+            platform.metrics.clone(),
             background_stop.clone(),
         ));
-        background.spawn(
-            state
-                .ranking
-                .clone()
-                .refresher(background_stop.clone(), role.runs_work()),
-        );
-        let mut cron_jobs = None;
-        let mut durable_jobs = None;
         // A process that does not consume the streams still takes what it published to its
         // own in-process queues while Redis refused it (platform::events).
-        let subscription = if role.runs_work() {
-            Subscription::Stream
-        } else {
-            Subscription::FallbackOnly
+        let context = Background {
+            stop: background_stop.clone(),
+            subscription: if role.runs_work() {
+                Subscription::Stream
+            } else {
+                Subscription::FallbackOnly
+            },
+            runs_work: role.runs_work(),
         };
-        background.spawn(
-            state
-                .interactive
-                .read_counter(subscription, background_stop.clone()),
-        );
-        background.spawn(state.ranking.withdrawal_consumer(
-            &state.events,
-            subscription,
-            background_stop.clone(),
-        ));
+        for (name, task) in tasks {
+            tracing::debug!(task = name, "starting background task");
+            background.spawn(task(context.clone()));
+        }
         // After the consumers above registered: in-process, the relay hands each row to the
         // groups that exist when it relays it.
-        background.spawn(state.outbox.clone().run(background_stop.clone()));
+        background.spawn(platform.outbox.clone().run(background_stop.clone()));
+        let mut cron_jobs = None;
+        let mut durable = None;
         if role.runs_work() {
             cron_jobs = Some(jobs.start());
-            durable_jobs = Some(
-                SqlScheduler::new(
-                    state.job_store.clone(),
-                    state.job_executors.clone(),
-                    worker_options(config.settings::<JobSettings>()?),
-                )
-                .start(),
-            );
+            durable = durable_jobs
+                .map(|(store, options)| SqlScheduler::new(store, executors, options).start());
         }
 
         let addr = listener.local_addr()?;
@@ -414,8 +318,8 @@ impl App {
             }
         }
         // Jobs next: they may still publish events, which the consumers below then flush.
-        if let Some(durable_jobs) = durable_jobs {
-            durable_jobs.stop(config.shutdown_timeout).await;
+        if let Some(durable) = durable {
+            durable.stop(config.shutdown_timeout).await;
         }
         if let Some(cron_jobs) = cron_jobs {
             let interrupted = cron_jobs.stop(config.shutdown_timeout).await;
@@ -431,7 +335,7 @@ impl App {
         // next start.
         match tokio::time::timeout(
             config.shutdown_timeout,
-            state.outbox.relay_pending(&CancellationToken::new()),
+            platform.outbox.relay_pending(&CancellationToken::new()),
         )
         .await
         {
@@ -456,97 +360,10 @@ impl App {
         if !platform::detached::drain(config.shutdown_timeout).await {
             tracing::warn!("detached writes outlived shutdown_timeout; abandoning them");
         }
-        state.db.close().await;
+        platform.db.close().await;
         tracing::info!("stopped");
         Ok(())
     }
-}
-
-/// The full router: every feature's routes behind the shared middleware.
-pub fn router(state: AppState) -> anyhow::Result<Router> {
-    let config = state.config.clone();
-    let routes = Router::new()
-        .merge(ops::router(ops::Endpoints {
-            metrics: config.ops_listen.is_none(),
-            debug: config.debug_endpoints,
-        }))
-        .merge(user::router())
-        .merge(article::router(state.clone()))
-        .merge(ranking::router())
-        .merge(crate::jobs::router(state.clone()))
-        .with_state(state);
-    with_middleware(routes, &config)
-}
-
-/// Tuning of this instance's durable-job worker, from the config.
-fn worker_options(settings: &JobSettings) -> WorkerOptions {
-    WorkerOptions {
-        permits: settings.job_permits,
-        heartbeat: settings.job_heartbeat,
-        lease: settings.job_lease,
-        max_idle_poll: settings.job_poll_max,
-        ..WorkerOptions::default()
-    }
-}
-
-/// Accounts and sessions, with the session store and rate limiter of the mode.
-async fn build_user_service(
-    config: &Config,
-    settings: &AuthSettings,
-    jwt: &JwtSecrets,
-    db: &Db,
-    redis: Option<&Redis>,
-) -> anyhow::Result<UserService> {
-    let tokens = Tokens::new(jwt, settings.access_token_ttl, settings.refresh_token_ttl)?;
-    let (sessions, auth_limiter, write_limiter) = match redis {
-        Some(redis) => (
-            SessionStore::cluster(
-                db.clone(),
-                redis.clone(),
-                &config.redis_prefix,
-                settings.refresh_token_ttl,
-            ),
-            RateLimiter::redis(
-                "auth",
-                redis.clone(),
-                &config.redis_prefix,
-                settings.auth_rate_limit,
-                settings.auth_rate_window,
-            ),
-            (settings.write_rate_limit > 0).then(|| {
-                RateLimiter::redis(
-                    "write",
-                    redis.clone(),
-                    &config.redis_prefix,
-                    settings.write_rate_limit,
-                    settings.write_rate_window,
-                )
-            }),
-        ),
-        None => (
-            SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
-            RateLimiter::local("auth", settings.auth_rate_limit, settings.auth_rate_window)?,
-            (settings.write_rate_limit > 0)
-                .then(|| {
-                    RateLimiter::local(
-                        "write",
-                        settings.write_rate_limit,
-                        settings.write_rate_window,
-                    )
-                })
-                .transpose()?,
-        ),
-    };
-    Ok(UserService::new(
-        UserStore::new(db.clone()),
-        PasswordHasher::new()?,
-        tokens,
-        sessions,
-        Limits {
-            auth: auth_limiter,
-            writes: write_limiter,
-        },
-    ))
 }
 
 /// Builds and serves `config` until SIGINT or SIGTERM.

@@ -258,7 +258,13 @@ impl Cli {
             Command::Jobs { command } => {
                 let config = app::load_config(&self.config)?;
                 platform::telemetry::init_logging(&config)?;
-                jobs::cli::run(&config, command).await
+                jobs::cli::run(
+                    &config,
+                    &crate::schema::MIGRATIONS,
+                    |db| app::offline_executors(&config, db),
+                    command,
+                )
+                .await
             }
             Command::Admin { command } => {
                 let config = app::load_config(&self.config)?;
@@ -270,7 +276,7 @@ impl Cli {
                 platform::telemetry::init_logging(&config)?;
                 let db = platform::db::Db::connect(&config).await?;
                 let applied = db
-                    .migrate(crate::schema::MIGRATIONS)
+                    .migrate(&crate::schema::MIGRATIONS)
                     .await
                     .context("applying migrations")?;
                 println!(

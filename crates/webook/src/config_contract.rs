@@ -18,7 +18,7 @@ fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
 /// Every key of the platform and of every installed feature.
 fn every_key() -> Vec<&'static str> {
     KEYS.iter()
-        .chain(crate::app::SETTINGS.iter().flat_map(|spec| spec.keys()))
+        .chain(crate::app::settings().iter().flat_map(|spec| spec.keys()))
         .copied()
         .collect()
 }
@@ -205,7 +205,7 @@ fn every_section_serialises_exactly_its_keys() {
     let config = Config {
         redis_url: Some("redis://127.0.0.1/".into()),
         ops_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9090))),
-        ..Config::with_defaults(crate::app::SETTINGS)
+        ..Config::with_defaults(&crate::app::settings())
     };
     let shown = printed(&{
         let mut config = config;

@@ -1,8 +1,8 @@
 //! `Idempotency-Key` on creating POSTs: a client (or a proxy) that retries a request whose answer
 //! it never saw gets the first answer again instead of a second article.
 //!
-//! A route opts in with `route_layer(axum::middleware::from_fn_with_state(state,
-//! idempotency::layer))`. For a request carrying the header, the layer (after authenticating the
+//! A route opts in with `route_layer(axum::middleware::from_fn_with_state(idempotency,
+//! idempotency::layer))`, where `idempotency` is the [`Idempotency`] the users feature provides. For a request carrying the header, the layer (after authenticating the
 //! caller, as the handler would) claims `(user, key)` in table `idempotency_keys` together with a
 //! hash of the method, path and body, runs the handler, and stores its answer (status and body):
 //! - the same key with the same request later gets that answer again, with header
@@ -20,7 +20,7 @@
 //! [`ABANDONED_AFTER`] — and then runs the request a second time. That window (a crash between
 //! two statements) is the one case where a retry can still duplicate.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use axum::{
@@ -33,7 +33,7 @@ use axum::{
 use scheduler::{Job, JobContext};
 use sha2::Digest;
 
-use crate::{app::AppState, user::AuthUser};
+use crate::user::{http::Authenticates, AuthUser, UserService};
 use platform::{
     db::{now_millis, Db},
     error::{AppError, Msg},
@@ -67,8 +67,38 @@ enum Claim {
     Running,
 }
 
+/// What the middleware needs: the accounts (it authenticates the caller as the handler would),
+/// the key table and the body limit.
+#[derive(Debug)]
+pub struct Idempotency {
+    users: UserService,
+    store: Store,
+    body_limit: usize,
+}
+
+impl Idempotency {
+    /// Keys in `db`, callers authenticated by `users`, bodies up to `body_limit` bytes.
+    pub fn new(users: UserService, db: Db, body_limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            users,
+            store: Store(db),
+            body_limit,
+        })
+    }
+}
+
+impl Authenticates for Idempotency {
+    fn users(&self) -> &UserService {
+        &self.users
+    }
+}
+
 /// The middleware (module docs).
-pub async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn layer(
+    State(state): State<Arc<Idempotency>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Some(key) = request.headers().get(&IDEMPOTENCY_KEY).cloned() else {
         return next.run(request).await;
     };
@@ -78,7 +108,7 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
 }
 
 async fn with_key(
-    state: &AppState,
+    state: &Idempotency,
     key: HeaderValue,
     request: Request,
     next: Next,
@@ -101,12 +131,9 @@ async fn with_key(
     let user = AuthUser::from_request_parts(&mut parts, state)
         .await
         .map_err(IntoResponse::into_response)?;
-    let body = to_bytes(body, state.config.body_limit_bytes)
-        .await
-        .map_err(|_| {
-            AppError::BadRequest(Msg::new("request body is too large", "请求体过大"))
-                .into_response()
-        })?;
+    let body = to_bytes(body, state.body_limit).await.map_err(|_| {
+        AppError::BadRequest(Msg::new("request body is too large", "请求体过大")).into_response()
+    })?;
     let mut hasher = sha2::Sha256::new();
     hasher.update(parts.method.as_str());
     hasher.update(b" ");
@@ -115,7 +142,7 @@ async fn with_key(
     hasher.update(&body);
     let hash = hex::encode(hasher.finalize());
 
-    let store = Store(state.db.clone());
+    let store = &state.store;
     let deadline = tokio::time::Instant::now() + WAIT_FOR_FIRST;
     let mut pause = Duration::from_millis(20);
     loop {
@@ -185,6 +212,7 @@ fn replay(status: u16, body: String) -> Response {
 }
 
 /// The `idempotency_keys` table.
+#[derive(Debug)]
 struct Store(Db);
 
 impl Store {

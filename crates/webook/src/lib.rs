@@ -20,7 +20,6 @@ mod config_contract;
 pub mod idempotency;
 pub mod interactive;
 pub mod jobs;
-pub mod ops;
 pub mod ranking;
 pub mod schema;
 pub mod seed;

@@ -1,47 +1,23 @@
-//! The database schema: every migration of the platform and the features, in version order.
+//! The database schema: the platform's tables and every feature's ([`Feature::migrations`](platform::feature::Feature::migrations)), in
+//! version order.
 //!
-//! A feature's tables live in its own file under `migrations/`; its line here gives it a version
-//! after the last one (versions never change once released: a database records which it applied).
+//! A feature's tables live in its own file under `migrations/` and its [`Feature::migrations`](platform::feature::Feature::migrations)
+//! names them with versions no other feature uses (versions never change once released: a
+//! database records which it applied); the tests below check that the versions are unique.
+
+use std::sync::LazyLock;
 
 use platform::db::{Migration, META_MIGRATION, OUTBOX_MIGRATION};
 
-/// Every migration, in order; [`platform::db::Db::migrate`] applies the missing ones.
-pub const MIGRATIONS: &[Migration] = &[
-    META_MIGRATION,
-    migration(2, "users", include_str!("../migrations/0002_users.sql")),
-    migration(
-        3,
-        "articles",
-        include_str!("../migrations/0003_articles.sql"),
-    ),
-    migration(
-        4,
-        "interactive",
-        include_str!("../migrations/0004_interactive.sql"),
-    ),
-    migration(5, "jobs", scheduler::sql::SCHEMA),
-    migration(6, "ranking", include_str!("../migrations/0006_ranking.sql")),
-    migration(7, "admins", include_str!("../migrations/0007_admins.sql")),
-    migration(
-        8,
-        "idempotency",
-        include_str!("../migrations/0008_idempotency.sql"),
-    ),
-    migration(
-        9,
-        "job runs retention",
-        scheduler::sql::RUNS_RETENTION_SCHEMA,
-    ),
-    OUTBOX_MIGRATION,
-];
-
-const fn migration(version: i64, description: &'static str, sql: &'static str) -> Migration {
-    Migration {
-        version,
-        description,
-        sql,
+/// Every migration, in version order; [`platform::db::Db::migrate`] applies the missing ones.
+pub static MIGRATIONS: LazyLock<Vec<Migration>> = LazyLock::new(|| {
+    let mut migrations = vec![META_MIGRATION, OUTBOX_MIGRATION];
+    for feature in crate::app::FEATURES {
+        migrations.extend_from_slice(feature.migrations());
     }
-}
+    migrations.sort_by_key(|migration| migration.version);
+    migrations
+});
 
 #[cfg(test)]
 mod tests {
@@ -50,14 +26,14 @@ mod tests {
     use super::MIGRATIONS;
 
     #[test]
-    fn migration_versions_are_strictly_increasing() {
+    fn migration_versions_are_unique() {
         let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
         assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
     }
 
     #[test]
     fn every_migration_expands_for_both_engines() {
-        for migration in MIGRATIONS {
+        for migration in MIGRATIONS.iter() {
             for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
                 assert!(
                     !expand_dialect(migration.sql, kind).contains("{{"),

@@ -11,15 +11,13 @@ use std::{net::SocketAddr, path::Path, sync::Arc};
 
 use platform::{
     config::{Config, DatabaseKind, Secret},
+    feature::{Platform, Services},
     testing::TestDb,
 };
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{
-    app::{App, AppState},
-    jobs::settings::JobSettings,
-    schema::MIGRATIONS,
-    user::settings::AuthSettings,
+    app::App, jobs::settings::JobSettings, schema::MIGRATIONS, user::settings::AuthSettings,
 };
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so
@@ -30,7 +28,7 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
         data_dir: data_dir.to_path_buf(),
         database_url: Some(database_url.to_owned()),
         log: "warn".to_owned(),
-        ..Config::with_defaults(crate::app::SETTINGS)
+        ..Config::with_defaults(&crate::app::settings())
     };
     let auth = config.settings_mut::<AuthSettings>();
     auth.jwt_access_secret = Some(Secret::new("test-access-secret-0123456789abcdef"));
@@ -59,8 +57,10 @@ pub struct TestApp {
     pub ops_addr: Option<SocketAddr>,
     /// An HTTP client for it.
     pub client: reqwest::Client,
-    /// The app's shared state (database, config, …).
-    pub state: AppState,
+    /// The app's backends (database, config, events, …).
+    pub platform: Platform,
+    /// What its features provided, for tests that call a service directly.
+    pub services: Arc<Services>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
     _data_dir: tempfile::TempDir,
@@ -70,7 +70,7 @@ pub struct TestApp {
 impl TestApp {
     /// An embedded app on a fresh database of `kind`.
     pub async fn spawn(kind: DatabaseKind) -> Self {
-        Self::spawn_with(TestDb::new(kind, MIGRATIONS).await, |_| {}).await
+        Self::spawn_with(TestDb::new(kind, &MIGRATIONS).await, |_| {}).await
     }
 
     /// An app on `db`, after `configure` has adjusted its config.
@@ -87,7 +87,8 @@ impl TestApp {
         let app = App::build(config).await.expect("build test app");
         let addr = app.local_addr().expect("bound address");
         let ops_addr = app.ops_addr().expect("bound operations address");
-        let state = app.state().clone();
+        let platform = app.platform().clone();
+        let services = app.services().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(app.run_until(async {
             stopped.await.ok();
@@ -96,12 +97,20 @@ impl TestApp {
             addr,
             ops_addr,
             client: reqwest::Client::new(),
-            state,
+            platform,
+            services,
             stop: Some(stop),
             server: Some(server),
             _data_dir: data_dir,
             _db: db,
         }
+    }
+
+    /// The service of type `T` a feature provided (panics when none did).
+    pub fn service<T: Clone + Send + Sync + 'static>(&self) -> T {
+        self.services
+            .get::<T>()
+            .expect("a feature provides this service")
     }
 
     /// Absolute URL of `path` on this app.

@@ -380,7 +380,7 @@ async fn racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy(setup:
     let author_id = reader(&app, &author, id).await["data"]["author"]["id"]
         .as_i64()
         .unwrap();
-    let articles = app.state.articles.clone();
+    let articles = app.service::<webook::article::ArticleService>();
 
     // Readers keep filling the cache throughout.
     let stop = CancellationToken::new();
@@ -476,7 +476,7 @@ async fn a_publish_whose_read_back_fails_is_still_a_publish(cluster: bool) {
         .await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let stop = CancellationToken::new();
-    tokio::spawn(app.state.events.consume(
+    tokio::spawn(app.platform.events.consume(
         TOPIC_PUBLISHED,
         "test",
         10,
@@ -503,13 +503,12 @@ async fn a_publish_whose_read_back_fails_is_still_a_publish(cluster: bool) {
     // Every read connection taken: reads wait for the acquire timeout, then fail.
     let mut held = Vec::new();
     while held.len() < 2 {
-        if let Ok(connection) = app.state.db.pool().any_pool().acquire().await {
+        if let Ok(connection) = app.platform.db.pool().any_pool().acquire().await {
             held.push(connection);
         }
     }
     let published = app
-        .state
-        .articles
+        .service::<webook::article::ArticleService>()
         .publish(author_id, Some(id), "v2", "<p>two</p>")
         .await;
     assert_eq!(
@@ -522,11 +521,18 @@ async fn a_publish_whose_read_back_fails_is_still_a_publish(cluster: bool) {
 
     // Readers never see v1 again: once reads work, they load the committed v2.
     wait_until("the database to answer reads again", || async {
-        app.state.articles.reader_view(id).await.is_ok()
+        app.service::<webook::article::ArticleService>()
+            .reader_view(id)
+            .await
+            .is_ok()
     })
     .await;
     assert_eq!(
-        app.state.articles.reader_view(id).await.unwrap().title,
+        app.service::<webook::article::ArticleService>()
+            .reader_view(id)
+            .await
+            .unwrap()
+            .title,
         "v2"
     );
     stop.cancel();
@@ -553,7 +559,10 @@ async fn a_withdrawal_completes_when_its_caller_goes_away(setup: Setup) {
     let view = reader(&app, &author, id).await; // cached from here on
     let author_id = view["data"]["author"]["id"].as_i64().unwrap();
     // Polled once, then dropped (unless already done in that one poll).
-    let _ = app.state.articles.withdraw(author_id, id).now_or_never();
+    let _ = app
+        .service::<webook::article::ArticleService>()
+        .withdraw(author_id, id)
+        .now_or_never();
     wait_until("readers to lose the withdrawn article", || async {
         reader(&app, &author, id).await["code"] == 404001
     })
@@ -567,7 +576,7 @@ async fn publishing_and_withdrawing_emit_events(setup: Setup) {
     let stop = CancellationToken::new();
     for topic in [TOPIC_PUBLISHED, TOPIC_WITHDRAWN] {
         let tx = tx.clone();
-        tokio::spawn(app.state.events.consume(
+        tokio::spawn(app.platform.events.consume(
             topic,
             "test",
             10,
@@ -744,7 +753,7 @@ async fn a_token_whose_user_is_gone_gets_401_on_writes(setup: Setup) {
     let token = user(&app, "ghost@example.com").await;
     sqlx::query("DELETE FROM users WHERE email = $1")
         .bind("ghost@example.com")
-        .execute(app.state.db.writer())
+        .execute(app.platform.db.writer())
         .await
         .unwrap();
     for route in ["/articles/publish", "/articles/edit"] {

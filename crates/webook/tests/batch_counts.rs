@@ -54,7 +54,7 @@ async fn batch_counts_of_a_hundred_objects_is_one_statement() {
     )
     .unwrap();
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
-        let db = TestDb::new(kind, MIGRATIONS).await;
+        let db = TestDb::new(kind, &MIGRATIONS).await;
         let store = InteractiveStore::new(db.db.clone());
         for id in (1..=100).step_by(3) {
             store.set_like(7, BIZ, id, true, 1).await.unwrap();

@@ -56,7 +56,7 @@ impl Cluster {
     }
 
     async fn start_with(redis: RedisServer, extra_env: Vec<(&'static str, String)>) -> Self {
-        let db = TestDb::postgres(MIGRATIONS).await;
+        let db = TestDb::postgres(&MIGRATIONS).await;
         let (proxy, database_url) = TcpProxy::for_url(&db.url).await;
         let mut cluster = Self {
             db,
@@ -884,7 +884,7 @@ async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
     use webook::article::service::{TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
 
     for kind in [DatabaseKind::Postgres, DatabaseKind::Sqlite] {
-        let db = TestDb::new(kind, MIGRATIONS).await;
+        let db = TestDb::new(kind, &MIGRATIONS).await;
         let redis = RedisServer::start().await;
         let dir = tempfile::tempdir().unwrap();
         let client = reqwest::Client::new();

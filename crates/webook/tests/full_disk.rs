@@ -363,7 +363,7 @@ impl Filled {
     /// everything acknowledged is there.
     async fn recover_and_verify(mut self, app: TestApp, url: &str) {
         writes_recover(&app, &self.token, &mut self.outcomes.acknowledged).await;
-        self.readers.reads_are_all_counted(&app.state.db).await;
+        self.readers.reads_are_all_counted(&app.platform.db).await;
         app.stop().await.unwrap();
         assert_everything_acknowledged_survived(
             url,
@@ -380,7 +380,7 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     let disk = SmallDisk::mount(16 * MIB);
     let ballast = disk.ballast(4 * MIB);
     let db =
-        Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), MIGRATIONS).await);
+        Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), &MIGRATIONS).await);
     let url = db.url.clone();
     let file = url.trim_start_matches("sqlite://").to_owned();
     // `db` stays here: dropping the last handle removes the database.
@@ -444,7 +444,7 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
         .unwrap();
 
     let ballast = disk.ballast(3 * MIB);
-    let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, MIGRATIONS).await);
+    let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, &MIGRATIONS).await);
     let url = db.url.clone();
     let app = TestApp::spawn_shared(db.clone(), |config| {
         config

@@ -425,7 +425,7 @@ async fn errors_speak_the_requested_language_and_no_answer_can_be_sniffed() {
 #[tokio::test]
 async fn ops_listen_serves_metrics_apart_from_the_api() {
     let app = TestApp::spawn_with(
-        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        platform::testing::TestDb::sqlite(&MIGRATIONS).await,
         |config| {
             config.ops_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
         },

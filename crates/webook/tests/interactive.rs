@@ -43,8 +43,7 @@ async fn view(app: &TestApp, token: &str, id: i64) -> Value {
 }
 
 async fn db_counts(app: &TestApp, id: i64) -> Counts {
-    app.state
-        .interactive
+    app.service::<webook::interactive::InteractiveService>()
         .batch_counts(BIZ, &[id])
         .await
         .unwrap()
@@ -56,7 +55,7 @@ async fn concurrent_likes_are_exact_and_idempotent(setup: Setup) {
     let app = Arc::new(setup.spawn(|_| {}).await);
     let author = user(&app, "author@example.com").await;
     let id = published_article(&app, &author).await;
-    let service = app.state.interactive.clone();
+    let service = app.service::<webook::interactive::InteractiveService>();
 
     let like_all = |like: bool| {
         let service = service.clone();
@@ -279,7 +278,7 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
 
     let mut server = RedisServer::start().await;
     let redis = Redis::connect(&server.url()).await.unwrap();
-    let db = TestDb::sqlite(MIGRATIONS).await;
+    let db = TestDb::sqlite(&MIGRATIONS).await;
     let events = EventStream::redis(
         redis.clone(),
         &server.url(),
@@ -342,7 +341,7 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
 
     for (case, commit_before_dying) in [("died after commit", true), ("died before commit", false)]
     {
-        let db = TestDb::postgres(MIGRATIONS).await;
+        let db = TestDb::postgres(&MIGRATIONS).await;
         let redis = Redis::connect(&redis_url()).await.unwrap();
         let prefix = prefix();
         let options = RedisStreamOptions {
@@ -466,7 +465,7 @@ async fn standalone_services() -> Vec<(String, TestDb, webook::interactive::Inte
     let mut services = Vec::new();
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
         for shared in [false, true] {
-            let db = TestDb::new(kind, MIGRATIONS).await;
+            let db = TestDb::new(kind, &MIGRATIONS).await;
             let prefix = prefix();
             let service = InteractiveService::new(
                 InteractiveStore::new(db.db.clone()),
@@ -560,7 +559,7 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     use platform::testing::RedisServer;
 
     let server = RedisServer::start().await;
-    let db = Arc::new(TestDb::postgres(MIGRATIONS).await);
+    let db = Arc::new(TestDb::postgres(&MIGRATIONS).await);
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let spawn = |role: Role| {
         let (db, url, prefix) = (db.clone(), server.url(), prefix.clone());

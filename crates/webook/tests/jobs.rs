@@ -18,7 +18,7 @@ const DAY_MS: i64 = 24 * 3600 * 1000;
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar::<_, i64>(sql)
-        .fetch_one(app.state.db.pool())
+        .fetch_one(app.platform.db.pool())
         .await
         .unwrap()
 }
@@ -28,7 +28,7 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
         .spawn(|config| config.purge_schedule = "@every 1s".to_owned())
         .await;
     let now = now_millis();
-    let writer = app.state.db.writer();
+    let writer = app.platform.db.writer();
     for (ssid, expires_at) in [("expired", now - 1000), ("live", now + DAY_MS)] {
         sqlx::query(
             "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) \
@@ -54,8 +54,7 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
     // Durable-job history: finished runs past the retention (30 days by default) go; a recent
     // one and a still-running one stay.
     let job_id = app
-        .state
-        .job_store
+        .service::<scheduler::sql::SqlJobStore>()
         .create(&scheduler::sql::NewJob {
             name: "history".to_owned(),
             cron: "@every 1h".to_owned(),
@@ -157,7 +156,7 @@ async fn maintenance_jobs_purge_expired_state_and_report_metrics(setup: Setup) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_jobs_and_serves_only_operations_routes() {
     let app = TestApp::spawn_with(
-        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        platform::testing::TestDb::sqlite(&MIGRATIONS).await,
         |config| {
             config.role = platform::config::Role::Worker;
             config.purge_schedule = "@every 1s".to_owned();
@@ -180,7 +179,7 @@ async fn a_worker_runs_jobs_and_serves_only_operations_routes() {
     sqlx::query(
         "INSERT INTO sessions (ssid, uid, generation, revoked, expires_at) VALUES ('gone', 1, 1, 0, 1)",
     )
-    .execute(app.state.db.writer())
+    .execute(app.platform.db.writer())
     .await
     .unwrap();
     wait_until("the worker's purge job to run", || async {

@@ -42,7 +42,7 @@ async fn admin_rights_follow_user_ids_never_emails(setup: Setup) {
         403002,
     );
 
-    let store = AdminStore::new(app.state.db.clone());
+    let store = AdminStore::new(app.platform.db.clone());
     let uid = store.grant("OPS@example.com").await.unwrap();
     expect(&get(&app, "/jobs", Some(&ops)).await, StatusCode::OK, 0);
     assert_eq!(store.list().await.unwrap()[0].uid, uid);

@@ -11,7 +11,7 @@ use webook::schema::MIGRATIONS;
 use platform::testing::TestDb;
 
 async fn fresh_database_is_fully_migrated(test: TestDb) {
-    let expected: Vec<i64> = migrator(test.db.kind(), MIGRATIONS)
+    let expected: Vec<i64> = migrator(test.db.kind(), &MIGRATIONS)
         .iter()
         .map(|m| m.version)
         .collect();
@@ -33,7 +33,7 @@ async fn migrating_again_applies_nothing_and_keeps_data(test: TestDb) {
             .unwrap();
     // A second process (or a restart) opening the same database.
     let again = Db::connect_url(&test.url, 2).await.unwrap();
-    assert_eq!(again.migrate(MIGRATIONS).await.unwrap(), 0);
+    assert_eq!(again.migrate(&MIGRATIONS).await.unwrap(), 0);
     let still: String =
         sqlx::query_scalar("SELECT value FROM meta WHERE name = 'schema_created_at'")
             .fetch_one(again.pool())
@@ -100,17 +100,17 @@ async fn empty_postgres_database_migrates_from_scratch() {
     let db = Db::connect_url(&empty.url, 2).await.unwrap();
     assert_eq!(db.kind(), DatabaseKind::Postgres);
     assert!(db.applied_versions().await.unwrap().is_empty());
-    let applied = db.migrate(MIGRATIONS).await.unwrap();
+    let applied = db.migrate(&MIGRATIONS).await.unwrap();
     assert_eq!(
         applied,
-        migrator(DatabaseKind::Postgres, MIGRATIONS).iter().count()
+        migrator(DatabaseKind::Postgres, &MIGRATIONS).iter().count()
     );
     db.close().await;
 }
 
 #[tokio::test]
 async fn sqlite_is_set_up_for_concurrent_access() {
-    let test = TestDb::sqlite(MIGRATIONS).await;
+    let test = TestDb::sqlite(&MIGRATIONS).await;
     let mut conn = test.db.pool().acquire().await.unwrap();
     let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut *conn)

@@ -133,7 +133,7 @@ async fn committed_events_arrive_once_with_stable_ids_and_rolled_back_ones_never
     kind: DatabaseKind,
     redis: bool,
 ) {
-    let test_db = TestDb::new(kind, MIGRATIONS).await;
+    let test_db = TestDb::new(kind, &MIGRATIONS).await;
     let db = &test_db.db;
     let events = stream(redis.then(redis_url).as_deref()).await;
     let stop = CancellationToken::new();
@@ -164,7 +164,7 @@ async fn committed_events_arrive_once_with_stable_ids_and_rolled_back_ones_never
 /// A relay that published and died before deleting its rows publishes them again: the same ids,
 /// which a consumer recording them with `dedup` applies once.
 async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool) {
-    let test_db = TestDb::new(kind, MIGRATIONS).await;
+    let test_db = TestDb::new(kind, &MIGRATIONS).await;
     let db = test_db.db.clone();
     let events = stream(redis.then(redis_url).as_deref()).await;
     let stop = CancellationToken::new();
@@ -253,7 +253,7 @@ async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_refuses_them_events_wait_in_the_outbox() {
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
-        let test_db = TestDb::new(kind, MIGRATIONS).await;
+        let test_db = TestDb::new(kind, &MIGRATIONS).await;
         let db = &test_db.db;
         let mut server = RedisServer::start().await;
         let events = stream(Some(&server.url())).await;
@@ -285,7 +285,7 @@ async fn while_redis_refuses_them_events_wait_in_the_outbox() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_an_event_its_consumer_never_handled_goes_to_the_next_process() {
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
-        let test_db = TestDb::new(kind, MIGRATIONS).await;
+        let test_db = TestDb::new(kind, &MIGRATIONS).await;
         let db = &test_db.db;
         record(db, &["a", "b"], true).await;
 

@@ -197,7 +197,7 @@ fn migrate_version_and_print_config_work_offline() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let expected = format!(
         "{} applied",
-        migrator(DatabaseKind::Sqlite, webook::schema::MIGRATIONS)
+        migrator(DatabaseKind::Sqlite, &webook::schema::MIGRATIONS)
             .iter()
             .count()
     );

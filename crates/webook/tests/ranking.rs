@@ -130,7 +130,7 @@ async fn publish(app: &TestApp, token: &str, title: &str) -> i64 {
 
 /// Sets an article's first publication and like count directly (the test's known inputs).
 async fn set_signals(app: &TestApp, id: i64, published_hours_ago: i64, likes: i64) {
-    let writer = app.state.db.writer();
+    let writer = app.platform.db.writer();
     sqlx::query("UPDATE published_articles SET ctime = $1 WHERE id = $2")
         .bind(now_millis() - published_hours_ago * HOUR)
         .bind(id)
@@ -149,8 +149,7 @@ async fn set_signals(app: &TestApp, id: i64, published_hours_ago: i64, likes: i6
 }
 
 async fn compute(app: &TestApp, fence_at: i64) {
-    app.state
-        .ranking
+    app.service::<webook::ranking::RankingService>()
         .compute((fence_at, 0), now_millis(), |_| {}, || true)
         .await
         .unwrap();
@@ -398,12 +397,12 @@ async fn the_last_list_is_served_when_the_database_is_gone(setup: Setup) {
     set_signals(&app, id, 1, 3).await;
     compute(&app, 1).await;
     let before = get(&app, "/ranking/top", None).await.raw;
-    app.state.db.close().await;
-    if let Some(redis) = &app.state.redis {
+    app.platform.db.close().await;
+    if let Some(redis) = &app.platform.redis {
         // The shared copy goes too (in cluster mode it is Redis): drop the list's keys.
         let mut connection = redis.connection();
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}:ranking:*", app.state.config.redis_prefix))
+            .arg(format!("{}:ranking:*", app.platform.config.redis_prefix))
             .query_async(&mut connection)
             .await
             .unwrap();
@@ -428,21 +427,27 @@ async fn the_ranking_job_computes_the_list_when_triggered(setup: Setup) {
     let id = publish(&app, &token, "scheduled").await;
     set_signals(&app, id, 1, 7).await;
     let job = app
-        .state
-        .job_store
+        .service::<scheduler::sql::SqlJobStore>()
         .find(RANKING_JOB)
         .await
         .unwrap()
         .expect("the ranking job is created at start-up");
     assert_eq!(job.cron, "@yearly");
     assert_eq!(job.executor, RANKING_JOB);
-    app.state.job_store.trigger(job.id).await.unwrap();
+    app.service::<scheduler::sql::SqlJobStore>()
+        .trigger(job.id)
+        .await
+        .unwrap();
     wait_until("the triggered ranking run to publish the list", || async {
         let answer = get(&app, "/ranking/top", None).await;
         answer.status == StatusCode::OK && top_ids(&app).await == [id]
     })
     .await;
-    let runs = app.state.job_store.runs(job.id, 10).await.unwrap();
+    let runs = app
+        .service::<scheduler::sql::SqlJobStore>()
+        .runs(job.id, 10)
+        .await
+        .unwrap();
     assert_eq!(runs.len(), 1);
 }
 
@@ -480,7 +485,7 @@ fn webook_cli(
 /// serves it at its next refresh; `webook rank` prints it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_computes_a_list_that_running_instances_serve() {
-    let db = std::sync::Arc::new(platform::testing::TestDb::sqlite(MIGRATIONS).await);
+    let db = std::sync::Arc::new(platform::testing::TestDb::sqlite(&MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |config| {
         quiet(config);
         config
@@ -537,7 +542,7 @@ async fn a_cli_list_from_a_host_whose_clock_runs_ahead_does_not_block_scheduled_
         - now_millis() / 1000;
     assert!((7_100..7_300).contains(&skew), "libfaketime skew {skew} s");
 
-    let db = std::sync::Arc::new(platform::testing::TestDb::postgres(MIGRATIONS).await);
+    let db = std::sync::Arc::new(platform::testing::TestDb::postgres(&MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |config| {
         quiet(config);
         config
@@ -560,13 +565,15 @@ async fn a_cli_list_from_a_host_whose_clock_runs_ahead_does_not_block_scheduled_
     let newer = publish(&app, &token, "newer").await;
     set_signals(&app, newer, 1, 9).await;
     let job = app
-        .state
-        .job_store
+        .service::<scheduler::sql::SqlJobStore>()
         .find(RANKING_JOB)
         .await
         .unwrap()
         .unwrap();
-    app.state.job_store.trigger(job.id).await.unwrap();
+    app.service::<scheduler::sql::SqlJobStore>()
+        .trigger(job.id)
+        .await
+        .unwrap();
     wait_until("the scheduled list to replace the CLI's", || async {
         top_ids(&app).await == [newer, older]
     })
@@ -579,7 +586,7 @@ async fn with_redis_stopped_the_local_snapshot_is_served() {
     let mut redis = platform::testing::RedisServer::start().await;
     let url = redis.url();
     let app = TestApp::spawn_with(
-        platform::testing::TestDb::sqlite(MIGRATIONS).await,
+        platform::testing::TestDb::sqlite(&MIGRATIONS).await,
         |config| {
             webook::testing::make_cluster(config, url);
             quiet(config);
@@ -622,8 +629,7 @@ async fn in_cron_mode_a_long_locked_job_computes_the_list(setup: Setup) {
     )
     .await;
     assert!(
-        app.state
-            .job_store
+        app.service::<scheduler::sql::SqlJobStore>()
             .find(RANKING_JOB)
             .await
             .unwrap()

@@ -32,7 +32,7 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
 
 #[tokio::test]
 async fn cluster_app_on_postgres_and_redis_is_ready() {
-    let db = TestDb::postgres(MIGRATIONS).await;
+    let db = TestDb::postgres(&MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |config| make_cluster(config, redis_url())).await;
     let (status, body) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -46,7 +46,7 @@ async fn cluster_app_on_postgres_and_redis_is_ready() {
 #[tokio::test]
 async fn readiness_follows_redis_down_and_back_up_while_liveness_stays() {
     let mut redis = RedisServer::start().await;
-    let db = TestDb::sqlite(MIGRATIONS).await;
+    let db = TestDb::sqlite(&MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |config| make_cluster(config, redis.url())).await;
     assert_eq!(app.get_json("/readyz").await.0, StatusCode::OK);
 
@@ -70,9 +70,9 @@ async fn readiness_follows_redis_down_and_back_up_while_liveness_stays() {
 
 #[tokio::test]
 async fn readiness_reports_a_dead_database() {
-    let db = TestDb::sqlite(MIGRATIONS).await;
+    let db = TestDb::sqlite(&MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |_| {}).await;
-    app.state.db.close().await;
+    app.platform.db.close().await;
     let (status, body) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body["data"]["database"], "down");
@@ -81,7 +81,7 @@ async fn readiness_reports_a_dead_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_postgres_unreachable_requests_fail_fast_with_503_and_cached_reads_go_on() {
-    let db = TestDb::postgres(MIGRATIONS).await;
+    let db = TestDb::postgres(&MIGRATIONS).await;
     let (proxy, through_proxy) = TcpProxy::for_url(&db.url).await;
     let app = TestApp::spawn_shared(Arc::new(db), |config| {
         config.database_url = Some(through_proxy);
@@ -151,8 +151,7 @@ async fn with_postgres_unreachable_requests_fail_fast_with_503_and_cached_reads_
         "{body}"
     );
     let now = now_millis();
-    app.state
-        .ranking
+    app.service::<webook::ranking::RankingService>()
         .compute((now, 1), now, |_| {}, || true)
         .await
         .unwrap();

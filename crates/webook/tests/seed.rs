@@ -361,7 +361,7 @@ async fn the_same_seed_gives_the_same_data(test: TestDb) {
     let expected = digest(&test).await;
 
     // Same plan, likes sorted in many small passes instead of one: the same rows.
-    let again = TestDb::new(kind, MIGRATIONS).await;
+    let again = TestDb::new(kind, &MIGRATIONS).await;
     run(
         &again,
         &Plan {
@@ -372,7 +372,7 @@ async fn the_same_seed_gives_the_same_data(test: TestDb) {
     .await;
     assert_eq!(digest(&again).await, expected);
 
-    let other = TestDb::new(kind, MIGRATIONS).await;
+    let other = TestDb::new(kind, &MIGRATIONS).await;
     run(&other, &plan(12)).await;
     assert_ne!(digest(&other).await, expected);
 }

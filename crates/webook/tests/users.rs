@@ -17,7 +17,7 @@ use webook::testing::TestApp;
 async fn count_users(app: &TestApp, email: &str) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE email = $1")
         .bind(email)
-        .fetch_one(app.state.db.pool())
+        .fetch_one(app.platform.db.pool())
         .await
         .unwrap()
 }
@@ -438,7 +438,7 @@ async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_that_could_not_be_saved_is_retried_without_logging_out() {
     use sqlx::{Connection, Executor};
-    let db = TestDb::sqlite(MIGRATIONS).await;
+    let db = TestDb::sqlite(&MIGRATIONS).await;
     let file = db.url.clone();
     let app = TestApp::spawn_with(db, |_| {}).await;
     signup(&app, "retry@example.com").await;
@@ -528,7 +528,7 @@ async fn rate_limits_hold_across_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_revocations_survive_a_restart() {
-    let db = Arc::new(TestDb::sqlite(MIGRATIONS).await);
+    let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
     signup(&app, "kim@example.com").await;
     let (access, refresh_token) = login(&app, "kim@example.com").await;
@@ -572,7 +572,7 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     };
 
     // Behind a trusted proxy (the tests connect from 127.0.0.1): each client has its own limit.
-    let trusted = TestApp::spawn_with(TestDb::sqlite(MIGRATIONS).await, |config| {
+    let trusted = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
         config
             .settings_mut::<webook::user::settings::AuthSettings>()
             .auth_rate_limit = 1;
@@ -587,7 +587,7 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     );
 
     // Without trust, the header is ignored: everybody is the peer 127.0.0.1.
-    let direct = TestApp::spawn_with(TestDb::sqlite(MIGRATIONS).await, |config| {
+    let direct = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
         config
             .settings_mut::<webook::user::settings::AuthSettings>()
             .auth_rate_limit = 1

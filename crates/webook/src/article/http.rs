@@ -8,19 +8,39 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use crate::{
-    app::AppState,
     article::{
         model::{Article, ArticleStatus, ListItem},
         service::existing_id,
+        ArticleService,
     },
-    user::{AuthUser, Writer},
+    idempotency::Idempotency,
+    interactive::InteractiveService,
+    user::{http::Authenticates, AuthUser, UserService, Writer},
 };
 use platform::error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
 
+/// What the `/articles` handlers reach.
+pub struct ArticleRoutes {
+    /// Articles.
+    pub articles: ArticleService,
+    /// Reads, likes and collects of the reader view.
+    pub interactive: InteractiveService,
+    /// Authentication.
+    pub users: UserService,
+}
+
+impl Authenticates for ArticleRoutes {
+    fn users(&self) -> &UserService {
+        &self.users
+    }
+}
+
 /// The `/articles` routes; saving and publishing honour `Idempotency-Key`.
-pub fn router(state: AppState) -> Router<AppState> {
-    let idempotent = axum::middleware::from_fn_with_state(state, crate::idempotency::layer);
+pub fn router(routes: ArticleRoutes, idempotency: Arc<Idempotency>) -> Router {
+    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
     Router::new()
         .route("/articles/edit", post(edit).route_layer(idempotent.clone()))
         .route("/articles/publish", post(publish).route_layer(idempotent))
@@ -30,6 +50,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/articles/pub/{id}", get(reader_view))
         .route("/articles/pub/like", post(like))
         .route("/articles/pub/collect", post(collect))
+        .with_state(Arc::new(routes))
 }
 
 /// The `biz` of articles in the interactive tables.
@@ -43,7 +64,7 @@ struct EditRequest {
 }
 
 async fn edit(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<i64> {
@@ -57,7 +78,7 @@ async fn edit(
 }
 
 async fn publish(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<i64> {
@@ -76,7 +97,7 @@ struct WithdrawRequest {
 }
 
 async fn withdraw(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<WithdrawRequest>,
 ) -> ApiResult<()> {
@@ -94,7 +115,7 @@ struct ListRequest {
 }
 
 async fn list(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
     ApiJson(request): ApiJson<ListRequest>,
 ) -> ApiResult<Vec<ListItem>> {
@@ -107,7 +128,7 @@ async fn list(
 }
 
 async fn detail(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<Article> {
@@ -141,7 +162,7 @@ struct ReaderView {
 }
 
 async fn reader_view(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<ReaderView> {
@@ -180,7 +201,7 @@ struct LikeRequest {
 }
 
 async fn like(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<LikeRequest>,
 ) -> ApiResult<()> {
@@ -208,7 +229,7 @@ fn collect_by_default() -> bool {
 }
 
 async fn collect(
-    State(state): State<AppState>,
+    State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<CollectRequest>,
 ) -> ApiResult<()> {

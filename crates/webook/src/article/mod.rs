@@ -11,5 +11,56 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use http::router;
 pub use service::ArticleService;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use platform::{
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+};
+
+use crate::{idempotency::Idempotency, interactive::InteractiveService, user::UserService};
+use cache::ArticleCache;
+use store::ArticleStore;
+
+/// The articles feature: drafts, publishing, withdrawal and the reader view (with its counts
+/// and the caller's likes, from the interactive feature installed before it).
+pub struct Articles;
+
+#[async_trait]
+impl Feature for Articles {
+    fn name(&self) -> &'static str {
+        "articles"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        &[Migration {
+            version: 3,
+            description: "articles",
+            sql: include_str!("../../migrations/0003_articles.sql"),
+        }]
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let articles = ArticleService::new(
+            ArticleStore::new(platform.db.clone()),
+            ArticleCache::new(
+                platform.redis_with_prefix(),
+                platform.config.cache_memory_bytes,
+            ),
+            platform.outbox.clone(),
+        );
+        registry.routes(http::router(
+            http::ArticleRoutes {
+                articles: articles.clone(),
+                interactive: registry.get::<InteractiveService>()?,
+                users: registry.get::<UserService>()?,
+            },
+            registry.get::<Arc<Idempotency>>()?,
+        ));
+        registry.provide(articles);
+        Ok(())
+    }
+}

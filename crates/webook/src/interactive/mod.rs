@@ -12,3 +12,45 @@ pub mod store;
 
 pub use model::{Counts, UserFlags};
 pub use service::InteractiveService;
+
+use async_trait::async_trait;
+use platform::{
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+};
+
+use store::InteractiveStore;
+
+/// The interactive feature: counts, likes, collects and reads. It provides
+/// [`InteractiveService`] to the features installed after it and counts reads in the background.
+pub struct Interactive;
+
+#[async_trait]
+impl Feature for Interactive {
+    fn name(&self) -> &'static str {
+        "interactive"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        &[Migration {
+            version: 4,
+            description: "interactive",
+            sql: include_str!("../../migrations/0004_interactive.sql"),
+        }]
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let interactive = InteractiveService::new(
+            InteractiveStore::new(platform.db.clone()),
+            platform.events.clone(),
+            platform.redis_with_prefix(),
+            platform.config.cache_memory_bytes,
+        );
+        let counter = interactive.clone();
+        registry.background("read counter", move |background| {
+            counter.read_counter(background.subscription, background.stop)
+        });
+        registry.provide(interactive);
+        Ok(())
+    }
+}

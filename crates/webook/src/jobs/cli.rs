@@ -8,36 +8,30 @@
 
 use anyhow::{anyhow, Context};
 use chrono::{DateTime, SecondsFormat, Utc};
-use scheduler::sql::{JobRow, RunRow, SqlJobStore, StoreError};
+use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
 
 use crate::{
     cli::{AddJobArgs, JobsCommand},
     jobs::service::{self, JobSpec},
 };
-use platform::{config::Config, db::Db};
+use platform::{
+    config::Config,
+    db::{Db, Migration},
+};
 
-/// Connects to the configured database, applies migrations and runs `command`, printing its
-/// output on stdout.
-pub async fn run(config: &Config, command: JobsCommand) -> anyhow::Result<()> {
+/// Connects to the configured database, applies `schema` and runs `command`, printing its
+/// output on stdout. New jobs are checked against the executors `executors` gives for the
+/// database (every installed feature's).
+pub async fn run(
+    config: &Config,
+    schema: &[Migration],
+    executors: impl FnOnce(&Db) -> anyhow::Result<Executors>,
+    command: JobsCommand,
+) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate(crate::schema::MIGRATIONS)
-            .await
-            .context("applying migrations")?;
-        // Only checks executors' cfg, never runs a job: the hot list's shared copy is irrelevant,
-        // so no Redis connection is needed even in cluster mode.
-        let ranking = crate::ranking::build(config, &db, None)?;
-        execute(
-            &super::store(&db),
-            &super::executors(
-                Some(ranking),
-                config
-                    .settings::<super::settings::JobSettings>()?
-                    .job_http_allowed_networks()?,
-            )?,
-            command,
-        )
-        .await
+        db.migrate(schema).await.context("applying migrations")?;
+        execute(&super::store(&db), &executors(&db)?, command).await
     }
     .await;
     db.close().await;

@@ -11,13 +11,19 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use scheduler::sql::{JobRow, RunRow, SqlJobStore, StoreError};
+use std::sync::Arc;
+
+use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    app::AppState,
+    idempotency::Idempotency,
     jobs::service::{self, JobSpec},
-    user::admin::Admin,
+    user::{
+        admin::{Admin, Admins, ChecksAdmins},
+        http::Authenticates,
+        UserService,
+    },
 };
 use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
 
@@ -26,9 +32,33 @@ const DEFAULT_RUNS_LIMIT: i64 = 50;
 /// Most runs one request may list.
 const MAX_RUNS_LIMIT: i64 = 500;
 
+/// What the `/jobs` handlers reach.
+pub struct JobRoutes {
+    /// The durable jobs.
+    pub job_store: SqlJobStore,
+    /// The executors jobs may name (creation is checked against them).
+    pub job_executors: Executors,
+    /// Authentication.
+    pub users: UserService,
+    /// Who may manage jobs.
+    pub admins: Admins,
+}
+
+impl Authenticates for JobRoutes {
+    fn users(&self) -> &UserService {
+        &self.users
+    }
+}
+
+impl ChecksAdmins for JobRoutes {
+    fn admins(&self) -> &Admins {
+        &self.admins
+    }
+}
+
 /// The `/jobs` routes; creating a job honours `Idempotency-Key`.
-pub fn router(state: AppState) -> Router<AppState> {
-    let idempotent = axum::middleware::from_fn_with_state(state, crate::idempotency::layer);
+pub fn router(routes: JobRoutes, idempotency: Arc<Idempotency>) -> Router {
+    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
     Router::new()
         .route(
             "/jobs",
@@ -38,6 +68,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/jobs/{id}/resume", post(resume))
         .route("/jobs/{id}/trigger", post(trigger))
         .route("/jobs/{id}/runs", get(runs))
+        .with_state(Arc::new(routes))
 }
 
 const NO_SUCH_JOB: AppError = AppError::NotFound(Msg::new("no such job", "任务不存在"));
@@ -88,7 +119,7 @@ impl From<JobRow> for JobView {
     }
 }
 
-async fn list(_admin: Admin, State(state): State<AppState>) -> ApiResult<Vec<JobView>> {
+async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<Vec<JobView>> {
     let jobs = state.job_store.list().await?;
     Ok(Reply(jobs.into_iter().map(JobView::from).collect()))
 }
@@ -110,7 +141,7 @@ struct CreateRequest {
 
 async fn create(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<Arc<JobRoutes>>,
     ApiJson(request): ApiJson<CreateRequest>,
 ) -> ApiResult<i64> {
     let cfg = match request.cfg {
@@ -143,7 +174,7 @@ async fn create(
 
 async fn stop(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<Arc<JobRoutes>>,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<()> {
     state.job_store.stop(id).await.map_err(store_error)?;
@@ -152,7 +183,7 @@ async fn stop(
 
 async fn resume(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<Arc<JobRoutes>>,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<()> {
     state.job_store.resume(id).await.map_err(store_error)?;
@@ -161,7 +192,7 @@ async fn resume(
 
 async fn trigger(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<Arc<JobRoutes>>,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<()> {
     state.job_store.trigger(id).await.map_err(store_error)?;
@@ -203,7 +234,7 @@ impl From<RunRow> for RunView {
 
 async fn runs(
     _admin: Admin,
-    State(state): State<AppState>,
+    State(state): State<Arc<JobRoutes>>,
     ApiPath(id): ApiPath<i64>,
     ApiQuery(query): ApiQuery<RunsQuery>,
 ) -> ApiResult<Vec<RunView>> {

@@ -24,36 +24,113 @@ pub mod purge;
 pub mod service;
 pub mod settings;
 
-use scheduler::sql::{DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy};
+use std::sync::Arc;
 
-use crate::ranking::{RankingJob, RankingService};
-use platform::{config::DatabaseKind, db::Db};
+use async_trait::async_trait;
+use scheduler::sql::{
+    DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy, WorkerOptions,
+    RUNS_RETENTION_SCHEMA, SCHEMA,
+};
 
-pub use http::router;
+use crate::{idempotency::Idempotency, user::admin::Admins, user::UserService};
+use platform::{
+    config::{Config, DatabaseKind, SettingsSpec},
+    db::{Db, Migration},
+    feature::{Feature, Platform, Registry},
+};
+
 pub use purge::PurgeJobRuns;
+use settings::JobSettings;
+
+/// The durable-jobs feature: the SQL scheduler's worker on every instance that runs work, the
+/// `http` executor and the admin API. Install it after every feature that registers executors:
+/// job creation is checked against the executors registered before it.
+pub struct Jobs;
+
+#[async_trait]
+impl Feature for Jobs {
+    fn name(&self) -> &'static str {
+        "jobs"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        &[
+            Migration {
+                version: 5,
+                description: "jobs",
+                sql: SCHEMA,
+            },
+            Migration {
+                version: 9,
+                description: "job runs retention",
+                sql: RUNS_RETENTION_SCHEMA,
+            },
+        ]
+    }
+
+    fn offline_executors(
+        &self,
+        config: &Config,
+        _db: &Db,
+        executors: &mut Executors,
+    ) -> anyhow::Result<()> {
+        let settings = config.settings::<JobSettings>()?;
+        executors.register(http_executor(settings.job_http_allowed_networks()?)?);
+        Ok(())
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let settings = platform.config.settings::<JobSettings>()?;
+        let job_store = store(&platform.db);
+        if !settings.job_runs_retention.is_zero() {
+            registry.maintenance(
+                &platform.config,
+                PurgeJobRuns::new(job_store.clone(), settings.job_runs_retention),
+            )?;
+        }
+        registry.executor(http_executor(settings.job_http_allowed_networks()?)?);
+        registry.durable_jobs(job_store.clone(), worker_options(settings));
+        registry.provide(job_store.clone());
+        registry.routes(http::router(
+            http::JobRoutes {
+                job_store,
+                job_executors: registry.executors().clone(),
+                users: registry.get::<UserService>()?,
+                admins: registry.get::<Admins>()?,
+            },
+            registry.get::<Arc<Idempotency>>()?,
+        ));
+        Ok(())
+    }
+}
+
+/// Tuning of this instance's durable-job worker.
+fn worker_options(settings: &JobSettings) -> WorkerOptions {
+    WorkerOptions {
+        permits: settings.job_permits,
+        heartbeat: settings.job_heartbeat,
+        lease: settings.job_lease,
+        max_idle_poll: settings.job_poll_max,
+        ..WorkerOptions::default()
+    }
+}
+
+/// The `http` executor: calls public addresses and the internal networks in `allowed_networks`
+/// (config `job_http_allowed_networks`).
+pub fn http_executor(allowed_networks: Vec<ipnet::IpNet>) -> anyhow::Result<HttpExecutor> {
+    HttpExecutor::new(
+        TargetPolicy::allowing(allowed_networks),
+        HTTP_JOB_HEADER_PREFIX,
+    )
+}
 
 /// Prefix of the headers the `http` executor announces a run with: `x-webook-job`,
 /// `x-webook-scheduled-at`, `x-webook-token` (docs/JOBS.md).
 pub const HTTP_JOB_HEADER_PREFIX: &str = "x-webook-";
-
-/// The executors durable jobs may name: what this build's instances can run, and so what job
-/// creation accepts (the API and the CLI check against this same registry). `ranking` is there
-/// when the hot list is given; `http` calls public addresses and the internal networks in
-/// `allowed_networks` (config `job_http_allowed_networks`).
-pub fn executors(
-    ranking: Option<RankingService>,
-    allowed_networks: Vec<ipnet::IpNet>,
-) -> anyhow::Result<Executors> {
-    let mut executors = Executors::new();
-    executors.register(HttpExecutor::new(
-        TargetPolicy::allowing(allowed_networks),
-        HTTP_JOB_HEADER_PREFIX,
-    )?);
-    if let Some(ranking) = ranking {
-        executors.register(RankingJob::new(ranking));
-    }
-    Ok(executors)
-}
 
 /// The scheduler's name for the SQL engine of `kind` (it picks the database clock's SQL).
 pub fn dialect(kind: DatabaseKind) -> Dialect {

@@ -108,7 +108,10 @@ mod tests {
     use super::*;
 
     fn executors() -> scheduler::sql::Executors {
-        crate::jobs::executors(None, vec!["127.0.0.0/8".parse().unwrap()]).unwrap()
+        let mut executors = scheduler::sql::Executors::new();
+        executors
+            .register(crate::jobs::http_executor(vec!["127.0.0.0/8".parse().unwrap()]).unwrap());
+        executors
     }
 
     fn spec() -> JobSpec {

@@ -15,7 +15,7 @@ use platform::{config::Config, db::Db, redis::Redis};
 pub async fn run(config: &Config, once: bool) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate(crate::schema::MIGRATIONS)
+        db.migrate(&crate::schema::MIGRATIONS)
             .await
             .context("applying migrations")?;
         let redis = match &config.redis_url {

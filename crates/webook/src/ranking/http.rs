@@ -15,12 +15,20 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::{app::AppState, ranking::cache::envelope};
+use crate::ranking::{cache::envelope, RankingService};
 use platform::error::{ApiQuery, AppError, Msg};
 
+/// What the hot-list handler reaches.
+pub struct RankingRoutes {
+    /// The hot list.
+    pub ranking: RankingService,
+}
+
 /// The hot-list routes.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/ranking/top", get(top))
+pub fn router(routes: RankingRoutes) -> Router {
+    Router::new()
+        .route("/ranking/top", get(top))
+        .with_state(std::sync::Arc::new(routes))
 }
 
 #[derive(Deserialize)]
@@ -29,7 +37,7 @@ struct TopQuery {
 }
 
 async fn top(
-    State(state): State<AppState>,
+    State(state): State<std::sync::Arc<RankingRoutes>>,
     ApiQuery(query): ApiQuery<TopQuery>,
     // The request itself rather than a `HeaderMap`, which the extractor would copy.
     request: Request,

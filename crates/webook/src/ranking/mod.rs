@@ -17,7 +17,6 @@ pub mod service;
 pub mod settings;
 pub mod store;
 
-pub use http::router;
 pub use jobs::{RankingJob, RANKING_JOB};
 pub use service::{HotListParams, RankingService};
 pub use settings::{RankingMode, RankingSettings};
@@ -26,7 +25,92 @@ use std::time::Duration;
 
 use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError};
 
-use platform::{config::Config, db::Db, redis::Redis};
+use async_trait::async_trait;
+use platform::{
+    config::{Config, SettingsSpec},
+    db::{Db, Migration},
+    feature::{Feature, Platform, Registry},
+    redis::Redis,
+    telemetry::MetricsSpec,
+};
+use scheduler::{sql::Executors, Guard, JobOptions};
+
+/// The ranking feature: the hot list, computed by the durable `ranking` job (or an in-process
+/// cron job under a long lock, `ranking_mode = "cron"`), served by every instance from its
+/// local snapshot, refreshed from the shared copy, and cleared of withdrawn articles.
+pub struct Ranking;
+
+/// Time-to-live of the hot list's long lock (`ranking_mode = "cron"`).
+const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
+
+#[async_trait]
+impl Feature for Ranking {
+    fn name(&self) -> &'static str {
+        "ranking"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        &[Migration {
+            version: 6,
+            description: "ranking",
+            sql: include_str!("../../migrations/0006_ranking.sql"),
+        }]
+    }
+
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[service::METRICS]
+    }
+
+    fn offline_executors(
+        &self,
+        config: &Config,
+        db: &Db,
+        executors: &mut Executors,
+    ) -> anyhow::Result<()> {
+        // Only cfg checks, never a run: the shared copy is irrelevant, so no Redis is needed.
+        executors.register(RankingJob::new(build(config, db, None)?));
+        Ok(())
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let config = &platform.config;
+        let settings = config.settings::<RankingSettings>()?;
+        let ranking = build(config, &platform.db, platform.redis.as_ref())?;
+        registry.executor(RankingJob::new(ranking.clone()));
+        if config.role.runs_work() {
+            match settings.ranking_mode {
+                RankingMode::Sql => {
+                    ensure_job(&crate::jobs::store(&platform.db), settings).await?;
+                }
+                RankingMode::Cron => registry.periodic(
+                    RankingJob::new(ranking.clone()),
+                    JobOptions::new(settings.ranking_schedule()?)
+                        .guard(Guard::LongLock {
+                            ttl: RANKING_LOCK_TTL,
+                        })
+                        .timeout(RANKING_TIMEOUT),
+                )?,
+            }
+        }
+        let refresher = ranking.clone();
+        registry.background("hot list refresher", move |background| {
+            refresher.refresher(background.stop, background.runs_work)
+        });
+        let (consumer, events) = (ranking.clone(), platform.events.clone());
+        registry.background("hot list withdrawals", move |background| {
+            consumer.withdrawal_consumer(&events, background.subscription, background.stop)
+        });
+        registry.routes(http::router(http::RankingRoutes {
+            ranking: ranking.clone(),
+        }));
+        registry.provide(ranking);
+        Ok(())
+    }
+}
 
 /// Candidates read per query.
 const SCAN_BATCH: usize = 1000;

@@ -15,7 +15,7 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
     plan.validate().map_err(anyhow::Error::msg)?;
     let db = Db::connect(config).await?;
     let outcome = async {
-        db.migrate(crate::schema::MIGRATIONS)
+        db.migrate(&crate::schema::MIGRATIONS)
             .await
             .context("applying migrations")?;
         let progress = ProgressBar::new(0);

@@ -13,7 +13,12 @@ use anyhow::Context;
 use axum::{extract::FromRequestParts, http::request::Parts};
 use serde::Serialize;
 
-use crate::{app::AppState, cli::AdminCommand, user::AuthUser};
+use std::sync::Arc;
+
+use crate::{
+    cli::AdminCommand,
+    user::{http::Authenticates, AuthUser},
+};
 use platform::{
     config::Config,
     db::{now_millis, Db},
@@ -27,21 +32,47 @@ pub struct Admin {
     pub uid: i64,
 }
 
-impl FromRequestParts<AppState> for Admin {
+/// Who has admin rights: the ids of config `admins`, and the grants in the database; cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct Admins {
+    configured: Arc<[i64]>,
+    store: AdminStore,
+}
+
+impl Admins {
+    /// The ids `configured` (config `admins`) and the grants in `db`.
+    pub fn new(configured: &[i64], db: Db) -> Self {
+        Self {
+            configured: configured.into(),
+            store: AdminStore::new(db),
+        }
+    }
+
+    /// Whether user `uid` has admin rights.
+    pub async fn contains(&self, uid: i64) -> Result<bool, AppError> {
+        Ok(self.configured.contains(&uid) || self.store.is_admin(uid).await?)
+    }
+}
+
+/// The state of routes that take an [`Admin`].
+pub trait ChecksAdmins: Authenticates {
+    /// Who has admin rights.
+    fn admins(&self) -> &Admins;
+}
+
+impl<T: ChecksAdmins> ChecksAdmins for Arc<T> {
+    fn admins(&self) -> &Admins {
+        (**self).admins()
+    }
+}
+
+impl<S: ChecksAdmins> FromRequestParts<S> for Admin {
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let user = AuthUser::from_request_parts(parts, state).await?;
-        let admin = state
-            .config
-            .settings::<super::settings::AuthSettings>()?
-            .admins
-            .contains(&user.uid)
-            || AdminStore::new(state.db.clone()).is_admin(user.uid).await?;
-        if admin {
+        if state.admins().contains(user.uid).await? {
             Ok(Self { uid: user.uid })
         } else {
             Err(AppError::Forbidden(Msg::new(
@@ -56,7 +87,7 @@ impl FromRequestParts<AppState> for Admin {
 pub async fn run_cli(config: &Config, command: AdminCommand) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate(crate::schema::MIGRATIONS)
+        db.migrate(&crate::schema::MIGRATIONS)
             .await
             .context("applying migrations")?;
         let store = AdminStore::new(db.clone());

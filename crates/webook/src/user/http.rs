@@ -9,18 +9,55 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::{
-    app::AppState,
-    user::{model::ProfileEdit, service::AuthUser, service::TokenPair},
-};
+use std::sync::Arc;
+
+use crate::user::{model::ProfileEdit, service::AuthUser, service::TokenPair, UserService};
 use platform::{
-    client_ip::ClientIp,
+    client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, ApiResult, AppError, Reply},
     http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
 };
 
+/// What the `/users` handlers reach.
+pub struct UserRoutes {
+    /// Accounts and sessions.
+    pub users: UserService,
+    /// Proxies whose `X-Forwarded-For` is believed (sign-in limits are per client IP).
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl KnowsProxies for UserRoutes {
+    fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.trusted_proxies
+    }
+}
+
+/// The state of routes whose handlers authenticate their caller ([`AuthUser`], [`Writer`]).
+pub trait Authenticates: Send + Sync {
+    /// The accounts and sessions that check tokens.
+    fn users(&self) -> &UserService;
+}
+
+impl Authenticates for UserService {
+    fn users(&self) -> &UserService {
+        self
+    }
+}
+
+impl Authenticates for UserRoutes {
+    fn users(&self) -> &UserService {
+        &self.users
+    }
+}
+
+impl<T: Authenticates> Authenticates for Arc<T> {
+    fn users(&self) -> &UserService {
+        (**self).users()
+    }
+}
+
 /// The `/users` routes.
-pub fn router() -> Router<AppState> {
+pub fn router(routes: UserRoutes) -> Router {
     Router::new()
         .route("/users/signup", post(signup))
         .route("/users/login", post(login))
@@ -28,6 +65,7 @@ pub fn router() -> Router<AppState> {
         .route("/users/logout", post(logout))
         .route("/users/profile", get(profile))
         .route("/users/edit", post(edit))
+        .with_state(Arc::new(routes))
 }
 
 #[derive(Deserialize)]
@@ -39,7 +77,7 @@ struct SignupRequest {
 }
 
 async fn signup(
-    State(state): State<AppState>,
+    State(state): State<Arc<UserRoutes>>,
     ClientIp(ip): ClientIp,
     ApiJson(request): ApiJson<SignupRequest>,
 ) -> ApiResult<()> {
@@ -58,7 +96,7 @@ struct LoginRequest {
 }
 
 async fn login(
-    State(state): State<AppState>,
+    State(state): State<Arc<UserRoutes>>,
     ClientIp(ip): ClientIp,
     headers: HeaderMap,
     ApiJson(request): ApiJson<LoginRequest>,
@@ -72,7 +110,7 @@ async fn login(
 }
 
 async fn refresh_token(
-    State(state): State<AppState>,
+    State(state): State<Arc<UserRoutes>>,
     headers: HeaderMap,
 ) -> Result<Response, AppError> {
     let token = bearer_token(&headers).ok_or(AppError::Unauthorized)?;
@@ -80,7 +118,10 @@ async fn refresh_token(
     with_tokens(&tokens)
 }
 
-async fn logout(State(state): State<AppState>, user: AuthUser) -> Result<Response, AppError> {
+async fn logout(
+    State(state): State<Arc<UserRoutes>>,
+    user: AuthUser,
+) -> Result<Response, AppError> {
     state.users.logout(&user).await?;
     Ok((
         [
@@ -99,7 +140,10 @@ async fn logout(State(state): State<AppState>, user: AuthUser) -> Result<Respons
 }
 
 /// The course frontend reads the profile as a bare object, not an envelope.
-async fn profile(State(state): State<AppState>, user: AuthUser) -> Result<Response, AppError> {
+async fn profile(
+    State(state): State<Arc<UserRoutes>>,
+    user: AuthUser,
+) -> Result<Response, AppError> {
     Ok(Json(state.users.profile(user.uid).await?).into_response())
 }
 
@@ -112,7 +156,7 @@ struct EditRequest {
 }
 
 async fn edit(
-    State(state): State<AppState>,
+    State(state): State<Arc<UserRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
 ) -> ApiResult<()> {
@@ -164,31 +208,25 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Writer(pub AuthUser);
 
-impl FromRequestParts<AppState> for Writer {
+impl<S: Authenticates> FromRequestParts<S> for Writer {
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let user = AuthUser::from_request_parts(parts, state).await?;
-        state.users.check_write_rate(user.uid).await?;
+        state.users().check_write_rate(user.uid).await?;
         Ok(Self(user))
     }
 }
 
 /// Handlers that take an [`AuthUser`] only run for a valid, unrevoked access token presented
 /// from the User-Agent it was issued to (401 / 403001 otherwise).
-impl FromRequestParts<AppState> for AuthUser {
+impl<S: Authenticates> FromRequestParts<S> for AuthUser {
     type Rejection = AppError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
         state
-            .users
+            .users()
             .authenticate(token, user_agent(&parts.headers))
             .await
     }

@@ -32,7 +32,7 @@ impl Setup {
 
     /// A fresh database of this setup's engine, to share between apps (restarts, instances).
     pub async fn database(self) -> std::sync::Arc<TestDb> {
-        std::sync::Arc::new(TestDb::new(self.db, MIGRATIONS).await)
+        std::sync::Arc::new(TestDb::new(self.db, &MIGRATIONS).await)
     }
 
     /// An app on `db`; with Redis, under `redis_prefix` (apps sharing it share Redis state).
@@ -190,7 +190,7 @@ pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
 /// Two cluster-mode instances sharing one PostgreSQL database and one Redis key space, as two
 /// instances behind a load balancer would; `configure` adjusts both configs.
 pub async fn cluster_pair(configure: impl Fn(&mut Config)) -> (TestApp, TestApp) {
-    let db = std::sync::Arc::new(TestDb::postgres(MIGRATIONS).await);
+    let db = std::sync::Arc::new(TestDb::postgres(&MIGRATIONS).await);
     let redis = redis_url();
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let configure = |config: &mut Config| {

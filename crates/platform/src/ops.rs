@@ -1,6 +1,10 @@
-//! Handlers of the operations endpoints.
+//! Operations endpoints: liveness (`/healthz`), readiness (`/readyz`: the database answers and
+//! takes a write, and, in cluster mode, Redis answers) and Prometheus metrics (`/metrics`, on
+//! `ops_listen` instead of the API port when that is set). With `debug_endpoints` on,
+//! also `/debug/sleep` and `/debug/panic`, which the process tests use to observe graceful
+//! shutdown and panic handling in a real binary.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     extract::{Query, State},
@@ -11,8 +15,10 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::app::AppState;
-use platform::error::{Envelope, Reply, CODE_OK, CODE_SYSTEM};
+use crate::{
+    error::{Envelope, Reply, CODE_OK, CODE_SYSTEM},
+    feature::Platform,
+};
 
 /// How long `/readyz` waits for each dependency.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,8 +34,8 @@ pub struct Endpoints {
     pub debug: bool,
 }
 
-/// The operations routes.
-pub fn router(endpoints: Endpoints) -> Router<AppState> {
+/// The operations routes on `platform`'s backends.
+pub fn router(endpoints: Endpoints, platform: Arc<Platform>) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
@@ -41,7 +47,7 @@ pub fn router(endpoints: Endpoints) -> Router<AppState> {
             .route("/debug/sleep", get(debug_sleep))
             .route("/debug/panic", get(debug_panic));
     }
-    router
+    router.with_state(platform)
 }
 
 async fn healthz() -> Reply<&'static str> {
@@ -55,7 +61,7 @@ struct Readiness {
     redis: &'static str,
 }
 
-async fn readyz(State(state): State<AppState>) -> Response {
+async fn readyz(State(state): State<Arc<Platform>>) -> Response {
     let database = match state.db.ping(PROBE_TIMEOUT).await {
         // Reachable is not enough: a full disk leaves reads working and every write failing.
         Ok(()) => match state.db.probe_writer(PROBE_TIMEOUT).await {
@@ -109,7 +115,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn render_metrics(State(state): State<AppState>) -> Response {
+async fn render_metrics(State(state): State<Arc<Platform>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

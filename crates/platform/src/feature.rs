@@ -1,0 +1,248 @@
+//! How a feature plugs itself into the application: one [`Feature`] value per feature, listed
+//! once by the application.
+//!
+//! Start-up runs in two passes over the list. Before anything opens, the application collects
+//! what each feature declares — its settings sections ([`Feature::settings`]), its tables
+//! ([`Feature::migrations`]) and its metrics ([`Feature::metrics`]) — to load the configuration,
+//! migrate the database and install the metrics recorder. Then, with the backends open
+//! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what
+//! it runs into the [`Registry`]: routes, periodic jobs, durable-job executors, background
+//! tasks (event consumers, refreshers), and the services later features build on
+//! ([`Registry::provide`], [`Registry::get`]). The application then serves the merged routes
+//! and starts the jobs and tasks; nothing outside the feature's folder names its parts.
+
+use std::{
+    any::{Any, TypeId},
+    collections::HashMap,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+};
+
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use scheduler::{
+    sql::{Executor, Executors, SqlJobStore, WorkerOptions},
+    Job, JobOptions,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    client_ip::TrustedProxies,
+    config::{Config, SettingsSpec},
+    db::{Db, Migration},
+    events::{outbox::Outbox, EventStream, Subscription},
+    jobs::JobRegistry,
+    redis::Redis,
+    telemetry::MetricsSpec,
+};
+
+/// One feature of the application.
+#[async_trait::async_trait]
+pub trait Feature: Send + Sync {
+    /// Short name, for logs and errors.
+    fn name(&self) -> &'static str;
+
+    /// The settings sections it reads ([`Config::settings`]).
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[]
+    }
+
+    /// Its tables: migrations whose versions no other feature uses.
+    fn migrations(&self) -> &'static [Migration] {
+        &[]
+    }
+
+    /// Its histogram buckets and metric descriptions.
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[]
+    }
+
+    /// Registers the durable-job executors it offers into `executors` for commands that check
+    /// jobs without serving (`webook jobs add`): names and `cfg` checks must match what
+    /// [`Feature::install`] registers.
+    fn offline_executors(
+        &self,
+        _config: &Config,
+        _db: &Db,
+        _executors: &mut Executors,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Builds its services on `platform` and registers what it runs into `registry`.
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()>;
+}
+
+/// The opened backends every feature builds on; cheap to clone.
+#[derive(Clone)]
+pub struct Platform {
+    /// The effective configuration (the platform's keys and every feature's section).
+    pub config: Arc<Config>,
+    /// The SQL store.
+    pub db: Db,
+    /// Redis, in cluster mode only.
+    pub redis: Option<Redis>,
+    /// The event stream (in-process or Redis Streams).
+    pub events: EventStream,
+    /// Events recorded with the writes they report, relayed to `events`.
+    pub outbox: Outbox,
+    /// The Prometheus registry.
+    pub metrics: PrometheusHandle,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl Platform {
+    /// Redis with the key prefix of this deployment, in cluster mode.
+    pub fn redis_with_prefix(&self) -> Option<(&Redis, &str)> {
+        self.redis
+            .as_ref()
+            .map(|redis| (redis, self.config.redis_prefix.as_str()))
+    }
+}
+
+/// What a background task is started with.
+#[derive(Clone, Debug)]
+pub struct Background {
+    /// Cancelled when the process stops (after HTTP and jobs have drained).
+    pub stop: CancellationToken,
+    /// What event consumers take: the stream in roles `all` and `worker`, only the events this
+    /// process could not publish in role `api`.
+    pub subscription: Subscription,
+    /// Whether this process runs jobs and consumers (roles `all` and `worker`).
+    pub runs_work: bool,
+}
+
+/// A task started after every feature is installed and run until [`Background::stop`].
+pub type BackgroundTask =
+    Box<dyn FnOnce(Background) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// What the installed features run, collected at start-up.
+pub struct Registry {
+    routes: Router,
+    jobs: JobRegistry,
+    executors: Executors,
+    background: Vec<(&'static str, BackgroundTask)>,
+    durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
+    services: Services,
+}
+
+/// The services features provide to each other (and to tests), by type.
+#[derive(Default)]
+pub struct Services(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl Services {
+    /// Offers `service` under its type (replacing an earlier one of the same type).
+    pub fn provide<T: Clone + Send + Sync + 'static>(&mut self, service: T) {
+        self.0.insert(TypeId::of::<T>(), Box::new(service));
+    }
+
+    /// The provided service of type `T`; an error names the missing type.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> anyhow::Result<T> {
+        self.0
+            .get(&TypeId::of::<T>())
+            .and_then(|service| service.downcast_ref::<T>())
+            .cloned()
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} is not provided: install the feature that provides it earlier in the list",
+                    std::any::type_name::<T>()
+                )
+            })
+    }
+}
+
+impl Registry {
+    /// An empty registry whose periodic jobs use `jobs`' lock backend.
+    pub fn new(jobs: JobRegistry) -> Self {
+        Self {
+            routes: Router::new(),
+            jobs,
+            executors: Executors::new(),
+            background: Vec::new(),
+            durable_jobs: None,
+            services: Services::default(),
+        }
+    }
+
+    /// Serves `routes` (with their state already given) beside the other features' routes.
+    pub fn routes(&mut self, routes: Router) {
+        let merged = std::mem::take(&mut self.routes).merge(routes);
+        self.routes = merged;
+    }
+
+    /// Runs `job` on `options`' schedule, on instances that run work.
+    pub fn periodic(&mut self, job: impl Job, options: JobOptions) -> anyhow::Result<()> {
+        self.jobs.add(job, options)
+    }
+
+    /// Runs the maintenance `job` on `purge_schedule`, one instance per fire time.
+    pub fn maintenance(&mut self, config: &Config, job: impl Job) -> anyhow::Result<()> {
+        self.jobs.add_maintenance(config, job)
+    }
+
+    /// Lets durable jobs name `executor`.
+    pub fn executor(&mut self, executor: impl Executor) {
+        self.executors.register(executor);
+    }
+
+    /// Runs the durable jobs of `store` with every registered executor, on instances that run
+    /// work (one feature owns the `jobs` table).
+    pub fn durable_jobs(&mut self, store: SqlJobStore, options: WorkerOptions) {
+        self.durable_jobs = Some((store, options));
+    }
+
+    /// The executors registered so far (a feature installed after the others sees them all).
+    pub fn executors(&self) -> &Executors {
+        &self.executors
+    }
+
+    /// Starts `task` once every feature is installed (consumers before the outbox relay).
+    pub fn background<F, Fut>(&mut self, name: &'static str, task: F)
+    where
+        F: FnOnce(Background) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.background
+            .push((name, Box::new(move |context| Box::pin(task(context)))));
+    }
+
+    /// Offers `service` to the features installed later.
+    pub fn provide<T: Clone + Send + Sync + 'static>(&mut self, service: T) {
+        self.services.provide(service);
+    }
+
+    /// A service an earlier feature provided; an error names the missing type.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self) -> anyhow::Result<T> {
+        self.services.get()
+    }
+
+    /// Everything collected.
+    pub fn into_parts(self) -> Installed {
+        Installed {
+            routes: self.routes,
+            jobs: self.jobs,
+            executors: self.executors,
+            background: self.background,
+            durable_jobs: self.durable_jobs,
+            services: Arc::new(self.services),
+        }
+    }
+}
+
+/// What [`Registry::into_parts`] hands back to the application.
+pub struct Installed {
+    /// Every feature's routes, merged.
+    pub routes: Router,
+    /// The periodic jobs.
+    pub jobs: JobRegistry,
+    /// The durable-job executors.
+    pub executors: Executors,
+    /// The background tasks, in registration order, with their names.
+    pub background: Vec<(&'static str, BackgroundTask)>,
+    /// The durable-job store and worker tuning, when a feature runs durable jobs.
+    pub durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
+    /// What the features provided.
+    pub services: Arc<Services>,
+}
