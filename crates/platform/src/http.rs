@@ -3,9 +3,9 @@
 //! 1. response compression and the body size limit, enforced by [`crate::error::ApiJson`]
 //!    (answers 400, code 4) — both wrap the whole router once. Compression is gzip at level 1,
 //!    when the client accepts it and the response is not already encoded. Every browser sends
-//!    `Accept-Encoding: gzip`, so it runs on nearly every article read: level 1 gzips an 18 kB
-//!    article in 72 µs against 247 µs at zlib's default level 6, for a third more bytes
-//!    (docs/PERFORMANCE.md → Kernels), the trade nginx's default `gzip_comp_level 1` makes too;
+//!    `Accept-Encoding: gzip`, so it runs on nearly every read: level 1 costs well under half
+//!    the time of zlib's default level 6 for somewhat more bytes (docs/PERFORMANCE.md →
+//!    Kernels), the trade nginx's default `gzip_comp_level 1` makes too;
 //! 2. routing;
 //! 3. [`Observe`] around each route (it labels metrics with the matched route pattern), one
 //!    layer doing what every request needs observed and bounded:
@@ -23,8 +23,8 @@
 //!
 //! The observing steps are one hand-written layer rather than seven stock ones because axum
 //! clones a route's whole layered service per request and each stock layer adds a boxed future
-//! and often allocations: as seven layers they took a third of the CPU time of
-//! `GET /ranking/top` (docs/PERFORMANCE.md → Hot list). Its configuration sits behind one `Arc`;
+//! and often allocations: as seven layers they took a large share of the CPU time of the
+//! cheapest cached reads (docs/PERFORMANCE.md → Hot list). Its configuration sits behind one `Arc`;
 //! metric handles are looked up once per route, method and status per worker thread, not
 //! formatted into labels per request.
 //!

@@ -2,16 +2,14 @@
 //!
 //! [`JobRegistry::for_mode`] picks the lock backend of the mode — Redis in cluster mode (so a
 //! guarded job runs on one instance per fire time), in-process when embedded — and collects the
-//! features' jobs; [`crate::app::App::run_until`] starts the scheduler after the listener and
-//! stops it after HTTP has drained, giving running jobs `shutdown_timeout` to finish. Every job
-//! is instrumented by the engine: a span per run and the `scheduler_job_*` metrics on
-//! `/metrics` (see `scheduler::instrument`).
+//! features' jobs (through [`crate::feature::Registry`]); the application starts the scheduler
+//! after the listener and stops it after HTTP has drained, giving running jobs
+//! `shutdown_timeout` to finish. Every job is instrumented by the engine: a span per run and the
+//! `scheduler_job_*` metrics on `/metrics` (see `scheduler::instrument`).
 //!
-//! Jobs registered today:
-//! - `purge_expired_sessions` and `purge_consumed_events` on `purge_schedule`, each run guarded
-//!   by a short lock that claims its fire time (one instance runs it);
-//! - `ranking` under a long lock, when `ranking_mode = "cron"` (by default the hot list is the
-//!   durable `ranking` job of the SQL scheduler instead).
+//! Maintenance jobs ([`JobRegistry::add_maintenance`]) run on `purge_schedule`, each run guarded
+//! by a short lock that claims its fire time (one instance runs it); a feature may add jobs on
+//! its own schedule and guard ([`JobRegistry::add`]).
 
 use std::{sync::Arc, time::Duration};
 

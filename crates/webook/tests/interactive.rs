@@ -51,6 +51,117 @@ async fn db_counts(app: &TestApp, id: i64) -> Counts {
         .unwrap_or_default()
 }
 
+/// Everything published to `topic` on the app's stream, in order, from now on.
+fn events_of(
+    app: &TestApp,
+    topic: &str,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Arc<std::sync::Mutex<Vec<platform::events::Event>>> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    tokio::spawn(app.platform.events.consume(
+        topic,
+        "announcement_test",
+        100,
+        std::time::Duration::from_millis(5),
+        stop.clone(),
+        move |batch| {
+            sink.lock().unwrap().extend(batch);
+            async { Ok(()) }
+        },
+    ));
+    seen
+}
+
+async fn wait_for_events(
+    what: &str,
+    seen: &Arc<std::sync::Mutex<Vec<platform::events::Event>>>,
+    count: usize,
+) -> Vec<Value> {
+    wait_until(what, || async { seen.lock().unwrap().len() >= count }).await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        count,
+        "{what}: exactly one event per transition"
+    );
+    seen.iter()
+        .map(|event| serde_json::from_slice(&event.payload).unwrap())
+        .collect()
+}
+
+async fn likes_collects_and_profile_edits_announce_each_transition_once(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "a@example.com").await;
+    let reader = user(&app, "r@example.com").await;
+    let id = published_article(&app, &author).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let likes = events_of(&app, "like_changed", &stop);
+    let collects = events_of(&app, "collect_changed", &stop);
+    let profiles = events_of(&app, "user_profile_changed", &stop);
+
+    // Each list ends with a transition, so once it is seen every earlier one is too (one
+    // topic's events arrive in the order they were recorded).
+    for like in [true, true, false, false, true] {
+        let answer = post(
+            &app,
+            "/articles/pub/like",
+            Some(&reader),
+            json!({"id": id, "like": like}),
+        )
+        .await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+    }
+    for collect in [true, true, false, false, true] {
+        let answer = post(
+            &app,
+            "/articles/pub/collect",
+            Some(&reader),
+            json!({"id": id, "cid": 0, "collect": collect}),
+        )
+        .await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+    }
+    let answer = post(
+        &app,
+        "/users/edit",
+        Some(&reader),
+        json!({"nickname": "Reader"}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    let uid = get(&app, "/users/profile", Some(&reader)).await.json()["Id"]
+        .as_i64()
+        .unwrap();
+
+    for (what, seen) in [("like events", &likes), ("collect events", &collects)] {
+        let events = wait_for_events(what, seen, 3).await;
+        let turned: Vec<bool> = events
+            .iter()
+            .map(|event| event["on"].as_bool().unwrap())
+            .collect();
+        assert_eq!(
+            turned,
+            [true, false, true],
+            "{what}: repeats announce nothing"
+        );
+        for event in &events {
+            assert_eq!(
+                (
+                    event["uid"].as_i64(),
+                    event["biz"].as_str(),
+                    event["bizId"].as_i64()
+                ),
+                (Some(uid), Some("article"), Some(id)),
+                "{event}"
+            );
+        }
+    }
+    let events = wait_for_events("the profile event", &profiles, 1).await;
+    assert_eq!(events[0]["uid"].as_i64(), Some(uid));
+    stop.cancel();
+}
+
 async fn concurrent_likes_are_exact_and_idempotent(setup: Setup) {
     let app = Arc::new(setup.spawn(|_| {}).await);
     let author = user(&app, "author@example.com").await;
@@ -260,6 +371,7 @@ fn prefix() -> String {
 }
 
 setup_tests!(
+    likes_collects_and_profile_edits_announce_each_transition_once,
     concurrent_likes_are_exact_and_idempotent,
     likes_and_collects_over_http_show_in_the_reader_view,
     ten_thousand_reads_count_exactly_ten_thousand,
@@ -288,7 +400,8 @@ async fn with_redis_down_likes_succeed_and_reads_are_still_counted() {
     .unwrap();
     let service = InteractiveService::new(
         InteractiveStore::new(db.db.clone()),
-        events,
+        events.clone(),
+        platform::events::outbox::Outbox::new(db.db.clone(), events),
         Some((&redis, "test")),
         platform::config::Config::default().cache_memory_bytes,
     );
@@ -355,7 +468,8 @@ async fn a_read_counter_killed_mid_batch_is_taken_over_without_double_counting()
                 EventStream::redis(redis.clone(), &redis_url(), &prefix, options.clone()).unwrap();
             InteractiveService::new(
                 InteractiveStore::new(db.db.clone()),
-                events,
+                events.clone(),
+                platform::events::outbox::Outbox::new(db.db.clone(), events),
                 Some((&redis, &prefix)),
                 platform::config::Config::default().cache_memory_bytes,
             )
@@ -467,9 +581,11 @@ async fn standalone_services() -> Vec<(String, TestDb, webook::interactive::Inte
         for shared in [false, true] {
             let db = TestDb::new(kind, &MIGRATIONS).await;
             let prefix = prefix();
+            let events = EventStream::in_process();
             let service = InteractiveService::new(
                 InteractiveStore::new(db.db.clone()),
-                EventStream::in_process(),
+                events.clone(),
+                platform::events::outbox::Outbox::new(db.db.clone(), events),
                 shared.then_some((&redis, prefix.as_str())),
                 Config::default().cache_memory_bytes,
             );

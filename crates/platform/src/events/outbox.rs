@@ -57,6 +57,34 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// Key of the PostgreSQL advisory lock that makes one instance relay at a time.
 const RELAY_LOCK_KEY: i64 = 0x7765_626f_6f6b_0001;
 
+/// Records one event of `topic` per `(key, payload)` in the caller's transaction, in one
+/// statement per few hundred rows (a batch of likes is one write, not one per like).
+pub async fn record_many<P: Serialize>(
+    tx: &mut AnyConnection,
+    topic: &str,
+    events: &[(String, P)],
+    now: i64,
+) -> sqlx::Result<()> {
+    // Chunks keep every statement under SQLite's bound-parameter limit.
+    for chunk in events.chunks(RECORD_CHUNK) {
+        let sql = format!(
+            "INSERT INTO event_outbox (topic, event_key, payload, created_at) VALUES {}",
+            crate::db::row_placeholders(chunk.len(), 4)
+        );
+        let mut query = sqlx::query(&sql);
+        for (key, payload) in chunk {
+            let payload =
+                serde_json::to_string(payload).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
+            query = query.bind(topic).bind(key.clone()).bind(payload).bind(now);
+        }
+        query.execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// Rows of one [`record_many`] statement.
+const RECORD_CHUNK: usize = 200;
+
 /// Records `payload` as an event of `topic` about `key`, in the caller's transaction.
 pub async fn record(
     tx: &mut AnyConnection,

@@ -43,6 +43,7 @@ impl Feature for Interactive {
         let interactive = InteractiveService::new(
             InteractiveStore::new(platform.db.clone()),
             platform.events.clone(),
+            platform.outbox.clone(),
             platform.redis_with_prefix(),
             platform.config.cache_memory_bytes,
         );

@@ -39,6 +39,7 @@ use platform::{
     db::now_millis,
     detached::to_completion,
     error::{AppError, Msg},
+    events::outbox::Outbox,
     events::{Event, EventStream, Subscription},
     redis::Redis,
 };
@@ -62,6 +63,8 @@ pub struct InteractiveService {
     counts_cache: VersionedCache,
     flags_cache: VersionedCache,
     events: EventStream,
+    /// Likes and collects record their events in it; woken after each commit that did.
+    outbox: Outbox,
     dedup_reads: bool,
 }
 
@@ -80,7 +83,7 @@ struct LikeRequest {
 /// The like writer: takes whatever likes are waiting (up to [`LIKE_BATCH`]), commits them in one
 /// transaction and answers each. If the batch fails, each like is retried alone, so one bad like
 /// cannot fail the others. Ends when the service is dropped.
-fn spawn_like_writer(store: InteractiveStore) -> mpsc::Sender<LikeRequest> {
+fn spawn_like_writer(store: InteractiveStore, outbox: Outbox) -> mpsc::Sender<LikeRequest> {
     let (sender, mut queue) = mpsc::channel::<LikeRequest>(LIKE_QUEUE);
     tokio::spawn(async move {
         while let Some(first) = queue.recv().await {
@@ -94,6 +97,9 @@ fn spawn_like_writer(store: InteractiveStore) -> mpsc::Sender<LikeRequest> {
             let changes: Vec<LikeChange> = batch.iter().map(|r| r.change.clone()).collect();
             match store.set_likes(&changes, now_millis()).await {
                 Ok(changed) => {
+                    if changed.contains(&true) {
+                        outbox.committed();
+                    }
                     for (request, changed) in batch.into_iter().zip(changed) {
                         let _ = request.reply.send(Ok(changed));
                     }
@@ -106,6 +112,9 @@ fn spawn_like_writer(store: InteractiveStore) -> mpsc::Sender<LikeRequest> {
                             .await
                             .map(|changed| changed.first().copied().unwrap_or(false))
                             .map_err(anyhow::Error::from);
+                        if matches!(alone, Ok(true)) {
+                            outbox.committed();
+                        }
                         let _ = request.reply.send(alone);
                     }
                 }
@@ -131,11 +140,13 @@ impl InteractiveService {
     pub fn new(
         store: InteractiveStore,
         events: EventStream,
+        outbox: Outbox,
         redis: Option<(&Redis, &str)>,
         memory_bytes: u64,
     ) -> Self {
         Self {
-            likes: spawn_like_writer(store.clone()),
+            likes: spawn_like_writer(store.clone(), outbox.clone()),
+            outbox,
             store,
             counts_cache: VersionedCache::new(
                 "interactive_counts",
@@ -215,6 +226,7 @@ impl InteractiveService {
                 .set_collect(uid, biz, biz_id, cid, collect, now_millis())
                 .await?
             {
+                service.outbox.committed();
                 service.forget(uid, biz, biz_id).await;
             }
             Ok(())

@@ -13,11 +13,13 @@ use sqlx::{Any, Row, Transaction};
 
 use crate::{
     biz::Biz,
-    interactive::model::{Counts, UserFlags},
+    interactive::model::{
+        Counts, InteractionEvent, UserFlags, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED,
+    },
 };
 use platform::{
     db::{bulk_row_placeholders, placeholders, Db},
-    events::dedup,
+    events::{dedup, outbox},
 };
 
 /// One like (`like: true`) or unlike by `uid` of `biz` + `biz_id`.
@@ -92,20 +94,33 @@ impl InteractiveStore {
             .unwrap_or(false))
     }
 
-    /// Applies `changes` in order in one transaction (all or none); returns, for each, whether
-    /// it changed anything.
+    /// Applies `changes` in order in one transaction (all or none), recording a
+    /// [`TOPIC_LIKE_CHANGED`] event for each that changed something (one statement for the
+    /// batch); returns, for each, whether it changed anything.
     pub async fn set_likes(&self, changes: &[LikeChange], now: i64) -> sqlx::Result<Vec<bool>> {
         let mut tx = self.db.writer().begin().await?;
         let mut changed = Vec::with_capacity(changes.len());
         for change in changes {
             changed.push(apply_like(&mut tx, change, now).await?);
         }
+        let events: Vec<(String, InteractionEvent)> = changes
+            .iter()
+            .zip(&changed)
+            .filter(|(_, changed)| **changed)
+            .map(|(change, _)| {
+                interaction_event(change.uid, change.biz, change.biz_id, change.like, now)
+            })
+            .collect();
+        if !events.is_empty() {
+            outbox::record_many(&mut tx, TOPIC_LIKE_CHANGED, &events, now).await?;
+        }
         tx.commit().await?;
         Ok(changed)
     }
 
     /// Collects into folder `cid` (`true`; moving between folders does not count again) or
-    /// removes from collections; returns whether the counter changed.
+    /// removes from collections; returns whether the counter changed, in which case a
+    /// [`TOPIC_COLLECT_CHANGED`] event is recorded in the same transaction.
     pub async fn set_collect(
         &self,
         uid: i64,
@@ -115,6 +130,7 @@ impl InteractiveStore {
         collect: bool,
         now: i64,
     ) -> sqlx::Result<bool> {
+        let kind = biz;
         let biz = biz.as_str();
         let mut tx = self.db.writer().begin().await?;
         let changed = if collect {
@@ -153,6 +169,10 @@ impl InteractiveStore {
         } else {
             turn_off(&mut tx, Counter::Collect, uid, biz, biz_id, now).await?
         };
+        if changed {
+            let (key, event) = interaction_event(uid, kind, biz_id, collect, now);
+            outbox::record(&mut tx, TOPIC_COLLECT_CHANGED, &key, &event, now).await?;
+        }
         tx.commit().await?;
         Ok(changed)
     }
@@ -305,6 +325,26 @@ async fn bump(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The outbox entry (key `biz:biz_id`, payload) of a like or collect that changed state.
+fn interaction_event(
+    uid: i64,
+    biz: Biz,
+    biz_id: i64,
+    on: bool,
+    now: i64,
+) -> (String, InteractionEvent) {
+    (
+        format!("{biz}:{biz_id}"),
+        InteractionEvent {
+            uid,
+            biz,
+            biz_id,
+            on,
+            time: now,
+        },
+    )
 }
 
 /// One like or unlike inside `tx`; returns whether the user's row changed state.

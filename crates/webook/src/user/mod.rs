@@ -27,11 +27,10 @@ pub use service::{AuthUser, UserService};
 
 use async_trait::async_trait;
 use platform::{
-    config::{Config, SettingsSpec},
-    db::{Db, Migration},
+    config::SettingsSpec,
+    db::Migration,
     feature::{Feature, Platform, Registry},
     rate_limit::RateLimiter,
-    redis::Redis,
 };
 
 use crate::idempotency::{Idempotency, PurgeIdempotencyKeys};
@@ -82,14 +81,7 @@ impl Feature for Users {
         let config = &platform.config;
         let settings = config.settings::<AuthSettings>()?;
         let jwt = JwtSecrets::resolve(settings, config)?;
-        let users = build_service(
-            config,
-            settings,
-            &jwt,
-            &platform.db,
-            platform.redis.as_ref(),
-        )
-        .await?;
+        let users = build_service(platform, settings, &jwt).await?;
         registry.maintenance(config, PurgeExpiredSessions::new(users.clone()))?;
         registry.maintenance(config, PurgeIdempotencyKeys::new(platform.db.clone()))?;
         registry.routes(http::router(http::UserRoutes {
@@ -109,12 +101,11 @@ impl Feature for Users {
 
 /// Accounts and sessions, with the session store and rate limiters of the mode.
 async fn build_service(
-    config: &Config,
+    platform: &Platform,
     settings: &AuthSettings,
     jwt: &JwtSecrets,
-    db: &Db,
-    redis: Option<&Redis>,
 ) -> anyhow::Result<UserService> {
+    let (config, db, redis) = (&platform.config, &platform.db, platform.redis.as_ref());
     let tokens = Tokens::new(jwt, settings.access_token_ttl, settings.refresh_token_ttl)?;
     let (sessions, auth_limiter, write_limiter) = match redis {
         Some(redis) => (
@@ -164,5 +155,6 @@ async fn build_service(
             auth: auth_limiter,
             writes: write_limiter,
         },
+        platform.outbox.clone(),
     ))
 }

@@ -1,12 +1,25 @@
 //! User domain types and the validation rules of `API.md` → Users.
 
 use chrono::Datelike as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use platform::{
     error::{AppError, Msg},
     text::{self, Lines},
 };
+
+/// Topic of the event recorded when a user's profile (nickname, birthday, about me) changes.
+pub const TOPIC_PROFILE_CHANGED: &str = "user_profile_changed";
+
+/// Payload of [`TOPIC_PROFILE_CHANGED`] events (key: the user id). Consumers read the profile
+/// as it is when they apply the event, so an older event never brings back older values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileEvent {
+    /// Whose profile.
+    pub uid: i64,
+    /// When it changed (Unix ms).
+    pub time: i64,
+}
 
 /// Longest accepted email (RFC 5321 path limit).
 pub const MAX_EMAIL_LEN: usize = 254;

@@ -11,6 +11,7 @@ use crate::user::{
 use platform::{
     db::now_millis,
     error::{AppError, Msg},
+    events::outbox::Outbox,
     rate_limit::RateLimiter,
 };
 
@@ -54,6 +55,8 @@ pub struct UserService {
     tokens: Tokens,
     sessions: SessionStore,
     limits: Limits,
+    /// Profile edits record their event in it; woken after each.
+    outbox: Outbox,
 }
 
 fn count(event: &'static str) {
@@ -68,6 +71,7 @@ impl UserService {
         tokens: Tokens,
         sessions: SessionStore,
         limits: Limits,
+        outbox: Outbox,
     ) -> Self {
         Self {
             store,
@@ -75,6 +79,7 @@ impl UserService {
             tokens,
             sessions,
             limits,
+            outbox,
         }
     }
 
@@ -246,6 +251,7 @@ impl UserService {
     /// Applies a validated profile edit.
     pub async fn edit_profile(&self, uid: i64, edit: &ProfileEdit) -> Result<(), AppError> {
         if self.store.update_profile(uid, edit, now_millis()).await? {
+            self.outbox.committed();
             Ok(())
         } else {
             Err(NO_SUCH_USER)

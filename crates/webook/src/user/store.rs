@@ -2,8 +2,8 @@
 
 use sqlx::{any::AnyRow, Row};
 
-use crate::user::model::{ProfileEdit, User};
-use platform::db::Db;
+use crate::user::model::{ProfileEdit, ProfileEvent, User, TOPIC_PROFILE_CHANGED};
+use platform::{db::Db, events::outbox};
 
 /// Why an insert failed.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +80,7 @@ impl UserStore {
         edit: &ProfileEdit,
         now: i64,
     ) -> sqlx::Result<bool> {
+        let mut tx = self.db.writer().begin().await?;
         let result = sqlx::query(
             "UPDATE users SET nickname = COALESCE($1, nickname), birthday = COALESCE($2, birthday), \
              about_me = COALESCE($3, about_me), utime = $4 WHERE id = $5",
@@ -89,9 +90,15 @@ impl UserStore {
         .bind(edit.about_me.as_deref())
         .bind(now)
         .bind(id)
-        .execute(self.db.writer())
+        .execute(&mut *tx)
         .await?;
-        Ok(result.rows_affected() == 1)
+        let changed = result.rows_affected() == 1;
+        if changed {
+            let event = ProfileEvent { uid: id, time: now };
+            outbox::record(&mut tx, TOPIC_PROFILE_CHANGED, &id.to_string(), &event, now).await?;
+        }
+        tx.commit().await?;
+        Ok(changed)
     }
 }
 
