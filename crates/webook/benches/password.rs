@@ -1,5 +1,5 @@
 //! Cost of password hashing with the production argon2id parameters
-//! (`webook::user::password`): hashing a new password, verifying a correct one, and verifying
+//! (`webook::auth::password`): hashing a new password, verifying a correct one, and verifying
 //! against an unknown account (the dummy hash), which must cost the same as a real verify.
 //!
 //! ```text
@@ -13,7 +13,7 @@
 use std::{hint::black_box, time::Duration};
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
-use webook::user::password::PasswordHasher;
+use webook::auth::password::PasswordHasher;
 
 const PASSWORD: &str = "bench#pass1";
 

@@ -36,10 +36,11 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, interactive, jobs, ranking, user};
+use crate::{article, auth, interactive, jobs, ranking, user};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
+    &auth::Auth,
     &user::Users,
     &interactive::Interactive,
     &article::Articles,

@@ -269,7 +269,7 @@ impl Cli {
             Command::Admin { command } => {
                 let config = app::load_config(&self.config)?;
                 platform::telemetry::init_logging(&config)?;
-                crate::user::admin::run_cli(&config, command).await
+                crate::auth::admin::run_cli(&config, command).await
             }
             Command::Migrate => {
                 let config = app::load_config(&self.config)?;

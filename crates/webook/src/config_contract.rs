@@ -9,7 +9,7 @@ use std::{path::PathBuf, time::Duration};
 use figment::Jail;
 use platform::config::{Config, ConfigArgs, KEYS};
 
-use crate::{app::load_config, user::settings::AuthSettings};
+use crate::{app::load_config, auth::settings::AuthSettings};
 
 fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
     load_config(flags).map_err(|err| err.to_string().into())

@@ -33,7 +33,7 @@ use axum::{
 use scheduler::{Job, JobContext};
 use sha2::Digest;
 
-use crate::user::{http::Authenticates, AuthUser, UserService};
+use crate::auth::{http::Authenticates, AuthService, AuthUser};
 use platform::{
     db::{now_millis, Db},
     error::{AppError, Msg},
@@ -71,16 +71,16 @@ enum Claim {
 /// the key table and the body limit.
 #[derive(Debug)]
 pub struct Idempotency {
-    users: UserService,
+    auth: AuthService,
     store: Store,
     body_limit: usize,
 }
 
 impl Idempotency {
     /// Keys in `db`, callers authenticated by `users`, bodies up to `body_limit` bytes.
-    pub fn new(users: UserService, db: Db, body_limit: usize) -> Arc<Self> {
+    pub fn new(auth: AuthService, db: Db, body_limit: usize) -> Arc<Self> {
         Arc::new(Self {
-            users,
+            auth,
             store: Store(db),
             body_limit,
         })
@@ -88,8 +88,8 @@ impl Idempotency {
 }
 
 impl Authenticates for Idempotency {
-    fn users(&self) -> &UserService {
-        &self.users
+    fn auth(&self) -> &AuthService {
+        &self.auth
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod article;
+pub mod auth;
 pub mod biz;
 pub mod cli;
 #[cfg(test)]

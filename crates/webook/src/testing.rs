@@ -17,7 +17,7 @@ use platform::{
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{
-    app::App, jobs::settings::JobSettings, schema::MIGRATIONS, user::settings::AuthSettings,
+    app::App, auth::settings::AuthSettings, jobs::settings::JobSettings, schema::MIGRATIONS,
 };
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so

@@ -371,7 +371,7 @@ async fn racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy(setup:
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .write_rate_limit = 0
         })
         .await;
@@ -777,10 +777,10 @@ async fn writes_beyond_the_per_user_limit_answer_429(setup: Setup) {
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .write_rate_limit = 3;
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .write_rate_window = Duration::from_secs(60);
         })
         .await;

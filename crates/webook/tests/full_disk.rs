@@ -386,7 +386,7 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     // `db` stays here: dropping the last handle removes the database.
     let app = TestApp::spawn_shared(db.clone(), |config| {
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 1_000
     })
     .await;
@@ -448,7 +448,7 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     let url = db.url.clone();
     let app = TestApp::spawn_shared(db.clone(), |config| {
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 1_000
     })
     .await;

@@ -19,7 +19,7 @@ use platform::db::now_millis;
 use platform::testing::wait_until;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use webook::{testing::TestApp, user::admin::AdminStore};
+use webook::{auth::admin::AdminStore, testing::TestApp};
 
 setup_tests!(
     only_admins_may_manage_jobs,
@@ -54,7 +54,7 @@ async fn admin_rights_follow_user_ids_never_emails(setup: Setup) {
     );
     assert!(matches!(
         store.grant("nobody@example.com").await,
-        Err(webook::user::admin::GrantError::NoSuchUser(_))
+        Err(webook::auth::admin::GrantError::NoSuchUser(_))
     ));
 }
 
@@ -145,7 +145,7 @@ async fn admin_app_with(
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .admins = vec![1];
             config
                 .settings_mut::<webook::jobs::settings::JobSettings>()

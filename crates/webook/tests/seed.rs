@@ -17,9 +17,10 @@ use webook::{
         model::{abstract_of, sanitize_html, Draft, MAX_TITLE_CHARS},
         store::ArticleStore,
     },
+    auth::password::PasswordHasher,
     interactive::store::InteractiveStore,
     seed::{seed, Plan, Report},
-    user::{password::PasswordHasher, store::UserStore},
+    user::store::UserStore,
 };
 
 const DAY_MS: i64 = 24 * 3600 * 1000;

@@ -97,7 +97,7 @@ async fn duplicate_signups_yield_one_account(setup: Setup) {
         setup
             .spawn(|config| {
                 config
-                    .settings_mut::<webook::user::settings::AuthSettings>()
+                    .settings_mut::<webook::auth::settings::AuthSettings>()
                     .auth_rate_limit = 1000
             })
             .await,
@@ -129,7 +129,7 @@ async fn invalid_signups_are_refused_and_store_nothing(setup: Setup) {
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .auth_rate_limit = 1000
         })
         .await;
@@ -265,7 +265,7 @@ async fn access_tokens_expire(setup: Setup) {
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .access_token_ttl = Duration::from_secs(2)
         })
         .await;
@@ -333,10 +333,10 @@ async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
     let app = setup
         .spawn(|config| {
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .auth_rate_limit = 3;
             config
-                .settings_mut::<webook::user::settings::AuthSettings>()
+                .settings_mut::<webook::auth::settings::AuthSettings>()
                 .auth_rate_window = window;
         })
         .await;
@@ -500,10 +500,10 @@ async fn logout_on_one_instance_rejects_the_token_on_every_instance() {
 async fn rate_limits_hold_across_instances() {
     let (first, second) = cluster_pair(|config| {
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 4;
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_window = Duration::from_secs(60);
     })
     .await;
@@ -574,7 +574,7 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     // Behind a trusted proxy (the tests connect from 127.0.0.1): each client has its own limit.
     let trusted = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 1;
         config.trusted_proxies = vec!["127.0.0.1/32".into()];
     })
@@ -589,7 +589,7 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     // Without trust, the header is ignored: everybody is the peer 127.0.0.1.
     let direct = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
         config
-            .settings_mut::<webook::user::settings::AuthSettings>()
+            .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 1
     })
     .await;

@@ -16,9 +16,9 @@ use crate::{
         service::existing_id,
         ArticleService,
     },
+    auth::{http::Authenticates, AuthService, AuthUser, Writer},
     idempotency::Idempotency,
     interactive::InteractiveService,
-    user::{http::Authenticates, AuthUser, UserService, Writer},
 };
 use platform::error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
 
@@ -29,12 +29,12 @@ pub struct ArticleRoutes {
     /// Reads, likes and collects of the reader view.
     pub interactive: InteractiveService,
     /// Authentication.
-    pub users: UserService,
+    pub auth: AuthService,
 }
 
 impl Authenticates for ArticleRoutes {
-    fn users(&self) -> &UserService {
-        &self.users
+    fn auth(&self) -> &AuthService {
+        &self.auth
     }
 }
 

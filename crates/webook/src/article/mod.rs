@@ -21,7 +21,7 @@ use platform::{
     feature::{Feature, Platform, Registry},
 };
 
-use crate::{idempotency::Idempotency, interactive::InteractiveService, user::UserService};
+use crate::{auth::AuthService, idempotency::Idempotency, interactive::InteractiveService};
 use cache::ArticleCache;
 use store::ArticleStore;
 
@@ -56,7 +56,7 @@ impl Feature for Articles {
             http::ArticleRoutes {
                 articles: articles.clone(),
                 interactive: registry.get::<InteractiveService>()?,
-                users: registry.get::<UserService>()?,
+                auth: registry.get::<AuthService>()?,
             },
             registry.get::<Arc<Idempotency>>()?,
         ));

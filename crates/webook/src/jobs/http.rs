@@ -1,6 +1,6 @@
 //! `/jobs…` routes (API.md → Jobs (admin)): thin handlers over [`SqlJobStore`] and
 //! [`JobSpec`]. Every route takes an [`Admin`]: a logged-in caller (401 otherwise) with admin
-//! rights (403002 otherwise; see [`crate::user::admin`]).
+//! rights (403002 otherwise; see [`crate::auth::admin`]).
 //!
 //! Store outcomes map to the envelope: invalid input (schedule, time zone, name, policies,
 //! timeout, executor, `cfg`) and triggering a stopped job answer code 4 with the store's or the
@@ -17,13 +17,13 @@ use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    idempotency::Idempotency,
-    jobs::service::{self, JobSpec},
-    user::{
+    auth::{
         admin::{Admin, Admins, ChecksAdmins},
         http::Authenticates,
-        UserService,
+        AuthService,
     },
+    idempotency::Idempotency,
+    jobs::service::{self, JobSpec},
 };
 use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
 
@@ -39,14 +39,14 @@ pub struct JobRoutes {
     /// The executors jobs may name (creation is checked against them).
     pub job_executors: Executors,
     /// Authentication.
-    pub users: UserService,
+    pub auth: AuthService,
     /// Who may manage jobs.
     pub admins: Admins,
 }
 
 impl Authenticates for JobRoutes {
-    fn users(&self) -> &UserService {
-        &self.users
+    fn auth(&self) -> &AuthService {
+        &self.auth
     }
 }
 

@@ -32,7 +32,10 @@ use scheduler::sql::{
     RUNS_RETENTION_SCHEMA, SCHEMA,
 };
 
-use crate::{idempotency::Idempotency, user::admin::Admins, user::UserService};
+use crate::{
+    auth::{admin::Admins, AuthService},
+    idempotency::Idempotency,
+};
 use platform::{
     config::{Config, DatabaseKind, SettingsSpec},
     db::{Db, Migration},
@@ -99,7 +102,7 @@ impl Feature for Jobs {
             http::JobRoutes {
                 job_store,
                 job_executors: registry.executors().clone(),
-                users: registry.get::<UserService>()?,
+                auth: registry.get::<AuthService>()?,
                 admins: registry.get::<Admins>()?,
             },
             registry.get::<Arc<Idempotency>>()?,

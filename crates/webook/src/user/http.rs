@@ -1,142 +1,42 @@
-//! `/users/*` routes (API.md → Users): thin handlers that parse, call [`UserService`] and answer.
+//! The profile routes under `/users/*` (API.md → Users: profile, edit): thin handlers that
+//! parse, call [`UserService`] and answer.
+
+use std::sync::Arc;
 
 use axum::{
-    extract::{FromRequestParts, State},
-    http::{header, request::Parts, HeaderMap, HeaderName, HeaderValue},
+    extract::State,
     response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
 };
 use serde::Deserialize;
 
-use std::sync::Arc;
-
-use crate::user::{model::ProfileEdit, service::AuthUser, service::TokenPair, UserService};
-use platform::{
-    client_ip::{ClientIp, KnowsProxies, TrustedProxies},
-    error::{ApiJson, ApiResult, AppError, Reply},
-    http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
+use crate::{
+    auth::{http::Authenticates, AuthService, AuthUser, Writer},
+    user::{model::ProfileEdit, UserService},
 };
+use platform::error::{ApiJson, ApiResult, AppError, Reply};
 
-/// What the `/users` handlers reach.
+/// What the profile handlers reach.
 pub struct UserRoutes {
-    /// Accounts and sessions.
+    /// Profiles.
     pub users: UserService,
-    /// Proxies whose `X-Forwarded-For` is believed (sign-in limits are per client IP).
-    pub trusted_proxies: TrustedProxies,
-}
-
-impl KnowsProxies for UserRoutes {
-    fn trusted_proxies(&self) -> &TrustedProxies {
-        &self.trusted_proxies
-    }
-}
-
-/// The state of routes whose handlers authenticate their caller ([`AuthUser`], [`Writer`]).
-pub trait Authenticates: Send + Sync {
-    /// The accounts and sessions that check tokens.
-    fn users(&self) -> &UserService;
-}
-
-impl Authenticates for UserService {
-    fn users(&self) -> &UserService {
-        self
-    }
+    /// Authentication.
+    pub auth: AuthService,
 }
 
 impl Authenticates for UserRoutes {
-    fn users(&self) -> &UserService {
-        &self.users
+    fn auth(&self) -> &AuthService {
+        &self.auth
     }
 }
 
-impl<T: Authenticates> Authenticates for Arc<T> {
-    fn users(&self) -> &UserService {
-        (**self).users()
-    }
-}
-
-/// The `/users` routes.
+/// The profile routes.
 pub fn router(routes: UserRoutes) -> Router {
     Router::new()
-        .route("/users/signup", post(signup))
-        .route("/users/login", post(login))
-        .route("/users/refresh_token", post(refresh_token))
-        .route("/users/logout", post(logout))
         .route("/users/profile", get(profile))
         .route("/users/edit", post(edit))
         .with_state(Arc::new(routes))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SignupRequest {
-    email: String,
-    password: String,
-    confirm_password: String,
-}
-
-async fn signup(
-    State(state): State<Arc<UserRoutes>>,
-    ClientIp(ip): ClientIp,
-    ApiJson(request): ApiJson<SignupRequest>,
-) -> ApiResult<()> {
-    state.users.check_auth_rate(&ip.to_string()).await?;
-    state
-        .users
-        .signup(&request.email, request.password, &request.confirm_password)
-        .await?;
-    Ok(Reply(()))
-}
-
-#[derive(Deserialize)]
-struct LoginRequest {
-    email: String,
-    password: String,
-}
-
-async fn login(
-    State(state): State<Arc<UserRoutes>>,
-    ClientIp(ip): ClientIp,
-    headers: HeaderMap,
-    ApiJson(request): ApiJson<LoginRequest>,
-) -> Result<Response, AppError> {
-    state.users.check_auth_rate(&ip.to_string()).await?;
-    let tokens = state
-        .users
-        .login(&request.email, request.password, user_agent(&headers))
-        .await?;
-    with_tokens(&tokens)
-}
-
-async fn refresh_token(
-    State(state): State<Arc<UserRoutes>>,
-    headers: HeaderMap,
-) -> Result<Response, AppError> {
-    let token = bearer_token(&headers).ok_or(AppError::Unauthorized)?;
-    let tokens = state.users.refresh(token, user_agent(&headers)).await?;
-    with_tokens(&tokens)
-}
-
-async fn logout(
-    State(state): State<Arc<UserRoutes>>,
-    user: AuthUser,
-) -> Result<Response, AppError> {
-    state.users.logout(&user).await?;
-    Ok((
-        [
-            (
-                HeaderName::from_static(ACCESS_TOKEN_HEADER),
-                HeaderValue::from_static(""),
-            ),
-            (
-                HeaderName::from_static(REFRESH_TOKEN_HEADER),
-                HeaderValue::from_static(""),
-            ),
-        ],
-        Reply(()),
-    )
-        .into_response())
 }
 
 /// The course frontend reads the profile as a bare object, not an envelope.
@@ -164,95 +64,4 @@ async fn edit(
     let edit = ProfileEdit::parse(request.nickname, request.birthday, request.about_me, today)?;
     state.users.edit_profile(user.uid, &edit).await?;
     Ok(Reply(()))
-}
-
-fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
-    let header = |value: &str| {
-        HeaderValue::from_str(value)
-            .map_err(|err| AppError::Internal(anyhow::anyhow!("token header: {err}")))
-    };
-    Ok((
-        [
-            (
-                HeaderName::from_static(ACCESS_TOKEN_HEADER),
-                header(&tokens.access)?,
-            ),
-            (
-                HeaderName::from_static(REFRESH_TOKEN_HEADER),
-                header(&tokens.refresh)?,
-            ),
-        ],
-        Reply(()),
-    )
-        .into_response())
-}
-
-fn user_agent(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::USER_AGENT)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-}
-
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|token| !token.is_empty())
-}
-
-/// A logged-in caller about to write (publish, like, edit a profile, …): an [`AuthUser`] within
-/// the per-user write rate limit (`write_rate_limit`; 429001 beyond it, with `Retry-After`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Writer(pub AuthUser);
-
-impl<S: Authenticates> FromRequestParts<S> for Writer {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let user = AuthUser::from_request_parts(parts, state).await?;
-        state.users().check_write_rate(user.uid).await?;
-        Ok(Self(user))
-    }
-}
-
-/// Handlers that take an [`AuthUser`] only run for a valid, unrevoked access token presented
-/// from the User-Agent it was issued to (401 / 403001 otherwise).
-impl<S: Authenticates> FromRequestParts<S> for AuthUser {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
-        state
-            .users()
-            .authenticate(token, user_agent(&parts.headers))
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_tokens_are_parsed_strictly() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(bearer_token(&headers), None);
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer abc.def"),
-        );
-        assert_eq!(bearer_token(&headers), Some("abc.def"));
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("bearer  xyz "),
-        );
-        assert_eq!(bearer_token(&headers), Some("xyz"));
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
-        assert_eq!(bearer_token(&headers), None);
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
-        assert_eq!(bearer_token(&headers), None);
-    }
 }

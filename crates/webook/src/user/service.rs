@@ -1,242 +1,30 @@
-//! The rules of accounts and sessions: sign-up, login, token refresh with rotation, logout,
-//! authentication of requests, profile reads and edits. No HTTP, no SQL text.
+//! The rules of profiles: reads and validated edits, each edit announced through the outbox.
+//! No HTTP, no SQL text.
 
 use crate::user::{
-    model::{check_password_strength, normalize_email, Profile, ProfileEdit},
-    password::PasswordHasher,
-    session::{Rotation, SessionStore},
-    store::{InsertError, UserStore},
-    token::{user_agent_hash, Tokens},
+    model::{Profile, ProfileEdit},
+    store::UserStore,
 };
 use platform::{
     db::now_millis,
     error::{AppError, Msg},
     events::outbox::Outbox,
-    rate_limit::RateLimiter,
 };
 
 const NO_SUCH_USER: AppError = AppError::NotFound(Msg::new("no such user", "用户不存在"));
 
-/// Counter: authentication events by `event`.
-pub const AUTH_EVENTS_TOTAL: &str = "auth_events_total";
-
-/// A new access token and refresh token.
-#[derive(Debug, Clone)]
-pub struct TokenPair {
-    /// Goes in `x-jwt-token`.
-    pub access: String,
-    /// Goes in `x-refresh-token`.
-    pub refresh: String,
-}
-
-/// The caller of an authenticated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthUser {
-    /// User id.
-    pub uid: i64,
-    /// Session id.
-    pub ssid: String,
-}
-
-/// The rate limits of users.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Sign-up and login attempts, per client IP.
-    pub auth: RateLimiter,
-    /// Writes (publishing, likes, profile edits, …), per user; `None` when turned off.
-    pub writes: Option<RateLimiter>,
-}
-
-/// Accounts and sessions; cheap to clone.
+/// Profiles; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct UserService {
     store: UserStore,
-    hasher: PasswordHasher,
-    tokens: Tokens,
-    sessions: SessionStore,
-    limits: Limits,
     /// Profile edits record their event in it; woken after each.
     outbox: Outbox,
 }
 
-fn count(event: &'static str) {
-    metrics::counter!(AUTH_EVENTS_TOTAL, "event" => event).increment(1);
-}
-
 impl UserService {
-    /// Assembles the service from its parts.
-    pub fn new(
-        store: UserStore,
-        hasher: PasswordHasher,
-        tokens: Tokens,
-        sessions: SessionStore,
-        limits: Limits,
-        outbox: Outbox,
-    ) -> Self {
-        Self {
-            store,
-            hasher,
-            tokens,
-            sessions,
-            limits,
-            outbox,
-        }
-    }
-
-    /// Counts one sign-up or login attempt from `client`; `RateLimited` when over the limit.
-    pub async fn check_auth_rate(&self, client: &str) -> Result<(), AppError> {
-        self.limits.auth.check(client).await
-    }
-
-    /// Counts one write by `uid`; `RateLimited` when over `write_rate_limit`.
-    pub async fn check_write_rate(&self, uid: i64) -> Result<(), AppError> {
-        match &self.limits.writes {
-            Some(limiter) => limiter.check(&uid.to_string()).await,
-            None => Ok(()),
-        }
-    }
-
-    /// Registers an account; returns its id. 409001 when the email is taken (decided by the
-    /// database's unique constraint, so concurrent sign-ups of one email yield one account).
-    pub async fn signup(
-        &self,
-        email: &str,
-        password: String,
-        confirm: &str,
-    ) -> Result<i64, AppError> {
-        let email = normalize_email(email)?;
-        if password != confirm {
-            return Err(AppError::InvalidInput(Msg::field(
-                "confirmPassword",
-                "the two passwords differ",
-                "两次输入的密码不一致",
-            )));
-        }
-        check_password_strength(&password)?;
-        let hash = self.hasher.hash(password).await?;
-        match self.store.insert(&email, &hash, now_millis()).await {
-            Ok(id) => {
-                count("signup");
-                Ok(id)
-            }
-            Err(InsertError::Duplicate) => Err(AppError::Conflict(Msg::new(
-                "email already registered",
-                "该邮箱已注册",
-            ))),
-            Err(InsertError::Db(err)) => Err(err.into()),
-        }
-    }
-
-    /// Checks the credentials and opens a session bound to `user_agent`. Unknown email and wrong
-    /// password give the same answer after the same work.
-    pub async fn login(
-        &self,
-        email: &str,
-        password: String,
-        user_agent: &str,
-    ) -> Result<TokenPair, AppError> {
-        // A malformed email cannot match an account; still do the hashing work.
-        let email = normalize_email(email).unwrap_or_default();
-        let account = if email.is_empty() {
-            None
-        } else {
-            self.store.find_credentials(&email).await?
-        };
-        let (uid, hash) = match account {
-            Some((uid, hash)) => (Some(uid), Some(hash)),
-            None => (None, None),
-        };
-        let verified = self.hasher.verify(password, hash).await?;
-        let Some(uid) = uid.filter(|_| verified) else {
-            count("login_failed");
-            return Err(AppError::WrongCredentials);
-        };
-        let ssid = uuid::Uuid::new_v4().simple().to_string();
-        count("login");
-        Ok(TokenPair {
-            access: self.tokens.issue_access(uid, &ssid, user_agent)?,
-            refresh: self.tokens.issue_refresh(uid, &ssid, 0)?,
-        })
-    }
-
-    /// Trades a refresh token for a new pair. A refresh token works once; presenting a used one
-    /// revokes the session (reuse detection).
-    pub async fn refresh(
-        &self,
-        refresh_token: &str,
-        user_agent: &str,
-    ) -> Result<TokenPair, AppError> {
-        let claims = self.tokens.verify_refresh(refresh_token).map_err(|err| {
-            tracing::debug!(%err, "refresh refused");
-            AppError::Unauthorized
-        })?;
-        let rotation = self
-            .sessions
-            .rotate(&claims.ssid, claims.uid, claims.gen)
-            .await
-            .map_err(AppError::Unavailable)?;
-        match rotation {
-            Rotation::Rotated { generation } => {
-                count("refresh");
-                Ok(TokenPair {
-                    access: self
-                        .tokens
-                        .issue_access(claims.uid, &claims.ssid, user_agent)?,
-                    refresh: self
-                        .tokens
-                        .issue_refresh(claims.uid, &claims.ssid, generation)?,
-                })
-            }
-            Rotation::Reused => {
-                count("refresh_reuse");
-                tracing::warn!(uid = claims.uid, ssid = %claims.ssid, "refresh token reused; session revoked");
-                Err(AppError::Unauthorized)
-            }
-            Rotation::Revoked => Err(AppError::Unauthorized),
-        }
-    }
-
-    /// Drops the state of fully expired sessions (see [`SessionStore::purge_expired`]).
-    pub async fn purge_expired_sessions(&self) -> anyhow::Result<u64> {
-        self.sessions.purge_expired().await
-    }
-
-    /// Revokes the caller's session.
-    pub async fn logout(&self, user: &AuthUser) -> Result<(), AppError> {
-        self.sessions
-            .revoke(&user.ssid, user.uid)
-            .await
-            .map_err(AppError::Unavailable)?;
-        count("logout");
-        Ok(())
-    }
-
-    /// The caller of a request carrying `access_token` from `user_agent`: the signature, expiry,
-    /// User-Agent binding and session are all checked.
-    pub async fn authenticate(
-        &self,
-        access_token: &str,
-        user_agent: &str,
-    ) -> Result<AuthUser, AppError> {
-        let claims = self.tokens.verify_access(access_token).map_err(|err| {
-            tracing::debug!(%err, "access token refused");
-            AppError::Unauthorized
-        })?;
-        if claims.ua != user_agent_hash(user_agent) {
-            return Err(AppError::WrongClient);
-        }
-        let revoked = self
-            .sessions
-            .is_revoked(&claims.ssid)
-            .await
-            .map_err(AppError::Unavailable)?;
-        if revoked {
-            return Err(AppError::Unauthorized);
-        }
-        Ok(AuthUser {
-            uid: claims.uid,
-            ssid: claims.ssid,
-        })
+    /// Profiles in `store`, edits announced through `outbox`.
+    pub fn new(store: UserStore, outbox: Outbox) -> Self {
+        Self { store, outbox }
     }
 
     /// The profile of `uid`.

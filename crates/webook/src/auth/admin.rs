@@ -16,8 +16,8 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::{
+    auth::{http::Authenticates, AuthUser},
     cli::AdminCommand,
-    user::{http::Authenticates, AuthUser},
 };
 use platform::{
     config::Config,

@@ -3,22 +3,22 @@
 use async_trait::async_trait;
 use scheduler::{Job, JobContext};
 
-use crate::user::UserService;
+use crate::auth::AuthService;
 
 /// Deletes the state of sessions whose every token has expired: rows of `sessions` (both modes)
 /// and the in-process map (embedded; Redis expires its own keys).
 #[derive(Debug, Clone)]
 pub struct PurgeExpiredSessions {
-    users: UserService,
+    auth: AuthService,
 }
 
 impl PurgeExpiredSessions {
     /// The job's name in logs, metrics and lock keys.
     pub const NAME: &'static str = "purge_expired_sessions";
 
-    /// The job over `users`' session store.
-    pub fn new(users: UserService) -> Self {
-        Self { users }
+    /// The job over `auth`'s session store.
+    pub fn new(auth: AuthService) -> Self {
+        Self { auth }
     }
 }
 
@@ -29,7 +29,7 @@ impl Job for PurgeExpiredSessions {
     }
 
     async fn run(&self, _ctx: JobContext) -> anyhow::Result<()> {
-        let deleted = self.users.purge_expired_sessions().await?;
+        let deleted = self.auth.purge_expired_sessions().await?;
         tracing::info!(deleted, "purged expired sessions");
         Ok(())
     }

@@ -1,0 +1,155 @@
+//! Signing in: sign-up, login, token refresh with rotation, logout, sessions, the sign-in and
+//! write rate limits, admin rights (and, to come, SMS and WeChat login).
+//!
+//! Data flow: [`http`] parses requests (rate-limiting sign-up and login per client IP) and calls
+//! [`AuthService`], which validates credentials (the account rules of
+//! [`crate::user::model`]), hashes passwords off the async runtime ([`password`]), reads and
+//! writes accounts through the users feature's store, signs tokens ([`token`]) and keeps
+//! session state — revocation and refresh generations — in the [`session`] store (in-process +
+//! SQL when embedded, Redis in cluster mode).
+//!
+//! Other features authenticate requests by taking an [`AuthUser`] (or a [`Writer`], within the
+//! write rate limit) argument in their handlers, whose state implements
+//! [`http::Authenticates`]; admin-only routes take an [`admin::Admin`] (rights by user id:
+//! config `admins` or `webook admin grant`).
+
+pub mod admin;
+pub mod http;
+pub mod jobs;
+pub mod password;
+pub mod service;
+pub mod session;
+pub mod settings;
+pub mod token;
+
+pub use http::Writer;
+pub use jobs::PurgeExpiredSessions;
+pub use service::{AuthService, AuthUser};
+
+use async_trait::async_trait;
+use platform::{
+    config::SettingsSpec,
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+    rate_limit::RateLimiter,
+};
+
+use crate::idempotency::{Idempotency, PurgeIdempotencyKeys};
+use crate::user::store::UserStore;
+use admin::Admins;
+use password::PasswordHasher;
+use service::Limits;
+use session::SessionStore;
+use settings::{AuthSettings, JwtSecrets};
+use token::Tokens;
+
+/// The auth feature: sign-in, sessions, admin rights and `Idempotency-Key`. It provides
+/// [`AuthService`] (authentication for every other feature's handlers), [`Admins`] and
+/// [`Idempotency`] to the features installed after it.
+pub struct Auth;
+
+#[async_trait]
+impl Feature for Auth {
+    fn name(&self) -> &'static str {
+        "auth"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        &[
+            Migration {
+                version: 7,
+                description: "admins",
+                sql: include_str!("../../migrations/0007_admins.sql"),
+            },
+            Migration {
+                version: 8,
+                description: "idempotency",
+                sql: include_str!("../../migrations/0008_idempotency.sql"),
+            },
+        ]
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let config = &platform.config;
+        let settings = config.settings::<AuthSettings>()?;
+        let jwt = JwtSecrets::resolve(settings, config)?;
+        let auth = build_service(platform, settings, &jwt).await?;
+        registry.maintenance(config, PurgeExpiredSessions::new(auth.clone()))?;
+        registry.maintenance(config, PurgeIdempotencyKeys::new(platform.db.clone()))?;
+        registry.routes(http::router(http::SignInRoutes {
+            auth: auth.clone(),
+            trusted_proxies: platform.trusted_proxies.clone(),
+        }));
+        registry.provide(Admins::new(&settings.admins, platform.db.clone()));
+        registry.provide(Idempotency::new(
+            auth.clone(),
+            platform.db.clone(),
+            config.body_limit_bytes,
+        ));
+        registry.provide(auth);
+        Ok(())
+    }
+}
+
+/// Sign-in and sessions, with the session store and rate limiters of the mode.
+async fn build_service(
+    platform: &Platform,
+    settings: &AuthSettings,
+    jwt: &JwtSecrets,
+) -> anyhow::Result<AuthService> {
+    let (config, db, redis) = (&platform.config, &platform.db, platform.redis.as_ref());
+    let tokens = Tokens::new(jwt, settings.access_token_ttl, settings.refresh_token_ttl)?;
+    let (sessions, auth_limiter, write_limiter) = match redis {
+        Some(redis) => (
+            SessionStore::cluster(
+                db.clone(),
+                redis.clone(),
+                &config.redis_prefix,
+                settings.refresh_token_ttl,
+            ),
+            RateLimiter::redis(
+                "auth",
+                redis.clone(),
+                &config.redis_prefix,
+                settings.auth_rate_limit,
+                settings.auth_rate_window,
+            ),
+            (settings.write_rate_limit > 0).then(|| {
+                RateLimiter::redis(
+                    "write",
+                    redis.clone(),
+                    &config.redis_prefix,
+                    settings.write_rate_limit,
+                    settings.write_rate_window,
+                )
+            }),
+        ),
+        None => (
+            SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
+            RateLimiter::local("auth", settings.auth_rate_limit, settings.auth_rate_window)?,
+            (settings.write_rate_limit > 0)
+                .then(|| {
+                    RateLimiter::local(
+                        "write",
+                        settings.write_rate_limit,
+                        settings.write_rate_window,
+                    )
+                })
+                .transpose()?,
+        ),
+    };
+    Ok(AuthService::new(
+        UserStore::new(db.clone()),
+        PasswordHasher::new()?,
+        tokens,
+        sessions,
+        Limits {
+            auth: auth_limiter,
+            writes: write_limiter,
+        },
+    ))
+}
