@@ -1,4 +1,4 @@
-//! Cost of the lock operations a job run makes (`scheduler::lock`): an acquire + release round
+//! Cost of the lock operations a job run makes (`scheduler::LockBackend`): an acquire + release round
 //! trip on [`InProcessLocks`] and on [`RedisLocks`], an acquire that also claims a fire time
 //! (what a driver does at every tick) + release on Redis, and an extend of a held Redis lock
 //! (what a long lock's keep-alive does every ttl / 3).

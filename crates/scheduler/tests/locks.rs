@@ -257,7 +257,7 @@ async fn a_cut_off_holder_stops_before_another_takes_over() {
         Arc::new(RedisLocks::new(connect(&proxy.url()).await, prefix.clone()));
     let direct: Arc<dyn LockBackend> = Arc::new(RedisLocks::new(connect(&url).await, prefix));
     let ttl = Duration::from_millis(1500);
-    let margin = scheduler::scheduler::lock_margin(ttl);
+    let margin = scheduler::lock_margin(ttl);
 
     let holder = Arc::new(
         Lease::acquire(through_proxy, "job:partitioned", ttl, margin, None)

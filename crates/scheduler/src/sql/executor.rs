@@ -1,15 +1,5 @@
-//! Executors: what a row of `jobs` runs. A job names its executor and carries its configuration
-//! (`cfg`, JSON); the instance looks the executor up in its [`Executors`] registry. An instance
-//! only claims jobs whose executor it has, so a worker without the `ranking` executor leaves
-//! ranking jobs to the ones that do.
-//!
-//! [`HttpExecutor`] (`http`) is the seeds' "scheduling = calling an endpoint": it sends one request
-//! per run with headers `<prefix>job`, `<prefix>scheduled-at` (ms) and `<prefix>token` — the
-//! prefix is the caller's, e.g. `x-webook-` — so the receiver can deduplicate by fire time and
-//! refuse stale holders by token. A non-2xx answer
-//! (redirects are not followed) or a timeout fails the run. Internal addresses are refused
-//! unless allowed ([`TargetPolicy`]): literal IPs when the job is created and when it runs,
-//! every address a host name resolves to at each call.
+//! Executors: what a row of `jobs` runs — the [`Executor`] trait, the [`Executors`] registry an
+//! instance looks them up in, and the `http` executor ([`HttpExecutor`]).
 
 use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
 
@@ -33,6 +23,10 @@ pub trait Executor: Send + Sync + 'static {
 }
 
 /// The executors this instance has, by name.
+///
+/// A job names its executor and carries its configuration (`cfg`, JSON); the instance looks the
+/// executor up in this registry. An instance only claims jobs whose executor it has, so a worker
+/// without the `report` executor leaves report jobs to the ones that do.
 #[derive(Clone, Default)]
 pub struct Executors {
     by_name: BTreeMap<String, Arc<dyn Executor>>,
@@ -162,7 +156,18 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
-/// Calls a URL per run (see the module docs).
+/// The `http` executor: scheduling as calling an endpoint.
+///
+/// It sends one request per run with headers `<prefix>job`, `<prefix>scheduled-at` (ms) and
+/// `<prefix>token` — the prefix is the caller's, e.g. `x-myapp-` — so the receiver can
+/// deduplicate by fire time and refuse stale holders by token. A non-2xx answer (redirects are
+/// not followed) or a timeout fails the run. Internal addresses are refused unless allowed
+/// ([`TargetPolicy`]): literal IPs when the job is created and when it runs, every address a host
+/// name resolves to at each call.
+///
+/// A job's `cfg` is `{"url": "http://…", "method": "POST", "timeout_ms": 5000}`; `method` (`GET`,
+/// `POST` or `PUT`) and `timeout_ms` (at most an hour) are optional, and only `http://` URLs are
+/// supported.
 #[derive(Debug, Clone)]
 pub struct HttpExecutor {
     client: reqwest::Client,
@@ -283,8 +288,8 @@ mod tests {
             .check("http", r#"{"url": "http://[::ffff:10.0.0.1]/"}"#)
             .is_err());
         assert_eq!(
-            executors.check("ranking", "{}"),
-            Err("unknown executor \"ranking\"; available: http".to_owned())
+            executors.check("report", "{}"),
+            Err("unknown executor \"report\"; available: http".to_owned())
         );
         assert!(executors
             .check("http", "{")
@@ -378,7 +383,11 @@ mod tests {
         for header in ["x-acme-job: ", "x-acme-scheduled-at: ", "x-acme-token: "] {
             assert!(request.contains(header), "{header} missing in {request}");
         }
-        assert!(!request.contains("x-webook-"), "{request}");
+        let custom: Vec<&str> = request.lines().filter(|l| l.starts_with("x-")).collect();
+        assert!(
+            custom.len() == 3 && custom.iter().all(|l| l.starts_with("x-acme-")),
+            "only the three prefixed headers are added: {request}"
+        );
     }
 
     #[test]

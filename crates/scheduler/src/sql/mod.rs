@@ -1,11 +1,14 @@
 //! The SQL preemptive scheduler: durable jobs in a `jobs` table that every instance polls, each
 //! fire time run by exactly one instance.
 //!
-//! - [`model`]: rows, policies, and the pure claim decision (on time, misfire, trigger,
-//!   takeover);
-//! - [`store`]: the SQL (SQLite and PostgreSQL), every holder write conditional on its token;
-//! - [`worker`]: the poll → claim → run → heartbeat → release loop with bounded concurrency;
-//! - [`executor`]: what a job runs — a registry of named executors, and the `http` executor.
+//! - rows and policies ([`JobRow`], [`RunRow`], [`Misfire`], [`OverlapPolicy`]), and the pure
+//!   claim decision ([`plan_claim`]: on time, misfire, trigger, takeover);
+//! - [`SqlJobStore`]: the SQL (SQLite and PostgreSQL), every holder write conditional on its
+//!   token;
+//! - [`SqlScheduler`]: the poll → claim → run → heartbeat → release loop with bounded
+//!   concurrency;
+//! - [`Executors`]: what a job runs — a registry of named [`Executor`]s, among them the `http`
+//!   executor ([`HttpExecutor`]).
 //!
 //! Guarantees, and how:
 //! - **one run per fire time**: a claim is a compare-and-swap on `version`, and each fire time
@@ -23,11 +26,11 @@
 //!
 //! The schema is [`SCHEMA`]; the application includes it in its migrations.
 
-pub mod executor;
-pub mod model;
-pub mod store;
-pub mod target;
-pub mod worker;
+mod executor;
+mod model;
+mod store;
+mod target;
+mod worker;
 
 /// The tables of this scheduler (`jobs`, `job_runs`), in the application's migration dialect
 /// (`{{id}}` is the auto-increment primary key of the engine).
@@ -36,7 +39,13 @@ pub const SCHEMA: &str = include_str!("schema.sql");
 pub const RUNS_RETENTION_SCHEMA: &str = include_str!("schema_runs_retention.sql");
 
 pub use executor::{Executor, Executors, HttpExecutor};
-pub use model::{ClaimKind, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow, RunStatus};
-pub use store::{Claim, DbClock, Dialect, NewJob, SqlJobStore, StoreError};
+pub use model::{
+    next_fire, plan_claim, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow,
+    RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_UNRECORDED_FIRE_TIMES,
+};
+pub use store::{check_name, Claim, DbClock, Dialect, Due, NewJob, SqlJobStore, StoreError};
 pub use target::TargetPolicy;
-pub use worker::{RunningSqlScheduler, SqlScheduler, WorkerOptions};
+pub use worker::{
+    default_instance_id, describe_metrics, RunningSqlScheduler, SqlScheduler, WorkerOptions,
+    SQL_CLAIMS, SQL_FENCED, SQL_SCHEDULE_LAG,
+};

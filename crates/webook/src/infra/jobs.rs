@@ -5,7 +5,7 @@
 //! features' jobs; [`crate::app::App::run_until`] starts the scheduler after the listener and
 //! stops it after HTTP has drained, giving running jobs `shutdown_timeout` to finish. Every job
 //! is instrumented by the engine: a span per run and the `scheduler_job_*` metrics on
-//! `/metrics` (see `scheduler::instrument`).
+//! `/metrics` (see `scheduler::describe_job_metrics`).
 //!
 //! Jobs registered today:
 //! - `purge_expired_sessions` and `purge_consumed_events` on `purge_schedule`, each run guarded
