@@ -35,6 +35,7 @@ mod lock;
 mod ownership;
 mod schedule;
 mod scheduler;
+#[cfg(feature = "sql")]
 pub mod sql;
 
 pub use clock::{Clock, SystemClock, TokioClock};
@@ -42,7 +43,9 @@ pub use instrument::{
     describe_job_metrics, JOB_DURATION, JOB_INTERRUPTS, JOB_LOCK_HELD, JOB_RUNS, JOB_SKIPS,
 };
 pub use job::{Job, JobContext};
-pub use lock::{Grant, InProcessLocks, Lease, LockBackend, LockError, RedisLocks};
+#[cfg(feature = "redis")]
+pub use lock::RedisLocks;
+pub use lock::{Grant, InProcessLocks, Lease, LockBackend, LockError};
 pub use ownership::Ownership;
 pub use schedule::{CronField, FieldProblem, IntervalProblem, Schedule, ScheduleError};
 pub use scheduler::{

@@ -4,6 +4,7 @@
 //! [`LockBackend`], the lease's validity window on [`Lease`].
 
 mod in_process;
+#[cfg(feature = "redis")]
 mod redis;
 
 use std::{sync::Arc, time::Duration};
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ownership::Ownership;
 
 pub use in_process::InProcessLocks;
+#[cfg(feature = "redis")]
 pub use redis::RedisLocks;
 
 /// A lock backend failed to answer (network, server error). Distinct from "the lock is held by

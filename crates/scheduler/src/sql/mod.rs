@@ -8,7 +8,7 @@
 //! - [`SqlScheduler`]: the poll → claim → run → heartbeat → release loop with bounded
 //!   concurrency;
 //! - [`Executors`]: what a job runs — a registry of named [`Executor`]s, among them the `http`
-//!   executor ([`HttpExecutor`]).
+//!   executor (`HttpExecutor`, feature `http`).
 //!
 //! Guarantees, and how:
 //! - **one run per fire time**: a claim is a compare-and-swap on `version`, and each fire time
@@ -27,8 +27,11 @@
 //! The schema is [`SCHEMA`]; the application includes it in its migrations.
 
 mod executor;
+#[cfg(feature = "http")]
+mod http;
 mod model;
 mod store;
+#[cfg(feature = "http")]
 mod target;
 mod worker;
 
@@ -38,12 +41,15 @@ pub const SCHEMA: &str = include_str!("schema.sql");
 /// The index [`SqlJobStore::purge_runs_before`] deletes by: a migration after [`SCHEMA`].
 pub const RUNS_RETENTION_SCHEMA: &str = include_str!("schema_runs_retention.sql");
 
-pub use executor::{Executor, Executors, HttpExecutor};
+pub use executor::{Executor, Executors};
+#[cfg(feature = "http")]
+pub use http::HttpExecutor;
 pub use model::{
     next_fire, plan_claim, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow,
     RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_UNRECORDED_FIRE_TIMES,
 };
 pub use store::{check_name, Claim, DbClock, Dialect, Due, NewJob, SqlJobStore, StoreError};
+#[cfg(feature = "http")]
 pub use target::TargetPolicy;
 pub use worker::{
     default_instance_id, describe_metrics, RunningSqlScheduler, SqlScheduler, WorkerOptions,
