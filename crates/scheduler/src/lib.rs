@@ -1,4 +1,4 @@
-//! The generic job engine of webook. It knows nothing about articles or users: applications
+//! A generic job engine. It knows nothing about the application's domain: applications
 //! implement [`Job`], describe when and where it runs with [`JobOptions`], and register it with a
 //! [`Scheduler`].
 //!
