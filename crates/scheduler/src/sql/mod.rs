@@ -25,6 +25,76 @@
 //!   running it, per the job's misfire policy.
 //!
 //! The schema is [`SCHEMA`]; the application includes it in its migrations.
+//!
+//! # Example
+//!
+//! An instance on an in-memory SQLite database, with one executor and one job:
+//!
+//! ```rust
+//! use std::time::Duration;
+//!
+//! use async_trait::async_trait;
+//! use scheduler::{
+//!     sql::{
+//!         DbClock, Dialect, Executor, Executors, JobRow, Misfire, NewJob, OverlapPolicy,
+//!         SqlJobStore, SqlScheduler, WorkerOptions, SCHEMA,
+//!     },
+//!     JobContext,
+//! };
+//!
+//! /// Sends a report; jobs name it as their executor.
+//! struct Report;
+//!
+//! #[async_trait]
+//! impl Executor for Report {
+//!     fn name(&self) -> &str {
+//!         "report"
+//!     }
+//!
+//!     fn check_cfg(&self, _cfg: &serde_json::Value) -> Result<(), String> {
+//!         Ok(())
+//!     }
+//!
+//!     async fn execute(&self, job: &JobRow, ctx: JobContext) -> anyhow::Result<()> {
+//!         println!("{} for {} (token {})", job.name, ctx.scheduled_at(), ctx.fencing_token());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     sqlx::any::install_default_drivers();
+//!     let pool = sqlx::any::AnyPoolOptions::new()
+//!         .max_connections(1)
+//!         .connect("sqlite::memory:")
+//!         .await?;
+//!     // `{{id}}` is the engine's auto-increment primary key.
+//!     let schema = SCHEMA.replace("{{id}}", "INTEGER PRIMARY KEY AUTOINCREMENT");
+//!     sqlx::raw_sql(&schema).execute(&pool).await?;
+//!     let store = SqlJobStore::new(pool.clone(), pool, DbClock::Database(Dialect::Sqlite));
+//!
+//!     let mut executors = Executors::new();
+//!     executors.register(Report);
+//!     executors.check("report", "{}").map_err(anyhow::Error::msg)?;
+//!     store
+//!         .create(&NewJob {
+//!             name: "nightly-report".to_owned(),
+//!             cron: "0 0 3 * * *".to_owned(),
+//!             timezone: "Europe/Berlin".to_owned(),
+//!             executor: "report".to_owned(),
+//!             cfg: "{}".to_owned(),
+//!             misfire: Misfire::FireOnce,
+//!             overlap: OverlapPolicy::Forbid,
+//!             timeout_ms: 60_000,
+//!         })
+//!         .await?;
+//!
+//!     let running = SqlScheduler::new(store, executors, WorkerOptions::default()).start();
+//!     tokio::time::sleep(Duration::from_millis(50)).await;
+//!     running.stop(Duration::from_secs(10)).await;
+//!     Ok(())
+//! }
+//! ```
 
 mod executor;
 #[cfg(feature = "http")]
