@@ -7,6 +7,7 @@
 #   WEBOOK_TEST_DATABASE_URL  postgres://webook@127.0.0.1:PORT/webook  (trust auth,
 #                             user `webook` may create databases)
 #   WEBOOK_TEST_REDIS_URL     redis://127.0.0.1:PORT/
+#   SCHEDULER_TEST_REDIS_URL  the same (the scheduler crate's tests and benches read it)
 #   WEBOOK_TEST_REDIS_SERVER  path of redis-server (tests may spawn their own)
 #   WEBOOK_TEST_LIBFAKETIME   path of libfaketime.so.1 (tests run a process whose wall clock
 #                             is off by LD_PRELOADing it)
@@ -282,6 +283,7 @@ export WEBOOK_TEST_DATABASE_URL="postgres://webook@127.0.0.1:$PG_PORT/webook"
 export WEBOOK_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 export WEBOOK_TEST_REDIS_SERVER="$REDIS_SERVER"
 export WEBOOK_TEST_LIBFAKETIME="$LIBFAKETIME"
+export SCHEDULER_TEST_REDIS_URL="$WEBOOK_TEST_REDIS_URL"
 
 cmdline="$*"; cmdline=${cmdline//$'\n'/ }
 log "running: ${cmdline:0:200}"

@@ -5,7 +5,7 @@
 //! features' jobs (through [`crate::feature::Registry`]); the application starts the scheduler
 //! after the listener and stops it after HTTP has drained, giving running jobs
 //! `shutdown_timeout` to finish. Every job is instrumented by the engine: a span per run and the
-//! `scheduler_job_*` metrics on `/metrics` (see `scheduler::instrument`).
+//! `scheduler_job_*` metrics on `/metrics` (see `scheduler::describe_job_metrics`).
 //!
 //! Maintenance jobs ([`JobRegistry::add_maintenance`]) run on `purge_schedule`, each run guarded
 //! by a short lock that claims its fire time (one instance runs it); a feature may add jobs on

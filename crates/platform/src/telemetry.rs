@@ -92,12 +92,12 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         )
         .context("configuring metric buckets")?
         .set_buckets_for_metric(
-            Matcher::Full(scheduler::instrument::JOB_DURATION.to_owned()),
+            Matcher::Full(scheduler::JOB_DURATION.to_owned()),
             JOB_DURATION_BUCKETS,
         )
         .context("configuring job duration buckets")?
         .set_buckets_for_metric(
-            Matcher::Full(scheduler::sql::worker::SQL_SCHEDULE_LAG.to_owned()),
+            Matcher::Full(scheduler::sql::SQL_SCHEDULE_LAG.to_owned()),
             SCHEDULE_LAG_BUCKETS,
         )
         .context("configuring schedule lag buckets")?
@@ -110,8 +110,8 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         "HTTP request latency"
     );
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
-    scheduler::instrument::describe_metrics();
-    scheduler::sql::worker::describe_metrics();
+    scheduler::describe_job_metrics();
+    scheduler::sql::describe_metrics();
     for spec in features {
         (spec.describe)();
     }

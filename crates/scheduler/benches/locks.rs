@@ -1,14 +1,14 @@
-//! Cost of the lock operations a job run makes (`scheduler::lock`): an acquire + release round
-//! trip on [`InProcessLocks`] and on [`RedisLocks`], an acquire that also claims a fire time
-//! (what a driver does at every tick) + release on Redis, and an extend of a held Redis lock
-//! (what a long lock's keep-alive does every ttl / 3).
+//! Cost of the lock operations a job run makes ([`LockBackend`]): an acquire + release round trip
+//! on [`InProcessLocks`] and on [`RedisLocks`], an acquire that also claims a fire time (what a
+//! driver does at every tick) + release on Redis, and an extend of a held Redis lock (what a long
+//! lock's keep-alive does every ttl / 3).
 //!
 //! ```text
-//! WEBOOK_TEST_REDIS_URL=redis://127.0.0.1:6390/ cargo bench -p scheduler --bench locks
+//! SCHEDULER_TEST_REDIS_URL=redis://127.0.0.1:6390/ cargo bench -p scheduler --bench locks
 //! ```
 //!
-//! The Redis benchmarks need a real Redis at `WEBOOK_TEST_REDIS_URL` and panic when it is unset
-//! (they never skip silently); a throwaway server will do:
+//! The Redis benchmarks need a real Redis at `SCHEDULER_TEST_REDIS_URL` and panic when it is
+//! unset (they never skip silently); a throwaway server will do:
 //! `redis-server --port 6390 --save '' --appendonly no --daemonize yes`, stopped afterwards with
 //! `redis-cli -p 6390 shutdown nosave`. Keys go under a fresh `bench:<uuid>:` prefix and are
 //! deleted at the end. Each backend's contract (mutual exclusion, owner-checked release and
@@ -24,7 +24,7 @@ use scheduler::{InProcessLocks, LockBackend, RedisLocks};
 use tokio::runtime::Runtime;
 
 /// Environment variable with the Redis URL (the one the tests use).
-const REDIS_URL_ENV: &str = "WEBOOK_TEST_REDIS_URL";
+const REDIS_URL_ENV: &str = "SCHEDULER_TEST_REDIS_URL";
 /// Lock ttl for every benchmark: long enough that no lock expires while measured.
 const TTL: Duration = Duration::from_secs(60);
 

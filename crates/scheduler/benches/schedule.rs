@@ -1,5 +1,5 @@
 //! Cost of the schedule arithmetic the job engine does once per fire time
-//! (`scheduler::schedule`): [`Schedule::next_after`] for second, minute and daily cron
+//! (`scheduler::Schedule`): [`Schedule::next_after`] for second, minute and daily cron
 //! expressions — in UTC, across New York's 2026 daylight-saving transitions, in Berlin over a
 //! weekend — and for `@every`; and [`Schedule::parse`] of a 6-field expression.
 //!

@@ -1,15 +1,6 @@
-//! The wall clock the scheduler reads fire times from.
-//!
-//! Fire times are wall-clock instants (a cron expression names a time of day), but waiting is done
-//! with tokio timers on the monotonic clock. The scheduler never trusts one sleep: it sleeps at
-//! most [`crate::scheduler::MAX_SLEEP`] at a time and re-reads the wall clock, so a clock step
-//! (NTP correction, an operator changing the time, a laptop waking from suspend) is noticed within
-//! a second and a job never fires early.
-//!
-//! [`SystemClock`] is the real clock. [`TokioClock`] derives the wall clock from tokio's
-//! (pausable) clock, so tests run under `#[tokio::test(start_paused = true)]` and a year of
-//! schedule passes in milliseconds, deterministically; it can also be stepped to simulate a
-//! wall-clock jump.
+//! The wall clock the scheduler reads fire times from: [`Clock`], real ([`SystemClock`]) or
+//! driven by tokio's clock in tests ([`TokioClock`]). Why the engine re-reads it is documented on
+//! [`Clock`].
 
 use std::sync::{
     atomic::{AtomicI64, Ordering},
@@ -19,6 +10,17 @@ use std::sync::{
 use chrono::{DateTime, TimeDelta, Utc};
 
 /// A source of wall-clock time.
+///
+/// Fire times are wall-clock instants (a cron expression names a time of day), but waiting is done
+/// with tokio timers on the monotonic clock. The scheduler never trusts one sleep: it sleeps at
+/// most [`MAX_SLEEP`](crate::MAX_SLEEP) at a time and re-reads the wall clock, so a clock step
+/// (NTP correction, an operator changing the time, a laptop waking from suspend) is noticed within
+/// a second and a job never fires early.
+///
+/// [`SystemClock`] is the real clock. [`TokioClock`] derives the wall clock from tokio's
+/// (pausable) clock, so tests run under `#[tokio::test(start_paused = true)]` and a year of
+/// schedule passes in milliseconds, deterministically; it can also be stepped to simulate a
+/// wall-clock jump.
 pub trait Clock: Send + Sync + 'static {
     /// The current wall-clock time.
     fn now(&self) -> DateTime<Utc>;

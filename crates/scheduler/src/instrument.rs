@@ -1,6 +1,6 @@
-//! The decorator every registered job is wrapped in (the seeds' `CronJobBuilder`, done once):
-//! a tracing span per run, a duration histogram and a run counter by job and outcome, and one
-//! error log line with the cause chain when a run fails.
+//! The decorator every registered job is wrapped in: a tracing span per run, a duration
+//! histogram and a run counter by job and outcome, and one error log line with the cause chain
+//! when a run fails.
 //!
 //! Outcomes: `success`, `error`, `cancelled` (the run returned after being asked to stop),
 //! `aborted` (the run was dropped before finishing: it ignored cancellation past the grace) and
@@ -13,7 +13,9 @@ use tracing::Instrument;
 
 use crate::job::{Job, JobContext};
 
-/// Histogram: run duration in seconds, by `job` and `outcome`.
+/// Histogram: run duration in seconds, by `job` and `outcome` (`success`, `error`, `cancelled`:
+/// the run returned after being asked to stop, `aborted`: it was dropped before finishing because
+/// it ignored cancellation past the grace, `panicked`).
 pub const JOB_DURATION: &str = "scheduler_job_duration_seconds";
 /// Counter: finished runs by `job` and `outcome`.
 pub const JOB_RUNS: &str = "scheduler_job_runs_total";
@@ -26,9 +28,10 @@ pub const JOB_INTERRUPTS: &str = "scheduler_job_interrupts_total";
 /// Gauge: 1 while this instance holds the job's long lock, else 0.
 pub const JOB_LOCK_HELD: &str = "scheduler_job_lock_held";
 
-/// Describes the metrics above to the installed recorder (help texts, units). Call once after
-/// installing it; harmless to repeat.
-pub fn describe_metrics() {
+/// Describes the in-process engine's metrics ([`JOB_DURATION`], [`JOB_RUNS`], [`JOB_SKIPS`],
+/// [`JOB_INTERRUPTS`], [`JOB_LOCK_HELD`]) to the installed `metrics` recorder (help texts,
+/// units). Call once after installing it; harmless to repeat.
+pub fn describe_job_metrics() {
     metrics::describe_histogram!(JOB_DURATION, metrics::Unit::Seconds, "Job run duration");
     metrics::describe_counter!(JOB_RUNS, "Finished job runs by outcome");
     metrics::describe_counter!(JOB_SKIPS, "Job fire times that did not run, by reason");
@@ -41,13 +44,13 @@ pub fn describe_metrics() {
 
 /// `job` wrapped with tracing, metrics and error logging.
 #[derive(Debug)]
-pub struct Instrumented<J> {
+pub(crate) struct Instrumented<J> {
     inner: J,
 }
 
 impl<J: Job> Instrumented<J> {
     /// Wraps `inner`.
-    pub fn new(inner: J) -> Self {
+    pub(crate) fn new(inner: J) -> Self {
         Self { inner }
     }
 }

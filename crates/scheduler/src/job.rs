@@ -1,9 +1,4 @@
-//! What a job is: [`Job`], and the [`JobContext`] each run receives.
-//!
-//! A run is cooperative: the scheduler asks it to stop by cancelling the context (on shutdown,
-//! at its timeout, or when its lock is lost) and aborts it only if it does not stop within a short
-//! grace. A job that writes somewhere other jobs' holders could also write should check
-//! [`JobContext::still_owner`] before each write and attach [`JobContext::fencing_token`] to it.
+//! What a job is: [`Job`], and the [`JobContext`] each run receives (semantics on [`Job`]).
 
 use std::sync::Arc;
 
@@ -14,6 +9,11 @@ use tokio_util::sync::CancellationToken;
 use crate::ownership::Ownership;
 
 /// A unit of scheduled work.
+///
+/// A run is cooperative: the scheduler asks it to stop by cancelling the context (on shutdown,
+/// at its timeout, or when its lock is lost) and aborts it only if it does not stop within a short
+/// grace. A job that writes somewhere other jobs' holders could also write should check
+/// [`JobContext::still_owner`] before each write and attach [`JobContext::fencing_token`] to it.
 #[async_trait]
 pub trait Job: Send + Sync + 'static {
     /// A stable name: the job's identity in logs, metrics and lock keys.

@@ -1,19 +1,21 @@
 //! Ownership for a limited time — of a lock, or of a claimed SQL job — as the holder sees it: a
 //! fencing token, and a validity window tracked on the **monotonic** clock.
-//!
-//! The window is renewed by each successful acquire/extend/heartbeat and counted from when that
-//! request was *sent* (never later than the moment the other side started its timer), so the
-//! holder always believes its ownership ends no later than it really does. It ends a safety
-//! margin before that: [`Ownership::is_valid`] turns false, and whoever supervises the work
-//! cancels it, before anyone else can become the owner. A process that was paused (SIGSTOP, a VM
-//! freeze) and resumes sees at once that its window has passed.
+//! Its semantics are documented on [`Ownership`].
 
 use std::{sync::Mutex, time::Duration};
 
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-/// A fencing token with a validity window (see the module docs).
+/// A fencing token with a validity window on the monotonic clock: how the holder of a lock
+/// or of a claimed SQL job sees its ownership.
+///
+/// The window is renewed by each successful acquire/extend/heartbeat and counted from when that
+/// request was *sent* (never later than the moment the other side started its timer), so the
+/// holder always believes its ownership ends no later than it really does. It ends a safety
+/// margin before that: [`Ownership::is_valid`] turns false, and whoever supervises the work
+/// cancels it, before anyone else can become the owner. A process that was paused (SIGSTOP, a VM
+/// freeze) and resumes sees at once that its window has passed.
 #[derive(Debug)]
 pub struct Ownership {
     token: u64,

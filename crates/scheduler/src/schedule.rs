@@ -1,130 +1,10 @@
-//! When a job fires: cron expressions and fixed intervals, evaluated in an IANA time zone with
-//! exact daylight-saving semantics.
-//!
-//! A [`Schedule`] is parsed once from the text a user wrote (plus an optional time zone, UTC by
-//! default) and then answers one question, [`Schedule::next_after`]: the first fire time strictly
-//! after a given instant. The job engine stores that instant as the job's next time; it never
-//! needs anything else from a schedule.
+//! When a job fires: [`Schedule`], cron expressions and fixed intervals evaluated in an IANA
+//! time zone with exact daylight-saving semantics. The grammar and the firing rules are documented
+//! on [`Schedule`], the public face of this module.
 //!
 //! We parse cron ourselves instead of using the `cron` crate: that crate numbers Sunday as 1 (we
 //! follow Vixie cron, where Sunday is 0 or 7), its errors do not say which field is wrong, and
-//! its behaviour around daylight-saving transitions is not the one specified below.
-//!
-//! # Grammar
-//!
-//! Leading and trailing whitespace is ignored. An expression is either a cron expression or a
-//! descriptor starting with `@`.
-//!
-//! ## Cron expressions
-//!
-//! Fields are separated by any amount of whitespace:
-//!
-//! | fields | layout                                  |
-//! | ------ | --------------------------------------- |
-//! | 5      | `min hour dom month dow` (second is 0)  |
-//! | 6      | `sec min hour dom month dow`            |
-//! | 7      | `sec min hour dom month dow year`       |
-//!
-//! | field        | values                                          |
-//! | ------------ | ----------------------------------------------- |
-//! | second       | 0-59                                            |
-//! | minute       | 0-59                                            |
-//! | hour         | 0-23                                            |
-//! | day-of-month | 1-31                                            |
-//! | month        | 1-12 or `JAN`-`DEC`                             |
-//! | day-of-week  | 0-7 (0 and 7 are both Sunday) or `SUN`-`SAT`    |
-//! | year         | 1970-2199                                       |
-//!
-//! Names are three letters and case-insensitive. Each field is a comma-separated list of items;
-//! an item is one of
-//!
-//! - `*` — every value of the field; `?` means the same but is accepted only in day-of-month and
-//!   day-of-week;
-//! - `n` — one value (a number, or a name where the field has names);
-//! - `a-b` — every value from `a` to `b` inclusive; `a` must not be after `b` (ranges do not wrap
-//!   around, so write `FRI-SAT,SUN` or `5-7`, not `FRI-SUN`);
-//! - `*/s`, `a/s`, `a-b/s` — every `s`-th value of the whole field, of `a` to the field's
-//!   maximum, or of `a` to `b`; `s` is at least 1. For day-of-week, "the whole field" and "the
-//!   maximum" stop at 6 (Saturday): 7 is only another spelling of Sunday, so `1/2` is Monday,
-//!   Wednesday and Friday.
-//!
-//! Day-of-month and day-of-week combine as in Vixie cron (and Go's robfig/cron): if either field
-//! is unrestricted — written exactly `*` or `?`, nothing else (`*/1` counts as restricted) — a
-//! day must match both (which amounts to matching the other one); if both are restricted, a day
-//! matches when *either* matches. So `0 0 0 15 * FRI` fires on the 15th and on every Friday.
-//!
-//! An expression that can be seen never to fire is rejected: day-of-month restricted,
-//! day-of-week unrestricted, and no selected month has a selected day (`0 0 0 30 2 *`). An
-//! expression whose only impossibility lies in the year field (`0 0 0 29 2 * 2100`) parses, and
-//! [`Schedule::next_after`] returns `None` for it.
-//!
-//! ## Descriptors
-//!
-//! Case-insensitive:
-//!
-//! | descriptor               | equivalent    |
-//! | ------------------------ | ------------- |
-//! | `@yearly`, `@annually`   | `0 0 0 1 1 *` |
-//! | `@monthly`               | `0 0 0 1 * *` |
-//! | `@weekly`                | `0 0 0 * * 0` |
-//! | `@daily`, `@midnight`    | `0 0 0 * * *` |
-//! | `@hourly`                | `0 0 * * * *` |
-//! | `@every <duration>`      | fixed interval, see below |
-//!
-//! These (except `@every`) are ordinary cron expressions, evaluated in the schedule's zone.
-//!
-//! `<duration>` is Go-style: one or more `<whole number><unit>` with units `h`, `m`, `s` and
-//! `ms` (lower case), e.g. `90s`, `1m30s`, `1h0m5s`, `1500ms`; the total must be at least 1s.
-//!
-//! # When a schedule fires
-//!
-//! [`Schedule::next_after`] returns the first fire time *strictly* after the given instant, so
-//! feeding each result back in enumerates the fire times without repeats. It does not allocate.
-//!
-//! ## `@every`
-//!
-//! An interval fires at every whole multiple of the interval since the Unix epoch:
-//! `next = (floor(after_ms / d_ms) + 1) * d_ms`. It is measured in absolute time, so the time zone
-//! and daylight saving never affect it. Anchoring to the epoch rather than to, say, process start
-//! means every instance of a cluster computes the same ticks, so a tick identifies one run across
-//! processes (the lock and the run history key on it).
-//!
-//! ## Cron
-//!
-//! Cron fields describe wall-clock times in the schedule's zone. The search converts `after` to
-//! local time (dropping its fraction of a second), then walks the matching local times after it
-//! in order, skipping whole years, months, days, hours and minutes that cannot match (each field
-//! is a bitset). Each matching local time `N` is then mapped back to an instant:
-//!
-//! - **Normal** (`N` occurs once): fire at that instant.
-//! - **Fall-back overlap** (`N` occurs twice, e.g. 01:30 on 2026-11-01 in New York, at 05:30Z
-//!   in daylight time and again at 06:30Z in standard time): fire at the *earlier* instant only.
-//!   If that is not after `after`, the local time already fired during the first pass and is
-//!   skipped. A job therefore runs once at a repeated wall-clock time, and an hourly job does
-//!   not run twice in the repeated hour (`0 0 * * * *` in New York fires at 05:00Z, 01:00 EDT,
-//!   then 07:00Z, 02:00 EST; 06:00Z, 01:00 EST, is skipped). While the clock repeats the hour,
-//!   nothing in that hour fires a second time.
-//! - **Spring-forward gap** (`N` does not exist, e.g. 02:30 on 2026-03-08 in New York): fire at
-//!   the instant the gap ends, i.e. the first valid local time after it (03:00 EDT = 07:00Z), so
-//!   a daily 02:30 job still runs that day, just late. All fire times inside one gap collapse
-//!   onto that one instant and fire once: `0 */15 * * * *` in New York fires at 06:45Z (01:45
-//!   EST), once at 07:00Z (standing for 02:00, 02:15, 02:30, 02:45 and the real 03:00), then at
-//!   07:15Z.
-//!
-//! Put differently: each matching local time `N` stands for one instant `f(N)` — its earliest
-//! occurrence, or the end of the gap it falls in — and `next_after` returns the smallest `f(N)`
-//! strictly after `after`. `f` never decreases as `N` increases, which is why walking local
-//! times in order and returning the first `f(N) > after` is exact. (A result is never at or
-//! before `after`, whatever the offsets do.)
-//!
-//! The search gives up, returning `None`, after the last year the year field selects (2199 at
-//! most). It jumps straight to the next selected year, month, day, hour, minute and second, so
-//! even a search that ends in `None` takes a few thousand cheap steps at most.
-//!
-//! Reference transitions (used by the tests): New York springs forward on 2026-03-08 at 02:00
-//! EST → 03:00 EDT (07:00Z) and falls back on 2026-11-01 at 02:00 EDT → 01:00 EST (06:00Z);
-//! Berlin springs forward on 2026-03-29 at 02:00 CET → 03:00 CEST (01:00Z) and falls back on
-//! 2026-10-25 at 03:00 CEST → 02:00 CET (01:00Z).
+//! its behaviour around daylight-saving transitions is not the one specified on [`Schedule`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -136,8 +16,128 @@ use chrono::{
 use chrono_tz::Tz;
 
 /// A parsed schedule: a cron expression or an `@every` interval, with the time zone its
-/// wall-clock fields are read in. See the [module documentation](self) for the grammar and the
-/// exact firing rules.
+/// wall-clock fields are read in.
+///
+/// A schedule is parsed once from the text a user wrote (plus an optional time zone, UTC by
+/// default) and then answers one question, [`Schedule::next_after`]: the first fire time strictly
+/// after a given instant. The job engine stores that instant as the job's next time; it never
+/// needs anything else from a schedule.
+///
+/// # Grammar
+///
+/// Leading and trailing whitespace is ignored. An expression is either a cron expression or a
+/// descriptor starting with `@`.
+///
+/// ## Cron expressions
+///
+/// Fields are separated by any amount of whitespace:
+///
+/// | fields | layout                                  |
+/// | ------ | --------------------------------------- |
+/// | 5      | `min hour dom month dow` (second is 0)  |
+/// | 6      | `sec min hour dom month dow`            |
+/// | 7      | `sec min hour dom month dow year`       |
+///
+/// | field        | values                                          |
+/// | ------------ | ----------------------------------------------- |
+/// | second       | 0-59                                            |
+/// | minute       | 0-59                                            |
+/// | hour         | 0-23                                            |
+/// | day-of-month | 1-31                                            |
+/// | month        | 1-12 or `JAN`-`DEC`                             |
+/// | day-of-week  | 0-7 (0 and 7 are both Sunday) or `SUN`-`SAT`    |
+/// | year         | 1970-2199                                       |
+///
+/// Names are three letters and case-insensitive. Each field is a comma-separated list of items;
+/// an item is one of
+///
+/// - `*` — every value of the field; `?` means the same but is accepted only in day-of-month and
+///   day-of-week;
+/// - `n` — one value (a number, or a name where the field has names);
+/// - `a-b` — every value from `a` to `b` inclusive; `a` must not be after `b` (ranges do not wrap
+///   around, so write `FRI-SAT,SUN` or `5-7`, not `FRI-SUN`);
+/// - `*/s`, `a/s`, `a-b/s` — every `s`-th value of the whole field, of `a` to the field's
+///   maximum, or of `a` to `b`; `s` is at least 1. For day-of-week, "the whole field" and "the
+///   maximum" stop at 6 (Saturday): 7 is only another spelling of Sunday, so `1/2` is Monday,
+///   Wednesday and Friday.
+///
+/// Day-of-month and day-of-week combine as in Vixie cron (and Go's robfig/cron): if either field
+/// is unrestricted — written exactly `*` or `?`, nothing else (`*/1` counts as restricted) — a
+/// day must match both (which amounts to matching the other one); if both are restricted, a day
+/// matches when *either* matches. So `0 0 0 15 * FRI` fires on the 15th and on every Friday.
+///
+/// An expression that can be seen never to fire is rejected: day-of-month restricted,
+/// day-of-week unrestricted, and no selected month has a selected day (`0 0 0 30 2 *`). An
+/// expression whose only impossibility lies in the year field (`0 0 0 29 2 * 2100`) parses, and
+/// [`Schedule::next_after`] returns `None` for it.
+///
+/// ## Descriptors
+///
+/// Case-insensitive:
+///
+/// | descriptor               | equivalent    |
+/// | ------------------------ | ------------- |
+/// | `@yearly`, `@annually`   | `0 0 0 1 1 *` |
+/// | `@monthly`               | `0 0 0 1 * *` |
+/// | `@weekly`                | `0 0 0 * * 0` |
+/// | `@daily`, `@midnight`    | `0 0 0 * * *` |
+/// | `@hourly`                | `0 0 * * * *` |
+/// | `@every <duration>`      | fixed interval, see below |
+///
+/// These (except `@every`) are ordinary cron expressions, evaluated in the schedule's zone.
+///
+/// `<duration>` is Go-style: one or more `<whole number><unit>` with units `h`, `m`, `s` and
+/// `ms` (lower case), e.g. `90s`, `1m30s`, `1h0m5s`, `1500ms`; the total must be at least 1s.
+///
+/// # When a schedule fires
+///
+/// [`Schedule::next_after`] returns the first fire time *strictly* after the given instant, so
+/// feeding each result back in enumerates the fire times without repeats. It does not allocate.
+///
+/// ## `@every`
+///
+/// An interval fires at every whole multiple of the interval since the Unix epoch:
+/// `next = (floor(after_ms / d_ms) + 1) * d_ms`. It is measured in absolute time, so the time zone
+/// and daylight saving never affect it. Anchoring to the epoch rather than to, say, process start
+/// means every instance of a cluster computes the same ticks, so a tick identifies one run across
+/// processes (the lock and the run history key on it).
+///
+/// ## Cron
+///
+/// Cron fields describe wall-clock times in the schedule's zone. The search converts `after` to
+/// local time (dropping its fraction of a second), then walks the matching local times after it
+/// in order, skipping whole years, months, days, hours and minutes that cannot match (each field
+/// is a bitset). Each matching local time `N` is then mapped back to an instant:
+///
+/// - **Normal** (`N` occurs once): fire at that instant.
+/// - **Fall-back overlap** (`N` occurs twice, e.g. 01:30 on 2026-11-01 in New York, at 05:30Z
+///   in daylight time and again at 06:30Z in standard time): fire at the *earlier* instant only.
+///   If that is not after `after`, the local time already fired during the first pass and is
+///   skipped. A job therefore runs once at a repeated wall-clock time, and an hourly job does
+///   not run twice in the repeated hour (`0 0 * * * *` in New York fires at 05:00Z, 01:00 EDT,
+///   then 07:00Z, 02:00 EST; 06:00Z, 01:00 EST, is skipped). While the clock repeats the hour,
+///   nothing in that hour fires a second time.
+/// - **Spring-forward gap** (`N` does not exist, e.g. 02:30 on 2026-03-08 in New York): fire at
+///   the instant the gap ends, i.e. the first valid local time after it (03:00 EDT = 07:00Z), so
+///   a daily 02:30 job still runs that day, just late. All fire times inside one gap collapse
+///   onto that one instant and fire once: `0 */15 * * * *` in New York fires at 06:45Z (01:45
+///   EST), once at 07:00Z (standing for 02:00, 02:15, 02:30, 02:45 and the real 03:00), then at
+///   07:15Z.
+///
+/// Put differently: each matching local time `N` stands for one instant `f(N)` — its earliest
+/// occurrence, or the end of the gap it falls in — and `next_after` returns the smallest `f(N)`
+/// strictly after `after`. `f` never decreases as `N` increases, which is why walking local
+/// times in order and returning the first `f(N) > after` is exact. (A result is never at or
+/// before `after`, whatever the offsets do.)
+///
+/// The search gives up, returning `None`, after the last year the year field selects (2199 at
+/// most). It jumps straight to the next selected year, month, day, hour, minute and second, so
+/// even a search that ends in `None` takes a few thousand cheap steps at most.
+///
+/// Reference transitions (used by the tests): New York springs forward on 2026-03-08 at 02:00
+/// EST → 03:00 EDT (07:00Z) and falls back on 2026-11-01 at 02:00 EDT → 01:00 EST (06:00Z);
+/// Berlin springs forward on 2026-03-29 at 02:00 CET → 03:00 CEST (01:00Z) and falls back on
+/// 2026-10-25 at 03:00 CEST → 02:00 CET (01:00Z).
 #[derive(Clone, Debug)]
 pub struct Schedule {
     expression: String,

@@ -1,41 +1,6 @@
 //! The in-process cron engine: register jobs with their options, [`Scheduler::start`], and
-//! [`RunningScheduler::stop`] on shutdown.
-//!
-//! # How a fire time becomes a run
-//!
-//! Each job has one driver task. It computes the next fire time from its [`Schedule`] and the
-//! wall clock, then sleeps towards it in steps of at most [`MAX_SLEEP`], re-reading the wall clock
-//! after each step: it never fires early, and a clock step or a suspend is noticed within a
-//! second. When the fire time has passed the driver fires once; if the clock jumped over several
-//! fire times they are coalesced into that one run and counted as `missed`. The next fire time is
-//! computed from the later of now and the fire time just handled, so no fire time runs twice
-//! even when the clock steps back.
-//!
-//! Firing spawns a run task (the driver never waits on a lock or a job):
-//! 1. **overlap** — with [`Overlap::Forbid`] (the default) a fire time that finds the previous run
-//!    still going is skipped and counted (`overlap`);
-//! 2. **guard** — [`Guard::None`] runs on every instance; [`Guard::ShortLock`] takes the job's lock
-//!    for this run with ttl = the timeout, claiming the fire time so it runs at most once across
-//!    instances, and releases it when the run ends; [`Guard::LongLock`] runs only on the instance
-//!    that holds the job's long lock, which it keeps across runs by refreshing every ttl/3.
-//!    Instances that are not the owner skip (`not_owner`); a lock backend error skips
-//!    (`lock_error`);
-//! 3. **run** — the job runs in its own task with a [`JobContext`]. It is cancelled at its timeout,
-//!    when its lock is lost, or when a stop's grace runs out; if it has not returned within a
-//!    short grace after that it is aborted.
-//!
-//! # Self-fencing
-//!
-//! A [`Lease`] stops considering itself valid a safety margin before its lock can expire
-//! (measured on the monotonic clock from when the acquire or refresh was sent). The run's task is
-//! cancelled at that moment and aborted within half the margin, so it has stopped before another
-//! instance can take the lock. [`JobContext::still_owner`] lets a job check before each write.
-//!
-//! # Stopping
-//!
-//! [`RunningScheduler::stop`]: drivers stop (no new runs); running jobs get the grace to finish;
-//! then they are cancelled and, after a short grace, aborted; then long locks are released so
-//! another instance takes over at its next fire time instead of after the ttl.
+//! [`RunningScheduler::stop`] on shutdown. Its behaviour — how a fire time becomes a run,
+//! self-fencing, stopping — is documented on [`Scheduler`].
 
 use std::{
     sync::{
@@ -165,7 +130,44 @@ pub fn lock_margin(ttl: Duration) -> Duration {
     (ttl / 5).min(Duration::from_secs(5))
 }
 
-/// Jobs registered but not yet started.
+/// The in-process cron engine: jobs registered but not yet started. Register jobs with
+/// [`Scheduler::add`], then [`Scheduler::start`]; call [`RunningScheduler::stop`] on shutdown.
+///
+/// # How a fire time becomes a run
+///
+/// Each job has one driver task. It computes the next fire time from its [`Schedule`] and the
+/// wall clock, then sleeps towards it in steps of at most [`MAX_SLEEP`], re-reading the wall clock
+/// after each step: it never fires early, and a clock step or a suspend is noticed within a
+/// second. When the fire time has passed the driver fires once; if the clock jumped over several
+/// fire times they are coalesced into that one run and counted as `missed`. The next fire time is
+/// computed from the later of now and the fire time just handled, so no fire time runs twice
+/// even when the clock steps back.
+///
+/// Firing spawns a run task (the driver never waits on a lock or a job):
+/// 1. **overlap** — with [`Overlap::Forbid`] (the default) a fire time that finds the previous run
+///    still going is skipped and counted (`overlap`);
+/// 2. **guard** — [`Guard::None`] runs on every instance; [`Guard::ShortLock`] takes the job's lock
+///    for this run with ttl = the timeout, claiming the fire time so it runs at most once across
+///    instances, and releases it when the run ends; [`Guard::LongLock`] runs only on the instance
+///    that holds the job's long lock, which it keeps across runs by refreshing every ttl/3.
+///    Instances that are not the owner skip (`not_owner`); a lock backend error skips
+///    (`lock_error`);
+/// 3. **run** — the job runs in its own task with a [`JobContext`]. It is cancelled at its timeout,
+///    when its lock is lost, or when a stop's grace runs out; if it has not returned within a
+///    short grace after that it is aborted.
+///
+/// # Self-fencing
+///
+/// A [`Lease`] stops considering itself valid a safety margin before its lock can expire
+/// (measured on the monotonic clock from when the acquire or refresh was sent). The run's task is
+/// cancelled at that moment and aborted within half the margin, so it has stopped before another
+/// instance can take the lock. [`JobContext::still_owner`] lets a job check before each write.
+///
+/// # Stopping
+///
+/// [`RunningScheduler::stop`]: drivers stop (no new runs); running jobs get the grace to finish;
+/// then they are cancelled and, after a short grace, aborted; then long locks are released so
+/// another instance takes over at its next fire time instead of after the ttl.
 pub struct Scheduler {
     locks: Arc<dyn LockBackend>,
     clock: Arc<dyn Clock>,
@@ -190,15 +192,16 @@ impl Scheduler {
         }
     }
 
-    /// Uses `clock` as the wall clock (tests use [`crate::clock::TokioClock`]).
+    /// Uses `clock` as the wall clock (tests use [`TokioClock`](crate::TokioClock)).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Registers `job` (wrapped in [`Instrumented`]). Its metrics appear as soon as it is
-    /// registered, with zero runs.
+    /// Registers `job`. Each run is instrumented: a tracing span, the job metrics
+    /// ([`JOB_RUNS`] and the others), and an error log line when it fails. Its
+    /// metrics appear as soon as it is registered, with zero runs.
     pub fn add(&mut self, job: impl Job, options: JobOptions) -> Result<(), SchedulerError> {
         let name = job.name().to_owned();
         let valid_name = !name.is_empty()
@@ -444,7 +447,7 @@ impl LongLock {
     }
 }
 
-/// The driver of one job: waits for each fire time and fires (see the module docs).
+/// The driver of one job: waits for each fire time and fires (see [`Scheduler`]).
 async fn drive(state: Arc<JobState>, shared: Arc<Shared>) {
     let schedule = &state.options.schedule;
     let mut next = schedule.next_after(shared.clock.now());

@@ -309,7 +309,7 @@ async fn workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs(db: T
         let rows = store.runs(*id, 100_000).await.unwrap();
         let by_tick: BTreeMap<i64, _> = rows.iter().map(|row| (row.scheduled_at, row)).collect();
         // Every fire time in the window has its row.
-        let mut tick = scheduler::sql::model::next_fire(&schedule, window_start).unwrap();
+        let mut tick = scheduler::sql::next_fire(&schedule, window_start).unwrap();
         while tick <= window_end {
             let row = by_tick
                 .get(&tick)
@@ -320,7 +320,7 @@ async fn workers_survive_kills_and_pauses_without_duplicates_or_stuck_jobs(db: T
                 RunStatus::Fenced => fenced += 1,
                 other => panic!("{name}: fire time {tick} ended {other}: {row:?}"),
             }
-            tick = scheduler::sql::model::next_fire(&schedule, tick).unwrap();
+            tick = scheduler::sql::next_fire(&schedule, tick).unwrap();
         }
         // Committed runs carry the newest token that ran them, and never overlap.
         let mut committed: Vec<_> = rows

@@ -21,9 +21,8 @@ use std::{
 use async_trait::async_trait;
 use scheduler::{
     sql::{
-        model::plan_claim, ClaimKind, DbClock, Dialect, Executor, Executors, JobRow, JobStatus,
-        Misfire, NewJob, OverlapPolicy, RunStatus, SqlJobStore, SqlScheduler, StoreError,
-        WorkerOptions,
+        plan_claim, ClaimKind, DbClock, Dialect, Executor, Executors, JobRow, JobStatus, Misfire,
+        NewJob, OverlapPolicy, RunStatus, SqlJobStore, SqlScheduler, StoreError, WorkerOptions,
     },
     JobContext,
 };
@@ -232,7 +231,7 @@ async fn misfire_policies_record_every_missed_fire_time(db: TestDb) {
 /// the true latest one — it used to run the 10 000th, 33 minutes stale, and leave the rest
 /// without a row or a log — and `catch_up` runs exactly the newest 100.
 async fn a_job_twelve_thousand_fire_times_behind_runs_the_latest(db: TestDb) {
-    use scheduler::sql::model::{CATCH_UP_CAP, MAX_RECORDED_MISSES};
+    use scheduler::sql::{CATCH_UP_CAP, MAX_RECORDED_MISSES};
 
     let (store, now) = manual(&db, T0);
     let once = store

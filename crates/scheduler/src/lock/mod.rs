@@ -1,20 +1,10 @@
 //! Distributed locks for jobs: one small trait, [`LockBackend`], with two implementations —
 //! [`InProcessLocks`] (one process, embedded mode) and [`RedisLocks`] (any number of processes) —
-//! and [`Lease`], what a caller holds once it has a lock.
-//!
-//! A backend only knows keys, owner tokens and time-to-live. Every successful acquisition also
-//! yields a **fencing token**: a per-key counter incremented atomically with the acquisition, so
-//! the tokens of successive holders strictly increase. A job attaches its token to the writes it
-//! makes, and a store that remembers the highest token it has seen rejects a stale holder's late
-//! write (Kleppmann's fencing; the hot list does this).
-//!
-//! A [`Lease`] tracks its own validity on the **monotonic** clock: it starts counting the ttl at
-//! the instant the acquire (or extend) request was *sent*, which is never later than the instant
-//! the backend started its expiry timer, so the holder always believes its lock expires no later
-//! than it really does. It stops considering itself the owner a safety margin before that, which
-//! is what lets [`crate::scheduler`] cancel a job before anyone else can take the lock.
+//! and [`Lease`], what a caller holds once it has a lock. Fencing tokens are explained on
+//! [`LockBackend`], the lease's validity window on [`Lease`].
 
 mod in_process;
+#[cfg(feature = "redis")]
 mod redis;
 
 use std::{sync::Arc, time::Duration};
@@ -26,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ownership::Ownership;
 
 pub use in_process::InProcessLocks;
+#[cfg(feature = "redis")]
 pub use redis::RedisLocks;
 
 /// A lock backend failed to answer (network, server error). Distinct from "the lock is held by
@@ -44,6 +35,12 @@ pub struct Grant {
 }
 
 /// Storage for locks. Implementations must make each method atomic.
+///
+/// A backend only knows keys, owner tokens and time-to-live. Every successful acquisition also
+/// yields a **fencing token**: a per-key counter incremented atomically with the acquisition, so
+/// the tokens of successive holders strictly increase. A job attaches its token to the writes it
+/// makes, and a store that remembers the highest token it has seen rejects a stale holder's late
+/// write (Kleppmann's fencing).
 #[async_trait]
 pub trait LockBackend: Send + Sync + 'static {
     /// Takes `key` for `ttl` unless someone holds it; `Ok(None)` when held.
@@ -64,7 +61,13 @@ pub trait LockBackend: Send + Sync + 'static {
     async fn release(&self, key: &str, owner: &str) -> Result<bool, LockError>;
 }
 
-/// A held lock, with its validity tracked on the monotonic clock (see the module docs).
+/// A held lock, with its validity tracked on the monotonic clock.
+///
+/// A lease starts counting the ttl at the instant the acquire (or extend) request was *sent*,
+/// which is never later than the instant the backend started its expiry timer, so the holder
+/// always believes its lock expires no later than it really does. It stops considering itself the
+/// owner a safety margin before that, which is what lets the [`Scheduler`](crate::Scheduler)
+/// cancel a job before anyone else can take the lock.
 #[derive(Debug)]
 pub struct Lease {
     backend: Arc<dyn LockBackend>,

@@ -1,11 +1,14 @@
 //! The SQL preemptive scheduler: durable jobs in a `jobs` table that every instance polls, each
 //! fire time run by exactly one instance.
 //!
-//! - [`model`]: rows, policies, and the pure claim decision (on time, misfire, trigger,
-//!   takeover);
-//! - [`store`]: the SQL (SQLite and PostgreSQL), every holder write conditional on its token;
-//! - [`worker`]: the poll → claim → run → heartbeat → release loop with bounded concurrency;
-//! - [`executor`]: what a job runs — a registry of named executors, and the `http` executor.
+//! - rows and policies ([`JobRow`], [`RunRow`], [`Misfire`], [`OverlapPolicy`]), and the pure
+//!   claim decision ([`plan_claim`]: on time, misfire, trigger, takeover);
+//! - [`SqlJobStore`]: the SQL (SQLite and PostgreSQL), every holder write conditional on its
+//!   token;
+//! - [`SqlScheduler`]: the poll → claim → run → heartbeat → release loop with bounded
+//!   concurrency;
+//! - [`Executors`]: what a job runs — a registry of named [`Executor`]s, among them the `http`
+//!   executor (`HttpExecutor`, feature `http`).
 //!
 //! Guarantees, and how:
 //! - **one run per fire time**: a claim is a compare-and-swap on `version`, and each fire time
@@ -22,12 +25,85 @@
 //!   running it, per the job's misfire policy.
 //!
 //! The schema is [`SCHEMA`]; the application includes it in its migrations.
+//!
+//! # Example
+//!
+//! An instance on an in-memory SQLite database, with one executor and one job:
+//!
+//! ```rust
+//! use std::time::Duration;
+//!
+//! use async_trait::async_trait;
+//! use scheduler::{
+//!     sql::{
+//!         DbClock, Dialect, Executor, Executors, JobRow, Misfire, NewJob, OverlapPolicy,
+//!         SqlJobStore, SqlScheduler, WorkerOptions, SCHEMA,
+//!     },
+//!     JobContext,
+//! };
+//!
+//! /// Sends a report; jobs name it as their executor.
+//! struct Report;
+//!
+//! #[async_trait]
+//! impl Executor for Report {
+//!     fn name(&self) -> &str {
+//!         "report"
+//!     }
+//!
+//!     fn check_cfg(&self, _cfg: &serde_json::Value) -> Result<(), String> {
+//!         Ok(())
+//!     }
+//!
+//!     async fn execute(&self, job: &JobRow, ctx: JobContext) -> anyhow::Result<()> {
+//!         println!("{} for {} (token {})", job.name, ctx.scheduled_at(), ctx.fencing_token());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     sqlx::any::install_default_drivers();
+//!     let pool = sqlx::any::AnyPoolOptions::new()
+//!         .max_connections(1)
+//!         .connect("sqlite::memory:")
+//!         .await?;
+//!     // `{{id}}` is the engine's auto-increment primary key.
+//!     let schema = SCHEMA.replace("{{id}}", "INTEGER PRIMARY KEY AUTOINCREMENT");
+//!     sqlx::raw_sql(&schema).execute(&pool).await?;
+//!     let store = SqlJobStore::new(pool.clone(), pool, DbClock::Database(Dialect::Sqlite));
+//!
+//!     let mut executors = Executors::new();
+//!     executors.register(Report);
+//!     executors.check("report", "{}").map_err(anyhow::Error::msg)?;
+//!     store
+//!         .create(&NewJob {
+//!             name: "nightly-report".to_owned(),
+//!             cron: "0 0 3 * * *".to_owned(),
+//!             timezone: "Europe/Berlin".to_owned(),
+//!             executor: "report".to_owned(),
+//!             cfg: "{}".to_owned(),
+//!             misfire: Misfire::FireOnce,
+//!             overlap: OverlapPolicy::Forbid,
+//!             timeout_ms: 60_000,
+//!         })
+//!         .await?;
+//!
+//!     let running = SqlScheduler::new(store, executors, WorkerOptions::default()).start();
+//!     tokio::time::sleep(Duration::from_millis(50)).await;
+//!     running.stop(Duration::from_secs(10)).await;
+//!     Ok(())
+//! }
+//! ```
 
-pub mod executor;
-pub mod model;
-pub mod store;
-pub mod target;
-pub mod worker;
+mod executor;
+#[cfg(feature = "http")]
+mod http;
+mod model;
+mod store;
+#[cfg(feature = "http")]
+mod target;
+mod worker;
 
 /// The tables of this scheduler (`jobs`, `job_runs`), in the application's migration dialect
 /// (`{{id}}` is the auto-increment primary key of the engine).
@@ -35,8 +111,17 @@ pub const SCHEMA: &str = include_str!("schema.sql");
 /// The index [`SqlJobStore::purge_runs_before`] deletes by: a migration after [`SCHEMA`].
 pub const RUNS_RETENTION_SCHEMA: &str = include_str!("schema_runs_retention.sql");
 
-pub use executor::{Executor, Executors, HttpExecutor};
-pub use model::{ClaimKind, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow, RunStatus};
-pub use store::{Claim, DbClock, Dialect, NewJob, SqlJobStore, StoreError};
+pub use executor::{Executor, Executors};
+#[cfg(feature = "http")]
+pub use http::HttpExecutor;
+pub use model::{
+    next_fire, plan_claim, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow,
+    RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_UNRECORDED_FIRE_TIMES,
+};
+pub use store::{check_name, Claim, DbClock, Dialect, Due, NewJob, SqlJobStore, StoreError};
+#[cfg(feature = "http")]
 pub use target::TargetPolicy;
-pub use worker::{RunningSqlScheduler, SqlScheduler, WorkerOptions};
+pub use worker::{
+    default_instance_id, describe_metrics, RunningSqlScheduler, SqlScheduler, WorkerOptions,
+    SQL_CLAIMS, SQL_FENCED, SQL_SCHEDULE_LAG,
+};

@@ -249,6 +249,6 @@ mod tests {
     fn times_are_rfc3339_utc() {
         assert_eq!(time_text(1_767_225_600_000), "2026-01-01T00:00:00Z");
         assert_eq!(time_text(1_767_225_600_250), "2026-01-01T00:00:00.250Z");
-        assert_eq!(next_time_text(scheduler::sql::model::NEVER), "never");
+        assert_eq!(next_time_text(scheduler::sql::NEVER), "never");
     }
 }

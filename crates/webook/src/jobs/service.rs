@@ -2,7 +2,7 @@
 //! (defaults, policies, executor and `cfg`), checked before the store writes it. No HTTP, no SQL.
 
 use scheduler::{
-    sql::{model::NEVER, store::check_name, Executors, NewJob, SqlJobStore, StoreError},
+    sql::{check_name, Executors, NewJob, SqlJobStore, StoreError, NEVER},
     Schedule,
 };
 

@@ -4,8 +4,6 @@
 //! policy, timeouts, clock jumps, stop semantics, and long locks (single owner, release on stop,
 //! self-fencing when refreshes stall).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::{
     future::Future,
     pin::Pin,

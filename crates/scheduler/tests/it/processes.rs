@@ -6,10 +6,6 @@
 //! - fencing tokens never decrease over time and the successor's is greater;
 //! - the survivors stop cleanly on SIGTERM (exit status 0).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
@@ -17,7 +13,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use common::{redis_url, unique_prefix, wait_until};
+use crate::common::{redis_url, unique_prefix, wait_until};
 
 const TTL: Duration = Duration::from_secs(3);
 const PROCESSES: usize = 3;

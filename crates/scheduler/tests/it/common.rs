@@ -20,7 +20,7 @@ use tokio::{
 };
 
 /// Environment variable with the test Redis URL (set by `scripts/with-services.sh`).
-pub const REDIS_URL_ENV: &str = "WEBOOK_TEST_REDIS_URL";
+pub const REDIS_URL_ENV: &str = "SCHEDULER_TEST_REDIS_URL";
 /// The longest any awaited condition may take before the test fails.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(20);
 

@@ -4,10 +4,6 @@
 //! times claimed once — and, on Redis, a holder cut off from the server (a paused proxy) stops
 //! considering itself the owner before another instance takes the lock.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
-
 use std::{
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -16,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use common::{
+use crate::common::{
     connect, in_process_locks, redis_locks, redis_socket_addr, redis_url, unique_prefix,
     wait_until, PausableProxy,
 };
@@ -257,7 +253,7 @@ async fn a_cut_off_holder_stops_before_another_takes_over() {
         Arc::new(RedisLocks::new(connect(&proxy.url()).await, prefix.clone()));
     let direct: Arc<dyn LockBackend> = Arc::new(RedisLocks::new(connect(&url).await, prefix));
     let ttl = Duration::from_millis(1500);
-    let margin = scheduler::scheduler::lock_margin(ttl);
+    let margin = scheduler::lock_margin(ttl);
 
     let holder = Arc::new(
         Lease::acquire(through_proxy, "job:partitioned", ttl, margin, None)
@@ -303,7 +299,7 @@ async fn a_cut_off_holder_stops_before_another_takes_over() {
     })
     .await;
     let (taken_at, successor) = taken_at.lock().unwrap().clone().unwrap();
-    let stopped_at = tokio::time::timeout(common::WAIT_LIMIT, keep_alive)
+    let stopped_at = tokio::time::timeout(crate::common::WAIT_LIMIT, keep_alive)
         .await
         .expect("the cut-off holder never stopped considering itself the owner")
         .unwrap();
