@@ -33,7 +33,7 @@ use axum::{
 use scheduler::{Job, JobContext};
 use sha2::Digest;
 
-use crate::auth::{http::Authenticates, AuthService, AuthUser};
+use crate::auth::{AuthService, AuthUser, Authenticates};
 use platform::{
     db::{now_millis, Db},
     error::{AppError, Msg},

@@ -6,10 +6,14 @@
 //! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
 //! - **cluster**: PostgreSQL + Redis, any number of instances behind a load balancer.
 //!
-//! The switch is configuration only. Data flows from [`cli`] (parse the command line) through
-//! [`config`] (defaults → `webook.toml` → `WEBOOK_*` env → flags) into [`app`], which opens the
-//! [`infra`] backends, assembles the HTTP router from the feature modules and serves it until a
-//! shutdown signal drains it.
+//! The switch is configuration only. Data flows from [`cli`] (parse the command line) through the
+//! configuration core of the `platform` crate (defaults → `webook.toml` → `WEBOOK_*` env →
+//! flags; each feature brings its own settings section) into [`app`], which opens the platform's
+//! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
+//! [`article`], [`ranking`], [`jobs`], each a folder with one public face, its `mod.rs` — and
+//! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
+//! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
+//! data.
 
 pub mod app;
 pub mod article;
@@ -21,6 +25,8 @@ mod config_contract;
 pub mod idempotency;
 pub mod interactive;
 pub mod jobs;
+#[cfg(test)]
+mod layering;
 pub mod ranking;
 pub mod schema;
 pub mod seed;

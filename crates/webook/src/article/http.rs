@@ -16,7 +16,7 @@ use crate::{
         service::existing_id,
         ArticleService,
     },
-    auth::{http::Authenticates, AuthService, AuthUser, Writer},
+    auth::{AuthService, AuthUser, Authenticates, Writer},
     idempotency::Idempotency,
     interactive::InteractiveService,
 };

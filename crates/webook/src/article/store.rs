@@ -202,7 +202,7 @@ impl ArticleStore {
             Ok(PublishedArticle {
                 id: row.try_get("id")?,
                 author_id,
-                author_name: crate::user::model::display_name(&nickname, author_id),
+                author_name: crate::user::display_name(&nickname, author_id),
                 title: row.try_get("title")?,
                 content: row.try_get("content")?,
                 abstract_text: row.try_get("abstract")?,

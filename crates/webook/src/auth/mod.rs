@@ -22,8 +22,10 @@ pub mod session;
 pub mod settings;
 pub mod token;
 
-pub use http::Writer;
+pub use admin::{Admin, Admins, ChecksAdmins};
+pub use http::{Authenticates, Writer};
 pub use jobs::PurgeExpiredSessions;
+pub use password::PasswordHasher;
 pub use service::{AuthService, AuthUser};
 
 use async_trait::async_trait;
@@ -35,9 +37,7 @@ use platform::{
 };
 
 use crate::idempotency::{Idempotency, PurgeIdempotencyKeys};
-use crate::user::store::UserStore;
-use admin::Admins;
-use password::PasswordHasher;
+use crate::user::UserStore;
 use service::Limits;
 use session::SessionStore;
 use settings::{AuthSettings, JwtSecrets};

@@ -8,10 +8,7 @@ use crate::{
         session::{Rotation, SessionStore},
         token::{user_agent_hash, Tokens},
     },
-    user::{
-        model::{check_password_strength, normalize_email},
-        store::{InsertError, UserStore},
-    },
+    user::{check_password_strength, normalize_email, InsertError, UserStore},
 };
 use platform::{
     db::now_millis,

@@ -17,11 +17,7 @@ use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    auth::{
-        admin::{Admin, Admins, ChecksAdmins},
-        http::Authenticates,
-        AuthService,
-    },
+    auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins},
     idempotency::Idempotency,
     jobs::service::{self, JobSpec},
 };

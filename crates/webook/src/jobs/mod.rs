@@ -33,7 +33,7 @@ use scheduler::sql::{
 };
 
 use crate::{
-    auth::{admin::Admins, AuthService},
+    auth::{Admins, AuthService},
     idempotency::Idempotency,
 };
 use platform::{

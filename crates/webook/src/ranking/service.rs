@@ -26,7 +26,7 @@ use arc_swap::ArcSwapOption;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    article::service::{ArticleEvent, TOPIC_WITHDRAWN},
+    article::{ArticleEvent, TOPIC_WITHDRAWN},
     ranking::{
         cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
         model::{ScoreFormula, TopN},
@@ -235,7 +235,7 @@ impl RankingService {
                     abstract_text: details.abstract_text,
                     author: Author {
                         id: candidate.author_id,
-                        name: crate::user::model::display_name(
+                        name: crate::user::display_name(
                             &details.author_nickname,
                             candidate.author_id,
                         ),
@@ -337,7 +337,7 @@ impl RankingService {
     /// Consumes article withdrawals (consumer group `ranking`) until `stop`, taking each
     /// withdrawn article off the list ([`RankingService::forget`]); a failure is retried.
     /// `subscription` as for the read counter
-    /// ([`crate::interactive::service::InteractiveService::read_counter`]).
+    /// ([`crate::interactive::InteractiveService::read_counter`]).
     pub fn withdrawal_consumer(
         &self,
         events: &EventStream,

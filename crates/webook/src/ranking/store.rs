@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use sqlx::Row;
 
-use crate::{article::model::ArticleStatus, ranking::model::Signals};
+use crate::{article::ArticleStatus, ranking::model::Signals};
 use platform::{
     config::DatabaseKind,
     db::{placeholders, Db},

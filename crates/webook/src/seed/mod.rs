@@ -48,7 +48,7 @@ use self::{
     store::{ArticleRow, CounterRow, Interaction, InteractionRow, UserRow},
     text::Language,
 };
-use crate::auth::password::PasswordHasher;
+use crate::auth::PasswordHasher;
 use platform::db::Db;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;

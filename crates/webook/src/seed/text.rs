@@ -9,7 +9,7 @@
 //! [`abstract_of`](crate::article::model::abstract_of).
 
 use super::random::Rng;
-use crate::article::model::abstract_of_text;
+use crate::article::abstract_of_text;
 
 /// A generated article: title, HTML body and the abstract of that body.
 #[derive(Debug, Clone, PartialEq, Eq)]

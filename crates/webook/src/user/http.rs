@@ -12,7 +12,7 @@ use axum::{
 use serde::Deserialize;
 
 use crate::{
-    auth::{http::Authenticates, AuthService, AuthUser, Writer},
+    auth::{AuthService, AuthUser, Authenticates, Writer},
     user::{model::ProfileEdit, UserService},
 };
 use platform::error::{ApiJson, ApiResult, AppError, Reply};

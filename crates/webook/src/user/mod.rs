@@ -11,7 +11,9 @@ pub mod model;
 pub mod service;
 pub mod store;
 
+pub use model::{check_password_strength, display_name, normalize_email};
 pub use service::UserService;
+pub use store::{InsertError, UserStore};
 
 use async_trait::async_trait;
 use platform::{
@@ -20,7 +22,6 @@ use platform::{
 };
 
 use crate::auth::AuthService;
-use store::UserStore;
 
 /// The users feature: profiles. Installed after auth, whose extractors its handlers use; it
 /// provides [`UserService`] to the features installed after it.
