@@ -50,6 +50,15 @@ pub(super) struct InProcess {
 }
 
 impl InProcess {
+    /// Whether some group consumes `topic`.
+    pub(super) fn has_groups(&self, topic: &str) -> bool {
+        self.groups
+            .lock()
+            .map(|groups| groups.get(topic).is_some_and(|queues| !queues.is_empty()))
+            // A poisoned map: say yes, so events are recorded rather than lost.
+            .unwrap_or(true)
+    }
+
     /// Creates (or replaces) the queue of (`topic`, `group`) and returns its receiving end.
     pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Queued> {
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);

@@ -213,6 +213,16 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
+    /// Whether an event of `topic` published now can reach a consumer: always with Redis (the
+    /// stream keeps it for groups created later, in any process); in-process only when a group
+    /// of this process consumes the topic (else it would be dropped on arrival).
+    pub fn is_consumed(&self, topic: &str) -> bool {
+        match &self.backend {
+            Backend::InProcess(local) => local.has_groups(topic),
+            Backend::Redis(_) => true,
+        }
+    }
+
     /// An in-process stream.
     pub fn in_process() -> Self {
         Self {
@@ -398,6 +408,28 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn in_process_a_topic_counts_as_consumed_once_a_group_subscribes() {
+        let events = EventStream::in_process();
+        assert!(!events.is_consumed("t"), "no group yet");
+        let stop = CancellationToken::new();
+        let consumer = events.consume(
+            "t",
+            "g",
+            10,
+            Duration::from_millis(5),
+            stop.clone(),
+            |_| async { Ok(()) },
+        );
+        assert!(
+            events.is_consumed("t"),
+            "registered when subscribing, before running"
+        );
+        assert!(!events.is_consumed("other"));
+        stop.cancel();
+        consumer.await;
+    }
     use tokio::sync::mpsc;
 
     #[tokio::test]

@@ -189,6 +189,13 @@ impl Outbox {
         }
     }
 
+    /// Whether events of `topic` are worth recording ([`EventStream::is_consumed`]): in
+    /// embedded mode, a topic nobody in this process consumes would have its rows relayed to
+    /// no one and deleted, an extra write on SQLite's single writer for nothing.
+    pub fn wants(&self, topic: &str) -> bool {
+        self.inner.events.is_consumed(topic)
+    }
+
     /// Wakes the relay: a transaction that [`record`]ed events has committed.
     pub fn committed(&self) {
         self.inner.wake.notify_one();

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     biz::Biz,
     interactive::{
-        model::{Counts, ReadEvent, UserFlags},
+        model::{Counts, ReadEvent, UserFlags, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED},
         store::{InteractiveStore, LikeChange},
     },
 };
@@ -95,7 +95,8 @@ fn spawn_like_writer(store: InteractiveStore, outbox: Outbox) -> mpsc::Sender<Li
                 }
             }
             let changes: Vec<LikeChange> = batch.iter().map(|r| r.change.clone()).collect();
-            match store.set_likes(&changes, now_millis()).await {
+            let announce = outbox.wants(TOPIC_LIKE_CHANGED);
+            match store.set_likes(&changes, now_millis(), announce).await {
                 Ok(changed) => {
                     if changed.contains(&true) {
                         outbox.committed();
@@ -108,7 +109,11 @@ fn spawn_like_writer(store: InteractiveStore, outbox: Outbox) -> mpsc::Sender<Li
                     tracing::warn!(size = batch.len(), %err, "like batch failed; retrying one by one");
                     for request in batch {
                         let alone = store
-                            .set_likes(std::slice::from_ref(&request.change), now_millis())
+                            .set_likes(
+                                std::slice::from_ref(&request.change),
+                                now_millis(),
+                                announce,
+                            )
                             .await
                             .map(|changed| changed.first().copied().unwrap_or(false))
                             .map_err(anyhow::Error::from);
@@ -223,7 +228,15 @@ impl InteractiveService {
         to_completion(async move {
             if service
                 .store
-                .set_collect(uid, biz, biz_id, cid, collect, now_millis())
+                .set_collect(
+                    uid,
+                    biz,
+                    biz_id,
+                    cid,
+                    collect,
+                    now_millis(),
+                    service.outbox.wants(TOPIC_COLLECT_CHANGED),
+                )
                 .await?
             {
                 service.outbox.committed();

@@ -87,17 +87,22 @@ impl InteractiveStore {
             like,
         };
         Ok(self
-            .set_likes(std::slice::from_ref(&change), now)
+            .set_likes(std::slice::from_ref(&change), now, true)
             .await?
             .first()
             .copied()
             .unwrap_or(false))
     }
 
-    /// Applies `changes` in order in one transaction (all or none), recording a
-    /// [`TOPIC_LIKE_CHANGED`] event for each that changed something (one statement for the
+    /// Applies `changes` in order in one transaction (all or none), recording (when `announce`)
+    /// a [`TOPIC_LIKE_CHANGED`] event for each that changed something (one statement for the
     /// batch); returns, for each, whether it changed anything.
-    pub async fn set_likes(&self, changes: &[LikeChange], now: i64) -> sqlx::Result<Vec<bool>> {
+    pub async fn set_likes(
+        &self,
+        changes: &[LikeChange],
+        now: i64,
+        announce: bool,
+    ) -> sqlx::Result<Vec<bool>> {
         let mut tx = self.db.writer().begin().await?;
         let mut changed = Vec::with_capacity(changes.len());
         for change in changes {
@@ -111,7 +116,7 @@ impl InteractiveStore {
                 interaction_event(change.uid, change.biz, change.biz_id, change.like, now)
             })
             .collect();
-        if !events.is_empty() {
+        if announce && !events.is_empty() {
             outbox::record_many(&mut tx, TOPIC_LIKE_CHANGED, &events, now).await?;
         }
         tx.commit().await?;
@@ -119,8 +124,9 @@ impl InteractiveStore {
     }
 
     /// Collects into folder `cid` (`true`; moving between folders does not count again) or
-    /// removes from collections; returns whether the counter changed, in which case a
-    /// [`TOPIC_COLLECT_CHANGED`] event is recorded in the same transaction.
+    /// removes from collections; returns whether the counter changed, in which case (when
+    /// `announce`) a [`TOPIC_COLLECT_CHANGED`] event is recorded in the same transaction.
+    #[allow(clippy::too_many_arguments)]
     pub async fn set_collect(
         &self,
         uid: i64,
@@ -129,6 +135,7 @@ impl InteractiveStore {
         cid: i64,
         collect: bool,
         now: i64,
+        announce: bool,
     ) -> sqlx::Result<bool> {
         let kind = biz;
         let biz = biz.as_str();
@@ -169,7 +176,7 @@ impl InteractiveStore {
         } else {
             turn_off(&mut tx, Counter::Collect, uid, biz, biz_id, now).await?
         };
-        if changed {
+        if changed && announce {
             let (key, event) = interaction_event(uid, kind, biz_id, collect, now);
             outbox::record(&mut tx, TOPIC_COLLECT_CHANGED, &key, &event, now).await?;
         }

@@ -2,7 +2,7 @@
 //! No HTTP, no SQL text.
 
 use crate::user::{
-    model::{Profile, ProfileEdit},
+    model::{Profile, ProfileEdit, TOPIC_PROFILE_CHANGED},
     store::UserStore,
 };
 use platform::{
@@ -38,7 +38,12 @@ impl UserService {
 
     /// Applies a validated profile edit.
     pub async fn edit_profile(&self, uid: i64, edit: &ProfileEdit) -> Result<(), AppError> {
-        if self.store.update_profile(uid, edit, now_millis()).await? {
+        let announce = self.outbox.wants(TOPIC_PROFILE_CHANGED);
+        if self
+            .store
+            .update_profile(uid, edit, now_millis(), announce)
+            .await?
+        {
             self.outbox.committed();
             Ok(())
         } else {

@@ -73,12 +73,14 @@ impl UserStore {
         row.as_ref().map(user_from_row).transpose()
     }
 
-    /// Applies `edit` (absent fields unchanged) in one statement; false when no such user.
+    /// Applies `edit` (absent fields unchanged) and, when `announce`, records a
+    /// [`TOPIC_PROFILE_CHANGED`] event, in one transaction; false when no such user.
     pub async fn update_profile(
         &self,
         id: i64,
         edit: &ProfileEdit,
         now: i64,
+        announce: bool,
     ) -> sqlx::Result<bool> {
         let mut tx = self.db.writer().begin().await?;
         let result = sqlx::query(
@@ -93,7 +95,7 @@ impl UserStore {
         .execute(&mut *tx)
         .await?;
         let changed = result.rows_affected() == 1;
-        if changed {
+        if changed && announce {
             let event = ProfileEvent { uid: id, time: now };
             outbox::record(&mut tx, TOPIC_PROFILE_CHANGED, &id.to_string(), &event, now).await?;
         }
