@@ -51,6 +51,11 @@ const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Every feature's metrics, for the recorder: [`App::build`] installs it with these first, and
+/// so should anything that serves [`with_middleware`] without an app (whoever installs the
+/// process-wide recorder first sets its buckets).
+pub const METRICS: &[telemetry::MetricsSpec] = &[ranking::service::METRICS];
+
 /// What every handler can reach: one pointer to the [`Services`], so the per-request clone the
 /// `State` extractor makes is a single reference-count increment (cloning every service handle
 /// per request was a fifth of the CPU time of a cached read).
@@ -123,7 +128,7 @@ impl App {
     /// error naming the setting when a backend cannot be reached.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         // First, so the recorder takes every feature's buckets.
-        let metrics = telemetry::install_metrics(&[ranking::service::METRICS])?;
+        let metrics = telemetry::install_metrics(METRICS)?;
         let jwt = JwtSecrets::resolve(&config)?;
         let db = Db::connect(&config).await?;
         // Before the first write. Worker-only processes share nothing user-facing in-process,
