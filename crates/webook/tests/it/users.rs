@@ -5,7 +5,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-mod common;
+use crate::common;
 
 use common::{call, cluster_pair, get, login, post, refresh, signup, sorted_keys, Setup, PASSWORD};
 use reqwest::StatusCode;
