@@ -3,7 +3,7 @@
 //! stays the same however often it is relayed, and one recorded in a rolled-back transaction
 //! never is; a deduplicating consumer applies a relayed-twice event once; events wait in the
 //! outbox while Redis refuses them, and in-process while their consumer never handled them (the
-//! next process relays them). A killed server process is in `tests/process.rs`.
+//! next process relays them). A killed server process is in `tests/it/process.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 

@@ -21,6 +21,9 @@ use webook::testing::TestApp;
 
 /// Serves `routes` behind the production middleware with `config`; returns the base URL.
 async fn serve(routes: Router, config: &Config) -> String {
+    // As the app installs the recorder: `with_middleware` alone would install it without the
+    // features' buckets for every other test of the process, were it first.
+    telemetry::install_metrics(&webook::app::metrics()).unwrap();
     let router = with_middleware(routes, config).unwrap();
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await

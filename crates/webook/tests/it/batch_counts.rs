@@ -1,6 +1,7 @@
 //! `batch_counts` reads the counters of many objects with one SQL statement, not one per id.
-//! Its own test binary: it counts sqlx's statement log through a process-wide subscriber, which
-//! must see no other test's queries.
+//! In a process of its own (this test binary again, running this test alone): it counts sqlx's
+//! statement log through a process-wide subscriber, which must see no other test's queries (and
+//! which the first app another test starts would otherwise install first, for its logs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -44,8 +45,47 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountStatements {
     }
 }
 
-#[tokio::test]
-async fn batch_counts_of_a_hundred_objects_is_one_statement() {
+/// Set in the process that runs the test alone.
+const ALONE: &str = "WEBOOK_TEST_ALONE";
+
+#[test]
+fn batch_counts_of_a_hundred_objects_is_one_statement() {
+    if std::env::var_os(ALONE).is_some() {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(one_statement_for_a_hundred_ids());
+    }
+    // Its name for the test harness: the path without the binary's crate name.
+    let path = concat!(
+        module_path!(),
+        "::batch_counts_of_a_hundred_objects_is_one_statement"
+    );
+    let (_, name) = path.split_once("::").unwrap();
+    let alone = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&alone.stdout);
+    // Its output indented, so that its `test result:` line is not taken for this process's.
+    let indented = |text: &[u8]| {
+        String::from_utf8_lossy(text)
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect::<String>()
+    };
+    assert!(
+        alone.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} alone: {}\n{}{}",
+        alone.status,
+        indented(&alone.stdout),
+        indented(&alone.stderr)
+    );
+}
+
+async fn one_statement_for_a_hundred_ids() {
     let statements = Arc::new(AtomicUsize::new(0));
     tracing::subscriber::set_global_default(
         tracing_subscriber::registry()

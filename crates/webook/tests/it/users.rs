@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 use webook::schema::MIGRATIONS;
 
-mod common;
+use crate::common;
 
 use common::{call, cluster_pair, get, login, post, refresh, signup, sorted_keys, Setup, PASSWORD};
 use platform::testing::{wait_until, TestDb};

@@ -1,7 +1,7 @@
 //! Helpers shared by the HTTP integration tests: the four setups ({SQLite, PostgreSQL} ×
 //! {embedded, Redis}), a request helper that keeps raw bodies, and user sign-up/login.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // each test binary uses a subset
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 pub mod process;
 

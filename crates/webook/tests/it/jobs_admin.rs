@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-mod common;
+use crate::common;
 
 use std::{
     net::SocketAddr,
@@ -166,7 +166,7 @@ fn expect(answer: &common::Answer, status: StatusCode, code: i64) -> Value {
 }
 
 /// The jobs this test made: all but the hot list's `ranking` job, which every app creates at
-/// start-up (tests/ranking.rs covers it).
+/// start-up (tests/it/ranking.rs covers it).
 async fn list_jobs(app: &TestApp, token: &str) -> Vec<Value> {
     let body = expect(&get(app, "/jobs", Some(token)).await, StatusCode::OK, 0);
     body["data"]

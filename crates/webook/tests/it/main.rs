@@ -1,0 +1,34 @@
+//! The webook crate's integration tests, in one test binary: the crate and its dependencies are
+//! linked once, not once per test file. Each module is one area (what was one `tests/<name>.rs`
+//! binary); `common` holds the helpers they share.
+//!
+//! Run one module with a name filter, with the services up:
+//! `scripts/with-services.sh cargo test -p webook --test it cluster::`.
+//!
+//! The modules share one process: the metrics registry, the log subscriber and the detached
+//! writes are process-wide, so tests assert lower bounds on metrics, and a test that must be
+//! alone in its process starts one of its own (`batch_counts`).
+
+// First: it defines `setup_tests!`, which the modules below use.
+#[macro_use]
+mod common;
+
+mod articles;
+mod batch_counts;
+mod cache;
+mod chaos;
+mod cluster;
+mod events;
+mod full_disk;
+mod http_conventions;
+mod interactive;
+mod jobs;
+mod jobs_admin;
+mod migrations;
+mod outbox;
+mod process;
+mod ranking;
+mod readiness;
+mod seed;
+mod sql_scheduler;
+mod users;
