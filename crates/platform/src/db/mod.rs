@@ -366,8 +366,8 @@ pub fn row_placeholders(rows: usize, columns: usize) -> String {
 
 /// [`row_placeholders`] for statements with thousands of values: anonymous `?` on SQLite, whose
 /// lookup of a numbered parameter's name scans every parameter before it (sqlx asks for each
-/// one's name, so `$N` binding is quadratic: 87 % of a bulk load's time with 4 000 values per
-/// statement); `$N` on PostgreSQL, which knows no `?`.
+/// one's name, so `$N` binding is quadratic and dominated bulk loads; docs/PERFORMANCE.md →
+/// Datasets); `$N` on PostgreSQL, which knows no `?`.
 pub fn bulk_row_placeholders(kind: DatabaseKind, rows: usize, columns: usize) -> String {
     match kind {
         DatabaseKind::Postgres => row_placeholders(rows, columns),

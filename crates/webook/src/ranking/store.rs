@@ -177,8 +177,8 @@ impl RankingStore {
 /// On PostgreSQL the batches run on one connection, in one transaction with parallel query
 /// off: the planner, estimating the keyset bound and the redundant ctime bound as independent,
 /// underestimates the rows left past the middle of the scan and picks a parallel plan whose
-/// worker start-up (~30 ms) then dominates each 1 000-row batch (measured: 20–43 ms per batch
-/// in the last fifth of a 1M scan instead of ~5 ms). The transaction only reads, and in READ
+/// worker start-up then dominates each batch (docs/PERFORMANCE.md → Hot list). The transaction
+/// only reads, and in READ
 /// COMMITTED holds no snapshot between batches, so it does not hold back vacuum. Dropping the
 /// scan ends it. On SQLite each batch takes any pooled reader.
 #[derive(Debug)]
