@@ -70,8 +70,53 @@ pub trait Feature: Send + Sync {
         Ok(())
     }
 
+    /// Its subcommands of the application's command line, if any.
+    fn cli(&self) -> Option<CliCommands> {
+        None
+    }
+
     /// Builds its services on `platform` and registers what it runs into `registry`.
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()>;
+}
+
+/// What a feature's subcommand runs with: the loaded configuration (logging is set up), the
+/// whole schema (every feature's migrations) and every feature's durable-job executors, for
+/// commands that work on the database without serving.
+pub struct CliContext {
+    /// The layered configuration, with the command line's flags on top.
+    pub config: Config,
+    /// Every migration of the application.
+    pub schema: &'static [Migration],
+    /// Every feature's durable-job executors on a database (see [`Feature::offline_executors`]).
+    pub executors: fn(&Config, &Db) -> anyhow::Result<Executors>,
+}
+
+/// What a feature's subcommand runs: the whole command line's matches and the context in, the
+/// outcome out.
+pub type CliRun =
+    fn(clap::ArgMatches, CliContext) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// A feature's subcommands: clap's derive output for a `Subcommand` enum, and the function that
+/// runs the chosen one.
+#[derive(Clone, Copy)]
+pub struct CliCommands {
+    /// Adds the subcommands to the application's command (`Subcommand::augment_subcommands`).
+    pub augment: fn(clap::Command) -> clap::Command,
+    /// Whether a subcommand name is one of them (`Subcommand::has_subcommand`).
+    pub handles: fn(&str) -> bool,
+    /// Runs the chosen one, given the whole command line's matches.
+    pub run: CliRun,
+}
+
+impl CliCommands {
+    /// The subcommands of the `Subcommand` enum `C`, run by `run`.
+    pub fn of<C: clap::Subcommand>(run: CliRun) -> Self {
+        Self {
+            augment: C::augment_subcommands,
+            handles: C::has_subcommand,
+            run,
+        }
+    }
 }
 
 /// The opened backends every feature builds on; cheap to clone.

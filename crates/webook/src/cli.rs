@@ -1,14 +1,20 @@
-//! Command-line interface: `webook serve | migrate | version | jobs … | admin … | rank | seed`.
+//! Command-line interface: the application's own subcommands (`webook serve | migrate | version
+//! | seed`) and those the features bring ([`platform::feature::Feature::cli`]: `jobs …`,
+//! `admin …`, `rank`).
 //!
 //! The global flags (`--config`, `--listen`, `--data-dir`, `--database-url`, `--redis-url`) are the
-//! top layer of the configuration (see [`crate::config`]); they work before or after the
-//! subcommand. Each subcommand loads the layered config, then hands over to [`crate::app`] or the
-//! infrastructure it needs.
+//! top layer of the configuration ([`platform::config`]); they work before or after the
+//! subcommand. Each subcommand loads the layered config, then hands over to [`crate::app`], the
+//! feature that owns it, or the infrastructure it needs. [`parse`] builds the command line from
+//! the application's subcommands and every feature's.
+
+use std::ffi::OsString;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use platform::feature::{CliCommands, CliContext};
 
-use crate::{app, jobs};
+use crate::app;
 use platform::config::ConfigArgs;
 use platform::config::{Config, Role};
 
@@ -34,20 +40,6 @@ pub enum Command {
     Migrate,
     /// Print the version and exit.
     Version,
-    /// Manage durable jobs directly in the database (the admin API's operations, offline).
-    Jobs {
-        /// What to do.
-        #[command(subcommand)]
-        command: JobsCommand,
-    },
-    /// Grant, revoke and list admin rights (who may manage jobs over the API), in the database.
-    Admin {
-        /// What to do.
-        #[command(subcommand)]
-        command: AdminCommand,
-    },
-    /// The hot list: print the shared list, or compute and store it now (`--once`).
-    Rank(RankArgs),
     /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
     /// reads, likes and collects), for benchmarks and demos. Adds to what is there.
     Seed(SeedArgs),
@@ -113,94 +105,6 @@ impl SeedArgs {
     }
 }
 
-/// Flags of `webook rank`.
-#[derive(Debug, Args)]
-pub struct RankArgs {
-    /// Compute the list now and store it where every instance picks it up at its next refresh.
-    #[arg(long)]
-    pub once: bool,
-}
-
-/// `webook jobs …`: the operations of the admin API (API.md → Jobs (admin)) on the database the
-/// layered config names. Jobs are named by id or by name.
-#[derive(Debug, Subcommand)]
-pub enum JobsCommand {
-    /// List every job: status, schedule, next fire time.
-    List,
-    /// Create a job; prints its id.
-    Add(AddJobArgs),
-    /// Stop a job: no further runs; a running run is told at its next heartbeat.
-    Stop {
-        /// Job id or name.
-        job: String,
-    },
-    /// Resume a stopped job from its next fire time after now.
-    Resume {
-        /// Job id or name.
-        job: String,
-    },
-    /// Ask for one run now; a running instance picks it up at its next poll.
-    Trigger {
-        /// Job id or name.
-        job: String,
-    },
-    /// Show a job's runs, newest first.
-    Runs {
-        /// Job id or name.
-        job: String,
-        /// How many runs to show (1-500).
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]
-        limit: i64,
-    },
-}
-
-/// `webook admin …`: admin rights by user, named by id or by registered email. Rights follow the
-/// user id; config `admins` lists further ids.
-#[derive(Debug, Subcommand)]
-pub enum AdminCommand {
-    /// Give a user admin rights.
-    Grant {
-        /// User id or registered email.
-        user: String,
-    },
-    /// Take back rights granted with `grant` (ids in config `admins` stay admins).
-    Revoke {
-        /// User id or registered email.
-        user: String,
-    },
-    /// List the users granted admin rights in the database.
-    List,
-}
-
-/// Flags of `webook jobs add`.
-#[derive(Debug, Args)]
-pub struct AddJobArgs {
-    /// Unique name: 1-64 letters, digits, '.', '_' or '-'.
-    #[arg(long)]
-    pub name: String,
-    /// Schedule: cron with optional seconds and year, `@every 10m`, `@daily`, …
-    #[arg(long)]
-    pub cron: String,
-    /// Executor that runs it, e.g. `http`.
-    #[arg(long)]
-    pub executor: String,
-    /// Executor configuration, a JSON object (e.g. '{"url": "http://host/hook"}'). Default: {}.
-    #[arg(long, value_name = "JSON")]
-    pub cfg: Option<String>,
-    /// IANA time zone the schedule is read in. Default: UTC.
-    #[arg(long, value_name = "TZ")]
-    pub timezone: Option<String>,
-    /// Misfire policy: skip, fire_once or catch_up. Default: fire_once.
-    #[arg(long, value_name = "POLICY")]
-    pub misfire: Option<String>,
-    /// Overlap policy: forbid. Default: forbid.
-    #[arg(long, value_name = "POLICY")]
-    pub overlap: Option<String>,
-    /// Run timeout in milliseconds (at least 1000). Default: 600000.
-    #[arg(long, value_name = "MS")]
-    pub timeout_ms: Option<i64>,
-}
-
 /// Flags of `webook serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -225,6 +129,88 @@ impl ServeArgs {
     }
 }
 
+/// A parsed command line: the application's own subcommand, or a feature's.
+pub enum Invocation {
+    /// `serve`, `migrate`, `version`, `seed`.
+    Own(Cli),
+    /// A feature's subcommand, with the flags and the whole command line's matches.
+    Feature {
+        /// The configuration flags.
+        flags: ConfigArgs,
+        /// The feature's subcommands.
+        commands: CliCommands,
+        /// The whole command line, for the feature to parse its subcommand from.
+        matches: clap::ArgMatches,
+    },
+}
+
+/// The whole command line: the application's subcommands and every feature's.
+pub fn command() -> clap::Command {
+    let own = Cli::command();
+    // A feature's `Subcommand` enum brings its doc comment as the command's about: keep ours.
+    let (about, long_about) = (own.get_about().cloned(), own.get_long_about().cloned());
+    let command = app::FEATURES
+        .iter()
+        .filter_map(|feature| feature.cli())
+        .fold(own, |command, feature| (feature.augment)(command))
+        .about(about.unwrap_or_default());
+    match long_about {
+        Some(long_about) => command.long_about(long_about),
+        None => command.long_about(None::<&str>),
+    }
+}
+
+/// Parses the process's arguments; prints help or an error and exits on a bad command line.
+pub fn parse() -> Invocation {
+    try_parse_from(std::env::args_os()).unwrap_or_else(|err| err.exit())
+}
+
+/// Parses `args` (the first is the program name).
+pub fn try_parse_from<I, T>(args: I) -> Result<Invocation, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = command().try_get_matches_from(args)?;
+    let feature = matches.subcommand_name().and_then(|name| {
+        app::FEATURES
+            .iter()
+            .filter_map(|feature| feature.cli())
+            .find(|commands| (commands.handles)(name))
+    });
+    Ok(match feature {
+        Some(commands) => Invocation::Feature {
+            flags: ConfigArgs::from_arg_matches(&matches)?,
+            commands,
+            matches,
+        },
+        None => Invocation::Own(Cli::from_arg_matches(&matches)?),
+    })
+}
+
+impl Invocation {
+    /// Runs the chosen subcommand to completion.
+    pub async fn run(self) -> anyhow::Result<()> {
+        match self {
+            Self::Own(cli) => cli.run().await,
+            Self::Feature {
+                flags,
+                commands,
+                matches,
+            } => {
+                let config = app::load_config(&flags)?;
+                platform::telemetry::init_logging(&config)?;
+                let context = CliContext {
+                    config,
+                    schema: &crate::schema::MIGRATIONS,
+                    executors: app::offline_executors,
+                };
+                (commands.run)(matches, context).await
+            }
+        }
+    }
+}
+
 impl Cli {
     /// Runs the chosen subcommand to completion.
     pub async fn run(self) -> anyhow::Result<()> {
@@ -242,11 +228,6 @@ impl Cli {
                 platform::telemetry::init_logging(&config)?;
                 app::serve(config).await
             }
-            Command::Rank(args) => {
-                let config = app::load_config(&self.config)?;
-                platform::telemetry::init_logging(&config)?;
-                crate::ranking::cli::run(&config, args.once).await
-            }
             Command::Seed(args) => {
                 let config = app::load_config(&self.config)?;
                 platform::telemetry::init_logging(&config)?;
@@ -254,22 +235,6 @@ impl Cli {
                 let _lock =
                     platform::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
                 crate::seed::cli::run(&config, &args).await
-            }
-            Command::Jobs { command } => {
-                let config = app::load_config(&self.config)?;
-                platform::telemetry::init_logging(&config)?;
-                jobs::cli::run(
-                    &config,
-                    &crate::schema::MIGRATIONS,
-                    |db| app::offline_executors(&config, db),
-                    command,
-                )
-                .await
-            }
-            Command::Admin { command } => {
-                let config = app::load_config(&self.config)?;
-                platform::telemetry::init_logging(&config)?;
-                crate::auth::admin::run_cli(&config, command).await
             }
             Command::Migrate => {
                 let config = app::load_config(&self.config)?;
@@ -286,6 +251,49 @@ impl Cli {
                 db.close().await;
                 Ok(())
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_bring_their_subcommands_and_the_global_flags_reach_them() {
+        let parsed = try_parse_from(["webook", "jobs", "list", "--data-dir", "/tmp/x"]).unwrap();
+        let Invocation::Feature { flags, matches, .. } = parsed else {
+            panic!("jobs is the jobs feature's subcommand");
+        };
+        assert_eq!(flags.data_dir, Some(std::path::PathBuf::from("/tmp/x")));
+        assert_eq!(matches.subcommand_name(), Some("jobs"));
+        for feature_command in [
+            &["webook", "rank", "--once"][..],
+            &["webook", "admin", "list"],
+        ] {
+            assert!(matches!(
+                try_parse_from(feature_command).unwrap(),
+                Invocation::Feature { .. }
+            ));
+        }
+        assert!(matches!(
+            try_parse_from(["webook", "--listen", "127.0.0.1:1", "serve"]).unwrap(),
+            Invocation::Own(Cli {
+                command: Command::Serve(_),
+                ..
+            })
+        ));
+        let unknown = try_parse_from(["webook", "nosuch"]).err().unwrap();
+        assert_eq!(unknown.kind(), clap::error::ErrorKind::InvalidSubcommand);
+        let help = command().render_help().to_string();
+        assert!(help.starts_with("webook: the backend"), "{help}");
+        for name in [
+            "serve", "migrate", "version", "seed", "jobs", "admin", "rank",
+        ] {
+            assert!(
+                help.contains(&format!("  {name} ")),
+                "{name} missing:\n{help}"
+            );
         }
     }
 }

@@ -5,16 +5,13 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use webook::cli::Cli;
-
 /// mimalloc instead of the system allocator: glibc malloc's arena locks and consolidation were
 /// a tenth of the server's CPU time under load (measured with `perf` on `GET /ranking/top`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = webook::cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

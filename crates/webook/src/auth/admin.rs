@@ -15,13 +15,10 @@ use serde::Serialize;
 
 use std::sync::Arc;
 
-use crate::{
-    auth::{http::Authenticates, AuthUser},
-    cli::AdminCommand,
-};
+use crate::auth::{http::Authenticates, AuthUser};
 use platform::{
     config::Config,
-    db::{now_millis, Db},
+    db::{now_millis, Db, Migration},
     error::{AppError, Msg},
 };
 
@@ -83,13 +80,44 @@ impl<S: ChecksAdmins> FromRequestParts<S> for Admin {
     }
 }
 
+/// The auth feature's subcommand of `webook`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCli {
+    /// Grant, revoke and list admin rights (who may manage jobs over the API), in the database.
+    Admin {
+        /// What to do.
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+/// `webook admin …`: admin rights by user, named by id or by registered email. Rights follow the
+/// user id; config `admins` lists further ids.
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Give a user admin rights.
+    Grant {
+        /// User id or registered email.
+        user: String,
+    },
+    /// Take back rights granted with `grant` (ids in config `admins` stay admins).
+    Revoke {
+        /// User id or registered email.
+        user: String,
+    },
+    /// List the users granted admin rights in the database.
+    List,
+}
+
 /// Runs `webook admin …` on the configured database; prints the outcome on stdout.
-pub async fn run_cli(config: &Config, command: AdminCommand) -> anyhow::Result<()> {
+pub async fn run_cli(
+    config: &Config,
+    schema: &[Migration],
+    command: AdminCommand,
+) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate(&crate::schema::MIGRATIONS)
-            .await
-            .context("applying migrations")?;
+        db.migrate(schema).await.context("applying migrations")?;
         let store = AdminStore::new(db.clone());
         anyhow::Ok(match command {
             AdminCommand::Grant { user } => {

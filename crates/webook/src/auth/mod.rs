@@ -29,10 +29,11 @@ pub use password::PasswordHasher;
 pub use service::{AuthService, AuthUser};
 
 use async_trait::async_trait;
+use clap::FromArgMatches;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry},
     rate_limit::RateLimiter,
 };
 
@@ -71,6 +72,16 @@ impl Feature for Auth {
                 sql: include_str!("../../migrations/0008_idempotency.sql"),
             },
         ]
+    }
+
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<admin::AdminCli>(|matches, context| {
+            Box::pin(async move {
+                let admin::AdminCli::Admin { command } =
+                    admin::AdminCli::from_arg_matches(&matches)?;
+                admin::run_cli(&context.config, context.schema, command).await
+            })
+        }))
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {

@@ -10,14 +10,86 @@ use anyhow::{anyhow, Context};
 use chrono::{DateTime, SecondsFormat, Utc};
 use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
 
-use crate::{
-    cli::{AddJobArgs, JobsCommand},
-    jobs::service::{self, JobSpec},
-};
+use clap::{Args, Subcommand};
+
+use crate::jobs::service::{self, JobSpec};
 use platform::{
     config::Config,
     db::{Db, Migration},
 };
+
+/// The jobs feature's subcommand of `webook`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCli {
+    /// Manage durable jobs directly in the database (the admin API's operations, offline).
+    Jobs {
+        /// What to do.
+        #[command(subcommand)]
+        command: JobsCommand,
+    },
+}
+
+/// `webook jobs …`: the operations of the admin API (API.md → Jobs (admin)) on the database the
+/// layered config names. Jobs are named by id or by name.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// List every job: status, schedule, next fire time.
+    List,
+    /// Create a job; prints its id.
+    Add(AddJobArgs),
+    /// Stop a job: no further runs; a running run is told at its next heartbeat.
+    Stop {
+        /// Job id or name.
+        job: String,
+    },
+    /// Resume a stopped job from its next fire time after now.
+    Resume {
+        /// Job id or name.
+        job: String,
+    },
+    /// Ask for one run now; a running instance picks it up at its next poll.
+    Trigger {
+        /// Job id or name.
+        job: String,
+    },
+    /// Show a job's runs, newest first.
+    Runs {
+        /// Job id or name.
+        job: String,
+        /// How many runs to show (1-500).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]
+        limit: i64,
+    },
+}
+
+/// Flags of `webook jobs add`.
+#[derive(Debug, Args)]
+pub struct AddJobArgs {
+    /// Unique name: 1-64 letters, digits, '.', '_' or '-'.
+    #[arg(long)]
+    pub name: String,
+    /// Schedule: cron with optional seconds and year, `@every 10m`, `@daily`, …
+    #[arg(long)]
+    pub cron: String,
+    /// Executor that runs it, e.g. `http`.
+    #[arg(long)]
+    pub executor: String,
+    /// Executor configuration, a JSON object (e.g. '{"url": "http://host/hook"}'). Default: {}.
+    #[arg(long, value_name = "JSON")]
+    pub cfg: Option<String>,
+    /// IANA time zone the schedule is read in. Default: UTC.
+    #[arg(long, value_name = "TZ")]
+    pub timezone: Option<String>,
+    /// Misfire policy: skip, fire_once or catch_up. Default: fire_once.
+    #[arg(long, value_name = "POLICY")]
+    pub misfire: Option<String>,
+    /// Overlap policy: forbid. Default: forbid.
+    #[arg(long, value_name = "POLICY")]
+    pub overlap: Option<String>,
+    /// Run timeout in milliseconds (at least 1000). Default: 600000.
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<i64>,
+}
 
 /// Connects to the configured database, applies `schema` and runs `command`, printing its
 /// output on stdout. New jobs are checked against the executors `executors` gives for the

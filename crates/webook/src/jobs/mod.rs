@@ -27,6 +27,7 @@ pub mod settings;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use clap::FromArgMatches;
 use scheduler::sql::{
     DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy, WorkerOptions,
     RUNS_RETENTION_SCHEMA, SCHEMA,
@@ -39,7 +40,7 @@ use crate::{
 use platform::{
     config::{Config, DatabaseKind, SettingsSpec},
     db::{Db, Migration},
-    feature::{Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry},
 };
 
 pub use purge::PurgeJobRuns;
@@ -84,6 +85,16 @@ impl Feature for Jobs {
         let settings = config.settings::<JobSettings>()?;
         executors.register(http_executor(settings.job_http_allowed_networks()?)?);
         Ok(())
+    }
+
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::JobsCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::JobsCli::Jobs { command } = cli::JobsCli::from_arg_matches(&matches)?;
+                let executors = |db: &Db| (context.executors)(&context.config, db);
+                cli::run(&context.config, context.schema, executors, command).await
+            })
+        }))
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {

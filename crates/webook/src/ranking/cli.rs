@@ -9,15 +9,32 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ranking::cache::Snapshot;
-use platform::{config::Config, db::Db, redis::Redis};
+use platform::{
+    config::Config,
+    db::{Db, Migration},
+    redis::Redis,
+};
+
+/// The ranking feature's subcommand of `webook`.
+#[derive(Debug, clap::Subcommand)]
+pub enum RankCli {
+    /// The hot list: print the shared list, or compute and store it now (`--once`).
+    Rank(RankArgs),
+}
+
+/// Flags of `webook rank`.
+#[derive(Debug, clap::Args)]
+pub struct RankArgs {
+    /// Compute the list now and store it where every instance picks it up at its next refresh.
+    #[arg(long)]
+    pub once: bool,
+}
 
 /// Runs `webook rank [--once]`; prints the outcome on stdout.
-pub async fn run(config: &Config, once: bool) -> anyhow::Result<()> {
+pub async fn run(config: &Config, schema: &[Migration], once: bool) -> anyhow::Result<()> {
     let db = Db::connect(config).await?;
     let result = async {
-        db.migrate(&crate::schema::MIGRATIONS)
-            .await
-            .context("applying migrations")?;
+        db.migrate(schema).await.context("applying migrations")?;
         let redis = match &config.redis_url {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,

@@ -26,10 +26,11 @@ use std::time::Duration;
 use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError};
 
 use async_trait::async_trait;
+use clap::FromArgMatches;
 use platform::{
     config::{Config, SettingsSpec},
     db::{Db, Migration},
-    feature::{Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry},
     redis::Redis,
     telemetry::MetricsSpec,
 };
@@ -74,6 +75,15 @@ impl Feature for Ranking {
         // Only cfg checks, never a run: the shared copy is irrelevant, so no Redis is needed.
         executors.register(RankingJob::new(build(config, db, None)?));
         Ok(())
+    }
+
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::RankCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::RankCli::Rank(args) = cli::RankCli::from_arg_matches(&matches)?;
+                cli::run(&context.config, context.schema, args.once).await
+            })
+        }))
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
