@@ -213,8 +213,7 @@ impl Registry {
 
     /// Serves `routes` (with their state already given) beside the other features' routes.
     pub fn routes(&mut self, routes: Router) {
-        let merged = std::mem::take(&mut self.routes).merge(routes);
-        self.routes = merged;
+        self.routes = std::mem::take(&mut self.routes).merge(routes);
     }
 
     /// Runs `job` on `options`' schedule, on instances that run work.

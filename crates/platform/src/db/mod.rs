@@ -62,19 +62,27 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+impl Migration {
+    /// Migration `version`, described as `description`, running `sql`.
+    pub const fn new(version: i64, description: &'static str, sql: &'static str) -> Self {
+        Self {
+            version,
+            description,
+            sql,
+        }
+    }
+}
+
 /// The `meta` table (schema facts such as `last_migrated_by`); the first migration of a schema.
-pub const META_MIGRATION: Migration = Migration {
-    version: 1,
-    description: "meta",
-    sql: include_str!("../../migrations/0001_meta.sql"),
-};
+pub const META_MIGRATION: Migration =
+    Migration::new(1, "meta", include_str!("../../migrations/0001_meta.sql"));
 
 /// The transactional outbox of [`crate::events::outbox`].
-pub const OUTBOX_MIGRATION: Migration = Migration {
-    version: 10,
-    description: "event outbox",
-    sql: include_str!("../../migrations/0010_event_outbox.sql"),
-};
+pub const OUTBOX_MIGRATION: Migration = Migration::new(
+    10,
+    "event outbox",
+    include_str!("../../migrations/0010_event_outbox.sql"),
+);
 
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
      PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;";

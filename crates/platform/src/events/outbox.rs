@@ -93,18 +93,7 @@ pub async fn record(
     payload: &impl Serialize,
     now: i64,
 ) -> sqlx::Result<()> {
-    let payload =
-        serde_json::to_string(payload).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
-    sqlx::query(
-        "INSERT INTO event_outbox (topic, event_key, payload, created_at) VALUES ($1, $2, $3, $4)",
-    )
-    .bind(topic)
-    .bind(key)
-    .bind(payload)
-    .bind(now)
-    .execute(tx)
-    .await?;
-    Ok(())
+    record_many(tx, topic, &[(key.to_owned(), payload)], now).await
 }
 
 /// The event id of outbox row `id`.

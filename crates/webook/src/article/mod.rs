@@ -37,11 +37,12 @@ impl Feature for Articles {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[Migration {
-            version: 3,
-            description: "articles",
-            sql: include_str!("../../migrations/0003_articles.sql"),
-        }]
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            3,
+            "articles",
+            include_str!("../../migrations/0003_articles.sql"),
+        )];
+        MIGRATIONS
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {

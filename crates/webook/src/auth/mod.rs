@@ -60,18 +60,19 @@ impl Feature for Auth {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[
-            Migration {
-                version: 7,
-                description: "admins",
-                sql: include_str!("../../migrations/0007_admins.sql"),
-            },
-            Migration {
-                version: 8,
-                description: "idempotency",
-                sql: include_str!("../../migrations/0008_idempotency.sql"),
-            },
-        ]
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                7,
+                "admins",
+                include_str!("../../migrations/0007_admins.sql"),
+            ),
+            Migration::new(
+                8,
+                "idempotency",
+                include_str!("../../migrations/0008_idempotency.sql"),
+            ),
+        ];
+        MIGRATIONS
     }
 
     fn cli(&self) -> Option<CliCommands> {

@@ -32,11 +32,12 @@ impl Feature for Interactive {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[Migration {
-            version: 4,
-            description: "interactive",
-            sql: include_str!("../../migrations/0004_interactive.sql"),
-        }]
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            4,
+            "interactive",
+            include_str!("../../migrations/0004_interactive.sql"),
+        )];
+        MIGRATIONS
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {

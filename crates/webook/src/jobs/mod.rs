@@ -62,18 +62,11 @@ impl Feature for Jobs {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[
-            Migration {
-                version: 5,
-                description: "jobs",
-                sql: SCHEMA,
-            },
-            Migration {
-                version: 9,
-                description: "job runs retention",
-                sql: RUNS_RETENTION_SCHEMA,
-            },
-        ]
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(5, "jobs", SCHEMA),
+            Migration::new(9, "job runs retention", RUNS_RETENTION_SCHEMA),
+        ];
+        MIGRATIONS
     }
 
     fn offline_executors(

@@ -55,11 +55,12 @@ impl Feature for Ranking {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[Migration {
-            version: 6,
-            description: "ranking",
-            sql: include_str!("../../migrations/0006_ranking.sql"),
-        }]
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            6,
+            "ranking",
+            include_str!("../../migrations/0006_ranking.sql"),
+        )];
+        MIGRATIONS
     }
 
     fn metrics(&self) -> &'static [MetricsSpec] {

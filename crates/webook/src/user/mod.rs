@@ -34,11 +34,12 @@ impl Feature for Users {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        &[Migration {
-            version: 2,
-            description: "users",
-            sql: include_str!("../../migrations/0002_users.sql"),
-        }]
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            2,
+            "users",
+            include_str!("../../migrations/0002_users.sql"),
+        )];
+        MIGRATIONS
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
