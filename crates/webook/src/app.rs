@@ -36,7 +36,7 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, auth, interactive, jobs, ranking, user};
+use crate::{article, auth, feed, interactive, jobs, ranking, user};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
@@ -45,6 +45,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &interactive::Interactive,
     &article::Articles,
     &ranking::Ranking,
+    &feed::Feed,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];

@@ -97,6 +97,8 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("ranking_schedule", "@every 2m", r#""@every 2m""#),
     ("ranking_mode", "cron", r#""cron""#),
     ("ranking_refresh", "6s", r#""6s""#),
+    ("feed_push_threshold", "500", "500"),
+    ("feed_inbox_cap", "2000", "2000"),
 ];
 
 /// `--print-config`'s TOML, parsed.

@@ -3,7 +3,15 @@
 //! breaking others. (The platform crate cannot name a feature at all: the compiler holds that.)
 
 /// The feature folders under `src/`.
-const FEATURES: &[&str] = &["article", "auth", "interactive", "jobs", "ranking", "user"];
+const FEATURES: &[&str] = &[
+    "article",
+    "auth",
+    "feed",
+    "interactive",
+    "jobs",
+    "ranking",
+    "user",
+];
 
 /// `other::submodule::` paths written in `source`: after `crate::`, or inside a `use crate::{…}`
 /// group (after `{` or `,` and whitespace).

@@ -1,5 +1,5 @@
 //! webook — the backend of a content community (accounts, articles with drafts and publishing,
-//! reads/likes/collects, a hot list) with its own job scheduler. Follows and a feed, comments,
+//! reads/likes/collects, a hot list, follows and a feed) with its own job scheduler. Comments,
 //! tags, search and rewards are not built yet.
 //!
 //! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
@@ -10,7 +10,7 @@
 //! configuration core of the `platform` crate (defaults → `webook.toml` → `WEBOOK_*` env →
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
-//! [`article`], [`ranking`], [`jobs`], each a folder with one public face, its `mod.rs` — and
+//! [`article`], [`ranking`], [`feed`], [`jobs`], each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data.
@@ -22,6 +22,7 @@ pub mod biz;
 pub mod cli;
 #[cfg(test)]
 mod config_contract;
+pub mod feed;
 pub mod idempotency;
 pub mod interactive;
 pub mod jobs;

@@ -10,7 +10,7 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use model::{Counts, UserFlags};
+pub use model::{Counts, InteractionEvent, UserFlags, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED};
 pub use service::InteractiveService;
 
 use async_trait::async_trait;

@@ -19,6 +19,7 @@ mod cache;
 mod chaos;
 mod cluster;
 mod events;
+mod feed;
 mod full_disk;
 mod http_conventions;
 mod interactive;

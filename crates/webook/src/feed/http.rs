@@ -1,0 +1,188 @@
+//! `/follow/*` and `/feed` (API.md → Follows and the feed): thin handlers over
+//! [`FollowService`] and [`FeedService`]. Every route needs a logged-in caller; following
+//! honours `Idempotency-Key`.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::State,
+    routing::{get, post},
+    Router,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    auth::{AuthService, AuthUser, Authenticates, Writer},
+    feed::{
+        follow_store::Side,
+        model::{page_limit, FeedItem, FollowCounts, FollowUser, Page},
+        FeedService, FollowService,
+    },
+    idempotency::Idempotency,
+};
+use platform::error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply};
+
+/// What the follow and feed handlers reach.
+pub struct FeedRoutes {
+    /// Follow relations.
+    pub follows: FollowService,
+    /// Feeds.
+    pub feed: FeedService,
+    /// Authentication.
+    pub auth: AuthService,
+}
+
+impl Authenticates for FeedRoutes {
+    fn auth(&self) -> &AuthService {
+        &self.auth
+    }
+}
+
+/// The routes.
+pub fn router(routes: FeedRoutes, idempotency: Arc<Idempotency>) -> Router {
+    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    Router::new()
+        .route("/follow/follow", post(follow).route_layer(idempotent))
+        .route("/follow/cancel", post(cancel))
+        .route("/follow/followees", get(followees))
+        .route("/follow/followers", get(followers))
+        .route("/follow/static", get(counts))
+        .route("/follow/check", get(check))
+        .route("/feed", get(feed))
+        .with_state(Arc::new(routes))
+}
+
+#[derive(Deserialize)]
+struct FollowRequest {
+    followee: i64,
+}
+
+async fn follow(
+    State(state): State<Arc<FeedRoutes>>,
+    Writer(user): Writer,
+    ApiJson(request): ApiJson<FollowRequest>,
+) -> ApiResult<()> {
+    state
+        .follows
+        .set_follow(user.uid, request.followee, true)
+        .await?;
+    Ok(Reply(()))
+}
+
+async fn cancel(
+    State(state): State<Arc<FeedRoutes>>,
+    Writer(user): Writer,
+    ApiJson(request): ApiJson<FollowRequest>,
+) -> ApiResult<()> {
+    state
+        .follows
+        .set_follow(user.uid, request.followee, false)
+        .await?;
+    Ok(Reply(()))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    uid: Option<i64>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `uid` when given (and positive), else the caller.
+fn subject(uid: Option<i64>, caller: i64) -> Result<i64, AppError> {
+    match uid {
+        None => Ok(caller),
+        Some(uid) if uid > 0 => Ok(uid),
+        Some(_) => Err(AppError::InvalidInput(Msg::field(
+            "uid",
+            "must be a positive id",
+            "须为正整数",
+        ))),
+    }
+}
+
+async fn list(
+    state: &FeedRoutes,
+    caller: i64,
+    query: ListQuery,
+    side: Side,
+) -> ApiResult<Page<FollowUser>> {
+    let uid = subject(query.uid, caller)?;
+    let limit = page_limit(query.limit)?;
+    Ok(Reply(
+        state
+            .follows
+            .list(caller, uid, side, query.cursor.as_deref(), limit)
+            .await?,
+    ))
+}
+
+async fn followees(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Page<FollowUser>> {
+    list(&state, user.uid, query, Side::Followees).await
+}
+
+async fn followers(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Page<FollowUser>> {
+    list(&state, user.uid, query, Side::Followers).await
+}
+
+#[derive(Deserialize)]
+struct UidQuery {
+    uid: Option<i64>,
+}
+
+async fn counts(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<UidQuery>,
+) -> ApiResult<FollowCounts> {
+    let uid = subject(query.uid, user.uid)?;
+    Ok(Reply(state.follows.counts(uid).await?))
+}
+
+#[derive(Deserialize)]
+struct CheckQuery {
+    followee: i64,
+}
+
+#[derive(Serialize)]
+struct Followed {
+    followed: bool,
+}
+
+async fn check(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<CheckQuery>,
+) -> ApiResult<Followed> {
+    Ok(Reply(Followed {
+        followed: state.follows.is_following(user.uid, query.followee).await?,
+    }))
+}
+
+#[derive(Deserialize)]
+struct FeedQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn feed(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<FeedQuery>,
+) -> ApiResult<Page<FeedItem>> {
+    let limit = page_limit(query.limit)?;
+    Ok(Reply(
+        state
+            .feed
+            .page(user.uid, query.cursor.as_deref(), limit)
+            .await?,
+    ))
+}

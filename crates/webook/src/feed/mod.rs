@@ -1,0 +1,95 @@
+//! Follows and the feed: who follows whom, with exact counts and keyset-paged lists, and each
+//! reader's feed of what the authors they follow published, who liked their articles, who
+//! followed them and who commented — pushed to small audiences, pulled from big authors.
+//!
+//! Data flow: `/follow/*` and `/feed` ([`http`]) call [`FollowService`] ([`follows`], over
+//! [`follow_store`]: one transaction per follow, with its event in the outbox and the
+//! follower's inbox adjusted) and [`FeedService`] ([`service`], over [`store`]). The feed's
+//! consumers turn outbox events — articles published and withdrawn, likes, follows, comments —
+//! into items and fan articles out to inboxes in batches; readers merge their inbox with the
+//! outboxes of the big authors they follow. [`jobs`] caps the inboxes. See [`service`] for the
+//! rules.
+
+pub mod follow_store;
+pub mod follows;
+mod http;
+pub mod jobs;
+pub mod model;
+pub mod service;
+pub mod settings;
+pub mod store;
+
+pub use follows::FollowService;
+pub use model::{CommentEvent, FollowEvent, TOPIC_COMMENT_CHANGED, TOPIC_FOLLOW_CHANGED};
+pub use service::FeedService;
+pub use settings::FeedSettings;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use platform::{
+    config::SettingsSpec,
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+    telemetry::MetricsSpec,
+};
+
+use crate::{auth::AuthService, idempotency::Idempotency};
+
+/// The feed feature: follow relations and feeds. It consumes the article, like and follow
+/// events, provides [`FollowService`] and [`FeedService`], and prunes inboxes on
+/// `purge_schedule`.
+pub struct Feed;
+
+#[async_trait]
+impl Feature for Feed {
+    fn name(&self) -> &'static str {
+        "feed"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            11,
+            "follows and feed",
+            include_str!("../../migrations/0011_feed.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[service::METRICS]
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let settings = platform.config.settings::<FeedSettings>()?;
+        let follows = FollowService::new(
+            follow_store::FollowStore::new(platform.db.clone()),
+            platform.outbox.clone(),
+        );
+        let store = store::FeedStore::new(platform.db.clone());
+        let feed = FeedService::new(store.clone(), settings.feed_push_threshold);
+        registry.maintenance(
+            &platform.config,
+            jobs::PruneFeedInboxes::new(store, settings.feed_inbox_cap),
+        )?;
+        let (consumer, events) = (feed.clone(), platform.events.clone());
+        registry.background("feed consumers", move |background| {
+            consumer.consumers(&events, background.subscription, background.stop)
+        });
+        registry.routes(http::router(
+            http::FeedRoutes {
+                follows: follows.clone(),
+                feed: feed.clone(),
+                auth: registry.get::<AuthService>()?,
+            },
+            registry.get::<Arc<Idempotency>>()?,
+        ));
+        registry.provide(follows);
+        registry.provide(feed);
+        Ok(())
+    }
+}

@@ -1,0 +1,376 @@
+//! The feed: what happened around a reader, newest first — articles of the authors they follow,
+//! likes of their articles, new followers, comments for them.
+//!
+//! **Writing (consumers).** Items come from outbox events, never from the request that caused
+//! them: `article_published` / `article_withdrawn` (articles), `like_changed` (interactive),
+//! `follow_changed` (follows) and `comment_changed` (the comments feature's extension point).
+//! Each consumer group (`feed`) makes the feed agree with the source tables as they are
+//! ([`FeedStore`]), so redelivery and reordering are harmless. A published article is
+//! - **pushed** when its author has at most `feed_push_threshold` followers: the consumer writes
+//!   one inbox row per follower in batches of [`FANOUT_BATCH`] rows per transaction, resumably;
+//! - **pulled** above it: one row in the author's outbox, merged into followers' feeds on read.
+//!
+//! The choice is made once per article, when its event is handled, and recorded on the item, so
+//! an author crossing the threshold either way leaves every earlier item where it was: no item is
+//! in two places (duplicate) or none (gap). Likes, follows and comments have one recipient each
+//! and are always pushed.
+//!
+//! **Reading ([`FeedService::page`]).** One total order, (time, item id) descending; the cursor
+//! is the last item served. A page takes the reader's inbox heads and the outbox heads of the
+//! pull authors they follow — at most the page size (+1) from each — merges them by that order
+//! (k-way, duplicates dropped), loads the winners in one query and drops what the reader may no
+//! longer see (withdrawn articles, unfollowed authors, cancelled follows, so these take effect on
+//! the next page even before the consumers clean up). If that left the page short it looks
+//! further, a few rounds at most.
+//!
+//! **Read-your-writes.** A follow back-fills the followee's newest pushed articles into the
+//! follower's inbox in the follow's transaction, and their pulled articles are merged from the
+//! moment the follow commits; a cancel deletes the followee's articles from the inbox in its
+//! transaction (and the read filter covers a fan-out racing with it).
+
+use std::{collections::HashSet, time::Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    article::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
+    biz::Biz,
+    feed::{
+        model::{CommentEvent, Cursor, FeedItem, FollowEvent, Page, TOPIC_COMMENT_CHANGED},
+        store::FeedStore,
+        TOPIC_FOLLOW_CHANGED,
+    },
+    interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
+};
+use platform::{
+    events::{Event, EventStream, Subscription},
+    telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
+};
+
+/// Consumer group of every topic the feed consumes.
+pub const FEED_GROUP: &str = "feed";
+/// Inbox rows written per fan-out transaction.
+pub const FANOUT_BATCH: i64 = 1000;
+/// Events handled per consumer batch.
+const EVENT_BATCH: usize = 100;
+/// Longest an event waits for its batch.
+const EVENT_MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+/// Most rounds a page looks further when hidden items left it short.
+const MAX_ROUNDS: usize = 4;
+
+/// Inbox rows written by fan-outs.
+pub const FEED_FANOUT_ROWS_TOTAL: &str = "feed_fanout_rows_total";
+/// From an article's publication to the last of its inbox rows (seconds).
+pub const FEED_FANOUT_LAG_SECONDS: &str = "feed_fanout_lag_seconds";
+/// Articles by delivery: `push` or `pull`.
+pub const FEED_ARTICLES_TOTAL: &str = "feed_articles_total";
+
+/// The feed's metrics.
+pub const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[(FEED_FANOUT_LAG_SECONDS, JOB_DURATION_BUCKETS)],
+    describe: describe_metrics,
+};
+
+fn describe_metrics() {
+    metrics::describe_counter!(FEED_FANOUT_ROWS_TOTAL, "Inbox rows written by fan-outs");
+    metrics::describe_histogram!(
+        FEED_FANOUT_LAG_SECONDS,
+        metrics::Unit::Seconds,
+        "From an article's publication to its last follower's inbox row"
+    );
+    metrics::describe_counter!(
+        FEED_ARTICLES_TOTAL,
+        "Published articles by delivery: push (inboxes) or pull (author's outbox)"
+    );
+}
+
+/// The feed; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FeedService {
+    store: FeedStore,
+    push_threshold: i64,
+    fanout_batch: i64,
+}
+
+impl FeedService {
+    /// The feed over `store`: authors with at most `push_threshold` followers push.
+    pub fn new(store: FeedStore, push_threshold: i64) -> Self {
+        Self {
+            store,
+            push_threshold,
+            fanout_batch: FANOUT_BATCH,
+        }
+    }
+
+    /// The same feed writing `batch` inbox rows per fan-out transaction (tests of resumption).
+    pub fn with_fanout_batch(mut self, batch: i64) -> Self {
+        self.fanout_batch = batch.max(1);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &FeedStore {
+        &self.store
+    }
+
+    /// A page of `reader`'s feed after `cursor` (module docs: reading).
+    pub async fn page(
+        &self,
+        reader: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<FeedItem>, platform::error::AppError> {
+        let mut before = match cursor {
+            Some(cursor) => Cursor::decode(cursor)?,
+            None => Cursor {
+                time: i64::MAX,
+                id: i64::MAX,
+            },
+        };
+        let pull_authors = self.store.followed_pull_authors(reader).await?;
+        // One more than the page, to know whether another page follows.
+        let wanted = limit + 1;
+        let mut items: Vec<FeedItem> = Vec::with_capacity(wanted);
+        let mut exhausted = false;
+        for _ in 0..MAX_ROUNDS {
+            let fetch = wanted - items.len();
+            let inbox = self.store.inbox_heads(reader, before, fetch).await?;
+            let mut sources = vec![inbox];
+            if !pull_authors.is_empty() {
+                sources.extend(
+                    self.store
+                        .outbox_heads(&pull_authors, before, fetch)
+                        .await?,
+                );
+            }
+            let candidates = merge_newest(sources, fetch);
+            exhausted = candidates.len() < fetch;
+            let Some(last) = candidates.last().copied() else {
+                break;
+            };
+            let ids: Vec<i64> = candidates.iter().map(|c| c.id).collect();
+            let mut visible = self.store.visible_items(reader, &ids).await?;
+            items.extend(ids.iter().filter_map(|id| visible.remove(id)));
+            before = last;
+            if items.len() >= wanted || exhausted {
+                break;
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(FeedItem::cursor)
+        } else if exhausted {
+            None
+        } else {
+            // Out of rounds: everything up to `before` was looked at and is hidden.
+            Some(before)
+        };
+        Ok(Page {
+            items,
+            next: next.map(Cursor::encode),
+        })
+    }
+
+    /// Handles a batch of `article_published` events: each article becomes an item, pushed
+    /// (fanned out here, batch by batch) or pulled.
+    pub async fn apply_published(&self, events: &[Event]) -> anyhow::Result<()> {
+        for published in parse::<ArticleEvent>(events) {
+            let pending = self
+                .store
+                .add_article(
+                    published.id,
+                    published.author,
+                    published.time,
+                    self.push_threshold,
+                )
+                .await?;
+            match pending {
+                Some(item) => {
+                    metrics::counter!(FEED_ARTICLES_TOTAL, "delivery" => "push").increment(1);
+                    self.fan_out(item, published.time).await?;
+                }
+                None => {
+                    metrics::counter!(FEED_ARTICLES_TOTAL, "delivery" => "pull").increment(1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes item `item`'s remaining inbox rows, [`FeedService::with_fanout_batch`] rows per
+    /// transaction.
+    pub async fn fan_out(&self, item: i64, published_at: i64) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut followers = 0;
+        loop {
+            let step = self.store.fan_out_batch(item, self.fanout_batch).await?;
+            followers += step.followers;
+            metrics::counter!(FEED_FANOUT_ROWS_TOTAL).increment(step.followers);
+            if step.done {
+                break;
+            }
+        }
+        let lag_ms = platform::db::now_millis().saturating_sub(published_at);
+        metrics::histogram!(FEED_FANOUT_LAG_SECONDS).record(lag_ms as f64 / 1000.0);
+        tracing::debug!(item, followers, elapsed = ?started.elapsed(), "fan-out done");
+        Ok(())
+    }
+
+    /// Handles `article_withdrawn` events: the items leave every feed (unless republished).
+    pub async fn apply_withdrawn(&self, events: &[Event]) -> anyhow::Result<()> {
+        for withdrawn in parse::<ArticleEvent>(events) {
+            self.store.remove_article(withdrawn.id).await?;
+        }
+        Ok(())
+    }
+
+    /// Handles `like_changed` events of articles.
+    pub async fn apply_likes(&self, events: &[Event]) -> anyhow::Result<()> {
+        for like in parse::<InteractionEvent>(events) {
+            if like.biz == Biz::Article {
+                self.store
+                    .sync_like(like.uid, like.biz_id, like.time)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles `follow_changed` events.
+    pub async fn apply_follows(&self, events: &[Event]) -> anyhow::Result<()> {
+        for follow in parse::<FollowEvent>(events) {
+            self.store
+                .sync_follow(follow.follower, follow.followee, follow.time)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Handles `comment_changed` events.
+    pub async fn apply_comments(&self, events: &[Event]) -> anyhow::Result<()> {
+        for comment in parse::<CommentEvent>(events) {
+            self.store.sync_comment(&comment).await?;
+        }
+        Ok(())
+    }
+
+    /// Applies a batch of `topic`'s events.
+    pub async fn apply(&self, topic: &str, events: &[Event]) -> anyhow::Result<()> {
+        match topic {
+            TOPIC_PUBLISHED => self.apply_published(events).await,
+            TOPIC_WITHDRAWN => self.apply_withdrawn(events).await,
+            TOPIC_LIKE_CHANGED => self.apply_likes(events).await,
+            TOPIC_FOLLOW_CHANGED => self.apply_follows(events).await,
+            TOPIC_COMMENT_CHANGED => self.apply_comments(events).await,
+            other => anyhow::bail!("the feed does not consume {other}"),
+        }
+    }
+
+    /// The feed's consumers, one per topic of [`CONSUMED_TOPICS`] (group [`FEED_GROUP`]), run
+    /// until `stop`.
+    pub fn consumers(
+        &self,
+        events: &EventStream,
+        subscription: Subscription,
+        stop: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let consumers: Vec<_> = CONSUMED_TOPICS
+            .iter()
+            .map(|&topic| {
+                let service = self.clone();
+                tokio::spawn(events.subscribe(
+                    subscription,
+                    topic,
+                    FEED_GROUP,
+                    EVENT_BATCH,
+                    EVENT_MAX_WAIT,
+                    stop.clone(),
+                    move |batch| {
+                        let service = service.clone();
+                        async move { service.apply(topic, &batch).await }
+                    },
+                ))
+            })
+            .collect();
+        async move {
+            for consumer in consumers {
+                if let Err(err) = consumer.await {
+                    tracing::error!(%err, "a feed consumer panicked");
+                }
+            }
+        }
+    }
+}
+
+/// The topics the feed consumes.
+pub const CONSUMED_TOPICS: [&str; 5] = [
+    TOPIC_PUBLISHED,
+    TOPIC_WITHDRAWN,
+    TOPIC_LIKE_CHANGED,
+    TOPIC_FOLLOW_CHANGED,
+    TOPIC_COMMENT_CHANGED,
+];
+
+/// The payloads of `events` that parse as `T`; malformed ones are logged and skipped (retrying
+/// cannot fix them).
+fn parse<T: serde::de::DeserializeOwned>(events: &[Event]) -> Vec<T> {
+    events
+        .iter()
+        .filter_map(|event| match serde_json::from_slice::<T>(&event.payload) {
+            Ok(payload) => Some(payload),
+            Err(err) => {
+                tracing::warn!(id = %event.id, topic = %event.topic, %err, "skipping a malformed feed event");
+                None
+            }
+        })
+        .collect()
+}
+
+/// The newest `limit` positions of `sources` (each newest first), merged, without duplicates.
+fn merge_newest(sources: Vec<Vec<Cursor>>, limit: usize) -> Vec<Cursor> {
+    let mut heap: std::collections::BinaryHeap<(Cursor, usize, usize)> = sources
+        .iter()
+        .enumerate()
+        .filter_map(|(source, items)| items.first().map(|first| (*first, source, 0)))
+        .collect();
+    let mut merged = Vec::with_capacity(limit);
+    let mut seen = HashSet::with_capacity(limit);
+    while let Some((cursor, source, index)) = heap.pop() {
+        if seen.insert(cursor.id) {
+            merged.push(cursor);
+            if merged.len() == limit {
+                break;
+            }
+        }
+        if let Some(next) = sources[source].get(index + 1) {
+            heap.push((*next, source, index + 1));
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(time: i64, id: i64) -> Cursor {
+        Cursor { time, id }
+    }
+
+    #[test]
+    fn merge_takes_the_newest_across_sources_once_each() {
+        let inbox = vec![at(9, 1), at(7, 5), at(3, 2)];
+        let big_a = vec![at(8, 3), at(7, 4), at(1, 9)];
+        let big_b = vec![at(9, 1), at(7, 6)];
+        let merged = merge_newest(vec![inbox, big_a, big_b], 5);
+        assert_eq!(
+            merged,
+            vec![at(9, 1), at(8, 3), at(7, 6), at(7, 5), at(7, 4)]
+        );
+        assert_eq!(
+            merge_newest(vec![vec![], vec![at(1, 1)]], 5),
+            vec![at(1, 1)]
+        );
+        assert!(merge_newest(vec![], 5).is_empty());
+    }
+}

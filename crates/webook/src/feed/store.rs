@@ -1,0 +1,577 @@
+//! SQL for feed items (`feed_events`), inboxes (`feed_inbox`) and the authors whose articles
+//! are pulled (`feed_pull_authors`), one implementation for SQLite and PostgreSQL.
+//!
+//! Writes are made by the feed's event consumers and are idempotent by state, not by event:
+//! each handler makes the feed agree with the source tables as they are when it runs (an item
+//! exists while its article is published, its like or follow is on), keyed by `dedup_key`. So a
+//! redelivered, late or reordered event (a withdrawal handled after the next publish, say)
+//! cannot leave a wrong item behind.
+//!
+//! An article's fan-out is resumable: each batch is one transaction that writes up to
+//! `batch` inbox rows (`INSERT … SELECT` from the follower list, in its (utime, id) order) and
+//! moves the item's cursor past them; a consumer killed between batches resumes from the
+//! cursor, and the inbox's primary key (uid, event_id) makes any repeat a no-op.
+
+use std::collections::HashMap;
+
+use sqlx::{any::AnyRow, Any, Row, Transaction};
+
+use crate::{
+    feed::model::{
+        CommentEvent, Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment, Person,
+    },
+    user::display_name,
+};
+use platform::db::{placeholders, Db};
+
+/// What [`FeedStore::fan_out_batch`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FanOutStep {
+    /// Follower rows covered by this batch (inbox rows written, or already there).
+    pub followers: u64,
+    /// Whether every follower has the item now.
+    pub done: bool,
+}
+
+/// Authors merged per outbox query.
+const AUTHORS_PER_QUERY: usize = 50;
+
+/// Reads and writes the feed.
+#[derive(Debug, Clone)]
+pub struct FeedStore {
+    db: Db,
+}
+
+fn article_key(article_id: i64) -> String {
+    format!("article:{article_id}")
+}
+
+impl FeedStore {
+    /// A store on `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Makes article `article_id` of `author`, published at `time`, an item — if it is
+    /// published now and is not one yet. It is pushed when the author has at most
+    /// `push_threshold` followers, else pulled (and the author joins the pull authors). Returns
+    /// the item's id when its fan-out is still to do (new, or left half done).
+    pub async fn add_article(
+        &self,
+        article_id: i64,
+        author: i64,
+        time: i64,
+        push_threshold: i64,
+    ) -> sqlx::Result<Option<i64>> {
+        let key = article_key(article_id);
+        let mut tx = self.db.writer().begin().await?;
+        let inserted: Option<(i64, i64)> = sqlx::query_as(
+            "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
+             delivery, fanout_time, fanout_id, ctime) \
+             SELECT $1, $2, 0, $3, 0, '', $4, \
+             CASE WHEN COALESCE((SELECT followers FROM follow_counts WHERE uid = $2), 0) > $5 THEN $6 ELSE $7 END, \
+             -1, 0, $8 \
+             WHERE EXISTS (SELECT 1 FROM published_articles WHERE id = $3 AND author_id = $2 AND status = 2) \
+             ON CONFLICT (dedup_key) DO NOTHING RETURNING id, delivery",
+        )
+        .bind(FeedKind::Article.as_str())
+        .bind(author)
+        .bind(article_id)
+        .bind(&key)
+        .bind(push_threshold)
+        .bind(Delivery::Pulled as i64)
+        .bind(Delivery::FanningOut as i64)
+        .bind(time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let pending = match inserted {
+            Some((_, delivery)) if delivery == Delivery::Pulled as i64 => {
+                sqlx::query(
+                    "INSERT INTO feed_pull_authors (uid, ctime) VALUES ($1, $2) ON CONFLICT (uid) DO NOTHING",
+                )
+                .bind(author)
+                .bind(time)
+                .execute(&mut *tx)
+                .await?;
+                None
+            }
+            Some((id, _)) => Some(id),
+            // Already an item (redelivered: its fan-out may be half done), or not published.
+            None => {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT id FROM feed_events WHERE dedup_key = $1 AND delivery = $2",
+                )
+                .bind(&key)
+                .bind(Delivery::FanningOut as i64)
+                .fetch_optional(&mut *tx)
+                .await?
+            }
+        };
+        tx.commit().await?;
+        Ok(pending)
+    }
+
+    /// Writes the next `batch` followers' inbox rows of item `event_id` in one transaction
+    /// and moves its cursor past them; the last batch marks it pushed.
+    pub async fn fan_out_batch(&self, event_id: i64, batch: i64) -> sqlx::Result<FanOutStep> {
+        let mut tx = self.db.writer().begin().await?;
+        // Locks the item first (a concurrent redelivery of the same item waits, then sees the
+        // moved cursor); nothing comes back once it is pushed or gone (withdrawn).
+        let item: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+            "UPDATE feed_events SET delivery = delivery WHERE id = $1 AND delivery = $2 \
+             RETURNING actor, ctime, fanout_time, fanout_id",
+        )
+        .bind(event_id)
+        .bind(Delivery::FanningOut as i64)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((author, ctime, after_time, after_id)) = item else {
+            return Ok(FanOutStep {
+                followers: 0,
+                done: true,
+            });
+        };
+        let keys: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT utime, id FROM follows WHERE followee = $1 AND status = 1 \
+             AND (utime > $2 OR (utime = $2 AND id > $3)) ORDER BY utime, id LIMIT $4",
+        )
+        .bind(author)
+        .bind(after_time)
+        .bind(after_id)
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await?;
+        let done = (keys.len() as i64) < batch;
+        let (last_time, last_id) = keys.last().copied().unwrap_or((after_time, after_id));
+        if !keys.is_empty() {
+            sqlx::query(
+                "INSERT INTO feed_inbox (uid, event_id, actor, kind, ctime) \
+                 SELECT follower, $1, $2, $3, $4 FROM follows WHERE followee = $2 AND status = 1 \
+                 AND (utime > $5 OR (utime = $5 AND id > $6)) AND (utime < $7 OR (utime = $7 AND id <= $8)) \
+                 ON CONFLICT (uid, event_id) DO NOTHING",
+            )
+            .bind(event_id)
+            .bind(author)
+            .bind(FeedKind::Article.as_str())
+            .bind(ctime)
+            .bind(after_time)
+            .bind(after_id)
+            .bind(last_time)
+            .bind(last_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let delivery = if done {
+            Delivery::Pushed
+        } else {
+            Delivery::FanningOut
+        };
+        sqlx::query(
+            "UPDATE feed_events SET fanout_time = $1, fanout_id = $2, delivery = $3 WHERE id = $4",
+        )
+        .bind(last_time)
+        .bind(last_id)
+        .bind(delivery as i64)
+        .bind(event_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(FanOutStep {
+            followers: keys.len() as u64,
+            done,
+        })
+    }
+
+    /// Removes article `article_id`'s item from every inbox and outbox — unless it is
+    /// published (again) by now. Returns whether it removed one.
+    pub async fn remove_article(&self, article_id: i64) -> sqlx::Result<bool> {
+        let mut tx = self.db.writer().begin().await?;
+        let removed = retract(
+            &mut tx,
+            &article_key(article_id),
+            "NOT EXISTS (SELECT 1 FROM published_articles WHERE id = $2 AND status = $3)",
+            article_id,
+            2,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(removed)
+    }
+
+    /// Makes the feed agree with `liker`'s like of article `article_id`: while it is on (and the
+    /// article published, and not the liker's own), its author has a `like` item dated `time`.
+    pub async fn sync_like(&self, liker: i64, article_id: i64, time: i64) -> sqlx::Result<()> {
+        let key = format!("like:{liker}:article:{article_id}");
+        let active = "EXISTS (SELECT 1 FROM user_likes WHERE uid = $2 AND biz = 'article' AND biz_id = $3 AND status = 1)";
+        let mut tx = self.db.writer().begin().await?;
+        let added: Option<(i64, i64)> = sqlx::query_as(&format!(
+            "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
+             delivery, fanout_time, fanout_id, ctime) \
+             SELECT $1, $2, p.author_id, $3, 0, '', $4, $5, -1, 0, $6 FROM published_articles p \
+             WHERE p.id = $3 AND p.status = 2 AND p.author_id <> $2 AND {active} \
+             ON CONFLICT (dedup_key) DO NOTHING RETURNING id, recipient"
+        ))
+        .bind(FeedKind::Like.as_str())
+        .bind(liker)
+        .bind(article_id)
+        .bind(&key)
+        .bind(Delivery::Pushed as i64)
+        .bind(time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match added {
+            Some((id, recipient)) => {
+                deliver(&mut tx, recipient, id, liker, FeedKind::Like, time).await?
+            }
+            None => {
+                retract(&mut tx, &key, &format!("NOT {active}"), liker, article_id).await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// Makes the feed agree with `follower` following `followee`: while it is on, the followee
+    /// has a `follow` item dated `time`.
+    pub async fn sync_follow(&self, follower: i64, followee: i64, time: i64) -> sqlx::Result<()> {
+        let key = format!("follow:{follower}:{followee}");
+        let active =
+            "EXISTS (SELECT 1 FROM follows WHERE follower = $2 AND followee = $3 AND status = 1)";
+        let mut tx = self.db.writer().begin().await?;
+        let added: Option<i64> = sqlx::query_scalar(&format!(
+            "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
+             delivery, fanout_time, fanout_id, ctime) \
+             SELECT $1, $2, $3, 0, 0, '', $4, $5, -1, 0, $6 WHERE {active} \
+             ON CONFLICT (dedup_key) DO NOTHING RETURNING id"
+        ))
+        .bind(FeedKind::Follow.as_str())
+        .bind(follower)
+        .bind(followee)
+        .bind(&key)
+        .bind(Delivery::Pushed as i64)
+        .bind(time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match added {
+            Some(id) => deliver(&mut tx, followee, id, follower, FeedKind::Follow, time).await?,
+            None => {
+                retract(&mut tx, &key, &format!("NOT {active}"), follower, followee).await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// Applies a comment event: a written comment becomes a `comment` item of its recipient
+    /// (not of its own author), a deleted one disappears. The comments feature owns the state,
+    /// so the event's `on` is taken as it is.
+    pub async fn sync_comment(&self, comment: &CommentEvent) -> sqlx::Result<()> {
+        let key = format!("comment:{}:{}", comment.id, comment.recipient);
+        let mut tx = self.db.writer().begin().await?;
+        if comment.on && comment.uid != comment.recipient {
+            let added: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
+                 delivery, fanout_time, fanout_id, ctime) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, -1, 0, $9) \
+                 ON CONFLICT (dedup_key) DO NOTHING RETURNING id",
+            )
+            .bind(FeedKind::Comment.as_str())
+            .bind(comment.uid)
+            .bind(comment.recipient)
+            .bind(comment.article_id)
+            .bind(comment.id)
+            .bind(&comment.content)
+            .bind(&key)
+            .bind(Delivery::Pushed as i64)
+            .bind(comment.time)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(id) = added {
+                deliver(
+                    &mut tx,
+                    comment.recipient,
+                    id,
+                    comment.uid,
+                    FeedKind::Comment,
+                    comment.time,
+                )
+                .await?;
+            }
+        } else if !comment.on {
+            // (The condition always holds: the state is the event's.)
+            retract(&mut tx, &key, "$2 = $3", 0, 0).await?;
+        }
+        tx.commit().await
+    }
+
+    /// The pull authors `reader` follows: one probe of the follow index per pull author (there
+    /// are few: only authors who were above the push threshold when they published).
+    pub async fn followed_pull_authors(&self, reader: i64) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT p.uid FROM feed_pull_authors p WHERE EXISTS \
+             (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = p.uid AND f.status = 1)",
+        )
+        .bind(reader)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// The newest `limit` items of `reader`'s inbox strictly before `before`.
+    pub async fn inbox_heads(
+        &self,
+        reader: i64,
+        before: Cursor,
+        limit: usize,
+    ) -> sqlx::Result<Vec<Cursor>> {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT ctime, event_id FROM feed_inbox WHERE uid = $1 \
+             AND (ctime < $2 OR (ctime = $2 AND event_id < $3)) \
+             ORDER BY ctime DESC, event_id DESC LIMIT $4",
+        )
+        .bind(reader)
+        .bind(before.time)
+        .bind(before.id)
+        .bind(limit as i64)
+        .fetch_all(self.db.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(time, id)| Cursor { time, id })
+            .collect())
+    }
+
+    /// The newest `limit` pulled items of each of `authors` strictly before `before` — one
+    /// `UNION ALL` of per-author index range scans per [`AUTHORS_PER_QUERY`] authors. Each
+    /// author's part is in feed order; parts follow each other in `authors`' order.
+    pub async fn outbox_heads(
+        &self,
+        authors: &[i64],
+        before: Cursor,
+        limit: usize,
+    ) -> sqlx::Result<Vec<Vec<Cursor>>> {
+        let mut heads = Vec::with_capacity(authors.len());
+        for chunk in authors.chunks(AUTHORS_PER_QUERY) {
+            let parts: Vec<String> = (0..chunk.len())
+                .map(|n| {
+                    format!(
+                        "SELECT * FROM (SELECT {n} AS part, ctime, id FROM feed_events \
+                         WHERE actor = ${} AND kind = 'article' AND delivery = 2 \
+                         AND (ctime < $1 OR (ctime = $1 AND id < $2)) \
+                         ORDER BY ctime DESC, id DESC LIMIT $3) AS h{n}",
+                        n + 4
+                    )
+                })
+                .collect();
+            let sql = parts.join(" UNION ALL ");
+            let mut query = sqlx::query_as::<_, (i64, i64, i64)>(&sql)
+                .bind(before.time)
+                .bind(before.id)
+                .bind(limit as i64);
+            for author in chunk {
+                query = query.bind(*author);
+            }
+            let rows = query.fetch_all(self.db.pool()).await?;
+            let mut parts = vec![Vec::new(); chunk.len()];
+            for (part, time, id) in rows {
+                if let Some(part) = parts.get_mut(part as usize) {
+                    part.push(Cursor { time, id });
+                }
+            }
+            for part in &mut parts {
+                part.sort_unstable_by(|a, b| b.cmp(a));
+            }
+            heads.extend(parts);
+        }
+        Ok(heads)
+    }
+
+    /// The items `ids` as `reader` may see them now, in one query: article items only while the
+    /// article is published and the reader still follows its author, likes while the article
+    /// is published, follows while the follow holds. Items not visible are absent.
+    pub async fn visible_items(
+        &self,
+        reader: i64,
+        ids: &[i64],
+    ) -> sqlx::Result<HashMap<i64, FeedItem>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = format!(
+            "SELECT e.id, e.kind, e.actor, e.article_id, e.comment_id, e.detail, e.ctime, \
+             a.nickname AS actor_nickname, p.title, p.abstract, p.author_id, p.status AS article_status, \
+             p.ctime AS article_ctime, w.nickname AS author_nickname, COALESCE(i.like_cnt, 0) AS like_cnt, \
+             CASE WHEN e.kind = 'article' THEN \
+               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1) THEN 1 ELSE 0 END) \
+             WHEN e.kind = 'follow' THEN \
+               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = e.actor AND f.followee = $1 AND f.status = 1) THEN 1 ELSE 0 END) \
+             ELSE 1 END AS related \
+             FROM feed_events e \
+             LEFT JOIN users a ON a.id = e.actor \
+             LEFT JOIN published_articles p ON p.id = e.article_id \
+             LEFT JOIN users w ON w.id = p.author_id \
+             LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = e.article_id \
+             WHERE e.id IN ({})",
+            placeholders(2, ids.len())
+        );
+        let mut query = sqlx::query(&sql).bind(reader);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        let mut items = HashMap::with_capacity(ids.len());
+        for row in query.fetch_all(self.db.pool()).await? {
+            if let Some(item) = visible_item(&row)? {
+                items.insert(item.id, item);
+            }
+        }
+        Ok(items)
+    }
+
+    /// Deletes the oldest items of every inbox holding more than `cap`, for users with ids in
+    /// `[from, to)`, in one statement; returns the rows deleted.
+    pub async fn prune_inboxes(&self, from: i64, to: i64, cap: i64) -> sqlx::Result<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM feed_inbox WHERE (uid, event_id) IN ( \
+               SELECT uid, event_id FROM ( \
+                 SELECT uid, event_id, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY ctime DESC, event_id DESC) AS position \
+                 FROM feed_inbox WHERE uid >= $1 AND uid < $2) AS ranked \
+               WHERE position > $3)",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(cap)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected())
+    }
+
+    /// Deletes `like`, `follow` and `comment` items older than `before` that no inbox holds
+    /// any more (pruned), at most `limit`; returns how many. Articles stay: they are their
+    /// author's outbox, back-filled to new followers.
+    pub async fn purge_orphan_notices(&self, before: i64, limit: i64) -> sqlx::Result<u64> {
+        Ok(sqlx::query(
+            "DELETE FROM feed_events WHERE id IN ( \
+               SELECT e.id FROM feed_events e WHERE e.kind <> 'article' AND e.ctime < $1 \
+               AND NOT EXISTS (SELECT 1 FROM feed_inbox b WHERE b.event_id = e.id) LIMIT $2)",
+        )
+        .bind(before)
+        .bind(limit)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected())
+    }
+
+    /// The largest user id that has an inbox row (0 when none), for the prune job's ranges.
+    pub async fn max_inbox_uid(&self) -> sqlx::Result<i64> {
+        Ok(
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MAX(uid) FROM feed_inbox")
+                .fetch_one(self.db.pool())
+                .await?
+                .unwrap_or(0),
+        )
+    }
+}
+
+/// Puts item `event_id` into `uid`'s inbox.
+async fn deliver(
+    tx: &mut Transaction<'static, Any>,
+    uid: i64,
+    event_id: i64,
+    actor: i64,
+    kind: FeedKind,
+    time: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO feed_inbox (uid, event_id, actor, kind, ctime) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (uid, event_id) DO NOTHING",
+    )
+    .bind(uid)
+    .bind(event_id)
+    .bind(actor)
+    .bind(kind.as_str())
+    .bind(time)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Deletes the item `key` and its inbox rows when `condition` (over `$2`, `$3`) holds; returns
+/// whether there was one.
+async fn retract(
+    tx: &mut Transaction<'static, Any>,
+    key: &str,
+    condition: &str,
+    first: i64,
+    second: i64,
+) -> sqlx::Result<bool> {
+    sqlx::query(&format!(
+        "DELETE FROM feed_inbox WHERE event_id IN (SELECT id FROM feed_events WHERE dedup_key = $1) AND {condition}"
+    ))
+    .bind(key)
+    .bind(first)
+    .bind(second)
+    .execute(&mut **tx)
+    .await?;
+    Ok(sqlx::query(&format!(
+        "DELETE FROM feed_events WHERE dedup_key = $1 AND {condition}"
+    ))
+    .bind(key)
+    .bind(first)
+    .bind(second)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        > 0)
+}
+
+/// One row of [`FeedStore::visible_items`] as the reader sees it, or `None` when hidden.
+fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
+    let kind: String = row.try_get("kind")?;
+    let Some(kind) = FeedKind::parse(&kind) else {
+        return Ok(None);
+    };
+    if row.try_get::<i64, _>("related")? != 1 {
+        return Ok(None);
+    }
+    let article_status: Option<i64> = row.try_get("article_status")?;
+    let article = match article_status {
+        Some(2) => {
+            let author: i64 = row.try_get("author_id")?;
+            let author_nickname: Option<String> = row.try_get("author_nickname")?;
+            Some(ItemArticle {
+                id: row.try_get("article_id")?,
+                title: row.try_get("title")?,
+                abstract_text: row.try_get("abstract")?,
+                author: Person {
+                    id: author,
+                    name: display_name(author_nickname.as_deref().unwrap_or(""), author),
+                },
+                like_cnt: row.try_get("like_cnt")?,
+                comment_cnt: 0,
+                ctime: row.try_get("article_ctime")?,
+            })
+        }
+        _ => None,
+    };
+    let needs_article = matches!(kind, FeedKind::Article | FeedKind::Like);
+    if needs_article && article.is_none() {
+        return Ok(None);
+    }
+    let actor: i64 = row.try_get("actor")?;
+    let actor_nickname: Option<String> = row.try_get("actor_nickname")?;
+    let comment = match kind {
+        FeedKind::Comment => Some(ItemComment {
+            id: row.try_get("comment_id")?,
+            content: row.try_get("detail")?,
+        }),
+        _ => None,
+    };
+    Ok(Some(FeedItem {
+        id: row.try_get("id")?,
+        kind: kind.as_str(),
+        ctime: row.try_get("ctime")?,
+        actor: Person {
+            id: actor,
+            name: display_name(actor_nickname.as_deref().unwrap_or(""), actor),
+        },
+        article,
+        comment,
+    }))
+}

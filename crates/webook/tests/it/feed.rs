@@ -1,0 +1,841 @@
+//! Follows and the feed on {SQLite, PostgreSQL} × {embedded (in-process events), Redis
+//! (streams)}: idempotent follows with exact counts under concurrency, keyset-paged lists,
+//! a feed that merges pushed and pulled items exactly once in one order while new items arrive,
+//! authors crossing the push threshold both ways, unfollow and withdrawal on the next page, and
+//! a fan-out that resumes after its consumer died.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use crate::common;
+
+use std::collections::HashSet;
+
+use common::{get, login, post, signup, Setup};
+use platform::testing::{wait_until, TestDb};
+use serde_json::{json, Value};
+use sqlx::Row;
+use webook::{
+    feed::{FeedService, FeedSettings},
+    testing::TestApp,
+};
+
+struct Member {
+    token: String,
+    uid: i64,
+}
+
+async fn member(app: &TestApp, name: &str) -> Member {
+    let email = format!("{name}@feed.test");
+    assert_eq!(signup(app, &email).await.code(), 0);
+    let token = login(app, &email).await.0;
+    let profile = get(app, "/users/profile", Some(&token)).await;
+    let uid = profile.json()["Id"].as_i64().unwrap();
+    Member { token, uid }
+}
+
+async fn members(app: &TestApp, prefix: &str, count: usize) -> Vec<Member> {
+    let mut all = Vec::with_capacity(count);
+    for n in 0..count {
+        all.push(member(app, &format!("{prefix}{n}")).await);
+    }
+    all
+}
+
+/// An app whose authors push up to `threshold` followers.
+async fn app_with_threshold(setup: Setup, threshold: i64) -> TestApp {
+    setup
+        .spawn(|config| {
+            config.settings_mut::<FeedSettings>().feed_push_threshold = threshold;
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .auth_rate_limit = 1_000_000;
+        })
+        .await
+}
+
+async fn follow(app: &TestApp, who: &Member, whom: i64, on: bool) -> i64 {
+    let path = if on {
+        "/follow/follow"
+    } else {
+        "/follow/cancel"
+    };
+    post(app, path, Some(&who.token), json!({ "followee": whom }))
+        .await
+        .code()
+}
+
+async fn publish(app: &TestApp, author: &Member, title: &str) -> i64 {
+    let answer = post(
+        app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"title": title, "content": format!("<p>{title}</p>")}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].as_i64().unwrap()
+}
+
+async fn feed_page(app: &TestApp, reader: &Member, cursor: Option<&str>, limit: usize) -> Value {
+    let path = match cursor {
+        Some(cursor) => format!("/feed?limit={limit}&cursor={cursor}"),
+        None => format!("/feed?limit={limit}"),
+    };
+    let answer = get(app, &path, Some(&reader.token)).await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].clone()
+}
+
+/// The whole feed, page by page, checking that no item repeats and the order holds.
+async fn whole_feed(app: &TestApp, reader: &Member, limit: usize) -> Vec<Value> {
+    let mut items: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = feed_page(app, reader, cursor.as_deref(), limit).await;
+        let page_items = page["items"].as_array().unwrap();
+        assert!(page_items.len() <= limit);
+        items.extend(page_items.iter().cloned());
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_in_feed_order(&items);
+    items
+}
+
+/// Newest first by (ctime, id), every id once.
+fn assert_in_feed_order(items: &[Value]) {
+    let keys: Vec<(i64, i64)> = items
+        .iter()
+        .map(|item| {
+            (
+                item["ctime"].as_i64().unwrap(),
+                item["id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    for pair in keys.windows(2) {
+        assert!(pair[0] > pair[1], "out of order or repeated: {pair:?}");
+    }
+}
+
+/// (type, article id or actor) of each item, for comparing against what must be there.
+fn article_ids(items: &[Value]) -> Vec<i64> {
+    items
+        .iter()
+        .filter(|item| item["type"] == "article")
+        .map(|item| item["article"]["id"].as_i64().unwrap())
+        .collect()
+}
+
+async fn wait_for_articles(app: &TestApp, reader: &Member, expected: &HashSet<i64>) {
+    wait_until("the feed to hold every published article", || async {
+        let seen: HashSet<i64> = article_ids(&whole_feed(app, reader, 100).await)
+            .into_iter()
+            .collect();
+        &seen == expected
+    })
+    .await;
+}
+
+/// How article `id`'s item was delivered (0 fanning out, 1 pushed, 2 pulled), once handled.
+async fn delivery_of(app: &TestApp, id: i64) -> Option<i64> {
+    sqlx::query_scalar("SELECT delivery FROM feed_events WHERE dedup_key = $1")
+        .bind(format!("article:{id}"))
+        .fetch_optional(app.platform.db.pool())
+        .await
+        .unwrap()
+}
+
+async fn wait_for_delivery(app: &TestApp, id: i64) -> i64 {
+    wait_until("the article's item to be delivered", || async {
+        matches!(delivery_of(app, id).await, Some(1 | 2))
+    })
+    .await;
+    delivery_of(app, id).await.unwrap()
+}
+
+async fn counts(app: &TestApp, asker: &Member, uid: i64) -> (i64, i64) {
+    let answer = get(
+        app,
+        &format!("/follow/static?uid={uid}"),
+        Some(&asker.token),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    let data = &answer.json()["data"];
+    (
+        data["followers"].as_i64().unwrap(),
+        data["followees"].as_i64().unwrap(),
+    )
+}
+
+async fn follow_counts_in_db(db: &platform::db::Db, uid: i64) -> (i64, i64) {
+    let followers: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM follows WHERE followee = $1 AND status = 1")
+            .bind(uid)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    let followees: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM follows WHERE follower = $1 AND status = 1")
+            .bind(uid)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    (followers, followees)
+}
+
+async fn follows_are_idempotent_and_counts_exact_under_concurrency(setup: Setup) {
+    let app = app_with_threshold(setup, 1000).await;
+    let star = member(&app, "star").await;
+    let fans = members(&app, "fan", 20).await;
+
+    assert_eq!(follow(&app, &star, star.uid, true).await, 4, "yourself");
+    assert_eq!(follow(&app, &star, 999_999, true).await, 404_001);
+    assert_eq!(follow(&app, &star, 0, true).await, 4);
+    assert_eq!(
+        follow(&app, &star, 999_999, false).await,
+        0,
+        "nothing to cancel"
+    );
+
+    // 200 operations at once: each fan runs its own sequence on (fan → star) and (fan → next
+    // fan); the pairs differ, so each pair's final state is its sequence's last step. The same
+    // pair is also followed ten times at once.
+    let pattern = [
+        true, true, false, true, false, false, true, true, false, true,
+    ];
+    let mut tasks = Vec::new();
+    for (n, fan) in fans.iter().enumerate() {
+        let app_url = (fan.token.clone(), star.uid, fans[(n + 1) % fans.len()].uid);
+        let client = app.client.clone();
+        let base = app.url("/");
+        tasks.push(tokio::spawn(async move {
+            let (token, star, next) = app_url;
+            for (step, on) in pattern.iter().enumerate() {
+                let whom = if step % 2 == 0 { star } else { next };
+                let on = if n % 2 == 0 { *on } else { !*on };
+                let path = if on { "follow/follow" } else { "follow/cancel" };
+                let answer: Value = client
+                    .post(format!("{base}{path}"))
+                    .bearer_auth(&token)
+                    .header("user-agent", common::UA)
+                    .json(&json!({ "followee": whom }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                assert_eq!(answer["code"], 0, "{answer}");
+            }
+        }));
+    }
+    let repeat: Vec<_> = (0..10)
+        .map(|_| {
+            let (client, base, token, whom) = (
+                app.client.clone(),
+                app.url("/"),
+                fans[0].token.clone(),
+                fans[5].uid,
+            );
+            tokio::spawn(async move {
+                client
+                    .post(format!("{base}follow/follow"))
+                    .bearer_auth(&token)
+                    .header("user-agent", common::UA)
+                    .json(&json!({ "followee": whom }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for task in repeat {
+        assert!(task.await.unwrap().is_success());
+    }
+
+    // Last steps: even fans end on pattern[8] (false) for the star and pattern[9] (true) for
+    // the next fan; odd fans the opposite.
+    let star_followers = fans.iter().enumerate().filter(|(n, _)| n % 2 == 1).count() as i64;
+    assert_eq!(counts(&app, &star, star.uid).await, (star_followers, 0));
+    let db = &app.platform.db;
+    for (n, fan) in fans.iter().enumerate() {
+        let stored = follow_counts_in_db(db, fan.uid).await;
+        assert_eq!(counts(&app, &star, fan.uid).await, stored, "fan {n}");
+    }
+    assert_eq!(follow_counts_in_db(db, star.uid).await, (star_followers, 0));
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM follows")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    // 20 fans × (star, next fan), plus fan 0 → fan 5: one row per pair, whatever happened.
+    assert_eq!(rows, 41);
+    let check = get(
+        &app,
+        &format!("/follow/check?followee={}", fans[5].uid),
+        Some(&fans[0].token),
+    )
+    .await;
+    assert_eq!(check.json()["data"]["followed"], true);
+}
+
+async fn lists_page_with_cursors_and_show_whom_the_caller_follows(setup: Setup) {
+    let app = app_with_threshold(setup, 1000).await;
+    let star = member(&app, "star").await;
+    let viewer = member(&app, "viewer").await;
+    let fans = members(&app, "fan", 12).await;
+    for fan in &fans {
+        assert_eq!(follow(&app, fan, star.uid, true).await, 0);
+    }
+    // The viewer follows every third fan.
+    let followed_by_viewer: HashSet<i64> = fans.iter().step_by(3).map(|fan| fan.uid).collect();
+    for uid in &followed_by_viewer {
+        assert_eq!(follow(&app, &viewer, *uid, true).await, 0);
+    }
+
+    let list = |cursor: Option<String>| {
+        let (app, viewer, star) = (&app, &viewer, star.uid);
+        async move {
+            let mut path = format!("/follow/followers?uid={star}&limit=5");
+            if let Some(cursor) = cursor {
+                path.push_str(&format!("&cursor={cursor}"));
+            }
+            let answer = get(app, &path, Some(&viewer.token)).await;
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            answer.json()["data"].clone()
+        }
+    };
+    let first = list(None).await;
+    // A follow arriving mid-way lands before the cursor: no page repeats or skips for it.
+    let late = member(&app, "late").await;
+    assert_eq!(follow(&app, &late, star.uid, true).await, 0);
+    let mut seen = Vec::new();
+    let mut page = first;
+    loop {
+        for item in page["items"].as_array().unwrap() {
+            let id = item["id"].as_i64().unwrap();
+            assert_eq!(
+                item["followed"].as_bool().unwrap(),
+                followed_by_viewer.contains(&id),
+                "{item}"
+            );
+            assert!(item.get("nickname").is_some() && item.get("aboutMe").is_some());
+            seen.push(id);
+        }
+        match page["next"].as_str() {
+            Some(next) => page = list(Some(next.to_owned())).await,
+            None => break,
+        }
+    }
+    let expected: Vec<i64> = fans.iter().rev().map(|fan| fan.uid).collect();
+    assert_eq!(seen, expected, "newest follow first, each once");
+
+    // The caller's own followees, by default.
+    let own = get(&app, "/follow/followees", Some(&viewer.token)).await;
+    let own: HashSet<i64> = own.json()["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(own, followed_by_viewer);
+    for bad in ["limit=0", "limit=101", "cursor=nope", "uid=-1"] {
+        let answer = get(
+            &app,
+            &format!("/follow/followers?{bad}"),
+            Some(&viewer.token),
+        )
+        .await;
+        assert_eq!(answer.code(), 4, "{bad}: {}", answer.raw);
+    }
+    assert_eq!(get(&app, "/follow/followers", None).await.status, 401);
+}
+
+async fn a_reader_sees_every_item_once_in_order_while_authors_publish(setup: Setup) {
+    let app = app_with_threshold(setup, 3).await;
+    let reader = member(&app, "reader").await;
+    let small = members(&app, "small", 2).await;
+    let big = members(&app, "big", 2).await;
+    let crowd = members(&app, "crowd", 3).await;
+    for author in small.iter().chain(&big) {
+        assert_eq!(follow(&app, &reader, author.uid, true).await, 0);
+    }
+    for author in &big {
+        for fan in &crowd {
+            assert_eq!(follow(&app, fan, author.uid, true).await, 0);
+        }
+    }
+    let mut expected = HashSet::new();
+    for round in 0..6 {
+        for author in small.iter().chain(&big) {
+            expected.insert(publish(&app, author, &format!("r{round}")).await);
+        }
+    }
+    // Others like the reader's article and follow the reader: those reach the reader too.
+    let own = publish(&app, &reader, "mine").await;
+    for fan in &crowd {
+        let like = post(
+            &app,
+            "/articles/pub/like",
+            Some(&fan.token),
+            json!({"id": own, "like": true}),
+        )
+        .await;
+        assert_eq!(like.code(), 0);
+        assert_eq!(follow(&app, fan, reader.uid, true).await, 0);
+    }
+    wait_for_articles(&app, &reader, &expected).await;
+    for id in &expected {
+        assert!(matches!(delivery_of(&app, *id).await, Some(1 | 2)));
+    }
+    wait_until("the likes and follows to reach the reader", || async {
+        let items = whole_feed(&app, &reader, 100).await;
+        let count = |kind: &str| items.iter().filter(|item| item["type"] == kind).count();
+        count("like") == 3 && count("follow") == 3
+    })
+    .await;
+    let before = whole_feed(&app, &reader, 100).await;
+
+    // Page through it in small pages while the authors keep publishing.
+    let publishing = {
+        let (app_authors, stop) = (
+            [small[0].token.clone(), big[0].token.clone()],
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let (client, base, flag) = (app.client.clone(), app.url("/"), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut n = 0;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let token = &app_authors[n % 2];
+                let answer: Value = client
+                    .post(format!("{base}articles/publish"))
+                    .bearer_auth(token)
+                    .header("user-agent", common::UA)
+                    .json(&json!({"title": format!("new {n}"), "content": "<p>x</p>"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                assert_eq!(answer["code"], 0);
+                n += 1;
+            }
+            n
+        });
+        (task, stop)
+    };
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = feed_page(&app, &reader, cursor.as_deref(), 7).await;
+        paged.extend(page["items"].as_array().unwrap().iter().cloned());
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    publishing
+        .1
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let published_meanwhile = publishing.0.await.unwrap();
+    assert!(published_meanwhile > 0);
+    assert_in_feed_order(&paged);
+    // Paging started after `before` was read: what it saw is `before` plus items newer than
+    // `before`'s first, which all come from the authors still publishing.
+    let newest_before = (
+        before[0]["ctime"].as_i64().unwrap(),
+        before[0]["id"].as_i64().unwrap(),
+    );
+    let (newer, older): (Vec<Value>, Vec<Value>) = paged.into_iter().partition(|item| {
+        (
+            item["ctime"].as_i64().unwrap(),
+            item["id"].as_i64().unwrap(),
+        ) > newest_before
+    });
+    assert_eq!(older, before, "every earlier item exactly once, in order");
+    for item in newer {
+        let actor = item["actor"]["id"].as_i64().unwrap();
+        assert!(actor == small[0].uid || actor == big[0].uid, "{item}");
+    }
+    let items = before;
+    let like = items.iter().find(|item| item["type"] == "like").unwrap();
+    assert_eq!(like["article"]["id"], own);
+    assert_eq!(like["article"]["likeCnt"], 3);
+    let article = items.iter().find(|item| item["type"] == "article").unwrap();
+    assert!(
+        article["article"]["title"].is_string() && article["article"]["author"]["name"].is_string()
+    );
+    assert!(article.get("comment").is_none());
+    assert_eq!(article_ids(&items).len(), expected.len());
+}
+
+async fn authors_crossing_the_threshold_both_ways_leave_no_duplicate_or_gap(setup: Setup) {
+    let app = app_with_threshold(setup, 2).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    let fans = members(&app, "fan", 2).await;
+    assert_eq!(follow(&app, &reader, author.uid, true).await, 0);
+
+    let first = publish(&app, &author, "one follower: pushed").await;
+    assert_eq!(wait_for_delivery(&app, first).await, 1);
+    for fan in &fans {
+        assert_eq!(follow(&app, fan, author.uid, true).await, 0);
+    }
+    let second = publish(&app, &author, "three followers: pulled").await;
+    assert_eq!(wait_for_delivery(&app, second).await, 2);
+    for fan in &fans {
+        assert_eq!(follow(&app, fan, author.uid, false).await, 0);
+    }
+    let third = publish(&app, &author, "one follower again: pushed").await;
+    assert_eq!(wait_for_delivery(&app, third).await, 1);
+    assert_eq!(follow(&app, &fans[0], author.uid, true).await, 0);
+    let fourth = publish(&app, &author, "two followers: pushed").await;
+    assert_eq!(wait_for_delivery(&app, fourth).await, 1);
+
+    let all = vec![fourth, third, second, first];
+    assert_eq!(article_ids(&whole_feed(&app, &reader, 1).await), all);
+    assert_eq!(article_ids(&whole_feed(&app, &reader, 3).await), all);
+    // The fan who came back: pushed ones back-filled on follow, the pulled one merged.
+    assert_eq!(article_ids(&whole_feed(&app, &fans[0], 2).await), all);
+    assert!(article_ids(&whole_feed(&app, &fans[1], 2).await).is_empty());
+}
+
+async fn unfollow_withdrawal_and_follow_take_effect_on_the_next_page(setup: Setup) {
+    let app = app_with_threshold(setup, 1).await;
+    let reader = member(&app, "reader").await;
+    let small = member(&app, "small").await;
+    let big = member(&app, "big").await;
+    let other = member(&app, "other").await;
+    assert_eq!(follow(&app, &reader, small.uid, true).await, 0);
+    assert_eq!(follow(&app, &reader, big.uid, true).await, 0);
+    assert_eq!(follow(&app, &other, big.uid, true).await, 0);
+    let small_articles = [
+        publish(&app, &small, "s1").await,
+        publish(&app, &small, "s2").await,
+    ];
+    let big_articles = [
+        publish(&app, &big, "b1").await,
+        publish(&app, &big, "b2").await,
+    ];
+    for id in small_articles {
+        assert_eq!(wait_for_delivery(&app, id).await, 1);
+    }
+    for id in big_articles {
+        assert_eq!(wait_for_delivery(&app, id).await, 2);
+    }
+    let ids = |items: Vec<Value>| -> HashSet<i64> { article_ids(&items).into_iter().collect() };
+    let everything: HashSet<i64> = small_articles
+        .iter()
+        .chain(&big_articles)
+        .copied()
+        .collect();
+    assert_eq!(ids(whole_feed(&app, &reader, 10).await), everything);
+
+    // No waiting from here on: each change shows on the very next read.
+    let withdraw = |author: &Member, id: i64| {
+        let token = author.token.clone();
+        let app = &app;
+        async move {
+            let answer = post(app, "/articles/withdraw", Some(&token), json!({ "id": id })).await;
+            assert_eq!(answer.code(), 0);
+        }
+    };
+    withdraw(&big, big_articles[0]).await;
+    withdraw(&small, small_articles[0]).await;
+    assert_eq!(
+        ids(whole_feed(&app, &reader, 10).await),
+        HashSet::from([small_articles[1], big_articles[1]])
+    );
+    assert_eq!(follow(&app, &reader, small.uid, false).await, 0);
+    assert_eq!(
+        ids(whole_feed(&app, &reader, 10).await),
+        HashSet::from([big_articles[1]])
+    );
+    assert_eq!(follow(&app, &reader, big.uid, false).await, 0);
+    assert!(ids(whole_feed(&app, &reader, 10).await).is_empty());
+    assert_eq!(follow(&app, &reader, small.uid, true).await, 0);
+    assert_eq!(follow(&app, &reader, big.uid, true).await, 0);
+    assert_eq!(
+        ids(whole_feed(&app, &reader, 10).await),
+        HashSet::from([small_articles[1], big_articles[1]]),
+        "a follow brings the author's recent articles at once"
+    );
+    // Republishing a withdrawn article brings it back (once the consumers ran).
+    let republish = post(
+        &app,
+        "/articles/publish",
+        Some(&small.token),
+        json!({"id": small_articles[0], "title": "s1 again", "content": "<p>s1</p>"}),
+    )
+    .await;
+    assert_eq!(republish.code(), 0);
+    wait_until("the republished article to return", || async {
+        ids(whole_feed(&app, &reader, 10).await).contains(&small_articles[0])
+    })
+    .await;
+    // The withdrawal consumers removed the other withdrawn item from storage too.
+    wait_until("the withdrawn item to be deleted", || async {
+        delivery_of(&app, big_articles[0]).await.is_none()
+    })
+    .await;
+}
+
+async fn comment_events_become_items_of_their_recipient(setup: Setup) {
+    let app = app_with_threshold(setup, 1000).await;
+    let author = member(&app, "author").await;
+    let commenter = member(&app, "commenter").await;
+    let article = publish(&app, &author, "commented").await;
+    let record = |on: bool| {
+        let db = app.platform.db.clone();
+        let event = webook::feed::CommentEvent {
+            id: 77,
+            uid: commenter.uid,
+            recipient: author.uid,
+            article_id: article,
+            content: "nice".to_owned(),
+            on,
+            time: platform::db::now_millis(),
+        };
+        let outbox = app.platform.outbox.clone();
+        async move {
+            let mut tx = db.writer().begin().await.unwrap();
+            platform::events::outbox::record(
+                &mut tx,
+                webook::feed::TOPIC_COMMENT_CHANGED,
+                "77",
+                &event,
+                event.time,
+            )
+            .await
+            .unwrap();
+            tx.commit().await.unwrap();
+            outbox.committed();
+        }
+    };
+    record(true).await;
+    wait_until("the comment item", || async {
+        whole_feed(&app, &author, 10)
+            .await
+            .iter()
+            .any(|item| item["type"] == "comment")
+    })
+    .await;
+    let items = whole_feed(&app, &author, 10).await;
+    let comment = items.iter().find(|item| item["type"] == "comment").unwrap();
+    assert_eq!(comment["comment"], json!({"id": 77, "content": "nice"}));
+    assert_eq!(comment["actor"]["id"], commenter.uid);
+    assert_eq!(comment["article"]["id"], article);
+    assert!(whole_feed(&app, &commenter, 10).await.is_empty());
+    record(false).await;
+    wait_until("the deleted comment to leave", || async {
+        !whole_feed(&app, &author, 10)
+            .await
+            .iter()
+            .any(|item| item["type"] == "comment")
+    })
+    .await;
+}
+
+setup_tests!(
+    follows_are_idempotent_and_counts_exact_under_concurrency,
+    lists_page_with_cursors_and_show_whom_the_caller_follows,
+    a_reader_sees_every_item_once_in_order_while_authors_publish,
+    authors_crossing_the_threshold_both_ways_leave_no_duplicate_or_gap,
+    unfollow_withdrawal_and_follow_take_effect_on_the_next_page,
+    comment_events_become_items_of_their_recipient,
+);
+
+/// Users 1..=`count` and `followers` following user 1 (bulk SQL: the fan-out reads rows, not
+/// requests).
+async fn crowd(db: &platform::db::Db, followers: i64) {
+    for chunk in (1..=followers + 1).collect::<Vec<_>>().chunks(500) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|id| format!("({id}, 'u{id}@x', 'x', 0, 0)"))
+            .collect();
+        sqlx::query(&format!(
+            "INSERT INTO users (id, email, password, ctime, utime) VALUES {}",
+            values.join(", ")
+        ))
+        .execute(db.writer())
+        .await
+        .unwrap();
+        let follows: Vec<String> = chunk
+            .iter()
+            .filter(|id| **id != 1)
+            .map(|id| format!("({id}, 1, 1, {id}, {id})"))
+            .collect();
+        if !follows.is_empty() {
+            sqlx::query(&format!(
+                "INSERT INTO follows (follower, followee, status, ctime, utime) VALUES {}",
+                follows.join(", ")
+            ))
+            .execute(db.writer())
+            .await
+            .unwrap();
+        }
+    }
+    sqlx::query(
+        "INSERT INTO follow_counts (uid, followers, followees, utime) VALUES (1, $1, 0, 0)",
+    )
+    .bind(followers)
+    .execute(db.writer())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO articles (id, author_id, title, content, abstract, status, ctime, utime) \
+         VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime) \
+         VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    if db.kind() == platform::config::DatabaseKind::Postgres {
+        sqlx::query("SELECT setval(pg_get_serial_sequence('users', 'id'), 100000)")
+            .execute(db.writer())
+            .await
+            .unwrap();
+    }
+}
+
+fn published_event() -> platform::events::Event {
+    platform::events::Event {
+        id: "outbox-1".to_owned(),
+        topic: webook::article::TOPIC_PUBLISHED.to_owned(),
+        key: "1".to_owned(),
+        payload: serde_json::to_vec(&json!({"id": 1, "author": 1, "time": 5000}))
+            .unwrap()
+            .into(),
+        time: 5000,
+    }
+}
+
+async fn inbox_stats(db: &platform::db::Db) -> (i64, i64) {
+    let row = sqlx::query("SELECT COUNT(*) AS total, COUNT(DISTINCT uid) AS users FROM feed_inbox")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    (row.get("total"), row.get("users"))
+}
+
+/// A fan-out of 2 500 followers in batches of 1 000 whose consumer dies after the first batch:
+/// the redelivered event resumes from the cursor and every follower ends with the item once.
+async fn a_fan_out_killed_mid_way_resumes_without_duplicates(database: TestDb) {
+    let db = &database.db;
+    crowd(db, 2500).await;
+    let feed = FeedService::new(webook::feed::store::FeedStore::new(db.clone()), 10_000)
+        .with_fanout_batch(1000);
+    let item = feed
+        .store()
+        .add_article(1, 1, 5000, 10_000)
+        .await
+        .unwrap()
+        .expect("a fan-out to do");
+    let step = feed.store().fan_out_batch(item, 1000).await.unwrap();
+    assert_eq!((step.followers, step.done), (1000, false));
+    assert_eq!(inbox_stats(db).await, (1000, 1000));
+    // The consumer "died" here; the event is delivered again, whole.
+    feed.apply_published(&[published_event()]).await.unwrap();
+    assert_eq!(inbox_stats(db).await, (2500, 2500));
+    let delivery: i64 = sqlx::query_scalar("SELECT delivery FROM feed_events WHERE id = $1")
+        .bind(item)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(delivery, 1);
+    // And once more, after it finished: nothing changes.
+    feed.apply_published(&[published_event()]).await.unwrap();
+    assert_eq!(inbox_stats(db).await, (2500, 2500));
+    let items: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM feed_events")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(items, 1);
+}
+
+/// The prune job keeps the newest `feed_inbox_cap` items of each inbox and leaves smaller
+/// inboxes alone.
+async fn inboxes_are_pruned_to_the_cap(database: TestDb) {
+    let db = &database.db;
+    let rows: Vec<String> = (1..=150)
+        .map(|n| format!("(1, {n}, 9, 'like', {})", 1000 + n))
+        .chain((1..=20).map(|n| format!("(2, {}, 9, 'like', {n})", 1000 + n)))
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO feed_inbox (uid, event_id, actor, kind, ctime) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(db.writer())
+    .await
+    .unwrap();
+    let job = webook::feed::jobs::PruneFeedInboxes::new(
+        webook::feed::store::FeedStore::new(db.clone()),
+        100,
+    );
+    assert_eq!(job.prune().await.unwrap().0, 50);
+    let kept: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM feed_inbox WHERE uid = 1 ORDER BY event_id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(kept, (51..=150).collect::<Vec<i64>>());
+    assert_eq!(inbox_stats(db).await, (120, 2));
+    assert_eq!(job.prune().await.unwrap().0, 0);
+}
+
+platform::backend_tests!(webook::schema::MIGRATIONS;
+    a_fan_out_killed_mid_way_resumes_without_duplicates,
+    inboxes_are_pruned_to_the_cap,
+);
+
+/// Two instances behind a load balancer (one PostgreSQL, one Redis): follows made on one count
+/// on the other, and articles published on either reach feeds read on either, once each —
+/// whichever instance's consumer handled their events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_follows_and_feeds() {
+    let (first, second) = common::cluster_pair(|config| {
+        config.settings_mut::<FeedSettings>().feed_push_threshold = 1;
+        config
+            .settings_mut::<webook::auth::settings::AuthSettings>()
+            .auth_rate_limit = 1_000_000;
+    })
+    .await;
+    let reader = member(&first, "reader").await;
+    let small = member(&first, "small").await;
+    let big = member(&first, "big").await;
+    let fan = member(&first, "fan").await;
+    assert_eq!(follow(&second, &reader, small.uid, true).await, 0);
+    assert_eq!(follow(&first, &reader, big.uid, true).await, 0);
+    assert_eq!(follow(&second, &fan, big.uid, true).await, 0);
+    assert_eq!(counts(&first, &reader, big.uid).await, (2, 0));
+    assert_eq!(counts(&second, &reader, reader.uid).await, (0, 2));
+    let mut expected = HashSet::new();
+    for n in 0..10 {
+        let (instance, author) = if n % 2 == 0 {
+            (&first, &small)
+        } else {
+            (&second, &big)
+        };
+        expected.insert(publish(instance, author, &format!("a{n}")).await);
+    }
+    wait_for_articles(&second, &reader, &expected).await;
+    let on_first = article_ids(&whole_feed(&first, &reader, 3).await);
+    assert_eq!(on_first.len(), expected.len());
+    assert_eq!(on_first.into_iter().collect::<HashSet<_>>(), expected);
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+}
