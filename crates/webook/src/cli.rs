@@ -41,7 +41,8 @@ pub enum Command {
     /// Print the version and exit.
     Version,
     /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
-    /// reads, likes and collects), for benchmarks and demos. Adds to what is there.
+    /// reads, likes, collects and follows, and the feed built from them), for benchmarks and
+    /// demos. Adds to what is there.
     Seed(SeedArgs),
 }
 
@@ -63,6 +64,11 @@ pub struct SeedArgs {
     /// Reads across the published articles, Zipf-distributed (counters only).
     #[arg(long, default_value_t = 1_000_000)]
     pub reads: u64,
+    /// Follows between the users, followers per user Zipf-distributed (the most prolific
+    /// authors the most followed); the feed is built to match, for feed_push_threshold and
+    /// feed_inbox_cap of the config.
+    #[arg(long, default_value_t = 0)]
+    pub follows: u64,
     /// Articles were created over the last D days (before --until).
     #[arg(long, default_value_t = 30)]
     pub days: u64,
@@ -95,6 +101,9 @@ impl SeedArgs {
             likes: self.likes,
             collects: self.collects,
             reads: self.reads,
+            follows: self.follows,
+            // The config's (seed::cli::run); these are its defaults.
+            feed: crate::feed::FeedSettings::default(),
             days: self.days,
             seed: self.seed,
             until,

@@ -1,17 +1,19 @@
 //! `webook seed`: connects to the database the layered config names, applies migrations, runs
-//! [`seed`](super::seed) with a progress bar on stderr, and prints what was written on stdout.
+//! [`seed`](super::seed) with a progress bar on stderr (for the feed settings of that config:
+//! push threshold and inbox cap), and prints what was written on stdout.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::cli::SeedArgs;
+use crate::{cli::SeedArgs, feed::FeedSettings};
 use platform::{config::Config, db::Db, redact_url};
 
 /// Runs `webook seed`.
 pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
-    let plan = args.plan()?;
+    let mut plan = args.plan()?;
+    plan.feed = config.settings::<FeedSettings>()?.clone();
     plan.validate().map_err(anyhow::Error::msg)?;
     let db = Db::connect(config).await?;
     let outcome = async {
@@ -57,6 +59,18 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
         );
         println!("  likes     {:>11}", report.likes);
         println!("  collects  {:>11}", report.collects);
+        println!(
+            "  follows   {:>11}  {} authors above feed_push_threshold {} are pulled",
+            report.follows, report.pull_authors, plan.feed.feed_push_threshold
+        );
+        println!(
+            "  feed      {:>11}  items: {} pushed, {} pulled; {} inbox rows (at most {} per user)",
+            report.feed_items,
+            report.feed_items - report.pulled,
+            report.pulled,
+            report.inbox_rows,
+            plan.feed.feed_inbox_cap
+        );
         anyhow::Ok(())
     }
     .await;

@@ -1,24 +1,38 @@
 //! `webook seed`: a realistic dataset at scale, for benchmarks and for trying the product —
 //! users, articles (Chinese and English, short posts to long reads, published over the last
-//! days), and Zipf-distributed reads, likes and collects — reproducible for a given `--seed`.
+//! days), Zipf-distributed reads, likes, collects and follows, and the feed the runtime would
+//! have built from them — reproducible for a given `--seed`.
 //!
-//! Data flow: [`seed`] validates the [`Plan`], decides every article's status, hashes the one
-//! password all seeded users share, and reads the next free ids. A generator thread then builds
-//! rows batch by batch and sends them through a bounded channel; the async writer inserts each
-//! batch with multi-row statements ([`store`]) while the generator builds the next, so the two
-//! cores overlap text generation and database work.
+//! Data flow: [`seed`] validates the [`Plan`], decides every article's status and every user's
+//! follower count, hashes the one password all seeded users share, and reads the next free ids.
+//! A generator thread then builds rows batch by batch and sends them through a bounded channel;
+//! the async writer inserts each batch with multi-row statements ([`store`]) while the generator
+//! builds the next, so the two cores overlap text generation and database work.
 //!
 //! Phases, and what an interruption leaves behind (every state is consistent):
 //!
 //! 1. **users**, one transaction per batch — accounts;
 //! 2. **articles**, one transaction per batch — the author's copies and reader copies, no
-//!    counters yet (an article nobody has read);
+//!    counters yet (an article nobody has read) and no feed items yet (the state of a database
+//!    whose feed was added after its articles);
 //! 3. **interactions**, one transaction for all — counters (`interactives`), likes
 //!    (`user_likes`) and collects (`user_collects`). Counters always match the like and collect
 //!    rows: both commit together or not at all. Likes are written sorted by user (the order of
 //!    `user_likes`' unique index) in passes over ranges of users, so the index grows at its end
 //!    instead of being rewritten at random, and a pass holds about [`LIKES_PER_PASS`] likes in
-//!    memory (8 bytes each).
+//!    memory (8 bytes each);
+//! 4. **follows and the feed**, one transaction for all — follows (`follows`, status 1), their
+//!    counts (`follow_counts`), one item per published article (`feed_events`), the pull authors
+//!    (`feed_pull_authors`) and the inboxes (`feed_inbox`). Counts always match the follow rows
+//!    and the feed always agrees with the follows: all commit together or not at all (an
+//!    interruption leaves the first three phases' dataset, no follows and no feed). Follows and
+//!    inbox rows are written sorted by follower (the order of their unique index and primary
+//!    key), in passes over ranges of users like the likes. The non-unique indexes of `follows`,
+//!    `feed_events` and `feed_inbox` are dropped when the phase begins and built again, each in
+//!    one sort, just before it commits ([`store::suspend_indexes`]): inboxes written user by
+//!    user name their items in random order, and inserting millions of rows into those indexes
+//!    one by one took most of the seed's time. (On PostgreSQL the drop locks those tables until
+//!    the commit: seed before starting servers on the database, or expect their feeds to wait.)
 //!
 //! What the data looks like: popularity follows Zipf's law (rank r weighs r^-s, with noise) on a
 //! random order of the published articles, and reads, likes and collects follow the same ranks;
@@ -26,6 +40,23 @@
 //! the number of users); authors are Zipf-distributed too (a few prolific ones). Nine in ten
 //! articles are published, six in a hundred are drafts, four withdrawn. Users registered in the
 //! 90 days before the first article; every like comes after its article.
+//!
+//! Follows: followers per user follow Zipf's law too (exponent `--zipf`) on the authors' order,
+//! so the most prolific authors are the most followed and a few are above the feed's push
+//! threshold (with `--follows` about 10× `--users`, the top author is followed by nearly
+//! everyone); each user's followers are distinct other users (the likers' arithmetic over the
+//! other users). Every follow is made after both users registered and before the first article
+//! (at the latest when the article window opens), so each follower was there when each article
+//! was published.
+//!
+//! The feed is what the feed's consumers leave after handling every publication in order
+//! ([`crate::feed::service`]): each published article (status 2) is one item dated its
+//! publication, **pulled** when its author has more than `feed_push_threshold` followers (the
+//! author is then a pull author, since their first article published above it, withdrawn ones
+//! included), else **pushed**: in the inbox of every follower — each inbox keeping only its
+//! newest `feed_inbox_cap` items, as the prune job leaves it, so a large dataset is not billions
+//! of rows. Withdrawn articles have no item (their withdrawal removed it). Like and follow
+//! notices are not seeded.
 //!
 //! Reproducibility: each row draws from its own stream of [`random::Rng`] (`seed`, kind, index),
 //! so the same plan, `--until` and starting ids give the same rows, whatever the batch sizes;
@@ -36,7 +67,7 @@ pub mod random;
 pub mod store;
 pub mod text;
 
-use std::time::Instant;
+use std::{collections::BinaryHeap, time::Instant};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
@@ -45,10 +76,16 @@ use tokio::sync::mpsc;
 
 use self::{
     random::{allocate, coprime_step, zipf_weights, Rng, Stream, WeightedPicker},
-    store::{ArticleRow, CounterRow, Interaction, InteractionRow, UserRow},
+    store::{
+        ArticleRow, CounterRow, FeedItemRow, FollowCountRow, FollowRow, InboxRow, Interaction,
+        InteractionRow, NextIds, PullAuthorRow, UserRow,
+    },
     text::Language,
 };
-use crate::auth::PasswordHasher;
+use crate::{
+    auth::PasswordHasher,
+    feed::{Delivery, FeedSettings},
+};
 use platform::db::Db;
 
 const DAY_MS: i64 = 24 * 3600 * 1000;
@@ -58,7 +95,7 @@ const REGISTRATION_DAYS: i64 = 90;
 const USERS_PER_BATCH: usize = 5_000;
 const ARTICLES_PER_BATCH: usize = 2_000;
 const INTERACTIONS_PER_BATCH: usize = 10_000;
-/// About this many likes (or collects) are gathered and sorted at once: 32 MB.
+/// About this many likes, collects or follows are gathered and sorted at once: 32 MB.
 pub const LIKES_PER_PASS: u64 = 4_000_000;
 /// Batches the generator may be ahead of the writer.
 const CHANNEL_BATCHES: usize = 4;
@@ -79,6 +116,11 @@ pub struct Plan {
     pub collects: u64,
     /// Reads across the published articles.
     pub reads: u64,
+    /// Follows between the users (each of another user, at most once per pair).
+    pub follows: u64,
+    /// The feed's settings the dataset is made for: who pushes and who is pulled
+    /// (`feed_push_threshold`), how much of each inbox is kept (`feed_inbox_cap`).
+    pub feed: FeedSettings,
     /// Articles were created over this many days before `until`.
     pub days: u64,
     /// Seed of every random choice.
@@ -89,8 +131,8 @@ pub struct Plan {
     pub zipf_exponent: f64,
     /// The password of every seeded user.
     pub password: String,
-    /// Likes (or collects) gathered and sorted in memory at once, 8 bytes each: more take
-    /// several passes over ranges of users. The data does not depend on it.
+    /// Likes, collects, follows or inbox keys gathered and sorted in memory at once, 8 bytes
+    /// each: more take several passes over ranges of users. The data does not depend on it.
     pub likes_per_pass: u64,
 }
 
@@ -103,6 +145,8 @@ impl Default for Plan {
             likes: 50_000,
             collects: 5_000,
             reads: 1_000_000,
+            follows: 0,
+            feed: FeedSettings::default(),
             days: 30,
             seed: 1,
             until: platform::db::now_millis(),
@@ -124,6 +168,20 @@ impl Plan {
         }
         if self.articles > 0 && self.users == 0 {
             return Err("--articles needs authors: --users must be at least 1".into());
+        }
+        let pairs = self.users * self.users.saturating_sub(1);
+        if self.follows > pairs {
+            return Err(format!(
+                "--follows {}: more than users × (users − 1) = {pairs}; a user follows another \
+                 at most once, and not themself",
+                self.follows
+            ));
+        }
+        if self.feed.feed_push_threshold < 0 {
+            return Err("feed_push_threshold: at least 0".into());
+        }
+        if self.feed.feed_inbox_cap < 1 {
+            return Err("feed_inbox_cap: at least 1".into());
         }
         if self.days == 0 || self.days > 36_500 {
             return Err("--days: from 1 to 36500".into());
@@ -168,6 +226,18 @@ pub struct Report {
     pub collects: u64,
     /// Sum of the read counters.
     pub reads: u64,
+    /// `follows` rows.
+    pub follows: u64,
+    /// Id of the first feed item (the rest follow without gaps).
+    pub first_feed_item_id: i64,
+    /// Feed items: one per published article.
+    pub feed_items: u64,
+    /// Feed items pulled (their authors are above the push threshold); the rest are pushed.
+    pub pulled: u64,
+    /// `feed_pull_authors` rows.
+    pub pull_authors: u64,
+    /// `feed_inbox` rows.
+    pub inbox_rows: u64,
 }
 
 impl Report {
@@ -193,6 +263,55 @@ enum Batch {
     Articles(Vec<ArticleRow>),
     Counters(Vec<CounterRow>),
     Interactions(Interaction, Vec<InteractionRow>),
+    Follows(Vec<FollowRow>),
+    FollowCounts(Vec<FollowCountRow>),
+    FeedItems(Vec<FeedItemRow>),
+    PullAuthors(Vec<PullAuthorRow>),
+    Inbox(Vec<InboxRow>),
+}
+
+/// Tables of the last phase whose non-unique indexes are built after its rows are in
+/// ([`store::suspend_indexes`]): all of them with follows, else only the items' (the first).
+const FEED_TABLES: [&str; 3] = ["feed_events", "follows", "feed_inbox"];
+
+/// The open transaction of a phase whose batches share one, with the statements that create the
+/// indexes it suspended (run before it commits).
+struct OpenTransaction {
+    phase: Spanning,
+    tx: Transaction<'static, Any>,
+    suspended: Vec<String>,
+}
+
+impl OpenTransaction {
+    /// Builds the suspended indexes and commits.
+    async fn commit(mut self, progress: &ProgressBar) -> anyhow::Result<()> {
+        if !self.suspended.is_empty() {
+            progress.set_message("indexing");
+            store::restore_indexes(&mut self.tx, &self.suspended)
+                .await
+                .context("building the feed tables' indexes")?;
+        }
+        progress.set_message("committing");
+        self.tx.commit().await.context(self.phase.committing())
+    }
+}
+
+/// The phases whose batches share one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spanning {
+    /// Counters, likes and collects.
+    Interactions,
+    /// Follows, their counts and the feed.
+    Feed,
+}
+
+impl Spanning {
+    fn committing(self) -> &'static str {
+        match self {
+            Self::Interactions => "committing counters, likes and collects",
+            Self::Feed => "committing follows and the feed",
+        }
+    }
 }
 
 /// Generates `plan`'s dataset into `db`, showing progress on `progress` (use
@@ -222,11 +341,17 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
         );
     }
     let popularity = Popularity::new(plan, published.len())?;
+    let author_weights = author_weights(plan);
+    let followers = follower_counts(plan, &author_weights).context("--follows")?;
     let password_hash = PasswordHasher::new()?
         .hash(plan.password.clone())
         .await
         .context("hashing the seeded users' password")?;
-    let (first_user_id, first_article_id) = {
+    let NextIds {
+        user: first_user_id,
+        article: first_article_id,
+        feed_item: first_feed_item_id,
+    } = {
         let mut conn = db.writer().acquire().await?;
         store::next_ids(&mut conn).await?
     };
@@ -234,9 +359,12 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
         plan: plan.clone(),
         first_user_id,
         first_article_id,
+        first_feed_item_id,
         statuses,
         published,
         popularity,
+        author_weights,
+        followers,
     };
     let (batches, mut incoming) = mpsc::channel(CHANNEL_BATCHES);
     let generating = tokio::task::spawn_blocking(move || generator.run(&batches));
@@ -244,9 +372,19 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
     let mut report = Report {
         first_user_id,
         first_article_id,
+        first_feed_item_id,
         ..Report::default()
     };
-    let mut interactions: Option<Transaction<'static, Any>> = None;
+    let mut spans = Spans {
+        db,
+        progress,
+        feed_tables: if plan.follows > 0 {
+            &FEED_TABLES
+        } else {
+            &FEED_TABLES[..1]
+        },
+        open: None,
+    };
     let mut phase_started = Instant::now();
     while let Some(batch) = incoming.recv().await {
         match batch {
@@ -290,7 +428,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 progress.inc(rows.len() as u64);
             }
             Batch::Counters(rows) => {
-                let tx = interactions_transaction(&mut interactions, db).await?;
+                let tx = spans.tx(Spanning::Interactions).await?;
                 store::insert_counters(tx, db.kind(), &rows)
                     .await
                     .context("writing article counters")?;
@@ -299,7 +437,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 progress.inc(rows.len() as u64);
             }
             Batch::Interactions(kind, rows) => {
-                let tx = interactions_transaction(&mut interactions, db).await?;
+                let tx = spans.tx(Spanning::Interactions).await?;
                 store::insert_interactions(tx, db.kind(), kind, &rows)
                     .await
                     .with_context(|| format!("writing {kind:?}s"))?;
@@ -309,29 +447,108 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 }
                 progress.inc(rows.len() as u64);
             }
+            Batch::Follows(rows) => {
+                let tx = spans.tx(Spanning::Feed).await?;
+                store::insert_follows(tx, db.kind(), &rows)
+                    .await
+                    .context("writing follows")?;
+                report.follows += rows.len() as u64;
+                progress.inc(rows.len() as u64);
+            }
+            Batch::FollowCounts(rows) => {
+                let tx = spans.tx(Spanning::Feed).await?;
+                store::insert_follow_counts(tx, db.kind(), &rows)
+                    .await
+                    .context("writing follow counts")?;
+                progress.inc(rows.len() as u64);
+            }
+            Batch::FeedItems(rows) => {
+                let tx = spans.tx(Spanning::Feed).await?;
+                store::insert_feed_items(tx, db.kind(), &rows)
+                    .await
+                    .with_context(|| {
+                        describe("feed items", rows.first().map(|r| r.id), rows.len())
+                    })?;
+                report.feed_items += rows.len() as u64;
+                report.pulled += rows
+                    .iter()
+                    .filter(|r| r.delivery == Delivery::Pulled as i64)
+                    .count() as u64;
+                progress.inc(rows.len() as u64);
+            }
+            Batch::PullAuthors(rows) => {
+                let tx = spans.tx(Spanning::Feed).await?;
+                store::insert_pull_authors(tx, db.kind(), &rows)
+                    .await
+                    .context("writing pull authors")?;
+                report.pull_authors += rows.len() as u64;
+                progress.inc(rows.len() as u64);
+            }
+            Batch::Inbox(rows) => {
+                let tx = spans.tx(Spanning::Feed).await?;
+                store::insert_inbox_rows(tx, db.kind(), &rows)
+                    .await
+                    .context("writing inboxes")?;
+                report.inbox_rows += rows.len() as u64;
+                progress.inc(rows.len() as u64);
+            }
         }
     }
     // A generator that panicked ends the channel early: the open transaction then rolls back.
     generating.await.context("the seed generator failed")?;
-    if let Some(tx) = interactions {
-        progress.set_message("committing");
-        tx.commit()
-            .await
-            .context("committing counters, likes and collects")?;
-    }
+    spans.commit().await?;
     progress.finish_and_clear();
     Ok(report)
 }
 
-/// The one transaction of the third phase, begun at its first batch.
-async fn interactions_transaction<'a>(
-    open: &'a mut Option<Transaction<'static, Any>>,
-    db: &Db,
-) -> sqlx::Result<&'a mut Transaction<'static, Any>> {
-    Ok(match open {
-        Some(tx) => tx,
-        None => open.insert(db.writer().begin().await?),
-    })
+/// The transactions of the phases whose batches share one, begun at their first batch.
+struct Spans<'a> {
+    db: &'a Db,
+    progress: &'a ProgressBar,
+    /// The tables whose indexes the feed's transaction suspends.
+    feed_tables: &'static [&'static str],
+    open: Option<OpenTransaction>,
+}
+
+impl Spans<'_> {
+    /// The transaction of `phase`: the open one, or a new one once the previous phase's is
+    /// committed (the writer has one connection on SQLite). The feed's suspends the indexes of
+    /// `feed_tables` first.
+    async fn tx(&mut self, phase: Spanning) -> anyhow::Result<&mut Transaction<'static, Any>> {
+        if let Some(previous) = self.open.take_if(|open| open.phase != phase) {
+            let shown = self.progress.message();
+            previous.commit(self.progress).await?;
+            self.progress.set_message(shown);
+        }
+        let open = match self.open.take() {
+            Some(open) => open,
+            None => {
+                let mut tx = self.db.writer().begin().await?;
+                let suspended = match phase {
+                    Spanning::Interactions => Vec::new(),
+                    Spanning::Feed => {
+                        store::suspend_indexes(&mut tx, self.db.kind(), self.feed_tables)
+                            .await
+                            .context("suspending the feed tables' indexes")?
+                    }
+                };
+                OpenTransaction {
+                    phase,
+                    tx,
+                    suspended,
+                }
+            }
+        };
+        Ok(&mut self.open.insert(open).tx)
+    }
+
+    /// Commits the open transaction, if any.
+    async fn commit(self) -> anyhow::Result<()> {
+        match self.open {
+            Some(open) => open.commit(self.progress).await,
+            None => Ok(()),
+        }
+    }
 }
 
 fn describe(what: &str, first_id: Option<i64>, rows: usize) -> String {
@@ -359,10 +576,15 @@ struct Generator {
     plan: Plan,
     first_user_id: i64,
     first_article_id: i64,
+    first_feed_item_id: i64,
     statuses: Vec<u8>,
     /// Published-article index → article index (articles with a reader copy).
     published: Vec<u64>,
     popularity: Popularity,
+    /// How prolific each user is as an author, by user index.
+    author_weights: Vec<f64>,
+    /// Followers of each user, by user index.
+    followers: Vec<u64>,
 }
 
 /// The writer stopped (it failed; its error is the one reported).
@@ -390,12 +612,17 @@ impl Generator {
             name: "articles",
             rows: plan.articles,
         })?;
-        let authors = self.author_picker();
+        let authors = WeightedPicker::new(&self.author_weights);
+        // Article index → author's user index, for the feed.
+        let mut article_authors: Vec<u32> = Vec::with_capacity(plan.articles as usize);
         for start in (0..plan.articles).step_by(ARTICLES_PER_BATCH) {
             let end = (start + ARTICLES_PER_BATCH as u64).min(plan.articles);
-            send(Batch::Articles(
-                (start..end).map(|i| self.article(i, &authors)).collect(),
-            ))?;
+            let rows: Vec<ArticleRow> = (start..end).map(|i| self.article(i, &authors)).collect();
+            article_authors.extend(
+                rows.iter()
+                    .map(|row| (row.author_id - self.first_user_id) as u32),
+            );
+            send(Batch::Articles(rows))?;
         }
 
         let (published, popularity) = (&self.published, &self.popularity);
@@ -443,36 +670,39 @@ impl Generator {
             })?;
             self.interactions(kind, counts, published, total, send)?;
         }
-        Ok(())
+
+        self.follows_and_feed(&article_authors, send)
     }
 
     /// User `index`: registered over the 90 days before the article window.
     fn user(&self, index: u64) -> UserRow {
-        let plan = &self.plan;
-        let mut rng = Rng::new(plan.seed, Stream::User, index);
-        let window_start = plan.until - plan.days as i64 * DAY_MS;
-        let span = REGISTRATION_DAYS * DAY_MS;
-        let slot = span / plan.users.max(1) as i64;
-        let ctime = window_start - span
-            + (i128::from(span) * i128::from(index) / i128::from(plan.users.max(1))) as i64
-            + rng.below(slot.max(1) as u64) as i64;
+        let mut rng = Rng::new(self.plan.seed, Stream::User, index);
+        let ctime = self.registration(index, &mut rng);
         let id = self.first_user_id + index as i64;
         UserRow {
             id,
             email: format!("seed{id}@example.com"),
             nickname: text::nickname(&mut rng),
             about_me: text::about_me(&mut rng),
-            ctime: ctime.min(window_start - 1),
+            ctime,
         }
     }
 
-    /// Authors by Zipf's law over a random order of the users.
-    fn author_picker(&self) -> WeightedPicker {
+    /// When user `index` registered: the first draw of its stream (`rng`), before the window.
+    fn registration(&self, index: u64, rng: &mut Rng) -> i64 {
         let plan = &self.plan;
-        let mut rng = Rng::new(plan.seed, Stream::Shuffle, 0);
-        let mut weights = zipf_weights(plan.users as usize, 1.0, &mut rng);
-        rng.shuffle(&mut weights);
-        WeightedPicker::new(&weights)
+        let window_start = self.window_start();
+        let span = REGISTRATION_DAYS * DAY_MS;
+        let slot = span / plan.users.max(1) as i64;
+        let ctime = window_start - span
+            + (i128::from(span) * i128::from(index) / i128::from(plan.users.max(1))) as i64
+            + rng.below(slot.max(1) as u64) as i64;
+        ctime.min(window_start - 1)
+    }
+
+    /// The start of the article window: `--days` before `--until`.
+    fn window_start(&self) -> i64 {
+        self.plan.until - self.plan.days as i64 * DAY_MS
     }
 
     /// Article `index`'s creation (= first publication) and last change: creation times spread
@@ -581,6 +811,338 @@ impl Generator {
         }
         Ok(())
     }
+
+    /// Phase 4 (module docs): the follows and their counts, then one item per published
+    /// article and the pull authors, then every follower's inbox of pushed items (its newest
+    /// `feed_inbox_cap`). `article_authors` maps article index → author's user index.
+    fn follows_and_feed(
+        &self,
+        article_authors: &[u32],
+        send: &dyn Fn(Batch) -> Result<(), WriterGone>,
+    ) -> Result<(), WriterGone> {
+        let plan = &self.plan;
+        let users = plan.users as usize;
+        let followers = &self.followers;
+        let threshold = plan.feed.feed_push_threshold;
+        let pulled = |author: u32| followers[author as usize] as i64 > threshold;
+
+        // Items: the published articles in id (= publication) order; item q has id
+        // first_feed_item_id + q, so (time, id) order is item order.
+        let items: Vec<Item> = (0..plan.articles)
+            .filter(|&i| self.statuses[i as usize] == PUBLISHED)
+            .map(|i| Item {
+                article: i,
+                author: article_authors[i as usize],
+                ctime: self.article_times(i).0,
+            })
+            .collect();
+        // The pushed items of each author, ascending: `pushed[starts[a]..starts[a + 1]]`.
+        let mut starts = vec![0usize; users + 1];
+        for item in items.iter().filter(|item| !pulled(item.author)) {
+            starts[item.author as usize + 1] += 1;
+        }
+        for user in 0..users {
+            starts[user + 1] += starts[user];
+        }
+        let mut pushed = vec![0u32; starts[users]];
+        let mut next = starts.clone();
+        for (q, item) in items.iter().enumerate() {
+            if !pulled(item.author) {
+                let slot = &mut next[item.author as usize];
+                pushed[*slot] = q as u32;
+                *slot += 1;
+            }
+        }
+        let pushed_of = |author: usize| &pushed[starts[author]..starts[author + 1]];
+
+        // One pass over every follow: followee counts, the last follow of each user, and how
+        // many pushed items each follower's inbox would get before the cap.
+        let registered: Vec<i64> = if plan.follows == 0 {
+            Vec::new()
+        } else {
+            (0..plan.users)
+                .map(|u| self.registration(u, &mut Rng::new(plan.seed, Stream::User, u)))
+                .collect()
+        };
+        let mut followees = vec![0u64; users];
+        let mut last_follow = vec![0i64; users];
+        let mut inbox_wanted = vec![0u64; users];
+        // Follows of authors with pushed items: the keys the inbox passes sort.
+        let mut feeding = 0u64;
+        for followee in 0..users {
+            let count = followers[followee];
+            if count == 0 {
+                continue;
+            }
+            let items = pushed_of(followee).len() as u64;
+            if items > 0 {
+                feeding += count;
+            }
+            for follower in self.followers_of(followee as u64, count) {
+                let time = self.follow_time(follower, followee as u64, &registered);
+                let follower = follower as usize;
+                followees[follower] += 1;
+                inbox_wanted[follower] += items;
+                last_follow[follower] = last_follow[follower].max(time);
+                last_follow[followee] = last_follow[followee].max(time);
+            }
+        }
+
+        if plan.follows > 0 {
+            let counted = |u: usize| followers[u] + followees[u] > 0;
+            send(Batch::Phase {
+                name: "follows",
+                rows: plan.follows + (0..users).filter(|&u| counted(u)).count() as u64,
+            })?;
+            self.follow_passes(
+                plan.follows,
+                |_| true,
+                |keys| {
+                    for chunk in keys.chunks(INTERACTIONS_PER_BATCH) {
+                        let rows = chunk
+                            .iter()
+                            .map(|&key| {
+                                let (follower, followee) = (key >> 32, key & 0xffff_ffff);
+                                FollowRow {
+                                    follower: self.first_user_id + follower as i64,
+                                    followee: self.first_user_id + followee as i64,
+                                    time: self.follow_time(follower, followee, &registered),
+                                }
+                            })
+                            .collect();
+                        send(Batch::Follows(rows))?;
+                    }
+                    Ok(())
+                },
+            )?;
+            let counts: Vec<FollowCountRow> = (0..users)
+                .filter(|&u| counted(u))
+                .map(|u| FollowCountRow {
+                    uid: self.first_user_id + u as i64,
+                    followers: followers[u] as i64,
+                    followees: followees[u] as i64,
+                    utime: last_follow[u],
+                })
+                .collect();
+            for chunk in counts.chunks(INTERACTIONS_PER_BATCH) {
+                send(Batch::FollowCounts(chunk.to_vec()))?;
+            }
+        }
+
+        // Pull authors: since their first article published above the threshold (withdrawn
+        // ones count: the consumer saw them published).
+        let mut pull_authors = Vec::new();
+        let mut joined = vec![false; users];
+        for &i in &self.published {
+            let author = article_authors[i as usize];
+            if pulled(author) && !std::mem::replace(&mut joined[author as usize], true) {
+                pull_authors.push(PullAuthorRow {
+                    uid: self.first_user_id + i64::from(author),
+                    ctime: self.article_times(i).0,
+                });
+            }
+        }
+        pull_authors.sort_unstable_by_key(|row| row.uid);
+        send(Batch::Phase {
+            name: "feed",
+            rows: (items.len() + pull_authors.len()) as u64,
+        })?;
+        for (chunk_index, chunk) in items.chunks(INTERACTIONS_PER_BATCH).enumerate() {
+            let first = chunk_index * INTERACTIONS_PER_BATCH;
+            let rows = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, item)| FeedItemRow {
+                    id: self.first_feed_item_id + (first + k) as i64,
+                    article_id: self.first_article_id + item.article as i64,
+                    actor: self.first_user_id + i64::from(item.author),
+                    delivery: if pulled(item.author) {
+                        Delivery::Pulled as i64
+                    } else {
+                        Delivery::Pushed as i64
+                    },
+                    ctime: item.ctime,
+                })
+                .collect();
+            send(Batch::FeedItems(rows))?;
+        }
+        for chunk in pull_authors.chunks(INTERACTIONS_PER_BATCH) {
+            send(Batch::PullAuthors(chunk.to_vec()))?;
+        }
+
+        let cap = plan.feed.feed_inbox_cap as u64;
+        let inbox_rows: u64 = inbox_wanted.iter().map(|&wanted| wanted.min(cap)).sum();
+        if inbox_rows == 0 {
+            return Ok(());
+        }
+        send(Batch::Phase {
+            name: "inboxes",
+            rows: inbox_rows,
+        })?;
+        let mut batch = Vec::with_capacity(INTERACTIONS_PER_BATCH);
+        let (mut heap, mut newest) = (BinaryHeap::new(), Vec::new());
+        self.follow_passes(
+            feeding,
+            |followee| !pushed_of(followee).is_empty(),
+            |keys| {
+                for follows in keys.chunk_by(|a, b| a >> 32 == b >> 32) {
+                    let follower = follows[0] >> 32;
+                    let lists: Vec<&[u32]> = follows
+                        .iter()
+                        .map(|&key| pushed_of((key & 0xffff_ffff) as usize))
+                        .collect();
+                    newest_items(&lists, cap, &mut heap, &mut newest);
+                    for &q in newest.iter().rev() {
+                        let item = &items[q as usize];
+                        batch.push(InboxRow {
+                            uid: self.first_user_id + follower as i64,
+                            event_id: self.first_feed_item_id + i64::from(q),
+                            actor: self.first_user_id + i64::from(item.author),
+                            ctime: item.ctime,
+                        });
+                        if batch.len() == INTERACTIONS_PER_BATCH {
+                            send(Batch::Inbox(std::mem::take(&mut batch)))?;
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        if !batch.is_empty() {
+            send(Batch::Inbox(batch))?;
+        }
+        Ok(())
+    }
+
+    /// The follows whose followee (user index) passes `wanted`, `total` of them, as keys
+    /// `(follower << 32) | followee` sorted (by follower first), in passes over ranges of
+    /// followers of about [`Plan::likes_per_pass`] follows each; `each` gets every pass's keys.
+    fn follow_passes(
+        &self,
+        total: u64,
+        wanted: impl Fn(usize) -> bool,
+        mut each: impl FnMut(&[u64]) -> Result<(), WriterGone>,
+    ) -> Result<(), WriterGone> {
+        let users = self.plan.users;
+        let passes = total.div_ceil(self.plan.likes_per_pass).max(1);
+        let users_per_pass = users.div_ceil(passes);
+        let mut keys: Vec<u64> = Vec::new();
+        for pass in 0..passes {
+            let range = pass * users_per_pass..((pass + 1) * users_per_pass).min(users);
+            keys.clear();
+            for followee in 0..users {
+                let count = self.followers[followee as usize];
+                if count == 0 || !wanted(followee as usize) {
+                    continue;
+                }
+                keys.extend(
+                    self.followers_of(followee, count)
+                        .filter(|follower| range.contains(follower))
+                        .map(|follower| (follower << 32) | followee),
+                );
+            }
+            keys.sort_unstable();
+            each(&keys)?;
+        }
+        Ok(())
+    }
+
+    /// The `count` followers of user `followee` (indexes): distinct users other than itself,
+    /// `start + k·step mod (users − 1)` over the other users (a step coprime to their number).
+    fn followers_of(&self, followee: u64, count: u64) -> impl Iterator<Item = u64> {
+        let others = self.plan.users.saturating_sub(1).max(1);
+        let mut rng = Rng::new(self.plan.seed, Stream::Followers, followee);
+        let step = coprime_step(others, &mut rng);
+        let start = rng.below(others);
+        (0..count).map(move |k| {
+            let other = (start + k * step) % others;
+            other + u64::from(other >= followee)
+        })
+    }
+
+    /// When user `follower` followed `followee` (indexes): after both registered
+    /// (`registered`, by index), before the first article (at the latest when the window opens).
+    fn follow_time(&self, follower: u64, followee: u64, registered: &[i64]) -> i64 {
+        let after = registered[follower as usize].max(registered[followee as usize]) + 1;
+        let span = (self.window_start() - after + 1).max(1) as u64;
+        let mut rng = Rng::new(
+            self.plan.seed,
+            Stream::FollowTime,
+            (follower << 32) | followee,
+        );
+        after + rng.below(span) as i64
+    }
+}
+
+/// A feed item being generated: a published article.
+struct Item {
+    /// Article index.
+    article: u64,
+    /// Author's user index.
+    author: u32,
+    /// Publication time.
+    ctime: i64,
+}
+
+/// The newest `cap` items of `lists` (each ascending; no item in two), newest first, into
+/// `out`: a k-way merge from the lists' ends.
+fn newest_items(
+    lists: &[&[u32]],
+    cap: u64,
+    heap: &mut BinaryHeap<(u32, usize, usize)>,
+    out: &mut Vec<u32>,
+) {
+    heap.clear();
+    out.clear();
+    for (list, items) in lists.iter().enumerate() {
+        if let Some(&last) = items.last() {
+            heap.push((last, list, items.len() - 1));
+        }
+    }
+    while (out.len() as u64) < cap {
+        let Some((item, list, position)) = heap.pop() else {
+            break;
+        };
+        out.push(item);
+        if position > 0 {
+            heap.push((lists[list][position - 1], list, position - 1));
+        }
+    }
+}
+
+/// How prolific each user is as an author (by user index): Zipf weights (exponent 1) over a
+/// random order of the users.
+fn author_weights(plan: &Plan) -> Vec<f64> {
+    let mut rng = Rng::new(plan.seed, Stream::Shuffle, 0);
+    let mut weights = zipf_weights(plan.users as usize, 1.0, &mut rng);
+    rng.shuffle(&mut weights);
+    weights
+}
+
+/// Followers of each user (by user index): `--follows` shared out by Zipf's law (exponent
+/// `--zipf`, with noise) in the order of `author_weights`, heaviest first — the most prolific
+/// authors are the most followed — at most every other user each.
+fn follower_counts(plan: &Plan, author_weights: &[f64]) -> anyhow::Result<Vec<u64>> {
+    let users = plan.users as usize;
+    let mut counts = vec![0u64; users];
+    if plan.follows == 0 {
+        return Ok(counts);
+    }
+    // rank → user index
+    let mut order: Vec<u32> = (0..users as u32).collect();
+    order.sort_unstable_by(|&a, &b| {
+        author_weights[b as usize]
+            .total_cmp(&author_weights[a as usize])
+            .then(a.cmp(&b))
+    });
+    let mut rng = Rng::new(plan.seed, Stream::Shuffle, 2);
+    let weights = zipf_weights(users, plan.zipf_exponent, &mut rng);
+    let by_rank = allocate(plan.follows, &weights, plan.users.saturating_sub(1))
+        .map_err(anyhow::Error::msg)?;
+    for (rank, &user) in order.iter().enumerate() {
+        counts[user as usize] = by_rank[rank];
+    }
+    Ok(counts)
 }
 
 /// Reads, likes and collects per published article (by published index): one popularity

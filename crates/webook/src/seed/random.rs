@@ -1,9 +1,10 @@
 //! The seed's randomness: a small, fast generator whose output is fixed by this file alone (so a
 //! `--seed` gives the same dataset whatever crate versions are built in), and the Zipf
-//! machinery that shares totals out among articles and picks authors.
+//! machinery that shares totals out among articles and followees and picks authors.
 //!
-//! Every article, user and like draws from its own stream, `Rng::new(seed, stream, index)`, so
-//! what one row gets does not depend on batch sizes, passes or the order rows are generated in.
+//! Every article, user, like and follow draws from its own stream, `Rng::new(seed, stream,
+//! index)`, so what one row gets does not depend on batch sizes, passes or the order rows are
+//! generated in.
 
 /// SplitMix64 (Steele, Lea and Flood): one 64-bit state, passes BigCrush, a few ns per draw.
 #[derive(Debug, Clone)]
@@ -38,6 +39,10 @@ pub enum Stream {
     InteractionTime,
     /// Shuffles and weight jitter (one draw sequence per purpose, index 0, 1, …).
     Shuffle,
+    /// The followers of a user, by user index.
+    Followers,
+    /// The time of one follow, by `(follower index << 32) | followee index`.
+    FollowTime,
 }
 
 impl Rng {

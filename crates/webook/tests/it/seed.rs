@@ -2,13 +2,18 @@
 //! and collect rows, reader copies match their status, times in their windows), skewed as
 //! Zipf's law says, made of content the article feature would have stored (sanitised bodies,
 //! their abstracts, Chinese and English), readable through the real stores (login, reader copy,
-//! counters, liked flags), reproducible for a seed whatever the memory budget of a pass, added
-//! after existing rows (sequences moved on PostgreSQL), and an impossible plan writes nothing.
+//! counters, liked flags), with follows whose counts equal their rows and the feed the runtime
+//! would have built from them (one item per published article, pushed or pulled by the
+//! author's followers, capped inboxes, read back through the feed service), reproducible for a
+//! seed whatever the memory budget of a pass, added after existing rows (sequences moved on
+//! PostgreSQL), and an impossible plan writes nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use indicatif::ProgressBar;
-use platform::testing::TestDb;
+use platform::{config::DatabaseKind, testing::TestDb};
 use sha2::{Digest, Sha256};
 use sqlx::Row;
 use webook::schema::MIGRATIONS;
@@ -18,6 +23,7 @@ use webook::{
         store::ArticleStore,
     },
     auth::password::PasswordHasher,
+    feed::{store::FeedStore, FeedService, FeedSettings},
     interactive::store::InteractiveStore,
     seed::{seed, Plan, Report},
     user::store::UserStore,
@@ -26,6 +32,13 @@ use webook::{
 const DAY_MS: i64 = 24 * 3600 * 1000;
 /// 2026-11-30T00:00:00Z: a fixed window end, so runs are comparable.
 const UNTIL: i64 = 1_796_083_200_000;
+const FOLLOWS: u64 = 3_000;
+/// Small feed settings, so that a few of the 500 users are above the push threshold and many
+/// inboxes reach the cap.
+const FEED: FeedSettings = FeedSettings {
+    feed_push_threshold: 100,
+    feed_inbox_cap: 20,
+};
 
 fn plan(seed: u64) -> Plan {
     Plan {
@@ -34,6 +47,8 @@ fn plan(seed: u64) -> Plan {
         likes: 4_000,
         collects: 500,
         reads: 300_000,
+        follows: FOLLOWS,
+        feed: FEED,
         days: 7,
         seed,
         until: UNTIL,
@@ -61,6 +76,12 @@ async fn digest(test: &TestDb) -> String {
         "SELECT biz, biz_id, read_cnt, like_cnt, collect_cnt, ctime, utime FROM interactives ORDER BY biz_id",
         "SELECT uid, biz, biz_id, status, ctime, utime FROM user_likes ORDER BY uid, biz_id",
         "SELECT uid, biz, biz_id, cid, status, ctime, utime FROM user_collects ORDER BY uid, biz_id",
+        "SELECT follower, followee, status, ctime, utime FROM follows ORDER BY follower, followee",
+        "SELECT uid, followers, followees, utime FROM follow_counts ORDER BY uid",
+        "SELECT id, kind, actor, recipient, article_id, comment_id, detail, dedup_key, delivery, \
+         fanout_time, fanout_id, ctime FROM feed_events ORDER BY id",
+        "SELECT uid, ctime FROM feed_pull_authors ORDER BY uid",
+        "SELECT uid, event_id, actor, kind, ctime FROM feed_inbox ORDER BY uid, event_id",
     ];
     let mut hasher = Sha256::new();
     for sql in queries {
@@ -356,6 +377,353 @@ async fn seeds_a_consistent_skewed_dataset(test: TestDb) {
     assert!(!copy.title.is_empty());
 }
 
+/// Every row of `sql`, as numbers.
+async fn numbers<const N: usize>(test: &TestDb, sql: &str) -> Vec<[i64; N]> {
+    sqlx::query(sql)
+        .fetch_all(test.db.pool())
+        .await
+        .unwrap_or_else(|err| panic!("{sql}: {err}"))
+        .iter()
+        .map(|row| std::array::from_fn(|column| row.get::<i64, _>(column)))
+        .collect()
+}
+
+/// The feed tables' indexes: name and definition.
+async fn feed_indexes(test: &TestDb) -> Vec<(String, String)> {
+    let sql = match test.db.kind() {
+        DatabaseKind::Sqlite => {
+            "SELECT name, COALESCE(sql, '') FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name IN ('follows', 'follow_counts', 'feed_events', 'feed_inbox', 'feed_pull_authors') \
+             ORDER BY name"
+        }
+        DatabaseKind::Postgres => {
+            "SELECT indexname::text, indexdef FROM pg_indexes WHERE tablename IN \
+             ('follows', 'follow_counts', 'feed_events', 'feed_inbox', 'feed_pull_authors') \
+             ORDER BY indexname"
+        }
+    };
+    sqlx::query_as(sql).fetch_all(test.db.pool()).await.unwrap()
+}
+
+async fn seeds_follows_and_the_feed_the_runtime_would_have(test: TestDb) {
+    let (threshold, cap) = (FEED.feed_push_threshold, FEED.feed_inbox_cap as usize);
+    let indexes_before = feed_indexes(&test).await;
+    let report = run(&test, &plan(7)).await;
+    // The indexes the seed builds after its rows are in are all back.
+    assert_eq!(feed_indexes(&test).await, indexes_before);
+    assert!(indexes_before.len() >= 4, "{indexes_before:?}");
+
+    // Follows: as many as asked, all on, none of oneself, no pair twice, each made after both
+    // users registered and before the first article.
+    assert_eq!(report.follows, FOLLOWS);
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM follows WHERE status = 1").await,
+        FOLLOWS as i64
+    );
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM follows").await,
+        FOLLOWS as i64
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM follows WHERE follower = followee"
+        )
+        .await,
+        0,
+        "self-follows"
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM (SELECT follower, followee FROM follows \
+             GROUP BY follower, followee HAVING COUNT(*) > 1) AS repeated"
+        )
+        .await,
+        0,
+        "pairs followed twice"
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM follows f JOIN users a ON a.id = f.follower \
+             JOIN users b ON b.id = f.followee WHERE f.utime <> f.ctime OR f.ctime <= a.ctime \
+             OR f.ctime <= b.ctime OR f.ctime > (SELECT MIN(ctime) FROM articles)"
+        )
+        .await,
+        0,
+        "follow times"
+    );
+
+    // Counts equal the rows, for every user; utime is the last follow either way.
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM users u LEFT JOIN follow_counts c ON c.uid = u.id \
+             WHERE COALESCE(c.followers, 0) <> (SELECT COUNT(*) FROM follows f WHERE f.followee = u.id AND f.status = 1) \
+             OR COALESCE(c.followees, 0) <> (SELECT COUNT(*) FROM follows f WHERE f.follower = u.id AND f.status = 1)"
+        )
+        .await,
+        0,
+        "follow_counts differ from the rows"
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM follow_counts c WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = c.uid) \
+             OR c.utime <> (SELECT MAX(f.utime) FROM follows f WHERE f.follower = c.uid OR f.followee = c.uid)"
+        )
+        .await,
+        0,
+        "follow_counts of no user, or not dated by the last follow"
+    );
+
+    // Zipf: a few users above the push threshold, the most followed far above the median.
+    let followers: HashMap<i64, i64> = numbers::<2>(
+        &test,
+        "SELECT u.id, COALESCE(c.followers, 0) FROM users u LEFT JOIN follow_counts c ON c.uid = u.id",
+    )
+    .await
+    .into_iter()
+    .map(|[uid, count]| (uid, count))
+    .collect();
+    let mut ranked: Vec<i64> = followers.values().copied().collect();
+    ranked.sort_unstable_by(|a, b| b.cmp(a));
+    let above = ranked.iter().filter(|&&count| count > threshold).count();
+    assert!((1..=20).contains(&above), "{above} above {threshold}");
+    let median = ranked[ranked.len() / 2];
+    assert!(
+        ranked[0] > 20 * median.max(1),
+        "most followed {} vs median {median}",
+        ranked[0]
+    );
+
+    // Items: exactly one per published article, as the consumer makes it, pulled when its author
+    // is above the threshold.
+    let articles = numbers::<3>(
+        &test,
+        "SELECT id, author_id, ctime FROM published_articles WHERE status = 2 ORDER BY id",
+    )
+    .await;
+    let items = sqlx::query(
+        "SELECT id, kind, actor, recipient, article_id, comment_id, detail, dedup_key, delivery, \
+         fanout_time, fanout_id, ctime FROM feed_events ORDER BY id",
+    )
+    .fetch_all(test.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(items.len(), articles.len());
+    assert_eq!(
+        (report.feed_items, report.published),
+        (articles.len() as u64, articles.len() as u64)
+    );
+    let mut pushed_by_author: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    let mut pulled_by_author: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    let mut delivery_of = HashMap::new();
+    for (k, (item, &[article, author, ctime])) in items.iter().zip(&articles).enumerate() {
+        let id: i64 = item.get("id");
+        assert_eq!(id, report.first_feed_item_id + k as i64);
+        assert_eq!(item.get::<String, _>("kind"), "article");
+        assert_eq!(
+            item.get::<String, _>("dedup_key"),
+            format!("article:{article}")
+        );
+        assert_eq!(item.get::<String, _>("detail"), "");
+        assert_eq!(
+            [
+                item.get::<i64, _>("article_id"),
+                item.get("actor"),
+                item.get("recipient"),
+                item.get("comment_id"),
+                item.get("fanout_time"),
+                item.get("fanout_id"),
+                item.get("ctime"),
+            ],
+            [article, author, 0, 0, -1, 0, ctime],
+            "item {id}"
+        );
+        let delivery: i64 = item.get("delivery");
+        let pulled = followers[&author] > threshold;
+        assert_eq!(delivery, if pulled { 2 } else { 1 }, "item {id}");
+        delivery_of.insert(id, delivery);
+        let outbox = if pulled {
+            &mut pulled_by_author
+        } else {
+            &mut pushed_by_author
+        };
+        outbox.entry(author).or_default().push((ctime, id));
+    }
+    let pulled = delivery_of.values().filter(|&&d| d == 2).count() as u64;
+    assert_eq!(pulled, report.pulled);
+    assert!(
+        pulled > 0 && pulled < report.feed_items,
+        "both deliveries: {pulled} of {} pulled",
+        report.feed_items
+    );
+
+    // Pull authors: every author above the threshold with a reader copy, since the first.
+    let mut expected_pull_authors: Vec<[i64; 2]> = numbers::<2>(
+        &test,
+        "SELECT author_id, MIN(ctime) FROM published_articles GROUP BY author_id ORDER BY author_id",
+    )
+    .await
+    .into_iter()
+    .filter(|[author, _]| followers[author] > threshold)
+    .collect();
+    expected_pull_authors.sort_unstable();
+    assert_eq!(
+        numbers::<2>(
+            &test,
+            "SELECT uid, ctime FROM feed_pull_authors ORDER BY uid"
+        )
+        .await,
+        expected_pull_authors
+    );
+    assert_eq!(report.pull_authors, expected_pull_authors.len() as u64);
+    assert!(pulled_by_author
+        .keys()
+        .all(|author| expected_pull_authors.iter().any(|[uid, _]| uid == author)));
+
+    // Inboxes: each follower holds the newest `cap` pushed items of the authors they follow,
+    // and nothing else.
+    let mut followees: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for [follower, followee] in numbers::<2>(
+        &test,
+        "SELECT follower, followee FROM follows WHERE status = 1",
+    )
+    .await
+    {
+        followees.entry(follower).or_default().push(followee);
+    }
+    let mut expected_inbox = BTreeSet::new();
+    let mut capped = 0;
+    for (&follower, authors) in &followees {
+        let mut wanted: Vec<(i64, i64, i64)> = authors
+            .iter()
+            .flat_map(|author| {
+                pushed_by_author
+                    .get(author)
+                    .into_iter()
+                    .flatten()
+                    .map(move |&(ctime, id)| (ctime, id, *author))
+            })
+            .collect();
+        if wanted.len() > cap {
+            capped += 1;
+        }
+        wanted.sort_unstable_by(|a, b| b.cmp(a));
+        for (ctime, id, author) in wanted.into_iter().take(cap) {
+            expected_inbox.insert((follower, id, author, ctime));
+        }
+    }
+    let inbox: BTreeSet<(i64, i64, i64, i64)> =
+        sqlx::query("SELECT uid, event_id, actor, kind, ctime FROM feed_inbox")
+            .fetch_all(test.db.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| {
+                assert_eq!(row.get::<String, _>("kind"), "article");
+                (
+                    row.get("uid"),
+                    row.get("event_id"),
+                    row.get("actor"),
+                    row.get("ctime"),
+                )
+            })
+            .collect();
+    assert_eq!(report.inbox_rows, inbox.len() as u64);
+    assert_eq!(inbox, expected_inbox, "inbox rows");
+    assert!(inbox.iter().all(|(_, id, _, _)| delivery_of[id] == 1));
+    let mut per_user: HashMap<i64, usize> = HashMap::new();
+    for (uid, ..) in &inbox {
+        *per_user.entry(*uid).or_default() += 1;
+    }
+    assert!(per_user.values().all(|&rows| rows <= cap));
+    assert!(
+        capped > 10 && per_user.values().any(|&rows| rows < cap),
+        "{capped} inboxes capped"
+    );
+
+    // The feed service reads it as the runtime wrote it: a follower of a pull author and of
+    // pushed authors pages through their inbox merged with the pull author's outbox.
+    let (reader, expected_feed) = followees
+        .iter()
+        .find_map(|(&reader, authors)| {
+            let pulls: Vec<(i64, i64)> = authors
+                .iter()
+                .filter_map(|author| pulled_by_author.get(author))
+                .flatten()
+                .copied()
+                .collect();
+            let own: Vec<(i64, i64)> = expected_inbox
+                .iter()
+                .filter(|(uid, ..)| *uid == reader)
+                .map(|&(_, id, _, ctime)| (ctime, id))
+                .collect();
+            (!pulls.is_empty() && !own.is_empty()).then(|| {
+                let mut feed: Vec<(i64, i64)> = pulls.into_iter().chain(own).collect();
+                feed.sort_unstable_by(|a, b| b.cmp(a));
+                (reader, feed)
+            })
+        })
+        .expect("a reader following pushed and pulled authors");
+    let feed = FeedService::new(FeedStore::new(test.db.clone()), threshold);
+    let (mut served, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let page = feed.page(reader, cursor.as_deref(), 20).await.unwrap();
+        served.extend(page.items.iter().map(|item| (item.ctime, item.id)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+        assert!(served.len() <= expected_feed.len(), "the feed does not end");
+    }
+    assert_eq!(served, expected_feed, "reader {reader}'s feed");
+
+    // Without follows, every published article is still an item (pushed to no one), so a
+    // follow made later back-fills it.
+    let alone = TestDb::new(test.db.kind(), &MIGRATIONS).await;
+    let report = run(
+        &alone,
+        &Plan {
+            follows: 0,
+            ..plan(7)
+        },
+    )
+    .await;
+    assert_eq!(
+        (
+            report.follows,
+            report.pulled,
+            report.pull_authors,
+            report.inbox_rows
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(
+        scalar(
+            &alone,
+            "SELECT COUNT(*) FROM feed_events e JOIN published_articles p ON p.id = e.article_id \
+             WHERE e.delivery = 1 AND p.status = 2 AND e.actor = p.author_id"
+        )
+        .await,
+        report.published as i64
+    );
+    for table in [
+        "follows",
+        "follow_counts",
+        "feed_pull_authors",
+        "feed_inbox",
+    ] {
+        assert_eq!(
+            scalar(&alone, &format!("SELECT COUNT(*) FROM {table}")).await,
+            0,
+            "{table}"
+        );
+    }
+}
+
 async fn the_same_seed_gives_the_same_data(test: TestDb) {
     let kind = test.db.kind();
     run(&test, &plan(11)).await;
@@ -402,6 +770,30 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
         .await,
         8_000
     );
+    // The second seed's follows are among its own users; its items continue the ids.
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM follows").await,
+        2 * FOLLOWS as i64
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            &format!(
+                "SELECT COUNT(*) FROM follows WHERE (follower >= {0}) <> (followee >= {0})",
+                second.first_user_id
+            )
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        second.first_feed_item_id,
+        first.first_feed_item_id + first.feed_items as i64
+    );
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM feed_events").await,
+        (first.feed_items + second.feed_items) as i64
+    );
 
     // The application's own inserts get fresh ids after the seeded ones (PostgreSQL's identity
     // sequences were moved past the explicit ids).
@@ -416,6 +808,17 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
         .await
         .unwrap();
     assert_eq!(article, second.first_article_id + 600);
+    let item: i64 = sqlx::query_scalar(
+        "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, \
+         dedup_key, delivery, fanout_time, fanout_id, ctime) \
+         VALUES ('follow', $1, $1, 0, 0, '', 'follow:later', 1, -1, 0, $2) RETURNING id",
+    )
+    .bind(after)
+    .bind(UNTIL)
+    .fetch_one(test.db.writer())
+    .await
+    .unwrap();
+    assert_eq!(item, second.first_feed_item_id + second.feed_items as i64);
 }
 
 async fn an_impossible_plan_writes_nothing(test: TestDb) {
@@ -423,6 +826,7 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
     let too_many = Plan {
         users: 20,
         likes: 20 * 600,
+        follows: 0,
         ..plan(5)
     };
     let err = seed(&test.db, &too_many, &ProgressBar::hidden())
@@ -444,7 +848,28 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("--users"), "{err:#}");
-    for table in ["users", "articles", "interactives", "user_likes"] {
+    // 20 users can make 20 × 19 follows at most.
+    let too_many_follows = Plan {
+        users: 20,
+        likes: 0,
+        collects: 0,
+        follows: 20 * 19 + 1,
+        ..plan(5)
+    };
+    let err = seed(&test.db, &too_many_follows, &ProgressBar::hidden())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--follows"), "{err:#}");
+    for table in [
+        "users",
+        "articles",
+        "interactives",
+        "user_likes",
+        "follows",
+        "follow_counts",
+        "feed_events",
+        "feed_inbox",
+    ] {
         assert_eq!(
             scalar(&test, &format!("SELECT COUNT(*) FROM {table}")).await,
             0,
@@ -455,6 +880,7 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
 
 platform::backend_tests!(webook::schema::MIGRATIONS;
     seeds_a_consistent_skewed_dataset,
+    seeds_follows_and_the_feed_the_runtime_would_have,
     the_same_seed_gives_the_same_data,
     seeding_again_adds_after_existing_rows,
     an_impossible_plan_writes_nothing,
