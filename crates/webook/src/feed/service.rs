@@ -17,7 +17,8 @@
 //!
 //! **Reading ([`FeedService::page`]).** One total order, (time, item id) descending; the cursor
 //! is the last item served. A page takes the reader's inbox heads and the outbox heads of the
-//! pull authors they follow — at most the page size (+1) from each — merges them by that order
+//! pull authors they follow (found by probing from the smaller side: the reader's followees or
+//! the pull authors site-wide) — at most the page size (+1) from each — merges them by that order
 //! (k-way, duplicates dropped), loads the winners in one query and drops what the reader may no
 //! longer see (withdrawn articles, unfollowed authors, cancelled follows, so these take effect on
 //! the next page even before the consumers clean up). If that left the page short it looks
@@ -28,7 +29,14 @@
 //! moment the follow commits; a cancel deletes the followee's articles from the inbox in its
 //! transaction (and the read filter covers a fan-out racing with it).
 
-use std::{collections::HashSet, time::Instant};
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc,
+    },
+    time::Instant,
+};
 
 use tokio_util::sync::CancellationToken;
 
@@ -90,7 +98,19 @@ pub struct FeedService {
     store: FeedStore,
     push_threshold: i64,
     fanout_batch: i64,
+    pull_authors: Arc<PullAuthorCount>,
 }
+
+/// The number of pull authors site-wide, as last counted.
+#[derive(Debug, Default)]
+struct PullAuthorCount {
+    count: AtomicI64,
+    /// When (ms); 0 before the first count.
+    counted_at: AtomicI64,
+}
+
+/// How long the site-wide count of pull authors is reused.
+const PULL_AUTHORS_RECOUNT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl FeedService {
     /// The feed over `store`: authors with at most `push_threshold` followers push.
@@ -99,6 +119,7 @@ impl FeedService {
             store,
             push_threshold,
             fanout_batch: FANOUT_BATCH,
+            pull_authors: Arc::default(),
         }
     }
 
@@ -127,7 +148,7 @@ impl FeedService {
                 id: i64::MAX,
             },
         };
-        let pull_authors = self.store.followed_pull_authors(reader).await?;
+        let pull_authors = self.followed_pull_authors(reader).await?;
         // One more than the page, to know whether another page follows.
         let wanted = limit + 1;
         let mut items: Vec<FeedItem> = Vec::with_capacity(wanted);
@@ -169,6 +190,32 @@ impl FeedService {
             items,
             next: next.map(Cursor::encode),
         })
+    }
+
+    /// The pull authors `reader` follows, probed from the smaller side: the reader's followees
+    /// or the pull authors site-wide (their count is cached for [`PULL_AUTHORS_RECOUNT`]; a stale
+    /// count only picks the slower probe, never other authors).
+    async fn followed_pull_authors(&self, reader: i64) -> anyhow::Result<Vec<i64>> {
+        let site_wide = self.pull_author_count().await?;
+        let followees = self.store.followee_count(reader).await?;
+        Ok(self
+            .store
+            .followed_pull_authors(reader, followees < site_wide)
+            .await?)
+    }
+
+    /// [`FeedStore::pull_author_count`], counted again when older than
+    /// [`PULL_AUTHORS_RECOUNT`].
+    async fn pull_author_count(&self) -> anyhow::Result<i64> {
+        let now = platform::db::now_millis();
+        let counted_at = self.pull_authors.counted_at.load(Ordering::Relaxed);
+        if now - counted_at < PULL_AUTHORS_RECOUNT.as_millis() as i64 {
+            return Ok(self.pull_authors.count.load(Ordering::Relaxed));
+        }
+        let count = self.store.pull_author_count().await?;
+        self.pull_authors.count.store(count, Ordering::Relaxed);
+        self.pull_authors.counted_at.store(now, Ordering::Relaxed);
+        Ok(count)
     }
 
     /// Handles a batch of `article_published` events: each article becomes an item, pushed

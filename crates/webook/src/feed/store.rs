@@ -302,16 +302,44 @@ impl FeedStore {
         tx.commit().await
     }
 
-    /// The pull authors `reader` follows: one probe of the follow index per pull author (there
-    /// are few: only authors who were above the push threshold when they published).
-    pub async fn followed_pull_authors(&self, reader: i64) -> sqlx::Result<Vec<i64>> {
-        sqlx::query_scalar(
+    /// The pull authors `reader` follows, probing from the smaller side: with
+    /// `from_followees`, each of the reader's followees against `feed_pull_authors`, else each
+    /// pull author against the reader's follows (see [`FeedStore::followee_count`] and
+    /// [`FeedStore::pull_author_count`]).
+    pub async fn followed_pull_authors(
+        &self,
+        reader: i64,
+        from_followees: bool,
+    ) -> sqlx::Result<Vec<i64>> {
+        let sql = if from_followees {
+            "SELECT f.followee FROM follows f WHERE f.follower = $1 AND f.status = 1 \
+             AND EXISTS (SELECT 1 FROM feed_pull_authors p WHERE p.uid = f.followee)"
+        } else {
             "SELECT p.uid FROM feed_pull_authors p WHERE EXISTS \
-             (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = p.uid AND f.status = 1)",
+             (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = p.uid AND f.status = 1)"
+        };
+        sqlx::query_scalar(sql)
+            .bind(reader)
+            .fetch_all(self.db.pool())
+            .await
+    }
+
+    /// How many users `reader` follows.
+    pub async fn followee_count(&self, reader: i64) -> sqlx::Result<i64> {
+        Ok(
+            sqlx::query_scalar::<_, i64>("SELECT followees FROM follow_counts WHERE uid = $1")
+                .bind(reader)
+                .fetch_optional(self.db.pool())
+                .await?
+                .unwrap_or(0),
         )
-        .bind(reader)
-        .fetch_all(self.db.pool())
-        .await
+    }
+
+    /// How many authors have pulled items, site-wide.
+    pub async fn pull_author_count(&self) -> sqlx::Result<i64> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM feed_pull_authors")
+            .fetch_one(self.db.pool())
+            .await
     }
 
     /// The newest `limit` items of `reader`'s inbox strictly before `before`.

@@ -797,9 +797,37 @@ async fn inboxes_are_pruned_to_the_cap(database: TestDb) {
     assert_eq!(job.prune().await.unwrap().0, 0);
 }
 
+/// The reader's pull authors are the same whichever side the lookup probes from: the reader's
+/// followees, or every pull author. (Cancelled follows and pull authors not followed are out.)
+async fn both_probes_find_the_same_pull_authors(database: TestDb) {
+    let db = &database.db;
+    sqlx::query(
+        "INSERT INTO follows (follower, followee, status, ctime, utime) VALUES \
+         (1, 2, 1, 0, 0), (1, 3, 1, 0, 0), (1, 4, 1, 0, 0), (1, 5, 1, 0, 0), (1, 9, 0, 0, 0), (8, 7, 1, 0, 0)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO feed_pull_authors (uid, ctime) VALUES (3, 0), (5, 0), (7, 0), (9, 0)")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let store = webook::feed::store::FeedStore::new(db.clone());
+    for from_followees in [false, true] {
+        let mut found = store
+            .followed_pull_authors(1, from_followees)
+            .await
+            .unwrap();
+        found.sort_unstable();
+        assert_eq!(found, vec![3, 5], "from_followees = {from_followees}");
+    }
+    assert_eq!(store.pull_author_count().await.unwrap(), 4);
+}
+
 platform::backend_tests!(webook::schema::MIGRATIONS;
     a_fan_out_killed_mid_way_resumes_without_duplicates,
     inboxes_are_pruned_to_the_cap,
+    both_probes_find_the_same_pull_authors,
 );
 
 /// Two instances behind a load balancer (one PostgreSQL, one Redis): follows made on one count
