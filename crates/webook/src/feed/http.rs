@@ -62,11 +62,7 @@ async fn follow(
     Writer(user): Writer,
     ApiJson(request): ApiJson<FollowRequest>,
 ) -> ApiResult<()> {
-    state
-        .follows
-        .set_follow(user.uid, request.followee, true)
-        .await?;
-    Ok(Reply(()))
+    set_follow(&state, user.uid, request, true).await
 }
 
 async fn cancel(
@@ -74,10 +70,16 @@ async fn cancel(
     Writer(user): Writer,
     ApiJson(request): ApiJson<FollowRequest>,
 ) -> ApiResult<()> {
-    state
-        .follows
-        .set_follow(user.uid, request.followee, false)
-        .await?;
+    set_follow(&state, user.uid, request, false).await
+}
+
+async fn set_follow(
+    state: &FeedRoutes,
+    uid: i64,
+    request: FollowRequest,
+    on: bool,
+) -> ApiResult<()> {
+    state.follows.set_follow(uid, request.followee, on).await?;
     Ok(Reply(()))
 }
 

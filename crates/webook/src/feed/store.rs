@@ -33,6 +33,15 @@ pub struct FanOutStep {
     pub done: bool,
 }
 
+/// A like or follow notice: `actor` did it to `object` (the article, the followee) at `time`.
+struct Notice {
+    kind: FeedKind,
+    actor: i64,
+    object: i64,
+    key: String,
+    time: i64,
+}
+
 /// Authors merged per outbox query.
 const AUTHORS_PER_QUERY: usize = 50;
 
@@ -201,60 +210,78 @@ impl FeedStore {
     /// Makes the feed agree with `liker`'s like of article `article_id`: while it is on (and the
     /// article published, and not the liker's own), its author has a `like` item dated `time`.
     pub async fn sync_like(&self, liker: i64, article_id: i64, time: i64) -> sqlx::Result<()> {
-        let key = format!("like:{liker}:article:{article_id}");
         let active = "EXISTS (SELECT 1 FROM user_likes WHERE uid = $2 AND biz = 'article' AND biz_id = $3 AND status = 1)";
-        let mut tx = self.db.writer().begin().await?;
-        let added: Option<(i64, i64)> = sqlx::query_as(&format!(
-            "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
-             delivery, fanout_time, fanout_id, ctime) \
-             SELECT $1, $2, p.author_id, $3, 0, '', $4, $5, -1, 0, $6 FROM published_articles p \
-             WHERE p.id = $3 AND p.status = 2 AND p.author_id <> $2 AND {active} \
-             ON CONFLICT (dedup_key) DO NOTHING RETURNING id, recipient"
-        ))
-        .bind(FeedKind::Like.as_str())
-        .bind(liker)
-        .bind(article_id)
-        .bind(&key)
-        .bind(Delivery::Pushed as i64)
-        .bind(time)
-        .fetch_optional(&mut *tx)
-        .await?;
-        match added {
-            Some((id, recipient)) => {
-                deliver(&mut tx, recipient, id, liker, FeedKind::Like, time).await?
-            }
-            None => {
-                retract(&mut tx, &key, &format!("NOT {active}"), liker, article_id).await?;
-            }
-        }
-        tx.commit().await
+        let notice = Notice {
+            kind: FeedKind::Like,
+            actor: liker,
+            object: article_id,
+            key: format!("like:{liker}:article:{article_id}"),
+            time,
+        };
+        let source = format!(
+            "SELECT $1, $2, p.author_id, $3, 0, '', $4, $5, -1, 0, $6 FROM published_articles p \
+             WHERE p.id = $3 AND p.status = 2 AND p.author_id <> $2 AND {active}"
+        );
+        self.sync_notice(notice, &source, active).await
     }
 
     /// Makes the feed agree with `follower` following `followee`: while it is on, the followee
     /// has a `follow` item dated `time`.
     pub async fn sync_follow(&self, follower: i64, followee: i64, time: i64) -> sqlx::Result<()> {
-        let key = format!("follow:{follower}:{followee}");
         let active =
             "EXISTS (SELECT 1 FROM follows WHERE follower = $2 AND followee = $3 AND status = 1)";
+        let notice = Notice {
+            kind: FeedKind::Follow,
+            actor: follower,
+            object: followee,
+            key: format!("follow:{follower}:{followee}"),
+            time,
+        };
+        let source = format!("SELECT $1, $2, $3, 0, 0, '', $4, $5, -1, 0, $6 WHERE {active}");
+        self.sync_notice(notice, &source, active).await
+    }
+
+    /// In one transaction: adds `notice` with the row `source` yields (a `SELECT` of the
+    /// `feed_events` columns over $1 kind, $2 actor, $3 object, $4 key, $5 delivery, $6 time; no
+    /// row while the notice should not exist) and puts it into its recipient's inbox — or, when
+    /// `source` yields nothing, deletes the notice if `active` (over $2, $3) no longer holds.
+    async fn sync_notice(&self, notice: Notice, source: &str, active: &str) -> sqlx::Result<()> {
         let mut tx = self.db.writer().begin().await?;
-        let added: Option<i64> = sqlx::query_scalar(&format!(
+        let added: Option<(i64, i64)> = sqlx::query_as(&format!(
             "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
-             delivery, fanout_time, fanout_id, ctime) \
-             SELECT $1, $2, $3, 0, 0, '', $4, $5, -1, 0, $6 WHERE {active} \
-             ON CONFLICT (dedup_key) DO NOTHING RETURNING id"
+             delivery, fanout_time, fanout_id, ctime) {source} \
+             ON CONFLICT (dedup_key) DO NOTHING RETURNING id, recipient"
         ))
-        .bind(FeedKind::Follow.as_str())
-        .bind(follower)
-        .bind(followee)
-        .bind(&key)
+        .bind(notice.kind.as_str())
+        .bind(notice.actor)
+        .bind(notice.object)
+        .bind(&notice.key)
         .bind(Delivery::Pushed as i64)
-        .bind(time)
+        .bind(notice.time)
         .fetch_optional(&mut *tx)
         .await?;
         match added {
-            Some(id) => deliver(&mut tx, followee, id, follower, FeedKind::Follow, time).await?,
+            Some((id, recipient)) => {
+                deliver(
+                    &mut tx,
+                    recipient,
+                    id,
+                    notice.actor,
+                    notice.kind,
+                    notice.time,
+                )
+                .await?
+            }
             None => {
-                retract(&mut tx, &key, &format!("NOT {active}"), follower, followee).await?;
+                let condition = format!("NOT {active}");
+                retract(
+                    &mut tx,
+                    &notice.key,
+                    &condition,
+                    notice.actor,
+                    notice.object,
+                )
+                .await?;
             }
         }
         tx.commit().await

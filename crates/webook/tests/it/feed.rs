@@ -690,20 +690,15 @@ async fn crowd(db: &platform::db::Db, followers: i64) {
     .execute(db.writer())
     .await
     .unwrap();
-    sqlx::query(
-        "INSERT INTO articles (id, author_id, title, content, abstract, status, ctime, utime) \
-         VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)",
-    )
-    .execute(db.writer())
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime) \
-         VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)",
-    )
-    .execute(db.writer())
-    .await
-    .unwrap();
+    for table in ["articles", "published_articles"] {
+        sqlx::query(&format!(
+            "INSERT INTO {table} (id, author_id, title, content, abstract, status, ctime, utime) \
+             VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)"
+        ))
+        .execute(db.writer())
+        .await
+        .unwrap();
+    }
     if db.kind() == platform::config::DatabaseKind::Postgres {
         sqlx::query("SELECT setval(pg_get_serial_sequence('users', 'id'), 100000)")
             .execute(db.writer())
