@@ -140,17 +140,19 @@ impl FeedStore {
                 done: true,
             });
         };
-        let keys: Vec<(i64, i64)> = sqlx::query_as(
+        // One follower more than the batch: whether any is left after it.
+        let mut keys: Vec<(i64, i64)> = sqlx::query_as(
             "SELECT utime, id FROM follows WHERE followee = $1 AND status = 1 \
              AND (utime > $2 OR (utime = $2 AND id > $3)) ORDER BY utime, id LIMIT $4",
         )
         .bind(author)
         .bind(after_time)
         .bind(after_id)
-        .bind(batch)
+        .bind(batch + 1)
         .fetch_all(&mut *tx)
         .await?;
-        let done = (keys.len() as i64) < batch;
+        let done = keys.len() as i64 <= batch;
+        keys.truncate(usize::try_from(batch).unwrap_or(usize::MAX));
         let (last_time, last_id) = keys.last().copied().unwrap_or((after_time, after_id));
         if !keys.is_empty() {
             sqlx::query(

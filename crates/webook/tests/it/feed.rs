@@ -748,6 +748,22 @@ async fn a_fan_out_killed_mid_way_resumes_without_duplicates(database: TestDb) {
     assert_eq!(items, 1);
 }
 
+/// Followers filling exactly one batch are written, and the item marked pushed, in one
+/// transaction: the batch looks one follower ahead instead of needing an empty second batch.
+async fn a_fan_out_of_exactly_one_batch_takes_one_transaction(database: TestDb) {
+    let db = &database.db;
+    crowd(db, 1000).await;
+    let store = webook::feed::store::FeedStore::new(db.clone());
+    let item = store
+        .add_article(1, 1, 5000, 10_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let step = store.fan_out_batch(item, 1000).await.unwrap();
+    assert_eq!((step.followers, step.done), (1000, true));
+    assert_eq!(inbox_stats(db).await, (1000, 1000));
+}
+
 /// The prune job keeps the newest `feed_inbox_cap` items of each inbox and leaves smaller
 /// inboxes alone.
 async fn inboxes_are_pruned_to_the_cap(database: TestDb) {
@@ -807,6 +823,7 @@ async fn both_probes_find_the_same_pull_authors(database: TestDb) {
 
 platform::backend_tests!(webook::schema::MIGRATIONS;
     a_fan_out_killed_mid_way_resumes_without_duplicates,
+    a_fan_out_of_exactly_one_batch_takes_one_transaction,
     inboxes_are_pruned_to_the_cap,
     both_probes_find_the_same_pull_authors,
 );
