@@ -883,7 +883,7 @@ fn feed(c: &mut Criterion) {
         // Where the time goes: the item's transaction, then the fan-out batch (one, for 1 000
         // followers), each through the store as `apply_published` calls them.
         let threshold = FeedSettings::default().feed_push_threshold;
-        let (mut items, mut batches, mut closing) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut items, mut batches) = (Vec::new(), Vec::new());
         for _ in 0..15 {
             let event = world.new_article(FANOUT_AUTHOR).await;
             let article: ArticleEvent = serde_json::from_slice(&event.payload).unwrap();
@@ -905,20 +905,11 @@ fn feed(c: &mut Criterion) {
                 .unwrap();
             batches.push(ms(started.elapsed()));
             assert_eq!(step.followers, u64::try_from(FANOUT_FOLLOWERS).unwrap());
-            // Exactly a batch of followers: a second, empty batch marks the item pushed.
-            let started = Instant::now();
-            let last = world
-                .feed
-                .store()
-                .fan_out_batch(item, webook::feed::service::FANOUT_BATCH)
-                .await
-                .unwrap();
-            closing.push(ms(started.elapsed()));
-            assert!(!step.done && last.done && last.followers == 0);
+            // Exactly a batch of followers: the batch looks one ahead and marks the item pushed.
+            assert!(step.done);
         }
         summary("fan-out split: add_article (item)", items);
-        summary("fan-out split: fan_out_batch (1 000 rows)", batches);
-        summary("fan-out split: fan_out_batch (0 rows, done)", closing);
+        summary("fan-out split: fan_out_batch (1 000 rows, done)", batches);
     });
     // Flat sampling: criterion's default (linear) would run at least 465 iterations of each.
     let mut group = c.benchmark_group("fanout");
