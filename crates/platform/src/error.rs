@@ -110,6 +110,19 @@ impl Lang {
     }
 }
 
+/// `value` when it is a positive id, else invalid input naming `field`.
+pub fn positive_id(field: &str, value: i64) -> Result<i64, AppError> {
+    if value > 0 {
+        Ok(value)
+    } else {
+        Err(AppError::InvalidInput(Msg::field(
+            field,
+            "must be a positive integer",
+            "须为正整数",
+        )))
+    }
+}
+
 /// A message in both languages of the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Msg {

@@ -157,6 +157,20 @@ pub struct Event {
     pub time: i64,
 }
 
+impl Event {
+    /// The payload as `T`, or `None` when it is malformed — logged with the event's id and
+    /// topic, and for the consumer to skip: retrying cannot fix it.
+    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        match serde_json::from_slice(&self.payload) {
+            Ok(payload) => Some(payload),
+            Err(err) => {
+                tracing::warn!(id = %self.id, topic = %self.topic, %err, "skipping a malformed event");
+                None
+            }
+        }
+    }
+}
+
 /// Settings of the Redis Streams backend; [`Default`] gives the production values.
 #[derive(Debug, Clone)]
 pub struct RedisStreamOptions {

@@ -20,7 +20,7 @@ use crate::{
     idempotency::Idempotency,
     interactive::InteractiveService,
 };
-use platform::error::{ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
+use platform::error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
 
 /// What the `/articles` handlers reach.
 pub struct ArticleRoutes {
@@ -243,13 +243,5 @@ async fn collect(
 }
 
 fn positive(id: i64) -> Result<i64, AppError> {
-    if id > 0 {
-        Ok(id)
-    } else {
-        Err(AppError::InvalidInput(Msg::field(
-            "id",
-            "must be a positive integer",
-            "须为正整数",
-        )))
-    }
+    positive_id("id", id)
 }

@@ -26,7 +26,7 @@ use platform::{
     cpu,
     db::now_millis,
     detached::to_completion,
-    error::{AppError, Msg},
+    error::{positive_id, AppError, Msg},
     events::outbox::Outbox,
 };
 
@@ -68,12 +68,7 @@ async fn parse_draft(title: &str, content: &str, publishing: bool) -> Result<Dra
 pub fn existing_id(id: Option<i64>) -> Result<Option<i64>, AppError> {
     match id {
         None | Some(0) => Ok(None),
-        Some(id) if id > 0 => Ok(Some(id)),
-        Some(_) => Err(AppError::InvalidInput(Msg::field(
-            "id",
-            "must be a positive integer",
-            "须为正整数",
-        ))),
+        Some(id) => positive_id("id", id).map(Some),
     }
 }
 

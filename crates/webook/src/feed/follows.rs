@@ -6,7 +6,7 @@
 use platform::{
     db::now_millis,
     detached::to_completion,
-    error::{AppError, Msg},
+    error::{positive_id, AppError, Msg},
     events::outbox::Outbox,
 };
 
@@ -31,13 +31,7 @@ impl FollowService {
     /// `follower` follows (`on`) or stops following `followee`; idempotent. 4 for oneself,
     /// 404001 for a user that does not exist. Completes even if the caller goes away.
     pub async fn set_follow(&self, follower: i64, followee: i64, on: bool) -> Result<(), AppError> {
-        if followee <= 0 {
-            return Err(AppError::InvalidInput(Msg::field(
-                "followee",
-                "must be a positive id",
-                "须为正整数",
-            )));
-        }
+        positive_id("followee", followee)?;
         if follower == followee {
             return Err(AppError::InvalidInput(Msg::field(
                 "followee",

@@ -20,7 +20,7 @@ use crate::{
     },
     idempotency::Idempotency,
 };
-use platform::error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply};
+use platform::error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Reply};
 
 /// What the follow and feed handlers reach.
 pub struct FeedRoutes {
@@ -92,15 +92,7 @@ struct ListQuery {
 
 /// `uid` when given (and positive), else the caller.
 fn subject(uid: Option<i64>, caller: i64) -> Result<i64, AppError> {
-    match uid {
-        None => Ok(caller),
-        Some(uid) if uid > 0 => Ok(uid),
-        Some(_) => Err(AppError::InvalidInput(Msg::field(
-            "uid",
-            "must be a positive id",
-            "须为正整数",
-        ))),
-    }
+    uid.map_or(Ok(caller), |uid| positive_id("uid", uid))
 }
 
 async fn list(

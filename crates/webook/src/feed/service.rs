@@ -197,10 +197,11 @@ impl FeedService {
     /// count only picks the slower probe, never other authors).
     async fn followed_pull_authors(&self, reader: i64) -> anyhow::Result<Vec<i64>> {
         let site_wide = self.pull_author_count().await?;
-        let followees = self.store.followee_count(reader).await?;
+        // With at most one pull author, probing them is at most one lookup: nothing to count.
+        let from_followees = site_wide > 1 && self.store.followee_count(reader).await? < site_wide;
         Ok(self
             .store
-            .followed_pull_authors(reader, followees < site_wide)
+            .followed_pull_authors(reader, from_followees)
             .await?)
     }
 
@@ -358,19 +359,9 @@ pub const CONSUMED_TOPICS: [&str; 5] = [
     TOPIC_COMMENT_CHANGED,
 ];
 
-/// The payloads of `events` that parse as `T`; malformed ones are logged and skipped (retrying
-/// cannot fix them).
+/// The payloads of `events` that parse as `T` ([`Event::payload_as`]).
 fn parse<T: serde::de::DeserializeOwned>(events: &[Event]) -> Vec<T> {
-    events
-        .iter()
-        .filter_map(|event| match serde_json::from_slice::<T>(&event.payload) {
-            Ok(payload) => Some(payload),
-            Err(err) => {
-                tracing::warn!(id = %event.id, topic = %event.topic, %err, "skipping a malformed feed event");
-                None
-            }
-        })
-        .collect()
+    events.iter().filter_map(Event::payload_as).collect()
 }
 
 /// The newest `limit` positions of `sources` (each newest first), merged, without duplicates.

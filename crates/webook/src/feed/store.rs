@@ -197,12 +197,11 @@ impl FeedStore {
     /// published (again) by now. Returns whether it removed one.
     pub async fn remove_article(&self, article_id: i64) -> sqlx::Result<bool> {
         let mut tx = self.db.writer().begin().await?;
+        let published = "EXISTS (SELECT 1 FROM published_articles WHERE id = $2 AND status = $3)";
         let removed = retract(
             &mut tx,
             &article_key(article_id),
-            "NOT EXISTS (SELECT 1 FROM published_articles WHERE id = $2 AND status = $3)",
-            article_id,
-            2,
+            Some((published, article_id, 2)),
         )
         .await?;
         tx.commit().await?;
@@ -246,7 +245,7 @@ impl FeedStore {
     /// In one transaction: adds `notice` with the row `source` yields (a `SELECT` of the
     /// `feed_events` columns over $1 kind, $2 actor, $3 object, $4 key, $5 delivery, $6 time; no
     /// row while the notice should not exist) and puts it into its recipient's inbox — or, when
-    /// `source` yields nothing, deletes the notice if `active` (over $2, $3) no longer holds.
+    /// `source` yields nothing, deletes the notice unless `active` (over $2, $3) still holds.
     async fn sync_notice(&self, notice: Notice, source: &str, active: &str) -> sqlx::Result<()> {
         let mut tx = self.db.writer().begin().await?;
         let added: Option<(i64, i64)> = sqlx::query_as(&format!(
@@ -275,15 +274,8 @@ impl FeedStore {
                 .await?
             }
             None => {
-                let condition = format!("NOT {active}");
-                retract(
-                    &mut tx,
-                    &notice.key,
-                    &condition,
-                    notice.actor,
-                    notice.object,
-                )
-                .await?;
+                let unless = Some((active, notice.actor, notice.object));
+                retract(&mut tx, &notice.key, unless).await?;
             }
         }
         tx.commit().await
@@ -325,8 +317,8 @@ impl FeedStore {
                 .await?;
             }
         } else if !comment.on {
-            // (The condition always holds: the state is the event's.)
-            retract(&mut tx, &key, "$2 = $3", 0, 0).await?;
+            // The comments feature owns the state: the event's word is final.
+            retract(&mut tx, &key, None).await?;
         }
         tx.commit().await
     }
@@ -549,33 +541,29 @@ async fn deliver(
     Ok(())
 }
 
-/// Deletes the item `key` and its inbox rows when `condition` (over `$2`, `$3`) holds; returns
-/// whether there was one.
+/// Deletes the item `key` and its inbox rows — only while `unless`' condition (over `$2`, `$3`,
+/// bound to its two values) does not hold, when given; returns whether there was one.
 async fn retract(
     tx: &mut Transaction<'static, Any>,
     key: &str,
-    condition: &str,
-    first: i64,
-    second: i64,
+    unless: Option<(&str, i64, i64)>,
 ) -> sqlx::Result<bool> {
-    sqlx::query(&format!(
-        "DELETE FROM feed_inbox WHERE event_id IN (SELECT id FROM feed_events WHERE dedup_key = $1) AND {condition}"
-    ))
-    .bind(key)
-    .bind(first)
-    .bind(second)
-    .execute(&mut **tx)
-    .await?;
-    Ok(sqlx::query(&format!(
-        "DELETE FROM feed_events WHERE dedup_key = $1 AND {condition}"
-    ))
-    .bind(key)
-    .bind(first)
-    .bind(second)
-    .execute(&mut **tx)
-    .await?
-    .rows_affected()
-        > 0)
+    let guard = unless.map_or(String::new(), |(condition, _, _)| {
+        format!(" AND NOT {condition}")
+    });
+    let statements = [
+        format!("DELETE FROM feed_inbox WHERE event_id IN (SELECT id FROM feed_events WHERE dedup_key = $1){guard}"),
+        format!("DELETE FROM feed_events WHERE dedup_key = $1{guard}"),
+    ];
+    let mut deleted = 0;
+    for sql in &statements {
+        let mut query = sqlx::query(sql).bind(key);
+        if let Some((_, first, second)) = unless {
+            query = query.bind(first).bind(second);
+        }
+        deleted = query.execute(&mut **tx).await?.rows_affected();
+    }
+    Ok(deleted > 0)
 }
 
 /// One row of [`FeedStore::visible_items`] as the reader sees it, or `None` when hidden.

@@ -338,15 +338,10 @@ impl InteractiveService {
     pub async fn apply_read_batch(&self, events: Vec<Event>) -> anyhow::Result<()> {
         let reads: Vec<(Biz, i64, String)> = events
             .into_iter()
-            .filter_map(
-                |event| match serde_json::from_slice::<ReadEvent>(&event.payload) {
-                    Ok(read) => Some((read.biz, read.biz_id, event.id)),
-                    Err(err) => {
-                        tracing::warn!(id = %event.id, %err, "skipping a malformed read event");
-                        None
-                    }
-                },
-            )
+            .filter_map(|event| {
+                let read = event.payload_as::<ReadEvent>()?;
+                Some((read.biz, read.biz_id, event.id))
+            })
             .collect();
         let now = now_millis();
         let dedup_group = self.dedup_reads.then_some(READ_GROUP);

@@ -35,7 +35,7 @@ use crate::{
 };
 use platform::{
     db::now_millis,
-    events::{EventStream, Subscription},
+    events::{Event, EventStream, Subscription},
     telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
 };
 
@@ -357,15 +357,8 @@ impl RankingService {
                 async move {
                     let ids: Vec<i64> = batch
                         .iter()
-                        .filter_map(|event| {
-                            match serde_json::from_slice::<ArticleEvent>(&event.payload) {
-                                Ok(withdrawn) => Some(withdrawn.id),
-                                Err(err) => {
-                                    tracing::warn!(id = %event.id, %err, "skipping a malformed withdrawal event");
-                                    None
-                                }
-                            }
-                        })
+                        .filter_map(Event::payload_as::<ArticleEvent>)
+                        .map(|withdrawn| withdrawn.id)
                         .collect();
                     if ids.is_empty() {
                         return Ok(());
