@@ -1,8 +1,10 @@
-//! The kinds of object that reads, likes and collects — and, as they land, comments, tags and
+//! The kinds of object that reads, likes, collects, comments and tags — and, as they land,
 //! rewards — attach to: the `biz` of every `(biz, biz_id)` pair in tables, events, cache keys and
 //! the API. One type instead of `"article"` spelled in each feature; the spelling on the wire
 //! and in the database is [`Biz::as_str`], and a value the API receives that names no kind is
 //! refused at the edge with code 4 ([`Biz::parse`], or serde when it comes in a JSON body).
+//! Each kind also says where its objects live and who owns them ([`Biz::owner`],
+//! [`Biz::visible_owner`]), so features that attach to objects never name another's tables.
 
 use std::{fmt, str::FromStr};
 
@@ -27,6 +29,47 @@ impl Biz {
         match self {
             Biz::Article => "article",
         }
+    }
+
+    /// SQL selecting the author (`author_id`) of object `$1` whatever its state — an article's
+    /// draft included — for "is this the caller's object" checks (tags, moderating comments).
+    pub const fn owner_query(self) -> &'static str {
+        match self {
+            Biz::Article => "SELECT author_id FROM articles WHERE id = $1",
+        }
+    }
+
+    /// SQL selecting the author (`author_id`) of object `$1` if readers can see it (a published
+    /// article), for actions readers take on it (comments).
+    pub const fn visible_owner_query(self) -> &'static str {
+        match self {
+            Biz::Article => "SELECT author_id FROM published_articles WHERE id = $1 AND status = 2",
+        }
+    }
+
+    /// The author of object `id` whatever its state ([`Biz::owner_query`]); `None` if there is
+    /// no such object.
+    pub async fn owner<'e>(
+        self,
+        executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+        id: i64,
+    ) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar(self.owner_query())
+            .bind(id)
+            .fetch_optional(executor)
+            .await
+    }
+
+    /// The author of object `id` if readers can see it ([`Biz::visible_owner_query`]).
+    pub async fn visible_owner<'e>(
+        self,
+        executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+        id: i64,
+    ) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar(self.visible_owner_query())
+            .bind(id)
+            .fetch_optional(executor)
+            .await
     }
 
     /// `value` as a kind; code 4 naming the field `biz` if it is none.

@@ -201,7 +201,7 @@ pub struct ItemArticle {
     pub author: Person,
     /// Likes.
     pub like_cnt: i64,
-    /// Comments (0 until comments exist).
+    /// Comments (not deleted).
     pub comment_cnt: i64,
     /// First publication (ms).
     pub ctime: i64,

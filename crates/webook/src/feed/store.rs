@@ -447,6 +447,7 @@ impl FeedStore {
             "SELECT e.id, e.kind, e.actor, e.article_id, e.comment_id, e.detail, e.ctime, \
              a.nickname AS actor_nickname, p.title, p.abstract, p.author_id, p.status AS article_status, \
              p.ctime AS article_ctime, w.nickname AS author_nickname, COALESCE(i.like_cnt, 0) AS like_cnt, \
+             COALESCE(i.comment_cnt, 0) AS comment_cnt, \
              CASE WHEN e.kind = 'article' THEN \
                (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1) THEN 1 ELSE 0 END) \
              WHEN e.kind = 'follow' THEN \
@@ -589,7 +590,7 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
                     name: display_name(author_nickname.as_deref().unwrap_or(""), author),
                 },
                 like_cnt: row.try_get("like_cnt")?,
-                comment_cnt: 0,
+                comment_cnt: row.try_get("comment_cnt")?,
                 ctime: row.try_get("article_ctime")?,
             })
         }

@@ -1,5 +1,7 @@
 //! Reads, likes and collects of any object (`biz` + `biz_id`): exact counters under concurrency,
-//! idempotent actions, and reads counted in batches from an event stream.
+//! idempotent actions, and reads counted in batches from an event stream. The same row holds
+//! the object's comment count, which the comments feature moves in its own transactions
+//! ([`add_comments`]).
 //!
 //! Data flow: feature handlers (articles today) call [`InteractiveService`]; likes and collects
 //! go straight to [`store`] in one transaction each; reads become events on the event stream,
@@ -12,6 +14,7 @@ pub mod store;
 
 pub use model::{Counts, InteractionEvent, UserFlags, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED};
 pub use service::InteractiveService;
+pub use store::add_comments;
 
 use async_trait::async_trait;
 use platform::{
@@ -32,11 +35,18 @@ impl Feature for Interactive {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            4,
-            "interactive",
-            include_str!("../../migrations/0004_interactive.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                4,
+                "interactive",
+                include_str!("../../migrations/0004_interactive.sql"),
+            ),
+            Migration::new(
+                12,
+                "comment counts",
+                include_str!("../../migrations/0012_comment_counts.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

@@ -34,6 +34,9 @@ pub struct Counts {
     pub like_cnt: i64,
     /// Collects.
     pub collect_cnt: i64,
+    /// Comments that are not deleted (moved by the comments feature).
+    #[serde(default)]
+    pub comment_cnt: i64,
 }
 
 /// What the caller did to one object.

@@ -255,6 +255,12 @@ impl InteractiveService {
             .await;
     }
 
+    /// After a committed change of the object's comment count ([`super::store::add_comments`]):
+    /// drops its cached counts.
+    pub async fn comments_changed(&self, biz: Biz, biz_id: i64) {
+        self.counts_cache.invalidate(&cache_key(biz, biz_id)).await;
+    }
+
     /// Counts one read of the object by `uid` (asynchronously). Never fails the read itself.
     pub async fn record_read(&self, biz: Biz, biz_id: i64, uid: i64) {
         let event = ReadEvent {

@@ -270,7 +270,8 @@ impl InteractiveStore {
         }
         let placeholders = placeholders(2, ids.len());
         let sql = format!(
-            "SELECT biz_id, read_cnt, like_cnt, collect_cnt FROM interactives WHERE biz = $1 AND biz_id IN ({placeholders})"
+            "SELECT biz_id, read_cnt, like_cnt, collect_cnt, comment_cnt FROM interactives \
+             WHERE biz = $1 AND biz_id IN ({placeholders})"
         );
         let mut query = sqlx::query(&sql).bind(biz);
         for id in ids {
@@ -287,6 +288,7 @@ impl InteractiveStore {
                         read_cnt: row.try_get("read_cnt")?,
                         like_cnt: row.try_get("like_cnt")?,
                         collect_cnt: row.try_get("collect_cnt")?,
+                        comment_cnt: row.try_get("comment_cnt")?,
                     },
                 ))
             })
@@ -312,6 +314,33 @@ impl InteractiveStore {
             collected: collected == Some(1),
         })
     }
+}
+
+/// Moves the comment count of the object by `delta` (±1) in the caller's transaction — the
+/// comments feature calls it in the transaction that adds or deletes the comment, so the count
+/// is exact; then [`InteractiveService::comments_changed`](crate::interactive::InteractiveService::comments_changed)
+/// drops the cached counts. Never goes below zero.
+pub async fn add_comments(
+    conn: &mut sqlx::AnyConnection,
+    biz: Biz,
+    biz_id: i64,
+    delta: i64,
+    now: i64,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO interactives (biz, biz_id, comment_cnt, ctime, utime) VALUES ($1, $2, $3, $4, $4) \
+         ON CONFLICT (biz, biz_id) DO UPDATE SET \
+           comment_cnt = CASE WHEN interactives.comment_cnt + excluded.comment_cnt < 0 THEN 0 \
+                              ELSE interactives.comment_cnt + excluded.comment_cnt END, \
+           utime = excluded.utime",
+    )
+    .bind(biz.as_str())
+    .bind(biz_id)
+    .bind(delta)
+    .bind(now)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 async fn bump(
