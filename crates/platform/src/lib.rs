@@ -35,6 +35,7 @@ pub mod http;
 pub mod instance_lock;
 pub mod jobs;
 pub mod ops;
+pub mod page;
 pub mod rate_limit;
 pub mod redis;
 pub mod serve;

@@ -3,6 +3,7 @@
 //! overrides or isolates (they make text display differently from what it says, e.g. a name that
 //! reads as someone else's), and, where a field needs a value, at least one visible character
 //! (a title of zero-width spaces would show as nothing). A failure is code 4 naming the field.
+//! Plain text shown to clients that may insert it as HTML goes out escaped ([`escape_html`]).
 
 use crate::error::{AppError, Msg};
 
@@ -49,6 +50,28 @@ pub fn require_visible(field: &str, value: &str) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Appends `c` to `out` escaped for HTML text and attribute values (`&`, `<`, `>`, `"`, `'`).
+pub fn push_html_escaped(out: &mut String, c: char) {
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        '"' => out.push_str("&quot;"),
+        '\'' => out.push_str("&#39;"),
+        other => out.push(other),
+    }
+}
+
+/// `text` escaped for HTML ([`push_html_escaped`]): plain text that a client may insert as
+/// HTML and still shows as written.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for c in text.chars() {
+        push_html_escaped(&mut out, c);
+    }
+    out
+}
+
 /// Embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069). The marks LRM, RLM and
 /// ALM only steer neutral characters and are left alone.
 fn is_bidi_control(c: char) -> bool {
@@ -92,6 +115,15 @@ mod tests {
 
     fn message(result: Result<(), AppError>) -> String {
         result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn html_escaping_turns_markup_into_text() {
+        assert_eq!(
+            escape_html(r#"<img src=x onerror="a('b')">&amp; 好"#),
+            "&lt;img src=x onerror=&quot;a(&#39;b&#39;)&quot;&gt;&amp;amp; 好"
+        );
+        assert_eq!(escape_html("plain\ntext"), "plain\ntext");
     }
 
     #[test]

@@ -99,6 +99,8 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("ranking_refresh", "6s", r#""6s""#),
     ("feed_push_threshold", "500", "500"),
     ("feed_inbox_cap", "2000", "2000"),
+    ("comment_rate_limit", "5", "5"),
+    ("comment_rate_window", "2m", r#""2m""#),
 ];
 
 /// `--print-config`'s TOML, parsed.
@@ -375,6 +377,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_WRITE_RATE_WINDOW",
             "0s",
             &["write_rate_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_COMMENT_RATE_WINDOW",
+            "0s",
+            &["comment_rate_window"],
         );
         refused(
             jail,

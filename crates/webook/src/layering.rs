@@ -6,6 +6,7 @@
 const FEATURES: &[&str] = &[
     "article",
     "auth",
+    "comment",
     "feed",
     "interactive",
     "jobs",

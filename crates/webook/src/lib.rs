@@ -20,6 +20,7 @@ pub mod article;
 pub mod auth;
 pub mod biz;
 pub mod cli;
+pub mod comment;
 #[cfg(test)]
 mod config_contract;
 pub mod feed;

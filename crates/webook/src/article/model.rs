@@ -548,14 +548,7 @@ pub fn abstract_of_text(text: &str) -> String {
         .skip(1)
         .take(ABSTRACT_CHARS)
     {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            other => out.push(other),
-        }
+        platform::text::push_html_escaped(&mut out, c);
     }
     out
 }

@@ -20,9 +20,7 @@ pub mod settings;
 pub mod store;
 
 pub use follows::FollowService;
-pub use model::{
-    CommentEvent, Delivery, FeedKind, FollowEvent, TOPIC_COMMENT_CHANGED, TOPIC_FOLLOW_CHANGED,
-};
+pub use model::{Delivery, FeedKind, FollowEvent, TOPIC_FOLLOW_CHANGED};
 pub use service::FeedService;
 pub use settings::FeedSettings;
 

@@ -2,18 +2,13 @@
 //! (follows here; articles, likes and comments from their features), the opaque cursors of
 //! every list, and the shapes the routes answer with.
 
-use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use serde::{Deserialize, Serialize};
 
-use platform::error::{AppError, Msg};
+use platform::error::AppError;
+pub use platform::page::{page_limit, Page};
 
 /// Topic of follow transitions (recorded in the follow's transaction).
 pub const TOPIC_FOLLOW_CHANGED: &str = "follow_changed";
-/// Topic of comment transitions: the comments feature records one per recipient (the article's
-/// author, the user replied to) in the comment's transaction; the feed turns it into a
-/// `comment` item. Nothing records it yet: this is the comments feature's extension point.
-pub const TOPIC_COMMENT_CHANGED: &str = "comment_changed";
-
 /// A follow (`on`) or cancel that changed state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FollowEvent {
@@ -22,26 +17,6 @@ pub struct FollowEvent {
     /// Whom.
     pub followee: i64,
     /// Followed (`true`) or cancelled.
-    pub on: bool,
-    /// When (ms).
-    pub time: i64,
-}
-
-/// A comment written (`on`) or deleted, for one recipient.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommentEvent {
-    /// Comment id.
-    pub id: i64,
-    /// Who wrote it.
-    pub uid: i64,
-    /// Whom it is for: the article's author, or the user replied to.
-    pub recipient: i64,
-    /// The article it is under (0 when it is not under an article).
-    pub article_id: i64,
-    /// Its text (plain).
-    pub content: String,
-    /// Written (`true`) or deleted.
     pub on: bool,
     /// When (ms).
     pub time: i64,
@@ -104,43 +79,13 @@ pub struct Cursor {
 impl Cursor {
     /// The opaque spelling.
     pub fn encode(self) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{}.{}", self.time, self.id))
+        platform::page::encode_cursor(&[self.time, self.id])
     }
 
     /// Parses what [`Cursor::encode`] wrote; anything else is invalid input naming `cursor`.
     pub fn decode(value: &str) -> Result<Self, AppError> {
-        let invalid = || {
-            AppError::InvalidInput(Msg::field(
-                "cursor",
-                "is not a cursor this list gave",
-                "不是本列表给出的游标",
-            ))
-        };
-        let bytes = URL_SAFE_NO_PAD.decode(value).map_err(|_| invalid())?;
-        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-        let (time, id) = text.split_once('.').ok_or_else(invalid)?;
-        Ok(Self {
-            time: time.parse().map_err(|_| invalid())?,
-            id: id.parse().map_err(|_| invalid())?,
-        })
-    }
-}
-
-/// Default page size of the feed and the follow lists.
-pub const DEFAULT_LIMIT: usize = 20;
-/// Largest page size (API.md: `limit` ≤ 100).
-pub const MAX_LIMIT: usize = 100;
-
-/// `limit` checked against 1..=[`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
-pub fn page_limit(limit: Option<i64>) -> Result<usize, AppError> {
-    match limit {
-        None => Ok(DEFAULT_LIMIT),
-        Some(limit) if (1..=MAX_LIMIT as i64).contains(&limit) => Ok(limit as usize),
-        Some(_) => Err(AppError::InvalidInput(Msg::field(
-            "limit",
-            format!("must be 1-{MAX_LIMIT}"),
-            format!("须在 1 到 {MAX_LIMIT} 之间"),
-        ))),
+        let [time, id] = platform::page::decode_cursor(value)?;
+        Ok(Self { time, id })
     }
 }
 
@@ -156,16 +101,6 @@ pub struct FollowUser {
     pub about_me: String,
     /// Whether the caller follows this user.
     pub followed: bool,
-}
-
-/// A page of a list, and where the next one starts (absent at the end).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Page<T> {
-    /// The items.
-    pub items: Vec<T>,
-    /// The cursor of the next page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next: Option<String>,
 }
 
 /// Follower and followee counts (exact).
@@ -257,20 +192,12 @@ mod tests {
             id: 42,
         };
         assert_eq!(Cursor::decode(&cursor.encode()).unwrap(), cursor);
-        for bad in ["", "abc", "MTIz", "!!", &URL_SAFE_NO_PAD.encode("1.x")] {
+        for bad in ["", "abc", "MTIz", "!!"] {
             assert!(
                 matches!(Cursor::decode(bad), Err(AppError::InvalidInput(_))),
                 "{bad:?}"
             );
         }
-    }
-
-    #[test]
-    fn limits_default_and_stay_within_bounds() {
-        assert_eq!(page_limit(None).unwrap(), DEFAULT_LIMIT);
-        assert_eq!(page_limit(Some(100)).unwrap(), 100);
-        assert!(page_limit(Some(0)).is_err());
-        assert!(page_limit(Some(101)).is_err());
     }
 
     #[test]

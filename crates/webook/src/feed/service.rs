@@ -3,7 +3,7 @@
 //!
 //! **Writing (consumers).** Items come from outbox events, never from the request that caused
 //! them: `article_published` / `article_withdrawn` (articles), `like_changed` (interactive),
-//! `follow_changed` (follows) and `comment_changed` (the comments feature's extension point).
+//! `follow_changed` (follows) and `comment_changed` (comments).
 //! Each consumer group (`feed`) makes the feed agree with the source tables as they are
 //! ([`FeedStore`]), so redelivery and reordering are harmless. A published article is
 //! - **pushed** when its author has at most `feed_push_threshold` followers: the consumer writes
@@ -43,8 +43,9 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     article::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN},
     biz::Biz,
+    comment::{CommentEvent, TOPIC_COMMENT_CHANGED},
     feed::{
-        model::{CommentEvent, Cursor, FeedItem, FollowEvent, Page, TOPIC_COMMENT_CHANGED},
+        model::{Cursor, FeedItem, FollowEvent, Page},
         store::FeedStore,
         TOPIC_FOLLOW_CHANGED,
     },

@@ -17,9 +17,8 @@ use std::collections::HashMap;
 use sqlx::{any::AnyRow, Any, Row, Transaction};
 
 use crate::{
-    feed::model::{
-        CommentEvent, Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment, Person,
-    },
+    comment::CommentEvent,
+    feed::model::{Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment, Person},
     user::display_name,
 };
 use platform::db::{placeholders, Db};
@@ -281,31 +280,35 @@ impl FeedStore {
         tx.commit().await
     }
 
-    /// Applies a comment event: a written comment becomes a `comment` item of its recipient
-    /// (not of its own author), a deleted one disappears. The comments feature owns the state,
-    /// so the event's `on` is taken as it is.
+    /// Makes the feed agree with comment `comment.id` for `comment.recipient`: while the
+    /// comment exists and is not deleted (and is not the recipient's own), the recipient has a
+    /// `comment` item dated `comment.time`; otherwise none. Decided by the `comments` table, not
+    /// by the event's `on`, so a late or repeated event cannot bring a deleted comment back.
     pub async fn sync_comment(&self, comment: &CommentEvent) -> sqlx::Result<()> {
         let key = format!("comment:{}:{}", comment.id, comment.recipient);
+        let live = "EXISTS (SELECT 1 FROM comments WHERE id = $2 AND deleted = $3)";
         let mut tx = self.db.writer().begin().await?;
-        if comment.on && comment.uid != comment.recipient {
-            let added: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
-                 delivery, fanout_time, fanout_id, ctime) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, -1, 0, $9) \
-                 ON CONFLICT (dedup_key) DO NOTHING RETURNING id",
-            )
-            .bind(FeedKind::Comment.as_str())
-            .bind(comment.uid)
-            .bind(comment.recipient)
-            .bind(comment.article_id)
-            .bind(comment.id)
-            .bind(&comment.content)
-            .bind(&key)
-            .bind(Delivery::Pushed as i64)
-            .bind(comment.time)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(id) = added {
+        let added: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, dedup_key, \
+             delivery, fanout_time, fanout_id, ctime) \
+             SELECT $1, $4, $5, $6, $2, $7, $8, $9, -1, 0, $10 \
+             WHERE $4 <> $5 AND EXISTS (SELECT 1 FROM comments WHERE id = $2 AND deleted = $3) \
+             ON CONFLICT (dedup_key) DO NOTHING RETURNING id",
+        )
+        .bind(FeedKind::Comment.as_str())
+        .bind(comment.id)
+        .bind(0_i64)
+        .bind(comment.uid)
+        .bind(comment.recipient)
+        .bind(comment.article_id)
+        .bind(&comment.content)
+        .bind(&key)
+        .bind(Delivery::Pushed as i64)
+        .bind(comment.time)
+        .fetch_optional(&mut *tx)
+        .await?;
+        match added {
+            Some(id) => {
                 deliver(
                     &mut tx,
                     comment.recipient,
@@ -316,9 +319,9 @@ impl FeedStore {
                 )
                 .await?;
             }
-        } else if !comment.on {
-            // The comments feature owns the state: the event's word is final.
-            retract(&mut tx, &key, None).await?;
+            None => {
+                retract(&mut tx, &key, Some((live, comment.id, 0))).await?;
+            }
         }
         tx.commit().await
     }
@@ -605,7 +608,7 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
     let comment = match kind {
         FeedKind::Comment => Some(ItemComment {
             id: row.try_get("comment_id")?,
-            content: row.try_get("detail")?,
+            content: platform::text::escape_html(&row.try_get::<String, _>("detail")?),
         }),
         _ => None,
     };

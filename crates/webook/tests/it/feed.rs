@@ -10,7 +10,7 @@ use crate::common;
 
 use std::collections::HashSet;
 
-use common::{get, login, post, signup, Setup};
+use common::{get, member, members, post, publish, Member, Setup};
 use platform::testing::{wait_until, TestDb};
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -18,28 +18,6 @@ use webook::{
     feed::{FeedService, FeedSettings},
     testing::TestApp,
 };
-
-struct Member {
-    token: String,
-    uid: i64,
-}
-
-async fn member(app: &TestApp, name: &str) -> Member {
-    let email = format!("{name}@feed.test");
-    assert_eq!(signup(app, &email).await.code(), 0);
-    let token = login(app, &email).await.0;
-    let profile = get(app, "/users/profile", Some(&token)).await;
-    let uid = profile.json()["Id"].as_i64().unwrap();
-    Member { token, uid }
-}
-
-async fn members(app: &TestApp, prefix: &str, count: usize) -> Vec<Member> {
-    let mut all = Vec::with_capacity(count);
-    for n in 0..count {
-        all.push(member(app, &format!("{prefix}{n}")).await);
-    }
-    all
-}
 
 /// An app whose authors push up to `threshold` followers.
 async fn app_with_threshold(setup: Setup, threshold: i64) -> TestApp {
@@ -79,18 +57,6 @@ async fn follow_raw(client: &reqwest::Client, base: &str, token: &str, whom: i64
         .await
         .unwrap();
     answer["code"].as_i64().unwrap()
-}
-
-async fn publish(app: &TestApp, author: &Member, title: &str) -> i64 {
-    let answer = post(
-        app,
-        "/articles/publish",
-        Some(&author.token),
-        json!({"title": title, "content": format!("<p>{title}</p>")}),
-    )
-    .await;
-    assert_eq!(answer.code(), 0, "{}", answer.raw);
-    answer.json()["data"].as_i64().unwrap()
 }
 
 async fn feed_page(app: &TestApp, reader: &Member, cursor: Option<&str>, limit: usize) -> Value {
@@ -574,69 +540,12 @@ async fn unfollow_withdrawal_and_follow_take_effect_on_the_next_page(setup: Setu
     .await;
 }
 
-async fn comment_events_become_items_of_their_recipient(setup: Setup) {
-    let app = app_with_threshold(setup, 1000).await;
-    let author = member(&app, "author").await;
-    let commenter = member(&app, "commenter").await;
-    let article = publish(&app, &author, "commented").await;
-    let record = |on: bool| {
-        let db = app.platform.db.clone();
-        let event = webook::feed::CommentEvent {
-            id: 77,
-            uid: commenter.uid,
-            recipient: author.uid,
-            article_id: article,
-            content: "nice".to_owned(),
-            on,
-            time: platform::db::now_millis(),
-        };
-        let outbox = app.platform.outbox.clone();
-        async move {
-            let mut tx = db.writer().begin().await.unwrap();
-            platform::events::outbox::record(
-                &mut tx,
-                webook::feed::TOPIC_COMMENT_CHANGED,
-                "77",
-                &event,
-                event.time,
-            )
-            .await
-            .unwrap();
-            tx.commit().await.unwrap();
-            outbox.committed();
-        }
-    };
-    record(true).await;
-    wait_until("the comment item", || async {
-        whole_feed(&app, &author, 10)
-            .await
-            .iter()
-            .any(|item| item["type"] == "comment")
-    })
-    .await;
-    let items = whole_feed(&app, &author, 10).await;
-    let comment = items.iter().find(|item| item["type"] == "comment").unwrap();
-    assert_eq!(comment["comment"], json!({"id": 77, "content": "nice"}));
-    assert_eq!(comment["actor"]["id"], commenter.uid);
-    assert_eq!(comment["article"]["id"], article);
-    assert!(whole_feed(&app, &commenter, 10).await.is_empty());
-    record(false).await;
-    wait_until("the deleted comment to leave", || async {
-        !whole_feed(&app, &author, 10)
-            .await
-            .iter()
-            .any(|item| item["type"] == "comment")
-    })
-    .await;
-}
-
 setup_tests!(
     follows_are_idempotent_and_counts_exact_under_concurrency,
     lists_page_with_cursors_and_show_whom_the_caller_follows,
     a_reader_sees_every_item_once_in_order_while_authors_publish,
     authors_crossing_the_threshold_both_ways_leave_no_duplicate_or_gap,
     unfollow_withdrawal_and_follow_take_effect_on_the_next_page,
-    comment_events_become_items_of_their_recipient,
 );
 
 /// Users 1..=`count` and `followers` following user 1 (bulk SQL: the fan-out reads rows, not

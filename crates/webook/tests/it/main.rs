@@ -7,17 +7,17 @@
 //!
 //! The modules share one process: the metrics registry, the log subscriber and the detached
 //! writes are process-wide, so tests assert lower bounds on metrics, and a test that must be
-//! alone in its process starts one of its own (`batch_counts`).
+//! alone in its process starts one of its own (`statement_counts`).
 
 // First: it defines `setup_tests!`, which the modules below use.
 #[macro_use]
 mod common;
 
 mod articles;
-mod batch_counts;
 mod cache;
 mod chaos;
 mod cluster;
+mod comments;
 mod events;
 mod feed;
 mod full_disk;
@@ -32,4 +32,5 @@ mod ranking;
 mod readiness;
 mod seed;
 mod sql_scheduler;
+mod statement_counts;
 mod users;

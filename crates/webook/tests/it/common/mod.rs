@@ -187,6 +187,44 @@ pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
     .await
 }
 
+/// A signed-up, logged-in user.
+pub struct Member {
+    pub token: String,
+    pub uid: i64,
+}
+
+/// Signs `name` up (as `name@webook.test`) and logs in.
+pub async fn member(app: &TestApp, name: &str) -> Member {
+    let email = format!("{name}@webook.test");
+    assert_eq!(signup(app, &email).await.code(), 0);
+    let token = login(app, &email).await.0;
+    let profile = get(app, "/users/profile", Some(&token)).await;
+    let uid = profile.json()["Id"].as_i64().unwrap();
+    Member { token, uid }
+}
+
+/// `count` members named `prefix0`, `prefix1`, …
+pub async fn members(app: &TestApp, prefix: &str, count: usize) -> Vec<Member> {
+    let mut all = Vec::with_capacity(count);
+    for n in 0..count {
+        all.push(member(app, &format!("{prefix}{n}")).await);
+    }
+    all
+}
+
+/// Publishes an article titled `title` by `author`; returns its id.
+pub async fn publish(app: &TestApp, author: &Member, title: &str) -> i64 {
+    let answer = post(
+        app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"title": title, "content": format!("<p>{title}</p>")}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].as_i64().unwrap()
+}
+
 /// Two cluster-mode instances sharing one PostgreSQL database and one Redis key space, as two
 /// instances behind a load balancer would; `configure` adjusts both configs.
 pub async fn cluster_pair(configure: impl Fn(&mut Config)) -> (TestApp, TestApp) {

@@ -1,0 +1,81 @@
+//! Comments on any object (`biz` + `biz_id`): threads where every comment stays reachable
+//! however large they grow, safe deletion (tombstones keep replies reachable), exact counts.
+//!
+//! Data flow: `/comments` ([`http`]) calls [`CommentService`] ([`service`]: rate limit,
+//! rules, cache fixes) over [`store`] (one transaction per write: the comment, its thread's
+//! counters, the object's `comment_cnt` in `interactives`, and one `comment_changed` event per
+//! recipient in the outbox). The feed consumes those events into `comment` items; the article
+//! reader view and feed items show the count through the interactive feature's counts.
+
+mod http;
+pub mod model;
+pub mod service;
+pub mod settings;
+pub mod store;
+
+pub use model::{
+    CommentEvent, CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED,
+};
+pub use service::CommentService;
+pub use settings::CommentSettings;
+pub use store::CommentStore;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use platform::{
+    config::SettingsSpec,
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+    telemetry::MetricsSpec,
+};
+
+use crate::{auth::AuthService, idempotency::Idempotency, interactive::InteractiveService};
+
+/// The comments feature: it provides [`CommentService`] and the `/comments` routes, and
+/// records `comment_changed` events for the feed.
+pub struct Comments;
+
+#[async_trait]
+impl Feature for Comments {
+    fn name(&self) -> &'static str {
+        "comments"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            13,
+            "comments",
+            include_str!("../../migrations/0013_comments.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[service::METRICS]
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let settings = platform.config.settings::<CommentSettings>()?;
+        let comments = CommentService::new(
+            CommentStore::new(platform.db.clone()),
+            registry.get::<InteractiveService>()?,
+            platform.outbox.clone(),
+            settings,
+            platform.redis_with_prefix(),
+        )?;
+        registry.routes(http::router(
+            http::CommentRoutes {
+                comments: comments.clone(),
+                auth: registry.get::<AuthService>()?,
+            },
+            registry.get::<Arc<Idempotency>>()?,
+        ));
+        registry.provide(comments);
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! The rules of comments on any `biz` + `biz_id`.
+//!
+//! - **Writing**: a user may write [`CommentSettings::comment_rate_limit`] comments per window
+//!   (429001 beyond). The comment, its parent's and root's counters, the object's
+//!   `comment_cnt` and one `comment_changed` event per recipient (the object's author, the
+//!   author replied to — not the writer) are one transaction ([`CommentStore::create`]);
+//!   code 0 means all of it is durable. A reply always joins its parent's thread: replying to a
+//!   reply attaches to the same root. Then the object's cached counts are dropped. Write and
+//!   cache fix run to completion even if the caller goes away ([`to_completion`]).
+//! - **Deleting**: by the comment's author or the object's author (403002 otherwise). A
+//!   comment with replies becomes a tombstone so its replies stay reachable; a leaf is removed,
+//!   and so is any tombstone it was the last reply of. Counts stay exact; the recipients'
+//!   feed items are withdrawn through `comment_changed` events with `on: false`.
+//! - **Reading**: a page of top-level comments (newest first, keyset by id) with each one's
+//!   first [`PREVIEW_REPLIES`](crate::comment::model::PREVIEW_REPLIES) replies and reply count, and the object's exact total, in a
+//!   bounded number of statements whatever the page size ([`CommentStore::first_replies`]);
+//!   every reply of a thread by paging its root's replies (oldest first). Objects readers
+//!   cannot see (a withdrawn article) have no readable comments: 404001.
+
+use crate::{
+    biz::Biz,
+    comment::{
+        model::{CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED},
+        settings::CommentSettings,
+        store::{CommentStore, NotDeleted, Refused},
+    },
+    interactive::InteractiveService,
+};
+use platform::{
+    db::now_millis,
+    detached::to_completion,
+    error::{AppError, Msg},
+    events::outbox::Outbox,
+    page::{decode_cursor, encode_cursor, Page},
+    rate_limit::RateLimiter,
+    redis::Redis,
+    telemetry::MetricsSpec,
+};
+
+/// Counter: comments written (`action` = `create`) and deleted (`action` = `tombstone` or
+/// `remove`).
+pub const COMMENTS_TOTAL: &str = "comments_total";
+
+/// The comments' metrics.
+pub const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[],
+    describe: describe_metrics,
+};
+
+fn describe_metrics() {
+    metrics::describe_counter!(
+        COMMENTS_TOTAL,
+        "Comments written (action=create) and deleted (action=tombstone, remove)"
+    );
+}
+
+const NO_SUCH_OBJECT: AppError =
+    AppError::NotFound(Msg::new("no such object to comment on", "没有可评论的对象"));
+const NO_SUCH_PARENT: AppError = AppError::NotFound(Msg::new(
+    "no such comment to reply to",
+    "要回复的评论不存在",
+));
+const NO_SUCH_COMMENT: AppError = AppError::NotFound(Msg::new("no such comment", "评论不存在"));
+const NOT_ALLOWED: AppError = AppError::Forbidden(Msg::new(
+    "only the comment's author or the author of what it is on may delete it",
+    "只有评论的作者或被评论内容的作者可以删除",
+));
+
+/// Comments; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CommentService {
+    store: CommentStore,
+    interactive: InteractiveService,
+    outbox: Outbox,
+    limiter: Option<RateLimiter>,
+}
+
+impl CommentService {
+    /// The service; with `redis`, the per-user limit holds across every instance.
+    pub fn new(
+        store: CommentStore,
+        interactive: InteractiveService,
+        outbox: Outbox,
+        settings: &CommentSettings,
+        redis: Option<(&Redis, &str)>,
+    ) -> anyhow::Result<Self> {
+        let (limit, window) = (settings.comment_rate_limit, settings.comment_rate_window);
+        let limiter = match (limit, redis) {
+            (0, _) => None,
+            (_, Some((redis, prefix))) => Some(RateLimiter::redis(
+                "comment",
+                redis.clone(),
+                prefix,
+                limit,
+                window,
+            )),
+            (_, None) => Some(RateLimiter::local("comment", limit, window)?),
+        };
+        Ok(Self {
+            store,
+            interactive,
+            outbox,
+            limiter,
+        })
+    }
+
+    /// Writes `comment`; returns its id once it, its counts and its events are committed.
+    pub async fn create(&self, comment: NewComment) -> Result<i64, AppError> {
+        if let Some(limiter) = &self.limiter {
+            limiter.check(&comment.uid.to_string()).await?;
+        }
+        let service = self.clone();
+        to_completion(async move {
+            let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
+            let written = match service
+                .store
+                .create(&comment, now_millis(), announce)
+                .await?
+            {
+                Ok(written) => written,
+                Err(Refused::NoObject) => return Err(NO_SUCH_OBJECT),
+                Err(Refused::NoParent) => return Err(NO_SUCH_PARENT),
+            };
+            if written.events > 0 {
+                service.outbox.committed();
+            }
+            service
+                .interactive
+                .comments_changed(comment.biz, comment.biz_id)
+                .await;
+            metrics::counter!(COMMENTS_TOTAL, "action" => "create").increment(1);
+            Ok(written.id)
+        })
+        .await
+    }
+
+    /// Deletes comment `id` for `caller` (its author or the object's author).
+    pub async fn delete(&self, caller: i64, id: i64) -> Result<Deleted, AppError> {
+        let service = self.clone();
+        to_completion(async move {
+            let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
+            let deletion = match service
+                .store
+                .delete(caller, id, now_millis(), announce)
+                .await?
+            {
+                Ok(deletion) => deletion,
+                Err(NotDeleted::NoComment) => return Err(NO_SUCH_COMMENT),
+                Err(NotDeleted::NotAllowed) => return Err(NOT_ALLOWED),
+            };
+            if deletion.events > 0 {
+                service.outbox.committed();
+            }
+            service
+                .interactive
+                .comments_changed(deletion.biz, deletion.biz_id)
+                .await;
+            let action = match deletion.outcome {
+                Deleted::Tombstoned => "tombstone",
+                Deleted::Removed => "remove",
+            };
+            metrics::counter!(COMMENTS_TOTAL, "action" => action).increment(1);
+            Ok(deletion.outcome)
+        })
+        .await
+    }
+
+    /// A page of the object's top-level comments, newest first, after `cursor`, each with its
+    /// first replies and reply count, and the object's total.
+    pub async fn thread_page(
+        &self,
+        biz: Biz,
+        biz_id: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ThreadPage, AppError> {
+        let before = cursor.map(decode_cursor::<1>).transpose()?.map(|[id]| id);
+        let (owner, total, mut items) = tokio::try_join!(
+            self.store.visible_owner(biz, biz_id),
+            self.store.total(biz, biz_id),
+            self.store.top_level(biz, biz_id, before, limit + 1),
+        )?;
+        if owner.is_none() {
+            return Err(NO_SUCH_OBJECT);
+        }
+        let next = next_cursor(&mut items, limit);
+        let with_replies: Vec<i64> = items
+            .iter()
+            .filter(|item| item.reply_cnt.unwrap_or(0) > 0)
+            .map(|item| item.id)
+            .collect();
+        let mut replies = self.store.first_replies(&with_replies).await?;
+        for item in &mut items {
+            item.replies = Some(replies.remove(&item.id).unwrap_or_default());
+        }
+        Ok(ThreadPage { items, next, total })
+    }
+
+    /// A page of the replies under top-level comment `root`, oldest first, after `cursor`.
+    pub async fn replies(
+        &self,
+        root: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<CommentView>, AppError> {
+        let after = cursor.map(decode_cursor::<1>).transpose()?.map(|[id]| id);
+        let (thread, mut items) = tokio::try_join!(
+            self.store.thread(root),
+            self.store.replies(root, after, limit + 1),
+        )?;
+        let Some(thread) = thread else {
+            return Err(NO_SUCH_COMMENT);
+        };
+        if self
+            .store
+            .visible_owner(thread.biz, thread.biz_id)
+            .await?
+            .is_none()
+        {
+            return Err(NO_SUCH_OBJECT);
+        }
+        let next = next_cursor(&mut items, limit);
+        Ok(Page { items, next })
+    }
+}
+
+/// Cuts `items` (fetched one beyond `limit`) to the page and returns the cursor of the next
+/// page, if there is one.
+fn next_cursor(items: &mut Vec<CommentView>, limit: usize) -> Option<String> {
+    if items.len() <= limit {
+        return None;
+    }
+    items.truncate(limit);
+    items.last().map(|last| encode_cursor(&[last.id]))
+}

@@ -1,0 +1,264 @@
+//! Lists that read many objects cost a bounded number of SQL statements, not one per object:
+//! `batch_counts` reads the counters of 100 objects with one statement, and a page of 100
+//! top-level comments with their first replies takes a handful, whatever the page size.
+//!
+//! Each test runs in a process of its own (this test binary again, running that test alone):
+//! it counts sqlx's statement log through a process-wide subscriber, which must see no other
+//! test's queries (and which the first app another test starts would otherwise install first,
+//! for its logs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc,
+};
+
+use platform::{
+    config::DatabaseKind,
+    db::Db,
+    events::{outbox::Outbox, EventStream},
+    testing::TestDb,
+};
+use tracing_subscriber::layer::SubscriberExt as _;
+use webook::{
+    comment::{CommentService, CommentSettings, CommentStore},
+    interactive::{store::InteractiveStore, InteractiveService},
+    schema::MIGRATIONS,
+};
+
+const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
+
+/// Counts the statements sqlx logs (target `sqlx::query`) that name one of `tables`, on any
+/// thread: SQLite connections run their statements on worker threads of their own, and the pool
+/// runs set-up statements (PRAGMAs) of its own on new connections, which must not count.
+struct CountStatements {
+    count: Arc<AtomicUsize>,
+    tables: &'static [&'static str],
+}
+
+/// Collects every field of an event as text.
+struct AllFields(String);
+
+impl tracing::field::Visit for AllFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={value:?} ", field.name()));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountStatements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if !event.metadata().target().starts_with("sqlx::query") {
+            return;
+        }
+        let mut fields = AllFields(String::new());
+        event.record(&mut fields);
+        if self.tables.iter().any(|table| fields.0.contains(table)) {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Installs the counter of statements naming `tables` for this whole process.
+fn count_statements(tables: &'static [&'static str]) -> Arc<AtomicUsize> {
+    let count = Arc::new(AtomicUsize::new(0));
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::TRACE)
+            .with(CountStatements {
+                count: count.clone(),
+                tables,
+            }),
+    )
+    .unwrap();
+    count
+}
+
+/// Set in the process that runs a test alone.
+const ALONE: &str = "WEBOOK_TEST_ALONE";
+
+/// In the process running test `name` alone, runs `body`; otherwise starts that process and
+/// asserts it passed.
+fn alone<F: std::future::Future<Output = ()>>(name: &str, body: impl FnOnce() -> F) {
+    if std::env::var_os(ALONE).is_some() {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(body());
+    }
+    // Its name for the test harness: the path without the binary's crate name.
+    let path = format!("{}::{name}", module_path!());
+    let (_, name) = path.split_once("::").unwrap();
+    let run = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact"])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    // Its output indented, so that its `test result:` line is not taken for this process's.
+    let indented = |text: &[u8]| {
+        String::from_utf8_lossy(text)
+            .lines()
+            .map(|line| format!("    {line}\n"))
+            .collect::<String>()
+    };
+    assert!(
+        run.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{name} alone: {}\n{}{}",
+        run.status,
+        indented(&run.stdout),
+        indented(&run.stderr)
+    );
+}
+
+#[test]
+fn batch_counts_of_a_hundred_objects_is_one_statement() {
+    alone(
+        "batch_counts_of_a_hundred_objects_is_one_statement",
+        one_statement_for_a_hundred_ids,
+    );
+}
+
+async fn one_statement_for_a_hundred_ids() {
+    let statements = count_statements(&["interactives"]);
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        let db = TestDb::new(kind, &MIGRATIONS).await;
+        let store = InteractiveStore::new(db.db.clone());
+        for id in (1..=100).step_by(3) {
+            store.set_like(7, BIZ, id, true, 1).await.unwrap();
+        }
+        let ids: Vec<i64> = (1..=100).collect();
+
+        let before = statements.load(Ordering::SeqCst);
+        let found = store.batch_counts(BIZ, &ids).await.unwrap();
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - before,
+            1,
+            "{kind:?}: one statement for 100 ids"
+        );
+        assert_eq!(found.len(), 34, "{kind:?}");
+        assert!(
+            found.values().all(|counts| counts.like_cnt == 1),
+            "{kind:?}"
+        );
+
+        // The counter does see every statement: two single reads are two.
+        let before = statements.load(Ordering::SeqCst);
+        store.counts(BIZ, 1).await.unwrap();
+        store.counts(BIZ, 2).await.unwrap();
+        assert_eq!(statements.load(Ordering::SeqCst) - before, 2, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_page_of_a_hundred_comments_with_their_replies_is_a_few_statements() {
+    alone(
+        "a_page_of_a_hundred_comments_with_their_replies_is_a_few_statements",
+        few_statements_per_comment_page,
+    );
+}
+
+/// Statements of a page, at most: the object's visibility, its total, the top-level comments,
+/// and the first replies of up to 50 roots per statement.
+const PAGE_STATEMENTS: usize = 5;
+
+async fn few_statements_per_comment_page() {
+    let statements = count_statements(&["comments", "interactives", "published_articles"]);
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        let db = TestDb::new(kind, &MIGRATIONS).await;
+        let service = comment_service(&db.db);
+        let article = thread_of_roots_with_replies(&db.db, 150, 5).await;
+
+        for limit in [10, 100] {
+            let before = statements.load(Ordering::SeqCst);
+            let page = service
+                .thread_page(BIZ, article, None, limit)
+                .await
+                .unwrap();
+            let used = statements.load(Ordering::SeqCst) - before;
+            assert!(
+                (3..=PAGE_STATEMENTS).contains(&used),
+                "{kind:?}: a page of {limit} took {used} statements"
+            );
+            assert_eq!(page.items.len(), limit, "{kind:?}");
+            assert_eq!(page.total, 150 * 6, "{kind:?}");
+            for item in &page.items {
+                assert_eq!(item.reply_cnt, Some(5), "{kind:?}");
+                let replies = item.replies.as_ref().unwrap();
+                let ids: Vec<i64> = replies.iter().map(|reply| reply.id).collect();
+                assert_eq!(ids.len(), 3, "{kind:?}: first 3 replies of {}", item.id);
+                assert!(
+                    ids.windows(2).all(|w| w[0] < w[1]),
+                    "{kind:?}: oldest first"
+                );
+                assert!(replies.iter().all(|reply| reply.root_id == Some(item.id)));
+            }
+        }
+    }
+}
+
+fn comment_service(db: &Db) -> CommentService {
+    let events = EventStream::in_process();
+    let outbox = Outbox::new(db.clone(), events.clone());
+    let interactive = InteractiveService::new(
+        InteractiveStore::new(db.clone()),
+        events,
+        outbox.clone(),
+        None,
+        16 << 20,
+    );
+    let settings = CommentSettings {
+        comment_rate_limit: 0,
+        ..CommentSettings::default()
+    };
+    CommentService::new(
+        CommentStore::new(db.clone()),
+        interactive,
+        outbox,
+        &settings,
+        None,
+    )
+    .unwrap()
+}
+
+/// A published article (id 1 by user 1) with `roots` top-level comments, each with `replies`
+/// replies, written through the store; returns the article's id.
+async fn thread_of_roots_with_replies(db: &Db, roots: usize, replies: usize) -> i64 {
+    sqlx::query(
+        "INSERT INTO users (id, email, password, ctime, utime) VALUES (1, 'a@x', 'x', 0, 0)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    for table in ["articles", "published_articles"] {
+        sqlx::query(&format!(
+            "INSERT INTO {table} (id, author_id, title, content, abstract, status, ctime, utime) \
+             VALUES (1, 1, 't', 'c', 'a', 2, 0, 0)"
+        ))
+        .execute(db.writer())
+        .await
+        .unwrap();
+    }
+    let store = CommentStore::new(db.clone());
+    for _ in 0..roots {
+        let root = store
+            .create(&new_comment(None), 1, false)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        for _ in 0..replies {
+            store
+                .create(&new_comment(Some(root)), 1, false)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+    1
+}
+
+fn new_comment(parent: Option<i64>) -> webook::comment::NewComment {
+    webook::comment::NewComment::new(1, BIZ, 1, parent, "hello".to_owned()).unwrap()
+}
