@@ -50,6 +50,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
 use std::{
     collections::BTreeMap,
     hint::black_box,
@@ -60,6 +62,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::{ms, summary};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
@@ -122,10 +125,6 @@ fn mix(n: i64) -> u64 {
 
 fn crowd(n: i64) -> i64 {
     CROWD_BASE + n
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
 }
 
 /// Multi-row INSERTs of `rows` (rendered tuples) into `table (columns)`, 500 per statement.
@@ -525,29 +524,6 @@ impl World {
             }
         );
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    // Nearest rank.
-    #[allow(
-        clippy::cast_precision_loss,
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss
-    )]
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn summary(label: &str, mut samples: Vec<f64>) {
-    samples.sort_by(f64::total_cmp);
-    eprintln!(
-        "  {label:<44} n={:<5} p50 {:>6.2} ms  p90 {:>6.2} ms  p99 {:>6.2} ms  max {:>6.2} ms",
-        samples.len(),
-        percentile(&samples, 50.0),
-        percentile(&samples, 90.0),
-        percentile(&samples, 99.0),
-        samples[samples.len() - 1]
-    );
 }
 
 const CALLS: usize = 2000;

@@ -41,8 +41,8 @@ pub enum Command {
     /// Print the version and exit.
     Version,
     /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
-    /// reads, likes, collects and follows, and the feed built from them), for benchmarks and
-    /// demos. Adds to what is there.
+    /// reads, likes, collects, follows and comment threads, and the feed built from them), for
+    /// benchmarks and demos. Adds to what is there.
     Seed(SeedArgs),
 }
 
@@ -69,6 +69,16 @@ pub struct SeedArgs {
     /// feed_inbox_cap of the config.
     #[arg(long, default_value_t = 0)]
     pub follows: u64,
+    /// Comments across the published articles, Zipf-distributed like the likes (threads of
+    /// top-level comments and nested replies).
+    #[arg(long, default_value_t = 20_000)]
+    pub comments: u64,
+    /// The N most popular articles get --hot-thread-comments more comments each (huge threads).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub hot_threads: u64,
+    /// Comments added to each hot thread.
+    #[arg(long, default_value_t = 100_000)]
+    pub hot_thread_comments: u64,
     /// Articles were created over the last D days (before --until).
     #[arg(long, default_value_t = 30)]
     pub days: u64,
@@ -102,6 +112,9 @@ impl SeedArgs {
             collects: self.collects,
             reads: self.reads,
             follows: self.follows,
+            comments: self.comments,
+            hot_threads: self.hot_threads,
+            hot_thread_comments: self.hot_thread_comments,
             // The config's (seed::cli::run); these are its defaults.
             feed: crate::feed::FeedSettings::default(),
             days: self.days,

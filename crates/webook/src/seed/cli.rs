@@ -71,6 +71,10 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
             report.inbox_rows,
             plan.feed.feed_inbox_cap
         );
+        println!(
+            "  comments  {:>11}  on {} articles",
+            report.comments, report.commented_articles
+        );
         anyhow::Ok(())
     }
     .await;

@@ -33,6 +33,9 @@
 //!    user name their items in random order, and inserting millions of rows into those indexes
 //!    one by one took most of the seed's time. (On PostgreSQL the drop locks those tables until
 //!    the commit: seed before starting servers on the database, or expect their feeds to wait.)
+//! 5. **comments**, one transaction for all — comment threads under the published articles
+//!    with every counter the runtime keeps (see [`comments`]); an interruption leaves the first
+//!    four phases' dataset and no comments. Comment notices are not seeded.
 //!
 //! What the data looks like: popularity follows Zipf's law (rank r weighs r^-s, with noise) on a
 //! random order of the published articles, and reads, likes and collects follow the same ranks;
@@ -63,6 +66,7 @@
 //! only the password hash's salt differs between runs.
 
 pub mod cli;
+pub mod comments;
 pub mod random;
 pub mod store;
 pub mod text;
@@ -102,6 +106,7 @@ const CHANNEL_BATCHES: usize = 4;
 /// Largest accepted counts: ids stay far inside i64 and likers' arithmetic inside u64.
 const MAX_USERS: u64 = 1 << 30;
 const MAX_ARTICLES: u64 = 1 << 31;
+const MAX_COMMENTS: u64 = 1 << 33;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -118,6 +123,12 @@ pub struct Plan {
     pub reads: u64,
     /// Follows between the users (each of another user, at most once per pair).
     pub follows: u64,
+    /// Comments across the published articles, Zipf-distributed like the likes.
+    pub comments: u64,
+    /// The most popular articles that get `hot_thread_comments` more comments each.
+    pub hot_threads: u64,
+    /// Comments added to each hot thread.
+    pub hot_thread_comments: u64,
     /// The feed's settings the dataset is made for: who pushes and who is pulled
     /// (`feed_push_threshold`), how much of each inbox is kept (`feed_inbox_cap`).
     pub feed: FeedSettings,
@@ -146,6 +157,9 @@ impl Default for Plan {
             collects: 5_000,
             reads: 1_000_000,
             follows: 0,
+            comments: 20_000,
+            hot_threads: 0,
+            hot_thread_comments: 100_000,
             feed: FeedSettings::default(),
             days: 30,
             seed: 1,
@@ -196,6 +210,15 @@ impl Plan {
         if self.likes_per_pass == 0 {
             return Err("likes per pass: at least 1".into());
         }
+        if self
+            .comments
+            .saturating_add(self.hot_threads.saturating_mul(self.hot_thread_comments))
+            > MAX_COMMENTS
+        {
+            return Err(format!(
+                "--comments + --hot-threads × --hot-thread-comments: at most {MAX_COMMENTS}"
+            ));
+        }
         if self.password.is_empty() {
             return Err("--password: must not be empty".into());
         }
@@ -238,6 +261,12 @@ pub struct Report {
     pub pull_authors: u64,
     /// `feed_inbox` rows.
     pub inbox_rows: u64,
+    /// Id of the first comment (the rest follow without gaps).
+    pub first_comment_id: i64,
+    /// Comments written.
+    pub comments: u64,
+    /// Articles with comments.
+    pub commented_articles: u64,
 }
 
 impl Report {
@@ -268,6 +297,8 @@ enum Batch {
     FeedItems(Vec<FeedItemRow>),
     PullAuthors(Vec<PullAuthorRow>),
     Inbox(Vec<InboxRow>),
+    Comments(Vec<comments::CommentRow>),
+    CommentCounts(Vec<comments::CommentCountRow>),
 }
 
 /// Tables of the last phase whose non-unique indexes are built after its rows are in
@@ -303,6 +334,8 @@ enum Spanning {
     Interactions,
     /// Follows, their counts and the feed.
     Feed,
+    /// Comments and the articles' comment counts.
+    Comments,
 }
 
 impl Spanning {
@@ -310,6 +343,7 @@ impl Spanning {
         match self {
             Self::Interactions => "committing counters, likes and collects",
             Self::Feed => "committing follows and the feed",
+            Self::Comments => "committing comments",
         }
     }
 }
@@ -334,6 +368,9 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             );
         }
     }
+    if (plan.comments > 0 || plan.hot_threads > 0) && published_count == 0 {
+        anyhow::bail!("--comments: there are no published articles to comment on");
+    }
     if plan.reads > 0 && published_count == 0 {
         anyhow::bail!(
             "--reads {}: there are no published articles to read",
@@ -351,15 +388,19 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
         user: first_user_id,
         article: first_article_id,
         feed_item: first_feed_item_id,
+        comment: first_comment_id,
     } = {
         let mut conn = db.writer().acquire().await?;
         store::next_ids(&mut conn).await?
     };
+    let comment_counts = popularity.comment_counts(plan);
     let generator = Generator {
         plan: plan.clone(),
         first_user_id,
         first_article_id,
         first_feed_item_id,
+        first_comment_id,
+        comment_counts,
         statuses,
         published,
         popularity,
@@ -373,6 +414,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
         first_user_id,
         first_article_id,
         first_feed_item_id,
+        first_comment_id,
         ..Report::default()
     };
     let mut spans = Spans {
@@ -492,6 +534,23 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 report.inbox_rows += rows.len() as u64;
                 progress.inc(rows.len() as u64);
             }
+            Batch::Comments(rows) => {
+                let tx = spans.tx(Spanning::Comments).await?;
+                comments::insert_comments(tx, db.kind(), &rows)
+                    .await
+                    .with_context(|| {
+                        describe("comments", rows.first().map(|r| r.id), rows.len())
+                    })?;
+                report.comments += rows.len() as u64;
+                progress.inc(rows.len() as u64);
+            }
+            Batch::CommentCounts(rows) => {
+                let tx = spans.tx(Spanning::Comments).await?;
+                comments::add_comment_counts(tx, db.kind(), &rows, plan.until)
+                    .await
+                    .context("writing comment counts")?;
+                report.commented_articles += rows.len() as u64;
+            }
         }
     }
     // A generator that panicked ends the channel early: the open transaction then rolls back.
@@ -525,7 +584,7 @@ impl Spans<'_> {
             None => {
                 let mut tx = self.db.writer().begin().await?;
                 let suspended = match phase {
-                    Spanning::Interactions => Vec::new(),
+                    Spanning::Interactions | Spanning::Comments => Vec::new(),
                     Spanning::Feed => {
                         store::suspend_indexes(&mut tx, self.db.kind(), self.feed_tables)
                             .await
@@ -577,6 +636,9 @@ struct Generator {
     first_user_id: i64,
     first_article_id: i64,
     first_feed_item_id: i64,
+    first_comment_id: i64,
+    /// Comments of each published article, by published-article index.
+    comment_counts: Vec<u64>,
     statuses: Vec<u8>,
     /// Published-article index → article index (articles with a reader copy).
     published: Vec<u64>,
@@ -671,7 +733,8 @@ impl Generator {
             self.interactions(kind, counts, published, total, send)?;
         }
 
-        self.follows_and_feed(&article_authors, send)
+        self.follows_and_feed(&article_authors, send)?;
+        self.comments(send)
     }
 
     /// User `index`: registered over the 90 days before the article window.
@@ -1151,6 +1214,9 @@ struct Popularity {
     reads: Vec<u64>,
     likes: Vec<u64>,
     collects: Vec<u64>,
+    comments: Vec<u64>,
+    /// Published-article indexes, most popular first.
+    order: Vec<u32>,
 }
 
 impl Popularity {
@@ -1172,10 +1238,23 @@ impl Popularity {
         let reads = by_article(plan.reads, u64::MAX).context("--reads")?;
         let likes = by_article(plan.likes, plan.users).context("--likes")?;
         let collects = by_article(plan.collects, plan.users).context("--collects")?;
+        let comments = by_article(plan.comments, u64::MAX).context("--comments")?;
         Ok(Self {
             reads,
             likes,
             collects,
+            comments,
+            order,
         })
+    }
+
+    /// Comments per published article: the Zipf share of `--comments`, plus
+    /// `--hot-thread-comments` for each of the `--hot-threads` most popular.
+    fn comment_counts(&self, plan: &Plan) -> Vec<u64> {
+        let mut counts = self.comments.clone();
+        for &p in self.order.iter().take(plan.hot_threads as usize) {
+            counts[p as usize] += plan.hot_thread_comments;
+        }
+        counts
     }
 }

@@ -43,6 +43,8 @@ pub enum Stream {
     Followers,
     /// The time of one follow, by `(follower index << 32) | followee index`.
     FollowTime,
+    /// The comment thread of an article, by published-article index.
+    Comments,
 }
 
 impl Rng {

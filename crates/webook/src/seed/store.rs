@@ -168,22 +168,29 @@ pub struct NextIds {
     pub article: i64,
     /// One past the largest feed item id.
     pub feed_item: i64,
+    /// One past the largest comment id.
+    pub comment: i64,
 }
 
-/// The next free ids: one past the largest user, article and feed item id in the database.
+/// The next free ids: one past the largest user, article, feed item and comment id in the
+/// database.
 pub async fn next_ids(conn: &mut AnyConnection) -> sqlx::Result<NextIds> {
-    let mut next = [0i64; 3];
-    for (slot, table) in next.iter_mut().zip(["users", "articles", "feed_events"]) {
+    let mut next = [0i64; 4];
+    for (slot, table) in next
+        .iter_mut()
+        .zip(["users", "articles", "feed_events", "comments"])
+    {
         let largest: i64 = sqlx::query_scalar(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"))
             .fetch_one(&mut *conn)
             .await?;
         *slot = largest + 1;
     }
-    let [user, article, feed_item] = next;
+    let [user, article, feed_item, comment] = next;
     Ok(NextIds {
         user,
         article,
         feed_item,
+        comment,
     })
 }
 

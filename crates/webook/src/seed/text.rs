@@ -658,6 +658,22 @@ pub fn nickname(rng: &mut Rng) -> String {
     }
 }
 
+/// A comment: one to three sentences in one language, plain text.
+pub fn comment(rng: &mut Rng) -> String {
+    let language = Language::draw(rng);
+    let mut body = Body {
+        html: String::new(),
+        text: String::new(),
+    };
+    for n in 0..rng.between(1, 3) {
+        if n > 0 && language == Language::English {
+            body.push(" ", true);
+        }
+        sentence(rng, language, &mut body);
+    }
+    body.text
+}
+
 /// A one-sentence "about me" for three users in ten, empty for the rest.
 pub fn about_me(rng: &mut Rng) -> String {
     if !rng.chance(0.3) {

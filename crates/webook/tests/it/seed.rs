@@ -40,6 +40,10 @@ const FEED: FeedSettings = FeedSettings {
     feed_inbox_cap: 20,
 };
 
+/// Comments spread over the articles, and the extra comments of each of the two hot threads.
+const COMMENTS: u64 = 2_000;
+const HOT_THREAD_COMMENTS: u64 = 1_500;
+
 fn plan(seed: u64) -> Plan {
     Plan {
         users: 500,
@@ -48,6 +52,9 @@ fn plan(seed: u64) -> Plan {
         collects: 500,
         reads: 300_000,
         follows: FOLLOWS,
+        comments: COMMENTS,
+        hot_threads: 2,
+        hot_thread_comments: HOT_THREAD_COMMENTS,
         feed: FEED,
         days: 7,
         seed,
@@ -73,7 +80,7 @@ async fn digest(test: &TestDb) -> String {
         "SELECT id, email, nickname, about_me, ctime, utime FROM users ORDER BY id",
         "SELECT id, author_id, title, content, abstract, status, ctime, utime FROM articles ORDER BY id",
         "SELECT id, author_id, title, content, abstract, status, ctime, utime FROM published_articles ORDER BY id",
-        "SELECT biz, biz_id, read_cnt, like_cnt, collect_cnt, ctime, utime FROM interactives ORDER BY biz_id",
+        "SELECT biz, biz_id, read_cnt, like_cnt, collect_cnt, comment_cnt, ctime, utime FROM interactives ORDER BY biz_id",
         "SELECT uid, biz, biz_id, status, ctime, utime FROM user_likes ORDER BY uid, biz_id",
         "SELECT uid, biz, biz_id, cid, status, ctime, utime FROM user_collects ORDER BY uid, biz_id",
         "SELECT follower, followee, status, ctime, utime FROM follows ORDER BY follower, followee",
@@ -82,6 +89,8 @@ async fn digest(test: &TestDb) -> String {
          fanout_time, fanout_id, ctime FROM feed_events ORDER BY id",
         "SELECT uid, ctime FROM feed_pull_authors ORDER BY uid",
         "SELECT uid, event_id, actor, kind, ctime FROM feed_inbox ORDER BY uid, event_id",
+        "SELECT id, biz, biz_id, uid, root_id, parent_id, content, deleted, child_cnt, reply_cnt, \
+         ctime, utime FROM comments ORDER BY id",
     ];
     let mut hasher = Sha256::new();
     for sql in queries {
@@ -757,6 +766,10 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
     let second = run(&test, &plan(4)).await;
     assert_eq!(second.first_user_id, first.first_user_id + 500);
     assert_eq!(second.first_article_id, first.first_article_id + 600);
+    assert_eq!(
+        second.first_comment_id,
+        first.first_comment_id + first.comments as i64
+    );
     assert_eq!(scalar(&test, "SELECT COUNT(*) FROM users").await, 1_001);
     assert_eq!(
         scalar(&test, "SELECT COUNT(*) FROM user_likes").await,
@@ -869,6 +882,7 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
         "follow_counts",
         "feed_events",
         "feed_inbox",
+        "comments",
     ] {
         assert_eq!(
             scalar(&test, &format!("SELECT COUNT(*) FROM {table}")).await,
@@ -878,8 +892,82 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
     }
 }
 
+async fn seeds_comment_threads_with_exact_counters(test: TestDb) {
+    let report = run(&test, &plan(5)).await;
+    let all = COMMENTS + 2 * HOT_THREAD_COMMENTS;
+    assert_eq!(report.comments, all);
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM comments").await,
+        all as i64
+    );
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(DISTINCT biz_id) FROM comments").await,
+        report.commented_articles as i64
+    );
+    // Every counter matches its rows, as the runtime keeps them.
+    for (what, sql) in [
+        (
+            "comment_cnt",
+            "SELECT COUNT(*) FROM interactives i WHERE i.biz = 'article' AND i.comment_cnt <> \
+             (SELECT COUNT(*) FROM comments c WHERE c.biz_id = i.biz_id)",
+        ),
+        (
+            "articles without their count",
+            "SELECT COUNT(DISTINCT c.biz_id) FROM comments c WHERE NOT EXISTS \
+             (SELECT 1 FROM interactives i WHERE i.biz = 'article' AND i.biz_id = c.biz_id)",
+        ),
+        (
+            "child_cnt",
+            "SELECT COUNT(*) FROM comments c WHERE c.child_cnt <> \
+             (SELECT COUNT(*) FROM comments k WHERE k.parent_id = c.id)",
+        ),
+        (
+            "reply_cnt",
+            "SELECT COUNT(*) FROM comments c WHERE c.reply_cnt <> CASE WHEN c.root_id = 0 THEN \
+             (SELECT COUNT(*) FROM comments k WHERE k.root_id = c.id) ELSE 0 END",
+        ),
+        (
+            "replies outside their parent's thread",
+            "SELECT COUNT(*) FROM comments c JOIN comments p ON p.id = c.parent_id \
+             WHERE c.root_id <> CASE WHEN p.root_id = 0 THEN p.id ELSE p.root_id END \
+             OR p.biz_id <> c.biz_id OR p.id >= c.id",
+        ),
+        (
+            "orphans",
+            "SELECT COUNT(*) FROM comments c WHERE c.parent_id <> 0 AND NOT EXISTS \
+             (SELECT 1 FROM comments p WHERE p.id = c.parent_id)",
+        ),
+        (
+            "comments on drafts or before their article",
+            "SELECT COUNT(*) FROM comments c LEFT JOIN published_articles p ON p.id = c.biz_id \
+             WHERE p.id IS NULL OR c.ctime < p.ctime",
+        ),
+    ] {
+        assert_eq!(scalar(&test, sql).await, 0, "{what}");
+    }
+    // The two hot threads are the two biggest, each past its extra comments.
+    let biggest = numbers::<1>(
+        &test,
+        "SELECT COUNT(*) FROM comments GROUP BY biz_id ORDER BY COUNT(*) DESC LIMIT 3",
+    )
+    .await;
+    assert!(biggest[1][0] >= HOT_THREAD_COMMENTS as i64, "{biggest:?}");
+    assert!(biggest[2][0] < HOT_THREAD_COMMENTS as i64, "{biggest:?}");
+    // Threads nest: replies to replies, and top-level comments with many replies.
+    assert!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM comments WHERE parent_id <> root_id"
+        )
+        .await
+            > 500
+    );
+    assert!(scalar(&test, "SELECT MAX(reply_cnt) FROM comments").await > 100);
+}
+
 platform::backend_tests!(webook::schema::MIGRATIONS;
     seeds_a_consistent_skewed_dataset,
+    seeds_comment_threads_with_exact_counters,
     seeds_follows_and_the_feed_the_runtime_would_have,
     the_same_seed_gives_the_same_data,
     seeding_again_adds_after_existing_rows,

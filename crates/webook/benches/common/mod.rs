@@ -1,0 +1,36 @@
+//! Helpers the benches share (each bench is its own crate and includes this module): latency
+//! percentiles for the stderr reports, since criterion reports means and medians and the
+//! targets are p99.
+
+#![allow(dead_code)] // each bench uses what it needs
+
+use std::time::Duration;
+
+/// `duration` in milliseconds.
+pub fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+/// The `p`th percentile (nearest rank) of `sorted`.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Prints one line of percentiles of `samples` (milliseconds) labelled `label`.
+pub fn summary(label: &str, mut samples: Vec<f64>) {
+    samples.sort_by(f64::total_cmp);
+    eprintln!(
+        "  {label:<44} n={:<5} p50 {:>6.2} ms  p90 {:>6.2} ms  p99 {:>6.2} ms  max {:>6.2} ms",
+        samples.len(),
+        percentile(&samples, 50.0),
+        percentile(&samples, 90.0),
+        percentile(&samples, 99.0),
+        samples[samples.len() - 1]
+    );
+}
