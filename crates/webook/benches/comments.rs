@@ -22,8 +22,10 @@
 //! callers sharing the pool as an HTTP server's handlers would) of both threads, and comment
 //! creation rates.
 //!
-//! Run: `cargo bench -p webook --bench comments` (about 2 minutes, ~10 s of it seeding; figures
-//! in docs/PERFORMANCE.md → Comments).
+//! Run: `cargo bench -p webook --bench comments` (about 2 minutes, a few seconds of it seeding;
+//! figures in docs/PERFORMANCE.md → Comments). With `WEBOOK_BENCH_DATABASE_URL` set to an empty
+//! PostgreSQL database the same runs there, e.g. `scripts/with-services.sh bash -c
+//! 'WEBOOK_BENCH_DATABASE_URL=$WEBOOK_TEST_DATABASE_URL cargo bench -p webook --bench comments'`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -80,7 +82,8 @@ struct World {
 async fn build() -> World {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("webook.db").display());
+    let url = std::env::var("WEBOOK_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("webook.db").display()));
     let db = Db::connect_url(&url, POOL).await.unwrap();
     db.migrate(&MIGRATIONS).await.unwrap();
     let plan = Plan {
@@ -116,9 +119,10 @@ async fn build() -> World {
     .await
     .unwrap();
     eprintln!(
-        "seeded {} comments in {:.1} s: hot thread (article {hot}) {hot_size} comments, busiest \
+        "{}: seeded {} comments in {:.1} s: hot thread (article {hot}) {hot_size} comments, busiest \
          top-level comment {busiest_root} with {busiest_replies} replies; small thread (article \
          {small}) {small_size} comments",
+        platform::redact_url(&url),
         report.comments,
         started.elapsed().as_secs_f64()
     );
@@ -209,8 +213,11 @@ async fn page_latencies(world: &World, label: &str, article: i64) {
     );
 }
 
-/// The plans SQLite chose for the page's statements.
+/// The plans SQLite chose for the page's statements (SQLite only).
 async fn query_plans(world: &World) {
+    if world.db.kind() != platform::config::DatabaseKind::Sqlite {
+        return;
+    }
     let statements = [
         format!(
             "SELECT c.id FROM comments c LEFT JOIN users u ON u.id = c.uid WHERE c.biz = 'article' \

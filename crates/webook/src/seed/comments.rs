@@ -182,7 +182,8 @@ impl Generator {
     }
 }
 
-/// Inserts `rows` into `comments` (none deleted).
+/// Inserts `rows` into `comments` (none deleted), then moves PostgreSQL's id sequence past
+/// them, so the application's own comments do not collide with the seeded ids.
 pub async fn insert_comments(
     conn: &mut AnyConnection,
     kind: DatabaseKind,
@@ -212,7 +213,7 @@ pub async fn insert_comments(
         }
         query.execute(&mut *conn).await?;
     }
-    Ok(())
+    super::store::advance_sequence(conn, kind, "comments").await
 }
 
 /// Adds each article's seeded comments to its `comment_cnt` (creating counter rows for

@@ -832,6 +832,24 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
     .await
     .unwrap();
     assert_eq!(item, second.first_feed_item_id + second.feed_items as i64);
+    let commented: i64 = sqlx::query_scalar("SELECT biz_id FROM comments ORDER BY id DESC LIMIT 1")
+        .fetch_one(test.db.pool())
+        .await
+        .unwrap();
+    let comment = webook::comment::NewComment::new(
+        after,
+        webook::biz::Biz::Article,
+        commented,
+        None,
+        "after the seed".to_owned(),
+    )
+    .unwrap();
+    let written = webook::comment::CommentStore::new(test.db.clone())
+        .create(&comment, UNTIL, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(written.id, second.first_comment_id + second.comments as i64);
 }
 
 async fn an_impossible_plan_writes_nothing(test: TestDb) {
