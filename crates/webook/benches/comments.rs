@@ -5,7 +5,9 @@
 //!   total, the top-level comments, their first 3 replies) of the **hot** thread, an article
 //!   with more than 100 000 comments, against the baseline of a **small** thread (about 20
 //!   comments) measured in the same run: the ratio is what the size of a thread costs a page.
-//!   Also the hot thread's 50th page (the `next` cursor followed 49 times) and the first page of
+//!   The hot thread's first page shows its newest top-level comments, which have no replies
+//!   yet; its **oldest** page (the 20 oldest top-level comments, the busiest conversations,
+//!   every one with replies to preview) is the page with the most work. Also the first page of
 //!   the replies of its busiest top-level comment (thousands of replies).
 //! - `comment_create/*`: [`CommentService::create`] of top-level comments and of replies into
 //!   the hot thread (each a write transaction: the row, the parent's and root's counters, the
@@ -169,13 +171,13 @@ async fn build() -> World {
     }
 }
 
-async fn page_latencies(world: &World, label: &str, article: i64) {
+async fn page_latencies(world: &World, label: &str, article: i64, cursor: Option<&str>) {
     let mut samples = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
         let started = Instant::now();
         let page = world
             .comments
-            .thread_page(Biz::Article, article, None, PAGE)
+            .thread_page(Biz::Article, article, cursor, PAGE)
             .await
             .unwrap();
         samples.push(ms(started.elapsed()));
@@ -185,12 +187,13 @@ async fn page_latencies(world: &World, label: &str, article: i64) {
     let tasks: Vec<_> = (0..CONCURRENT_READERS)
         .map(|_| {
             let comments = world.comments.clone();
+            let cursor = cursor.map(str::to_owned);
             tokio::spawn(async move {
                 let mut samples = Vec::with_capacity(CALLS / CONCURRENT_READERS);
                 for _ in 0..CALLS / CONCURRENT_READERS {
                     let started = Instant::now();
                     let page = comments
-                        .thread_page(Biz::Article, article, None, PAGE)
+                        .thread_page(Biz::Article, article, cursor.as_deref(), PAGE)
                         .await
                         .unwrap();
                     samples.push(ms(started.elapsed()));
@@ -313,11 +316,44 @@ fn bench(c: &mut Criterion) {
     let runtime = Runtime::new().unwrap();
     let world = Arc::new(runtime.block_on(build()));
 
+    // The page of the 20 oldest top-level comments: strictly before the 21st oldest.
+    let oldest_page = runtime.block_on(async {
+        let after_oldest: i64 = sqlx::query_scalar(
+            "SELECT id FROM comments WHERE biz_id = $1 AND root_id = 0 ORDER BY id LIMIT 1 OFFSET 20",
+        )
+        .bind(world.hot)
+        .fetch_one(world.db.pool())
+        .await
+        .unwrap();
+        platform::page::encode_cursor(&[after_oldest])
+    });
     eprintln!("\ncomment pages (limit {PAGE}):");
     runtime.block_on(async {
         query_plans(&world).await;
-        page_latencies(&world, "first page, hot thread", world.hot).await;
-        page_latencies(&world, "first page, small thread (baseline)", world.small).await;
+        let oldest = world
+            .comments
+            .thread_page(Biz::Article, world.hot, Some(&oldest_page), PAGE)
+            .await
+            .unwrap();
+        let first = world
+            .comments
+            .thread_page(Biz::Article, world.hot, None, PAGE)
+            .await
+            .unwrap();
+        let with_replies = |page: &webook::comment::ThreadPage| {
+            page.items
+                .iter()
+                .filter(|item| item.reply_cnt.unwrap_or(0) > 0)
+                .count()
+        };
+        eprintln!(
+            "  hot thread: {} of the first page's top-level comments have replies, {} of the oldest page's",
+            with_replies(&first),
+            with_replies(&oldest)
+        );
+        page_latencies(&world, "first page, hot thread", world.hot, None).await;
+        page_latencies(&world, "oldest page, hot thread", world.hot, Some(&oldest_page)).await;
+        page_latencies(&world, "first page, small thread (baseline)", world.small, None).await;
     });
 
     let mut pages = c.benchmark_group("comment_page");
@@ -334,24 +370,12 @@ fn bench(c: &mut Criterion) {
             });
         });
     }
-    let page_50 = runtime.block_on(async {
-        let mut cursor: Option<String> = None;
-        for _ in 0..49 {
-            let page = world
-                .comments
-                .thread_page(Biz::Article, world.hot, cursor.as_deref(), PAGE)
-                .await
-                .unwrap();
-            cursor = page.next;
-        }
-        cursor.unwrap()
-    });
-    pages.bench_function(BenchmarkId::new("page_50", "hot_100k"), |b| {
+    pages.bench_function(BenchmarkId::new("oldest_page", "hot_100k"), |b| {
         b.to_async(&runtime).iter(|| async {
             black_box(
                 world
                     .comments
-                    .thread_page(Biz::Article, world.hot, Some(&page_50), PAGE)
+                    .thread_page(Biz::Article, world.hot, Some(&oldest_page), PAGE)
                     .await
                     .unwrap(),
             )
