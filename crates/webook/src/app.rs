@@ -36,7 +36,7 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, auth, feed, interactive, jobs, ranking, user};
+use crate::{article, auth, feed, interactive, jobs, ranking, tag, user};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
@@ -46,6 +46,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &article::Articles,
     &ranking::Ranking,
     &feed::Feed,
+    &tag::Tags,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];

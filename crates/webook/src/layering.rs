@@ -10,6 +10,7 @@ const FEATURES: &[&str] = &[
     "interactive",
     "jobs",
     "ranking",
+    "tag",
     "user",
 ];
 
