@@ -32,4 +32,5 @@ mod ranking;
 mod readiness;
 mod seed;
 mod sql_scheduler;
+mod tags;
 mod users;
