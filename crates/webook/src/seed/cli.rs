@@ -71,6 +71,10 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
             report.inbox_rows,
             plan.feed.feed_inbox_cap
         );
+        println!(
+            "  tags      {:>11}  on {} articles ({} tag rows)",
+            report.tags.tags, report.tags.tagged_articles, report.tags.tag_rows
+        );
         anyhow::Ok(())
     }
     .await;

@@ -33,6 +33,8 @@
 //!    user name their items in random order, and inserting millions of rows into those indexes
 //!    one by one took most of the seed's time. (On PostgreSQL the drop locks those tables until
 //!    the commit: seed before starting servers on the database, or expect their feeds to wait.)
+//! 5. **tags**, one transaction for all ([`tags`]) — `--tags-per-author` tags of each author's
+//!    own, 0–3 of them on each published article.
 //!
 //! What the data looks like: popularity follows Zipf's law (rank r weighs r^-s, with noise) on a
 //! random order of the published articles, and reads, likes and collects follow the same ranks;
@@ -65,6 +67,7 @@
 pub mod cli;
 pub mod random;
 pub mod store;
+pub mod tags;
 pub mod text;
 
 use std::{collections::BinaryHeap, time::Instant};
@@ -134,6 +137,8 @@ pub struct Plan {
     /// Likes, collects, follows or inbox keys gathered and sorted in memory at once, 8 bytes
     /// each: more take several passes over ranges of users. The data does not depend on it.
     pub likes_per_pass: u64,
+    /// Tags of each author of a published article ([`tags`]); 0 for none.
+    pub tags_per_author: u64,
 }
 
 impl Default for Plan {
@@ -153,6 +158,7 @@ impl Default for Plan {
             zipf_exponent: 1.0,
             password: "seed-Password-1!".to_owned(),
             likes_per_pass: LIKES_PER_PASS,
+            tags_per_author: 5,
         }
     }
 }
@@ -199,6 +205,12 @@ impl Plan {
         if self.password.is_empty() {
             return Err("--password: must not be empty".into());
         }
+        if self.tags_per_author > tags::VOCABULARY.len() as u64 {
+            return Err(format!(
+                "--tags-per-author: at most {} (the names drawn from)",
+                tags::VOCABULARY.len()
+            ));
+        }
         Ok(())
     }
 }
@@ -238,6 +250,8 @@ pub struct Report {
     pub pull_authors: u64,
     /// `feed_inbox` rows.
     pub inbox_rows: u64,
+    /// Tags and the articles carrying them.
+    pub tags: tags::TagReport,
 }
 
 impl Report {
@@ -497,6 +511,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
     // A generator that panicked ends the channel early: the open transaction then rolls back.
     generating.await.context("the seed generator failed")?;
     spans.commit().await?;
+    report.tags = tags::seed_tags(db, plan, &report, progress).await?;
     progress.finish_and_clear();
     Ok(report)
 }

@@ -43,6 +43,10 @@ pub enum Stream {
     Followers,
     /// The time of one follow, by `(follower index << 32) | followee index`.
     FollowTime,
+    /// An author's tag names, by user index.
+    TagNames,
+    /// The tags on a published article, by article index.
+    ArticleTags,
 }
 
 impl Rng {
