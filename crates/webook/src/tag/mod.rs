@@ -13,7 +13,7 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use model::{tag_key, Tag, TagName, TagsEvent, MAX_TAG_NAME_CHARS, TOPIC_TAGS_CHANGED};
+pub use model::{tag_key, Tag, TagName, TagsEvent, TOPIC_TAGS_CHANGED};
 pub use service::TagService;
 
 use std::sync::Arc;
