@@ -29,7 +29,7 @@ use flate2::{write::GzEncoder, Compression};
 use webook::{
     article::model::{abstract_of, check_markup, sanitize_html},
     ranking::{
-        cache::{Author, RankedArticle, Snapshot},
+        cache::{RankedArticle, Snapshot},
         model::{ScoreFormula, Signals, TopN},
         store::SharedList,
     },
@@ -143,7 +143,7 @@ fn hot_list_items() -> Vec<RankedArticle> {
                             Keyset pagination keeps every batch at the same cost, whatever its \
                             position in the scan."
                     .to_owned(),
-            author: Author {
+            author: webook::user::Person {
                 id: n % 20 + 1,
                 name: format!("作者{}", n % 20 + 1),
             },

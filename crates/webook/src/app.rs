@@ -36,7 +36,7 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, auth, comment, feed, interactive, jobs, ranking, user};
+use crate::{article, auth, comment, feed, interactive, jobs, ranking, tag, user};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
@@ -47,6 +47,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &ranking::Ranking,
     &feed::Feed,
     &comment::Comments,
+    &tag::Tags,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];

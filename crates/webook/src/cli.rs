@@ -41,7 +41,8 @@ pub enum Command {
     /// Print the version and exit.
     Version,
     /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
-    /// reads, likes, collects, follows and comment threads, and the feed built from them), for
+    /// reads, likes, collects, follows and comment threads, the feed built from them, and
+    /// authors' tags), for
     /// benchmarks and demos. Adds to what is there.
     Seed(SeedArgs),
 }
@@ -94,6 +95,9 @@ pub struct SeedArgs {
     /// Password of every seeded user.
     #[arg(long, default_value = "seed-Password-1!", env = "WEBOOK_SEED_PASSWORD")]
     pub password: String,
+    /// Tags of each author's own; each published article carries 0-3 of its author's.
+    #[arg(long, default_value_t = 5)]
+    pub tags_per_author: u64,
 }
 
 impl SeedArgs {
@@ -123,6 +127,7 @@ impl SeedArgs {
             zipf_exponent: self.zipf_exponent,
             password: self.password.clone(),
             likes_per_pass: crate::seed::LIKES_PER_PASS,
+            tags_per_author: self.tags_per_author,
         })
     }
 }

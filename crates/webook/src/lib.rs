@@ -1,6 +1,6 @@
 //! webook — the backend of a content community (accounts, articles with drafts and publishing,
-//! reads/likes/collects, a hot list, follows and a feed) with its own job scheduler. Comments,
-//! tags, search and rewards are not built yet.
+//! reads/likes/collects, a hot list, follows, a feed and tags) with its own job scheduler.
+//! Comments, search and rewards are not built yet.
 //!
 //! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
 //! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
@@ -10,7 +10,7 @@
 //! configuration core of the `platform` crate (defaults → `webook.toml` → `WEBOOK_*` env →
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
-//! [`article`], [`ranking`], [`feed`], [`jobs`], each a folder with one public face, its `mod.rs` — and
+//! [`article`], [`ranking`], [`feed`], [`tag`], [`jobs`], each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data.
@@ -32,6 +32,7 @@ mod layering;
 pub mod ranking;
 pub mod schema;
 pub mod seed;
+pub mod tag;
 pub mod user;
 
 #[cfg(feature = "test-support")]

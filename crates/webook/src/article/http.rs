@@ -19,6 +19,7 @@ use crate::{
     auth::{AuthService, AuthUser, Authenticates, Writer},
     idempotency::Idempotency,
     interactive::InteractiveService,
+    user::Person,
 };
 use platform::error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
 
@@ -137,12 +138,6 @@ async fn detail(
 }
 
 #[derive(Serialize)]
-struct Author {
-    id: i64,
-    name: String,
-}
-
-#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ReaderView {
     id: i64,
@@ -150,7 +145,7 @@ struct ReaderView {
     content: String,
     #[serde(rename = "abstract")]
     abstract_text: String,
-    author: Author,
+    author: Person,
     status: ArticleStatus,
     read_cnt: i64,
     like_cnt: i64,
@@ -180,7 +175,7 @@ async fn reader_view(
         title: article.title,
         content: article.content,
         abstract_text: article.abstract_text,
-        author: Author {
+        author: Person {
             id: article.author_id,
             name: article.author_name,
         },

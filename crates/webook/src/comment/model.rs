@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::biz::Biz;
+use crate::{biz::Biz, user::Person};
 use platform::{
     error::{AppError, Msg},
     text::{self, Lines},
@@ -97,15 +97,6 @@ impl NewComment {
     }
 }
 
-/// Someone, as comments name them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Author {
-    /// User id.
-    pub id: i64,
-    /// Display name (the nickname, or `user<id>`).
-    pub name: String,
-}
-
 /// A comment as the API shows it (API.md → Comments).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -115,7 +106,7 @@ pub struct CommentView {
     /// The object it is on.
     pub biz_id: i64,
     /// Its author; `null` once deleted (a tombstone names no one).
-    pub author: Option<Author>,
+    pub author: Option<Person>,
     /// Its text, HTML-escaped; empty once deleted.
     pub content: String,
     /// The comment it answers (`null` for a top-level comment).

@@ -25,11 +25,10 @@ use sqlx::{any::AnyRow, AnyConnection, Row};
 use crate::{
     biz::Biz,
     comment::model::{
-        Author, CommentEvent, CommentView, Deleted, NewComment, PREVIEW_REPLIES,
-        TOPIC_COMMENT_CHANGED,
+        CommentEvent, CommentView, Deleted, NewComment, PREVIEW_REPLIES, TOPIC_COMMENT_CHANGED,
     },
     interactive::add_comments,
-    user::display_name,
+    user::Person,
 };
 use platform::{db::Db, events::outbox};
 
@@ -488,10 +487,7 @@ fn view(row: &AnyRow, top_level: bool) -> sqlx::Result<CommentView> {
     Ok(CommentView {
         id: row.try_get("id")?,
         biz_id: row.try_get("biz_id")?,
-        author: (!deleted).then(|| Author {
-            id: uid,
-            name: display_name(nickname.as_deref().unwrap_or(""), uid),
-        }),
+        author: (!deleted).then(|| Person::new(uid, nickname.as_deref())),
         content: if deleted {
             String::new()
         } else {

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use platform::error::AppError;
 pub use platform::page::{page_limit, Page};
 
+use crate::user::Person;
+
 /// Topic of follow transitions (recorded in the follow's transaction).
 pub const TOPIC_FOLLOW_CHANGED: &str = "follow_changed";
 /// A follow (`on`) or cancel that changed state.
@@ -110,15 +112,6 @@ pub struct FollowCounts {
     pub followers: i64,
     /// How many the user follows.
     pub followees: i64,
-}
-
-/// Someone, as feed items name them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Person {
-    /// User id.
-    pub id: i64,
-    /// Display name (the nickname, or `user<id>`).
-    pub name: String,
 }
 
 /// The article a feed item is about.

@@ -18,8 +18,8 @@ use sqlx::{any::AnyRow, Any, Row, Transaction};
 
 use crate::{
     comment::CommentEvent,
-    feed::model::{Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment, Person},
-    user::display_name,
+    feed::model::{Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment},
+    user::Person,
 };
 use platform::db::{placeholders, Db};
 
@@ -588,10 +588,7 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
                 id: row.try_get("article_id")?,
                 title: row.try_get("title")?,
                 abstract_text: row.try_get("abstract")?,
-                author: Person {
-                    id: author,
-                    name: display_name(author_nickname.as_deref().unwrap_or(""), author),
-                },
+                author: Person::new(author, author_nickname.as_deref()),
                 like_cnt: row.try_get("like_cnt")?,
                 comment_cnt: row.try_get("comment_cnt")?,
                 ctime: row.try_get("article_ctime")?,
@@ -616,10 +613,7 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
         id: row.try_get("id")?,
         kind: kind.as_str(),
         ctime: row.try_get("ctime")?,
-        actor: Person {
-            id: actor,
-            name: display_name(actor_nickname.as_deref().unwrap_or(""), actor),
-        },
+        actor: Person::new(actor, actor_nickname.as_deref()),
         article,
         comment,
     }))

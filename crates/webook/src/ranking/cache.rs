@@ -20,7 +20,10 @@ use axum::{body::Bytes, http::HeaderValue};
 use flate2::{write::GzEncoder, Compression};
 use serde::{Deserialize, Serialize};
 
-use crate::ranking::store::{RankingStore, SharedList};
+use crate::{
+    ranking::store::{RankingStore, SharedList},
+    user::Person,
+};
 use platform::redis::Redis;
 
 /// Name of the one list computed today.
@@ -38,7 +41,7 @@ pub struct RankedArticle {
     #[serde(rename = "abstract")]
     pub abstract_text: String,
     /// Author.
-    pub author: Author,
+    pub author: Person,
     /// Likes when computed.
     pub like_cnt: i64,
     /// Score when computed.
@@ -47,15 +50,6 @@ pub struct RankedArticle {
     pub ctime: i64,
     /// Last update of the reader copy (ms).
     pub utime: i64,
-}
-
-/// An article's author in the list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Author {
-    /// User id.
-    pub id: i64,
-    /// Display name.
-    pub name: String,
 }
 
 /// A computed list, ready to serve.

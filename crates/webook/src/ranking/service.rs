@@ -28,10 +28,11 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     article::{ArticleEvent, TOPIC_WITHDRAWN},
     ranking::{
-        cache::{Author, RankedArticle, SharedCopy, Snapshot, TOP_LIST},
+        cache::{RankedArticle, SharedCopy, Snapshot, TOP_LIST},
         model::{ScoreFormula, TopN},
         store::{Candidate, RankingStore, SharedList},
     },
+    user::Person,
 };
 use platform::{
     db::now_millis,
@@ -233,13 +234,7 @@ impl RankingService {
                     id: candidate.id,
                     title: details.title,
                     abstract_text: details.abstract_text,
-                    author: Author {
-                        id: candidate.author_id,
-                        name: crate::user::display_name(
-                            &details.author_nickname,
-                            candidate.author_id,
-                        ),
-                    },
+                    author: Person::new(candidate.author_id, Some(&details.author_nickname)),
                     like_cnt: candidate.signals.likes,
                     score: entry.score,
                     ctime: candidate.first_published,

@@ -75,6 +75,10 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
             "  comments  {:>11}  on {} articles",
             report.comments, report.commented_articles
         );
+        println!(
+            "  tags      {:>11}  on {} articles ({} tag rows)",
+            report.tags.tags, report.tags.tagged_articles, report.tags.tag_rows
+        );
         anyhow::Ok(())
     }
     .await;

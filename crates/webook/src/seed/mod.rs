@@ -36,6 +36,8 @@
 //! 5. **comments**, one transaction for all — comment threads under the published articles
 //!    with every counter the runtime keeps (see [`comments`]); an interruption leaves the first
 //!    four phases' dataset and no comments. Comment notices are not seeded.
+//! 6. **tags**, one transaction for all ([`tags`]) — `--tags-per-author` tags of each author's
+//!    own, 0–3 of them on each published article.
 //!
 //! What the data looks like: popularity follows Zipf's law (rank r weighs r^-s, with noise) on a
 //! random order of the published articles, and reads, likes and collects follow the same ranks;
@@ -69,6 +71,7 @@ pub mod cli;
 pub mod comments;
 pub mod random;
 pub mod store;
+pub mod tags;
 pub mod text;
 
 use std::{collections::BinaryHeap, time::Instant};
@@ -145,6 +148,8 @@ pub struct Plan {
     /// Likes, collects, follows or inbox keys gathered and sorted in memory at once, 8 bytes
     /// each: more take several passes over ranges of users. The data does not depend on it.
     pub likes_per_pass: u64,
+    /// Tags of each author of a published article ([`tags`]); 0 for none.
+    pub tags_per_author: u64,
 }
 
 impl Default for Plan {
@@ -167,6 +172,7 @@ impl Default for Plan {
             zipf_exponent: 1.0,
             password: "seed-Password-1!".to_owned(),
             likes_per_pass: LIKES_PER_PASS,
+            tags_per_author: 5,
         }
     }
 }
@@ -222,6 +228,12 @@ impl Plan {
         if self.password.is_empty() {
             return Err("--password: must not be empty".into());
         }
+        if self.tags_per_author > tags::VOCABULARY.len() as u64 {
+            return Err(format!(
+                "--tags-per-author: at most {} (the names drawn from)",
+                tags::VOCABULARY.len()
+            ));
+        }
         Ok(())
     }
 }
@@ -267,6 +279,8 @@ pub struct Report {
     pub comments: u64,
     /// Articles with comments.
     pub commented_articles: u64,
+    /// Tags and the articles carrying them.
+    pub tags: tags::TagReport,
 }
 
 impl Report {
@@ -556,6 +570,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
     // A generator that panicked ends the channel early: the open transaction then rolls back.
     generating.await.context("the seed generator failed")?;
     spans.commit().await?;
+    report.tags = tags::seed_tags(db, plan, &report, progress).await?;
     progress.finish_and_clear();
     Ok(report)
 }

@@ -45,6 +45,10 @@ pub enum Stream {
     FollowTime,
     /// The comment thread of an article, by published-article index.
     Comments,
+    /// An author's tag names, by user index.
+    TagNames,
+    /// The tags on a published article, by article index.
+    ArticleTags,
 }
 
 impl Rng {

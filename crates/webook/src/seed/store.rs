@@ -505,7 +505,7 @@ pub async fn restore_indexes(conn: &mut AnyConnection, statements: &[String]) ->
 
 /// PostgreSQL: moves `table`'s id sequence to its largest id, so the application's own inserts
 /// do not collide with the explicit ids just written. (SQLite's AUTOINCREMENT needs nothing.)
-pub(super) async fn advance_sequence(
+pub async fn advance_sequence(
     conn: &mut AnyConnection,
     kind: DatabaseKind,
     table: &str,

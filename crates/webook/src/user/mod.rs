@@ -11,7 +11,7 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use model::{check_password_strength, display_name, normalize_email};
+pub use model::{check_password_strength, display_name, normalize_email, Person};
 pub use service::UserService;
 pub use store::{InsertError, UserStore};
 

@@ -159,6 +159,26 @@ impl ProfileEdit {
     }
 }
 
+/// Someone as others see them — an article's author, a commenter, a feed item's actor: the
+/// user id and the display name ([`display_name`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Person {
+    /// User id.
+    pub id: i64,
+    /// Display name (the nickname, or `user<id>`).
+    pub name: String,
+}
+
+impl Person {
+    /// User `id`, whose nickname is `nickname` (empty or absent: none set).
+    pub fn new(id: i64, nickname: Option<&str>) -> Self {
+        Self {
+            id,
+            name: display_name(nickname.unwrap_or(""), id),
+        }
+    }
+}
+
 /// The name others see for user `uid`: the nickname, or `user<id>` when none was set (authors
 /// in article views and the hot list; later comments and the feed).
 pub fn display_name(nickname: &str, uid: i64) -> String {

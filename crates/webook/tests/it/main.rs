@@ -33,4 +33,5 @@ mod readiness;
 mod seed;
 mod sql_scheduler;
 mod statement_counts;
+mod tags;
 mod users;

@@ -26,6 +26,7 @@ use webook::{
     feed::{store::FeedStore, FeedService, FeedSettings},
     interactive::store::InteractiveStore,
     seed::{seed, Plan, Report},
+    tag::{store::TagStore, TagName},
     user::store::UserStore,
 };
 
@@ -91,6 +92,8 @@ async fn digest(test: &TestDb) -> String {
         "SELECT uid, event_id, actor, kind, ctime FROM feed_inbox ORDER BY uid, event_id",
         "SELECT id, biz, biz_id, uid, root_id, parent_id, content, deleted, child_cnt, reply_cnt, \
          ctime, utime FROM comments ORDER BY id",
+        "SELECT id, uid, name, name_key, ctime, utime FROM tags ORDER BY id",
+        "SELECT tid, uid, biz, biz_id, ctime FROM tag_bizs ORDER BY biz_id, tid",
     ];
     let mut hasher = Sha256::new();
     for sql in queries {
@@ -384,6 +387,59 @@ async fn seeds_a_consistent_skewed_dataset(test: TestDb) {
         .unwrap()
         .expect("reader copy");
     assert!(!copy.title.is_empty());
+
+    // Tags: five of each author's own, 0-3 of them on each published article (about three in
+    // four carry some), each on an article of the tag's owner; read back through the store.
+    let authors = scalar(
+        &test,
+        "SELECT COUNT(DISTINCT author_id) FROM published_articles WHERE status = 2",
+    )
+    .await;
+    assert_eq!(report.tags.tags as i64, 5 * authors);
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM tags").await,
+        5 * authors
+    );
+    assert_eq!(
+        scalar(&test, "SELECT COUNT(*) FROM tag_bizs").await,
+        report.tags.tag_rows as i64
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM tag_bizs b JOIN tags t ON t.id = b.tid \
+             JOIN published_articles p ON p.id = b.biz_id \
+             WHERE b.biz = 'article' AND p.status = 2 AND t.uid = p.author_id AND b.uid = t.uid \
+             AND b.ctime = p.ctime AND t.ctime < p.ctime"
+        )
+        .await,
+        report.tags.tag_rows as i64,
+        "tag rows on published articles, with their owner's tags"
+    );
+    assert_eq!(
+        scalar(
+            &test,
+            "SELECT COUNT(*) FROM (SELECT biz_id FROM tag_bizs GROUP BY biz_id HAVING COUNT(*) > 3) AS many"
+        )
+        .await,
+        0
+    );
+    let tagged = report.tags.tagged_articles;
+    assert!(
+        tagged * 10 > report.published * 6 && tagged * 10 < report.published * 9,
+        "{tagged} of {} published articles tagged",
+        report.published
+    );
+    let (tagged_article, owner): (i64, i64) =
+        sqlx::query_as("SELECT biz_id, uid FROM tag_bizs ORDER BY biz_id LIMIT 1")
+            .fetch_one(test.db.pool())
+            .await
+            .unwrap();
+    let on_it = TagStore::new(test.db.clone())
+        .on_object(webook::biz::Biz::Article, tagged_article, Some(owner))
+        .await
+        .unwrap();
+    assert!(!on_it.is_empty() && on_it.len() <= 3, "{on_it:?}");
 }
 
 /// Every row of `sql`, as numbers.
@@ -850,6 +906,11 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
         .unwrap()
         .unwrap();
     assert_eq!(written.id, second.first_comment_id + second.comments as i64);
+    let tag = TagStore::new(test.db.clone())
+        .create(after, &TagName::parse("later").unwrap(), UNTIL)
+        .await
+        .unwrap();
+    assert_eq!(tag, ((first.tags.tags + second.tags.tags) as i64 + 1, true));
 }
 
 async fn an_impossible_plan_writes_nothing(test: TestDb) {
@@ -891,6 +952,14 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("--follows"), "{err:#}");
+    let too_many_tags = Plan {
+        tags_per_author: 1_000,
+        ..plan(5)
+    };
+    let err = seed(&test.db, &too_many_tags, &ProgressBar::hidden())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--tags-per-author"), "{err:#}");
     for table in [
         "users",
         "articles",
@@ -901,6 +970,7 @@ async fn an_impossible_plan_writes_nothing(test: TestDb) {
         "feed_events",
         "feed_inbox",
         "comments",
+        "tags",
     ] {
         assert_eq!(
             scalar(&test, &format!("SELECT COUNT(*) FROM {table}")).await,

@@ -1,0 +1,260 @@
+//! The tags' vocabulary: what a valid tag name is and the key that makes two spellings one tag
+//! ([`TagName`], [`tag_key`]), the limits of the routes, the `tags_changed` event the search
+//! feature will index ([`TagsEvent`]), the opaque cursor of a tag's article list, and the shapes
+//! the routes answer with.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{biz::Biz, user::Person};
+use platform::{
+    error::{AppError, Msg},
+    text::{self, Lines},
+};
+
+/// Topic of tag replacements, recorded in the replace's transaction: the object's tags as they
+/// are after it, for the search feature to index.
+pub const TOPIC_TAGS_CHANGED: &str = "tags_changed";
+/// Longest tag name, in characters (not bytes), after trimming.
+pub const MAX_TAG_NAME_CHARS: usize = 32;
+/// Most tags on one object, after duplicates collapse.
+pub const MAX_TAGS_PER_OBJECT: usize = 20;
+
+/// The key under which an owner's tag names are unique: the name trimmed and lower-cased
+/// (Unicode), so `" Rust "`, `"rust"` and `"RUST"` name one tag.
+pub fn tag_key(name: &str) -> String {
+    name.trim().to_lowercase()
+}
+
+/// A tag name a caller may create: trimmed, 1–[`MAX_TAG_NAME_CHARS`] characters, one line, no
+/// control or bidi characters, something visible; with its [`tag_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagName {
+    /// As written, trimmed: what lists show.
+    pub name: String,
+    /// Its [`tag_key`]: what makes it unique per owner.
+    pub key: String,
+}
+
+impl TagName {
+    /// Checks `raw` (field `name`); code 4 naming the field otherwise.
+    pub fn parse(raw: &str) -> Result<Self, AppError> {
+        let name = raw.trim();
+        if name.is_empty() {
+            return Err(AppError::InvalidInput(Msg::field(
+                "name",
+                "must not be empty",
+                "不能为空",
+            )));
+        }
+        if name.chars().count() > MAX_TAG_NAME_CHARS {
+            return Err(AppError::InvalidInput(Msg::field(
+                "name",
+                format!("at most {MAX_TAG_NAME_CHARS} characters"),
+                format!("最多 {MAX_TAG_NAME_CHARS} 个字符"),
+            )));
+        }
+        text::check("name", name, Lines::Single)?;
+        text::require_visible("name", name)?;
+        Ok(Self {
+            name: name.to_owned(),
+            key: tag_key(name),
+        })
+    }
+}
+
+/// Tag ids a replace may put on an object: each positive, duplicates collapsed (sorted), at
+/// most [`MAX_TAGS_PER_OBJECT`] of them; code 4 naming `tids` otherwise.
+pub fn distinct_tag_ids(tids: &[i64]) -> Result<Vec<i64>, AppError> {
+    if tids.iter().any(|&tid| tid <= 0) {
+        return Err(AppError::InvalidInput(Msg::field(
+            "tids",
+            "every id must be a positive integer",
+            "每个 id 须为正整数",
+        )));
+    }
+    let mut distinct = tids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() > MAX_TAGS_PER_OBJECT {
+        return Err(AppError::InvalidInput(Msg::field(
+            "tids",
+            format!("at most {MAX_TAGS_PER_OBJECT} tags on an object"),
+            format!("一个对象最多 {MAX_TAGS_PER_OBJECT} 个标签"),
+        )));
+    }
+    Ok(distinct)
+}
+
+/// A tag as the routes show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tag {
+    /// Tag id.
+    pub id: i64,
+    /// Its name as first written, trimmed.
+    pub name: String,
+}
+
+/// An object's tags were replaced (`tags_changed`): the owner's tags on it now, for the search
+/// feature to index. Keyed `biz:bizId`, so one object's events keep their order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TagsEvent {
+    /// The owner who tagged it.
+    pub uid: i64,
+    /// Kind of object.
+    pub biz: Biz,
+    /// The object.
+    pub biz_id: i64,
+    /// The names of its tags now, by tag id (empty: cleared).
+    pub tags: Vec<String>,
+    /// When (ms).
+    pub time: i64,
+}
+
+/// A position in a tag's article list: the last article of a page (lists go on strictly below
+/// its id, so a page is never repeated or skipped, whatever is published meanwhile). Sent to
+/// clients as an opaque string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArticleCursor {
+    /// The last article id served.
+    pub article_id: i64,
+}
+
+impl ArticleCursor {
+    /// Before every article: the first page.
+    pub const START: Self = Self {
+        article_id: i64::MAX,
+    };
+
+    /// The opaque spelling ([`platform::page`]).
+    pub fn encode(self) -> String {
+        platform::page::encode_cursor(&[self.article_id])
+    }
+
+    /// Parses what [`ArticleCursor::encode`] wrote; anything else is invalid input naming
+    /// `cursor`.
+    pub fn decode(value: &str) -> Result<Self, AppError> {
+        let [article_id] = platform::page::decode_cursor(value)?;
+        if article_id <= 0 {
+            return Err(AppError::InvalidInput(Msg::field(
+                "cursor",
+                "is not a cursor this list gave",
+                "不是本列表给出的游标",
+            )));
+        }
+        Ok(Self { article_id })
+    }
+}
+
+/// A published article carrying a tag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaggedArticle {
+    /// Article id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// Abstract (HTML-escaped text).
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// Its author.
+    pub author: Person,
+    /// Likes.
+    pub like_cnt: i64,
+    /// Comments.
+    pub comment_cnt: i64,
+    /// First publication (ms).
+    pub ctime: i64,
+    /// Last publish (ms).
+    pub utime: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_trimmed_and_keyed_case_insensitively() {
+        let rust = TagName::parse("  Rust \t").unwrap();
+        assert_eq!((rust.name.as_str(), rust.key.as_str()), ("Rust", "rust"));
+        for same in ["rust", "RUST", " rUsT "] {
+            assert_eq!(TagName::parse(same).unwrap().key, rust.key, "{same:?}");
+        }
+        // Unicode lower-casing, not ASCII only; other scripts are kept as they are.
+        assert_eq!(tag_key("ÉCOLE"), "école");
+        assert_eq!(tag_key("ΑΘΗΝΑ"), "αθηνα");
+        assert_eq!(TagName::parse(" 数据库 ").unwrap().key, "数据库");
+        // Inner spaces are part of the name.
+        assert_ne!(tag_key("machine learning"), tag_key("machinelearning"));
+    }
+
+    #[test]
+    fn names_are_refused_when_empty_too_long_or_invisible() {
+        for bad in [
+            "",
+            "   ",
+            "\u{200B}\u{200B}",
+            "a\u{0000}b",
+            "a\nb",
+            "a\u{202E}b",
+            &"x".repeat(33),
+        ] {
+            let err = TagName::parse(bad).unwrap_err();
+            assert_eq!(err.code(), 4, "{bad:?}");
+            assert!(err.to_string().starts_with("name:"), "{bad:?}: {err}");
+        }
+        // 32 characters of 3 bytes each: counted in characters.
+        assert!(TagName::parse(&"标".repeat(32)).is_ok());
+        assert!(TagName::parse(&"标".repeat(33)).is_err());
+        // Trimmed before counting.
+        assert!(TagName::parse(&format!("  {}  ", "x".repeat(32))).is_ok());
+    }
+
+    #[test]
+    fn tag_ids_collapse_and_stay_within_bounds() {
+        assert_eq!(distinct_tag_ids(&[3, 1, 3, 2, 1]).unwrap(), vec![1, 2, 3]);
+        assert!(distinct_tag_ids(&[]).unwrap().is_empty());
+        assert_eq!(distinct_tag_ids(&[1, 0]).unwrap_err().code(), 4);
+        assert_eq!(distinct_tag_ids(&[-5]).unwrap_err().code(), 4);
+        let twenty: Vec<i64> = (1..=20).collect();
+        assert_eq!(distinct_tag_ids(&twenty).unwrap().len(), 20);
+        let many_repeats: Vec<i64> = twenty.iter().chain(&twenty).copied().collect();
+        assert_eq!(distinct_tag_ids(&many_repeats).unwrap().len(), 20);
+        let twenty_one: Vec<i64> = (1..=21).collect();
+        assert_eq!(distinct_tag_ids(&twenty_one).unwrap_err().code(), 4);
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_anything_else() {
+        let cursor = ArticleCursor { article_id: 42 };
+        assert_eq!(ArticleCursor::decode(&cursor.encode()).unwrap(), cursor);
+        for bad in [
+            "",
+            "abc",
+            "!!",
+            &platform::page::encode_cursor(&[0]),
+            &platform::page::encode_cursor(&[-3]),
+            &platform::page::encode_cursor(&[1, 2]),
+        ] {
+            assert!(
+                matches!(ArticleCursor::decode(bad), Err(AppError::InvalidInput(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_event_is_camel_case_with_the_biz_spelled_as_everywhere() {
+        let event = TagsEvent {
+            uid: 7,
+            biz: Biz::Article,
+            biz_id: 42,
+            tags: vec!["Rust".to_owned()],
+            time: 1000,
+        };
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            serde_json::json!({"uid": 7, "biz": "article", "bizId": 42, "tags": ["Rust"], "time": 1000})
+        );
+    }
+}

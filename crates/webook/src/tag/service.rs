@@ -1,0 +1,190 @@
+//! The rules of tags: a tag belongs to its creator and is unique per creator by its normalised
+//! name; only an object's owner tags it, with their own tags, and a replace is all or nothing;
+//! a draft's tags are its owner's business; a tag's article list shows published articles only.
+//!
+//! **The owner's tag list** (`GET /tags`) is read through a [`VersionedCache`] keyed by owner —
+//! in-process, or Redis with a near cache in cluster mode — filled on a miss with the list as
+//! the database has it, and invalidated after every create that inserted (the course preloaded a
+//! Redis list at start-up with appends, duplicating it on every restart and appending to cold
+//! entries; a versioned fill-on-miss entry is the whole list or nothing, and a reader that loaded
+//! before a create cannot put the old list back after it).
+//!
+//! **A replace's event** (`tags_changed`, for the search feature) is recorded in the replace's
+//! transaction (transactional outbox), not sent after it: it exists exactly when the replace
+//! committed. As elsewhere, it is recorded only where a consumer can receive it
+//! ([`Outbox::wants`]), and the relay is woken after the commit.
+//!
+//! Writes run to completion even when the caller goes away ([`to_completion`]): a committed
+//! create always invalidates its owner's cached list.
+
+use std::time::Duration;
+
+use platform::{
+    cache::VersionedCache,
+    db::now_millis,
+    detached::to_completion,
+    error::{positive_id, AppError, Msg},
+    events::outbox::Outbox,
+    page::Page,
+    redis::Redis,
+};
+
+use crate::{
+    biz::Biz,
+    tag::{
+        model::{distinct_tag_ids, ArticleCursor, Tag, TagName, TaggedArticle, TOPIC_TAGS_CHANGED},
+        store::{ReplaceError, TagStore},
+    },
+};
+
+/// How long an owner's cached tag list lives without being read again or invalidated.
+const OWNER_TAGS_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// Tags; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TagService {
+    store: TagStore,
+    outbox: Outbox,
+    owner_tags: VersionedCache,
+}
+
+fn owner_key(uid: i64) -> String {
+    uid.to_string()
+}
+
+impl TagService {
+    /// The service over `store`, recording events in `outbox`; owners' tag lists are cached
+    /// in-process, or in `redis` (under its prefix) with a near cache. `memory_bytes` is the
+    /// process's whole cache budget (`cache_memory_bytes`): the tag lists take a 32nd of it.
+    pub fn new(
+        store: TagStore,
+        outbox: Outbox,
+        redis: Option<(&Redis, &str)>,
+        memory_bytes: u64,
+    ) -> Self {
+        Self {
+            store,
+            outbox,
+            owner_tags: VersionedCache::new(
+                "tag_owner_lists",
+                memory_bytes / 32,
+                OWNER_TAGS_TTL,
+                redis,
+            ),
+        }
+    }
+
+    /// The id of `uid`'s tag named `name` (trimmed; case-insensitive), created if needed.
+    pub async fn create(&self, uid: i64, name: &str) -> Result<i64, AppError> {
+        let name = TagName::parse(name)?;
+        let service = self.clone();
+        to_completion(async move {
+            let (id, created) = service.store.create(uid, &name, now_millis()).await?;
+            if created {
+                service.owner_tags.invalidate(&owner_key(uid)).await;
+                tracing::debug!(uid, tag = id, "tag created");
+            }
+            Ok(id)
+        })
+        .await
+    }
+
+    /// Every tag of `uid`, by id (cached, see the module docs).
+    pub async fn owned_by(&self, uid: i64) -> Result<Vec<Tag>, AppError> {
+        Ok(self
+            .owner_tags
+            .get_or_load(&owner_key(uid), self.store.owned_by(uid), |_| true)
+            .await?)
+    }
+
+    /// Replaces `uid`'s tags on object `biz`/`biz_id` with `tids` (duplicates collapse; empty
+    /// clears). 4 for non-positive ids or too many tags; 404001 no such object; 403002 the
+    /// object or a tag is not the caller's — and then nothing changes.
+    pub async fn replace(
+        &self,
+        uid: i64,
+        biz: Biz,
+        biz_id: i64,
+        tids: &[i64],
+    ) -> Result<(), AppError> {
+        positive_id("bizId", biz_id)?;
+        let tids = distinct_tag_ids(tids)?;
+        let service = self.clone();
+        to_completion(async move {
+            let announce = service.outbox.wants(TOPIC_TAGS_CHANGED);
+            match service
+                .store
+                .replace(uid, biz, biz_id, &tids, now_millis(), announce)
+                .await
+            {
+                Ok(tags) => {
+                    if announce {
+                        service.outbox.committed();
+                    }
+                    tracing::debug!(uid, %biz, biz_id, tags = tags.len(), "tags replaced");
+                    Ok(())
+                }
+                Err(ReplaceError::NoSuchObject) => Err(no_such_object()),
+                Err(ReplaceError::NotTheOwner) => Err(AppError::Forbidden(Msg::new(
+                    "the object is not yours",
+                    "这不是你的对象",
+                ))),
+                Err(ReplaceError::NotTheirTag) => Err(AppError::Forbidden(Msg::new(
+                    "a tag is not yours",
+                    "有标签不是你的",
+                ))),
+                Err(ReplaceError::Db(err)) => Err(err.into()),
+            }
+        })
+        .await
+    }
+
+    /// The tags on object `biz`/`biz_id` (only `owner`'s, when given), by id, as `caller` may
+    /// see them: 404001 when the object does not exist, or is not published and not the
+    /// caller's (a draft's tags are private).
+    pub async fn on_object(
+        &self,
+        caller: i64,
+        biz: Biz,
+        biz_id: i64,
+        owner: Option<i64>,
+    ) -> Result<Vec<Tag>, AppError> {
+        positive_id("bizId", biz_id)?;
+        if let Some(owner) = owner {
+            positive_id("uid", owner)?;
+        }
+        if !self.store.may_see(caller, biz, biz_id).await? {
+            return Err(no_such_object());
+        }
+        Ok(self.store.on_object(biz, biz_id, owner).await?)
+    }
+
+    /// A page of the published articles carrying tag `tid`, newest id first, after `cursor`.
+    /// 404001 for an unknown tag.
+    pub async fn articles(
+        &self,
+        tid: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<TaggedArticle>, AppError> {
+        positive_id("id", tid)?;
+        let after = match cursor {
+            Some(cursor) => ArticleCursor::decode(cursor)?,
+            None => ArticleCursor::START,
+        };
+        let Some((items, more)) = self.store.articles(tid, after, limit).await? else {
+            return Err(AppError::NotFound(Msg::new("no such tag", "标签不存在")));
+        };
+        let next = items.last().filter(|_| more).map(|last| {
+            ArticleCursor {
+                article_id: last.id,
+            }
+            .encode()
+        });
+        Ok(Page { items, next })
+    }
+}
+
+fn no_such_object() -> AppError {
+    AppError::NotFound(Msg::new("no such object", "对象不存在"))
+}

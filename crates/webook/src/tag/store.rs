@@ -1,0 +1,288 @@
+//! SQL for tags (`tags`), the tags on objects (`tag_bizs`) and the per-object lock row of a
+//! replace (`tagged_objects`), one implementation for SQLite and PostgreSQL.
+//!
+//! - **Create** is one upsert on the owner's unique `(uid, name_key)`: a new name inserts, a
+//!   known one does nothing and its id is read back. Two concurrent creates of one name end with
+//!   one row (the second waits on the unique index, then does nothing); tags are never deleted,
+//!   so the id read back is always there.
+//! - **Replace** ([`TagStore::replace`]) is one transaction: it first upserts the object's
+//!   `tagged_objects` row — a write first, which on PostgreSQL locks the row until the commit, so
+//!   a second replace of the same object waits there and then sees the first one's rows — then
+//!   checks that the object is the caller's ([`Biz::owner`], drafts included) and every tag is
+//!   theirs, deletes the owner's rows on the object, inserts the new ones and, when asked,
+//!   records the [`TagsEvent`] in the outbox. A refusal rolls everything back, event included.
+//! - **A tag's articles** ([`TagStore::articles`]) is one statement per page: the tag's row
+//!   left-joined to the page (so an unknown tag is told apart from a tag without articles),
+//!   the page being `tag_bizs` by the `(tid, biz, biz_id)` index joined to the published reader
+//!   copies, their authors and counters.
+
+use sqlx::{any::AnyRow, Row};
+
+use crate::{
+    biz::Biz,
+    tag::model::{ArticleCursor, Tag, TagName, TaggedArticle, TagsEvent, TOPIC_TAGS_CHANGED},
+    user::Person,
+};
+use platform::{
+    db::{placeholders, row_placeholders, Db},
+    events::outbox,
+};
+
+/// Why a replace was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplaceError {
+    /// The object does not exist.
+    #[error("no such object")]
+    NoSuchObject,
+    /// The object is someone else's.
+    #[error("the object is not the caller's")]
+    NotTheOwner,
+    /// A tag id is someone else's, or no tag's.
+    #[error("a tag is not the caller's")]
+    NotTheirTag,
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Reads and writes tags.
+#[derive(Debug, Clone)]
+pub struct TagStore {
+    db: Db,
+}
+
+impl TagStore {
+    /// A store on `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// The id of `uid`'s tag named like `name` (by key), created now if there is none; and
+    /// whether it was created by this call.
+    pub async fn create(&self, uid: i64, name: &TagName, now: i64) -> sqlx::Result<(i64, bool)> {
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO tags (uid, name, name_key, ctime, utime) VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (uid, name_key) DO NOTHING RETURNING id",
+        )
+        .bind(uid)
+        .bind(&name.name)
+        .bind(&name.key)
+        .bind(now)
+        .fetch_optional(self.db.writer())
+        .await?;
+        if let Some(id) = inserted {
+            return Ok((id, true));
+        }
+        // The conflicting row is committed (the insert waited for it) and never deleted.
+        let existing = sqlx::query_scalar("SELECT id FROM tags WHERE uid = $1 AND name_key = $2")
+            .bind(uid)
+            .bind(&name.key)
+            .fetch_one(self.db.writer())
+            .await?;
+        Ok((existing, false))
+    }
+
+    /// Every tag of `uid`, by id.
+    pub async fn owned_by(&self, uid: i64) -> sqlx::Result<Vec<Tag>> {
+        let rows = sqlx::query("SELECT id, name FROM tags WHERE uid = $1 ORDER BY id")
+            .bind(uid)
+            .fetch_all(self.db.pool())
+            .await?;
+        rows.iter().map(tag_of).collect()
+    }
+
+    /// Replaces `uid`'s tags on object `biz`/`biz_id` with `tids` (distinct; empty clears them)
+    /// in one transaction (module docs); returns the tags now on it, by id. With `announce`,
+    /// records their [`TagsEvent`] in the same transaction.
+    pub async fn replace(
+        &self,
+        uid: i64,
+        biz: Biz,
+        biz_id: i64,
+        tids: &[i64],
+        now: i64,
+        announce: bool,
+    ) -> Result<Vec<Tag>, ReplaceError> {
+        let mut tx = self.db.writer().begin().await?;
+        // First, and a write: serialises replaces of this object (PostgreSQL row lock; a SQLite
+        // transaction that read first could not upgrade to writing under contention).
+        sqlx::query(
+            "INSERT INTO tagged_objects (biz, biz_id, utime) VALUES ($1, $2, $3) \
+             ON CONFLICT (biz, biz_id) DO UPDATE SET utime = excluded.utime",
+        )
+        .bind(biz.as_str())
+        .bind(biz_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        match biz.owner(&mut *tx, biz_id).await? {
+            None => return Err(ReplaceError::NoSuchObject),
+            Some(owner) if owner != uid => return Err(ReplaceError::NotTheOwner),
+            Some(_) => {}
+        }
+        let tags = if tids.is_empty() {
+            Vec::new()
+        } else {
+            let sql = format!(
+                "SELECT id, name FROM tags WHERE uid = $1 AND id IN ({}) ORDER BY id",
+                placeholders(2, tids.len())
+            );
+            let mut query = sqlx::query(&sql).bind(uid);
+            for tid in tids {
+                query = query.bind(*tid);
+            }
+            let rows = query.fetch_all(&mut *tx).await?;
+            rows.iter()
+                .map(tag_of)
+                .collect::<sqlx::Result<Vec<Tag>>>()?
+        };
+        if tags.len() != tids.len() {
+            return Err(ReplaceError::NotTheirTag);
+        }
+        sqlx::query("DELETE FROM tag_bizs WHERE biz = $1 AND biz_id = $2 AND uid = $3")
+            .bind(biz.as_str())
+            .bind(biz_id)
+            .bind(uid)
+            .execute(&mut *tx)
+            .await?;
+        if !tags.is_empty() {
+            let sql = format!(
+                "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) VALUES {}",
+                row_placeholders(tags.len(), 5)
+            );
+            let mut query = sqlx::query(&sql);
+            for tag in &tags {
+                query = query
+                    .bind(tag.id)
+                    .bind(uid)
+                    .bind(biz.as_str())
+                    .bind(biz_id)
+                    .bind(now);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        if announce {
+            let event = TagsEvent {
+                uid,
+                biz,
+                biz_id,
+                tags: tags.iter().map(|tag| tag.name.clone()).collect(),
+                time: now,
+            };
+            outbox::record(
+                &mut tx,
+                TOPIC_TAGS_CHANGED,
+                &format!("{biz}:{biz_id}"),
+                &event,
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(tags)
+    }
+
+    /// The tags on object `biz`/`biz_id` (of `owner` only, when given), by id.
+    pub async fn on_object(
+        &self,
+        biz: Biz,
+        biz_id: i64,
+        owner: Option<i64>,
+    ) -> sqlx::Result<Vec<Tag>> {
+        let owner_filter = if owner.is_some() {
+            " AND b.uid = $3"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT t.id, t.name FROM tag_bizs b JOIN tags t ON t.id = b.tid \
+             WHERE b.biz = $1 AND b.biz_id = $2{owner_filter} ORDER BY t.id"
+        );
+        let mut query = sqlx::query(&sql).bind(biz.as_str()).bind(biz_id);
+        if let Some(owner) = owner {
+            query = query.bind(owner);
+        }
+        let rows = query.fetch_all(self.db.pool()).await?;
+        rows.iter().map(tag_of).collect()
+    }
+
+    /// Whether `caller` may see object `biz`/`biz_id`'s tags: it is visible to readers
+    /// ([`Biz::visible_owner`]: a published article), or it is the caller's own (drafts
+    /// included). `false` for an object that does not exist.
+    pub async fn may_see(&self, caller: i64, biz: Biz, biz_id: i64) -> sqlx::Result<bool> {
+        if biz.visible_owner(self.db.pool(), biz_id).await?.is_some() {
+            return Ok(true);
+        }
+        Ok(biz.owner(self.db.pool(), biz_id).await? == Some(caller))
+    }
+
+    /// Up to `limit` published articles carrying tag `tid`, newest id first, strictly below
+    /// `after`; and whether more follow. `None` when there is no such tag. One statement.
+    pub async fn articles(
+        &self,
+        tid: i64,
+        after: ArticleCursor,
+        limit: usize,
+    ) -> sqlx::Result<Option<(Vec<TaggedArticle>, bool)>> {
+        let rows = sqlx::query(
+            "SELECT page.id, page.title, page.abstract, page.author_id, page.nickname, \
+             page.like_cnt, page.comment_cnt, page.ctime, page.utime \
+             FROM tags t LEFT JOIN ( \
+               SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
+               COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.comment_cnt, 0) AS comment_cnt, \
+               p.ctime, p.utime \
+               FROM tag_bizs b \
+               JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
+               LEFT JOIN users u ON u.id = p.author_id \
+               LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
+               WHERE b.tid = $1 AND b.biz = $2 AND b.biz_id < $3 \
+               ORDER BY b.biz_id DESC LIMIT $4 \
+             ) AS page ON 1 = 1 \
+             WHERE t.id = $1 ORDER BY page.id DESC",
+        )
+        .bind(tid)
+        .bind(Biz::Article.as_str())
+        .bind(after.article_id)
+        .bind(limit as i64 + 1)
+        .fetch_all(self.db.pool())
+        .await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut articles = Vec::with_capacity(rows.len().min(limit));
+        for row in &rows {
+            if let Some(article) = tagged_article(row)? {
+                articles.push(article);
+            }
+        }
+        let more = articles.len() > limit;
+        articles.truncate(limit);
+        Ok(Some((articles, more)))
+    }
+}
+
+fn tag_of(row: &AnyRow) -> sqlx::Result<Tag> {
+    Ok(Tag {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+    })
+}
+
+/// One row of [`TagStore::articles`]; `None` for the row of a tag without (more) articles.
+fn tagged_article(row: &AnyRow) -> sqlx::Result<Option<TaggedArticle>> {
+    let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
+        return Ok(None);
+    };
+    let author: i64 = row.try_get("author_id")?;
+    let nickname: Option<String> = row.try_get("nickname")?;
+    Ok(Some(TaggedArticle {
+        id,
+        title: row.try_get("title")?,
+        abstract_text: row.try_get("abstract")?,
+        author: Person::new(author, nickname.as_deref()),
+        like_cnt: row.try_get("like_cnt")?,
+        comment_cnt: row.try_get("comment_cnt")?,
+        ctime: row.try_get("ctime")?,
+        utime: row.try_get("utime")?,
+    }))
+}
