@@ -141,7 +141,8 @@ impl InteractiveService {
     /// The service; with `redis`, counts are cached in Redis (under `redis_prefix`) and read
     /// batches are deduplicated by event id, as Redis Streams may redeliver. `memory_bytes` is
     /// the process's whole cache budget (`cache_memory_bytes`): counters get an eighth of it,
-    /// liked/collected flags (one entry per user and object) a quarter.
+    /// liked/collected flags (one entry per user and object) 7/32 (a quarter, less the tag
+    /// lists' 1/32, so the shares add up to the budget).
     pub fn new(
         store: InteractiveStore,
         events: EventStream,
@@ -161,7 +162,7 @@ impl InteractiveService {
             ),
             flags_cache: VersionedCache::new(
                 "interactive_flags",
-                memory_bytes / 4,
+                memory_bytes / 32 * 7,
                 FLAGS_TTL,
                 redis,
             ),
