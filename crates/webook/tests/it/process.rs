@@ -317,6 +317,21 @@ fn seed_rejects_an_impossible_plan_before_writing() {
         ),
         (vec!["--until", "yesterday"], "--until"),
         (vec!["--days", "0"], "--days"),
+        (
+            vec![
+                "--articles",
+                "0",
+                "--likes",
+                "0",
+                "--collects",
+                "0",
+                "--reads",
+                "0",
+                "--comments",
+                "5",
+            ],
+            "--comments",
+        ),
     ] {
         let output = webook(dir.path()).arg("seed").args(&args).output().unwrap();
         let stderr = String::from_utf8(output.stderr).unwrap();
@@ -339,6 +354,8 @@ fn seed_rejects_an_impossible_plan_before_writing() {
             "--collects",
             "0",
             "--reads",
+            "0",
+            "--comments",
             "0",
         ])
         .output()
