@@ -234,13 +234,15 @@ async fn assert_counters_exact(db: &Db, article: i64) {
     for (what, sql) in [
         (
             "child_cnt",
-            "SELECT COUNT(*) FROM comments c WHERE c.biz_id = $1 AND c.child_cnt <> \
-             (SELECT COUNT(*) FROM comments k WHERE k.parent_id = c.id)",
+            "SELECT COUNT(*) FROM comments c LEFT JOIN \
+             (SELECT parent_id, COUNT(*) AS n FROM comments WHERE biz_id = $1 GROUP BY parent_id) k \
+             ON k.parent_id = c.id WHERE c.biz_id = $1 AND c.child_cnt <> COALESCE(k.n, 0)",
         ),
         (
             "reply_cnt",
-            "SELECT COUNT(*) FROM comments c WHERE c.biz_id = $1 AND c.root_id = 0 AND c.reply_cnt <> \
-             (SELECT COUNT(*) FROM comments k WHERE k.root_id = c.id AND k.deleted = 0)",
+            "SELECT COUNT(*) FROM comments c LEFT JOIN \
+             (SELECT root_id, COUNT(*) AS n FROM comments WHERE biz_id = $1 AND deleted = 0 GROUP BY root_id) k \
+             ON k.root_id = c.id WHERE c.biz_id = $1 AND c.root_id = 0 AND c.reply_cnt <> COALESCE(k.n, 0)",
         ),
         (
             "childless tombstones",
