@@ -47,14 +47,13 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use indicatif::ProgressBar;
 use platform::{
     db::{now_millis, Db},
-    events::{outbox::Outbox, EventStream},
+    events::EventStream,
 };
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use webook::{
     biz::Biz,
-    comment::{CommentService, CommentSettings, CommentStore, NewComment, TOPIC_COMMENT_CHANGED},
-    interactive::{store::InteractiveStore, InteractiveService},
+    comment::{CommentService, NewComment, TOPIC_COMMENT_CHANGED},
     schema::MIGRATIONS,
     seed::{seed, Plan},
 };
@@ -139,26 +138,7 @@ async fn build() -> World {
         stop.clone(),
         |_batch| async { Ok(()) },
     ));
-    let outbox = Outbox::new(db.clone(), events.clone());
-    let interactive = InteractiveService::new(
-        InteractiveStore::new(db.clone()),
-        events,
-        outbox.clone(),
-        None,
-        32 << 20,
-    );
-    let settings = CommentSettings {
-        comment_rate_limit: 0,
-        ..CommentSettings::default()
-    };
-    let comments = CommentService::new(
-        CommentStore::new(db.clone()),
-        interactive,
-        outbox,
-        &settings,
-        None,
-    )
-    .unwrap();
+    let comments = webook::testing::comment_service(&db, events);
     World {
         _dir: dir,
         db,

@@ -156,3 +156,34 @@ impl Drop for TestApp {
         }
     }
 }
+
+/// The comments' service on `db` alone, as benches and statement-counting tests use it: no app,
+/// events recorded for the consumers of `events` (through an `Outbox` nobody relays), no caches
+/// in Redis, no rate limit.
+pub fn comment_service(
+    db: &platform::db::Db,
+    events: platform::events::EventStream,
+) -> crate::comment::CommentService {
+    use crate::{comment, interactive};
+    use platform::events::outbox::Outbox;
+    let outbox = Outbox::new(db.clone(), events.clone());
+    let interactive = interactive::InteractiveService::new(
+        interactive::store::InteractiveStore::new(db.clone()),
+        events,
+        outbox.clone(),
+        None,
+        32 << 20,
+    );
+    let settings = comment::CommentSettings {
+        comment_rate_limit: 0,
+        ..comment::CommentSettings::default()
+    };
+    comment::CommentService::new(
+        comment::CommentStore::new(db.clone()),
+        interactive,
+        outbox,
+        &settings,
+        None,
+    )
+    .expect("a comment service without a rate limit")
+}

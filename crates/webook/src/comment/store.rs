@@ -75,8 +75,6 @@ pub struct Deletion {
     pub biz: Biz,
     /// Its id.
     pub biz_id: i64,
-    /// The top-level comment of its thread (itself when it is one).
-    pub root_id: i64,
     /// Events recorded in the outbox.
     pub events: usize,
 }
@@ -246,7 +244,6 @@ impl CommentStore {
             outcome,
             biz,
             biz_id,
-            root_id: if root_id == 0 { id } else { root_id },
             events,
         }))
     }

@@ -133,18 +133,10 @@ fn ids(items: &[Value]) -> Vec<i64> {
 
 /// All replies under `root`, page by page, oldest first, none twice.
 async fn all_replies(app: &TestApp, who: &Member, root: i64, limit: usize) -> Vec<Value> {
-    let mut replies: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = replies_page(app, who, root, cursor.as_deref(), limit).await;
-        let items = page["items"].as_array().unwrap();
-        assert!(items.len() <= limit);
-        replies.extend(items.iter().cloned());
-        match page["next"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    let replies = common::every_page(limit, async |cursor| {
+        replies_page(app, who, root, cursor.as_deref(), limit).await
+    })
+    .await;
     let ids = ids(&replies);
     assert!(
         ids.windows(2).all(|w| w[0] < w[1]),
@@ -165,18 +157,10 @@ async fn reachable(
     article: i64,
     limit: usize,
 ) -> (Vec<Value>, Vec<Value>) {
-    let mut roots: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = thread_page(app, who, article, cursor.as_deref(), limit).await;
-        let items = page["items"].as_array().unwrap();
-        assert!(items.len() <= limit);
-        roots.extend(items.iter().cloned());
-        match page["next"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    let roots = common::every_page(limit, async |cursor| {
+        thread_page(app, who, article, cursor.as_deref(), limit).await
+    })
+    .await;
     let root_ids = ids(&roots);
     assert!(
         root_ids.windows(2).all(|w| w[0] > w[1]),
@@ -356,31 +340,14 @@ async fn comment_raw(
     token: &str,
     body: Value,
 ) -> (i64, Option<i64>) {
-    let answer: Value = client
-        .post(format!("{base}comments"))
-        .bearer_auth(token)
-        .header("user-agent", common::UA)
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let url = format!("{base}comments");
+    let answer = common::envelope(client, reqwest::Method::POST, url, token, Some(&body)).await;
     (answer["code"].as_i64().unwrap(), answer["data"].as_i64())
 }
 
 async fn delete_raw(client: &reqwest::Client, base: &str, token: &str, id: i64) -> i64 {
-    let answer: Value = client
-        .delete(format!("{base}comments/{id}"))
-        .bearer_auth(token)
-        .header("user-agent", common::UA)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let url = format!("{base}comments/{id}");
+    let answer = common::envelope(client, reqwest::Method::DELETE, url, token, None).await;
     answer["code"].as_i64().unwrap()
 }
 

@@ -45,17 +45,15 @@ async fn follow(app: &TestApp, who: &Member, whom: i64, on: bool) -> i64 {
 /// [`follow`] from a spawned task (owning what it uses); returns the answer's code.
 async fn follow_raw(client: &reqwest::Client, base: &str, token: &str, whom: i64, on: bool) -> i64 {
     let path = if on { "follow/follow" } else { "follow/cancel" };
-    let answer: Value = client
-        .post(format!("{base}{path}"))
-        .bearer_auth(token)
-        .header("user-agent", common::UA)
-        .json(&json!({ "followee": whom }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = json!({ "followee": whom });
+    let answer = common::envelope(
+        client,
+        reqwest::Method::POST,
+        format!("{base}{path}"),
+        token,
+        Some(&body),
+    )
+    .await;
     answer["code"].as_i64().unwrap()
 }
 
@@ -71,18 +69,10 @@ async fn feed_page(app: &TestApp, reader: &Member, cursor: Option<&str>, limit: 
 
 /// The whole feed, page by page, checking that no item repeats and the order holds.
 async fn whole_feed(app: &TestApp, reader: &Member, limit: usize) -> Vec<Value> {
-    let mut items: Vec<Value> = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = feed_page(app, reader, cursor.as_deref(), limit).await;
-        let page_items = page["items"].as_array().unwrap();
-        assert!(page_items.len() <= limit);
-        items.extend(page_items.iter().cloned());
-        match page["next"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => break,
-        }
-    }
+    let items = common::every_page(limit, async |cursor| {
+        feed_page(app, reader, cursor.as_deref(), limit).await
+    })
+    .await;
     assert_in_feed_order(&items);
     items
 }

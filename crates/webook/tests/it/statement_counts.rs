@@ -14,18 +14,9 @@ use std::sync::{
     Arc,
 };
 
-use platform::{
-    config::DatabaseKind,
-    db::Db,
-    events::{outbox::Outbox, EventStream},
-    testing::TestDb,
-};
+use platform::{config::DatabaseKind, db::Db, events::EventStream, testing::TestDb};
 use tracing_subscriber::layer::SubscriberExt as _;
-use webook::{
-    comment::{CommentService, CommentSettings, CommentStore},
-    interactive::{store::InteractiveStore, InteractiveService},
-    schema::MIGRATIONS,
-};
+use webook::{comment::CommentStore, interactive::store::InteractiveStore, schema::MIGRATIONS};
 
 const BIZ: webook::biz::Biz = webook::biz::Biz::Article;
 
@@ -167,7 +158,7 @@ async fn few_statements_per_comment_page() {
     let statements = count_statements(&["comments", "interactives", "published_articles"]);
     for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
         let db = TestDb::new(kind, &MIGRATIONS).await;
-        let service = comment_service(&db.db);
+        let service = webook::testing::comment_service(&db.db, EventStream::in_process());
         let article = thread_of_roots_with_replies(&db.db, 150, 5).await;
 
         for limit in [10, 100] {
@@ -196,30 +187,6 @@ async fn few_statements_per_comment_page() {
             }
         }
     }
-}
-
-fn comment_service(db: &Db) -> CommentService {
-    let events = EventStream::in_process();
-    let outbox = Outbox::new(db.clone(), events.clone());
-    let interactive = InteractiveService::new(
-        InteractiveStore::new(db.clone()),
-        events,
-        outbox.clone(),
-        None,
-        16 << 20,
-    );
-    let settings = CommentSettings {
-        comment_rate_limit: 0,
-        ..CommentSettings::default()
-    };
-    CommentService::new(
-        CommentStore::new(db.clone()),
-        interactive,
-        outbox,
-        &settings,
-        None,
-    )
-    .unwrap()
 }
 
 /// A published article (id 1 by user 1) with `roots` top-level comments, each with `replies`

@@ -456,17 +456,10 @@ async fn concurrent_replaces_end_with_one_set_never_a_union(setup: Setup) {
             let (client, url, token) = (app.client.clone(), url.clone(), alice.token.clone());
             let set = set.clone();
             tasks.push(tokio::spawn(async move {
-                let body: Value = client
-                    .post(url)
-                    .bearer_auth(token)
-                    .header("user-agent", common::UA)
-                    .json(&json!({"biz": "article", "bizId": article, "tids": set}))
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
+                let attach = json!({"biz": "article", "bizId": article, "tids": set});
+                let body =
+                    common::envelope(&client, reqwest::Method::POST, url, &token, Some(&attach))
+                        .await;
                 body["code"].as_i64().unwrap()
             }));
         }

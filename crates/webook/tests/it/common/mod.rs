@@ -187,6 +187,45 @@ pub async fn refresh(app: &TestApp, refresh_token: &str) -> Answer {
     .await
 }
 
+/// The JSON envelope of a request made without a `TestApp` at hand (from a spawned task that
+/// owns a client and the base URL): `method` on `base` + `path` as `token`'s holder.
+pub async fn envelope(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<&Value>,
+) -> Value {
+    let mut request = client
+        .request(method, url)
+        .bearer_auth(token)
+        .header(reqwest::header::USER_AGENT, UA);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+/// Every item of a paged list, page by page: `page(cursor)` answers one page's `data`
+/// (`{items, next}`); stops when `next` is absent. Checks no page exceeds `limit`.
+pub async fn every_page(
+    limit: usize,
+    mut page: impl AsyncFnMut(Option<String>) -> Value,
+) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let data = page(cursor.take()).await;
+        let items = data["items"].as_array().unwrap();
+        assert!(items.len() <= limit, "a page longer than {limit}");
+        all.extend(items.iter().cloned());
+        match data["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return all,
+        }
+    }
+}
+
 /// A signed-up, logged-in user.
 pub struct Member {
     pub token: String,
