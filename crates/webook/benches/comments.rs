@@ -42,7 +42,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{ms, summary};
+use common::latencies;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use indicatif::ProgressBar;
 use platform::{
@@ -152,48 +152,20 @@ async fn build() -> World {
 }
 
 async fn page_latencies(world: &World, label: &str, article: i64, cursor: Option<&str>) {
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        let page = world
-            .comments
-            .thread_page(Biz::Article, article, cursor, PAGE)
-            .await
-            .unwrap();
-        samples.push(ms(started.elapsed()));
-        black_box(page);
-    }
-    summary(&format!("{label}, 1 caller"), samples);
-    let tasks: Vec<_> = (0..CONCURRENT_READERS)
-        .map(|_| {
-            let comments = world.comments.clone();
-            let cursor = cursor.map(str::to_owned);
-            tokio::spawn(async move {
-                let mut samples = Vec::with_capacity(CALLS / CONCURRENT_READERS);
-                for _ in 0..CALLS / CONCURRENT_READERS {
-                    let started = Instant::now();
-                    let page = comments
-                        .thread_page(Biz::Article, article, cursor.as_deref(), PAGE)
-                        .await
-                        .unwrap();
-                    samples.push(ms(started.elapsed()));
-                    black_box(page);
-                }
-                samples
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    let mut samples = Vec::with_capacity(CALLS);
-    for task in tasks {
-        samples.extend(task.await.unwrap());
-    }
-    #[allow(clippy::cast_precision_loss)]
-    let rate = CALLS as f64 / started.elapsed().as_secs_f64();
-    summary(
-        &format!("{label}, {CONCURRENT_READERS} callers ({rate:.0} pages/s)"),
-        samples,
-    );
+    let comments = world.comments.clone();
+    let cursor = cursor.map(str::to_owned);
+    latencies(label, CALLS, CONCURRENT_READERS, move || {
+        let (comments, cursor) = (comments.clone(), cursor.clone());
+        async move {
+            black_box(
+                comments
+                    .thread_page(Biz::Article, article, cursor.as_deref(), PAGE)
+                    .await
+                    .unwrap(),
+            );
+        }
+    })
+    .await;
 }
 
 /// The plans SQLite chose for the page's statements (SQLite only).

@@ -62,7 +62,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{ms, summary};
+use common::{latencies, ms, summary};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
@@ -531,42 +531,14 @@ const CONCURRENT_READERS: usize = 8;
 
 /// Latency percentiles of `CALLS` page calls, one caller, then `CONCURRENT_READERS` callers.
 async fn page_latencies(feed: &FeedService, label: &str, reader: i64, cursor: Option<String>) {
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        let page = feed.page(reader, cursor.as_deref(), PAGE).await.unwrap();
-        samples.push(ms(started.elapsed()));
-        black_box(page);
-    }
-    summary(&format!("{label}, 1 caller"), samples);
-    let tasks: Vec<_> = (0..CONCURRENT_READERS)
-        .map(|_| {
-            let feed = feed.clone();
-            let cursor = cursor.clone();
-            tokio::spawn(async move {
-                let mut samples = Vec::with_capacity(CALLS / CONCURRENT_READERS);
-                for _ in 0..CALLS / CONCURRENT_READERS {
-                    let started = Instant::now();
-                    let page = feed.page(reader, cursor.as_deref(), PAGE).await.unwrap();
-                    samples.push(ms(started.elapsed()));
-                    black_box(page);
-                }
-                samples
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    let mut samples = Vec::with_capacity(CALLS);
-    for task in tasks {
-        samples.extend(task.await.unwrap());
-    }
-    let elapsed = started.elapsed();
-    #[allow(clippy::cast_precision_loss)]
-    let rate = CALLS as f64 / elapsed.as_secs_f64();
-    summary(
-        &format!("{label}, {CONCURRENT_READERS} callers ({rate:.0} pages/s)"),
-        samples,
-    );
+    let feed = feed.clone();
+    latencies(label, CALLS, CONCURRENT_READERS, move || {
+        let (feed, cursor) = (feed.clone(), cursor.clone());
+        async move {
+            black_box(feed.page(reader, cursor.as_deref(), PAGE).await.unwrap());
+        }
+    })
+    .await;
 }
 
 /// The time of every page along a walk through `reader`'s whole feed (median of 3 walks).

@@ -34,3 +34,44 @@ pub fn summary(label: &str, mut samples: Vec<f64>) {
         samples[samples.len() - 1]
     );
 }
+
+/// Latency percentiles of `calls` runs of `call`: one caller, then `callers` concurrent
+/// callers sharing the work (as an HTTP server's handlers would), with their rate.
+pub async fn latencies<F, Fut>(label: &str, calls: usize, callers: usize, call: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut samples = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let started = std::time::Instant::now();
+        call().await;
+        samples.push(ms(started.elapsed()));
+    }
+    summary(&format!("{label}, 1 caller"), samples);
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let call = call.clone();
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(calls / callers);
+                for _ in 0..calls / callers {
+                    let started = std::time::Instant::now();
+                    call().await;
+                    samples.push(ms(started.elapsed()));
+                }
+                samples
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut samples = Vec::with_capacity(calls);
+    for task in tasks {
+        samples.extend(task.await.unwrap_or_default());
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    summary(
+        &format!("{label}, {callers} callers ({rate:.0} pages/s)"),
+        samples,
+    );
+}
