@@ -33,6 +33,7 @@ use crate::{
     db::{Db, Migration},
     events::{outbox::Outbox, EventStream, Subscription},
     jobs::JobRegistry,
+    ops::StatusBoard,
     redis::Redis,
     telemetry::MetricsSpec,
 };
@@ -136,6 +137,8 @@ pub struct Platform {
     pub metrics: PrometheusHandle,
     /// Proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: TrustedProxies,
+    /// What features report on `/readyz`.
+    pub status: StatusBoard,
 }
 
 impl Platform {

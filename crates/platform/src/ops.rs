@@ -4,7 +4,7 @@
 //! also `/debug/sleep` and `/debug/panic`, which the process tests use to observe graceful
 //! shutdown and panic handling in a real binary.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use axum::{
     extract::{Query, State},
@@ -24,6 +24,30 @@ use crate::{
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest sleep `/debug/sleep` accepts.
 const MAX_DEBUG_SLEEP: Duration = Duration::from_secs(60);
+
+/// What features report about themselves on `/readyz` (`data.details`), by name — e.g. the
+/// search index being rebuilt: the process is ready and serves everything else meanwhile.
+/// Cheap to clone; a short lock, never held across an await.
+#[derive(Debug, Clone, Default)]
+pub struct StatusBoard(Arc<std::sync::Mutex<BTreeMap<&'static str, String>>>);
+
+impl StatusBoard {
+    /// Sets what `name` reports.
+    pub fn set(&self, name: &'static str, status: impl Into<String>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name, status.into());
+    }
+
+    /// Everything reported, by name.
+    pub fn snapshot(&self) -> BTreeMap<&'static str, String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
 
 /// Which operations routes a listener serves beside `/healthz` and `/readyz`.
 #[derive(Debug, Clone, Copy)]
@@ -59,6 +83,8 @@ struct Readiness {
     mode: &'static str,
     database: &'static str,
     redis: &'static str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    details: BTreeMap<&'static str, String>,
 }
 
 async fn readyz(State(state): State<Arc<Platform>>) -> Response {
@@ -103,6 +129,7 @@ async fn readyz(State(state): State<Arc<Platform>>) -> Response {
         },
         database,
         redis,
+        details: state.status.snapshot(),
     };
     (
         status,

@@ -36,7 +36,7 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, auth, comment, feed, interactive, jobs, ranking, tag, user};
+use crate::{article, auth, comment, feed, interactive, jobs, ranking, search, tag, user};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
@@ -48,6 +48,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &feed::Feed,
     &comment::Comments,
     &tag::Tags,
+    &search::Search,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];
@@ -140,6 +141,7 @@ impl App {
             outbox,
             metrics,
             trusted_proxies,
+            status: ops::StatusBoard::default(),
         };
         let mut registry = Registry::new(JobRegistry::for_mode(
             &platform.config,

@@ -11,6 +11,7 @@ const FEATURES: &[&str] = &[
     "interactive",
     "jobs",
     "ranking",
+    "search",
     "tag",
     "user",
 ];

@@ -31,6 +31,7 @@ pub mod jobs;
 mod layering;
 pub mod ranking;
 pub mod schema;
+pub mod search;
 pub mod seed;
 pub mod tag;
 pub mod user;

@@ -410,6 +410,7 @@ impl EventStream {
 }
 
 pub mod dedup;
+pub mod follow;
 mod in_process;
 pub mod outbox;
 mod redis_streams;

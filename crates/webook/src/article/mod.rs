@@ -11,7 +11,9 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use model::{abstract_of_text, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
+pub use model::{
+    abstract_of_text, text_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED, TOPIC_WITHDRAWN,
+};
 pub use service::ArticleService;
 
 use std::sync::Arc;

@@ -502,6 +502,17 @@ fn decode_entity(text: &str) -> (char, usize) {
     numeric.unwrap_or(('&', 1))
 }
 
+/// The whole text of `html` as a reader sees it (tags dropped, blocks separated by a space,
+/// entities decoded): what search indexes and highlights.
+pub fn text_of(html: &str) -> String {
+    let mut text = String::with_capacity(html.len() / 2);
+    for_each_text_char(html, |c| {
+        text.push(c);
+        ControlFlow::Continue(())
+    });
+    text
+}
+
 /// Whether `html` has any visible text (not only whitespace or zero-width characters).
 pub fn has_visible_text(html: &str) -> bool {
     let mut visible = false;

@@ -11,7 +11,10 @@ pub mod model;
 pub mod service;
 pub mod store;
 
-pub use model::{check_password_strength, display_name, normalize_email, Person};
+pub use model::{
+    check_password_strength, display_name, normalize_email, Person, ProfileEvent,
+    TOPIC_PROFILE_CHANGED,
+};
 pub use service::UserService;
 pub use store::{InsertError, UserStore};
 

@@ -1,0 +1,373 @@
+//! The index itself: its schema, the documents built from database rows, and the one writer
+//! and reader of this process's index directory.
+//!
+//! Data flow: the feeder ([`super::feeder`]) turns events into [`Change`]s (a document to put,
+//! or a key to drop) and calls [`SearchIndex::apply`], which writes them and commits them with
+//! the [`IndexState`] — the schema version, the stream positions they reach and whether the
+//! index is complete — as the commit's payload, then reloads the reader: a commit is both the
+//! durability point and the moment queries see the change. Queries ([`super::query`]) take a
+//! searcher from the reader. Everything here blocks (disk, CPU): callers run it on blocking
+//! threads.
+
+use std::{
+    path::Path,
+    sync::{Mutex, MutexGuard},
+};
+
+use anyhow::Context;
+use platform::events::follow::Positions;
+use serde::{Deserialize, Serialize};
+use tantivy::{
+    directory::MmapDirectory,
+    schema::{
+        Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED,
+        STRING,
+    },
+    Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term,
+};
+
+use super::tokens;
+
+/// Version of the schema and analyses below; an index committed under another is rebuilt.
+/// Raise it with any change to the fields or to [`tokens`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Memory the writer may buffer before it writes a segment (one indexing thread).
+pub const MIN_WRITER_HEAP: usize = 15_000_000;
+
+/// Kinds of document, the `kind` field's values.
+pub const ARTICLE: &str = "article";
+/// A user's profile.
+pub const USER: &str = "user";
+
+/// The schema's fields.
+#[derive(Debug, Clone, Copy)]
+pub struct Fields {
+    /// `article:<id>` / `user:<id>`: what a change replaces.
+    pub key: Field,
+    /// [`ARTICLE`] or [`USER`].
+    pub kind: Field,
+    /// The object's id (fast: read for every hit without the document store).
+    pub id: Field,
+    /// Article title, words and grams.
+    pub title: Field,
+    #[allow(missing_docs)]
+    pub title_grams: Field,
+    /// Article text (the content without markup), words and grams.
+    pub body: Field,
+    #[allow(missing_docs)]
+    pub body_grams: Field,
+    /// Article author's display name.
+    pub author: Field,
+    #[allow(missing_docs)]
+    pub author_grams: Field,
+    /// Article tags' names.
+    pub tags: Field,
+    #[allow(missing_docs)]
+    pub tags_grams: Field,
+    /// First publication time (ms, fast): freshness.
+    pub ctime: Field,
+    /// Like count (fast): popularity.
+    pub likes: Field,
+    /// User nickname, words and grams.
+    pub nickname: Field,
+    #[allow(missing_docs)]
+    pub nickname_grams: Field,
+    /// User about-me, words and grams.
+    pub about: Field,
+    #[allow(missing_docs)]
+    pub about_grams: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let text = |analysis: &str, positions: bool| {
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(analysis)
+                .set_index_option(if positions {
+                    IndexRecordOption::WithFreqsAndPositions
+                } else {
+                    IndexRecordOption::WithFreqs
+                }),
+        )
+    };
+    let words = text(tokens::WORDS, false);
+    let grams = text(tokens::GRAMS, true);
+    let fields = Fields {
+        key: builder.add_text_field("key", STRING),
+        kind: builder.add_text_field("kind", STRING),
+        id: builder.add_u64_field("id", INDEXED | FAST | STORED),
+        title: builder.add_text_field("title", words.clone()),
+        title_grams: builder.add_text_field("title_grams", grams.clone()),
+        body: builder.add_text_field("body", words.clone()),
+        body_grams: builder.add_text_field("body_grams", grams.clone()),
+        author: builder.add_text_field("author", words.clone()),
+        author_grams: builder.add_text_field("author_grams", grams.clone()),
+        tags: builder.add_text_field("tags", words.clone()),
+        tags_grams: builder.add_text_field("tags_grams", grams.clone()),
+        ctime: builder.add_i64_field("ctime", FAST),
+        likes: builder.add_u64_field("likes", FAST),
+        nickname: builder.add_text_field("nickname", words.clone()),
+        nickname_grams: builder.add_text_field("nickname_grams", grams.clone()),
+        about: builder.add_text_field("about", words),
+        about_grams: builder.add_text_field("about_grams", grams),
+    };
+    (builder.build(), fields)
+}
+
+/// What each commit records about the index (its payload).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexState {
+    /// [`SCHEMA_VERSION`] of the index.
+    pub schema: u32,
+    /// Whether a rebuild finished: the index holds everything up to `positions`.
+    pub complete: bool,
+    /// The stream positions applied (cluster mode; empty in-process).
+    pub positions: Positions,
+}
+
+/// A published article as indexed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArticleDoc {
+    /// Article id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// The content's text, markup dropped.
+    pub text: String,
+    /// Author's display name.
+    pub author: String,
+    /// Its tags' names.
+    pub tags: Vec<String>,
+    /// First publication (ms).
+    pub ctime: i64,
+    /// Like count.
+    pub likes: i64,
+}
+
+/// A user's profile as indexed (never email or phone: they are not even read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserDoc {
+    /// User id.
+    pub id: i64,
+    /// Nickname.
+    pub nickname: String,
+    /// About me.
+    pub about: String,
+}
+
+/// One change to the index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Put (or replace) an article.
+    Article(ArticleDoc),
+    /// Put (or replace) a user.
+    User(UserDoc),
+    /// Drop whatever is under this key (a withdrawn article, an emptied profile).
+    Remove(String),
+}
+
+/// The key of article `id`.
+pub fn article_key(id: i64) -> String {
+    format!("{ARTICLE}:{id}")
+}
+
+/// The key of user `id`.
+pub fn user_key(id: i64) -> String {
+    format!("{USER}:{id}")
+}
+
+fn id_value(id: i64) -> u64 {
+    u64::try_from(id).unwrap_or(0)
+}
+
+/// This process's index: one writer (behind a mutex: the feeder and a rebuild never write at
+/// once), one reader, reloaded after each commit.
+pub struct SearchIndex {
+    index: Index,
+    fields: Fields,
+    writer: Mutex<IndexWriter>,
+    reader: IndexReader,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SearchIndex")
+    }
+}
+
+impl SearchIndex {
+    /// Opens the index in `dir` (created if missing), with `writer_heap` bytes for the
+    /// writer; returns it with its last committed state, `None` when it must be rebuilt (new,
+    /// another schema version, or no readable state) — in which case it has been emptied.
+    pub fn open(dir: &Path, writer_heap: usize) -> anyhow::Result<(Self, Option<IndexState>)> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the search index directory {}", dir.display()))?;
+        let (schema, fields) = schema();
+        let directory = MmapDirectory::open(dir)
+            .with_context(|| format!("opening the search index in {}", dir.display()))?;
+        let existing = Index::exists(&directory).unwrap_or(false);
+        let mut index = if existing {
+            match Index::open(directory.clone()) {
+                Ok(index) if index.schema() == schema => Some(index),
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::warn!(error = %err, "unreadable search index; rebuilding it");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let state = match &index {
+            Some(index) => index
+                .load_metas()
+                .ok()
+                .and_then(|metas| metas.payload)
+                .and_then(|payload| serde_json::from_str::<IndexState>(&payload).ok())
+                .filter(|state| state.schema == SCHEMA_VERSION && state.complete),
+            None => None,
+        };
+        if index.is_none() {
+            // Another schema (or garbage): start from an empty directory.
+            drop(directory);
+            std::fs::remove_dir_all(dir)
+                .with_context(|| format!("clearing the search index in {}", dir.display()))?;
+            std::fs::create_dir_all(dir)?;
+            index = Some(Index::create_in_dir(dir, schema.clone())?);
+        }
+        let index = index.context("the index was just opened or created")?;
+        index
+            .tokenizers()
+            .register(tokens::WORDS, tokens::Analysis::WORDS);
+        index
+            .tokenizers()
+            .register(tokens::GRAMS, tokens::Analysis::GRAMS);
+        let writer = index
+            .writer_with_num_threads(1, writer_heap.max(MIN_WRITER_HEAP))
+            .context("opening the search index writer (is another webook using this data dir?)")?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let search = Self {
+            index,
+            fields,
+            writer: Mutex::new(writer),
+            reader,
+        };
+        if state.is_none() {
+            // A rebuild starts empty, whatever an earlier attempt left.
+            search.writer().delete_all_documents()?;
+        }
+        Ok((search, state))
+    }
+
+    /// The fields, for queries.
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    /// The reader (queries take a searcher from it).
+    pub fn reader(&self) -> &IndexReader {
+        &self.reader
+    }
+
+    /// The index (its tokenizers, for queries).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    fn writer(&self) -> MutexGuard<'_, IndexWriter> {
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes `changes` (not yet committed: see [`SearchIndex::commit`]).
+    pub fn write(&self, changes: Vec<Change>) -> anyhow::Result<()> {
+        let writer = self.writer();
+        for change in changes {
+            let (key, document) = match change {
+                Change::Article(article) => (article_key(article.id), Some(self.article(article))),
+                Change::User(user) => (user_key(user.id), Some(self.user(user))),
+                Change::Remove(key) => (key, None),
+            };
+            writer.delete_term(Term::from_field_text(self.fields.key, &key));
+            if let Some(document) = document {
+                writer.add_document(document)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits what was written with `state` as the payload and makes it visible to queries.
+    pub fn commit(&self, state: &IndexState) -> anyhow::Result<()> {
+        let payload = serde_json::to_string(state)?;
+        {
+            let mut writer = self.writer();
+            let mut prepared = writer.prepare_commit()?;
+            prepared.set_payload(&payload);
+            prepared.commit()?;
+        }
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// [`SearchIndex::write`] then [`SearchIndex::commit`].
+    pub fn apply(&self, changes: Vec<Change>, state: &IndexState) -> anyhow::Result<()> {
+        self.write(changes)?;
+        self.commit(state)
+    }
+
+    /// Drops every document (the first step of a rebuild; committed with the next commit).
+    pub fn clear(&self) -> anyhow::Result<()> {
+        self.writer().delete_all_documents()?;
+        Ok(())
+    }
+
+    /// Documents of `kind` visible to queries.
+    pub fn count(&self, kind: &str) -> anyhow::Result<u64> {
+        let searcher = self.reader.searcher();
+        let query = tantivy::query::TermQuery::new(
+            Term::from_field_text(self.fields.kind, kind),
+            IndexRecordOption::Basic,
+        );
+        Ok(searcher.search(&query, &tantivy::collector::Count)? as u64)
+    }
+
+    fn article(&self, article: ArticleDoc) -> TantivyDocument {
+        let f = &self.fields;
+        let mut doc = TantivyDocument::new();
+        doc.add_text(f.key, article_key(article.id));
+        doc.add_text(f.kind, ARTICLE);
+        doc.add_u64(f.id, id_value(article.id));
+        doc.add_text(f.title, &article.title);
+        doc.add_text(f.title_grams, &article.title);
+        doc.add_text(f.body, &article.text);
+        doc.add_text(f.body_grams, &article.text);
+        doc.add_text(f.author, &article.author);
+        doc.add_text(f.author_grams, &article.author);
+        for tag in &article.tags {
+            doc.add_text(f.tags, tag);
+            doc.add_text(f.tags_grams, tag);
+        }
+        doc.add_i64(f.ctime, article.ctime);
+        doc.add_u64(f.likes, u64::try_from(article.likes).unwrap_or(0));
+        doc
+    }
+
+    fn user(&self, user: UserDoc) -> TantivyDocument {
+        let f = &self.fields;
+        let mut doc = TantivyDocument::new();
+        doc.add_text(f.key, user_key(user.id));
+        doc.add_text(f.kind, USER);
+        doc.add_u64(f.id, id_value(user.id));
+        doc.add_text(f.nickname, &user.nickname);
+        doc.add_text(f.nickname_grams, &user.nickname);
+        doc.add_text(f.about, &user.about);
+        doc.add_text(f.about_grams, &user.about);
+        doc
+    }
+}

@@ -1,0 +1,122 @@
+//! Search: Chinese, English and mixed full text over published articles (title, text, author,
+//! tags) and users' public profiles, served by every API instance from an index of its own — no
+//! search server to run.
+//!
+//! Data flow: [`feeder`] rebuilds the [`index`] from the database when it is empty or outdated
+//! and follows the outbox events of articles, tags, likes and profiles, writing each changed
+//! object's current document and committing with the stream positions reached, so a restart
+//! resumes where it left off. `GET /search` ([`http`]) → [`SearchService`] ([`service`]) parses
+//! and runs the query ([`query`]: jieba words and character pairs from [`tokens`], BM25 with
+//! field weights, freshness and popularity nudges, keyset-style cursors) on a blocking thread,
+//! then shows the hits from the database ([`store`]) with [`highlight`]s. A worker-only
+//! instance has no index. While a rebuild runs, `/search` answers 503 and `/readyz` reports
+//! the progress under `details.search`; everything else is served.
+
+mod cli;
+pub mod feeder;
+pub mod highlight;
+mod http;
+pub mod index;
+pub mod query;
+pub mod service;
+pub mod settings;
+pub mod store;
+pub mod tokens;
+
+pub use service::{SearchService, SearchType};
+pub use settings::SearchSettings;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use clap::FromArgMatches;
+use platform::{
+    config::SettingsSpec,
+    feature::{CliCommands, Feature, Platform, Registry},
+    telemetry::MetricsSpec,
+};
+
+/// The search feature.
+pub struct Search;
+
+const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[(
+        service::SEARCH_QUERY_SECONDS,
+        &[0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0],
+    )],
+    describe: describe_metrics,
+};
+
+fn describe_metrics() {
+    metrics::describe_histogram!(
+        service::SEARCH_QUERY_SECONDS,
+        "Seconds per search request (query and hydration), by type"
+    );
+    metrics::describe_counter!(
+        feeder::SEARCH_EVENTS_APPLIED_TOTAL,
+        "Events applied to this instance's search index"
+    );
+    metrics::describe_counter!(
+        feeder::SEARCH_DOCUMENTS_WRITTEN_TOTAL,
+        "Search documents written, by kind (put, remove)"
+    );
+    metrics::describe_gauge!(
+        feeder::SEARCH_INDEX_LAG_SECONDS,
+        "Age of the newest event applied, at its commit: how far behind the search index runs"
+    );
+}
+
+#[async_trait]
+impl Feature for Search {
+    fn name(&self) -> &'static str {
+        "search"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[METRICS]
+    }
+
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::SearchCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::SearchCli::Search(command) = cli::SearchCli::from_arg_matches(&matches)?;
+                match command {
+                    cli::SearchCommand::Reindex => {
+                        cli::reindex(&context.config, context.schema).await
+                    }
+                }
+            })
+        }))
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        if !platform.config.role.serves_api() {
+            return Ok(());
+        }
+        let settings = platform.config.settings::<SearchSettings>()?;
+        let dir = settings.dir(&platform.config);
+        let heap = settings.search_writer_heap;
+        let (index, opened) = tokio::task::spawn_blocking(move || {
+            tokens::warm_up();
+            index::SearchIndex::open(&dir, heap)
+        })
+        .await??;
+        let index = Arc::new(index);
+        let readiness = Arc::new(feeder::Readiness::default());
+        let store = store::SearchStore::new(platform.db.clone());
+        let search = SearchService::new(index.clone(), readiness.clone(), store.clone());
+        let feeder = feeder::Feeder::new(index, store, readiness, platform.status.clone());
+        let events = platform.events.clone();
+        let interval = settings.search_commit_interval;
+        registry.background("search feeder", move |background| {
+            feeder.run(events, opened, interval, background.stop)
+        });
+        registry.routes(http::router(search.clone()));
+        registry.provide(search);
+        Ok(())
+    }
+}

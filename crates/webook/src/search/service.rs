@@ -1,0 +1,334 @@
+//! Answering `/search`: checks the request, runs the query on a blocking thread against the
+//! latest commit, then shows the hits from the database — so a hit withdrawn since it was
+//! indexed is dropped rather than shown — with highlights.
+
+use std::{sync::Arc, time::Instant};
+
+use platform::{
+    db::now_millis,
+    error::{AppError, Msg},
+    page::{decode_cursor, encode_cursor, Page},
+};
+use serde::Serialize;
+
+use super::{
+    feeder::Readiness,
+    highlight,
+    index::{SearchIndex, ARTICLE, USER},
+    query::{self, After, Hit, ParsedQuery, MAX_QUERY_CHARS},
+    store::SearchStore,
+};
+use crate::user::Person;
+
+/// Histogram: seconds per search request (query and hydration), by `type`.
+pub const SEARCH_QUERY_SECONDS: &str = "search_query_seconds";
+
+/// What to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchType {
+    /// Articles and users.
+    All,
+    /// Articles only.
+    Article,
+    /// Users only.
+    User,
+}
+
+impl SearchType {
+    /// `type` of the request; absent means [`SearchType::All`].
+    pub fn parse(value: Option<&str>) -> Result<Self, AppError> {
+        match value.unwrap_or("all") {
+            "all" => Ok(Self::All),
+            "article" => Ok(Self::Article),
+            "user" => Ok(Self::User),
+            _ => Err(AppError::InvalidInput(Msg::field(
+                "type",
+                "must be all, article or user",
+                "须为 all、article 或 user",
+            ))),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Article => "article",
+            Self::User => "user",
+        }
+    }
+}
+
+/// Highlights of an article hit: escaped text, matches in `<em>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Highlight {
+    /// The title, when it matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// An excerpt of the body around its first match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// An article hit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArticleHit {
+    /// Article id.
+    pub id: i64,
+    /// Title (plain text).
+    pub title: String,
+    /// Escaped abstract.
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// Author.
+    pub author: Person,
+    /// Tag names.
+    pub tags: Vec<String>,
+    /// Likes.
+    pub like_cnt: i64,
+    /// First publication (ms).
+    pub ctime: i64,
+    /// What matched.
+    pub highlight: Highlight,
+}
+
+/// A user hit (never email or phone).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserHit {
+    /// User id.
+    pub id: i64,
+    /// Nickname.
+    pub nickname: String,
+    /// About me.
+    pub about_me: String,
+}
+
+/// The answer: a page of each list asked for (the other empty).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResults {
+    /// Article hits.
+    pub articles: Page<ArticleHit>,
+    /// User hits.
+    pub users: Page<UserHit>,
+}
+
+/// Cursor kinds (the first number of a cursor): which list it continues.
+const ARTICLE_CURSOR: i64 = 1;
+const USER_CURSOR: i64 = 2;
+
+fn invalid_query(en: &str, zh: &str) -> AppError {
+    AppError::InvalidInput(Msg::field("q", en, zh))
+}
+
+fn cursor_of(kind: i64, hit: &Hit) -> String {
+    let after = hit.after();
+    encode_cursor(&[kind, i64::from(after.score_bits), after.id as i64])
+}
+
+/// Search over this process's index.
+#[derive(Debug, Clone)]
+pub struct SearchService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    index: Arc<SearchIndex>,
+    readiness: Arc<Readiness>,
+    store: SearchStore,
+}
+
+impl SearchService {
+    /// The service over `index`, served once `readiness` says so.
+    pub fn new(index: Arc<SearchIndex>, readiness: Arc<Readiness>, store: SearchStore) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                index,
+                readiness,
+                store,
+            }),
+        }
+    }
+
+    /// Whether queries are served (the index is complete and followed).
+    pub fn is_ready(&self) -> bool {
+        self.inner.readiness.is_ready()
+    }
+
+    /// A page of hits for `q`. `cursor` (from an earlier answer) continues the list it came
+    /// from; only that list is returned then.
+    pub async fn search(
+        &self,
+        q: &str,
+        kind: SearchType,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<SearchResults, AppError> {
+        let started = Instant::now();
+        if q.chars().count() > MAX_QUERY_CHARS {
+            return Err(invalid_query(
+                &format!("must be at most {MAX_QUERY_CHARS} characters"),
+                &format!("不能超过 {MAX_QUERY_CHARS} 个字符"),
+            ));
+        }
+        if q.chars().any(|c| c.is_control() && !c.is_whitespace()) {
+            return Err(invalid_query(
+                "must not contain control characters",
+                "不能包含控制字符",
+            ));
+        }
+        let (mut want_articles, mut want_users) = match kind {
+            SearchType::All => (true, true),
+            SearchType::Article => (true, false),
+            SearchType::User => (false, true),
+        };
+        let mut after = None;
+        if let Some(cursor) = cursor {
+            let [list, bits, id] = decode_cursor::<3>(cursor)?;
+            let bad = || {
+                AppError::InvalidInput(Msg::field(
+                    "cursor",
+                    "is not a cursor this list gave",
+                    "不是本列表给出的游标",
+                ))
+            };
+            let score_bits = u32::try_from(bits).map_err(|_| bad())?;
+            let id = u64::try_from(id).map_err(|_| bad())?;
+            match list {
+                ARTICLE_CURSOR if want_articles => want_users = false,
+                USER_CURSOR if want_users => want_articles = false,
+                _ => return Err(bad()),
+            }
+            after = Some(After { score_bits, id });
+        }
+        let parsed = ParsedQuery::parse(q);
+        if parsed.is_empty() {
+            return Err(invalid_query(
+                "must contain a letter or digit",
+                "须包含文字或数字",
+            ));
+        }
+        if !self.is_ready() {
+            return Err(AppError::Unavailable(anyhow::anyhow!(
+                "the search index is being rebuilt"
+            )));
+        }
+        let index = self.inner.index.clone();
+        let query_terms = parsed.clone();
+        let (article_hits, user_hits) = tokio::task::spawn_blocking(move || {
+            let searcher = index.reader().searcher();
+            let now = now_millis();
+            let fields = index.fields();
+            let run = |kind: &str| -> tantivy::Result<Vec<Hit>> {
+                let query = query::build(fields, kind, &query_terms);
+                query::search(&searcher, query.as_ref(), kind, after, limit + 1, now)
+            };
+            let articles = if want_articles {
+                run(ARTICLE)?
+            } else {
+                Vec::new()
+            };
+            let users = if want_users { run(USER)? } else { Vec::new() };
+            tantivy::Result::Ok((articles, users))
+        })
+        .await
+        .map_err(|err| AppError::Internal(err.into()))?
+        .map_err(|err| AppError::Internal(err.into()))?;
+        let needles = highlight::needles(&parsed);
+        let articles = self.article_page(article_hits, limit, &needles).await?;
+        let users = self.user_page(user_hits, limit).await?;
+        metrics::histogram!(SEARCH_QUERY_SECONDS, "type" => kind.label())
+            .record(started.elapsed().as_secs_f64());
+        Ok(SearchResults { articles, users })
+    }
+
+    async fn article_page(
+        &self,
+        mut hits: Vec<Hit>,
+        limit: usize,
+        needles: &[Vec<char>],
+    ) -> Result<Page<ArticleHit>, AppError> {
+        let next = (hits.len() > limit).then(|| {
+            hits.truncate(limit);
+            hits.last().map(|hit| cursor_of(ARTICLE_CURSOR, hit))
+        });
+        let ids: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
+        let store = &self.inner.store;
+        let rows = store
+            .articles(&ids)
+            .await
+            .map_err(|err| AppError::Internal(err.into()))?;
+        let mut tags = store
+            .tags(&ids)
+            .await
+            .map_err(|err| AppError::Internal(err.into()))?;
+        let mut rows: std::collections::HashMap<i64, _> =
+            rows.into_iter().map(|row| (row.id, row)).collect();
+        let needles = needles.to_vec();
+        let ordered: Vec<_> = ids
+            .iter()
+            .filter_map(|id| {
+                rows.remove(id)
+                    .map(|row| (row, tags.remove(id).unwrap_or_default()))
+            })
+            .collect();
+        // Markup stripping and matching are CPU work: off the async workers.
+        let items = tokio::task::spawn_blocking(move || {
+            ordered
+                .into_iter()
+                .map(|(row, tags)| {
+                    let text = crate::article::text_of(&row.content);
+                    ArticleHit {
+                        id: row.id,
+                        highlight: Highlight {
+                            title: highlight::whole(&row.title, &needles),
+                            content: highlight::excerpt(&text, &needles),
+                        },
+                        title: row.title,
+                        abstract_text: row.abstract_text,
+                        author: Person::new(row.author_id, Some(&row.author_nickname)),
+                        tags,
+                        like_cnt: row.likes,
+                        ctime: row.ctime,
+                    }
+                })
+                .collect()
+        })
+        .await
+        .map_err(|err| AppError::Internal(err.into()))?;
+        Ok(Page {
+            items,
+            next: next.flatten(),
+        })
+    }
+
+    async fn user_page(&self, mut hits: Vec<Hit>, limit: usize) -> Result<Page<UserHit>, AppError> {
+        let next = (hits.len() > limit).then(|| {
+            hits.truncate(limit);
+            hits.last().map(|hit| cursor_of(USER_CURSOR, hit))
+        });
+        let ids: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
+        let rows = self
+            .inner
+            .store
+            .users(&ids)
+            .await
+            .map_err(|err| AppError::Internal(err.into()))?;
+        let mut rows: std::collections::HashMap<i64, _> =
+            rows.into_iter().map(|row| (row.id, row)).collect();
+        let items = ids
+            .iter()
+            .filter_map(|id| rows.remove(id))
+            .map(|row| UserHit {
+                id: row.id,
+                nickname: row.nickname,
+                about_me: row.about,
+            })
+            .collect();
+        Ok(Page {
+            items,
+            next: next.flatten(),
+        })
+    }
+}

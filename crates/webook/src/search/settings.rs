@@ -1,0 +1,71 @@
+//! The settings of search: where the index lives, how much memory its writer takes and how
+//! quickly changes become searchable. Loaded by the configuration core
+//! ([`platform::config`]); documented in `docs/CONFIG.md`.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::bail;
+use platform::config::{Config, Settings, SettingsSpec};
+use serde::{Deserialize, Serialize};
+
+use super::index::MIN_WRITER_HEAP;
+
+/// How [`SearchSettings`] are loaded.
+pub const SETTINGS: SettingsSpec = SettingsSpec::of::<SearchSettings>();
+
+/// Search settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SearchSettings {
+    /// Directory of this instance's index; empty means `<data_dir>/search`. One process per
+    /// directory (tantivy locks it).
+    pub search_dir: PathBuf,
+    /// Bytes the index writer buffers before writing a segment (≥ 15 MB).
+    pub search_writer_heap: usize,
+    /// How long the feeder gathers events before applying and committing them: the longest a
+    /// change waits to become searchable beyond the relay's own delay.
+    #[serde(with = "humantime_serde")]
+    pub search_commit_interval: Duration,
+}
+
+impl Default for SearchSettings {
+    fn default() -> Self {
+        Self {
+            search_dir: PathBuf::new(),
+            search_writer_heap: 32 * 1024 * 1024,
+            search_commit_interval: Duration::from_millis(200),
+        }
+    }
+}
+
+impl SearchSettings {
+    /// The index directory under `config`.
+    pub fn dir(&self, config: &Config) -> PathBuf {
+        if self.search_dir.as_os_str().is_empty() {
+            config.data_dir.join("search")
+        } else {
+            self.search_dir.clone()
+        }
+    }
+}
+
+impl Settings for SearchSettings {
+    const KEYS: &'static [&'static str] =
+        &["search_dir", "search_writer_heap", "search_commit_interval"];
+
+    fn validate(&self, _config: &Config) -> anyhow::Result<()> {
+        if self.search_writer_heap < MIN_WRITER_HEAP {
+            bail!(
+                "invalid search_writer_heap (WEBOOK_SEARCH_WRITER_HEAP): at least {MIN_WRITER_HEAP} bytes"
+            );
+        }
+        if self.search_commit_interval.is_zero()
+            || self.search_commit_interval > Duration::from_secs(1)
+        {
+            bail!(
+                "invalid search_commit_interval (WEBOOK_SEARCH_COMMIT_INTERVAL): above 0 and at most 1s (changes must be searchable within a second)"
+            );
+        }
+        Ok(())
+    }
+}
