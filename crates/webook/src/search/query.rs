@@ -196,20 +196,23 @@ pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query
                 .collect();
             either.push((Occur::Should, boxed(BooleanQuery::new(all_words))));
         }
-        // Word matches also score (BM25 over words is the better relevance signal).
+        if either.is_empty() {
+            continue;
+        }
+        // Word matches also score (BM25 over words is the better relevance signal), without
+        // making a document match.
+        let mut term_query: Vec<(Occur, Box<dyn Query>)> =
+            vec![(Occur::Must, boxed(BooleanQuery::new(either)))];
         for word in &distinct {
             for field in &searched {
                 let query = boxed(TermQuery::new(
                     Term::from_field_text(field.words, word),
                     IndexRecordOption::WithFreqs,
                 ));
-                either.push((Occur::Should, boosted(query, field.boost * 0.5)));
+                term_query.push((Occur::Should, boosted(query, field.boost * 0.5)));
             }
         }
-        if either.is_empty() {
-            continue;
-        }
-        must.push((Occur::Must, boxed(BooleanQuery::new(either))));
+        must.push((Occur::Must, boxed(BooleanQuery::new(term_query))));
     }
     boxed(BooleanQuery::new(must))
 }

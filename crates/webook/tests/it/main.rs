@@ -30,6 +30,7 @@ mod outbox;
 mod process;
 mod ranking;
 mod readiness;
+mod search;
 mod seed;
 mod sql_scheduler;
 mod statement_counts;

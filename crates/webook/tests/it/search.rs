@@ -1,0 +1,451 @@
+//! Search on {SQLite, PostgreSQL} × {embedded, Redis streams}: Chinese substrings of 2, 3 and 4
+//! characters over jieba-segmented text, English with typeahead, mixed queries; tag matches
+//! outrank body matches; what is published or withdrawn shows within 2 s; paging returns every
+//! hit once; bad input is answered with code 4 and odd syntax as text; highlights escape the
+//! text; email and phone are never indexed nor answered; a rebuild from the database gives the
+//! same results as the index fed by events. (Several instances and a killed one resuming:
+//! `cluster.rs`.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use crate::common;
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use common::{get, member, post, Member, Setup};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use webook::{
+    search::{
+        feeder::{Feeder, Readiness},
+        index::{self, SearchIndex},
+        query::{self, ParsedQuery},
+        store::SearchStore,
+    },
+    testing::TestApp,
+};
+
+/// What the issue allows between a change and its visibility in search.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(2);
+
+async fn app(setup: Setup) -> TestApp {
+    setup
+        .spawn(|config| {
+            let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+            auth.auth_rate_limit = 1_000_000;
+            auth.write_rate_limit = 0;
+        })
+        .await
+}
+
+fn escape(q: &str) -> String {
+    url::form_urlencoded::byte_serialize(q.as_bytes()).collect()
+}
+
+/// `/search` data for `q` (`kind` all/article/user), asserting code 0.
+async fn search(app: &TestApp, q: &str, kind: &str) -> Value {
+    let answer = get(
+        app,
+        &format!("/search?q={}&type={kind}&limit=50", escape(q)),
+        None,
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{q}: {}", answer.raw);
+    answer.json()["data"].clone()
+}
+
+async fn article_ids(app: &TestApp, q: &str) -> Vec<i64> {
+    ids(&search(app, q, "article").await["articles"])
+}
+
+fn ids(list: &Value) -> Vec<i64> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// Waits until `q` finds exactly `expected` (any order), failing after [`VISIBLE_WITHIN`].
+async fn visible(app: &TestApp, q: &str, expected: &[i64]) {
+    let started = Instant::now();
+    let mut expected = expected.to_vec();
+    expected.sort_unstable();
+    loop {
+        let mut found = article_ids(app, q).await;
+        found.sort_unstable();
+        if found == expected {
+            return;
+        }
+        assert!(
+            started.elapsed() < VISIBLE_WITHIN,
+            "{q}: found {found:?}, expected {expected:?} within {VISIBLE_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn publish(app: &TestApp, author: &Member, title: &str, content: &str) -> i64 {
+    let answer = post(
+        app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"title": title, "content": content}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].as_i64().unwrap()
+}
+
+async fn search_ready(app: &TestApp) {
+    platform::testing::wait_until("the search index is ready", || async {
+        app.get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
+    })
+    .await;
+}
+
+/// The corpus of the recall tests: (title, content).
+const CORPUS: &[(&str, &str)] = &[
+    (
+        "Rust 安装简单",
+        "<p>这个数据库的安装非常简单，性能也很好。</p>",
+    ),
+    (
+        "分布式系统设计",
+        "<p>一致性和可用性之间需要权衡。Database replication matters.</p>",
+    ),
+    (
+        "缓存的使用",
+        "<p>缓存可以提升性能，但要小心&lt;script&gt;缓存击穿。</p>",
+    ),
+];
+
+async fn corpus(app: &TestApp) -> (Member, Vec<i64>) {
+    search_ready(app).await;
+    let author = member(app, "searchauthor").await;
+    let mut ids = Vec::new();
+    for (title, content) in CORPUS {
+        ids.push(publish(app, &author, title, content).await);
+    }
+    visible(app, "性能", &[ids[0], ids[2]]).await;
+    (author, ids)
+}
+
+async fn chinese_substrings_english_and_mixed_queries_find_their_articles(setup: Setup) {
+    let app = app(setup).await;
+    let (_, ids) = corpus(&app).await;
+    let (rust, distributed, cache) = (ids[0], ids[1], ids[2]);
+    let cases: &[(&str, &[i64])] = &[
+        // Two characters, one of them a word of its own and one across jieba's words.
+        ("简单", &[rust]),
+        ("装简", &[rust]),
+        ("性能", &[rust, cache]),
+        // Three characters across word boundaries.
+        ("库的安", &[rust]),
+        ("致性和", &[distributed]),
+        // Four.
+        ("安装非常", &[rust]),
+        ("提升性能", &[cache]),
+        // Words apart in the text: every word must be there.
+        ("安装简单", &[rust]),
+        ("安装复杂", &[]),
+        // English, case-insensitive, with the last word as a prefix (typeahead).
+        ("database", &[distributed]),
+        ("DATABASE REPLIC", &[distributed]),
+        ("replic ", &[]),
+        // Mixed scripts.
+        ("Rust 安装", &[rust]),
+        ("Database 权衡", &[distributed]),
+        ("rust缓存", &[]),
+    ];
+    for (q, expected) in cases {
+        let mut found = article_ids(&app, q).await;
+        found.sort_unstable();
+        let mut expected = expected.to_vec();
+        expected.sort_unstable();
+        assert_eq!(found, expected, "query {q:?}");
+    }
+    // The title match ranks above the body-only match.
+    assert_eq!(article_ids(&app, "缓存").await, [cache]);
+    let both = article_ids(&app, "性能").await;
+    assert_eq!(both.len(), 2);
+}
+
+async fn hits_show_highlights_escaped_and_page_every_hit_once(setup: Setup) {
+    let app = app(setup).await;
+    let (author, corpus_ids) = corpus(&app).await;
+    let data = search(&app, "装简", "article").await;
+    let hit = &data["articles"]["items"][0];
+    assert_eq!(hit["id"], corpus_ids[0]);
+    assert_eq!(hit["highlight"]["title"], "Rust 安<em>装简</em>单");
+    assert_eq!(hit["author"]["id"], author.uid);
+    assert_eq!(hit["tags"], json!([]));
+    assert!(hit["ctime"].as_i64().unwrap() > 0);
+    let data = search(&app, "缓存击穿", "article").await;
+    let content = data["articles"]["items"][0]["highlight"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        content.contains("&lt;script&gt;<em>缓存击穿</em>"),
+        "{content}"
+    );
+    assert!(!content.contains("<script"), "{content}");
+
+    // 23 hits in pages of 5: each once, in one order.
+    let mut paged = Vec::new();
+    for n in 0..23 {
+        paged.push(publish(&app, &author, &format!("分页测试 {n}"), "<p>内容</p>").await);
+    }
+    visible(&app, "分页测试", &paged).await;
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!(
+                "/search?q={}&type=article&limit=5&cursor={cursor}",
+                escape("分页测试")
+            ),
+            None => format!("/search?q={}&type=article&limit=5", escape("分页测试")),
+        };
+        let answer = get(&app, &path, None).await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+        let data = answer.json()["data"].clone();
+        let page = ids(&data["articles"]);
+        assert!(page.len() <= 5);
+        seen.extend(page);
+        match data["articles"]["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "a hit came twice: {seen:?}");
+    paged.sort_unstable();
+    assert_eq!(sorted, paged);
+}
+
+async fn bad_input_is_code_4_and_odd_syntax_is_text(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    for path in [
+        format!("/search?q={}", "a".repeat(101)),
+        "/search?q=".to_owned(),
+        "/search?q=%21%21%21".to_owned(),
+        "/search?q=rust&type=tags".to_owned(),
+        "/search?q=rust&limit=101".to_owned(),
+        "/search?q=rust&limit=0".to_owned(),
+        "/search?q=rust&cursor=garbage".to_owned(),
+        "/search?q=rust&type=user&cursor=MS4xLjE".to_owned(),
+        "/search?q=a%00b".to_owned(),
+    ] {
+        let answer = get(&app, &path, None).await;
+        assert_eq!(answer.code(), 4, "{path}: {}", answer.raw);
+    }
+    for q in [
+        "title:(rust AND",
+        "\"unclosed",
+        "a* ~ ^2 [1 TO 2]",
+        "\\ rust",
+        "🦀 rust",
+    ] {
+        search(&app, q, "all").await;
+    }
+    // A hundred characters is allowed.
+    search(&app, &"安".repeat(100), "all").await;
+}
+
+async fn tag_matches_outrank_body_matches(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "tagger").await;
+    let mentioned_twice = publish(
+        &app,
+        &author,
+        "笔记一",
+        "<p>消息队列很好，消息队列很快。</p>",
+    )
+    .await;
+    let tagged = publish(&app, &author, "笔记二", "<p>今天聊聊消息队列。</p>").await;
+    visible(&app, "消息队列", &[mentioned_twice, tagged]).await;
+    assert_eq!(
+        article_ids(&app, "消息队列").await,
+        [mentioned_twice, tagged]
+    );
+    let tag = post(
+        &app,
+        "/tags",
+        Some(&author.token),
+        json!({"name": "消息队列"}),
+    )
+    .await;
+    let tag = tag.json()["data"].as_i64().unwrap();
+    let attached = post(
+        &app,
+        "/tags/attach",
+        Some(&author.token),
+        json!({"biz": "article", "bizId": tagged, "tids": [tag]}),
+    )
+    .await;
+    assert_eq!(attached.code(), 0, "{}", attached.raw);
+    let started = Instant::now();
+    while article_ids(&app, "消息队列").await != [tagged, mentioned_twice] {
+        assert!(
+            started.elapsed() < VISIBLE_WITHIN,
+            "the tag did not lift the tagged article"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let data = search(&app, "消息队列", "article").await;
+    assert_eq!(data["articles"]["items"][0]["tags"], json!(["消息队列"]));
+}
+
+async fn published_and_withdrawn_articles_show_within_two_seconds(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "visibility").await;
+    let id = publish(&app, &author, "可见性检查", "<p>正文</p>").await;
+    visible(&app, "可见性检查", &[id]).await;
+    let withdrawn = post(
+        &app,
+        "/articles/withdraw",
+        Some(&author.token),
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(withdrawn.code(), 0, "{}", withdrawn.raw);
+    // The database says withdrawn at once: never served again, even before the index knows.
+    assert_eq!(article_ids(&app, "可见性检查").await, Vec::<i64>::new());
+    visible(&app, "可见性检查", &[]).await;
+    // Republished (an edit with a new title) comes back under the new title only.
+    let republished = post(
+        &app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"id": id, "title": "重新发布检查", "content": "<p>正文</p>"}),
+    )
+    .await;
+    assert_eq!(republished.code(), 0, "{}", republished.raw);
+    visible(&app, "重新发布检查", &[id]).await;
+    visible(&app, "可见性检查", &[]).await;
+}
+
+async fn email_and_phone_are_never_indexed_nor_answered(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let user = member(&app, "privatefellow").await;
+    let edit = post(
+        &app,
+        "/users/edit",
+        Some(&user.token),
+        json!({"nickname": "隐私小明", "aboutMe": "喜欢写 Rust 代码"}),
+    )
+    .await;
+    assert_eq!(edit.code(), 0, "{}", edit.raw);
+    sqlx::query("UPDATE users SET phone = '13800138000' WHERE id = $1")
+        .bind(user.uid)
+        .execute(app.platform.db.pool())
+        .await
+        .unwrap();
+    platform::testing::wait_until("the profile is searchable", || async {
+        ids(&search(&app, "隐私小明", "user").await["users"]) == [user.uid]
+    })
+    .await;
+    let answer = get(
+        &app,
+        &format!("/search?q={}", escape("隐私小明 Rust")),
+        None,
+    )
+    .await;
+    let hit = &answer.json()["data"]["users"]["items"][0];
+    assert_eq!(hit["id"], user.uid);
+    assert_eq!(hit["nickname"], "隐私小明");
+    assert_eq!(hit["aboutMe"], "喜欢写 Rust 代码");
+    assert_eq!(common::sorted_keys(hit), ["aboutMe", "id", "nickname"]);
+    for q in [
+        "privatefellow",
+        "privatefellow@webook.test",
+        "webook.test",
+        "13800138000",
+        "隐私小明",
+    ] {
+        let answer = get(&app, &format!("/search?q={}", escape(q)), None).await;
+        assert!(!answer.raw.contains("privatefellow"), "{q}: {}", answer.raw);
+        assert!(!answer.raw.contains("13800138000"), "{q}: {}", answer.raw);
+    }
+    for q in ["privatefellow", "13800138000", "webook.test"] {
+        let data = search(&app, q, "all").await;
+        assert_eq!(data["users"]["items"], json!([]), "{q}");
+        assert_eq!(data["articles"]["items"], json!([]), "{q}");
+    }
+}
+
+async fn a_rebuild_from_the_database_gives_the_same_results(setup: Setup) {
+    let app = app(setup).await;
+    let (author, _) = corpus(&app).await;
+    let mut added = Vec::new();
+    for n in 0..10 {
+        added.push(
+            publish(
+                &app,
+                &author,
+                &format!("重建 {n} 数据库"),
+                "<p>Database 性能 安装</p>",
+            )
+            .await,
+        );
+    }
+    let queries = [
+        "性能",
+        "数据库",
+        "安装",
+        "database",
+        "重建 数据",
+        "Rust 安装",
+    ];
+    // Fed by events: wait until the last article is in.
+    visible(&app, "重建", &added).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (index, state) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
+    assert!(state.is_none(), "a new index is to be rebuilt");
+    let feeder = Feeder::new(
+        Arc::new(index),
+        SearchStore::new(app.platform.db.clone()),
+        Arc::new(Readiness::default()),
+        Default::default(),
+    );
+    let rows = feeder
+        .rebuild(Default::default(), &CancellationToken::new(), |_, _| {})
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(rows >= 13, "{rows} rows");
+    drop(feeder);
+    let (rebuilt, state) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
+    assert!(state.unwrap().complete);
+    let searcher = rebuilt.reader().searcher();
+    for q in queries {
+        let query = query::build(rebuilt.fields(), index::ARTICLE, &ParsedQuery::parse(q));
+        let now = platform::db::now_millis();
+        let hits = query::search(&searcher, query.as_ref(), index::ARTICLE, None, 50, now).unwrap();
+        let from_rebuild: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
+        assert!(!from_rebuild.is_empty(), "{q}");
+        assert_eq!(article_ids(&app, q).await, from_rebuild, "{q}");
+    }
+}
+
+crate::setup_tests!(
+    chinese_substrings_english_and_mixed_queries_find_their_articles,
+    hits_show_highlights_escaped_and_page_every_hit_once,
+    bad_input_is_code_4_and_odd_syntax_is_text,
+    tag_matches_outrank_body_matches,
+    published_and_withdrawn_articles_show_within_two_seconds,
+    email_and_phone_are_never_indexed_nor_answered,
+    a_rebuild_from_the_database_gives_the_same_results,
+);
