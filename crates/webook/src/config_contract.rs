@@ -101,6 +101,13 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("feed_inbox_cap", "2000", "2000"),
     ("comment_rate_limit", "5", "5"),
     ("comment_rate_window", "2m", r#""2m""#),
+    (
+        "search_dir",
+        "/tmp/contract-search",
+        r#""/tmp/contract-search""#,
+    ),
+    ("search_writer_heap", "64000000", "64000000"),
+    ("search_commit_interval", "500ms", r#""500ms""#),
 ];
 
 /// `--print-config`'s TOML, parsed.
@@ -383,6 +390,18 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_COMMENT_RATE_WINDOW",
             "0s",
             &["comment_rate_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SEARCH_WRITER_HEAP",
+            "1000",
+            &["search_writer_heap"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SEARCH_COMMIT_INTERVAL",
+            "2s",
+            &["search_commit_interval", "within a second"],
         );
         refused(
             jail,

@@ -229,25 +229,17 @@ impl Feeder {
             )
         });
         async move {
-            let from = loop {
-                match self.start(&events, opened.clone(), &stop).await {
-                    Ok(from) => break from,
-                    Err(err) => {
-                        tracing::error!(
-                            error = format!("{err:#}"),
-                            "search index rebuild failed; retrying in 5 s"
-                        );
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_secs(5)) => {},
-                            () = stop.cancelled() => return,
-                        }
-                    }
-                }
-            };
-            let Some(from) = from else { return };
             match in_process {
-                Some(follow) => follow.await,
+                // The groups are consumed while the index is checked or rebuilt: what arrives
+                // meanwhile is only noted (so the outbox relay, which waits for every group,
+                // never waits for a rebuild), then applied once the index is complete.
+                Some(follow) => {
+                    tokio::join!(follow, self.start_until_ready(&events, opened, &stop));
+                }
                 None => {
+                    let Some(from) = self.start_until_ready(&events, opened, &stop).await else {
+                        return;
+                    };
                     let feeder = self.clone();
                     events
                         .follow(
@@ -263,6 +255,30 @@ impl Feeder {
                             },
                         )
                         .await
+                }
+            }
+        }
+    }
+
+    /// [`Feeder::start`], retried every 5 s until it succeeds; `None` if stopped first.
+    async fn start_until_ready(
+        &self,
+        events: &EventStream,
+        opened: Option<IndexState>,
+        stop: &CancellationToken,
+    ) -> Option<Positions> {
+        loop {
+            match self.start(events, opened.clone(), stop).await {
+                Ok(from) => return from,
+                Err(err) => {
+                    tracing::error!(
+                        error = format!("{err:#}"),
+                        "search index rebuild failed; retrying in 5 s"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(5)) => {},
+                        () = stop.cancelled() => return None,
+                    }
                 }
             }
         }
@@ -374,6 +390,8 @@ impl Feeder {
             positions: heads,
         })
         .await?;
+        let index = self.index.clone();
+        tokio::task::spawn_blocking(move || index.mark_fresh()).await??;
         Ok(Some(done))
     }
 
@@ -398,8 +416,16 @@ impl Feeder {
     }
 
     async fn write(&self, changes: Vec<Change>) -> anyhow::Result<()> {
+        let removed = changes
+            .iter()
+            .filter(|change| matches!(change, Change::Remove(_)))
+            .count() as u64;
+        let put = changes.len() as u64 - removed;
         let index = self.index.clone();
-        tokio::task::spawn_blocking(move || index.write(changes)).await?
+        tokio::task::spawn_blocking(move || index.write(changes)).await??;
+        metrics::counter!(SEARCH_DOCUMENTS_WRITTEN_TOTAL, "kind" => "remove").increment(removed);
+        metrics::counter!(SEARCH_DOCUMENTS_WRITTEN_TOTAL, "kind" => "put").increment(put);
+        Ok(())
     }
 
     async fn commit(&self, state: IndexState) -> anyhow::Result<()> {
@@ -455,13 +481,6 @@ impl Feeder {
             changes.push(Change::Remove(index::user_key(*uid)));
         }
         changes.extend(rows.into_iter().map(user_change));
-        let removed = changes
-            .iter()
-            .filter(|change| matches!(change, Change::Remove(_)))
-            .count() as u64;
-        metrics::counter!(SEARCH_DOCUMENTS_WRITTEN_TOTAL, "kind" => "remove").increment(removed);
-        metrics::counter!(SEARCH_DOCUMENTS_WRITTEN_TOTAL, "kind" => "put")
-            .increment(changes.len() as u64 - removed);
         let state = {
             let mut positions = self.lock_positions();
             positions.advance(&reached);

@@ -35,6 +35,27 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Memory the writer may buffer before it writes a segment (one indexing thread).
 pub const MIN_WRITER_HEAP: usize = 15_000_000;
 
+/// A file in the index directory saying the database was written behind the event stream
+/// (`webook seed`): the index is rebuilt at the next open, and the file removed once it is.
+const STALE_MARKER: &str = "STALE";
+
+/// Marks the index in `dir` (if any) for a rebuild at its next open; true if there is one.
+/// Safe while a server uses it: that server rebuilds at its next start.
+pub fn mark_stale(dir: &Path) -> anyhow::Result<bool> {
+    if !dir.exists() {
+        return Ok(false);
+    }
+    std::fs::write(dir.join(STALE_MARKER), b"written behind the event stream\n").with_context(
+        || {
+            format!(
+                "marking the search index in {} for a rebuild",
+                dir.display()
+            )
+        },
+    )?;
+    Ok(true)
+}
+
 /// Kinds of document, the `kind` field's values.
 pub const ARTICLE: &str = "article";
 /// A user's profile.
@@ -185,6 +206,7 @@ fn id_value(id: i64) -> u64 {
 /// This process's index: one writer (behind a mutex: the feeder and a rebuild never write at
 /// once), one reader, reloaded after each commit.
 pub struct SearchIndex {
+    dir: std::path::PathBuf,
     index: Index,
     fields: Fields,
     writer: Mutex<IndexWriter>,
@@ -226,7 +248,8 @@ impl SearchIndex {
                 .ok()
                 .and_then(|metas| metas.payload)
                 .and_then(|payload| serde_json::from_str::<IndexState>(&payload).ok())
-                .filter(|state| state.schema == SCHEMA_VERSION && state.complete),
+                .filter(|state| state.schema == SCHEMA_VERSION && state.complete)
+                .filter(|_| !dir.join(STALE_MARKER).exists()),
             None => None,
         };
         if index.is_none() {
@@ -252,6 +275,7 @@ impl SearchIndex {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         let search = Self {
+            dir: dir.to_path_buf(),
             index,
             fields,
             writer: Mutex::new(writer),
@@ -313,6 +337,14 @@ impl SearchIndex {
         }
         self.reader.reload()?;
         Ok(())
+    }
+
+    /// After a rebuild's commit: the index matches the database again ([`mark_stale`]).
+    pub fn mark_fresh(&self) -> anyhow::Result<()> {
+        match std::fs::remove_file(self.dir.join(STALE_MARKER)) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+            _ => Ok(()),
+        }
     }
 
     /// [`SearchIndex::write`] then [`SearchIndex::commit`].

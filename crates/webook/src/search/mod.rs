@@ -39,6 +39,12 @@ use platform::{
 /// The search feature.
 pub struct Search;
 
+/// Marks the index `config` names, if there is one, for a rebuild at its next start: for
+/// writes made behind the event stream (`webook seed`). True if there was one.
+pub fn mark_index_stale(config: &platform::config::Config) -> anyhow::Result<bool> {
+    index::mark_stale(&config.settings::<SearchSettings>()?.dir(config))
+}
+
 const METRICS: MetricsSpec = MetricsSpec {
     histogram_buckets: &[(
         service::SEARCH_QUERY_SECONDS,

@@ -1,6 +1,7 @@
 //! `webook seed`: connects to the database the layered config names, applies migrations, runs
 //! [`seed`](super::seed) with a progress bar on stderr (for the feed settings of that config:
-//! push threshold and inbox cap), and prints what was written on stdout.
+//! push threshold and inbox cap), and prints what was written on stdout. Rows written by the
+//! seed produce no events, so it marks this data dir's search index stale, rebuilt at the next start.
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,10 @@ pub async fn run(config: &Config, args: &SeedArgs) -> anyhow::Result<()> {
             "  tags      {:>11}  on {} articles ({} tag rows)",
             report.tags.tags, report.tags.tagged_articles, report.tags.tag_rows
         );
+        // The seed writes behind the event stream: an index of this data dir no longer matches.
+        if crate::search::mark_index_stale(config)? {
+            println!("  search index of this data dir marked stale: rebuilt at the next start");
+        }
         anyhow::Ok(())
     }
     .await;
