@@ -97,8 +97,10 @@ impl EventStream {
     }
 
     /// Whether following `topics` from `positions` would see every entry after them: each topic
-    /// has a position and, with Redis, no entry after it was trimmed away. In-process always
-    /// (the outbox keeps what was not handled).
+    /// has a position and, with Redis, no entry after it was trimmed away — nothing was added
+    /// after it, or the stream's first remaining entry is at or before it (trimming removes the
+    /// oldest entries first), or, from the stream's start, nothing was ever removed. In-process
+    /// always (the outbox keeps what was not handled).
     pub async fn can_resume(&self, topics: &[&str], positions: &Positions) -> anyhow::Result<bool> {
         let Backend::Redis(backend) = &self.backend else {
             return Ok(true);
@@ -120,8 +122,13 @@ impl EventStream {
                 Err(err) if err.code() == Some("ERR") => continue,
                 Err(err) => return Err(err.into()),
             };
-            let deleted = max_deleted_entry_id(&info).and_then(|id| parse_stream_id(&id));
-            if deleted.is_some_and(|deleted| deleted > position) {
+            let info = StreamInfo::of(info);
+            let nothing_new = info.last_generated.is_some_and(|last| last <= position);
+            let intact_after = info.first_entry.is_some_and(|first| first <= position);
+            let never_trimmed = position == (0, 0)
+                && info.entries_added.is_some()
+                && info.entries_added == info.length;
+            if !(nothing_new || intact_after || never_trimmed) {
                 return Ok(false);
             }
         }
@@ -226,24 +233,50 @@ impl redis::FromRedisValue for StreamRangeIds {
     }
 }
 
-/// `max-deleted-entry-id` of an `XINFO STREAM` reply (Redis ≥ 7), if present.
-fn max_deleted_entry_id(info: &redis::Value) -> Option<String> {
-    let fields: Vec<redis::Value> = match info {
-        redis::Value::Array(items) => items.clone(),
-        redis::Value::Map(pairs) => pairs
-            .iter()
-            .flat_map(|(key, value)| [key.clone(), value.clone()])
-            .collect(),
-        _ => return None,
-    };
-    let mut fields = fields.into_iter();
-    while let (Some(key), Some(value)) = (fields.next(), fields.next()) {
-        let key: Option<String> = redis::from_redis_value(key).ok();
-        if key.as_deref() == Some("max-deleted-entry-id") {
-            return redis::from_redis_value(value).ok();
+/// What [`EventStream::can_resume`] reads of an `XINFO STREAM` reply.
+#[derive(Debug, Default)]
+struct StreamInfo {
+    last_generated: Option<(u64, u64)>,
+    first_entry: Option<(u64, u64)>,
+    /// Redis ≥ 7.
+    entries_added: Option<u64>,
+    length: Option<u64>,
+}
+
+impl StreamInfo {
+    fn of(info: redis::Value) -> Self {
+        let fields: Vec<redis::Value> = match info {
+            redis::Value::Array(items) => items,
+            redis::Value::Map(pairs) => pairs
+                .into_iter()
+                .flat_map(|(key, value)| [key, value])
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut parsed = Self::default();
+        let mut fields = fields.into_iter();
+        while let (Some(key), Some(value)) = (fields.next(), fields.next()) {
+            let Ok(key) = redis::from_redis_value::<String>(key) else {
+                continue;
+            };
+            match key.as_str() {
+                "last-generated-id" => {
+                    parsed.last_generated = redis::from_redis_value::<String>(value)
+                        .ok()
+                        .and_then(|id| parse_stream_id(&id));
+                }
+                "first-entry" => {
+                    parsed.first_entry = redis::from_redis_value::<(String, redis::Value)>(value)
+                        .ok()
+                        .and_then(|(id, _)| parse_stream_id(&id));
+                }
+                "entries-added" => parsed.entries_added = redis::from_redis_value(value).ok(),
+                "length" => parsed.length = redis::from_redis_value(value).ok(),
+                _ => {}
+            }
         }
+        parsed
     }
-    None
 }
 
 struct RedisFollower {

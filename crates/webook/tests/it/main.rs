@@ -20,6 +20,7 @@ mod cluster;
 mod comments;
 mod events;
 mod feed;
+mod follow;
 mod full_disk;
 mod http_conventions;
 mod interactive;
