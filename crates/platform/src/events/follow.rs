@@ -16,7 +16,8 @@
 //!   the stored positions applies nothing twice. A stream trimmed past a stored position
 //!   (`XINFO STREAM` → `max-deleted-entry-id`) makes [`EventStream::can_resume`] answer false.
 //! - **In-process**: one consumer group per topic (registered when `follow` is called, before
-//!   the outbox relay starts), their batches funnelled into the one handler, one at a time. The
+//!   the outbox relay starts), their batches funnelled into the one handler, one call at a time
+//!   (batches that arrive meanwhile are handed over together in the next call). The
 //!   outbox keeps each row until every group's handler returned `Ok`, so the outbox, not the
 //!   positions, is what a restart resumes from; positions are always empty.
 
@@ -158,7 +159,7 @@ impl EventStream {
         // In-process groups must exist before this returns (the relay hands rows only to the
         // groups registered when it relays them).
         type Funnelled = (Vec<Event>, oneshot::Sender<anyhow::Result<()>>);
-        let (funnel, mut funnelled) = mpsc::channel::<Funnelled>(1);
+        let (funnel, mut funnelled) = mpsc::channel::<Funnelled>(topics.len().max(1));
         let consumers: Vec<_> = match &backend {
             Backend::InProcess(_) => topics
                 .iter()
@@ -194,9 +195,21 @@ impl EventStream {
             match backend {
                 Backend::InProcess(_) => {
                     let consumers = futures_util::future::join_all(consumers);
+                    // Batches that arrive while one is handled (other topics') are handled
+                    // together next: one handler call — one commit — for all of them.
                     let funnel = async move {
-                        while let Some((events, reply)) = funnelled.recv().await {
-                            let _ = reply.send(handler(events, Positions::default()).await);
+                        while let Some((mut events, reply)) = funnelled.recv().await {
+                            let mut replies = vec![reply];
+                            while let Ok((more, reply)) = funnelled.try_recv() {
+                                events.extend(more);
+                                replies.push(reply);
+                            }
+                            let outcome = handler(events, Positions::default())
+                                .await
+                                .map_err(|err| format!("{err:#}"));
+                            for reply in replies {
+                                let _ = reply.send(outcome.clone().map_err(anyhow::Error::msg));
+                            }
                         }
                     };
                     tokio::join!(consumers, funnel);

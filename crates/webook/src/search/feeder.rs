@@ -56,6 +56,10 @@ pub const TOPICS: &[&str] = &[
 const GROUP: &str = "search";
 /// Events per applied batch.
 const BATCH: usize = 1000;
+/// In-process, how long the follower gathers the events of a relay pass. The relay hands a
+/// pass's rows to every group and waits until all have handled them, so a longer wait would
+/// hold every consumer's events back; one pass is one commit.
+const IN_PROCESS_GATHER: Duration = Duration::from_millis(20);
 /// Rows per page of a rebuild.
 const REBUILD_PAGE: i64 = 1000;
 
@@ -219,8 +223,8 @@ impl Feeder {
                 TOPICS,
                 GROUP,
                 Positions::default(),
-                BATCH,
-                commit_interval,
+                platform::events::outbox::RELAY_BATCH as usize,
+                IN_PROCESS_GATHER.min(commit_interval),
                 stop.clone(),
                 move |batch, reached| {
                     let feeder = feeder.clone();

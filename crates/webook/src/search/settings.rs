@@ -22,8 +22,9 @@ pub struct SearchSettings {
     pub search_dir: PathBuf,
     /// Bytes the index writer buffers before writing a segment (≥ 15 MB).
     pub search_writer_heap: usize,
-    /// How long the feeder gathers events before applying and committing them: the longest a
-    /// change waits to become searchable beyond the relay's own delay.
+    /// Cluster mode: how long the feeder gathers events from the streams before applying and
+    /// committing them — the longest a change waits to become searchable beyond the relay's own
+    /// delay. (Embedded mode applies each relay pass at once, within 20 ms.)
     #[serde(with = "humantime_serde")]
     pub search_commit_interval: Duration,
 }
