@@ -381,7 +381,10 @@ fn bench(c: &mut Criterion) {
                 let hits = pg_search(pg, &words).await;
                 (hits, pg_count(pg, &words).await)
             });
-            assert!(!hits.is_empty() && count > 0, "{q:?} finds nothing in PostgreSQL");
+            assert!(
+                !hits.is_empty() && count > 0,
+                "{q:?} finds nothing in PostgreSQL"
+            );
             let samples = runtime.block_on(async {
                 let mut samples = Vec::with_capacity(PG_CALLS);
                 let started = Instant::now();

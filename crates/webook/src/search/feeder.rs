@@ -62,6 +62,9 @@ const BATCH: usize = 1000;
 const IN_PROCESS_GATHER: Duration = Duration::from_millis(20);
 /// Rows per page of a rebuild.
 const REBUILD_PAGE: i64 = 1000;
+/// A rebuild commits (as incomplete) every this many rows: the writer's bookkeeping of
+/// uncommitted segments grows with the documents written since the last commit.
+const REBUILD_COMMIT_ROWS: u64 = 10_000;
 
 /// Counter: events applied to the index.
 pub const SEARCH_EVENTS_APPLIED_TOTAL: &str = "search_events_applied_total";
@@ -374,6 +377,14 @@ impl Feeder {
             let changes = self.article_changes(rows).await?;
             self.write(changes).await?;
             progress(done, total);
+            if done % REBUILD_COMMIT_ROWS < REBUILD_PAGE as u64 {
+                self.commit(IndexState {
+                    schema: SCHEMA_VERSION,
+                    complete: false,
+                    positions: Positions::default(),
+                })
+                .await?;
+            }
         }
         let mut after = 0;
         loop {

@@ -2,9 +2,11 @@
 //! everything else is text), the tantivy query, scoring and keyset-style paging.
 //!
 //! Each term (a whitespace-separated word, or a quoted phrase) must match, in one of two ways:
-//! its grams as a phrase in some field (an exact substring: "简单" in "安装简单"), or every
-//! jieba word of it somewhere (so "安装简单" also finds "安装非常简单"). The last term, unless the
-//! query ends in a space, matches as a prefix too (typeahead: "datab" finds "database").
+//! its grams as a phrase in some field (an exact substring: "简单" in "安装简单"), or, when jieba
+//! cuts it into several words, every word somewhere (so "安装简单" also finds "安装非常简单").
+//! Scores are BM25 of those matches. The last term, unless the query ends in a space, matches
+//! as a prefix too when it ends in a Latin word or is one Chinese character (typeahead: "datab"
+//! finds "database"; a longer Chinese term already matches anywhere).
 //! Fields weigh differently: for articles tags ×4, title ×3, author ×1.5, body ×1; for users
 //! nickname ×3, about-me ×1. BM25 scores are then nudged by freshness and popularity (at most
 //! +30%, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow.
@@ -163,22 +165,26 @@ pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query
         )),
     )];
     for (at, term) in parsed.terms.iter().enumerate() {
-        let prefix = parsed.last_is_prefix && at + 1 == parsed.terms.len();
+        // A prefix is for a word being typed: Latin letters, or a first Chinese character
+        // (further characters already match anywhere, as pairs).
+        let typing = parsed.last_is_prefix && at + 1 == parsed.terms.len();
+        let ends_in_cjk_run = {
+            let mut chars = term.chars().rev();
+            matches!((chars.next(), chars.next()), (Some(a), Some(b)) if tokens::is_cjk(a) && tokens::is_cjk(b))
+        };
+        let prefix = typing && !ends_in_cjk_run;
         let grams: Vec<String> = tokens::grams(term).into_iter().map(|t| t.text).collect();
-        let words: Vec<String> = tokens::words(term).into_iter().map(|t| t.text).collect();
         let mut either: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         for field in &searched {
             if let Some(query) = gram_query(field.grams, &grams, prefix) {
                 either.push((Occur::Should, boosted(query, field.boost)));
             }
         }
-        // Every word somewhere (only when the term is more than one word: a one-word term is
-        // already its grams).
-        let mut distinct = words.clone();
-        distinct.sort();
-        distinct.dedup();
-        if distinct.len() > 1 {
-            let all_words = distinct
+        // Or every word of it somewhere, when it is several words ("安装简单" also finds
+        // "安装非常简单"); a one-word term is already its grams.
+        let words = tokens::precise_words(term);
+        if words.len() > 1 {
+            let all_words = words
                 .iter()
                 .map(|word| {
                     let anywhere = searched
@@ -199,20 +205,7 @@ pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query
         if either.is_empty() {
             continue;
         }
-        // Word matches also score (BM25 over words is the better relevance signal), without
-        // making a document match.
-        let mut term_query: Vec<(Occur, Box<dyn Query>)> =
-            vec![(Occur::Must, boxed(BooleanQuery::new(either)))];
-        for word in &distinct {
-            for field in &searched {
-                let query = boxed(TermQuery::new(
-                    Term::from_field_text(field.words, word),
-                    IndexRecordOption::WithFreqs,
-                ));
-                term_query.push((Occur::Should, boosted(query, field.boost * 0.5)));
-            }
-        }
-        must.push((Occur::Must, boxed(BooleanQuery::new(term_query))));
+        must.push((Occur::Must, boxed(BooleanQuery::new(either))));
     }
     boxed(BooleanQuery::new(must))
 }

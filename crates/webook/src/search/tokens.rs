@@ -68,6 +68,19 @@ pub fn words(text: &str) -> Vec<Token> {
     tokens
 }
 
+/// The words of `text` in jieba's precise mode (no shorter words inside long ones),
+/// lowercased: what a query term is made of.
+pub fn precise_words(text: &str) -> Vec<String> {
+    JIEBA
+        .cut(text, true)
+        .into_iter()
+        .filter(|word| {
+            word.word.len() <= MAX_TERM_BYTES && word.word.chars().any(char::is_alphanumeric)
+        })
+        .map(|word| lowercased(word.word))
+        .collect()
+}
+
 /// The gram terms of `text`, with byte offsets.
 pub fn grams(text: &str) -> Vec<Token> {
     let mut tokens = Vec::new();
