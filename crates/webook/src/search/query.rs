@@ -156,14 +156,10 @@ fn gram_query(field: Field, grams: &[String], prefix: bool) -> Option<Box<dyn Qu
 
 /// The query for `parsed` over documents of `kind`.
 pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query> {
+    // No filter on `kind`: the fields searched exist only in documents of that kind, and an
+    // intersection with every document of the kind would cost a posting list of them all.
     let searched = searched(fields, kind);
-    let mut must: Vec<(Occur, Box<dyn Query>)> = vec![(
-        Occur::Must,
-        boxed(TermQuery::new(
-            Term::from_field_text(fields.kind, kind),
-            IndexRecordOption::Basic,
-        )),
-    )];
+    let mut must: Vec<(Occur, Box<dyn Query>)> = Vec::new();
     for (at, term) in parsed.terms.iter().enumerate() {
         // A prefix is for a word being typed: Latin letters, or a first Chinese character
         // (further characters already match anywhere, as pairs).
@@ -206,6 +202,14 @@ pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query
             continue;
         }
         must.push((Occur::Must, boxed(BooleanQuery::new(either))));
+    }
+    if must.len() == 1 {
+        if let Some((_, only)) = must.pop() {
+            return only;
+        }
+    }
+    if must.is_empty() {
+        return boxed(tantivy::query::EmptyQuery);
     }
     boxed(BooleanQuery::new(must))
 }

@@ -967,56 +967,25 @@ async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
     }
 }
 
-/// `q`'s article ids on instance `index`.
+/// `q`'s article ids on instance `index`, sorted.
 async fn search_ids(cluster: &Cluster, index: usize, q: &str) -> Vec<i64> {
-    let q: String = url::form_urlencoded::byte_serialize(q.as_bytes()).collect();
-    let (status, answer) = cluster
-        .instance(index)
-        .get_json(&format!("/search?q={q}&type=article&limit=50"))
-        .await;
-    assert_eq!(
-        (status, answer["code"].as_i64()),
-        (StatusCode::OK, Some(0)),
-        "{answer}"
-    );
-    let mut ids: Vec<i64> = answer["data"]["articles"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| item["id"].as_i64().unwrap())
-        .collect();
+    let mut ids = cluster.instance(index).search_article_ids(q).await;
     ids.sort_unstable();
     ids
 }
 
-/// A counter's value in instance `index`'s `/metrics` (0 when not yet recorded).
 async fn metric(cluster: &Cluster, index: usize, series: &str) -> f64 {
-    let text = reqwest::get(cluster.instance(index).url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
+    cluster.instance(index).metric(series).await
 }
 
 const SEARCH_VISIBLE_WITHIN: Duration = Duration::from_secs(2);
-
-async fn search_ready(cluster: &Cluster, index: usize) {
-    wait_until("the search index is ready", || async {
-        cluster.instance(index).get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
-    })
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_reaches_every_instance_and_a_killed_one_resumes_where_its_index_stopped() {
     let mut cluster = Cluster::start(RedisServer::start().await).await;
     cluster.all_ready().await;
     for index in 0..3 {
-        search_ready(&cluster, index).await;
+        cluster.instance(index).search_ready().await;
     }
     let (author, _) = cluster.user("searcher@example.com").await;
 
@@ -1070,7 +1039,7 @@ async fn search_reaches_every_instance_and_a_killed_one_resumes_where_its_index_
     }
     cluster.instances[2] = Some(cluster.spawn(2));
     cluster.all_ready().await;
-    search_ready(&cluster, 2).await;
+    cluster.instance(2).search_ready().await;
     wait_until("the restarted instance finds what it missed", || async {
         search_ids(&cluster, 2, "集群恢复").await == missed
     })

@@ -570,48 +570,11 @@ fn a_config_file_that_is_not_toml_is_reported_on_one_line() {
     );
 }
 
-/// Article ids `q` finds on `server` (first page of 50, in ranked order).
-async fn search_ids(server: &Server, q: &str) -> Vec<i64> {
-    let q: String = url::form_urlencoded::byte_serialize(q.as_bytes()).collect();
-    let (status, body) = server
-        .get_json(&format!("/search?q={q}&type=article&limit=50"))
-        .await;
-    assert_eq!(
-        (status, body["code"].as_i64()),
-        (StatusCode::OK, Some(0)),
-        "{body}"
-    );
-    body["data"]["articles"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|item| item["id"].as_i64().unwrap())
-        .collect()
-}
-
-async fn search_ready(server: &Server) {
-    platform::testing::wait_until("the search index is ready", || async {
-        server.get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
-    })
-    .await;
-}
-
 /// Documents the server's index wrote since it started.
 async fn documents_put(server: &Server) -> f64 {
-    let text = reqwest::get(server.url("/metrics"))
+    server
+        .metric(r#"search_documents_written_total{kind="put"}"#)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|line| {
-            line.strip_prefix(r#"search_documents_written_total{kind="put"}"#)?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -644,12 +607,12 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
 
     // First start: an empty index is rebuilt from the database.
     let server = Server::start(webook(dir.path()));
-    search_ready(&server).await;
+    server.search_ready().await;
     let indexed = documents_put(&server).await;
     assert!(indexed > 50.0, "{indexed} documents");
     let mut expected = Vec::new();
     for q in queries {
-        let ids = search_ids(&server, q).await;
+        let ids = server.search_article_ids(q).await;
         assert!(!ids.is_empty(), "{q} finds nothing in the seed");
         expected.push(ids);
     }
@@ -659,10 +622,14 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     killed.signal("KILL");
     killed.child.wait().unwrap();
     let server = Server::start(webook(dir.path()));
-    search_ready(&server).await;
+    server.search_ready().await;
     assert_eq!(documents_put(&server).await, 0.0, "the index was rebuilt");
     for (q, ids) in queries.iter().zip(&expected) {
-        assert_eq!(&search_ids(&server, q).await, ids, "{q} after kill -9");
+        assert_eq!(
+            &server.search_article_ids(q).await,
+            ids,
+            "{q} after kill -9"
+        );
     }
 
     // Deleted: rebuilt at start, the same answers.
@@ -670,10 +637,14 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     assert_eq!(server.exit_code().await, 0);
     std::fs::remove_dir_all(dir.path().join("data/search")).unwrap();
     let server = Server::start(webook(dir.path()));
-    search_ready(&server).await;
+    server.search_ready().await;
     assert_eq!(documents_put(&server).await, indexed);
     for (q, ids) in queries.iter().zip(&expected) {
-        assert_eq!(&search_ids(&server, q).await, ids, "{q} after the rebuild");
+        assert_eq!(
+            &server.search_article_ids(q).await,
+            ids,
+            "{q} after the rebuild"
+        );
     }
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
@@ -689,7 +660,7 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
         "{reindexed:?}"
     );
     let server = Server::start(webook(dir.path()));
-    search_ready(&server).await;
+    server.search_ready().await;
     assert_eq!(
         documents_put(&server).await,
         0.0,
@@ -697,7 +668,7 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     );
     for (q, ids) in queries.iter().zip(&expected) {
         assert_eq!(
-            &search_ids(&server, q).await,
+            &server.search_article_ids(q).await,
             ids,
             "{q} after search reindex"
         );

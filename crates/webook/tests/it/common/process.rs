@@ -141,6 +141,50 @@ impl Server {
     }
 }
 
+/// What the search tests ask a running server.
+impl Server {
+    /// The article ids `GET /search` answers for `q`, in ranked order (one page of 50).
+    pub async fn search_article_ids(&self, q: &str) -> Vec<i64> {
+        let q: String = url::form_urlencoded::byte_serialize(q.as_bytes()).collect();
+        let (status, body) = self
+            .get_json(&format!("/search?q={q}&type=article&limit=50"))
+            .await;
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{body}"
+        );
+        body["data"]["articles"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["id"].as_i64().unwrap())
+            .collect()
+    }
+
+    /// Waits until `/readyz` reports the search index ready.
+    pub async fn search_ready(&self) {
+        platform::testing::wait_until("the search index is ready", || async {
+            self.get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
+        })
+        .await;
+    }
+
+    /// The value of `series` (a metric name with its labels) in `/metrics`; 0 when not yet
+    /// recorded.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = reqwest::get(self.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.child.kill().ok();
