@@ -46,16 +46,19 @@ pub fn encode_cursor(key: &[i64]) -> String {
     URL_SAFE_NO_PAD.encode(text.join("."))
 }
 
+/// The answer to a `cursor` this list did not give (code 4 naming `cursor`).
+pub fn invalid_cursor() -> AppError {
+    AppError::InvalidInput(Msg::field(
+        "cursor",
+        "is not a cursor this list gave",
+        "不是本列表给出的游标",
+    ))
+}
+
 /// The sort key of `N` integers that [`encode_cursor`] spelled as `value`; anything else is
 /// invalid input naming `cursor`.
 pub fn decode_cursor<const N: usize>(value: &str) -> Result<[i64; N], AppError> {
-    let invalid = || {
-        AppError::InvalidInput(Msg::field(
-            "cursor",
-            "is not a cursor this list gave",
-            "不是本列表给出的游标",
-        ))
-    };
+    let invalid = invalid_cursor;
     let bytes = URL_SAFE_NO_PAD.decode(value).map_err(|_| invalid())?;
     let text = String::from_utf8(bytes).map_err(|_| invalid())?;
     let mut key = [0; N];

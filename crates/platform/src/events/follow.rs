@@ -23,7 +23,11 @@
 
 use std::{collections::BTreeMap, future::Future, time::Duration};
 
-use redis::{aio::MultiplexedConnection, streams::StreamReadReply, AsyncConnectionConfig};
+use redis::{
+    aio::MultiplexedConnection,
+    streams::{StreamRangeReply, StreamReadReply},
+    AsyncConnectionConfig,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -79,7 +83,7 @@ impl EventStream {
         let mut connection = backend.redis.connection();
         let mut heads = Positions::default();
         for topic in topics {
-            let last: StreamRangeIds = redis::cmd("XREVRANGE")
+            let last: StreamRangeReply = redis::cmd("XREVRANGE")
                 .arg(stream_key(&backend.prefix, topic))
                 .arg("+")
                 .arg("-")
@@ -88,10 +92,10 @@ impl EventStream {
                 .query_async(&mut connection)
                 .await?;
             let id = last
-                .0
+                .ids
                 .into_iter()
                 .next()
-                .unwrap_or_else(|| "0-0".to_owned());
+                .map_or_else(|| "0-0".to_owned(), |entry| entry.id);
             heads.0.insert((*topic).to_owned(), id);
         }
         Ok(heads)
@@ -228,21 +232,6 @@ impl EventStream {
                 }
             }
         }
-    }
-}
-
-/// The ids of an `XRANGE`/`XREVRANGE` reply (the entries' fields are not needed).
-struct StreamRangeIds(Vec<String>);
-
-impl redis::FromRedisValue for StreamRangeIds {
-    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
-        let entries: Vec<redis::Value> = redis::from_redis_value(value)?;
-        let mut ids = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let (id, _fields): (String, redis::Value) = redis::from_redis_value(entry)?;
-            ids.push(id);
-        }
-        Ok(Self(ids))
     }
 }
 

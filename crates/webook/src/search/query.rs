@@ -316,27 +316,35 @@ pub fn search(
 mod tests {
     use super::*;
 
-    fn parsed(q: &str) -> (Vec<&'static str>, bool) {
+    fn parsed(q: &str) -> (Vec<String>, bool) {
         let parsed = ParsedQuery::parse(q);
-        let terms = parsed
-            .terms
-            .into_iter()
-            .map(|term| &*Box::leak(term.into_boxed_str()))
-            .collect();
-        (terms, parsed.last_is_prefix)
+        (parsed.terms, parsed.last_is_prefix)
+    }
+
+    fn strings(terms: &[&str]) -> Vec<String> {
+        terms.iter().map(|term| (*term).to_owned()).collect()
     }
 
     #[test]
     fn anything_typed_is_text() {
-        assert_eq!(parsed("rust 安装"), (vec!["rust", "安装"], true));
-        assert_eq!(parsed("rust 安装 "), (vec!["rust", "安装"], false));
+        assert_eq!(parsed("rust 安装"), (strings(&["rust", "安装"]), true));
+        assert_eq!(parsed("rust 安装 "), (strings(&["rust", "安装"]), false));
         assert_eq!(
             parsed("\"hello world\" x"),
-            (vec!["hello world", "x"], true)
+            (strings(&["hello world", "x"]), true)
         );
-        assert_eq!(parsed("\"hello world\""), (vec!["hello world"], false));
-        assert_eq!(parsed("AND OR ( ) : * ~ - +"), (vec!["AND", "OR"], false));
-        assert_eq!(parsed("\"unclosed quote"), (vec!["unclosed quote"], false));
+        assert_eq!(
+            parsed("\"hello world\""),
+            (strings(&["hello world"]), false)
+        );
+        assert_eq!(
+            parsed("AND OR ( ) : * ~ - +"),
+            (strings(&["AND", "OR"]), false)
+        );
+        assert_eq!(
+            parsed("\"unclosed quote"),
+            (strings(&["unclosed quote"]), false)
+        );
         assert!(ParsedQuery::parse("  !!! ").is_empty());
     }
 

@@ -7,7 +7,7 @@ use std::{sync::Arc, time::Instant};
 use platform::{
     db::now_millis,
     error::{AppError, Msg},
-    page::{decode_cursor, encode_cursor, Page},
+    page::{decode_cursor, encode_cursor, invalid_cursor, Page},
 };
 use serde::Serialize;
 
@@ -186,13 +186,7 @@ impl SearchService {
         let mut after = None;
         if let Some(cursor) = cursor {
             let [list, bits, id] = decode_cursor::<3>(cursor)?;
-            let bad = || {
-                AppError::InvalidInput(Msg::field(
-                    "cursor",
-                    "is not a cursor this list gave",
-                    "不是本列表给出的游标",
-                ))
-            };
+            let bad = invalid_cursor;
             let score_bits = u32::try_from(bits).map_err(|_| bad())?;
             let id = u64::try_from(id).map_err(|_| bad())?;
             match list {

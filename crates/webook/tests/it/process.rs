@@ -570,6 +570,13 @@ fn a_config_file_that_is_not_toml_is_reported_on_one_line() {
     );
 }
 
+/// Asserts that `server` answers each of `queries` with the ids in `expected`.
+async fn same_answers(server: &Server, queries: &[&str], expected: &[Vec<i64>], when: &str) {
+    for (q, ids) in queries.iter().zip(expected) {
+        assert_eq!(&server.search_article_ids(q).await, ids, "{q} {when}");
+    }
+}
+
 /// Documents the server's index wrote since it started.
 async fn documents_put(server: &Server) -> f64 {
     server
@@ -624,13 +631,7 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     let server = Server::start(webook(dir.path()));
     server.search_ready().await;
     assert_eq!(documents_put(&server).await, 0.0, "the index was rebuilt");
-    for (q, ids) in queries.iter().zip(&expected) {
-        assert_eq!(
-            &server.search_article_ids(q).await,
-            ids,
-            "{q} after kill -9"
-        );
-    }
+    same_answers(&server, &queries, &expected, "after kill -9").await;
 
     // Deleted: rebuilt at start, the same answers.
     server.terminate();
@@ -639,13 +640,7 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     let server = Server::start(webook(dir.path()));
     server.search_ready().await;
     assert_eq!(documents_put(&server).await, indexed);
-    for (q, ids) in queries.iter().zip(&expected) {
-        assert_eq!(
-            &server.search_article_ids(q).await,
-            ids,
-            "{q} after the rebuild"
-        );
-    }
+    same_answers(&server, &queries, &expected, "after the rebuild").await;
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 
@@ -666,13 +661,7 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
         0.0,
         "the CLI's index was rebuilt again"
     );
-    for (q, ids) in queries.iter().zip(&expected) {
-        assert_eq!(
-            &server.search_article_ids(q).await,
-            ids,
-            "{q} after search reindex"
-        );
-    }
+    same_answers(&server, &queries, &expected, "after search reindex").await;
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 }
