@@ -36,12 +36,18 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{article, auth, comment, feed, interactive, jobs, ranking, search, tag, user};
+use crate::{
+    article, auth, comment, feed, interactive, jobs, phone_login, ranking, search, sms, tag, user,
+    wechat_login,
+};
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
 pub const FEATURES: &[&dyn Feature] = &[
     &auth::Auth,
     &user::Users,
+    &sms::Sms,
+    &phone_login::PhoneLogin,
+    &wechat_login::WechatLogin,
     &interactive::Interactive,
     &article::Articles,
     &ranking::Ranking,

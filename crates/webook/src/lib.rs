@@ -29,12 +29,15 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod phone_login;
 pub mod ranking;
 pub mod schema;
 pub mod search;
 pub mod seed;
+pub mod sms;
 pub mod tag;
 pub mod user;
+pub mod wechat_login;
 
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -36,7 +36,7 @@ mod tests {
         for migration in MIGRATIONS.iter() {
             for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
                 assert!(
-                    !expand_dialect(migration.sql, kind).contains("{{"),
+                    !expand_dialect(migration.sql_for(kind).0, kind).contains("{{"),
                     "unexpanded placeholder in migration {}",
                     migration.version
                 );

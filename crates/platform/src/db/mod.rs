@@ -60,6 +60,11 @@ pub struct Migration {
     pub description: &'static str,
     /// Portable SQL with `{{…}}` dialect placeholders ([`expand_dialect`]).
     pub sql: &'static str,
+    /// SQLite's own version of the migration, when SQLite cannot say it as `sql` does: changing
+    /// a column's constraints means rebuilding the table, with foreign keys off, which SQLite
+    /// only allows outside a transaction. So this SQL runs without sqlx's transaction and
+    /// brings its own `BEGIN … COMMIT`.
+    pub sqlite_without_transaction: Option<&'static str>,
 }
 
 impl Migration {
@@ -69,6 +74,32 @@ impl Migration {
             version,
             description,
             sql,
+            sqlite_without_transaction: None,
+        }
+    }
+
+    /// Migration `version` running `postgres` on PostgreSQL and `sqlite` on SQLite, the latter
+    /// outside sqlx's transaction (see [`Migration::sqlite_without_transaction`]).
+    pub const fn per_engine(
+        version: i64,
+        description: &'static str,
+        postgres: &'static str,
+        sqlite: &'static str,
+    ) -> Self {
+        Self {
+            version,
+            description,
+            sql: postgres,
+            sqlite_without_transaction: Some(sqlite),
+        }
+    }
+
+    /// The SQL this migration runs on `kind`, placeholders not yet expanded, and whether it runs
+    /// without a transaction of sqlx's.
+    pub fn sql_for(&self, kind: DatabaseKind) -> (&'static str, bool) {
+        match (kind, self.sqlite_without_transaction) {
+            (DatabaseKind::Sqlite, Some(sql)) => (sql, true),
+            _ => (self.sql, false),
         }
     }
 }
@@ -328,12 +359,13 @@ pub fn migrator(kind: DatabaseKind, migrations: &[Migration]) -> Migrator {
     let migrations = migrations
         .iter()
         .map(|migration| {
+            let (sql, no_transaction) = migration.sql_for(kind);
             sqlx::migrate::Migration::new(
                 migration.version,
                 Cow::Borrowed(migration.description),
                 MigrationType::Simple,
-                Cow::Owned(expand_dialect(migration.sql, kind)),
-                false,
+                Cow::Owned(expand_dialect(sql, kind)),
+                no_transaction,
             )
         })
         .collect::<Vec<_>>();

@@ -139,7 +139,9 @@ async fn logout(
         .into_response())
 }
 
-fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
+/// The answer of a successful sign-in: the token pair in `x-jwt-token` / `x-refresh-token` and
+/// `{code: 0}`.
+pub fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
     let header = |value: &str| {
         HeaderValue::from_str(value)
             .map_err(|err| AppError::Internal(anyhow::anyhow!("token header: {err}")))
@@ -160,7 +162,8 @@ fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
         .into_response())
 }
 
-fn user_agent(headers: &HeaderMap) -> &str {
+/// The request's User-Agent ("" when absent), which sessions are bound to.
+pub fn user_agent(headers: &HeaderMap) -> &str {
     headers
         .get(header::USER_AGENT)
         .and_then(|value| value.to_str().ok())

@@ -26,7 +26,7 @@ pub use admin::{Admin, Admins, ChecksAdmins};
 pub use http::{Authenticates, Writer};
 pub use jobs::PurgeExpiredSessions;
 pub use password::PasswordHasher;
-pub use service::{AuthService, AuthUser};
+pub use service::{AuthService, AuthUser, TokenPair};
 
 use async_trait::async_trait;
 use clap::FromArgMatches;

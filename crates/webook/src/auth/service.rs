@@ -137,8 +137,9 @@ impl AuthService {
         } else {
             self.store.find_credentials(&email).await?
         };
+        // An account without a password (made by SMS or WeChat) cannot log in with one.
         let (uid, hash) = match account {
-            Some((uid, hash)) => (Some(uid), Some(hash)),
+            Some((uid, hash)) => (Some(uid), hash),
             None => (None, None),
         };
         let verified = self.hasher.verify(password, hash).await?;
@@ -146,12 +147,40 @@ impl AuthService {
             count("login_failed");
             return Err(AppError::WrongCredentials);
         };
-        let ssid = uuid::Uuid::new_v4().simple().to_string();
         count("login");
+        self.open_session(uid, user_agent)
+    }
+
+    /// Opens a new session for `uid`, whom the caller has just authenticated (a password, an
+    /// SMS code, a WeChat login), bound to `user_agent`: its first token pair.
+    pub fn open_session(&self, uid: i64, user_agent: &str) -> Result<TokenPair, AppError> {
+        let ssid = uuid::Uuid::new_v4().simple().to_string();
         Ok(TokenPair {
             access: self.tokens.issue_access(uid, &ssid, user_agent)?,
             refresh: self.tokens.issue_refresh(uid, &ssid, 0)?,
         })
+    }
+
+    /// A signed token carrying `value` for `purpose`, valid for `ttl`: for state a client must
+    /// hand back unchanged (the WeChat login's `state` cookie). Signed with the access-token
+    /// secret but of its own kind, so it can never pass as a session token, nor one purpose's
+    /// as another's.
+    pub fn sign_state(
+        &self,
+        purpose: &str,
+        value: &str,
+        ttl: std::time::Duration,
+    ) -> Result<String, AppError> {
+        Ok(self.tokens.issue_state(purpose, value, ttl)?)
+    }
+
+    /// The value of a [`Self::sign_state`] token of `purpose`; `None` when forged, expired or of
+    /// another purpose.
+    pub fn verify_state(&self, purpose: &str, token: &str) -> Option<String> {
+        self.tokens
+            .verify_state(purpose, token)
+            .map_err(|err| tracing::debug!(%err, purpose, "state token refused"))
+            .ok()
     }
 
     /// Trades a refresh token for a new pair. A refresh token works once; presenting a used one

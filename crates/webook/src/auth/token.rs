@@ -22,6 +22,23 @@ pub enum TokenKind {
     Access,
     /// Buys a new token pair.
     Refresh,
+    /// Carries state a client hands back (see [`Tokens::issue_state`]); never authenticates.
+    State,
+}
+
+/// Claims of a state token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateClaims {
+    /// What the state is for (e.g. `wechat_login`).
+    pub purpose: String,
+    /// The state itself.
+    pub value: String,
+    /// Always [`TokenKind::State`].
+    pub kind: TokenKind,
+    /// Issued at (s).
+    pub iat: u64,
+    /// Expires at (s).
+    pub exp: u64,
 }
 
 /// Claims of an access token.
@@ -137,6 +154,32 @@ impl Tokens {
         )?)
     }
 
+    /// A token carrying `value` for `purpose`, valid `ttl`, signed with the access secret.
+    pub fn issue_state(&self, purpose: &str, value: &str, ttl: Duration) -> anyhow::Result<String> {
+        let iat = jsonwebtoken::get_current_timestamp();
+        let claims = StateClaims {
+            purpose: purpose.to_owned(),
+            value: value.to_owned(),
+            kind: TokenKind::State,
+            iat,
+            exp: iat + ttl.as_secs().max(1),
+        };
+        Ok(encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &self.access_encoding,
+        )?)
+    }
+
+    /// The value of a state token of `purpose`.
+    pub fn verify_state(&self, purpose: &str, token: &str) -> Result<String, TokenError> {
+        let claims = decode::<StateClaims>(token, &self.access_decoding, &self.validation)?.claims;
+        if claims.kind != TokenKind::State || claims.purpose != purpose {
+            return Err(TokenError::WrongKind);
+        }
+        Ok(claims.value)
+    }
+
     /// A signed refresh token for `uid` in session `ssid` at refresh generation `gen`.
     pub fn issue_refresh(&self, uid: i64, ssid: &str, gen: u64) -> anyhow::Result<String> {
         let iat = jsonwebtoken::get_current_timestamp();
@@ -200,6 +243,23 @@ mod tests {
 
     fn tokens() -> Tokens {
         tokens_with(&"a".repeat(32), &"r".repeat(32))
+    }
+
+    #[test]
+    fn state_tokens_carry_their_value_for_their_purpose_only() {
+        let tokens = tokens();
+        let token = tokens
+            .issue_state("wechat_login", "abc", Duration::from_secs(60))
+            .unwrap();
+        assert_eq!(tokens.verify_state("wechat_login", &token).unwrap(), "abc");
+        assert!(tokens.verify_state("other", &token).is_err());
+        assert!(tokens.verify_access(&token).is_err());
+        let access = tokens.issue_access(7, "s1", "ua").unwrap();
+        assert!(tokens.verify_state("wechat_login", &access).is_err());
+        let foreign = tokens_with(&"b".repeat(32), &"r".repeat(32))
+            .issue_state("wechat_login", "abc", Duration::from_secs(60))
+            .unwrap();
+        assert!(tokens.verify_state("wechat_login", &foreign).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub use model::{
     TOPIC_PROFILE_CHANGED,
 };
 pub use service::UserService;
-pub use store::{InsertError, UserStore};
+pub use store::{InsertError, UserStore, WechatIdentity};
 
 use async_trait::async_trait;
 use platform::{
@@ -37,11 +37,15 @@ impl Feature for Users {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            2,
-            "users",
-            include_str!("../../migrations/0002_users.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(2, "users", include_str!("../../migrations/0002_users.sql")),
+            Migration::per_engine(
+                15,
+                "sign-in identities",
+                include_str!("../../migrations/0015_sign_in_identities.sql"),
+                include_str!("../../migrations/0015_sign_in_identities.sqlite.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

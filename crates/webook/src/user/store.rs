@@ -16,6 +16,16 @@ pub enum InsertError {
     Db(#[from] sqlx::Error),
 }
 
+/// A WeChat account as WeChat's OAuth answer names it: the open id (per application) and, when
+/// the application belongs to an open-platform account, the union id (per person).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WechatIdentity {
+    /// `openid`: never empty.
+    pub open_id: String,
+    /// `unionid`, when WeChat gave one (never `Some("")`).
+    pub union_id: Option<String>,
+}
+
 /// Reads and writes `users`.
 #[derive(Debug, Clone)]
 pub struct UserStore {
@@ -54,14 +64,140 @@ impl UserStore {
         }
     }
 
-    /// The account with `email` (normalised) and its password hash.
-    pub async fn find_credentials(&self, email: &str) -> sqlx::Result<Option<(i64, String)>> {
+    /// The account with `email` (normalised) and its password hash (`None`: an account made by
+    /// SMS or WeChat that never set a password).
+    pub async fn find_credentials(
+        &self,
+        email: &str,
+    ) -> sqlx::Result<Option<(i64, Option<String>)>> {
         let row = sqlx::query("SELECT id, password FROM users WHERE email = $1")
             .bind(email)
             .fetch_optional(self.db.pool())
             .await?;
         row.map(|row| Ok((row.try_get("id")?, row.try_get("password")?)))
             .transpose()
+    }
+
+    /// The account of `phone` (normalised), created — without a password — when there is none;
+    /// `(id, created)`. The unique constraint decides between concurrent first logins, so one
+    /// phone always ends with one account.
+    pub async fn find_or_create_by_phone(
+        &self,
+        phone: &str,
+        now: i64,
+    ) -> sqlx::Result<(i64, bool)> {
+        if let Some(id) = self.id_where("phone", phone).await? {
+            return Ok((id, false));
+        }
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO users (phone, ctime, utime) VALUES ($1, $2, $2) \
+             ON CONFLICT DO NOTHING RETURNING id",
+        )
+        .bind(phone)
+        .bind(now)
+        .fetch_optional(self.db.writer())
+        .await?;
+        match inserted {
+            Some(id) => Ok((id, true)),
+            None => {
+                let id = self.id_where_on_writer("phone", phone).await?;
+                id.map(|id| (id, false)).ok_or(sqlx::Error::RowNotFound)
+            }
+        }
+    }
+
+    /// The account of a WeChat identity — found by `union_id` when WeChat gave one, else by
+    /// `open_id` — created without a password when there is none, in one transaction; an
+    /// account found by its open id learns its union id. `(id, created)`; concurrent first
+    /// logins of one identity end with one account (the unique constraints decide).
+    pub async fn find_or_create_by_wechat(
+        &self,
+        identity: &WechatIdentity,
+        now: i64,
+    ) -> sqlx::Result<(i64, bool)> {
+        let mut tx = self.db.writer().begin().await?;
+        let by_union = match identity.union_id.as_deref() {
+            Some(union_id) => {
+                sqlx::query_scalar("SELECT id FROM users WHERE wechat_union_id = $1")
+                    .bind(union_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+            None => None,
+        };
+        let found: Option<i64> = match by_union {
+            Some(id) => Some(id),
+            None => {
+                sqlx::query_scalar("SELECT id FROM users WHERE wechat_open_id = $1")
+                    .bind(&identity.open_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+        };
+        let (id, created) = match found {
+            Some(id) => {
+                if let Some(union_id) = identity.union_id.as_deref() {
+                    sqlx::query(
+                        "UPDATE users SET wechat_union_id = $1, utime = $2 \
+                         WHERE id = $3 AND wechat_union_id IS NULL",
+                    )
+                    .bind(union_id)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                (id, false)
+            }
+            None => {
+                let inserted: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO users (wechat_open_id, wechat_union_id, ctime, utime) \
+                     VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING RETURNING id",
+                )
+                .bind(&identity.open_id)
+                .bind(identity.union_id.as_deref())
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                match inserted {
+                    Some(id) => (id, true),
+                    // Another login of this identity committed first.
+                    None => {
+                        let id: i64 = sqlx::query_scalar(
+                            "SELECT id FROM users WHERE wechat_union_id = $1 OR wechat_open_id = $2 \
+                             ORDER BY id LIMIT 1",
+                        )
+                        .bind(identity.union_id.as_deref())
+                        .bind(&identity.open_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        (id, false)
+                    }
+                }
+            }
+        };
+        tx.commit().await?;
+        Ok((id, created))
+    }
+
+    async fn id_where(&self, column: &'static str, value: &str) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar(&format!("SELECT id FROM users WHERE {column} = $1"))
+            .bind(value)
+            .fetch_optional(self.db.pool())
+            .await
+    }
+
+    /// [`Self::id_where`] through the writer: on SQLite the read pool may not yet see a commit
+    /// the writer just made.
+    async fn id_where_on_writer(
+        &self,
+        column: &'static str,
+        value: &str,
+    ) -> sqlx::Result<Option<i64>> {
+        sqlx::query_scalar(&format!("SELECT id FROM users WHERE {column} = $1"))
+            .bind(value)
+            .fetch_optional(self.db.writer())
+            .await
     }
 
     /// The account `id`.

@@ -341,13 +341,14 @@ async fn seeds_a_consistent_skewed_dataset(test: TestDb) {
         .unwrap()
         .expect("seeded user");
     assert_eq!(uid, report.first_user_id + 3);
+    assert!(hash.is_some(), "a seeded user has a password");
     let hasher = PasswordHasher::new().unwrap();
     assert!(hasher
-        .verify(plan.password.clone(), Some(hash.clone()))
+        .verify(plan.password.clone(), hash.clone())
         .await
         .unwrap());
     assert!(!hasher
-        .verify("wrong-Password-1!".into(), Some(hash))
+        .verify("wrong-Password-1!".into(), hash)
         .await
         .unwrap());
 

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+pub mod fake_sms;
+pub mod fake_wechat;
 pub mod process;
 
 use platform::config::{Config, DatabaseKind};

@@ -1,0 +1,1 @@
+//! Alibaba Cloud SMS (to be written).

@@ -1,0 +1,1 @@
+//! Tencent Cloud SMS (to be written).
