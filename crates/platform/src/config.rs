@@ -647,8 +647,9 @@ pub fn database_kind(url: &str) -> anyhow::Result<DatabaseKind> {
     }
 }
 
-/// A secret value: never printed by `Debug` and serialised only as `"<redacted>"`.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// A secret value: never printed by `Debug` and serialised only as `"<redacted>"`. The default
+/// is empty, meaning "not set".
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -671,8 +672,10 @@ impl fmt::Debug for Secret {
 }
 
 impl Serialize for Secret {
+    /// `"<redacted>"`, or `""` for an empty (unset) secret, so a printed configuration shows
+    /// which secrets are set without showing any.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str("<redacted>")
+        serializer.serialize_str(if self.0.is_empty() { "" } else { "<redacted>" })
     }
 }
 

@@ -193,6 +193,22 @@ impl<T: Serialize> IntoResponse for Reply<T> {
     }
 }
 
+/// A successful answer carrying `data` and a message for the person (e.g. "code sent"), in the
+/// request's language.
+#[derive(Debug)]
+pub struct ReplyWithMsg<T>(pub Msg, pub T);
+
+impl<T: Serialize> IntoResponse for ReplyWithMsg<T> {
+    fn into_response(self) -> Response {
+        Json(Envelope {
+            code: CODE_OK,
+            msg: self.0.text(Lang::current()),
+            data: Some(self.1),
+        })
+        .into_response()
+    }
+}
+
 /// What every handler returns.
 pub type ApiResult<T> = Result<Reply<T>, AppError>;
 

@@ -10,10 +10,13 @@ const FEATURES: &[&str] = &[
     "feed",
     "interactive",
     "jobs",
+    "phone_login",
     "ranking",
     "search",
+    "sms",
     "tag",
     "user",
+    "wechat_login",
 ];
 
 /// `other::submodule::` paths written in `source`: after `crate::`, or inside a `use crate::{…}`

@@ -161,6 +161,12 @@ impl AuthService {
         })
     }
 
+    /// A keyed digest of a small secret such as a login code (see [`Tokens::keyed_digest`]):
+    /// what is stored instead of the secret.
+    pub fn keyed_digest(&self, purpose: &str, data: &str) -> String {
+        self.tokens.keyed_digest(purpose, data)
+    }
+
     /// A signed token carrying `value` for `purpose`, valid for `ttl`: for state a client must
     /// hand back unchanged (the WeChat login's `state` cookie). Signed with the access-token
     /// secret but of its own kind, so it can never pass as a session token, nor one purpose's

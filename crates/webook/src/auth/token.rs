@@ -96,6 +96,8 @@ pub struct Tokens {
     validation: Validation,
     access_ttl: Duration,
     refresh_ttl: Duration,
+    /// Key of [`Tokens::keyed_digest`]: the access secret.
+    digest_key: std::sync::Arc<[u8]>,
 }
 
 impl std::fmt::Debug for Tokens {
@@ -128,6 +130,7 @@ impl Tokens {
             validation,
             access_ttl,
             refresh_ttl,
+            digest_key: access.into(),
         })
     }
 
@@ -198,6 +201,20 @@ impl Tokens {
         )?)
     }
 
+    /// HMAC-SHA256 of `data` for `purpose` under the access secret, hex: a digest of a secret
+    /// too small to hash plainly (a 6-digit code has a million values; without the key, a
+    /// leaked digest would give it away in a million tries).
+    pub fn keyed_digest(&self, purpose: &str, data: &str) -> String {
+        use hmac::{Mac, SimpleHmac};
+        let Ok(mut mac) = SimpleHmac::<Sha256>::new_from_slice(&self.digest_key) else {
+            unreachable!("HMAC takes keys of any length");
+        };
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(data.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+
     /// The claims of a valid, unexpired access token.
     pub fn verify_access(&self, token: &str) -> Result<AccessClaims, TokenError> {
         let claims = decode::<AccessClaims>(token, &self.access_decoding, &self.validation)?.claims;
@@ -243,6 +260,28 @@ mod tests {
 
     fn tokens() -> Tokens {
         tokens_with(&"a".repeat(32), &"r".repeat(32))
+    }
+
+    #[test]
+    fn keyed_digests_depend_on_the_key_the_purpose_and_the_data() {
+        let tokens = tokens();
+        let digest = tokens.keyed_digest("sms_login", "13800000000:123456");
+        assert_eq!(digest.len(), 64);
+        assert_eq!(
+            digest,
+            tokens.keyed_digest("sms_login", "13800000000:123456")
+        );
+        assert_ne!(
+            digest,
+            tokens.keyed_digest("sms_login", "13800000000:123457")
+        );
+        assert_ne!(digest, tokens.keyed_digest("other", "13800000000:123456"));
+        let other_key = tokens_with(&"b".repeat(32), &"r".repeat(32));
+        assert_ne!(
+            digest,
+            other_key.keyed_digest("sms_login", "13800000000:123456")
+        );
+        assert!(!digest.contains("123456"));
     }
 
     #[test]
