@@ -28,6 +28,7 @@ mod jobs;
 mod jobs_admin;
 mod migrations;
 mod outbox;
+mod phone_login;
 mod process;
 mod ranking;
 mod readiness;

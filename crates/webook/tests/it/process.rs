@@ -665,3 +665,157 @@ async fn the_search_index_survives_kill_minus_nine_and_is_rebuilt_the_same_when_
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 }
+
+/// Reads the server's log until a line holds `needle`; that line.
+async fn log_line_with(server: &Server, needle: &str, seen: &mut Vec<String>) -> String {
+    let mut found = None;
+    platform::testing::wait_until(&format!("a log line with {needle:?}"), || {
+        let new = server.new_log_lines();
+        found = found
+            .take()
+            .or_else(|| new.iter().find(|line| line.contains(needle)).cloned());
+        seen.extend(new);
+        let done = found.is_some();
+        async move { done }
+    })
+    .await;
+    found.unwrap()
+}
+
+#[tokio::test]
+async fn the_course_frontends_sms_login_works_with_the_log_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(webook(dir.path()));
+    let mut log = Vec::new();
+    log_line_with(&server, "SMS provider `log` in use", &mut log).await;
+    // What the course's Next.js page does: axios from http://localhost:3000, JSON bodies,
+    // `alert(res.data.msg)` after sending, tokens from the exposed response headers.
+    let client = reqwest::Client::new();
+    let origin = "http://localhost:3000";
+    let preflight = client
+        .request(
+            reqwest::Method::OPTIONS,
+            server.url("/users/login_sms/code/send"),
+        )
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "content-type")
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success());
+    assert_eq!(preflight.headers()["access-control-allow-origin"], origin);
+    let sent = client
+        .post(server.url("/users/login_sms/code/send"))
+        .header("origin", origin)
+        .header("accept-language", "zh-CN,zh;q=0.9")
+        .json(&serde_json::json!({ "phone": "13800138000" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), StatusCode::OK);
+    let body: Value = sent.json().await.unwrap();
+    assert_eq!(
+        (body["code"].as_i64(), body["msg"].as_str()),
+        (Some(0), Some("验证码已发送"))
+    );
+    let line = log_line_with(&server, "sms (log provider", &mut log).await;
+    assert!(line.contains("to=13800138000"), "{line}");
+    let code: String = line
+        .split("code=")
+        .nth(1)
+        .unwrap()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert_eq!(code.len(), 6, "{line}");
+    let login = client
+        .post(server.url("/users/login_sms"))
+        .header("origin", origin)
+        .header("user-agent", "course-frontend")
+        .json(&serde_json::json!({ "phone": "13800138000", "code": code }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::OK);
+    let exposed = login.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("x-jwt-token"), "{exposed}");
+    let token = login.headers()["x-jwt-token"].to_str().unwrap().to_owned();
+    let body: Value = login.json().await.unwrap();
+    assert_eq!(body["code"], 0);
+    // The page then goes to /users/profile.
+    let profile: Value = client
+        .get(server.url("/users/profile"))
+        .header("user-agent", "course-frontend")
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(profile["Phone"], "13800138000");
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[tokio::test]
+async fn a_real_provider_never_puts_the_code_in_the_log() {
+    let fake = crate::common::fake_sms::FakeSms::tencent("AKIDprocess", "process-secret").await;
+    fake.set_template_params(&["code", "minutes"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command
+        .env("WEBOOK_LOG", "debug")
+        .env("WEBOOK_SMS_PROVIDERS", "tencent")
+        .env("WEBOOK_SMS_TENCENT_ENDPOINT", fake.endpoint())
+        .env("WEBOOK_SMS_TENCENT_SECRET_ID", "AKIDprocess")
+        .env("WEBOOK_SMS_TENCENT_SECRET_KEY", "process-secret")
+        .env("WEBOOK_SMS_TENCENT_SDK_APP_ID", "1400000001")
+        .env("WEBOOK_SMS_TENCENT_SIGN_NAME", "webook")
+        .env("WEBOOK_SMS_TENCENT_TEMPLATE_ID", "100002");
+    let server = Server::start(command);
+    let client = reqwest::Client::new();
+    let send = |phone: &'static str| {
+        client
+            .post(server.url("/users/login_sms/code/send"))
+            .json(&serde_json::json!({ "phone": phone }))
+            .send()
+    };
+    let body: Value = send("13700137000").await.unwrap().json().await.unwrap();
+    assert_eq!(body["data"]["delivery"], "sent", "{body}");
+    let code = fake.last_param_to("13700137000", "code").unwrap();
+    // A failing send is logged too (with its reasons): still no code in it.
+    fake.set_mode(crate::common::fake_sms::Mode::Fail);
+    let body: Value = send("13700137001").await.unwrap().json().await.unwrap();
+    assert_eq!(body["data"]["delivery"], "queued", "{body}");
+    let mut log = Vec::new();
+    log_line_with(&server, "login code queued", &mut log).await;
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+    assert!(!log.is_empty());
+    for line in &log {
+        assert!(!line.contains(&code), "the code is in the log: {line}");
+        assert!(
+            !line.contains("13700137000"),
+            "a full phone number is in the log: {line}"
+        );
+    }
+}
+
+#[test]
+fn cluster_mode_refuses_the_log_sms_provider_unless_allowed() {
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_REDIS_URL", "redis://127.0.0.1:1/")
+            .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+            .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+            .env("WEBOOK_SMS_PROVIDERS", "log");
+    });
+    assert!(
+        stderr.contains("sms_providers lists log") && stderr.contains("sms_allow_log_provider"),
+        "{stderr}"
+    );
+}
