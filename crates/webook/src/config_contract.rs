@@ -77,6 +77,38 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("auth_rate_window", "2m", r#""2m""#),
     ("write_rate_limit", "121", "121"),
     ("write_rate_window", "3m", r#""3m""#),
+    (
+        "wechat_app_id",
+        "wxcontract0123456",
+        r#""wxcontract0123456""#,
+    ),
+    (
+        "wechat_app_secret",
+        "contract-wechat-secret",
+        r#""<redacted>""#,
+    ),
+    (
+        "wechat_redirect_uri",
+        "https://contract.example/oauth2/wechat/callback",
+        r#""https://contract.example/oauth2/wechat/callback""#,
+    ),
+    (
+        "wechat_frontend_url",
+        "https://contract.example/",
+        r#""https://contract.example/""#,
+    ),
+    (
+        "wechat_authorize_url",
+        "https://open.contract.example/connect/qrconnect",
+        r#""https://open.contract.example/connect/qrconnect""#,
+    ),
+    (
+        "wechat_api_url",
+        "https://api.contract.example",
+        r#""https://api.contract.example""#,
+    ),
+    ("wechat_state_ttl", "5m", r#""5m""#),
+    ("wechat_timeout", "3s", r#""3s""#),
     ("job_permits", "17", "17"),
     ("job_heartbeat", "3s", r#""3s""#),
     ("job_lease", "12s", r#""12s""#),
@@ -269,6 +301,10 @@ fn every_section_serialises_exactly_its_keys() {
         let settings = config.settings_mut::<AuthSettings>();
         settings.jwt_access_secret = Some(platform::config::Secret::new("a".repeat(40)));
         settings.jwt_refresh_secret = Some(platform::config::Secret::new("r".repeat(40)));
+        let wechat = config.settings_mut::<crate::wechat_login::WechatSettings>();
+        wechat.wechat_app_id = Some("wx0123456789abcdef".to_owned());
+        wechat.wechat_app_secret = Some(platform::config::Secret::new("w".repeat(32)));
+        wechat.wechat_redirect_uri = Some("https://example.com/oauth2/wechat/callback".to_owned());
         config
     });
     let mut shown_keys: Vec<&str> = shown.keys().map(String::as_str).collect();
@@ -433,6 +469,37 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
         );
         refused(
             jail,
+            "WEBOOK_WECHAT_APP_ID",
+            "wx0123456789abcdef",
+            &["wechat_app_id", "wechat_app_secret", "or neither"],
+        );
+        jail.set_env("WEBOOK_WECHAT_APP_ID", "wx0123456789abcdef");
+        jail.set_env("WEBOOK_WECHAT_APP_SECRET", "wechat-app-secret");
+        jail.set_env(
+            "WEBOOK_WECHAT_REDIRECT_URI",
+            "https://example.com/oauth2/wechat/callback",
+        );
+        refused(
+            jail,
+            "WEBOOK_WECHAT_TIMEOUT",
+            "30s",
+            &["wechat_timeout", "request_timeout"],
+        );
+        for key in [
+            "WEBOOK_WECHAT_APP_ID",
+            "WEBOOK_WECHAT_APP_SECRET",
+            "WEBOOK_WECHAT_REDIRECT_URI",
+        ] {
+            std::env::remove_var(key);
+        }
+        refused(
+            jail,
+            "WEBOOK_WECHAT_FRONTEND_URL",
+            "localhost:3000",
+            &["wechat_frontend_url", "http"],
+        );
+        refused(
+            jail,
             "WEBOOK_COMMENT_RATE_WINDOW",
             "0s",
             &["comment_rate_window"],
@@ -545,10 +612,22 @@ fn redacted_config_hides_secrets_and_passwords() {
         );
         jail.set_env("WEBOOK_JWT_ACCESS_SECRET", "a".repeat(40));
         jail.set_env("WEBOOK_JWT_REFRESH_SECRET", "r".repeat(40));
+        jail.set_env("WEBOOK_WECHAT_APP_ID", "wx0123456789abcdef");
+        jail.set_env("WEBOOK_WECHAT_APP_SECRET", "wechat-app-secret-value");
+        jail.set_env(
+            "WEBOOK_WECHAT_REDIRECT_URI",
+            "https://example.com/oauth2/wechat/callback",
+        );
         let shown = load_in_jail(&ConfigArgs::default())?
             .to_redacted_toml()
             .map_err(|err| err.to_string())?;
-        for leaked in ["redispass", "dbpass", &"a".repeat(40), &"r".repeat(40)] {
+        for leaked in [
+            "redispass",
+            "dbpass",
+            &"a".repeat(40),
+            &"r".repeat(40),
+            "wechat-app-secret-value",
+        ] {
             assert!(!shown.contains(leaked), "{leaked} leaked:\n{shown}");
         }
         assert!(shown.contains("<redacted>"), "{shown}");

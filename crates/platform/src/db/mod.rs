@@ -256,6 +256,9 @@ impl Db {
     pub async fn migrate(&self, migrations: &[Migration]) -> anyhow::Result<usize> {
         let migrator = migrator(self.kind, migrations);
         let before = self.applied_versions().await?;
+        if self.kind == DatabaseKind::Sqlite {
+            self.apply_sqlite_without_transaction(&migrator).await?;
+        }
         migrator
             .run(self.pool.any_pool())
             .await
@@ -284,6 +287,68 @@ impl Db {
         .await?;
         tx.commit().await?;
         Ok(applied)
+    }
+
+    /// Applies the SQLite migrations that must run outside a transaction
+    /// ([`Migration::sqlite_without_transaction`]): sqlx's SQLite driver wraps every migration
+    /// in a transaction of its own whatever its `no_tx` flag says, which such a script (bringing
+    /// its own `BEGIN … COMMIT`, with foreign keys off around it) cannot run in. Each one, in
+    /// version order: the migrations before it through sqlx, then its script on one connection,
+    /// then its `_sqlx_migrations` row with sqlx's checksum, so sqlx's own run afterwards counts
+    /// it as applied. As with sqlx's `no_tx` migrations on PostgreSQL, the script and its row are
+    /// not one transaction.
+    async fn apply_sqlite_without_transaction(&self, migrator: &Migrator) -> anyhow::Result<()> {
+        for migration in migrator.iter().filter(|migration| migration.no_tx) {
+            let mut earlier = Migrator {
+                migrations: Cow::Owned(
+                    migrator
+                        .iter()
+                        .filter(|earlier| earlier.version < migration.version)
+                        .cloned()
+                        .collect(),
+                ),
+                ..Migrator::DEFAULT
+            };
+            // Later migrations may be applied already (a restart): not an error here.
+            earlier.set_ignore_missing(true);
+            earlier
+                .run(self.pool.any_pool())
+                .await
+                .context("running migrations")?;
+            if self.applied_versions().await?.contains(&migration.version) {
+                continue;
+            }
+            let mut connection = self.pool.any_pool().acquire().await?;
+            let started = std::time::Instant::now();
+            // Every statement of the script, on this one connection (a query without
+            // arguments may hold several).
+            let script: &str = &migration.sql;
+            if let Err(err) = sqlx::Executor::execute(&mut *connection, script).await {
+                // It may have stopped inside its transaction or with foreign keys off: the
+                // connection does not go back to the pool.
+                drop(connection.detach());
+                return Err(err).with_context(|| {
+                    format!(
+                        "running migrations: while executing migration {} (outside a transaction)",
+                        migration.version
+                    )
+                });
+            }
+            let elapsed = i64::try_from(started.elapsed().as_nanos()).unwrap_or(i64::MAX);
+            sqlx::query(
+                "INSERT INTO _sqlx_migrations \
+                 (version, description, success, checksum, execution_time) \
+                 VALUES ($1, $2, TRUE, $3, $4)",
+            )
+            .bind(migration.version)
+            .bind(migration.description.to_string())
+            .bind(migration.checksum.to_vec())
+            .bind(elapsed)
+            .execute(&mut *connection)
+            .await
+            .context("recording a migration run outside a transaction")?;
+        }
+        Ok(())
     }
 
     /// Versions of the migrations already applied (empty on a fresh database).

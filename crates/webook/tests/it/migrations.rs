@@ -128,3 +128,86 @@ async fn sqlite_is_set_up_for_concurrent_access() {
     assert_eq!(foreign_keys, 1);
     assert!(busy_timeout >= 1000, "busy_timeout {busy_timeout}");
 }
+
+/// Migration 15 rebuilds `users` on SQLite outside sqlx's transaction (foreign keys off): on a
+/// database that already has accounts and rows referring to them, every row, every reference
+/// and the id sequence survive, and the password becomes optional.
+#[tokio::test]
+async fn sqlite_users_rebuild_keeps_rows_references_and_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("webook.db").display());
+    let db = Db::connect_url(&url, 2).await.unwrap();
+    let before_15: Vec<_> = MIGRATIONS
+        .iter()
+        .filter(|migration| migration.version < 15)
+        .copied()
+        .collect();
+    db.migrate(&before_15).await.unwrap();
+    for (id, email, phone) in [
+        (1_i64, "a@x.test", Some("")),
+        (2, "b@x.test", None),
+        (3, "gone@x.test", None),
+    ] {
+        sqlx::query(
+            "INSERT INTO users (id, email, password, phone, ctime, utime) \
+             VALUES ($1, $2, 'hash', $3, 1, 1)",
+        )
+        .bind(id)
+        .bind(email)
+        .bind(phone)
+        .execute(db.writer())
+        .await
+        .unwrap();
+    }
+    sqlx::query("DELETE FROM users WHERE id = 3")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO articles (author_id, title, content, abstract, status, ctime, utime) \
+         VALUES (2, 't', 'c', 'a', 1, 1, 1)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+
+    assert_eq!(
+        db.migrate(&MIGRATIONS).await.unwrap(),
+        MIGRATIONS.len() - before_15.len()
+    );
+    assert_eq!(
+        db.migrate(&MIGRATIONS).await.unwrap(),
+        0,
+        "recorded as applied"
+    );
+    let emails: Vec<String> = sqlx::query_scalar("SELECT email FROM users ORDER BY id")
+        .fetch_all(db.writer())
+        .await
+        .unwrap();
+    assert_eq!(emails, ["a@x.test", "b@x.test"]);
+    let empty_phones: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE phone IS NOT NULL")
+            .fetch_one(db.writer())
+            .await
+            .unwrap();
+    assert_eq!(empty_phones, 0, "'' became NULL");
+    let dangling: Vec<String> =
+        sqlx::query_scalar("SELECT \"table\" FROM pragma_foreign_key_check")
+            .fetch_all(db.writer())
+            .await
+            .unwrap();
+    assert!(dangling.is_empty(), "{dangling:?}");
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO users (wechat_open_id, ctime, utime) VALUES ('o', 2, 2) RETURNING id",
+    )
+    .fetch_one(db.writer())
+    .await
+    .unwrap();
+    assert_eq!(id, 4, "ids of deleted accounts are not handed out again");
+    let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(foreign_keys, 1);
+    db.close().await;
+}
