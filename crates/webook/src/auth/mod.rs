@@ -23,10 +23,10 @@ pub mod settings;
 pub mod token;
 
 pub use admin::{Admin, Admins, ChecksAdmins};
-pub use http::{Authenticates, Writer};
+pub use http::{user_agent, with_tokens, Authenticates, Writer};
 pub use jobs::PurgeExpiredSessions;
 pub use password::PasswordHasher;
-pub use service::{AuthService, AuthUser, TokenPair};
+pub use service::{AuthService, AuthUser, TokenPair, AUTH_EVENTS_TOTAL};
 
 use async_trait::async_trait;
 use clap::FromArgMatches;

@@ -8,10 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::service::{Delivery, PhoneLoginService};
-use crate::auth::{
-    http::{user_agent, with_tokens},
-    AuthService,
-};
+use crate::auth::{user_agent, with_tokens, AuthService};
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},

@@ -95,13 +95,38 @@ async fn callback(
             signed_states: &signed_states,
             state: query.state.as_deref(),
             code: query.code.as_deref(),
-            user_agent: crate::auth::http::user_agent(&headers),
+            user_agent: crate::auth::user_agent(&headers),
         })
         .await?;
+    if wants_json(&headers) {
+        return Ok(answer_signed_in(app, &signed_in.tokens)?);
+    }
     Ok(redirect_signed_in(app, &signed_in.tokens)?)
 }
 
-/// 302 to the frontend with the token headers, the state cookie cleared.
+/// Whether the caller is a script (`Accept: application/json`, as axios sends) rather than a
+/// browser navigating: a script following a redirect could not read the token headers of the
+/// 302, so it gets them on a 200 instead (the course frontend's callback page calls this route
+/// with axios).
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.to_ascii_lowercase().contains("application/json"))
+}
+
+/// `{code: 0}` with the token headers, the state cookie cleared: the sign-in answer for scripts.
+fn answer_signed_in(app: &WechatApp, tokens: &TokenPair) -> Result<Response, AppError> {
+    let mut response = crate::auth::with_tokens(tokens)?;
+    let headers = response.headers_mut();
+    headers.insert(header::SET_COOKIE, state_cookie(app, "", Duration::ZERO)?);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+/// 302 to the frontend with the token headers, the state cookie cleared: the sign-in answer
+/// for a browser that WeChat sent here.
 fn redirect_signed_in(app: &WechatApp, tokens: &TokenPair) -> Result<Response, AppError> {
     let value = |text: &str| {
         HeaderValue::from_str(text)

@@ -33,7 +33,7 @@ pub const STATE_PURPOSE: &str = "wechat_login";
 const STATE_BYTES: usize = 16;
 
 fn count(event: &'static str) {
-    metrics::counter!(crate::auth::service::AUTH_EVENTS_TOTAL, "event" => event).increment(1);
+    metrics::counter!(crate::auth::AUTH_EVENTS_TOTAL, "event" => event).increment(1);
 }
 
 /// Why a WeChat login did not happen.

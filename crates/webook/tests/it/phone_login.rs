@@ -70,11 +70,23 @@ async fn rig(setup: Setup, configure: impl FnOnce(&mut Config)) -> Rig {
 }
 
 async fn send(app: &TestApp, phone: &str) -> Answer {
-    post(app, "/users/login_sms/code/send", None, json!({ "phone": phone })).await
+    post(
+        app,
+        "/users/login_sms/code/send",
+        None,
+        json!({ "phone": phone }),
+    )
+    .await
 }
 
 async fn sign_in(app: &TestApp, phone: &str, code: &str) -> Answer {
-    post(app, "/users/login_sms", None, json!({ "phone": phone, "code": code })).await
+    post(
+        app,
+        "/users/login_sms",
+        None,
+        json!({ "phone": phone, "code": code }),
+    )
+    .await
 }
 
 /// The code the fakes last delivered to `phone` (either provider).
@@ -172,9 +184,15 @@ async fn a_second_code_within_a_minute_is_refused_with_retry_after(setup: Setup)
     let rig = rig(setup, |_| {}).await;
     let first = code_for(&rig, PHONE).await;
     let again = send(&rig.app, PHONE).await;
-    assert_eq!(again.status_and_code(), (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001));
+    assert_eq!(
+        again.status_and_code(),
+        (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001)
+    );
     let retry_after: u64 = again.header("retry-after").parse().unwrap();
-    assert!((55..=60).contains(&retry_after), "Retry-After {retry_after}");
+    assert!(
+        (55..=60).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
     assert_eq!(deliveries(&rig), 1, "nothing sent");
     // The first code still works.
     assert_eq!(sign_in(&rig.app, PHONE, &first).await.code(), 0);
@@ -192,7 +210,11 @@ async fn three_wrong_tries_kill_the_code(setup: Setup) {
     let after = sign_in(&rig.app, PHONE, &code).await;
     assert_eq!(after.code(), 4, "the right code after three wrong tries");
     messages.insert(after.json()["msg"].as_str().unwrap().to_owned());
-    assert_eq!(messages.len(), 1, "one answer for wrong and dead: {messages:?}");
+    assert_eq!(
+        messages.len(),
+        1,
+        "one answer for wrong and dead: {messages:?}"
+    );
     assert_eq!(accounts_of(&rig.app, PHONE).await, 0);
 }
 
@@ -270,10 +292,16 @@ async fn codes_are_stored_only_as_keyed_digests(setup: Setup) {
     };
     assert!(!stored.is_empty());
     for value in &stored {
-        assert!(!value.contains(&code), "code {code} stored in clear: {value}");
+        assert!(
+            !value.contains(&code),
+            "code {code} stored in clear: {value}"
+        );
     }
     let plain = sha256_hex(&format!("{PHONE}:{code}"));
-    assert!(!stored.contains(&plain), "an unkeyed digest is a million guesses away");
+    assert!(
+        !stored.contains(&plain),
+        "an unkeyed digest is a million guesses away"
+    );
     assert!(!stored.contains(&sha256_hex(&code)));
 }
 
@@ -293,10 +321,16 @@ async fn daily_limits_hold_per_phone_and_per_client(setup: Setup) {
     code_for(&rig, PHONE).await;
     code_for(&rig, PHONE).await;
     let third = send(&rig.app, PHONE).await;
-    assert_eq!(third.status_and_code(), (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001));
+    assert_eq!(
+        third.status_and_code(),
+        (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001)
+    );
     // That refusal still counted for the client: one more phone, then the client is done.
     let other = send(&rig.app, "13900139000").await;
-    assert_eq!(other.status_and_code(), (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001));
+    assert_eq!(
+        other.status_and_code(),
+        (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001)
+    );
     assert_eq!(deliveries(&rig), 2);
 }
 
@@ -316,7 +350,11 @@ async fn delivery_fails_over_to_the_second_provider(setup: Setup) {
         rig.tencent.set_mode(mode);
         let phone = format!("1390013900{}", deliveries(&rig));
         let code = code_for(&rig, &phone).await;
-        assert_eq!(rig.aliyun.last_param_to(&phone, "code"), Some(code.clone()), "{mode:?}");
+        assert_eq!(
+            rig.aliyun.last_param_to(&phone, "code"),
+            Some(code.clone()),
+            "{mode:?}"
+        );
         assert_eq!(sign_in(&rig.app, &phone, &code).await.code(), 0);
     }
     assert_eq!(rig.tencent.delivered().len(), 0);
@@ -344,7 +382,12 @@ async fn when_every_provider_is_down_the_code_is_queued_and_delivered_on_recover
     .await;
     let code = rig.aliyun.last_param_to(PHONE, "code").unwrap();
     let signed_in = sign_in(&rig.app, PHONE, &code).await;
-    assert_eq!(signed_in.code(), 0, "the retried code signs in: {}", signed_in.raw);
+    assert_eq!(
+        signed_in.code(),
+        0,
+        "the retried code signs in: {}",
+        signed_in.raw
+    );
 }
 
 async fn a_queued_code_is_dropped_once_it_would_have_expired(setup: Setup) {
@@ -356,7 +399,10 @@ async fn a_queued_code_is_dropped_once_it_would_have_expired(setup: Setup) {
     .await;
     rig.tencent.set_mode(Mode::Fail);
     rig.aliyun.set_mode(Mode::Fail);
-    assert_eq!(send(&rig.app, PHONE).await.json()["data"]["delivery"], "queued");
+    assert_eq!(
+        send(&rig.app, PHONE).await.json()["data"]["delivery"],
+        "queued"
+    );
     let service: PhoneLoginService = rig.app.service();
     wait_until("the expired send to leave the queue", || async {
         service.queued().await.unwrap().is_empty()
@@ -406,7 +452,11 @@ async fn a_failing_provider_is_skipped_while_its_circuit_is_open(setup: Setup) {
     })
     .await;
     code_for(&rig, "13900000099").await;
-    assert_eq!(rig.tencent.delivered().len(), 2, "closed again: tencent first");
+    assert_eq!(
+        rig.tencent.delivered().len(),
+        2,
+        "closed again: tencent first"
+    );
 }
 
 crate::setup_tests!(

@@ -686,8 +686,15 @@ async fn log_line_with(server: &Server, needle: &str, seen: &mut Vec<String>) ->
 async fn the_course_frontends_sms_login_works_with_the_log_provider() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(webook(dir.path()));
+    assert!(
+        server
+            .startup_lines()
+            .iter()
+            .any(|line| line.contains("SMS provider `log` in use") && line.contains("WARN")),
+        "a warning at start-up: {:?}",
+        server.startup_lines()
+    );
     let mut log = Vec::new();
-    log_line_with(&server, "SMS provider `log` in use", &mut log).await;
     // What the course's Next.js page does: axios from http://localhost:3000, JSON bodies,
     // `alert(res.data.msg)` after sending, tokens from the exposed response headers.
     let client = reqwest::Client::new();

@@ -415,6 +415,29 @@ async fn a_first_login_creates_the_account_and_later_ones_find_it(setup: Setup) 
     assert_eq!(user_count(&app).await, 1);
     assert_eq!(wechat.calls(), 3);
 
+    // A frontend page calling the callback with axios (Accept: application/json) gets the
+    // tokens on a 200 it can read, not on a redirect it would follow blindly.
+    let begun = begin(&app).await;
+    let code = wechat.issue_code("open-alice", Some("union-alice"));
+    let mut url = url::Url::parse(&app.url("/oauth2/wechat/callback")).unwrap();
+    url.query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair("state", &begun.state);
+    let scripted = browser()
+        .get(url)
+        .header(header::USER_AGENT, UA)
+        .header(header::ACCEPT, "application/json, text/plain, */*")
+        .header(header::COOKIE, begun.cookie())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(scripted.status(), StatusCode::OK);
+    let access = header_of(&scripted, "x-jwt-token");
+    assert!(header_of(&scripted, "set-cookie").contains("Max-Age=0"));
+    let body: serde_json::Value = scripted.json().await.unwrap();
+    assert_eq!(body["code"], 0);
+    assert_eq!(uid_of(&app, &access).await, uid);
+
     let metrics = app.metrics_text().await;
     for event in ["wechat_signup", "wechat_login"] {
         assert!(

@@ -39,6 +39,7 @@ pub struct Server {
     pub child: Child,
     base: String,
     stderr_lines: mpsc::Receiver<String>,
+    startup_lines: Vec<String>,
 }
 
 impl Server {
@@ -80,6 +81,7 @@ impl Server {
             child,
             base,
             stderr_lines: lines,
+            startup_lines: seen,
         }
     }
 
@@ -90,6 +92,11 @@ impl Server {
     /// `host:port` it listens on.
     pub fn address(&self) -> String {
         self.base.trim_start_matches("http://").to_owned()
+    }
+
+    /// The log lines written before the "listening on" line.
+    pub fn startup_lines(&self) -> &[String] {
+        &self.startup_lines
     }
 
     /// The log lines written since the last call.
