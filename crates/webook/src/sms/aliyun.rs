@@ -20,7 +20,7 @@ use hmac::{digest::InvalidLength, Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::provider::{mask_phone, AliyunConfig, SendError, SmsMessage, SmsProvider};
+use super::provider::{exchange, AliyunConfig, SendError, SmsMessage, SmsProvider};
 
 const ACTION: &str = "SendSms";
 const VERSION: &str = "2017-05-25";
@@ -83,22 +83,7 @@ impl SmsProvider for AliyunSms {
         for (name, value) in headers.iter().filter(|(name, _)| *name != "host") {
             request = request.header(*name, *value);
         }
-        let outcome = async {
-            let answer = request.send().await.map_err(transport_error)?;
-            let status = answer.status().as_u16();
-            let bytes = answer.bytes().await.map_err(transport_error)?;
-            interpret(status, &bytes)
-        }
-        .await;
-        match &outcome {
-            Ok(()) => {
-                tracing::debug!(provider = "aliyun", phone = %mask_phone(&message.phone), "SMS accepted")
-            }
-            Err(error) => {
-                tracing::debug!(provider = "aliyun", phone = %mask_phone(&message.phone), %error, "SMS not accepted")
-            }
-        }
-        outcome
+        exchange("aliyun", request, &message.phone, interpret).await
     }
 }
 
@@ -248,30 +233,6 @@ fn is_rate_limit(code: &str) -> bool {
 
 fn failed(what: &str) -> SendError {
     SendError::Failed(format!("aliyun: {what}"))
-}
-
-/// A request that got no answer. reqwest's message names the URL, whose query holds the login
-/// code: it is left out.
-fn transport_error(error: reqwest::Error) -> SendError {
-    if error.is_timeout() {
-        return SendError::Timeout;
-    }
-    let what = if error.is_connect() {
-        "could not connect"
-    } else if error.is_body() || error.is_decode() {
-        "the answer was cut short"
-    } else {
-        "the request failed"
-    };
-    let error = error.without_url();
-    let mut text = format!("{what}: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    failed(&text)
 }
 
 #[cfg(test)]

@@ -59,6 +59,61 @@ pub enum SendError {
     Failed(String),
 }
 
+/// The [`SendError`] of a request to `provider` that got no answer: a timeout, or a failure
+/// saying why (connecting, a cut-short answer) with its causes — but never the URL, whose
+/// query may hold the login code (Alibaba's does).
+pub fn transport_error(provider: &str, error: reqwest::Error) -> SendError {
+    if error.is_timeout() {
+        return SendError::Timeout;
+    }
+    let what = if error.is_connect() {
+        "could not connect"
+    } else if error.is_body() || error.is_decode() {
+        "the answer was cut short"
+    } else {
+        "the request failed"
+    };
+    let error = error.without_url();
+    let mut text = format!("{provider}: {what}: {error}");
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    SendError::Failed(text)
+}
+
+/// Sends a signed `request` to `provider`, reads its answer whole and lets `interpret` judge it
+/// (from the HTTP status and body); logs the outcome at DEBUG with the phone masked.
+pub async fn exchange(
+    provider: &str,
+    request: reqwest::RequestBuilder,
+    phone: &str,
+    interpret: impl FnOnce(u16, &[u8]) -> Result<(), SendError>,
+) -> Result<(), SendError> {
+    let outcome = async {
+        let answer = request
+            .send()
+            .await
+            .map_err(|err| transport_error(provider, err))?;
+        let status = answer.status().as_u16();
+        let bytes = answer
+            .bytes()
+            .await
+            .map_err(|err| transport_error(provider, err))?;
+        interpret(status, &bytes)
+    }
+    .await;
+    match &outcome {
+        Ok(()) => tracing::debug!(provider, phone = %mask_phone(phone), "SMS accepted"),
+        Err(error) => {
+            tracing::debug!(provider, phone = %mask_phone(phone), %error, "SMS not accepted")
+        }
+    }
+    outcome
+}
+
 /// An SMS provider.
 #[async_trait]
 pub trait SmsProvider: Send + Sync + fmt::Debug {

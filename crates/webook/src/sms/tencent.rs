@@ -18,7 +18,7 @@ use hmac::{digest::InvalidLength, Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::provider::{mask_phone, SendError, SmsMessage, SmsProvider, TencentConfig};
+use super::provider::{exchange, SendError, SmsMessage, SmsProvider, TencentConfig};
 
 /// The service in the credential scope.
 const SERVICE: &str = "sms";
@@ -64,35 +64,18 @@ impl SmsProvider for TencentSms {
         })
         .ok_or_else(|| failed("could not sign the request"))?;
 
-        let outcome = async {
-            let answer = self
-                .http
-                .post(url)
-                .timeout(self.config.timeout)
-                .header(reqwest::header::AUTHORIZATION, authorization)
-                .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
-                .header("X-TC-Action", ACTION)
-                .header("X-TC-Timestamp", timestamp.to_string())
-                .header("X-TC-Version", VERSION)
-                .header("X-TC-Region", &self.config.region)
-                .body(body)
-                .send()
-                .await
-                .map_err(transport_error)?;
-            let status = answer.status().as_u16();
-            let bytes = answer.bytes().await.map_err(transport_error)?;
-            interpret(status, &bytes)
-        }
-        .await;
-        match &outcome {
-            Ok(()) => {
-                tracing::debug!(provider = "tencent", phone = %mask_phone(&message.phone), "SMS accepted")
-            }
-            Err(error) => {
-                tracing::debug!(provider = "tencent", phone = %mask_phone(&message.phone), %error, "SMS not accepted")
-            }
-        }
-        outcome
+        let request = self
+            .http
+            .post(url)
+            .timeout(self.config.timeout)
+            .header(reqwest::header::AUTHORIZATION, authorization)
+            .header(reqwest::header::CONTENT_TYPE, CONTENT_TYPE)
+            .header("X-TC-Action", ACTION)
+            .header("X-TC-Timestamp", timestamp.to_string())
+            .header("X-TC-Version", VERSION)
+            .header("X-TC-Region", &self.config.region)
+            .body(body);
+        exchange("tencent", request, &message.phone, interpret).await
     }
 }
 
@@ -262,29 +245,6 @@ fn is_rate_limit(code: &str) -> bool {
 
 fn failed(what: &str) -> SendError {
     SendError::Failed(format!("tencent: {what}"))
-}
-
-/// A request that got no answer. reqwest's message names the URL: it is left out.
-fn transport_error(error: reqwest::Error) -> SendError {
-    if error.is_timeout() {
-        return SendError::Timeout;
-    }
-    let what = if error.is_connect() {
-        "could not connect"
-    } else if error.is_body() || error.is_decode() {
-        "the answer was cut short"
-    } else {
-        "the request failed"
-    };
-    let error = error.without_url();
-    let mut text = format!("{what}: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    failed(&text)
 }
 
 #[cfg(test)]
