@@ -37,8 +37,8 @@ use platform::{
 };
 
 use crate::{
-    article, auth, comment, feed, interactive, jobs, phone_login, ranking, search, sms, tag, user,
-    wechat_login,
+    account, article, auth, comment, feed, interactive, jobs, phone_login, ranking, search, sms,
+    tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
@@ -55,6 +55,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &comment::Comments,
     &tag::Tags,
     &search::Search,
+    &account::Accounts,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];

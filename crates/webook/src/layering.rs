@@ -4,6 +4,7 @@
 
 /// The feature folders under `src/`.
 const FEATURES: &[&str] = &[
+    "account",
     "article",
     "auth",
     "comment",

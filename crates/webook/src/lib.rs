@@ -15,6 +15,7 @@
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data.
 
+pub mod account;
 pub mod app;
 pub mod article;
 pub mod auth;

@@ -26,6 +26,7 @@ mod http_conventions;
 mod interactive;
 mod jobs;
 mod jobs_admin;
+mod ledger;
 mod migrations;
 mod outbox;
 mod phone_login;

@@ -1,0 +1,223 @@
+//! Accounts and the double-entry ledger (API.md → Rewards, payments and accounts: `GET
+//! /account`). Money features (rewards) post balanced transactions through [`Ledger`] — in
+//! their own transaction ([`ledger::post`]) or in one of the ledger's ([`Ledger::post_once`]) —
+//! and users read their balance and entries here.
+//!
+//! Data flow: [`http`] reads the caller's account through [`Ledger`]; postings write
+//! `account_entries` and `accounts.balance` together ([`ledger`]), so a balance is always the
+//! sum of its entries and the whole ledger sums to 0.
+
+pub mod http;
+pub mod ledger;
+
+pub use ledger::{AccountKind, AccountRef, Line, PostError, Posted, Posting, Unbalanced};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use sqlx::Row;
+
+use platform::{
+    db::{now_millis, Db, Migration},
+    error::AppError,
+    feature::{Feature, Platform, Registry},
+    page::{decode_cursor, encode_cursor, Page},
+};
+
+use crate::auth::AuthService;
+
+/// The accounts feature: provides [`Ledger`].
+pub struct Accounts;
+
+#[async_trait]
+impl Feature for Accounts {
+    fn name(&self) -> &'static str {
+        "accounts"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            17,
+            "ledger",
+            include_str!("../../migrations/0017_ledger.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let ledger = Ledger::new(platform.db.clone());
+        registry.routes(http::router(http::AccountRoutes {
+            ledger: ledger.clone(),
+            auth: registry.get::<AuthService>()?,
+        }));
+        registry.provide(ledger);
+        Ok(())
+    }
+}
+
+/// An entry as its account's owner sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryView {
+    /// Entry id.
+    pub id: i64,
+    /// Fen: positive in, negative out.
+    pub amt: i64,
+    /// The business event.
+    pub biz: String,
+    /// Its id.
+    pub biz_id: i64,
+    /// What it was.
+    pub memo: String,
+    /// When (ms).
+    pub ctime: i64,
+}
+
+/// A user's account: balance and a page of entries, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AccountView {
+    /// Fen.
+    pub balance: i64,
+    /// Always `CNY`.
+    pub currency: &'static str,
+    /// Newest first.
+    pub entries: Page<EntryView>,
+}
+
+/// What [`Ledger::audit`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    /// The sum of every balance (0 in a sound ledger).
+    pub total_balance: i64,
+    /// The sum of every entry (0 in a sound ledger).
+    pub total_entries: i64,
+    /// Accounts whose balance is not the sum of their entries: `(account id, balance, sum)`.
+    pub mismatched: Vec<(i64, i64, i64)>,
+}
+
+/// The ledger; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    db: Db,
+}
+
+impl Ledger {
+    /// The ledger in `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// Posts `posting` in a transaction of its own; a concurrent posting of the same event that
+    /// won the race makes this one [`Posted::AlreadyPosted`].
+    pub async fn post_once(&self, posting: &Posting) -> Result<Posted, PostError> {
+        for attempt in 0..2 {
+            let mut tx = self.db.writer().begin().await?;
+            match ledger::post(&mut tx, posting, now_millis()).await {
+                Ok(posted) => {
+                    tx.commit().await?;
+                    return Ok(posted);
+                }
+                // The other posting committed first: the next attempt sees its entries.
+                Err(err) if attempt == 0 && ledger::is_duplicate_posting(&err) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    /// User `uid`'s balance (0 without an account) and a page of entries after `cursor`.
+    pub async fn user_account(
+        &self,
+        uid: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AccountView, AppError> {
+        let before = match cursor {
+            Some(cursor) => decode_cursor::<1>(cursor)?[0],
+            None => i64::MAX,
+        };
+        let account =
+            sqlx::query("SELECT id, balance FROM accounts WHERE kind = $1 AND owner_id = $2")
+                .bind(AccountKind::User.as_str())
+                .bind(uid)
+                .fetch_optional(self.db.pool())
+                .await?;
+        let Some(account) = account else {
+            return Ok(AccountView {
+                balance: 0,
+                currency: "CNY",
+                entries: Page {
+                    items: Vec::new(),
+                    next: None,
+                },
+            });
+        };
+        let (id, balance): (i64, i64) = (account.try_get("id")?, account.try_get("balance")?);
+        let rows = sqlx::query(
+            "SELECT id, amt, biz, biz_id, memo, ctime FROM account_entries \
+             WHERE account_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(id)
+        .bind(before)
+        .bind(i64::try_from(limit + 1).unwrap_or(i64::MAX))
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut items = rows
+            .iter()
+            .map(|row| {
+                Ok(EntryView {
+                    id: row.try_get("id")?,
+                    amt: row.try_get("amt")?,
+                    biz: row.try_get("biz")?,
+                    biz_id: row.try_get("biz_id")?,
+                    memo: row.try_get("memo")?,
+                    ctime: row.try_get("ctime")?,
+                })
+            })
+            .collect::<sqlx::Result<Vec<_>>>()?;
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| encode_cursor(&[last.id]))
+        } else {
+            None
+        };
+        Ok(AccountView {
+            balance,
+            currency: "CNY",
+            entries: Page { items, next },
+        })
+    }
+
+    /// Sums the whole ledger: every balance, every entry, and each account against its entries.
+    pub async fn audit(&self) -> sqlx::Result<Audit> {
+        let total_balance: Option<i64> =
+            sqlx::query_scalar("SELECT CAST(SUM(balance) AS BIGINT) FROM accounts")
+                .fetch_one(self.db.pool())
+                .await?;
+        let total_entries: Option<i64> =
+            sqlx::query_scalar("SELECT CAST(SUM(amt) AS BIGINT) FROM account_entries")
+                .fetch_one(self.db.pool())
+                .await?;
+        let rows = sqlx::query(
+            "SELECT a.id, a.balance, CAST(COALESCE(SUM(e.amt), 0) AS BIGINT) AS total \
+             FROM accounts a LEFT JOIN account_entries e ON e.account_id = a.id \
+             GROUP BY a.id, a.balance HAVING a.balance <> COALESCE(SUM(e.amt), 0) ORDER BY a.id",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        let mismatched = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("id")?,
+                    row.try_get("balance")?,
+                    row.try_get("total")?,
+                ))
+            })
+            .collect::<sqlx::Result<Vec<_>>>()?;
+        Ok(Audit {
+            total_balance: total_balance.unwrap_or(0),
+            total_entries: total_entries.unwrap_or(0),
+            mismatched,
+        })
+    }
+}
