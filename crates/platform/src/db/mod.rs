@@ -483,6 +483,11 @@ pub fn bulk_row_placeholders(kind: DatabaseKind, rows: usize, columns: usize) ->
     }
 }
 
+/// `duration` in milliseconds, the unit of every time column (saturating).
+pub fn duration_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// Milliseconds since the Unix epoch, the unit of every time column.
 pub fn now_millis() -> i64 {
     let since_epoch = std::time::SystemTime::now()

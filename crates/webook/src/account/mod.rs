@@ -109,19 +109,20 @@ impl Ledger {
     /// Posts `posting` in a transaction of its own; a concurrent posting of the same event that
     /// won the race makes this one [`Posted::AlreadyPosted`].
     pub async fn post_once(&self, posting: &Posting) -> Result<Posted, PostError> {
-        for attempt in 0..2 {
-            let mut tx = self.db.writer().begin().await?;
-            match ledger::post(&mut tx, posting, now_millis()).await {
-                Ok(posted) => {
-                    tx.commit().await?;
-                    return Ok(posted);
-                }
-                // The other posting committed first: the next attempt sees its entries.
-                Err(err) if attempt == 0 && ledger::is_duplicate_posting(&err) => continue,
-                Err(err) => return Err(err),
+        match self.post_in_own_transaction(posting).await {
+            // The other posting committed first: a second try sees its entries.
+            Err(err) if ledger::is_duplicate_posting(&err) => {
+                self.post_in_own_transaction(posting).await
             }
+            outcome => outcome,
         }
-        unreachable!("the second attempt returns")
+    }
+
+    async fn post_in_own_transaction(&self, posting: &Posting) -> Result<Posted, PostError> {
+        let mut tx = self.db.writer().begin().await?;
+        let posted = ledger::post(&mut tx, posting, now_millis()).await?;
+        tx.commit().await?;
+        Ok(posted)
     }
 
     /// User `uid`'s balance (0 without an account) and a page of entries after `cursor`.

@@ -16,7 +16,7 @@ use scheduler::{
     JobContext,
 };
 
-use platform::db::{now_millis, Db};
+use platform::db::{duration_millis, now_millis, Db};
 
 use super::service::PhoneLoginService;
 
@@ -76,10 +76,6 @@ pub fn pause_after(attempts: i64) -> Duration {
         .min(MAX_PAUSE)
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl RetryQueue {
     /// The queue in `db`.
     pub fn new(db: Db) -> Self {
@@ -105,7 +101,7 @@ impl RetryQueue {
         .bind(purpose)
         .bind(generation)
         .bind(expires_at)
-        .bind(now + millis(FIRST_PAUSE))
+        .bind(now + duration_millis(FIRST_PAUSE))
         .bind(error)
         .bind(now)
         .fetch_one(self.db.writer())
@@ -142,7 +138,7 @@ impl RetryQueue {
              next_attempt_at = $2 WHERE id = $3",
         )
         .bind(error)
-        .bind(now + millis(pause_after(send.attempts + 1)))
+        .bind(now + duration_millis(pause_after(send.attempts + 1)))
         .bind(send.id)
         .execute(self.db.writer())
         .await?;
@@ -175,7 +171,7 @@ pub async fn ensure_job(jobs: &SqlJobStore, schedule: &str) -> anyhow::Result<()
             cfg: "{}".to_owned(),
             misfire: Misfire::Skip,
             overlap: OverlapPolicy::Forbid,
-            timeout_ms: millis(RETRY_TIMEOUT),
+            timeout_ms: duration_millis(RETRY_TIMEOUT),
         })
         .await;
     match created {

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use platform::{
-    db::now_millis,
+    db::{duration_millis, now_millis},
     error::{AppError, Msg},
     rate_limit::RateLimiter,
 };
@@ -171,7 +171,7 @@ impl PhoneLoginService {
                 Ok(Delivery::Sent)
             }
             Err(undelivered) => {
-                let expires_at = now + i64::try_from(self.policy.ttl.as_millis()).unwrap_or(0);
+                let expires_at = now + duration_millis(self.policy.ttl);
                 self.retries
                     .enqueue(
                         &phone,

@@ -13,7 +13,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use platform::{db::Db, redis::Redis};
+use platform::{
+    db::{duration_millis, Db},
+    redis::Redis,
+};
 
 /// Which code: a phone and what the code is for (`login`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,10 +125,6 @@ redis.call('HSET', KEYS[1], 'h', ARGV[2])
 return 1
 ";
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl CodeStore {
     /// The embedded store.
     pub fn sql(db: Db) -> Self {
@@ -153,7 +152,7 @@ impl CodeStore {
     pub async fn issue(&self, key: &CodeKey, code: &NewCode<'_>) -> anyhow::Result<Issued> {
         match self {
             Self::Sql(db) => {
-                let resend_before = code.now - millis(code.resend_interval);
+                let resend_before = code.now - duration_millis(code.resend_interval);
                 let stored: Option<String> = sqlx::query_scalar(
                     "INSERT INTO sms_codes \
                      (phone, purpose, code_hash, generation, attempts_left, sent_at, expires_at) \
@@ -169,7 +168,7 @@ impl CodeStore {
                 .bind(code.generation)
                 .bind(i64::from(code.attempts))
                 .bind(code.now)
-                .bind(code.now + millis(code.ttl))
+                .bind(code.now + duration_millis(code.ttl))
                 .bind(resend_before)
                 .fetch_optional(db.writer())
                 .await?;
@@ -200,8 +199,8 @@ impl CodeStore {
                     .arg(code.generation)
                     .arg(code.attempts)
                     .arg(code.now)
-                    .arg(millis(code.resend_interval))
-                    .arg(millis(code.ttl).max(1))
+                    .arg(duration_millis(code.resend_interval))
+                    .arg(duration_millis(code.ttl).max(1))
                     .invoke_async(&mut redis.connection())
                     .await
                     .context("storing an SMS code in Redis")?;

@@ -35,7 +35,7 @@ use crate::{
     user::Person,
 };
 use platform::{
-    db::now_millis,
+    db::{duration_millis, now_millis},
     events::{Event, EventStream, Subscription},
     telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
 };
@@ -160,10 +160,6 @@ fn is_newer(candidate: &Snapshot, current: &Snapshot) -> bool {
         || (candidate.fence == current.fence && candidate.items.len() < current.items.len())
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl RankingService {
     /// The service over `store`, sharing lists through `shared`.
     pub fn new(store: RankingStore, shared: SharedCopy, settings: HotListParams) -> Self {
@@ -196,7 +192,7 @@ impl RankingService {
     ) -> anyhow::Result<ComputeReport> {
         let started = std::time::Instant::now();
         let settings = &self.inner.settings;
-        let since = now.saturating_sub(millis(settings.window));
+        let since = now.saturating_sub(duration_millis(settings.window));
         let batch = i64::try_from(settings.batch.max(1)).unwrap_or(i64::MAX);
         let mut top: TopN<Candidate> = TopN::new(settings.size);
         let mut scan = self.inner.store.scan(since).await?;
@@ -369,7 +365,7 @@ impl RankingService {
     pub async fn top(&self) -> Option<Arc<Snapshot>> {
         if let Some(snapshot) = self.inner.local.load_full() {
             self.inner.serves.local.increment(1);
-            if now_millis() - snapshot.computed_at > millis(self.inner.settings.expiry) {
+            if now_millis() - snapshot.computed_at > duration_millis(self.inner.settings.expiry) {
                 self.inner.serves.stale.increment(1);
             }
             return Some(snapshot);

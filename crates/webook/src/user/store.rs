@@ -86,7 +86,7 @@ impl UserStore {
         phone: &str,
         now: i64,
     ) -> sqlx::Result<(i64, bool)> {
-        if let Some(id) = self.id_where("phone", phone).await? {
+        if let Some(id) = Self::id_where(self.db.pool(), "phone", phone).await? {
             return Ok((id, false));
         }
         let inserted: Option<i64> = sqlx::query_scalar(
@@ -100,7 +100,7 @@ impl UserStore {
         match inserted {
             Some(id) => Ok((id, true)),
             None => {
-                let id = self.id_where_on_writer("phone", phone).await?;
+                let id = Self::id_where(self.db.writer(), "phone", phone).await?;
                 id.map(|id| (id, false)).ok_or(sqlx::Error::RowNotFound)
             }
         }
@@ -180,23 +180,16 @@ impl UserStore {
         Ok((id, created))
     }
 
-    async fn id_where(&self, column: &'static str, value: &str) -> sqlx::Result<Option<i64>> {
-        sqlx::query_scalar(&format!("SELECT id FROM users WHERE {column} = $1"))
-            .bind(value)
-            .fetch_optional(self.db.pool())
-            .await
-    }
-
-    /// [`Self::id_where`] through the writer: on SQLite the read pool may not yet see a commit
-    /// the writer just made.
-    async fn id_where_on_writer(
-        &self,
+    /// The id of the account whose `column` is `value`, read through `pool` (the writer when
+    /// a commit the writer just made must be seen: on SQLite the read pool may lag).
+    async fn id_where(
+        pool: &platform::db::DbPool,
         column: &'static str,
         value: &str,
     ) -> sqlx::Result<Option<i64>> {
         sqlx::query_scalar(&format!("SELECT id FROM users WHERE {column} = $1"))
             .bind(value)
-            .fetch_optional(self.db.writer())
+            .fetch_optional(pool)
             .await
     }
 
