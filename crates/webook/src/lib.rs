@@ -30,6 +30,7 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod payment;
 pub mod phone_login;
 pub mod ranking;
 pub mod schema;

@@ -1,0 +1,169 @@
+//! What webook asks of a payment provider, in WeChat Pay v3 Native's terms: create an order and
+//! get the code URL to show as a QR code, query an order, close it, and download a day's trade
+//! bill. Two providers implement it: [`super::wechat`] (WeChat Pay) and [`super::fake`] (the
+//! embedded default, a provider inside webook that signs like WeChat).
+//!
+//! Notifications are not part of the trait: a provider only names the keys they are checked
+//! with ([`NotificationKeys`]); [`super::notify`] checks them the same way for both.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+
+use super::crypto::{ApiV3Key, PlatformKeys};
+
+/// An order to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Order {
+    /// Our trade number (`out_trade_no`): 6–32 characters of `[0-9A-Za-z_-|*]`, unique.
+    pub trade_no: String,
+    /// What is bought (shown to the payer).
+    pub description: String,
+    /// Fen, above 0.
+    pub amt: i64,
+    /// When the order stops accepting payment (ms since the epoch; `time_expire`).
+    pub expires_at: i64,
+}
+
+/// WeChat's `trade_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TradeState {
+    /// Paid.
+    Success,
+    /// Paid, then (partly) refunded.
+    Refund,
+    /// Not paid (yet).
+    Notpay,
+    /// Closed without payment.
+    Closed,
+    /// Revoked (card payments).
+    Revoked,
+    /// The payer is entering their password.
+    Userpaying,
+    /// The payment failed (e.g. the bank refused).
+    Payerror,
+}
+
+/// WeChat's `amount` of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransactionAmount {
+    /// Order total in fen.
+    pub total: i64,
+    /// What the payer paid, in fen (absent before payment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer_total: Option<i64>,
+    /// `CNY`.
+    #[serde(default)]
+    pub currency: String,
+    /// The payer's currency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer_currency: Option<String>,
+}
+
+/// A transaction as WeChat describes it: a query's answer and a notification's decrypted
+/// resource have this shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// The app the order was made for.
+    pub appid: String,
+    /// The merchant.
+    pub mchid: String,
+    /// Our trade number.
+    pub out_trade_no: String,
+    /// WeChat's transaction id (absent before payment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transaction_id: Option<String>,
+    /// `NATIVE`.
+    #[serde(default)]
+    pub trade_type: String,
+    /// The state.
+    pub trade_state: TradeState,
+    /// Its description.
+    #[serde(default)]
+    pub trade_state_desc: String,
+    /// When it was paid (RFC 3339), after payment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_time: Option<String>,
+    /// The amounts.
+    pub amount: TransactionAmount,
+}
+
+/// One order line of a trade bill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BillRow {
+    /// Our trade number (`商户订单号`).
+    pub trade_no: String,
+    /// The provider's transaction id (`微信订单号`).
+    pub transaction_id: String,
+    /// `交易状态`: `SUCCESS`, `REFUND`, `REVOKED`.
+    pub trade_state: String,
+    /// The order amount in fen (`订单金额`).
+    pub amt: i64,
+    /// When it was paid (`交易时间`, as the bill writes it).
+    pub trade_time: String,
+}
+
+/// Why a provider call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No answer in time: the outcome is unknown (an order may exist).
+    #[error("the payment provider did not answer in time")]
+    Timeout,
+    /// The provider answered with an error (`code`, `message` as it sent them).
+    #[error("the payment provider refused: {code}: {message}")]
+    Refused {
+        /// WeChat's error code, e.g. `ORDER_NOT_EXIST`, `ORDERPAID`, `SIGN_ERROR`.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// The answer was not what the protocol promises (bad signature, malformed body, hash
+    /// mismatch of a bill): not trusted.
+    #[error("the payment provider's answer is not trusted: {0}")]
+    Untrusted(String),
+    /// The provider could not be reached, or answered 5xx.
+    #[error("the payment provider is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What notifications of a provider are checked against.
+#[derive(Debug, Clone)]
+pub struct NotificationKeys {
+    /// Our merchant id: a transaction of another merchant is refused.
+    pub mchid: String,
+    /// Our app id: a transaction of another app is refused.
+    pub appid: String,
+    /// Decrypts the resource.
+    pub api_v3_key: ApiV3Key,
+    /// Verifies the signature.
+    pub platform_keys: PlatformKeys,
+}
+
+/// A payment provider.
+#[async_trait]
+pub trait PaymentProvider: Send + Sync + Debug {
+    /// `wechat` or `fake`: stored with each payment.
+    fn name(&self) -> &'static str;
+
+    /// Creates `order` (Native) and returns the code URL to show. Creating the same trade
+    /// number again with the same details returns the same URL (WeChat: idempotent by
+    /// `out_trade_no`), so a retry after a timeout is safe.
+    async fn prepay(&self, order: &Order) -> Result<String, ProviderError>;
+
+    /// The order's transaction; `None` when the provider has no such order
+    /// (`ORDER_NOT_EXIST`).
+    async fn query(&self, trade_no: &str) -> Result<Option<Transaction>, ProviderError>;
+
+    /// Closes an unpaid order so that it can no longer be paid. Closing a closed order is
+    /// success; closing a paid one is [`ProviderError::Refused`] with code `ORDERPAID`.
+    async fn close(&self, trade_no: &str) -> Result<(), ProviderError>;
+
+    /// The order lines of the trade bill of `date` (China Standard Time), every state.
+    async fn trade_bill(&self, date: NaiveDate) -> Result<Vec<BillRow>, ProviderError>;
+
+    /// What this provider's notifications are checked against.
+    fn notification_keys(&self) -> &NotificationKeys;
+}
