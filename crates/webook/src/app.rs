@@ -37,8 +37,8 @@ use platform::{
 };
 
 use crate::{
-    account, article, auth, comment, feed, interactive, jobs, phone_login, ranking, search, sms,
-    tag, user, wechat_login,
+    account, article, auth, comment, feed, interactive, jobs, payment, phone_login, ranking,
+    reward, search, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
@@ -56,6 +56,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     &tag::Tags,
     &search::Search,
     &account::Accounts,
+    &payment::PaymentsFeature,
+    &reward::RewardsFeature,
     // Last: it checks new jobs against every executor registered before it.
     &jobs::Jobs,
 ];

@@ -33,6 +33,7 @@ mod layering;
 pub mod payment;
 pub mod phone_login;
 pub mod ranking;
+pub mod reward;
 pub mod schema;
 pub mod search;
 pub mod seed;

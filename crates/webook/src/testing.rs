@@ -17,7 +17,11 @@ use platform::{
 use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{
-    app::App, auth::settings::AuthSettings, jobs::settings::JobSettings, schema::MIGRATIONS,
+    app::App,
+    auth::settings::AuthSettings,
+    jobs::settings::JobSettings,
+    payment::settings::{PaymentSettings, ProviderName},
+    schema::MIGRATIONS,
 };
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so
@@ -47,6 +51,10 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
 pub fn make_cluster(config: &mut Config, redis_url: String) {
     config.redis_url = Some(redis_url);
     config.redis_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    // Tests pay through the fake provider in cluster mode too.
+    let payments = config.settings_mut::<PaymentSettings>();
+    payments.pay_provider = Some(ProviderName::Fake);
+    payments.pay_allow_fake = true;
 }
 
 /// The real app serving on an ephemeral port in this process.

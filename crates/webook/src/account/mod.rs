@@ -10,7 +10,10 @@
 pub mod http;
 pub mod ledger;
 
-pub use ledger::{AccountKind, AccountRef, Line, PostError, Posted, Posting, Unbalanced};
+pub use ledger::{
+    is_duplicate_posting, post, AccountKind, AccountRef, Line, PostError, Posted, Posting,
+    Unbalanced,
+};
 
 use async_trait::async_trait;
 use serde::Serialize;
@@ -186,6 +189,28 @@ impl Ledger {
             currency: "CNY",
             entries: Page { items, next },
         })
+    }
+
+    /// Which of `biz_ids` have a posting of `biz` (reconciliation: was a paid sale credited?),
+    /// in one query per few hundred ids.
+    pub async fn posted(
+        &self,
+        biz: &str,
+        biz_ids: &[i64],
+    ) -> sqlx::Result<std::collections::HashSet<i64>> {
+        let mut posted = std::collections::HashSet::new();
+        for chunk in biz_ids.chunks(500) {
+            let sql = format!(
+                "SELECT DISTINCT biz_id FROM account_entries WHERE biz = $1 AND biz_id IN ({})",
+                platform::db::placeholders(2, chunk.len())
+            );
+            let mut query = sqlx::query_scalar::<_, i64>(&sql).bind(biz);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            posted.extend(query.fetch_all(self.db.pool()).await?);
+        }
+        Ok(posted)
     }
 
     /// Sums the whole ledger: every balance, every entry, and each account against its entries.

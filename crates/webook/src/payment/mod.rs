@@ -1,6 +1,213 @@
-//! Payments: orders at a payment provider for what a feature sells (rewards today), their
-//! notifications, and the jobs that reconcile them with the provider.
+//! Payments: orders at a payment provider for what a feature sells (rewards today), the
+//! provider's notifications, and the jobs that reconcile our books with the provider's.
+//!
+//! Data flow: a seller records a pending payment in its own transaction
+//! ([`Payments::record_order`]) and asks for the code URL ([`Payments::prepay`]: the provider's
+//! order). The provider's notification (`POST /pay/wechat/notify`; the fake provider's page
+//! hands its notification to the same handler) is verified and decrypted ([`notify`]), checked
+//! against our payment and applied ([`Payments::apply_transaction`]): the payment's status
+//! changes once, with its `payment_succeeded` / `payment_failed` event in the same transaction
+//! ([`store`], the outbox). The seller consumes the events and posts to the ledger under the
+//! payment's (biz, biz_id). The sweep settles payments whose notification never came, and the
+//! daily reconciliation compares the provider's bill with payments and ledger ([`reconcile`]).
+//!
+//! Providers ([`provider::PaymentProvider`]): [`WechatPay`] (WeChat Pay API v3, Native) and
+//! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
+//! cryptography is in [`crypto`].
 
 pub mod crypto;
+pub mod fake;
+pub mod http;
+pub mod notify;
 pub mod provider;
+pub mod reconcile;
+pub mod service;
 pub mod settings;
+pub mod store;
+
+pub use crypto::random_nonce;
+pub use fake::FakePay;
+pub use provider::{PaymentProvider, TradeState, Transaction};
+pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
+pub use service::{Applied, Payments};
+pub use settings::PaymentSettings;
+pub use store::{
+    NewPayment, Payment, PaymentEvent, PaymentStatus, PaymentStore, TOPIC_PAYMENT_FAILED,
+    TOPIC_PAYMENT_SUCCEEDED,
+};
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, FixedOffset, NaiveDate, Offset, TimeZone, Utc};
+
+use platform::{
+    config::SettingsSpec,
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+    telemetry::MetricsSpec,
+};
+
+use crate::{
+    account::Ledger,
+    auth::{Admins, AuthService},
+};
+use settings::ProviderName;
+
+/// Counter: payment notifications by `outcome` (settled, duplicate, open, recorded,
+/// unverified, malformed, mismatch, failed).
+pub const PAYMENT_NOTIFICATIONS_TOTAL: &str = "payment_notifications_total";
+/// Counter: discrepancies recorded, by `kind`.
+pub const PAYMENT_DISCREPANCIES_TOTAL: &str = "payment_discrepancies_total";
+/// Gauge: discrepancies waiting for a person, after the last reconciliation.
+pub const PAYMENT_DISCREPANCIES_OPEN: &str = "payment_discrepancies_open";
+
+const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[],
+    describe: describe_metrics,
+};
+
+fn describe_metrics() {
+    metrics::describe_counter!(
+        PAYMENT_NOTIFICATIONS_TOTAL,
+        "Payment notifications, by outcome (settled, duplicate, open, recorded, unverified, \
+         malformed, mismatch, failed)"
+    );
+    metrics::describe_counter!(
+        PAYMENT_DISCREPANCIES_TOTAL,
+        "Payment discrepancies recorded, by kind"
+    );
+    metrics::describe_gauge!(
+        PAYMENT_DISCREPANCIES_OPEN,
+        "Payment discrepancies waiting for a person"
+    );
+}
+
+/// The payments feature: provides [`Payments`] (and [`FakePay`] when it is the provider).
+pub struct PaymentsFeature;
+
+#[async_trait]
+impl Feature for PaymentsFeature {
+    fn name(&self) -> &'static str {
+        "payments"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn metrics(&self) -> &'static [MetricsSpec] {
+        &[METRICS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            18,
+            "payments",
+            include_str!("../../migrations/0018_payments.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let config = &platform.config;
+        let settings = config.settings::<PaymentSettings>()?;
+        let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
+            match settings.provider(config) {
+                None => {
+                    tracing::warn!(
+                        "no payment provider (pay_provider unset in cluster mode): rewards \
+                         answer code 5"
+                    );
+                    (Arc::new(provider::Unconfigured::default()), None)
+                }
+                Some(ProviderName::Fake) => {
+                    let fake = FakePay::new(platform.db.clone(), &settings.pay_fake_base_url)?;
+                    tracing::warn!(
+                        "payments use the fake provider: payments are confirmed on webook's own \
+                         page and no money moves (pay_provider = \"wechat\" for real payments)"
+                    );
+                    (Arc::new(fake.clone()), Some(fake))
+                }
+                Some(ProviderName::Wechat) => {
+                    let _ = settings.wechat()?;
+                    anyhow::bail!("pay_provider = \"wechat\" is not available in this build yet")
+                }
+            };
+        let payments = Payments::new(
+            PaymentStore::new(platform.db.clone()),
+            provider,
+            platform.outbox.clone(),
+            settings.pay_expiry,
+        );
+        let ledger = registry.get::<Ledger>()?;
+        registry.executor(reconcile::SweepJob::new(payments.clone()));
+        registry.executor(reconcile::ReconcileJob::new(payments.clone(), ledger));
+        if config.role.runs_work() {
+            let jobs = crate::jobs::store(&platform.db);
+            reconcile::ensure_job(
+                &jobs,
+                reconcile::SWEEP_JOB,
+                &settings.pay_sweep_schedule,
+                "UTC",
+            )
+            .await?;
+            reconcile::ensure_job(
+                &jobs,
+                reconcile::RECONCILE_JOB,
+                &settings.pay_reconcile_schedule,
+                "Asia/Shanghai",
+            )
+            .await?;
+        }
+        registry.routes(http::router(http::PaymentRoutes {
+            payments: payments.clone(),
+            fake: fake.clone(),
+            auth: registry.get::<AuthService>()?,
+            admins: registry.get::<Admins>()?,
+        }));
+        if let Some(fake) = fake {
+            registry.provide(fake);
+        }
+        registry.provide(payments);
+        Ok(())
+    }
+}
+
+/// China Standard Time (UTC+8, no daylight saving): the time zone of WeChat Pay's times and bills.
+fn china() -> FixedOffset {
+    // `east_opt` refuses only offsets of a day or more: UTC is never used.
+    FixedOffset::east_opt(8 * 3600).unwrap_or_else(|| Utc.fix())
+}
+
+/// `ms` since the epoch as WeChat writes times: RFC 3339 in China Standard Time
+/// (`2026-12-01T10:34:56+08:00`).
+pub fn china_time(ms: i64) -> String {
+    let utc = DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default();
+    utc.with_timezone(&china())
+        .format("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string()
+}
+
+/// An RFC 3339 time as ms since the epoch.
+pub fn parse_time(text: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|time| time.timestamp_millis())
+}
+
+/// The first and the first-after-last ms of `date` in China Standard Time (a bill's day).
+pub fn china_day_bounds(date: NaiveDate) -> (i64, i64) {
+    let start = |date: NaiveDate| {
+        date.and_hms_opt(0, 0, 0)
+            .and_then(|midnight| china().from_local_datetime(&midnight).single())
+            .map(|time| time.timestamp_millis())
+            .unwrap_or_default()
+    };
+    (start(date), date.succ_opt().map(start).unwrap_or(i64::MAX))
+}
+
+/// Today's date in China Standard Time at `now`.
+pub fn china_today(now: DateTime<Utc>) -> NaiveDate {
+    now.with_timezone(&china()).date_naive()
+}

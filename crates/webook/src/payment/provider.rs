@@ -167,3 +167,54 @@ pub trait PaymentProvider: Send + Sync + Debug {
     /// What this provider's notifications are checked against.
     fn notification_keys(&self) -> &NotificationKeys;
 }
+
+/// No provider (cluster mode without `pay_provider`): every call is
+/// [`ProviderError::Unavailable`], every notification is refused (no platform key is known).
+#[derive(Debug)]
+pub struct Unconfigured {
+    keys: NotificationKeys,
+}
+
+impl Default for Unconfigured {
+    fn default() -> Self {
+        Self {
+            keys: NotificationKeys {
+                mchid: String::new(),
+                appid: String::new(),
+                api_v3_key: ApiV3Key::generate(),
+                platform_keys: PlatformKeys::new(),
+            },
+        }
+    }
+}
+
+fn unconfigured() -> ProviderError {
+    ProviderError::Unavailable("no payment provider is configured (pay_provider)".to_owned())
+}
+
+#[async_trait]
+impl PaymentProvider for Unconfigured {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    async fn prepay(&self, _order: &Order) -> Result<String, ProviderError> {
+        Err(unconfigured())
+    }
+
+    async fn query(&self, _trade_no: &str) -> Result<Option<Transaction>, ProviderError> {
+        Err(unconfigured())
+    }
+
+    async fn close(&self, _trade_no: &str) -> Result<(), ProviderError> {
+        Err(unconfigured())
+    }
+
+    async fn trade_bill(&self, _date: NaiveDate) -> Result<Vec<BillRow>, ProviderError> {
+        Err(unconfigured())
+    }
+
+    fn notification_keys(&self) -> &NotificationKeys {
+        &self.keys
+    }
+}

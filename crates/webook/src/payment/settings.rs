@@ -29,8 +29,9 @@ pub enum ProviderName {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PaymentSettings {
-    /// `fake` (default) or `wechat`.
-    pub pay_provider: ProviderName,
+    /// `fake` or `wechat`. Unset: `fake` when embedded (development); none in cluster mode
+    /// (rewards answer code 5 until a provider is configured).
+    pub pay_provider: Option<ProviderName>,
     /// Allows the `fake` provider in cluster mode (anyone can "pay" on its page).
     pub pay_allow_fake: bool,
     /// How long an order may be paid (`time_expire`); afterwards it is closed.
@@ -71,7 +72,7 @@ pub struct PaymentSettings {
 impl Default for PaymentSettings {
     fn default() -> Self {
         Self {
-            pay_provider: ProviderName::Fake,
+            pay_provider: None,
             pay_allow_fake: false,
             pay_expiry: Duration::from_secs(30 * 60),
             pay_fake_base_url: String::new(),
@@ -113,6 +114,16 @@ pub struct WechatPayConfig {
 }
 
 impl PaymentSettings {
+    /// The provider in use: `pay_provider`, or when unset `fake` embedded and none in cluster
+    /// mode.
+    pub fn provider(&self, config: &Config) -> Option<ProviderName> {
+        match self.pay_provider {
+            Some(name) => Some(name),
+            None if config.is_cluster() => None,
+            None => Some(ProviderName::Fake),
+        }
+    }
+
     /// The WeChat Pay merchant these settings describe; an error names the first bad key.
     pub fn wechat(&self) -> anyhow::Result<WechatPayConfig> {
         let required = [
@@ -202,13 +213,14 @@ impl Settings for PaymentSettings {
                 bail!("invalid {key} (WEBOOK_{}): {err}", key.to_uppercase());
             }
         }
-        match self.pay_provider {
-            ProviderName::Fake if config.is_cluster() && !self.pay_allow_fake => bail!(
+        match self.provider(config) {
+            None => Ok(()),
+            Some(ProviderName::Fake) if config.is_cluster() && !self.pay_allow_fake => bail!(
                 "pay_provider = \"fake\" lets anyone mark a payment paid: in cluster mode set \
                  pay_provider = \"wechat\", or pay_allow_fake = true for a test deployment"
             ),
-            ProviderName::Fake => Ok(()),
-            ProviderName::Wechat => {
+            Some(ProviderName::Fake) => Ok(()),
+            Some(ProviderName::Wechat) => {
                 if self.wechatpay_timeout.is_zero()
                     || self.wechatpay_timeout >= config.request_timeout
                 {

@@ -33,6 +33,7 @@ mod phone_login;
 mod process;
 mod ranking;
 mod readiness;
+mod rewards;
 mod search;
 mod seed;
 mod sms_providers;

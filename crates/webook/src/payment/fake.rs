@@ -1,0 +1,314 @@
+//! The `fake` payment provider, the embedded default: a payment provider inside webook, with its
+//! own books (`fake_pay_orders`, what WeChat keeps on its side), its own platform key and APIv3
+//! key (generated at start-up), and a payment page at the code URL (`GET /pay/fake/:tradeNo`)
+//! where a person pays or fails the order.
+//!
+//! Data flow: a reward's prepay creates the fake's order and returns the page's URL as
+//! `codeURL`; the page's buttons (`POST /pay/fake/:tradeNo/confirm`) record the payer's decision
+//! in the fake's books ([`FakePay::decide`]), which then builds the notification exactly as
+//! WeChat would — the transaction encrypted with AES-256-GCM under the APIv3 key, the body
+//! signed with the platform key — and hands it to the same handler as `/pay/wechat/notify`
+//! ([`super::Payments::accept_notification`]): same verification, same cross-checks. Queries,
+//! closes and the trade bill read the fake's books, so the reconciliation jobs run against it
+//! as they would against WeChat.
+//!
+//! Each process generates its keys; the notification never leaves the process that signed it,
+//! so instances need not share them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::NaiveDate;
+use sqlx::{any::AnyRow, Row};
+
+use platform::db::{now_millis, Db};
+
+use super::{
+    china_day_bounds, china_time,
+    crypto::{ApiV3Key, CryptoError, PlatformKeys, SigningKey},
+    notify::{seal, SealedNotification},
+    provider::{
+        BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, TradeState, Transaction,
+        TransactionAmount,
+    },
+};
+
+/// The fake merchant's id.
+pub const FAKE_MCHID: &str = "1900000001";
+/// The fake app's id.
+pub const FAKE_APPID: &str = "wxfakepay00000001";
+/// The serial of the fake's platform key.
+pub const FAKE_SERIAL: &str = "FAKE_PUB_KEY_ID_0001";
+
+/// An order in the fake's books.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeOrder {
+    /// Our trade number.
+    pub trade_no: String,
+    /// What is bought.
+    pub description: String,
+    /// Fen.
+    pub amt: i64,
+    /// WeChat's trade state.
+    pub state: TradeState,
+    /// The fake's transaction id, once decided.
+    pub transaction_id: Option<String>,
+    /// When it stops accepting payment (ms).
+    pub expires_at: i64,
+    /// When it was paid (ms).
+    pub paid_at: Option<i64>,
+}
+
+fn state_text(state: TradeState) -> &'static str {
+    match state {
+        TradeState::Success => "SUCCESS",
+        TradeState::Refund => "REFUND",
+        TradeState::Notpay => "NOTPAY",
+        TradeState::Closed => "CLOSED",
+        TradeState::Revoked => "REVOKED",
+        TradeState::Userpaying => "USERPAYING",
+        TradeState::Payerror => "PAYERROR",
+    }
+}
+
+fn order_from_row(row: &AnyRow) -> Result<FakeOrder, ProviderError> {
+    let read = || -> sqlx::Result<FakeOrder> {
+        let state: String = row.try_get("state")?;
+        Ok(FakeOrder {
+            trade_no: row.try_get("trade_no")?,
+            description: row.try_get("description")?,
+            amt: row.try_get("amt")?,
+            state: serde_json::from_value(serde_json::Value::String(state.clone()))
+                .map_err(|_| sqlx::Error::Decode(format!("unknown state {state}").into()))?,
+            transaction_id: row.try_get("transaction_id")?,
+            expires_at: row.try_get("expires_at")?,
+            paid_at: row.try_get("paid_at")?,
+        })
+    };
+    read().map_err(unavailable)
+}
+
+fn unavailable(err: sqlx::Error) -> ProviderError {
+    ProviderError::Unavailable(format!("the fake provider's books: {err}"))
+}
+
+fn refused(code: &str, message: &str) -> ProviderError {
+    ProviderError::Refused {
+        code: code.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+const ORDER_COLUMNS: &str =
+    "trade_no, description, amt, state, transaction_id, expires_at, paid_at";
+
+/// The fake provider; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FakePay {
+    db: Db,
+    platform_key: Arc<SigningKey>,
+    keys: NotificationKeys,
+    base_url: String,
+}
+
+impl FakePay {
+    /// The fake on `db`'s `fake_pay_orders`, with new keys; code URLs start with `base_url`.
+    pub fn new(db: Db, base_url: &str) -> Result<Self, CryptoError> {
+        let platform_key = SigningKey::generate(FAKE_SERIAL)?;
+        let mut platform_keys = PlatformKeys::new();
+        platform_keys.add_der(FAKE_SERIAL, &platform_key.public_key_der()?)?;
+        Ok(Self {
+            db,
+            platform_key: Arc::new(platform_key),
+            keys: NotificationKeys {
+                mchid: FAKE_MCHID.to_owned(),
+                appid: FAKE_APPID.to_owned(),
+                api_v3_key: ApiV3Key::generate(),
+                platform_keys,
+            },
+            base_url: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The payment page of `trade_no`.
+    pub fn code_url(&self, trade_no: &str) -> String {
+        format!("{}/pay/fake/{trade_no}", self.base_url)
+    }
+
+    /// The order of `trade_no` in the fake's books.
+    pub async fn order(&self, trade_no: &str) -> Result<Option<FakeOrder>, ProviderError> {
+        let row = sqlx::query(&format!(
+            "SELECT {ORDER_COLUMNS} FROM fake_pay_orders WHERE trade_no = $1"
+        ))
+        .bind(trade_no)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(unavailable)?;
+        row.as_ref().map(order_from_row).transpose()
+    }
+
+    /// The payer pays (`paid`) or fails the unpaid, unexpired order `trade_no`; returns the
+    /// notification to deliver. Deciding an order again the same way gives its notification
+    /// again (WeChat repeats notifications too); deciding it differently is refused.
+    pub async fn decide(
+        &self,
+        trade_no: &str,
+        paid: bool,
+    ) -> Result<SealedNotification, ProviderError> {
+        let now = now_millis();
+        let (state, transaction_id) = if paid {
+            (
+                TradeState::Success,
+                format!("fake{now}{}", &super::crypto::random_nonce()[..8]),
+            )
+        } else {
+            (TradeState::Payerror, String::new())
+        };
+        sqlx::query(
+            "UPDATE fake_pay_orders SET state = $1, transaction_id = $2, paid_at = $3 \
+             WHERE trade_no = $4 AND state = 'NOTPAY' AND expires_at > $5",
+        )
+        .bind(state_text(state))
+        .bind((!transaction_id.is_empty()).then_some(transaction_id))
+        .bind(paid.then_some(now))
+        .bind(trade_no)
+        .bind(now)
+        .execute(self.db.writer())
+        .await
+        .map_err(unavailable)?;
+        let order = self
+            .order(trade_no)
+            .await?
+            .ok_or_else(|| refused("ORDER_NOT_EXIST", "no such order"))?;
+        if order.state != state {
+            return Err(match order.state {
+                TradeState::Notpay => refused("ORDER_CLOSED", "the order has expired"),
+                TradeState::Closed => refused("ORDER_CLOSED", "the order is closed"),
+                _ => refused("ORDERPAID", "the order has already been decided"),
+            });
+        }
+        self.notification(&self.transaction(&order), now / 1000)
+            .map_err(|err| ProviderError::Unavailable(err.to_string()))
+    }
+
+    /// The notification of `transaction`, sealed with the fake's keys at `timestamp_secs`.
+    pub fn notification(
+        &self,
+        transaction: &Transaction,
+        timestamp_secs: i64,
+    ) -> Result<SealedNotification, CryptoError> {
+        seal(
+            &self.keys.api_v3_key,
+            &self.platform_key,
+            transaction,
+            timestamp_secs,
+        )
+    }
+
+    /// The order as WeChat describes a transaction.
+    pub fn transaction(&self, order: &FakeOrder) -> Transaction {
+        let paid = order.state == TradeState::Success;
+        Transaction {
+            appid: FAKE_APPID.to_owned(),
+            mchid: FAKE_MCHID.to_owned(),
+            out_trade_no: order.trade_no.clone(),
+            transaction_id: order.transaction_id.clone(),
+            trade_type: "NATIVE".to_owned(),
+            trade_state: order.state,
+            trade_state_desc: state_text(order.state).to_owned(),
+            success_time: order.paid_at.filter(|_| paid).map(china_time),
+            amount: TransactionAmount {
+                total: order.amt,
+                payer_total: paid.then_some(order.amt),
+                currency: "CNY".to_owned(),
+                payer_currency: paid.then(|| "CNY".to_owned()),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentProvider for FakePay {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn prepay(&self, order: &Order) -> Result<String, ProviderError> {
+        sqlx::query(
+            "INSERT INTO fake_pay_orders (trade_no, description, amt, state, expires_at, ctime) \
+             VALUES ($1, $2, $3, 'NOTPAY', $4, $5) ON CONFLICT (trade_no) DO NOTHING",
+        )
+        .bind(&order.trade_no)
+        .bind(&order.description)
+        .bind(order.amt)
+        .bind(order.expires_at)
+        .bind(now_millis())
+        .execute(self.db.writer())
+        .await
+        .map_err(unavailable)?;
+        match self.order(&order.trade_no).await? {
+            Some(existing) if existing.amt == order.amt => Ok(self.code_url(&order.trade_no)),
+            Some(_) => Err(refused(
+                "INVALID_REQUEST",
+                "an order of that out_trade_no exists with other details",
+            )),
+            None => Err(ProviderError::Unavailable(
+                "the fake provider lost an order".to_owned(),
+            )),
+        }
+    }
+
+    async fn query(&self, trade_no: &str) -> Result<Option<Transaction>, ProviderError> {
+        Ok(self
+            .order(trade_no)
+            .await?
+            .map(|order| self.transaction(&order)))
+    }
+
+    async fn close(&self, trade_no: &str) -> Result<(), ProviderError> {
+        sqlx::query(
+            "UPDATE fake_pay_orders SET state = 'CLOSED' WHERE trade_no = $1 AND state = 'NOTPAY'",
+        )
+        .bind(trade_no)
+        .execute(self.db.writer())
+        .await
+        .map_err(unavailable)?;
+        match self.order(trade_no).await?.map(|order| order.state) {
+            None => Err(refused("ORDER_NOT_EXIST", "no such order")),
+            Some(TradeState::Success | TradeState::Refund) => {
+                Err(refused("ORDERPAID", "the order is paid"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    async fn trade_bill(&self, date: NaiveDate) -> Result<Vec<BillRow>, ProviderError> {
+        let (from, to) = china_day_bounds(date);
+        let rows = sqlx::query(&format!(
+            "SELECT {ORDER_COLUMNS} FROM fake_pay_orders \
+             WHERE paid_at >= $1 AND paid_at < $2 AND state IN ('SUCCESS', 'REFUND') \
+             ORDER BY paid_at, trade_no"
+        ))
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                let order = order_from_row(row)?;
+                Ok(BillRow {
+                    trade_time: order.paid_at.map(china_time).unwrap_or_default(),
+                    trade_no: order.trade_no,
+                    transaction_id: order.transaction_id.unwrap_or_default(),
+                    trade_state: state_text(order.state).to_owned(),
+                    amt: order.amt,
+                })
+            })
+            .collect()
+    }
+
+    fn notification_keys(&self) -> &NotificationKeys {
+        &self.keys
+    }
+}

@@ -1,0 +1,295 @@
+//! The payment routes: WeChat's notifications (`POST /pay/wechat/notify`, answered in WeChat's
+//! format, not enveloped), the fake provider's payment page (`GET /pay/fake/:tradeNo`) and its
+//! buttons (`POST /pay/fake/:tradeNo/confirm`), and the admins' view of reconciliation findings
+//! (`GET /payments/discrepancies`, `POST /payments/discrepancies/:id/resolve`).
+
+use std::sync::Arc;
+
+use axum::{
+    body::Bytes,
+    extract::State,
+    http::{header, HeaderMap, StatusCode},
+    response::{Html, IntoResponse, Redirect, Response},
+    routing::{get, post},
+    Router,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    fake::FakePay,
+    notify::NotifyError,
+    provider::{ProviderError, TradeState},
+    service::Payments,
+    store::Discrepancy,
+};
+use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use platform::{
+    db::now_millis,
+    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    page::{decode_cursor, encode_cursor, page_limit, Page},
+};
+
+/// What the handlers reach.
+pub struct PaymentRoutes {
+    /// Payments.
+    pub payments: Payments,
+    /// The fake provider, when it is the one in use.
+    pub fake: Option<FakePay>,
+    /// Authentication.
+    pub auth: AuthService,
+    /// Who may see discrepancies.
+    pub admins: Admins,
+}
+
+impl Authenticates for PaymentRoutes {
+    fn auth(&self) -> &AuthService {
+        &self.auth
+    }
+}
+
+impl ChecksAdmins for PaymentRoutes {
+    fn admins(&self) -> &Admins {
+        &self.admins
+    }
+}
+
+/// The routes.
+pub fn router(routes: PaymentRoutes) -> Router {
+    Router::new()
+        .route("/pay/wechat/notify", post(notify))
+        .route("/pay/fake/{trade_no}", get(fake_page))
+        .route("/pay/fake/{trade_no}/confirm", post(fake_confirm))
+        .route("/payments/discrepancies", get(discrepancies))
+        .route("/payments/discrepancies/{id}/resolve", post(resolve))
+        .with_state(Arc::new(routes))
+}
+
+async fn notify(
+    State(routes): State<Arc<PaymentRoutes>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<StatusCode, NotifyError> {
+    routes.payments.accept_notification(&headers, &body).await?;
+    Ok(StatusCode::OK)
+}
+
+fn no_such_order() -> AppError {
+    AppError::NotFound(Msg::new("no such order", "订单不存在"))
+}
+
+fn fake_of(routes: &PaymentRoutes) -> Result<&FakePay, AppError> {
+    routes.fake.as_ref().ok_or_else(no_such_order)
+}
+
+/// Minimal HTML escaping for the page's text.
+fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// `12345` fen → `123.45`.
+pub fn yuan(fen: i64) -> String {
+    format!("{}.{:02}", fen / 100, (fen % 100).abs())
+}
+
+async fn fake_page(
+    State(routes): State<Arc<PaymentRoutes>>,
+    ApiPath(trade_no): ApiPath<String>,
+) -> Result<Response, AppError> {
+    let fake = fake_of(&routes)?;
+    let order = fake
+        .order(&trade_no)
+        .await
+        .map_err(|err| AppError::Unavailable(err.into()))?
+        .ok_or_else(no_such_order)?;
+    let open = order.state == TradeState::Notpay && order.expires_at > now_millis();
+    let state = match order.state {
+        TradeState::Success => "Paid · 已支付",
+        TradeState::Payerror => "Failed · 支付失败",
+        TradeState::Closed => "Closed · 已关闭",
+        TradeState::Notpay if !open => "Expired · 已过期",
+        _ => "Awaiting payment · 待支付",
+    };
+    let action = format!("/pay/fake/{}/confirm", escape(&order.trade_no));
+    let buttons = if open {
+        format!(
+            "<form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"result\" \
+             value=\"success\"><button type=\"submit\" id=\"pay\">Pay · 支付</button></form>\
+             <form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"result\" \
+             value=\"fail\"><button type=\"submit\" id=\"fail\">Fail · 支付失败</button></form>"
+        )
+    } else {
+        String::new()
+    };
+    let page = format!(
+        "<!doctype html><html lang=\"zh\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>webook fake payment</title></head><body><main>\
+         <h1>webook fake payment · 模拟支付</h1>\
+         <p>No money moves: this page stands in for WeChat Pay. · 这是模拟支付，不会扣款。</p>\
+         <dl><dt>Order · 订单</dt><dd id=\"trade-no\">{}</dd>\
+         <dt>Item · 商品</dt><dd id=\"description\">{}</dd>\
+         <dt>Amount · 金额</dt><dd id=\"amount\">¥{}</dd>\
+         <dt>Status · 状态</dt><dd id=\"status\">{state}</dd></dl>{buttons}</main></body></html>",
+        escape(&order.trade_no),
+        escape(&order.description),
+        yuan(order.amt),
+    );
+    Ok(([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response())
+}
+
+#[derive(Deserialize)]
+struct Decision {
+    result: String,
+}
+
+#[derive(Serialize)]
+struct Decided {
+    /// The order's state at the fake provider: `SUCCESS` or `PAYERROR`.
+    state: TradeState,
+}
+
+/// The payer's decision: JSON `{result}` answers an envelope; the page's form (urlencoded)
+/// is sent back to the page.
+async fn fake_confirm(
+    State(routes): State<Arc<PaymentRoutes>>,
+    ApiPath(trade_no): ApiPath<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AppError> {
+    let fake = fake_of(&routes)?;
+    let is_form = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+    let result = if is_form {
+        url::form_urlencoded::parse(&body)
+            .find(|(key, _)| key == "result")
+            .map(|(_, value)| value.into_owned())
+    } else {
+        serde_json::from_slice::<Decision>(&body)
+            .ok()
+            .map(|decision| decision.result)
+    };
+    let paid = match result.as_deref() {
+        Some("success") => true,
+        Some("fail") => false,
+        _ => {
+            return Err(AppError::InvalidInput(Msg::new(
+                "result must be \"success\" or \"fail\"",
+                "result 只能是 \"success\" 或 \"fail\"",
+            )))
+        }
+    };
+    let notification = fake
+        .decide(&trade_no, paid)
+        .await
+        .map_err(|err| match err {
+            ProviderError::Refused { code, .. } if code == "ORDER_NOT_EXIST" => no_such_order(),
+            ProviderError::Refused { .. } => AppError::InvalidInput(Msg::new(
+                "this order can no longer be paid or failed",
+                "该订单已无法支付或失败",
+            )),
+            other => AppError::Unavailable(other.into()),
+        })?;
+    // The same path as WeChat's notifications.
+    routes
+        .payments
+        .accept_notification(&notification.header_map(), &notification.body)
+        .await
+        .map_err(|err| AppError::Internal(err.into()))?;
+    if is_form {
+        return Ok(Redirect::to(&format!("/pay/fake/{trade_no}")).into_response());
+    }
+    let state = if paid {
+        TradeState::Success
+    } else {
+        TradeState::Payerror
+    };
+    Ok(Reply(Decided { state }).into_response())
+}
+
+#[derive(Deserialize)]
+struct DiscrepancyQuery {
+    status: Option<String>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn discrepancies(
+    State(routes): State<Arc<PaymentRoutes>>,
+    _admin: Admin,
+    ApiQuery(query): ApiQuery<DiscrepancyQuery>,
+) -> ApiResult<Page<Discrepancy>> {
+    let limit = page_limit(query.limit)?;
+    let status = match query.status.as_deref() {
+        None | Some("all") => None,
+        Some(status @ ("open" | "fixed" | "resolved")) => Some(status),
+        Some(_) => {
+            return Err(AppError::InvalidInput(Msg::new(
+                "status must be open, fixed, resolved or all",
+                "status 只能是 open、fixed、resolved 或 all",
+            )))
+        }
+    };
+    let before = match query.cursor.as_deref() {
+        Some(cursor) => decode_cursor::<1>(cursor)?[0],
+        None => i64::MAX,
+    };
+    let mut items = routes
+        .payments
+        .store()
+        .discrepancies(status, before, i64::try_from(limit + 1).unwrap_or(i64::MAX))
+        .await?;
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|last| encode_cursor(&[last.id]))
+    } else {
+        None
+    };
+    Ok(Reply(Page { items, next }))
+}
+
+#[derive(Deserialize)]
+struct Resolution {
+    note: String,
+}
+
+async fn resolve(
+    State(routes): State<Arc<PaymentRoutes>>,
+    admin: Admin,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(resolution): ApiJson<Resolution>,
+) -> ApiResult<()> {
+    let note = resolution.note.trim();
+    if note.is_empty() || note.chars().count() > 1000 {
+        return Err(AppError::InvalidInput(Msg::new(
+            "note: say what was done, up to 1000 characters",
+            "note：请写明处理方式，最多 1000 字",
+        )));
+    }
+    let note = format!("{note} (admin {})", admin.uid);
+    if routes
+        .payments
+        .store()
+        .resolve_discrepancy(id, &note, now_millis())
+        .await?
+    {
+        Ok(Reply(()))
+    } else {
+        Err(AppError::NotFound(Msg::new(
+            "no open discrepancy with that id",
+            "没有该待处理的差异",
+        )))
+    }
+}

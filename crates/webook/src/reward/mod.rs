@@ -1,0 +1,79 @@
+//! Rewards: a reader pays an article's author through a payment (API.md → Rewards, payments
+//! and accounts). The author receives the amount less the platform's share, posted to the
+//! ledger when the payment succeeds.
+//!
+//! Data flow: `POST /articles/pub/reward` ([`http`]) → [`Rewards::create`]: the reward and its
+//! pending payment in one transaction ([`store`], [`crate::payment`]), then the provider's order
+//! and its code URL. The payment's `payment_succeeded` / `payment_failed` event (outbox) reaches
+//! the consumers here, which mark the reward paid and post its split in one transaction, or
+//! mark it failed, and wake the long polls of `POST /reward/detail`. See [`service`] for the
+//! rules.
+
+pub mod http;
+pub mod service;
+pub mod settings;
+pub mod store;
+
+pub use service::{RewardCreated, RewardView, Rewards, MAX_AMT, MIN_AMT, REWARD_BIZ};
+pub use settings::RewardSettings;
+pub use store::{Reward, RewardStatus, RewardStore, Role};
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use platform::{
+    config::SettingsSpec,
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+};
+
+use crate::{
+    article::ArticleService, auth::AuthService, idempotency::Idempotency, payment::Payments,
+};
+
+/// The rewards feature: provides [`Rewards`].
+pub struct RewardsFeature;
+
+#[async_trait]
+impl Feature for RewardsFeature {
+    fn name(&self) -> &'static str {
+        "rewards"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            19,
+            "rewards",
+            include_str!("../../migrations/0019_rewards.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let settings = platform.config.settings::<RewardSettings>()?;
+        let rewards = Rewards::new(
+            RewardStore::new(platform.db.clone()),
+            registry.get::<Payments>()?,
+            registry.get::<ArticleService>()?,
+            settings.reward_share_bps,
+            settings.reward_long_poll,
+        );
+        let (consumer, events) = (rewards.clone(), platform.events.clone());
+        registry.background("reward consumers", move |background| {
+            consumer.consumers(&events, background.subscription, background.stop)
+        });
+        registry.routes(http::router(
+            http::RewardRoutes {
+                rewards: rewards.clone(),
+                auth: registry.get::<AuthService>()?,
+            },
+            registry.get::<Arc<Idempotency>>()?,
+        ));
+        registry.provide(rewards);
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! The `rewards` table: who rewarded which article how much, and where its payment stands.
+//! A reward is written `init` together with its payment (one transaction) and changes once —
+//! to `payed` with the ledger posting of its split, or to `failed` — when its payment settles.
+
+use serde::Serialize;
+use sqlx::{any::AnyRow, Any, AnyConnection, Row, Transaction};
+
+use platform::db::Db;
+
+/// Where a reward stands; spelled on the wire as the course frontend compares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum RewardStatus {
+    /// Waiting for payment.
+    #[serde(rename = "RewardStatusInit")]
+    Init,
+    /// Paid and credited to the author.
+    #[serde(rename = "RewardStatusPayed")]
+    Payed,
+    /// Will not be paid.
+    #[serde(rename = "RewardStatusFailed")]
+    Failed,
+}
+
+impl RewardStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Init => "init",
+            Self::Payed => "payed",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> sqlx::Result<Self> {
+        match text {
+            "init" => Ok(Self::Init),
+            "payed" => Ok(Self::Payed),
+            "failed" => Ok(Self::Failed),
+            other => Err(sqlx::Error::Decode(
+                format!("unknown reward status {other:?}").into(),
+            )),
+        }
+    }
+}
+
+/// A reward row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reward {
+    /// Id (`rid`).
+    pub id: i64,
+    /// Who pays.
+    pub payer_id: i64,
+    /// Who is paid.
+    pub author_id: i64,
+    /// The article.
+    pub article_id: i64,
+    /// Its title when it was rewarded.
+    pub article_title: String,
+    /// Fen.
+    pub amt: i64,
+    /// Where it stands.
+    pub status: RewardStatus,
+    /// Its payment's trade number.
+    pub trade_no: String,
+    /// When its payment stops accepting payment (ms).
+    pub expires_at: i64,
+    /// Created (ms).
+    pub ctime: i64,
+}
+
+const COLUMNS: &str =
+    "id, payer_id, author_id, article_id, article_title, amt, status, trade_no, expires_at, ctime";
+
+fn reward_from_row(row: &AnyRow) -> sqlx::Result<Reward> {
+    Ok(Reward {
+        id: row.try_get("id")?,
+        payer_id: row.try_get("payer_id")?,
+        author_id: row.try_get("author_id")?,
+        article_id: row.try_get("article_id")?,
+        article_title: row.try_get("article_title")?,
+        amt: row.try_get("amt")?,
+        status: RewardStatus::parse(&row.try_get::<String, _>("status")?)?,
+        trade_no: row.try_get("trade_no")?,
+        expires_at: row.try_get("expires_at")?,
+        ctime: row.try_get("ctime")?,
+    })
+}
+
+/// A reward to record.
+#[derive(Debug, Clone)]
+pub struct NewReward<'a> {
+    /// Who pays.
+    pub payer_id: i64,
+    /// Who is paid.
+    pub author_id: i64,
+    /// The article.
+    pub article_id: i64,
+    /// Its title.
+    pub article_title: &'a str,
+    /// Fen.
+    pub amt: i64,
+    /// Its payment's trade number.
+    pub trade_no: &'a str,
+    /// When its payment stops accepting payment (ms).
+    pub expires_at: i64,
+}
+
+/// Which side of rewards a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The caller paid them.
+    Sent,
+    /// The caller's articles received them.
+    Received,
+}
+
+/// The rewards table; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RewardStore {
+    db: Db,
+}
+
+impl RewardStore {
+    /// The table in `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Records `reward` as `init` in `tx`; returns its id.
+    pub async fn insert(
+        tx: &mut AnyConnection,
+        reward: &NewReward<'_>,
+        now: i64,
+    ) -> sqlx::Result<i64> {
+        sqlx::query_scalar(
+            "INSERT INTO rewards (payer_id, author_id, article_id, article_title, amt, status, \
+             trade_no, expires_at, ctime, utime) VALUES ($1, $2, $3, $4, $5, 'init', $6, $7, $8, $8) \
+             RETURNING id",
+        )
+        .bind(reward.payer_id)
+        .bind(reward.author_id)
+        .bind(reward.article_id)
+        .bind(reward.article_title)
+        .bind(reward.amt)
+        .bind(reward.trade_no)
+        .bind(reward.expires_at)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+    }
+
+    /// The payer's newest unpaid reward of `article_id` for `amt` that can still be paid
+    /// after `usable_until` (so its code URL is shown again instead of a new order).
+    pub async fn open_reward(
+        &self,
+        payer_id: i64,
+        article_id: i64,
+        amt: i64,
+        usable_until: i64,
+    ) -> sqlx::Result<Option<Reward>> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM rewards WHERE payer_id = $1 AND article_id = $2 AND amt = $3 \
+             AND status = 'init' AND expires_at > $4 ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(payer_id)
+        .bind(article_id)
+        .bind(amt)
+        .bind(usable_until)
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.as_ref().map(reward_from_row).transpose()
+    }
+
+    /// Reward `rid`.
+    pub async fn by_id(&self, rid: i64) -> sqlx::Result<Option<Reward>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+            .bind(rid)
+            .fetch_optional(self.db.pool())
+            .await?;
+        row.as_ref().map(reward_from_row).transpose()
+    }
+
+    /// Marks `init` reward `rid` paid in `tx`; returns the reward (whatever its status was).
+    pub async fn mark_payed(
+        tx: &mut Transaction<'static, Any>,
+        rid: i64,
+        now: i64,
+    ) -> sqlx::Result<Option<Reward>> {
+        sqlx::query(
+            "UPDATE rewards SET status = 'payed', utime = $1 WHERE id = $2 AND status = 'init'",
+        )
+        .bind(now)
+        .bind(rid)
+        .execute(&mut **tx)
+        .await?;
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+            .bind(rid)
+            .fetch_optional(&mut **tx)
+            .await?;
+        row.as_ref().map(reward_from_row).transpose()
+    }
+
+    /// Marks `init` reward `rid` failed; whether it changed.
+    pub async fn mark_failed(&self, rid: i64, now: i64) -> sqlx::Result<bool> {
+        let changed = sqlx::query(
+            "UPDATE rewards SET status = 'failed', utime = $1 WHERE id = $2 AND status = 'init'",
+        )
+        .bind(now)
+        .bind(rid)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    /// Up to `limit` rewards of `uid` on `role`'s side (received: paid ones) with ids below
+    /// `before`, newest first.
+    pub async fn list(
+        &self,
+        uid: i64,
+        role: Role,
+        before: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<Reward>> {
+        // An author sees what was paid to them, not readers' unpaid attempts.
+        let filter = match role {
+            Role::Sent => "payer_id = $1",
+            Role::Received => "author_id = $1 AND status = 'payed'",
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM rewards WHERE {filter} AND id < $2 ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(uid)
+        .bind(before)
+        .bind(limit)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter().map(reward_from_row).collect()
+    }
+}
