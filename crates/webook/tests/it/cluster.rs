@@ -14,6 +14,8 @@
 //!   at once;
 //! - a server killed before it could relay its outbox (Redis refusing writes) loses no event
 //!   (also on SQLite);
+//! - a reward's payment acknowledged by a server killed before its event left the outbox (Redis
+//!   refusing writes) is credited to the author once after the restart (also on SQLite);
 //! - search: a publish and a withdrawal reach every instance's index within 2 s, and an
 //!   instance killed with kill -9 resumes from the stream positions of its last index commit —
 //!   after the restart it applies exactly the events it missed, no rebuild, nothing twice.
@@ -962,6 +964,140 @@ async fn a_server_killed_before_relaying_its_outbox_loses_no_event() {
             .map(|(id, _)| id)
             .collect();
         assert_eq!(ids.len(), 6, "{kind:?}: {ids:?}");
+        restarted.terminate();
+        assert_eq!(restarted.exit_code().await, 0, "{kind:?}");
+    }
+}
+
+/// A reward paid (the payment's status and its event committed together) on a server that is
+/// killed before the event could leave the outbox — Redis refusing writes, so the credit cannot
+/// have happened — is credited once after the restart, and the ledger sums to 0. On
+/// PostgreSQL and on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_acknowledged_before_a_kill_is_credited_once_after_the_restart() {
+    use platform::config::DatabaseKind;
+
+    for kind in [DatabaseKind::Postgres, DatabaseKind::Sqlite] {
+        let db = TestDb::new(kind, &MIGRATIONS).await;
+        let redis = RedisServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let client = reqwest::Client::new();
+        let start = || {
+            let mut command = webook(dir.path());
+            command
+                .env("WEBOOK_DATABASE_URL", &db.url)
+                .env("WEBOOK_REDIS_URL", redis.url())
+                .env("WEBOOK_REDIS_PREFIX", "rewards")
+                .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+                .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+                .env("WEBOOK_LOG", "warn,webook::app=info")
+                .env("WEBOOK_RANKING_SCHEDULE", "@yearly")
+                .env("WEBOOK_PAY_PROVIDER", "fake")
+                .env("WEBOOK_PAY_ALLOW_FAKE", "true")
+                .env("WEBOOK_REWARD_LONG_POLL", "0s");
+            Server::start(command)
+        };
+        let server = start();
+        let call = |server: &Server, path: &str, token: Option<&str>, body: Value| {
+            let mut request = client
+                .post(server.url(path))
+                .header("user-agent", UA)
+                .json(&body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                let headers = response.headers().clone();
+                (response.json::<Value>().await.unwrap(), headers)
+            }
+        };
+        let mut tokens = Vec::new();
+        for email in ["author@example.com", "reader@example.com"] {
+            let credentials = json!({"email": email, "password": PASSWORD});
+            let mut signup = credentials.clone();
+            signup["confirmPassword"] = json!(PASSWORD);
+            assert_eq!(
+                call(&server, "/users/signup", None, signup).await.0["code"],
+                0
+            );
+            let (answer, headers) = call(&server, "/users/login", None, credentials).await;
+            assert_eq!(answer["code"], 0, "{answer}");
+            tokens.push(headers["x-jwt-token"].to_str().unwrap().to_owned());
+        }
+        let (author, reader) = (&tokens[0], &tokens[1]);
+        let body = json!({"title": "worth a reward", "content": "<p>r</p>"});
+        let (answer, _) = call(&server, "/articles/publish", Some(author), body).await;
+        let article = answer["data"].as_i64().unwrap();
+        let (answer, _) = call(
+            &server,
+            "/articles/pub/reward",
+            Some(reader),
+            json!({"id": article, "amt": 888}),
+        )
+        .await;
+        assert_eq!(answer["code"], 0, "{kind:?}: {answer}");
+        let rid = answer["data"]["rid"].as_i64().unwrap();
+        let code_url = answer["data"]["codeURL"].as_str().unwrap().to_owned();
+
+        redis.refuse_writes(true).await;
+        let (paid, _) = call(
+            &server,
+            &format!("{code_url}/confirm"),
+            None,
+            json!({"result": "success"}),
+        )
+        .await;
+        assert_eq!(paid["code"], 0, "{kind:?}: {paid}");
+        let (status, _) = call(&server, "/reward/detail", Some(reader), json!({"rid": rid})).await;
+        assert_eq!(
+            status["data"], "RewardStatusInit",
+            "{kind:?}: not credited yet"
+        );
+        let succeeded: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
+                .fetch_one(db.db.pool())
+                .await
+                .unwrap();
+        assert_eq!(succeeded, 1, "{kind:?}: the payment is committed");
+        server.signal("KILL");
+        drop(server);
+
+        redis.refuse_writes(false).await;
+        let restarted = start();
+        wait_until("the restarted server to credit the reward", || async {
+            let (status, _) = call(
+                &restarted,
+                "/reward/detail",
+                Some(reader),
+                json!({"rid": rid}),
+            )
+            .await;
+            status["data"] == "RewardStatusPayed"
+        })
+        .await;
+        let entries: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT a.kind, e.amt FROM account_entries e JOIN accounts a ON a.id = e.account_id \
+             WHERE e.biz = 'reward' AND e.biz_id = $1 ORDER BY e.amt",
+        )
+        .bind(rid)
+        .fetch_all(db.db.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            entries,
+            [
+                ("clearing".to_owned(), -888),
+                ("platform_revenue".to_owned(), 88),
+                ("user".to_owned(), 800),
+            ],
+            "{kind:?}"
+        );
+        let total: i64 = sqlx::query_scalar("SELECT CAST(SUM(balance) AS BIGINT) FROM accounts")
+            .fetch_one(db.db.pool())
+            .await
+            .unwrap();
+        assert_eq!(total, 0, "{kind:?}");
         restarted.terminate();
         assert_eq!(restarted.exit_code().await, 0, "{kind:?}");
     }

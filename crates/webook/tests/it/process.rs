@@ -769,6 +769,111 @@ async fn the_course_frontends_sms_login_works_with_the_log_provider() {
     assert_eq!(server.exit_code().await, 0);
 }
 
+/// The course frontend's reader page rewards an article and polls `/reward/detail`; with the
+/// embedded default (the fake provider) a person pays on webook's own page, and the poll reaches
+/// `RewardStatusPayed` — on the real binary, with nothing configured.
+#[tokio::test]
+async fn the_course_frontends_reward_button_reaches_payed_on_the_fake_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(webook(dir.path()));
+    assert!(
+        server
+            .startup_lines()
+            .iter()
+            .any(|line| line.contains("fake provider") && line.contains("WARN")),
+        "a warning at start-up: {:?}",
+        server.startup_lines()
+    );
+    let client = reqwest::Client::new();
+    let origin = "http://localhost:3000";
+    let call = |path: &str, token: Option<&str>, body: Value| {
+        let mut request = client
+            .post(server.url(path))
+            .header("origin", origin)
+            .header("user-agent", "course-frontend")
+            .json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let headers = response.headers().clone();
+            (response.json::<Value>().await.unwrap(), headers)
+        }
+    };
+    let mut tokens = Vec::new();
+    for email in ["author@example.com", "reader@example.com"] {
+        let credentials = serde_json::json!({"email": email, "password": "hello#world1"});
+        let mut signup = credentials.clone();
+        signup["confirmPassword"] = credentials["password"].clone();
+        assert_eq!(call("/users/signup", None, signup).await.0["code"], 0);
+        let (answer, headers) = call("/users/login", None, credentials).await;
+        assert_eq!(answer["code"], 0, "{answer}");
+        tokens.push(headers["x-jwt-token"].to_str().unwrap().to_owned());
+    }
+    let body = serde_json::json!({"title": "打赏我", "content": "<p>谢谢</p>"});
+    let article = call("/articles/publish", Some(&tokens[0]), body).await.0["data"]
+        .as_i64()
+        .unwrap();
+
+    // The reward button: POST /articles/pub/reward, then the QR code of codeURL.
+    let (answer, _) = call(
+        "/articles/pub/reward",
+        Some(&tokens[1]),
+        serde_json::json!({"id": article, "amt": 100}),
+    )
+    .await;
+    assert_eq!(answer["code"], 0, "{answer}");
+    let code_url = answer["data"]["codeURL"].as_str().unwrap().to_owned();
+    let rid = answer["data"]["rid"].as_i64().unwrap();
+
+    // The person who scans it sees webook's payment page and presses "pay" (the page's form).
+    let page = client.get(server.url(&code_url)).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let page = page.text().await.unwrap();
+    assert!(page.contains("¥1.00") && page.contains("打赏我"), "{page}");
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let pressed = no_redirects
+        .post(server.url(&format!("{code_url}/confirm")))
+        .form(&[("result", "success")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pressed.status(), StatusCode::SEE_OTHER);
+
+    // The reader page's poll.
+    let mut status = Value::Null;
+    for _ in 0..5 {
+        status = call(
+            "/reward/detail",
+            Some(&tokens[1]),
+            serde_json::json!({"rid": rid}),
+        )
+        .await
+        .0;
+        if status["data"] == "RewardStatusPayed" {
+            break;
+        }
+    }
+    assert_eq!(status["data"], "RewardStatusPayed", "{status}");
+    let account: Value = client
+        .get(server.url("/account"))
+        .header("user-agent", "course-frontend")
+        .bearer_auth(&tokens[0])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(account["data"]["balance"], 90, "{account}");
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
 #[tokio::test]
 async fn a_real_provider_never_puts_the_code_in_the_log() {
     let fake = crate::common::fake_sms::FakeSms::tencent("AKIDprocess", "process-secret").await;
