@@ -679,6 +679,21 @@ impl Serialize for Secret {
     }
 }
 
+/// A text setting that may look like a number (`1400123456`): environment variables and TOML
+/// integers are read as text, not refused.
+pub fn text_or_number<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        String(String),
+        Integer(u64),
+    }
+    Ok(match Text::deserialize(de)? {
+        Text::String(text) => text,
+        Text::Integer(number) => number.to_string(),
+    })
+}
+
 /// Accepts `["a", "b"]` (TOML, flags) or `"a, b"` (environment variables).
 pub fn list_or_comma_separated<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<String>, D::Error> {
     #[derive(Deserialize)]

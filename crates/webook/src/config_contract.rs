@@ -186,6 +186,48 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("sms_code_daily_limit_per_phone", "7", "7"),
     ("sms_code_daily_limit_per_ip", "70", "70"),
     ("sms_retry_schedule", "@every 7s", r#""@every 7s""#),
+    ("pay_provider", "fake", r#""fake""#),
+    ("pay_allow_fake", "true", "true"),
+    ("pay_expiry", "20m", r#""20m""#),
+    (
+        "pay_fake_base_url",
+        "http://pay.example:8080",
+        r#""http://pay.example:8080""#,
+    ),
+    ("pay_sweep_schedule", "@every 2m", r#""@every 2m""#),
+    (
+        "pay_reconcile_schedule",
+        "0 0 11 * * *",
+        r#""0 0 11 * * *""#,
+    ),
+    (
+        "wechatpay_endpoint",
+        "https://wxpay.example",
+        r#""https://wxpay.example""#,
+    ),
+    ("wechatpay_mchid", "1900000109", r#""1900000109""#),
+    ("wechatpay_appid", "wxcontract0001", r#""wxcontract0001""#),
+    ("wechatpay_merchant_serial", "5157F09E", r#""5157F09E""#),
+    ("wechatpay_merchant_key", "contract-key", r#""<redacted>""#),
+    ("wechatpay_api_v3_key", "contract-v3-key", r#""<redacted>""#),
+    (
+        "wechatpay_platform_serial",
+        "PUB_KEY_ID_01",
+        r#""PUB_KEY_ID_01""#,
+    ),
+    (
+        "wechatpay_platform_public_key",
+        "contract-public-key",
+        r#""contract-public-key""#,
+    ),
+    (
+        "wechatpay_notify_url",
+        "https://example.com/pay/wechat/notify",
+        r#""https://example.com/pay/wechat/notify""#,
+    ),
+    ("wechatpay_timeout", "4s", r#""4s""#),
+    ("reward_share_bps", "500", "500"),
+    ("reward_long_poll", "5s", r#""5s""#),
 ];
 
 /// `--print-config`'s TOML, parsed.
@@ -305,6 +347,9 @@ fn every_section_serialises_exactly_its_keys() {
         wechat.wechat_app_id = Some("wx0123456789abcdef".to_owned());
         wechat.wechat_app_secret = Some(platform::config::Secret::new("w".repeat(32)));
         wechat.wechat_redirect_uri = Some("https://example.com/oauth2/wechat/callback".to_owned());
+        config
+            .settings_mut::<crate::payment::PaymentSettings>()
+            .pay_provider = Some(crate::payment::settings::ProviderName::Fake);
         config
     });
     let mut shown_keys: Vec<&str> = shown.keys().map(String::as_str).collect();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use platform::config::{Config, Secret, Settings, SettingsSpec};
+use platform::config::{text_or_number, Config, Secret, Settings, SettingsSpec};
 use serde::{Deserialize, Serialize};
 
 use super::crypto::{ApiV3Key, PlatformKeys, SigningKey};
@@ -48,10 +48,13 @@ pub struct PaymentSettings {
     /// WeChat Pay API endpoint.
     pub wechatpay_endpoint: String,
     /// Merchant id (`mchid`).
+    #[serde(deserialize_with = "text_or_number")]
     pub wechatpay_mchid: String,
     /// App id the orders are for (`appid`).
+    #[serde(deserialize_with = "text_or_number")]
     pub wechatpay_appid: String,
     /// Serial number of the merchant API certificate (`serial_no` of signed requests).
+    #[serde(deserialize_with = "text_or_number")]
     pub wechatpay_merchant_serial: String,
     /// The merchant API private key, PKCS#8 PEM (`apiclient_key.pem`'s contents).
     pub wechatpay_merchant_key: Secret,
@@ -59,6 +62,7 @@ pub struct PaymentSettings {
     pub wechatpay_api_v3_key: Secret,
     /// Serial of the platform key: the WeChat Pay public key id (`PUB_KEY_ID_…`) or the
     /// platform certificate's serial.
+    #[serde(deserialize_with = "text_or_number")]
     pub wechatpay_platform_serial: String,
     /// The platform's public key, PEM (`-----BEGIN PUBLIC KEY-----`).
     pub wechatpay_platform_public_key: String,

@@ -60,7 +60,7 @@ impl Feature for RewardsFeature {
             registry.get::<Payments>()?,
             registry.get::<ArticleService>()?,
             settings.reward_share_bps,
-            settings.reward_long_poll,
+            settings.long_poll(&platform.config),
         );
         let (consumer, events) = (rewards.clone(), platform.events.clone());
         registry.background("reward consumers", move |background| {

@@ -16,7 +16,8 @@ pub const SETTINGS: SettingsSpec = SettingsSpec::of::<RewardSettings>();
 pub struct RewardSettings {
     /// The platform's share of each reward in basis points (1 000 = 10 %), rounded down to fen.
     pub reward_share_bps: i64,
-    /// Longest `POST /reward/detail` waits for a change.
+    /// Longest `POST /reward/detail` waits for a change (at most 30 s; within a second less
+    /// than `request_timeout` in any case).
     #[serde(with = "humantime_serde")]
     pub reward_long_poll: Duration,
 }
@@ -30,20 +31,27 @@ impl Default for RewardSettings {
     }
 }
 
+impl RewardSettings {
+    /// How long a status request waits: `reward_long_poll`, kept a second within
+    /// `request_timeout` so the answer always beats the request's own timeout.
+    pub fn long_poll(&self, config: &Config) -> Duration {
+        self.reward_long_poll.min(
+            config
+                .request_timeout
+                .saturating_sub(Duration::from_secs(1)),
+        )
+    }
+}
+
 impl Settings for RewardSettings {
     const KEYS: &'static [&'static str] = &["reward_share_bps", "reward_long_poll"];
 
-    fn validate(&self, config: &Config) -> anyhow::Result<()> {
+    fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if !(0..=10_000).contains(&self.reward_share_bps) {
             bail!("invalid reward_share_bps (WEBOOK_REWARD_SHARE_BPS): 0 to 10000");
         }
-        if self.reward_long_poll > Duration::from_secs(30)
-            || self.reward_long_poll + Duration::from_secs(1) > config.request_timeout
-        {
-            bail!(
-                "invalid reward_long_poll (WEBOOK_REWARD_LONG_POLL): at most 30s and a second \
-                 shorter than request_timeout"
-            );
+        if self.reward_long_poll > Duration::from_secs(30) {
+            bail!("invalid reward_long_poll (WEBOOK_REWARD_LONG_POLL): at most 30s");
         }
         Ok(())
     }

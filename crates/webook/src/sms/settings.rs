@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use platform::config::{list_or_comma_separated, Config, Secret, Settings, SettingsSpec};
+use platform::config::{
+    list_or_comma_separated, text_or_number, Config, Secret, Settings, SettingsSpec,
+};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::provider::{AliyunConfig, TencentConfig};
@@ -58,31 +60,31 @@ pub struct SmsSettings {
     /// Tencent Cloud region (`X-TC-Region`).
     pub sms_tencent_region: String,
     /// Tencent Cloud API key id.
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_tencent_secret_id: String,
     /// Tencent Cloud API key secret (empty: unset).
     pub sms_tencent_secret_key: Secret,
     /// Tencent SMS application id (`SmsSdkAppId`).
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_tencent_sdk_app_id: String,
     /// Tencent approved signature.
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_tencent_sign_name: String,
     /// Tencent template of the login code (parameters: the code, then its minutes of validity).
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_tencent_template_id: String,
     /// Alibaba Cloud SMS API endpoint.
     pub sms_aliyun_endpoint: String,
     /// Alibaba Cloud AccessKey id.
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_aliyun_access_key_id: String,
     /// Alibaba Cloud AccessKey secret (empty: unset).
     pub sms_aliyun_access_key_secret: Secret,
     /// Alibaba approved signature.
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_aliyun_sign_name: String,
     /// Alibaba template of the login code (`${code}`, `${minutes}`).
-    #[serde(deserialize_with = "text")]
+    #[serde(deserialize_with = "text_or_number")]
     pub sms_aliyun_template_code: String,
 }
 
@@ -172,21 +174,6 @@ impl SmsSettings {
             timeout: self.sms_timeout,
         })
     }
-}
-
-/// A text setting that may look like a number (`1400123456`): environment variables and TOML
-/// integers are read as text, not refused.
-fn text<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Text {
-        String(String),
-        Integer(u64),
-    }
-    Ok(match Text::deserialize(de)? {
-        Text::String(text) => text,
-        Text::Integer(number) => number.to_string(),
-    })
 }
 
 fn check_required(provider: &str, values: &[(&str, &String)]) -> anyhow::Result<()> {
