@@ -4,3 +4,6 @@
 pub mod crypto;
 pub mod provider;
 pub mod settings;
+pub mod wechat;
+
+pub use wechat::WechatPay;
