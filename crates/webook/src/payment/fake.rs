@@ -9,8 +9,9 @@
 //! WeChat would — the transaction encrypted with AES-256-GCM under the APIv3 key, the body
 //! signed with the platform key — and hands it to the same handler as `/pay/wechat/notify`
 //! ([`super::Payments::accept_notification`]): same verification, same cross-checks. Queries,
-//! closes and the trade bill read the fake's books, so the reconciliation jobs run against it
-//! as they would against WeChat.
+//! closes and the trade bill read the fake's books — the bill written in WeChat's format and
+//! read back by the WeChat client's parser — so the reconciliation jobs run against it as they
+//! would against WeChat.
 //!
 //! Each process generates its keys; the notification never leaves the process that signed it,
 //! so instances need not share them.
@@ -31,6 +32,7 @@ use super::{
         BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, TradeState, Transaction,
         TransactionAmount,
     },
+    wechat::{parse_trade_bill, write_trade_bill},
 };
 
 /// The fake merchant's id.
@@ -294,18 +296,31 @@ impl PaymentProvider for FakePay {
         .fetch_all(self.db.pool())
         .await
         .map_err(unavailable)?;
-        rows.iter()
+        let lines = rows
+            .iter()
             .map(|row| {
                 let order = order_from_row(row)?;
                 Ok(BillRow {
-                    trade_time: order.paid_at.map(china_time).unwrap_or_default(),
+                    trade_time: order
+                        .paid_at
+                        // `2026-12-01 10:34:56`, as WeChat's bill writes times.
+                        .map(|paid_at| {
+                            china_time(paid_at)
+                                .replacen('T', " ", 1)
+                                .chars()
+                                .take(19)
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                     trade_no: order.trade_no,
                     transaction_id: order.transaction_id.unwrap_or_default(),
                     trade_state: state_text(order.state).to_owned(),
                     amt: order.amt,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, ProviderError>>()?;
+        // Served in WeChat's bill format and read back by its parser, as the real bill is.
+        parse_trade_bill(&write_trade_bill(&lines, FAKE_MCHID, FAKE_APPID))
     }
 
     fn notification_keys(&self) -> &NotificationKeys {

@@ -24,6 +24,7 @@ pub mod reconcile;
 pub mod service;
 pub mod settings;
 pub mod store;
+pub mod wechat;
 
 pub use crypto::random_nonce;
 pub use fake::FakePay;
@@ -35,6 +36,7 @@ pub use store::{
     NewPayment, Payment, PaymentEvent, PaymentStatus, PaymentStore, TOPIC_PAYMENT_FAILED,
     TOPIC_PAYMENT_SUCCEEDED,
 };
+pub use wechat::WechatPay;
 
 use std::sync::Arc;
 
@@ -129,10 +131,7 @@ impl Feature for PaymentsFeature {
                     );
                     (Arc::new(fake.clone()), Some(fake))
                 }
-                Some(ProviderName::Wechat) => {
-                    let _ = settings.wechat()?;
-                    anyhow::bail!("pay_provider = \"wechat\" is not available in this build yet")
-                }
+                Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
             };
         let payments = Payments::new(
             PaymentStore::new(platform.db.clone()),

@@ -8,7 +8,7 @@ use anyhow::bail;
 use platform::config::{
     list_or_comma_separated, text_or_number, Config, Secret, Settings, SettingsSpec,
 };
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use super::provider::{AliyunConfig, TencentConfig};
 

@@ -42,3 +42,4 @@ mod statement_counts;
 mod tags;
 mod users;
 mod wechat_login;
+mod wechat_pay;

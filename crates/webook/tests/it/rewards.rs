@@ -852,7 +852,84 @@ async fn bad_rewards_are_refused_and_an_open_order_is_offered_again(setup: Setup
     assert_ledger_sound(&app).await;
 }
 
+/// The same flow with `pay_provider = "wechat"`, against the loopback WeChat Pay: the order is
+/// created with a signed request, WeChat's notification credits the author, an unpaid order is
+/// closed by the sweep, and the day's bill (downloaded, hash-checked, parsed) reconciles clean.
+async fn rewards_are_paid_through_wechat_pay_end_to_end(setup: Setup) {
+    let wechat = crate::common::fake_wechatpay::FakeWechatPay::start().await;
+    let settings = wechat.settings();
+    let app = setup
+        .spawn(|config| {
+            *config.settings_mut::<webook::payment::PaymentSettings>() = settings;
+            config
+                .settings_mut::<webook::reward::RewardSettings>()
+                .reward_long_poll = Duration::from_secs(3);
+        })
+        .await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let answer = post(
+        &app,
+        "/articles/pub/reward",
+        Some(&reader.token),
+        json!({"id": article, "amt": 2500}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    let rid = answer.json()["data"]["rid"].as_i64().unwrap();
+    let code_url = answer.json()["data"]["codeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let payments: Payments = app.service();
+    let trade_no: String = sqlx::query_scalar("SELECT trade_no FROM rewards WHERE id = $1")
+        .bind(rid)
+        .fetch_one(payments.store().db().pool())
+        .await
+        .unwrap();
+    let order = wechat
+        .order(&trade_no)
+        .expect("the order reached WeChat Pay");
+    assert_eq!(order.transaction.amount.total, 2500);
+    assert!(code_url.starts_with("weixin://"), "{code_url}");
+    assert_eq!(wechat.signature_failures(), 0);
+
+    let paid = wechat.pay(&trade_no);
+    let (status, body) = deliver(&app, &wechat.notification(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    await_status(&app, &reader, rid, "RewardStatusPayed").await;
+    assert_eq!(balance(&app, &author).await, 2250);
+
+    // An order never paid: the sweep asks WeChat, closes it, fails the reward.
+    let answer = post(
+        &app,
+        "/articles/pub/reward",
+        Some(&reader.token),
+        json!({"id": article, "amt": 99}),
+    )
+    .await;
+    let unpaid_rid = answer.json()["data"]["rid"].as_i64().unwrap();
+    let later = platform::db::now_millis() + 32 * 60 * 1000;
+    let report = sweep(&payments, later, || true).await.unwrap();
+    assert_eq!((report.failed, report.errors), (1, 0), "{report:?}");
+    await_status(&app, &reader, unpaid_rid, "RewardStatusFailed").await;
+
+    // Today's bill has the one payment, and it matches.
+    let today = webook::payment::china_today(chrono::Utc::now());
+    let report = reconcile_day(
+        &payments,
+        &app.service::<Ledger>(),
+        today,
+        platform::db::now_millis(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.bill_rows, report.payments), (1, 1), "{report:?}");
+    assert!(report.found.is_empty(), "{report:?}");
+    assert_ledger_sound(&app).await;
+}
+
 crate::setup_tests!(
+    rewards_are_paid_through_wechat_pay_end_to_end,
     the_course_frontends_reward_flow_reaches_payed_and_credits_the_author,
     the_pages_form_buttons_pay_and_fail,
     ten_concurrent_identical_notifications_credit_once,

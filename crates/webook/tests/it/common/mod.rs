@@ -5,6 +5,7 @@
 
 pub mod fake_sms;
 pub mod fake_wechat;
+pub mod fake_wechatpay;
 pub mod process;
 
 use platform::config::{Config, DatabaseKind};
