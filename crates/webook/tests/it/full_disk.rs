@@ -418,7 +418,9 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
-    let disk = SmallDisk::mount(12 * MIB);
+    // The database copies its template (about 7.5 MiB) into the tablespace, then every
+    // feature's empty tables and indexes take their first pages.
+    let disk = SmallDisk::mount(14 * MIB);
     let location = disk.path().join("tablespace");
     std::fs::create_dir(&location).unwrap();
     let admin_url = std::env::var(platform::testing::TEST_DATABASE_URL_ENV)

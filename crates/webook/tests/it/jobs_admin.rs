@@ -165,16 +165,22 @@ fn expect(answer: &common::Answer, status: StatusCode, code: i64) -> Value {
     answer.json()
 }
 
-/// The jobs this test made: all but the hot list's `ranking` job, which every app creates at
-/// start-up (tests/it/ranking.rs covers it).
+/// The jobs features create at start-up (their own tests cover them).
+const STARTUP_JOBS: [&str; 4] = [
+    "ranking",
+    "sms_code_retries",
+    "payment_sweep",
+    "payment_reconcile",
+];
+
+/// The jobs this test made: all but [`STARTUP_JOBS`].
 async fn list_jobs(app: &TestApp, token: &str) -> Vec<Value> {
     let body = expect(&get(app, "/jobs", Some(token)).await, StatusCode::OK, 0);
     body["data"]
         .as_array()
         .unwrap()
         .iter()
-        // The jobs features create at start-up.
-        .filter(|job| job["name"] != "ranking" && job["name"] != "sms_code_retries")
+        .filter(|job| !STARTUP_JOBS.iter().any(|name| job["name"] == *name))
         .cloned()
         .collect()
 }
