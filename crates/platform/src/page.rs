@@ -40,6 +40,26 @@ pub struct Page<T> {
     pub next: Option<String>,
 }
 
+impl<T> Page<T> {
+    /// The page of `limit` items from `items`, which a keyset query fetched with `LIMIT
+    /// limit + 1`: the one extra row says whether there is a next page, whose cursor is the
+    /// sort key of the page's last item (`key`).
+    pub fn from_overfetched(mut items: Vec<T>, limit: usize, key: impl Fn(&T) -> Vec<i64>) -> Self {
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| encode_cursor(&key(last)))
+        } else {
+            None
+        };
+        Self { items, next }
+    }
+}
+
+/// What a keyset query asks for to fill a page of `limit` ([`Page::from_overfetched`]).
+pub fn overfetch(limit: usize) -> i64 {
+    i64::try_from(limit + 1).unwrap_or(i64::MAX)
+}
+
 /// The opaque spelling of a sort key.
 pub fn encode_cursor(key: &[i64]) -> String {
     let text: Vec<String> = key.iter().map(i64::to_string).collect();

@@ -1,6 +1,6 @@
 //! webook — the backend of a content community (accounts, articles with drafts and publishing,
-//! reads/likes/collects, a hot list, follows, a feed and tags) with its own job scheduler.
-//! Comments, search and rewards are not built yet.
+//! reads/likes/collects, a hot list, follows, a feed, comments, tags, search, rewards paid
+//! through WeChat Pay into a double-entry ledger) with its own job scheduler.
 //!
 //! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
 //! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
@@ -10,10 +10,11 @@
 //! configuration core of the `platform` crate (defaults → `webook.toml` → `WEBOOK_*` env →
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
-//! [`article`], [`ranking`], [`feed`], [`tag`], [`jobs`], each a folder with one public face, its `mod.rs` — and
+//! [`article`], [`ranking`], [`feed`], [`comment`], [`tag`], [`search`], [`account`],
+//! [`payment`], [`reward`], [`jobs`] and more, each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
-//! data.
+//! data; [`outside_http`] what the clients of outside providers share.
 
 pub mod account;
 pub mod app;
@@ -30,6 +31,7 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod outside_http;
 pub mod payment;
 pub mod phone_login;
 pub mod ranking;

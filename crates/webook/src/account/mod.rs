@@ -23,7 +23,7 @@ use platform::{
     db::{now_millis, Db, Migration},
     error::AppError,
     feature::{Feature, Platform, Registry},
-    page::{decode_cursor, encode_cursor, Page},
+    page::{decode_cursor, overfetch, Page},
 };
 
 use crate::auth::AuthService;
@@ -162,10 +162,10 @@ impl Ledger {
         )
         .bind(id)
         .bind(before)
-        .bind(i64::try_from(limit + 1).unwrap_or(i64::MAX))
+        .bind(overfetch(limit))
         .fetch_all(self.db.pool())
         .await?;
-        let mut items = rows
+        let items = rows
             .iter()
             .map(|row| {
                 Ok(EntryView {
@@ -178,16 +178,10 @@ impl Ledger {
                 })
             })
             .collect::<sqlx::Result<Vec<_>>>()?;
-        let next = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|last| encode_cursor(&[last.id]))
-        } else {
-            None
-        };
         Ok(AccountView {
             balance,
             currency: "CNY",
-            entries: Page { items, next },
+            entries: Page::from_overfetched(items, limit, |last| vec![last.id]),
         })
     }
 

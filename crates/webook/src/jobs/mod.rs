@@ -147,6 +147,23 @@ pub fn dialect(kind: DatabaseKind) -> Dialect {
     }
 }
 
+/// Creates `job` unless a job of its name exists (operators' changes to an existing one are
+/// kept): how features create the durable jobs they run (`ranking`, `sms_code_retries`,
+/// `payment_sweep`, …) at start-up. Safe when several instances start at once.
+pub async fn ensure_job(jobs: &SqlJobStore, job: &scheduler::sql::NewJob) -> anyhow::Result<()> {
+    if jobs.find(&job.name).await?.is_some() {
+        return Ok(());
+    }
+    match jobs.create(job).await {
+        Ok(id) => {
+            tracing::info!(id, name = %job.name, schedule = %job.cron, "created a durable job");
+            Ok(())
+        }
+        Err(scheduler::sql::StoreError::Duplicate(_)) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// The durable-job store on `db`: reads on the shared pool, writes on the writer pool (SQLite's
 /// single writer), time from the database's own clock.
 pub fn store(db: &Db) -> SqlJobStore {

@@ -26,7 +26,7 @@ use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::now_millis,
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
-    page::{decode_cursor, encode_cursor, page_limit, Page},
+    page::{decode_cursor, overfetch, page_limit, Page},
 };
 
 /// What the handlers reach.
@@ -246,18 +246,14 @@ async fn discrepancies(
         Some(cursor) => decode_cursor::<1>(cursor)?[0],
         None => i64::MAX,
     };
-    let mut items = routes
+    let items = routes
         .payments
         .store()
-        .discrepancies(status, before, i64::try_from(limit + 1).unwrap_or(i64::MAX))
+        .discrepancies(status, before, overfetch(limit))
         .await?;
-    let next = if items.len() > limit {
-        items.truncate(limit);
-        items.last().map(|last| encode_cursor(&[last.id]))
-    } else {
-        None
-    };
-    Ok(Reply(Page { items, next }))
+    Ok(Reply(Page::from_overfetched(items, limit, |last| {
+        vec![last.id]
+    })))
 }
 
 #[derive(Deserialize)]

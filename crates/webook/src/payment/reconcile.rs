@@ -33,7 +33,7 @@ use std::{
 use async_trait::async_trait;
 use chrono::{NaiveDate, Utc};
 use scheduler::{
-    sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError},
+    sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore},
     JobContext,
 };
 use serde::Deserialize;
@@ -321,11 +321,9 @@ pub async fn ensure_job(
     schedule: &str,
     timezone: &str,
 ) -> anyhow::Result<()> {
-    if jobs.find(name).await?.is_some() {
-        return Ok(());
-    }
-    let created = jobs
-        .create(&NewJob {
+    crate::jobs::ensure_job(
+        jobs,
+        &NewJob {
             name: name.to_owned(),
             cron: schedule.to_owned(),
             timezone: timezone.to_owned(),
@@ -334,16 +332,9 @@ pub async fn ensure_job(
             misfire: Misfire::Skip,
             overlap: OverlapPolicy::Forbid,
             timeout_ms: duration_millis(RUN_TIMEOUT),
-        })
-        .await;
-    match created {
-        Ok(id) => {
-            tracing::info!(id, name, schedule, "created a payment reconciliation job");
-            Ok(())
-        }
-        Err(StoreError::Duplicate(_)) => Ok(()),
-        Err(err) => Err(err.into()),
-    }
+        },
+    )
+    .await
 }
 
 /// The `payment_sweep` executor.

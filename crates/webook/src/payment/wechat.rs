@@ -296,22 +296,7 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
     if error.is_timeout() {
         return ProviderError::Timeout;
     }
-    let what = if error.is_connect() {
-        "could not connect"
-    } else if error.is_body() || error.is_decode() {
-        "the answer was cut short"
-    } else {
-        "the request failed"
-    };
-    let error = error.without_url();
-    let mut text = format!("{what}: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    ProviderError::Unavailable(text)
+    ProviderError::Unavailable(crate::outside_http::describe_failure(error))
 }
 
 /// `body` as `T`, or [`ProviderError::Untrusted`] naming `what`.

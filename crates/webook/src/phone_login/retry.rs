@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use scheduler::{
-    sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError},
+    sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore},
     JobContext,
 };
 
@@ -159,11 +159,9 @@ impl RetryQueue {
 /// Creates the durable retry job on `schedule` unless a job of that name exists (operators'
 /// changes are kept). Safe when several instances start at once.
 pub async fn ensure_job(jobs: &SqlJobStore, schedule: &str) -> anyhow::Result<()> {
-    if jobs.find(RETRY_JOB).await?.is_some() {
-        return Ok(());
-    }
-    let created = jobs
-        .create(&NewJob {
+    crate::jobs::ensure_job(
+        jobs,
+        &NewJob {
             name: RETRY_JOB.to_owned(),
             cron: schedule.to_owned(),
             timezone: "UTC".to_owned(),
@@ -172,16 +170,9 @@ pub async fn ensure_job(jobs: &SqlJobStore, schedule: &str) -> anyhow::Result<()
             misfire: Misfire::Skip,
             overlap: OverlapPolicy::Forbid,
             timeout_ms: duration_millis(RETRY_TIMEOUT),
-        })
-        .await;
-    match created {
-        Ok(id) => {
-            tracing::info!(id, schedule, "created the sms code retry job");
-            Ok(())
-        }
-        Err(StoreError::Duplicate(_)) => Ok(()),
-        Err(err) => Err(err.into()),
-    }
+        },
+    )
+    .await
 }
 
 /// The `sms_code_retries` executor.

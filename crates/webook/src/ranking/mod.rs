@@ -23,7 +23,7 @@ pub use settings::{RankingMode, RankingSettings};
 
 use std::time::Duration;
 
-use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore, StoreError};
+use scheduler::sql::{Misfire, NewJob, OverlapPolicy, SqlJobStore};
 
 use async_trait::async_trait;
 use clap::FromArgMatches;
@@ -164,11 +164,9 @@ pub fn build(config: &Config, db: &Db, redis: Option<&Redis>) -> anyhow::Result<
 /// Creates the durable `ranking` job on `ranking_schedule` unless a job of that name exists
 /// (operators' changes to it are kept). Safe when several instances start at once.
 pub async fn ensure_job(jobs: &SqlJobStore, settings: &RankingSettings) -> anyhow::Result<()> {
-    if jobs.find(RANKING_JOB).await?.is_some() {
-        return Ok(());
-    }
-    let created = jobs
-        .create(&NewJob {
+    crate::jobs::ensure_job(
+        jobs,
+        &NewJob {
             name: RANKING_JOB.to_owned(),
             cron: settings.ranking_schedule.clone(),
             timezone: "UTC".to_owned(),
@@ -177,14 +175,7 @@ pub async fn ensure_job(jobs: &SqlJobStore, settings: &RankingSettings) -> anyho
             misfire: Misfire::FireOnce,
             overlap: OverlapPolicy::Forbid,
             timeout_ms: i64::try_from(RANKING_TIMEOUT.as_millis()).unwrap_or(i64::MAX),
-        })
-        .await;
-    match created {
-        Ok(id) => {
-            tracing::info!(id, schedule = %settings.ranking_schedule, "created the ranking job");
-            Ok(())
-        }
-        Err(StoreError::Duplicate(_)) => Ok(()),
-        Err(err) => Err(err.into()),
-    }
+        },
+    )
+    .await
 }

@@ -31,7 +31,7 @@ use platform::{
     db::{duration_millis, now_millis},
     error::{AppError, Msg},
     events::{Event, EventStream, Subscription},
-    page::{decode_cursor, encode_cursor, Page},
+    page::{decode_cursor, overfetch, Page},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -277,22 +277,10 @@ impl Rewards {
             Some(cursor) => decode_cursor::<1>(cursor)?[0],
             None => i64::MAX,
         };
-        let mut rewards = self
-            .store
-            .list(
-                uid,
-                role,
-                before,
-                i64::try_from(limit + 1).unwrap_or(i64::MAX),
-            )
-            .await?;
-        let next = if rewards.len() > limit {
-            rewards.truncate(limit);
-            rewards.last().map(|last| encode_cursor(&[last.id]))
-        } else {
-            None
-        };
-        let items = rewards
+        let rewards = self.store.list(uid, role, before, overfetch(limit)).await?;
+        let page = Page::from_overfetched(rewards, limit, |last| vec![last.id]);
+        let items = page
+            .items
             .into_iter()
             .map(|reward| RewardView {
                 rid: reward.id,
@@ -305,7 +293,10 @@ impl Rewards {
                 ctime: reward.ctime,
             })
             .collect();
-        Ok(Page { items, next })
+        Ok(Page {
+            items,
+            next: page.next,
+        })
     }
 
     /// The ledger posting of paid reward `reward`.

@@ -66,22 +66,10 @@ pub fn transport_error(provider: &str, error: reqwest::Error) -> SendError {
     if error.is_timeout() {
         return SendError::Timeout;
     }
-    let what = if error.is_connect() {
-        "could not connect"
-    } else if error.is_body() || error.is_decode() {
-        "the answer was cut short"
-    } else {
-        "the request failed"
-    };
-    let error = error.without_url();
-    let mut text = format!("{provider}: {what}: {error}");
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    SendError::Failed(text)
+    SendError::Failed(format!(
+        "{provider}: {}",
+        crate::outside_http::describe_failure(error)
+    ))
 }
 
 /// Sends a signed `request` to `provider`, reads its answer whole and lets `interpret` judge it
