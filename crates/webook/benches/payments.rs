@@ -15,8 +15,10 @@
 //!   orders are made untimed before each sample — rewards created through [`Rewards::create`],
 //!   paid at the fake ([`FakePay::decide`], which seals the notification) — so that every
 //!   timed call settles a different payment (criterion's `iter_custom`; only the accepts are
-//!   timed). `notification/accept_duplicate`: the same notification again, its payment already
-//!   settled: open, read, and a settle transaction that changes no row and is rolled back.
+//!   timed; on SQLite the setup ends with a WAL checkpoint, so the timed calls do not pay for
+//!   checkpointing the setup's writes). `notification/accept_duplicate`: the same notification
+//!   again, its payment already settled: open, read, and a settle transaction on the writer
+//!   whose `UPDATE` matches no row, rolled back.
 //! - `reward/create`: [`Rewards::create`] — validation, the article's reader copy (cached), the
 //!   open-order look-up, the reward and its pending payment in one transaction, the fake's order
 //!   (`INSERT`), the code URL (`UPDATE`) — each call with a (payer, amount) pair of its own, so
@@ -26,13 +28,13 @@
 //!   different reward each iteration, whose payment succeeded through `accept_notification`:
 //!   the reward marked paid and its split posted to the ledger (3 lines: clearing, author,
 //!   platform share) in one transaction. Rewards settled by the runs above are credited first;
-//!   more are made (untimed) when they run out.
+//!   more are made and settled (untimed, then checkpointed as above) when they run out.
 //!
 //! The dataset: 2 000 users and 200 articles (181 of them published) from the seeder
-//! ([`webook::seed::seed`]).
-//! Amounts are 100 fen and up, so every reward's posting has its platform-share line
-//! (`reward_share_bps` = 1 000). Payments expire after 30 minutes, as by default. No metrics
-//! recorder or log subscriber is installed (the app has both; their cost is not counted).
+//! ([`webook::seed::seed`]). Amounts are 100 fen and up, so every reward's posting has its
+//! platform-share line (`reward_share_bps` = 1 000). Payments expire after 30 minutes, as by
+//! default. No metrics recorder or log subscriber is installed (the app has both; their cost is
+//! not counted).
 //!
 //! Besides criterion's estimates the bench prints to stderr rates (per second) and latency
 //! percentiles of each operation, one task and 16 concurrent tasks where it writes — among them
@@ -66,6 +68,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use futures_util::{stream, StreamExt};
 use indicatif::ProgressBar;
 use platform::{
+    config::DatabaseKind,
     db::{now_millis, Db},
     events::{outbox::Outbox, EventStream},
 };
@@ -254,10 +257,21 @@ impl World {
     }
 }
 
+/// Ends an untimed setup: on SQLite, its writes are checkpointed from the WAL into the database
+/// file, so that the timed calls after it pay for checkpointing their own writes only.
+async fn checkpoint(world: &World) {
+    if world.db.kind() == DatabaseKind::Sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(world.db.writer())
+            .await
+            .unwrap();
+    }
+}
+
 /// `n` notifications of fresh paid orders, made `CONCURRENT_TASKS` at a time (untimed setup).
 /// They are stamped now: the handler accepts them for 5 minutes.
 async fn paid_orders(world: &Arc<World>, n: usize) -> Vec<Delivery> {
-    stream::iter(0..n)
+    let deliveries = stream::iter(0..n)
         .map(|_| {
             let world = world.clone();
             async move {
@@ -268,7 +282,9 @@ async fn paid_orders(world: &Arc<World>, n: usize) -> Vec<Delivery> {
         })
         .buffer_unordered(CONCURRENT_TASKS)
         .collect()
-        .await
+        .await;
+    checkpoint(world).await;
+    deliveries
 }
 
 /// `n` rewards whose payment succeeded (through `accept_notification`) and that are not
@@ -292,6 +308,7 @@ async fn paid_rewards(world: &Arc<World>, n: usize) -> Vec<(i64, i64)> {
     for delivery in paid_orders(world, n - found.len()).await {
         world.accept(&delivery).await;
     }
+    checkpoint(world).await;
     let found = uncredited().await;
     assert_eq!(found.len(), n, "paid rewards to credit");
     found
