@@ -1,0 +1,623 @@
+//! The money path on embedded SQLite (a database file in a temp dir, with the app's pool: 16
+//! read connections and the single writer), through the services' own code, without HTTP:
+//! [`Payments`] with the fake provider ([`FakePay`], the embedded default) and [`Rewards`] over
+//! an [`ArticleService`] with its in-process cache.
+//!
+//! - `notification/verify_decrypt`: [`notify::open`] of one genuine notification sealed by the
+//!   fake provider — the `Wechatpay-*` headers read, the RSA-2048 (SHA256withRSA) signature
+//!   checked, the body parsed, the AES-256-GCM resource decrypted and the transaction parsed:
+//!   pure CPU. Baseline in the same group, `notification/rsa_verify_baseline`:
+//!   [`webook::payment::crypto::PlatformKeys::verify`] of the same signature alone, so the
+//!   ratio is what reading the headers, decrypting and parsing add to the signature check.
+//! - `notification/accept_new`: [`Payments::accept_notification`] of a notification of a fresh
+//!   paid order each iteration: open, read our payment, settle it (a write transaction: the
+//!   payment's `UPDATE`, its re-read and its `payment_succeeded` event in the outbox). The
+//!   orders are made untimed before each sample — rewards created through [`Rewards::create`],
+//!   paid at the fake ([`FakePay::decide`], which seals the notification) — so that every
+//!   timed call settles a different payment (criterion's `iter_custom`; only the accepts are
+//!   timed; on SQLite the setup ends with a WAL checkpoint, so the timed calls do not pay for
+//!   checkpointing the setup's writes). `notification/accept_duplicate`: the same notification
+//!   again, its payment already settled: open, read, and a settle transaction on the writer
+//!   whose `UPDATE` matches no row, rolled back.
+//! - `reward/create`: [`Rewards::create`] — validation, the article's reader copy (cached), the
+//!   open-order look-up, the reward and its pending payment in one transaction, the fake's order
+//!   (`INSERT`), the code URL (`UPDATE`) — each call with a (payer, amount) pair of its own, so
+//!   an open order is never reused. Baseline, `reward/bare_insert_baseline`: one `INSERT` of a
+//!   rewards row in its own transaction, the smallest durable write of the same row.
+//! - `reward/credit`: [`Rewards::apply_paid`] (what the `payment_succeeded` consumer does) of a
+//!   different reward each iteration, whose payment succeeded through `accept_notification`:
+//!   the reward marked paid and its split posted to the ledger (3 lines: clearing, author,
+//!   platform share) in one transaction. Rewards settled by the runs above are credited first;
+//!   more are made and settled (untimed, then checkpointed as above) when they run out.
+//!
+//! The dataset: 2 000 users and 200 articles (181 of them published) from the seeder
+//! ([`webook::seed::seed`]). Amounts are 100 fen and up, so every reward's posting has its
+//! platform-share line (`reward_share_bps` = 1 000). Payments expire after 30 minutes, as by
+//! default. No metrics recorder or log subscriber is installed (the app has both; their cost is
+//! not counted).
+//!
+//! Besides criterion's estimates the bench prints to stderr rates (per second) and latency
+//! percentiles of each operation, one task and 16 concurrent tasks where it writes — among them
+//! 2 000 timed `accept_notification` calls of fresh orders. At the end it audits the ledger
+//! ([`Ledger::audit`]: every balance and every entry sums to 0, each balance equals its
+//! entries) and checks that each credited reward posted exactly its 3 lines; a run that
+//! corrupts the books panics.
+//!
+//! Run: `cargo bench -p webook --bench payments` (about 2 minutes; figures in
+//! docs/PERFORMANCE.md → Payments). With `WEBOOK_BENCH_DATABASE_URL` set to an empty
+//! PostgreSQL database the same runs there, e.g. `scripts/with-services.sh bash -c
+//! 'WEBOOK_BENCH_DATABASE_URL=$WEBOOK_TEST_DATABASE_URL cargo bench -p webook --bench payments'`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::{
+    future::Future,
+    hint::black_box,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use axum::http::HeaderMap;
+use common::{ms, summary};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures_util::{stream, StreamExt};
+use indicatif::ProgressBar;
+use platform::{
+    config::DatabaseKind,
+    db::{now_millis, Db},
+    events::{outbox::Outbox, EventStream},
+};
+use tokio::runtime::Runtime;
+use webook::{
+    account::Ledger,
+    article::{cache::ArticleCache, store::ArticleStore, ArticleService},
+    payment::{
+        crypto::SignedHeaders, notify, Applied, FakePay, PaymentProvider, PaymentStatus,
+        PaymentStore, Payments,
+    },
+    reward::{RewardStore, Rewards, REWARD_BIZ},
+    schema::MIGRATIONS,
+    seed::{seed, Plan},
+};
+
+/// The app's default pool size (`database_max_connections`).
+const POOL: u32 = 16;
+/// The app's default `reward_share_bps`.
+const SHARE_BPS: i64 = 1_000;
+/// Timed calls of each stderr measurement.
+const CALLS: usize = 2_000;
+/// Calls of the stderr measurements of the heavier writes (creation, credit).
+const WRITE_CALLS: usize = 1_000;
+const CONCURRENT_TASKS: usize = 16;
+
+struct World {
+    _dir: tempfile::TempDir,
+    db: Db,
+    fake: FakePay,
+    payments: Payments,
+    rewards: Rewards,
+    reward_store: RewardStore,
+    ledger: Ledger,
+    /// Published articles: (id, author).
+    articles: Vec<(i64, i64)>,
+    /// The seeded users' ids, first and last.
+    users: (i64, i64),
+    /// The next (payer, amount) pair to draw.
+    next_order: AtomicUsize,
+    /// The next bare row's number.
+    next_bare: AtomicUsize,
+}
+
+/// A notification as the handler receives it.
+#[derive(Clone)]
+struct Delivery {
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+async fn build() -> World {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let url = std::env::var("WEBOOK_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("webook.db").display()));
+    let db = Db::connect_url(&url, POOL).await.unwrap();
+    db.migrate(&MIGRATIONS).await.unwrap();
+    let plan = Plan {
+        users: 2_000,
+        articles: 200,
+        likes: 0,
+        collects: 0,
+        reads: 0,
+        comments: 0,
+        tags_per_author: 0,
+        ..Plan::default()
+    };
+    let report = seed(&db, &plan, &ProgressBar::hidden()).await.unwrap();
+    let articles: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, author_id FROM published_articles WHERE status = 2 AND id >= $1 ORDER BY id",
+    )
+    .bind(report.first_article_id)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert!(articles.len() > 10, "the seeder published too few articles");
+    let users = (
+        report.first_user_id,
+        report.first_user_id + i64::try_from(report.users).unwrap() - 1,
+    );
+
+    let outbox = Outbox::new(db.clone(), EventStream::in_process());
+    let fake = FakePay::new(db.clone(), "").unwrap();
+    let payments = Payments::new(
+        PaymentStore::new(db.clone()),
+        Arc::new(fake.clone()),
+        outbox.clone(),
+        Duration::from_secs(1800),
+    );
+    let article_service = ArticleService::new(
+        ArticleStore::new(db.clone()),
+        ArticleCache::new(None, 32 << 20),
+        outbox,
+    );
+    let rewards = Rewards::new(
+        RewardStore::new(db.clone()),
+        payments.clone(),
+        article_service,
+        SHARE_BPS,
+        Duration::from_secs(10),
+    );
+    eprintln!(
+        "{}: seeded {} users and {} published articles in {:.1} s",
+        platform::redact_url(&url),
+        report.users,
+        articles.len(),
+        started.elapsed().as_secs_f64()
+    );
+    World {
+        _dir: dir,
+        reward_store: RewardStore::new(db.clone()),
+        ledger: Ledger::new(db.clone()),
+        db,
+        fake,
+        payments,
+        rewards,
+        articles,
+        users,
+        next_order: AtomicUsize::new(0),
+        next_bare: AtomicUsize::new(0),
+    }
+}
+
+impl World {
+    /// The `n`th (payer, article, amount): payers cycle through the users and the amount grows
+    /// by a fen each cycle, so no two draws ask for the same order (no open order is reused).
+    fn order(&self, n: usize) -> (i64, i64, i64) {
+        let users = usize::try_from(self.users.1 - self.users.0 + 1).unwrap();
+        let payer = self.users.0 + i64::try_from(n % users).unwrap();
+        let amt = 100 + i64::try_from(n / users).unwrap();
+        let mut index = n % self.articles.len();
+        while self.articles[index].1 == payer {
+            index = (index + 1) % self.articles.len();
+        }
+        (payer, self.articles[index].0, amt)
+    }
+
+    /// A new reward (and its payment and provider order) through [`Rewards::create`].
+    async fn create_reward(&self) -> i64 {
+        let n = self.next_order.fetch_add(1, Ordering::Relaxed);
+        let (payer, article, amt) = self.order(n);
+        self.rewards.create(payer, article, amt).await.unwrap().rid
+    }
+
+    /// A new reward, paid at the fake provider: the notification it sends.
+    async fn paid_order(&self) -> Delivery {
+        let rid = self.create_reward().await;
+        let reward = self.reward_store.by_id(rid).await.unwrap().unwrap();
+        let sealed = self.fake.decide(&reward.trade_no, true).await.unwrap();
+        Delivery {
+            headers: sealed.header_map(),
+            body: sealed.body,
+        }
+    }
+
+    async fn accept(&self, delivery: &Delivery) -> Applied {
+        self.payments
+            .accept_notification(&delivery.headers, &delivery.body)
+            .await
+            .unwrap()
+    }
+
+    /// One bare rewards row in its own transaction: the floor of a durable reward. Payer 0 is
+    /// no user, so these rows never match an open order of the measured path.
+    async fn bare_insert(&self) {
+        let n = self.next_bare.fetch_add(1, Ordering::Relaxed);
+        let (_, article, amt) = self.order(n);
+        let now = now_millis();
+        let mut tx = self.db.writer().begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO rewards (payer_id, author_id, article_id, article_title, amt, status, \
+             trade_no, expires_at, ctime, utime) VALUES (0, $1, $2, $3, $4, 'init', $5, $6, $7, $7)",
+        )
+        .bind(self.users.0)
+        .bind(article)
+        .bind("bare reward")
+        .bind(amt)
+        .bind(format!("bare{n:022}"))
+        .bind(now + 1_800_000)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+}
+
+/// Ends an untimed setup: on SQLite, its writes are checkpointed from the WAL into the database
+/// file, so that the timed calls after it pay for checkpointing their own writes only.
+async fn checkpoint(world: &World) {
+    if world.db.kind() == DatabaseKind::Sqlite {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(world.db.writer())
+            .await
+            .unwrap();
+    }
+}
+
+/// `n` notifications of fresh paid orders, made `CONCURRENT_TASKS` at a time (untimed setup).
+/// They are stamped now: the handler accepts them for 5 minutes.
+async fn paid_orders(world: &Arc<World>, n: usize) -> Vec<Delivery> {
+    let deliveries = stream::iter(0..n)
+        .map(|_| {
+            let world = world.clone();
+            async move {
+                tokio::spawn(async move { world.paid_order().await })
+                    .await
+                    .unwrap()
+            }
+        })
+        .buffer_unordered(CONCURRENT_TASKS)
+        .collect()
+        .await;
+    checkpoint(world).await;
+    deliveries
+}
+
+/// `n` rewards whose payment succeeded (through `accept_notification`) and that are not
+/// credited yet, oldest first; settles more paid orders when there are too few.
+async fn paid_rewards(world: &Arc<World>, n: usize) -> Vec<(i64, i64)> {
+    let uncredited = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT r.id, r.amt FROM rewards r JOIN payments p ON p.biz = $1 AND p.biz_id = r.id \
+             WHERE p.status = 'succeeded' AND r.status = 'init' ORDER BY r.id LIMIT $2",
+        )
+        .bind(REWARD_BIZ)
+        .bind(i64::try_from(n).unwrap())
+        .fetch_all(world.db.pool())
+        .await
+        .unwrap()
+    };
+    let found = uncredited().await;
+    if found.len() == n {
+        return found;
+    }
+    for delivery in paid_orders(world, n - found.len()).await {
+        world.accept(&delivery).await;
+    }
+    checkpoint(world).await;
+    let found = uncredited().await;
+    assert_eq!(found.len(), n, "paid rewards to credit");
+    found
+}
+
+/// Runs `call(i)` for `i` in `0..calls` on `tasks` concurrent tasks; prints the rate (calls
+/// per second) and the latency percentiles, labelled `label`.
+async fn rate<F, Fut>(label: &str, calls: usize, tasks: usize, call: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (call, next) = (call.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut samples = Vec::with_capacity(calls / tasks + 1);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= calls {
+                        return samples;
+                    }
+                    let started = Instant::now();
+                    call(i).await;
+                    samples.push(ms(started.elapsed()));
+                }
+            })
+        })
+        .collect();
+    let mut samples = Vec::with_capacity(calls);
+    for handle in handles {
+        samples.extend(handle.await.unwrap());
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let per_second = calls as f64 / started.elapsed().as_secs_f64();
+    let tasks = if tasks == 1 {
+        "1 task".to_owned()
+    } else {
+        format!("{tasks} tasks")
+    };
+    summary(&format!("{label}, {tasks}: {per_second:.0}/s"), samples);
+}
+
+fn bench_notifications(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
+    // One genuine notification, opened at the second it was sealed (never stale).
+    let delivery = runtime.block_on(world.paid_order());
+    let keys = world.fake.notification_keys().clone();
+    let signed = SignedHeaders::from_headers(&delivery.headers).unwrap();
+    let now_secs: i64 = signed.timestamp.parse().unwrap();
+    let opened = notify::open(&keys, &delivery.headers, &delivery.body, now_secs).unwrap();
+    eprintln!(
+        "\nnotifications: {} bytes of body, a {} transaction of {} fen",
+        delivery.body.len(),
+        opened.trade_type,
+        opened.amount.total
+    );
+
+    let mut group = c.benchmark_group("notification");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("rsa_verify_baseline", |b| {
+        b.iter(|| {
+            keys.platform_keys
+                .verify(black_box(&signed), black_box(&delivery.body), now_secs)
+                .unwrap();
+        });
+    });
+    group.bench_function("verify_decrypt", |b| {
+        b.iter(|| {
+            black_box(
+                notify::open(
+                    &keys,
+                    black_box(&delivery.headers),
+                    black_box(&delivery.body),
+                    now_secs,
+                )
+                .unwrap(),
+            )
+        });
+    });
+    // Its payment settles as the others will, so the books end with no paid order pending.
+    runtime.block_on(async {
+        let applied = world.accept(&delivery).await;
+        assert_eq!(applied, Applied::Settled(PaymentStatus::Succeeded));
+    });
+    // Each sample's orders are made (untimed) before its accepts are timed: the run takes a
+    // few times the measurement time, hence a shorter one.
+    group.measurement_time(Duration::from_secs(3));
+    group.sample_size(20);
+    group.bench_function("accept_new", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let world = world.clone();
+            async move {
+                let deliveries = paid_orders(&world, usize::try_from(iters).unwrap()).await;
+                let started = Instant::now();
+                for delivery in &deliveries {
+                    let applied = world.accept(delivery).await;
+                    assert_eq!(applied, Applied::Settled(PaymentStatus::Succeeded));
+                }
+                started.elapsed()
+            }
+        });
+    });
+    group.measurement_time(Duration::from_secs(5));
+    group.sample_size(50);
+    // A notification made now (the handler accepts it for 5 minutes), settled once, then
+    // delivered again and again.
+    let duplicate = runtime.block_on(async {
+        let delivery = world.paid_order().await;
+        assert_eq!(
+            world.accept(&delivery).await,
+            Applied::Settled(PaymentStatus::Succeeded)
+        );
+        delivery
+    });
+    group.bench_function("accept_duplicate", |b| {
+        b.to_async(runtime).iter(|| async {
+            assert_eq!(world.accept(&duplicate).await, Applied::AlreadySettled);
+        });
+    });
+    group.finish();
+
+    eprintln!("\nnotifications per second and latencies:");
+    runtime.block_on(async {
+        let (keys, signed, body) = (Arc::new(keys), Arc::new(signed), Arc::new(delivery.body));
+        {
+            let (keys, signed, body) = (keys.clone(), signed.clone(), body.clone());
+            rate("RSA-2048 verify alone", CALLS, 1, move |_| {
+                let (keys, signed, body) = (keys.clone(), signed.clone(), body.clone());
+                async move {
+                    keys.platform_keys.verify(&signed, &body, now_secs).unwrap();
+                }
+            })
+            .await;
+        }
+        {
+            let (keys, headers, body) = (keys.clone(), Arc::new(delivery.headers), body.clone());
+            rate("open: verify, decrypt, parse", CALLS, 1, move |_| {
+                let (keys, headers, body) = (keys.clone(), headers.clone(), body.clone());
+                async move {
+                    black_box(notify::open(&keys, &headers, &body, now_secs).unwrap());
+                }
+            })
+            .await;
+        }
+        let prepared = Instant::now();
+        let deliveries = Arc::new(paid_orders(world, 2 * CALLS).await);
+        eprintln!(
+            "  ({} paid orders made in {:.1} s, untimed)",
+            2 * CALLS,
+            prepared.elapsed().as_secs_f64()
+        );
+        for (tasks, offset) in [(1, 0), (CONCURRENT_TASKS, CALLS)] {
+            let (world, deliveries) = (world.clone(), deliveries.clone());
+            rate("accept, new order", CALLS, tasks, move |i| {
+                let (world, deliveries) = (world.clone(), deliveries.clone());
+                async move {
+                    let applied = world.accept(&deliveries[offset + i]).await;
+                    assert_eq!(applied, Applied::Settled(PaymentStatus::Succeeded));
+                }
+            })
+            .await;
+        }
+        for tasks in [1, CONCURRENT_TASKS] {
+            let (world, deliveries) = (world.clone(), deliveries.clone());
+            rate("accept, duplicate", CALLS, tasks, move |i| {
+                let (world, deliveries) = (world.clone(), deliveries.clone());
+                async move {
+                    let applied = world.accept(&deliveries[i]).await;
+                    assert_eq!(applied, Applied::AlreadySettled);
+                }
+            })
+            .await;
+        }
+    });
+}
+
+fn bench_rewards(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
+    let mut group = c.benchmark_group("reward");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("bare_insert_baseline", |b| {
+        b.to_async(runtime).iter(|| world.bare_insert());
+    });
+    group.bench_function("create", |b| {
+        b.to_async(runtime).iter(|| world.create_reward());
+    });
+    group.bench_function("credit", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let world = world.clone();
+            async move {
+                let paid = paid_rewards(&world, usize::try_from(iters).unwrap()).await;
+                let started = Instant::now();
+                for (rid, amt) in paid {
+                    world.rewards.apply_paid(rid, amt).await.unwrap();
+                }
+                started.elapsed()
+            }
+        });
+    });
+    group.finish();
+
+    eprintln!("\nrewards created / credited per second and latencies:");
+    runtime.block_on(async {
+        for tasks in [1, CONCURRENT_TASKS] {
+            let world = world.clone();
+            rate("bare INSERT (baseline)", WRITE_CALLS, tasks, move |_| {
+                let world = world.clone();
+                async move { world.bare_insert().await }
+            })
+            .await;
+        }
+        for tasks in [1, CONCURRENT_TASKS] {
+            let world = world.clone();
+            rate("Rewards::create", WRITE_CALLS, tasks, move |_| {
+                let world = world.clone();
+                async move {
+                    world.create_reward().await;
+                }
+            })
+            .await;
+        }
+        let prepared = Instant::now();
+        let paid = Arc::new(paid_rewards(world, WRITE_CALLS).await);
+        eprintln!(
+            "  ({WRITE_CALLS} paid rewards ready in {:.1} s, untimed)",
+            prepared.elapsed().as_secs_f64()
+        );
+        let world = world.clone();
+        rate("Rewards::apply_paid", WRITE_CALLS, 1, move |i| {
+            let (world, paid) = (world.clone(), paid.clone());
+            async move {
+                let (rid, amt) = paid[i];
+                world.rewards.apply_paid(rid, amt).await.unwrap();
+            }
+        })
+        .await;
+    });
+}
+
+/// The books after the runs: the ledger sums to 0, each balance is its entries, every credited
+/// reward posted its 3 lines and nothing else was posted. Panics otherwise.
+async fn audit(world: &World) {
+    let audit = world.ledger.audit().await.unwrap();
+    let (credited, entries, posted_rewards): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM rewards WHERE status = 'payed'), \
+         (SELECT COUNT(*) FROM account_entries), \
+         (SELECT COUNT(DISTINCT biz_id) FROM account_entries WHERE biz = $1)",
+    )
+    .bind(REWARD_BIZ)
+    .fetch_one(world.db.pool())
+    .await
+    .unwrap();
+    let (settled, events, paid_pending): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM payments WHERE status = 'succeeded'), \
+         (SELECT COUNT(*) FROM event_outbox WHERE topic = 'payment_succeeded'), \
+         (SELECT COUNT(*) FROM payments p JOIN fake_pay_orders f ON f.trade_no = p.trade_no \
+          WHERE p.status = 'pending' AND f.state = 'SUCCESS')",
+    )
+    .fetch_one(world.db.pool())
+    .await
+    .unwrap();
+    eprintln!(
+        "\nledger audit: total balance {}, total of entries {}, {} mismatched accounts; {credited} \
+         rewards credited with {entries} entries; {settled} payments succeeded with {events} events",
+        audit.total_balance,
+        audit.total_entries,
+        audit.mismatched.len()
+    );
+    assert_eq!(
+        audit.total_balance, 0,
+        "the ledger's balances do not sum to 0"
+    );
+    assert_eq!(
+        audit.total_entries, 0,
+        "the ledger's entries do not sum to 0"
+    );
+    assert!(
+        audit.mismatched.is_empty(),
+        "balances differ from their entries: {:?}",
+        audit.mismatched
+    );
+    assert_eq!(
+        posted_rewards, credited,
+        "credited rewards without a posting"
+    );
+    assert_eq!(
+        entries,
+        3 * credited,
+        "a credited reward without its 3 lines"
+    );
+    assert_eq!(events, settled, "a settled payment without its one event");
+    assert_eq!(
+        paid_pending, 0,
+        "an order paid at the provider left pending"
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = Runtime::new().unwrap();
+    let world = Arc::new(runtime.block_on(build()));
+    bench_notifications(c, &runtime, &world);
+    bench_rewards(c, &runtime, &world);
+    runtime.block_on(audit(&world));
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(50).measurement_time(Duration::from_secs(5));
+    targets = bench
+}
+criterion_main!(benches);
