@@ -256,12 +256,19 @@ impl Payments {
                 return Ok(Applied::Recorded("refunded"));
             }
         };
-        match self
-            .store
-            .settle(trade_no, &settlement, now)
-            .await
-            .map_err(internal)?
-        {
+        // Settled before (a repeated or late notification): answered from the read above,
+        // without taking the writer.
+        let settled = if payment.status == PaymentStatus::Pending {
+            self.store
+                .settle(trade_no, &settlement, now)
+                .await
+                .map_err(internal)?
+        } else if payment.status == settlement.status {
+            Settled::Already(payment)
+        } else {
+            Settled::Contrary(payment)
+        };
+        match settled {
             Settled::Changed(_) => {
                 self.outbox.committed();
                 Ok(Applied::Settled(settlement.status))
