@@ -78,16 +78,47 @@ async fn healthz() -> Reply<&'static str> {
     Reply("alive")
 }
 
-#[derive(Debug, Serialize)]
-struct Readiness {
-    mode: &'static str,
-    database: &'static str,
-    redis: &'static str,
+/// What `/readyz` answers: this process's mode and how its dependencies answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct Readiness {
+    /// `embedded` or `cluster`.
+    pub mode: &'static str,
+    /// `up`, `down` or `not writable`.
+    pub database: &'static str,
+    /// `up`, `down` or `not configured`.
+    pub redis: &'static str,
+    /// What features report ([`StatusBoard`]).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    details: BTreeMap<&'static str, String>,
+    pub details: BTreeMap<&'static str, String>,
+}
+
+impl Readiness {
+    /// Whether the process can serve: the database up and writable, Redis not down.
+    pub fn ready(&self) -> bool {
+        self.database == "up" && self.redis != "down"
+    }
 }
 
 async fn readyz(State(state): State<Arc<Platform>>) -> Response {
+    let data = readiness(&state).await;
+    let (status, code, msg) = if data.ready() {
+        (StatusCode::OK, CODE_OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, CODE_SYSTEM, "not ready")
+    };
+    (
+        status,
+        Json(Envelope {
+            code,
+            msg,
+            data: Some(data),
+        }),
+    )
+        .into_response()
+}
+
+/// Probes the database (a read and a write) and Redis, each bounded by a 2 s timeout.
+pub async fn readiness(state: &Platform) -> Readiness {
     let database = match state.db.ping(PROBE_TIMEOUT).await {
         // Reachable is not enough: a full disk leaves reads working and every write failing.
         Ok(()) => match state.db.probe_writer(PROBE_TIMEOUT).await {
@@ -115,13 +146,7 @@ async fn readyz(State(state): State<Arc<Platform>>) -> Response {
             }
         },
     };
-    let ready = database == "up" && redis != "down";
-    let (status, code, msg) = if ready {
-        (StatusCode::OK, CODE_OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, CODE_SYSTEM, "not ready")
-    };
-    let data = Readiness {
+    Readiness {
         mode: if state.config.is_cluster() {
             "cluster"
         } else {
@@ -130,16 +155,7 @@ async fn readyz(State(state): State<Arc<Platform>>) -> Response {
         database,
         redis,
         details: state.status.snapshot(),
-    };
-    (
-        status,
-        Json(Envelope {
-            code,
-            msg,
-            data: Some(data),
-        }),
-    )
-        .into_response()
+    }
 }
 
 async fn render_metrics(State(state): State<Arc<Platform>>) -> Response {

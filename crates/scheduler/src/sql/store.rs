@@ -270,6 +270,49 @@ impl SqlJobStore {
         inserted.ok_or_else(|| StoreError::Duplicate(job.name.clone()))
     }
 
+    /// Changes a job's schedule, time zone, executor configuration, misfire policy and timeout
+    /// (the name, executor and overlap policy stay): a waiting job's next fire time is the new
+    /// schedule's next after now (a stopped job gets it when resumed), and the version moves so a
+    /// claim read before the change fails its compare-and-swap. Refused while a run holds the
+    /// job, so a run never finishes under a schedule it did not start with.
+    pub async fn update(&self, id: i64, job: &NewJob) -> Result<(), StoreError> {
+        let schedule = crate::schedule::Schedule::parse_in(&job.cron, &job.timezone)
+            .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        if job.timeout_ms < 1000 {
+            return Err(StoreError::Invalid(
+                "timeout must be at least 1000 ms".to_owned(),
+            ));
+        }
+        let now = self.now().await?;
+        let next_time = next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER);
+        let updated = sqlx::query(
+            "UPDATE jobs SET cron = $2, timezone = $3, cfg = $4, misfire = $5, timeout_ms = $6, \
+             next_time = CASE WHEN status = 'waiting' THEN $7 ELSE next_time END, \
+             version = version + 1, utime = $8 WHERE id = $1 AND status <> 'running'",
+        )
+        .bind(id)
+        .bind(job.cron.trim())
+        .bind(job.timezone.trim())
+        .bind(&job.cfg)
+        .bind(job.misfire.as_str())
+        .bind(job.timeout_ms)
+        .bind(next_time)
+        .bind(now)
+        .execute(&self.writes)
+        .await?
+        .rows_affected();
+        if updated == 1 {
+            return Ok(());
+        }
+        match self.get(id).await? {
+            None => Err(StoreError::NotFound),
+            Some(job) => Err(StoreError::Invalid(format!(
+                "job \"{}\" is running; change it when the run has ended",
+                job.name
+            ))),
+        }
+    }
+
     /// Every job, by id.
     pub async fn list(&self) -> sqlx::Result<Vec<JobRow>> {
         let rows = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY id"))

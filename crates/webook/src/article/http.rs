@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::{
     article::{
-        model::{Article, ArticleStatus, ListItem},
+        model::{Article, ArticleStatus, ListItem, PublishedItem},
         service::existing_id,
         ArticleService,
     },
@@ -21,7 +21,10 @@ use crate::{
     interactive::InteractiveService,
     user::Person,
 };
-use platform::error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply};
+use platform::{
+    error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    page::{page_limit, Page},
+};
 
 /// What the `/articles` handlers reach.
 pub struct ArticleRoutes {
@@ -48,6 +51,7 @@ pub fn router(routes: ArticleRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/articles/withdraw", post(withdraw))
         .route("/articles/list", post(list))
         .route("/articles/detail/{id}", get(detail))
+        .route("/articles/pub", get(published))
         .route("/articles/pub/{id}", get(reader_view))
         .route("/articles/pub/like", post(like))
         .route("/articles/pub/collect", post(collect))
@@ -124,6 +128,29 @@ async fn list(
         state
             .articles
             .list(user.uid, request.offset, request.limit)
+            .await?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct PublishedQuery {
+    author: Option<i64>,
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /articles/pub?author&cursor&limit` **(webook)**: the latest published articles, or one
+/// author's.
+async fn published(
+    State(state): State<Arc<ArticleRoutes>>,
+    _user: AuthUser,
+    ApiQuery(query): ApiQuery<PublishedQuery>,
+) -> ApiResult<Page<PublishedItem>> {
+    let limit = page_limit(query.limit)?;
+    Ok(Reply(
+        state
+            .articles
+            .published(query.author, query.cursor.as_deref(), limit)
             .await?,
     ))
 }

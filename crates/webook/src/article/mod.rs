@@ -39,11 +39,18 @@ impl Feature for Articles {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            3,
-            "articles",
-            include_str!("../../migrations/0003_articles.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                3,
+                "articles",
+                include_str!("../../migrations/0003_articles.sql"),
+            ),
+            Migration::new(
+                20,
+                "published_by_author",
+                include_str!("../../migrations/0020_published_by_author.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

@@ -114,6 +114,31 @@ pub struct ListItem {
     pub utime: i64,
 }
 
+/// One published article of `GET /articles/pub` (the latest, or one author's), with its counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedItem {
+    /// Id.
+    pub id: i64,
+    /// Title.
+    pub title: String,
+    /// First 128 characters of the text, HTML-escaped.
+    #[serde(rename = "abstract")]
+    pub abstract_text: String,
+    /// Its author.
+    pub author: crate::user::Person,
+    /// Reads (applied in batches: may lag by moments).
+    pub read_cnt: i64,
+    /// Likes.
+    pub like_cnt: i64,
+    /// Comments not deleted.
+    pub comment_cnt: i64,
+    /// First publication (ms).
+    pub ctime: i64,
+    /// Last publish (ms).
+    pub utime: i64,
+}
+
 /// The reader copy with its author's display name: what the reader view and its cache hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedArticle {

@@ -19,7 +19,7 @@
 pub use crate::article::model::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
 use crate::article::{
     cache::{ArticleCache, FIRST_PAGE_LEN},
-    model::{Article, Draft, ListItem, PublishedArticle},
+    model::{Article, Draft, ListItem, PublishedArticle, PublishedItem},
     store::{ArticleStore, WriteError},
 };
 use platform::{
@@ -28,6 +28,7 @@ use platform::{
     detached::to_completion,
     error::{positive_id, AppError, Msg},
     events::outbox::Outbox,
+    page::{decode_cursor, overfetch, Page},
 };
 
 /// Largest `offset` the author's list accepts.
@@ -183,6 +184,34 @@ impl ArticleService {
             return Ok(page);
         }
         Ok(self.store.list_by_author(author, offset, limit).await?)
+    }
+
+    /// A page of published articles, newest first publication first, only `author`'s when
+    /// given; `cursor` is the `next` of the previous page. Keyset by (`ctime`, id): a page never
+    /// repeats or skips an article, whatever is published meanwhile.
+    pub async fn published(
+        &self,
+        author: Option<i64>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<PublishedItem>, AppError> {
+        if let Some(author) = author {
+            positive_id("author", author)?;
+        }
+        let after = match cursor {
+            Some(cursor) => {
+                let [ctime, id] = decode_cursor(cursor)?;
+                (ctime, id)
+            }
+            None => (i64::MAX, i64::MAX),
+        };
+        let items = self
+            .store
+            .published_page(author, after, overfetch(limit))
+            .await?;
+        Ok(Page::from_overfetched(items, limit, |last| {
+            vec![last.ctime, last.id]
+        }))
     }
 
     /// The author's own copy; 403002 for someone else's.

@@ -6,9 +6,10 @@
 use sqlx::{any::AnyRow, Any, Row, Transaction};
 
 use crate::article::model::{
-    Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, TOPIC_PUBLISHED,
-    TOPIC_WITHDRAWN,
+    Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, PublishedItem,
+    TOPIC_PUBLISHED, TOPIC_WITHDRAWN,
 };
+use crate::user::Person;
 use platform::{db::Db, events::outbox};
 
 /// Why a write to an existing article did not happen.
@@ -180,6 +181,65 @@ impl ArticleStore {
                     title: row.try_get("title")?,
                     abstract_text: row.try_get("abstract")?,
                     status: status_from(row)?,
+                    ctime: row.try_get("ctime")?,
+                    utime: row.try_get("utime")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Up to `fetch` published articles, newest first publication first (`ctime`, then id),
+    /// strictly after `after` = (ctime, id) in that order; only `author`'s when given. One
+    /// statement, a range over `published_articles (ctime, id)` or `(author_id, ctime, id)`;
+    /// withdrawn reader copies are skipped by the scan.
+    pub async fn published_page(
+        &self,
+        author: Option<i64>,
+        after: (i64, i64),
+        fetch: i64,
+    ) -> sqlx::Result<Vec<PublishedItem>> {
+        macro_rules! published_page_sql {
+            ($filter:literal) => {
+                concat!(
+                    "SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
+                     COALESCE(i.read_cnt, 0) AS read_cnt, COALESCE(i.like_cnt, 0) AS like_cnt, \
+                     COALESCE(i.comment_cnt, 0) AS comment_cnt, p.ctime, p.utime \
+                     FROM published_articles p JOIN users u ON u.id = p.author_id \
+                     LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = p.id WHERE ",
+                    $filter,
+                    " ORDER BY p.ctime DESC, p.id DESC LIMIT $3"
+                )
+            };
+        }
+        let (ctime, id) = after;
+        let query = match author {
+            Some(author) => sqlx::query(published_page_sql!(
+                "p.author_id = $4 AND p.status = 2 AND (p.ctime, p.id) < ($1, $2)"
+            ))
+            .bind(ctime)
+            .bind(id)
+            .bind(fetch)
+            .bind(author),
+            None => sqlx::query(published_page_sql!(
+                "p.status = 2 AND (p.ctime, p.id) < ($1, $2)"
+            ))
+            .bind(ctime)
+            .bind(id)
+            .bind(fetch),
+        };
+        let rows = query.fetch_all(self.db.pool()).await?;
+        rows.iter()
+            .map(|row| {
+                let author_id: i64 = row.try_get("author_id")?;
+                let nickname: String = row.try_get("nickname")?;
+                Ok(PublishedItem {
+                    id: row.try_get("id")?,
+                    title: row.try_get("title")?,
+                    abstract_text: row.try_get("abstract")?,
+                    author: Person::new(author_id, Some(&nickname)),
+                    read_cnt: row.try_get("read_cnt")?,
+                    like_cnt: row.try_get("like_cnt")?,
+                    comment_cnt: row.try_get("comment_cnt")?,
                     ctime: row.try_get("ctime")?,
                     utime: row.try_get("utime")?,
                 })

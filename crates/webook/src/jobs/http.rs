@@ -13,13 +13,13 @@ use axum::{
 };
 use std::sync::Arc;
 
-use scheduler::sql::{Executors, JobRow, RunRow, SqlJobStore, StoreError};
+use scheduler::sql::{Executors, JobRow, JobStatus, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins},
     idempotency::Idempotency,
-    jobs::service::{self, JobSpec},
+    jobs::service::{self, JobEdit, JobSpec},
 };
 use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
 
@@ -38,6 +38,8 @@ pub struct JobRoutes {
     pub auth: AuthService,
     /// Who may manage jobs.
     pub admins: Admins,
+    /// How long a running owner's claim lasts past its last heartbeat (config `job_lease`).
+    pub lease: std::time::Duration,
 }
 
 impl Authenticates for JobRoutes {
@@ -63,6 +65,7 @@ pub fn router(routes: JobRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/jobs/{id}/stop", post(stop))
         .route("/jobs/{id}/resume", post(resume))
         .route("/jobs/{id}/trigger", post(trigger))
+        .route("/jobs/{id}/edit", post(edit))
         .route("/jobs/{id}/runs", get(runs))
         .with_state(Arc::new(routes))
 }
@@ -97,11 +100,27 @@ struct JobView {
     next_time: Option<i64>,
     owner: String,
     utime: i64,
+    /// The executor's configuration: the object (its text when it is not JSON).
+    cfg: serde_json::Value,
+    misfire: &'static str,
+    timeout_ms: i64,
+    /// Fire time of the current or last claim (ms).
+    scheduled_at: i64,
+    /// While running: when the owner's claim lapses unless it heartbeats (ms); else `null`.
+    lease_until: Option<i64>,
 }
 
-impl From<JobRow> for JobView {
-    fn from(job: JobRow) -> Self {
+impl JobView {
+    fn new(job: JobRow, lease: std::time::Duration) -> Self {
+        let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+        let running = job.status == JobStatus::Running;
         Self {
+            cfg: serde_json::from_str(&job.cfg)
+                .unwrap_or_else(|_| serde_json::Value::String(job.cfg.clone())),
+            misfire: job.misfire.as_str(),
+            timeout_ms: job.timeout_ms,
+            scheduled_at: job.scheduled_at,
+            lease_until: running.then(|| job.utime.saturating_add(lease_ms)),
             id: job.id,
             name: job.name,
             cron: job.cron,
@@ -117,7 +136,11 @@ impl From<JobRow> for JobView {
 
 async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<Vec<JobView>> {
     let jobs = state.job_store.list().await?;
-    Ok(Reply(jobs.into_iter().map(JobView::from).collect()))
+    Ok(Reply(
+        jobs.into_iter()
+            .map(|job| JobView::new(job, state.lease))
+            .collect(),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -140,18 +163,7 @@ async fn create(
     State(state): State<Arc<JobRoutes>>,
     ApiJson(request): ApiJson<CreateRequest>,
 ) -> ApiResult<i64> {
-    let cfg = match request.cfg {
-        None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::String(text)) => Some(text),
-        Some(value @ serde_json::Value::Object(_)) => Some(value.to_string()),
-        Some(_) => {
-            return Err(AppError::InvalidInput(Msg::field(
-                "cfg",
-                "must be a JSON object (or a string holding one)",
-                "须为 JSON 对象（或内容为 JSON 对象的字符串）",
-            )))
-        }
-    };
+    let cfg = cfg_text(request.cfg)?;
     let spec = JobSpec {
         name: request.name,
         cron: request.cron,
@@ -166,6 +178,53 @@ async fn create(
         .await
         .map_err(store_error)?;
     Ok(Reply(id))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct EditRequest {
+    cron: Option<String>,
+    timezone: Option<String>,
+    /// A JSON object, or a string holding one.
+    #[serde(default)]
+    cfg: Option<serde_json::Value>,
+    misfire: Option<String>,
+    timeout_ms: Option<i64>,
+}
+
+/// `POST /jobs/:id/edit` **(webook)**: changes a job's schedule, time zone, `cfg`, misfire
+/// policy or timeout; refused (code 4) while it runs.
+async fn edit(
+    _admin: Admin,
+    State(state): State<Arc<JobRoutes>>,
+    ApiPath(id): ApiPath<i64>,
+    ApiJson(request): ApiJson<EditRequest>,
+) -> ApiResult<()> {
+    let edit = JobEdit {
+        cron: request.cron,
+        timezone: request.timezone,
+        cfg: cfg_text(request.cfg)?,
+        misfire: request.misfire,
+        timeout_ms: request.timeout_ms,
+    };
+    service::edit(&state.job_store, &state.job_executors, id, edit)
+        .await
+        .map_err(store_error)?;
+    Ok(Reply(()))
+}
+
+/// The text of a `cfg` field: an object, or a string holding one (absent or `null`: none).
+fn cfg_text(cfg: Option<serde_json::Value>) -> Result<Option<String>, AppError> {
+    match cfg {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text)),
+        Some(value @ serde_json::Value::Object(_)) => Ok(Some(value.to_string())),
+        Some(_) => Err(AppError::InvalidInput(Msg::field(
+            "cfg",
+            "must be a JSON object (or a string holding one)",
+            "须为 JSON 对象（或内容为 JSON 对象的字符串）",
+        ))),
+    }
 }
 
 async fn stop(

@@ -100,7 +100,9 @@ impl Feature for Jobs {
             )?;
         }
         registry.executor(http_executor(settings.job_http_allowed_networks()?)?);
-        registry.durable_jobs(job_store.clone(), worker_options(settings));
+        let options = worker_options(settings);
+        registry.provide(WorkerInstance(options.instance.clone()));
+        registry.durable_jobs(job_store.clone(), options);
         registry.provide(job_store.clone());
         registry.routes(http::router(
             http::JobRoutes {
@@ -108,12 +110,18 @@ impl Feature for Jobs {
                 job_executors: registry.executors().clone(),
                 auth: registry.get::<AuthService>()?,
                 admins: registry.get::<Admins>()?,
+                lease: settings.job_lease,
             },
             registry.get::<Arc<Idempotency>>()?,
         ));
         Ok(())
     }
 }
+
+/// This process's id as its durable-job worker records it (`owner` of the jobs it runs):
+/// `<host>-<pid>-<random>`.
+#[derive(Debug, Clone)]
+pub struct WorkerInstance(pub String);
 
 /// Tuning of this instance's durable-job worker.
 fn worker_options(settings: &JobSettings) -> WorkerOptions {

@@ -95,6 +95,46 @@ pub async fn create(
     store.create(&spec.to_new_job(executors)?).await
 }
 
+/// What an operator changes in an existing job; `None` fields stay as they are.
+#[derive(Debug, Clone, Default)]
+pub struct JobEdit {
+    /// Schedule expression.
+    pub cron: Option<String>,
+    /// IANA time zone.
+    pub timezone: Option<String>,
+    /// Executor configuration, JSON text of an object.
+    pub cfg: Option<String>,
+    /// Misfire policy.
+    pub misfire: Option<String>,
+    /// Run timeout in ms.
+    pub timeout_ms: Option<i64>,
+}
+
+/// Changes job `id` as `edit` says, checked like a new job (schedule in its time zone,
+/// policies, the executor's `cfg`) before the store writes it ([`SqlJobStore::update`]).
+pub async fn edit(
+    store: &SqlJobStore,
+    executors: &Executors,
+    id: i64,
+    edit: JobEdit,
+) -> Result<(), StoreError> {
+    let job = store.get(id).await?.ok_or(StoreError::NotFound)?;
+    let spec = JobSpec {
+        name: job.name,
+        cron: edit.cron.unwrap_or(job.cron),
+        executor: job.executor,
+        cfg: Some(edit.cfg.unwrap_or(job.cfg)),
+        timezone: Some(edit.timezone.unwrap_or(job.timezone)),
+        misfire: Some(
+            edit.misfire
+                .unwrap_or_else(|| job.misfire.as_str().to_owned()),
+        ),
+        overlap: Some(job.overlap.as_str().to_owned()),
+        timeout_ms: Some(edit.timeout_ms.unwrap_or(job.timeout_ms)),
+    };
+    store.update(id, &spec.to_new_job(executors)?).await
+}
+
 /// A job's `next_time` as shown: `None` when its schedule never fires again.
 pub fn next_time(next_time: i64) -> Option<i64> {
     (next_time < NEVER).then_some(next_time)

@@ -8,7 +8,7 @@
 
 use axum::{
     extract::{Request, State},
-    http::{header, HeaderMap, HeaderValue, StatusCode},
+    http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
     Router,
@@ -16,7 +16,10 @@ use axum::{
 use serde::Deserialize;
 
 use crate::ranking::{cache::envelope, RankingService};
-use platform::error::{ApiQuery, AppError, Msg};
+use platform::{
+    error::{ApiQuery, AppError, Msg},
+    http::{accepts_gzip, etag_matches},
+};
 
 /// What the hot-list handler reaches.
 pub struct RankingRoutes {
@@ -131,75 +134,4 @@ fn gzipped(body: &[u8]) -> Result<axum::body::Bytes, AppError> {
         .finish()
         .map_err(|err| AppError::Internal(err.into()))?;
     Ok(axum::body::Bytes::from(compressed))
-}
-
-/// Whether an `Accept-Encoding` header admits gzip: a `gzip` (or `*`) coding whose `q` is not 0.
-fn accepts_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .flat_map(|value| value.as_bytes().split(|byte| *byte == b','))
-        .any(|coding| {
-            let mut parts = coding.split(|byte| *byte == b';');
-            let name = parts.next().unwrap_or_default().trim_ascii();
-            let named = name.eq_ignore_ascii_case(b"gzip") || name == b"*";
-            named
-                && parts.all(|param| {
-                    let param = param.trim_ascii();
-                    let Some(q) = param
-                        .strip_prefix(b"q=")
-                        .or_else(|| param.strip_prefix(b"Q="))
-                    else {
-                        return true;
-                    };
-                    std::str::from_utf8(q)
-                        .ok()
-                        .and_then(|q| q.trim().parse::<f32>().ok())
-                        .is_some_and(|q| q > 0.0)
-                })
-        })
-}
-
-/// Whether an `If-None-Match` value (a list of ETags, or `*`) names `etag`.
-fn etag_matches(wanted: &[u8], etag: &[u8]) -> bool {
-    wanted
-        .split(|byte| *byte == b',')
-        .map(<[u8]>::trim_ascii)
-        .any(|candidate| candidate == etag || candidate == b"*")
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::{header, HeaderMap, HeaderValue};
-
-    use super::{accepts_gzip, etag_matches};
-
-    fn accept(values: &[&'static str]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for value in values {
-            headers.append(header::ACCEPT_ENCODING, HeaderValue::from_static(value));
-        }
-        headers
-    }
-
-    #[test]
-    fn accept_encoding_admits_gzip_unless_refused() {
-        assert!(accepts_gzip(&accept(&["gzip, deflate, br, zstd"])));
-        assert!(accepts_gzip(&accept(&["br;q=1.0, GZIP;q=0.5"])));
-        assert!(accepts_gzip(&accept(&["identity", "*"])));
-        assert!(!accepts_gzip(&accept(&[])));
-        assert!(!accepts_gzip(&accept(&["br, identity"])));
-        assert!(!accepts_gzip(&accept(&["gzip;q=0"])));
-        assert!(!accepts_gzip(&accept(&["gzip; q=0.000"])));
-        assert!(!accepts_gzip(&accept(&["gzips, xgzip"])));
-    }
-
-    #[test]
-    fn if_none_match_lists_and_wildcards() {
-        assert!(etag_matches(br#""a-1""#, br#""a-1""#));
-        assert!(etag_matches(br#""x", "a-1""#, br#""a-1""#));
-        assert!(etag_matches(b"*", br#""a-1""#));
-        assert!(!etag_matches(br#""a-2""#, br#""a-1""#));
-        assert!(!etag_matches(b"", br#""a-1""#));
-    }
 }

@@ -1,5 +1,5 @@
-//! The profile routes under `/users/*` (API.md → Users: profile, edit): thin handlers that
-//! parse, call [`UserService`] and answer.
+//! The profile routes under `/users/*` (API.md → Users: profile, edit, and the public profile
+//! `GET /users/:id` others see): thin handlers that parse, call [`UserService`] and answer.
 
 use std::sync::Arc;
 
@@ -9,13 +9,13 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     auth::{AuthService, AuthUser, Authenticates, Writer},
     user::{model::ProfileEdit, UserService},
 };
-use platform::error::{ApiJson, ApiResult, AppError, Reply};
+use platform::error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Reply};
 
 /// What the profile handlers reach.
 pub struct UserRoutes {
@@ -36,6 +36,7 @@ pub fn router(routes: UserRoutes) -> Router {
     Router::new()
         .route("/users/profile", get(profile))
         .route("/users/edit", post(edit))
+        .route("/users/{id}", get(public_profile))
         .with_state(Arc::new(routes))
 }
 
@@ -64,4 +65,30 @@ async fn edit(
     let edit = ProfileEdit::parse(request.nickname, request.birthday, request.about_me, today)?;
     state.users.edit_profile(user.uid, &edit).await?;
     Ok(Reply(()))
+}
+
+/// What anyone logged in sees of a user (`GET /users/:id`): never the email, phone or birthday.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PublicProfile {
+    id: i64,
+    nickname: String,
+    about_me: String,
+    /// The display name: the nickname, or `user<id>` when none is set.
+    name: String,
+}
+
+async fn public_profile(
+    State(state): State<Arc<UserRoutes>>,
+    _user: AuthUser,
+    ApiPath(id): ApiPath<i64>,
+) -> ApiResult<PublicProfile> {
+    positive_id("id", id)?;
+    let profile = state.users.profile(id).await?;
+    Ok(Reply(PublicProfile {
+        name: crate::user::display_name(&profile.nickname, profile.id),
+        id: profile.id,
+        nickname: profile.nickname,
+        about_me: profile.about_me,
+    }))
 }
