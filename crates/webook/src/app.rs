@@ -37,8 +37,8 @@ use platform::{
 };
 
 use crate::{
-    account, article, auth, comment, feed, interactive, jobs, payment, phone_login, ranking,
-    reward, search, sms, tag, user, wechat_login,
+    account, article, auth, comment, console, feed, interactive, jobs, payment, phone_login,
+    ranking, reward, search, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
@@ -58,8 +58,9 @@ pub const FEATURES: &[&dyn Feature] = &[
     &account::Accounts,
     &payment::PaymentsFeature,
     &reward::RewardsFeature,
-    // Last: it checks new jobs against every executor registered before it.
+    // After every feature with executors: it checks new jobs against every one registered.
     &jobs::Jobs,
+    &console::Console,
 ];
 
 /// Every feature's settings sections.

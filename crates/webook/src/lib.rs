@@ -11,7 +11,7 @@
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
 //! [`article`], [`ranking`], [`feed`], [`comment`], [`tag`], [`search`], [`account`],
-//! [`payment`], [`reward`], [`jobs`] and more, each a folder with one public face, its `mod.rs` — and
+//! [`payment`], [`reward`], [`jobs`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data; [`outside_http`] what the clients of outside providers share.
@@ -25,6 +25,7 @@ pub mod cli;
 pub mod comment;
 #[cfg(test)]
 mod config_contract;
+pub mod console;
 pub mod feed;
 pub mod idempotency;
 pub mod interactive;

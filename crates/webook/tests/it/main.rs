@@ -18,6 +18,7 @@ mod cache;
 mod chaos;
 mod cluster;
 mod comments;
+mod console;
 mod events;
 mod feed;
 mod follow;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+pub mod browser;
 pub mod fake_sms;
 pub mod fake_wechat;
 pub mod fake_wechatpay;

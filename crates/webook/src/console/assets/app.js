@@ -1,0 +1,219 @@
+// app.js — boot, hash router, top nav and session handling of the webook web console.
+//
+// Structure (plain ES modules, no build step; served from /assets/<hash>/ by the Rust binary,
+// index.html loads this file; pages are imported on demand so a load fetches only its page):
+//   problems.js   classic script run first: window.consoleProblems (CSP violations, errors)
+//   app.js        this file: routes, layout/nav, route life cycle, test hooks
+//   api.js        fetch wrapper: JSON envelope, tokens, Accept-Language, refresh-and-retry-once
+//   session.js    tokens + cached {uid, name, admin} in localStorage, change listeners
+//   i18n.js       t(key) with en/zh dictionaries, language choice, date/money/relative formats
+//   dom.js        h(tag, attrs, ...children) builder; decodeHtml, highlight, safeArticleHtml
+//   ui.js         shared widgets: fields, alerts, forms, pagers, article items, tables
+//   pages/home.js      #/                 hot list, latest, feed
+//   pages/article.js   #/article/:id      reader view, likes, collects, tags, comments, reward
+//   pages/user.js      #/user/:id         profile, follow, articles, followers/followees
+//   pages/search.js    #/search?q=        articles and users
+//   pages/tag.js       #/tag/:id          a tag's articles
+//   pages/auth.js      #/signup, #/login  (email+password and SMS code)
+//   pages/me.js        #/me, #/me/articles, #/me/account
+//   pages/editor.js    #/write, #/write/:id
+//   pages/ops.js       #/ops/jobs, #/ops/findings, #/ops/instances (admins)
+//
+// Routing is by location.hash (so no console path meets an API route). A page is
+// `async (ctx) => Node`: ctx = {params, query, signal, onLeave(fn), redirect(hash)}; it issues its
+// first API calls (in parallel), builds its DOM and returns it; the router mounts it. Leaving a
+// route aborts `signal` (pending fetches, long polls) and runs the onLeave callbacks (timers).
+// Pages that need a login redirect anonymous users to #/login?next=<hash>.
+//
+// Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
+// its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
+// performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag,
+// signup, login, me, my-articles, editor, account, jobs, findings, instances, notfound. Form
+// fields are named as the API fields, action buttons carry data-action, displayed values
+// data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
+// (stop a job, withdraw an article) are window.confirm() dialogs, and window.consoleProblems
+// lists every CSP violation and uncaught error the page met (empty when all is well).
+
+import { h } from "./dom.js";
+import { t, lang, setLang } from "./i18n.js";
+import { api, isAbort } from "./api.js";
+import * as session from "./session.js";
+import { errorText, heading } from "./ui.js";
+
+const page = (name, file, exportName, { auth = false } = {}) => ({ name, file, exportName, auth });
+
+const ROUTES = [
+  [/^\/?$/, page("home", "home.js", "home")],
+  [/^\/article\/(\d+)$/, page("article", "article.js", "article", { auth: true })],
+  [/^\/user\/(\d+)$/, page("user", "user.js", "user", { auth: true })],
+  [/^\/search$/, page("search", "search.js", "search")],
+  [/^\/tag\/(\d+)$/, page("tag", "tag.js", "tag", { auth: true })],
+  [/^\/signup$/, page("signup", "auth.js", "signup")],
+  [/^\/login$/, page("login", "auth.js", "login")],
+  [/^\/me$/, page("me", "me.js", "me", { auth: true })],
+  [/^\/me\/articles$/, page("my-articles", "me.js", "myArticles", { auth: true })],
+  [/^\/me\/account$/, page("account", "me.js", "account", { auth: true })],
+  [/^\/write(?:\/(\d+))?$/, page("editor", "editor.js", "editor", { auth: true })],
+  [/^\/ops\/jobs$/, page("jobs", "ops.js", "jobs", { auth: true })],
+  [/^\/ops\/findings$/, page("findings", "ops.js", "findings", { auth: true })],
+  [/^\/ops\/instances$/, page("instances", "ops.js", "instances", { auth: true })],
+];
+
+const root = document.documentElement;
+const header = document.getElementById("top");
+const main = document.getElementById("main");
+let readyCount = 0;
+let current = null; // {controller, leave: [], seq}
+let seq = 0;
+let firstRoute = true;
+
+function parseHash() {
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const q = raw.indexOf("?");
+  const path = q < 0 ? raw : raw.slice(0, q);
+  const query = new URLSearchParams(q < 0 ? "" : raw.slice(q + 1));
+  let decoded = path;
+  try { decoded = decodeURIComponent(path); } catch { /* keep as is */ }
+  return { path: decoded, query };
+}
+
+function match(path) {
+  for (const [re, def] of ROUTES) {
+    const m = re.exec(path);
+    if (m) return { def, params: m.slice(1) };
+  }
+  return null;
+}
+
+function markReady(name) {
+  root.dataset.page = name;
+  root.dataset.ready = String(++readyCount);
+  performance.mark("console-ready");
+}
+
+/** Navigates (pushes a history entry) to a hash such as "#/article/3". */
+export function navigate(hash) {
+  if (location.hash === hash) route(); else location.hash = hash;
+}
+
+async function route() {
+  const my = ++seq;
+  if (current) {
+    current.controller.abort();
+    for (const fn of current.leave) { try { fn(); } catch { /* ignore */ } }
+  }
+  const controller = new AbortController();
+  const leave = [];
+  current = { controller, leave, seq: my };
+  delete root.dataset.ready;
+
+  const { path, query } = parseHash();
+  const found = match(path);
+  renderNav(path);
+  const loading = setTimeout(() => { if (seq === my) main.setAttribute("aria-busy", "true"); }, 150);
+
+  let name = "notfound";
+  let node;
+  try {
+    if (!found) {
+      node = notFound();
+    } else {
+      name = found.def.name;
+      if (found.def.auth && !session.loggedIn()) {
+        clearTimeout(loading);
+        location.replace(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+        return;
+      }
+      const mod = await import(`./pages/${found.def.file}`);
+      if (seq !== my) return;
+      const ctx = {
+        params: found.params,
+        query,
+        signal: controller.signal,
+        onLeave: (fn) => leave.push(fn),
+        redirect: (hash) => location.replace(hash),
+        navigate,
+      };
+      node = await mod[found.def.exportName](ctx);
+    }
+  } catch (err) {
+    if (isAbort(err) || seq !== my) return;
+    if (err?.status === 401 || err?.code === 401001) {
+      session.clear();
+      location.replace(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+      return;
+    }
+    node = h("section", null, heading(t("err.title")), h("div", { class: "alert", role: "alert" }, errorText(err)));
+  } finally {
+    clearTimeout(loading);
+  }
+  if (seq !== my || !node) return;
+  main.removeAttribute("aria-busy");
+  main.replaceChildren(node);
+  if (!firstRoute) {
+    window.scrollTo(0, 0);
+    const title = main.querySelector(".page-title");
+    (title || main).focus({ preventScroll: true });
+  }
+  firstRoute = false;
+  const h1 = main.querySelector("h1");
+  document.title = h1 ? `${h1.textContent} · webook` : "webook";
+  markReady(name);
+}
+
+function notFound() {
+  return h("section", null,
+    heading(t("notfound.title")),
+    h("p", null, t("notfound.body")),
+    h("p", null, h("a", { href: "#/" }, t("nav.home"))));
+}
+
+// ---- nav -----------------------------------------------------------------------------------
+
+function navLink(href, label, path, attrs = {}) {
+  const here = href === `#${path}` || (href !== "#/" && `#${path}`.startsWith(`${href}/`));
+  return h("a", { href, "aria-current": here ? "page" : null, ...attrs }, label);
+}
+
+let navKey = "";
+
+function renderNav(path = parseHash().path) {
+  const me = session.current();
+  // Rebuild only when something shown changed (keeps focus and element identity stable).
+  const key = JSON.stringify([path, lang(), me && [me.name, me.admin]]);
+  if (key === navKey) return;
+  navKey = key;
+  const links = [navLink("#/", t("nav.home"), path), navLink("#/search", t("nav.search"), path)];
+  if (me) {
+    links.push(navLink("#/write", t("nav.write"), path));
+    if (me.admin) links.push(navLink("#/ops/jobs", t("nav.ops"), path, { dataset: { test: "ops-link" } }));
+    links.push(navLink("#/me", me.name || t("nav.me"), path, { dataset: { test: "whoami" }, class: "whoami" }));
+    const out = h("button", { type: "button", class: "link", dataset: { action: "logout" } }, t("nav.logout"));
+    out.addEventListener("click", logout);
+    links.push(out);
+  } else {
+    links.push(navLink("#/login", t("nav.login"), path), navLink("#/signup", t("nav.signup"), path));
+  }
+  const other = lang() === "zh" ? "en" : "zh";
+  const switcher = h("button", { type: "button", class: "link lang", lang: other, dataset: { action: "lang" },
+    title: t("nav.language") }, other === "zh" ? "中文" : "English");
+  switcher.addEventListener("click", () => { setLang(other); route(); });
+  header.replaceChildren(h("div", { class: "bar" },
+    h("a", { class: "brand", href: "#/" }, h("span", { class: "logo", "aria-hidden": "true" }), "webook"),
+    h("nav", { class: "nav", "aria-label": t("nav.main") }, links, switcher)));
+}
+
+async function logout() {
+  try { await api("/users/logout", { method: "POST" }); } catch { /* the tokens go anyway */ }
+  session.clear();
+  navigate("#/");
+}
+
+// ---- boot ----------------------------------------------------------------------------------
+
+// The skip link must not change the hash (that would be a route).
+document.getElementById("skip")?.addEventListener("click", (e) => { e.preventDefault(); main.focus(); });
+session.onChange(() => renderNav());
+window.addEventListener("hashchange", route);
+root.lang = lang() === "zh" ? "zh-CN" : "en";
+route();

@@ -1,0 +1,306 @@
+// i18n.js — UI text in English and Chinese: t(key, params) and t.parts (for sentences with
+// links inside), the chosen language (localStorage, else navigator.language), the matching
+// Accept-Language for API calls (so the server's `msg` comes back in it), and locale-aware
+// formats for times, relative times, durations and money (fen → ¥x.xx).
+
+const KEY = "webook.lang";
+
+const en = {
+  "nav.home": "Home", "nav.search": "Search", "nav.write": "Write", "nav.ops": "Ops", "nav.me": "Me",
+  "nav.logout": "Log out", "nav.login": "Log in", "nav.signup": "Sign up", "nav.language": "Language",
+  "nav.main": "Main", "nav.section": "Section",
+  "more": "Load more", "none": "Nothing yet.", "save": "Save", "cancel": "Cancel", "edit": "Edit", "view": "View",
+  "status": "Status", "time": "Time", "updated": "Updated", "untitled": "(untitled)",
+  "status.new": "new", "status.draft": "unpublished", "status.published": "published", "status.withdrawn": "withdrawn",
+  "status.unknown": "unknown",
+  "count.likes": "1 like|{n} likes", "count.comments": "1 comment|{n} comments",
+  "err.network": "Network error: the server could not be reached.", "err.http": "The server answered HTTP {status}.",
+  "err.unknown": "Something went wrong.", "err.title": "Something went wrong",
+  "notfound.title": "Page not found", "notfound.body": "There is nothing at this address.",
+
+  "home.title": "webook", "home.hot": "Hot right now", "home.computedAt": "Computed at",
+  "home.hotEmpty": "The hot list is empty.", "home.hotNotYet": "The hot list has not been computed yet; try again in a moment.",
+  "home.latest": "Latest articles", "home.latestEmpty": "No published articles yet.",
+  "home.feed": "Your feed", "home.feedEmpty": "Nothing in your feed yet: follow some authors.",
+  "home.welcome": "Welcome to webook",
+  "home.anonymous": "Read what is hot and search everything. Log in to read articles, follow authors, comment and write.",
+  "feed.article": "{actor} published {article}", "feed.like": "{actor} liked {article}",
+  "feed.yourArticle": "your article", "feed.follow": "{actor} followed you",
+  "feed.commentOn": "{actor} commented on {article}", "feed.comment": "{actor} commented",
+
+  "search.title": "Search", "search.titleFor": "Search: {q}", "search.label": "Search articles and people",
+  "search.placeholder": "Search articles and people", "search.go": "Search", "search.articles": "Articles",
+  "search.users": "People", "search.noArticles": "No articles found.", "search.noUsers": "No people found.",
+  "search.rebuilding": "The search index is being rebuilt. Please try again in a minute.",
+  "tag.title": "Tag {id}", "tag.empty": "No published articles carry this tag.",
+
+  "auth.signupTitle": "Create an account", "auth.loginTitle": "Log in", "auth.email": "Email",
+  "auth.password": "Password", "auth.confirmPassword": "Confirm password",
+  "auth.passwordHint": "At least 8 characters with a letter, a digit and a symbol.",
+  "auth.signup": "Sign up", "auth.login": "Log in", "auth.haveAccount": "Already have an account?",
+  "auth.noAccount": "No account yet?", "auth.withEmail": "With email and password", "auth.withSms": "With a code by SMS",
+  "auth.phone": "Mobile number", "auth.phoneHint": "Mainland China mobile number, e.g. 13800138000.",
+  "auth.sendCode": "Send code", "auth.resendIn": "Resend in {n} s", "auth.code": "Code (6 digits)",
+  "auth.loginWithCode": "Log in with code", "auth.codeSent": "Code sent.",
+
+  "article.edit": "Edit", "article.reads": "reads", "article.likes": "likes", "article.collects": "collects",
+  "article.comments": "comments", "article.like": "Like", "article.liked": "Liked",
+  "article.collect": "Collect", "article.collected": "Collected",
+  "reward.title": "Reward the author", "reward.amount": "Amount (¥)", "reward.amountHint": "From ¥0.01 to ¥5000.",
+  "reward.send": "Reward", "reward.badAmount": "amount: enter a sum between 0.01 and 5000 yuan, at most two decimals",
+  "reward.qrAlt": "Payment QR code", "reward.scan": "Scan to pay {amount}, or open the payment page:",
+  "reward.payLink": "Open the payment page", "reward.waiting": "Waiting for the payment…",
+  "reward.paid": "Paid, thank you!", "reward.failed": "The payment failed or expired.",
+  "reward.s.init": "pending", "reward.s.paid": "paid", "reward.s.failed": "failed",
+  "comment.title": "Comments", "comment.write": "Write a comment", "comment.post": "Post",
+  "comment.reply": "Reply", "comment.replyTo": "replying to {name}", "comment.delete": "Delete",
+  "comment.deleted": "This comment was deleted.", "comment.deletedAuthor": "(deleted)",
+  "comment.none": "No comments yet.", "comment.more": "More comments", "comment.moreReplies": "All {n} replies",
+
+  "user.follow": "Follow", "user.unfollow": "Unfollow", "user.followers": "followers", "user.followees": "following",
+  "user.tab.followers": "Followers", "user.tab.followees": "Following",
+  "user.articles": "Articles", "user.lists": "Articles and follows", "user.noArticles": "No published articles.",
+  "user.no.followers": "No followers yet.", "user.no.followees": "Follows nobody yet.",
+  "user.following": "followed by you", "user.editProfile": "Edit your profile",
+
+  "me.title": "Your profile", "me.profile": "Profile", "me.articles": "My articles", "me.account": "Account",
+  "me.edit": "Edit profile", "me.nickname": "Nickname", "me.birthday": "Birthday", "me.birthdayHint": "Leave empty to clear it.",
+  "me.aboutMe": "About me", "me.saved": "Saved.", "me.id": "User id", "me.publicPage": "Your public page",
+  "me.noArticles": "You have not written anything yet.",
+  "account.balance": "Balance", "account.entries": "Entries", "account.amount": "Amount", "account.memo": "What",
+  "account.sent": "Rewards sent", "account.received": "Rewards received", "account.article": "Article",
+
+  "editor.newTitle": "New article", "editor.editTitle": "Edit article", "editor.title": "Title",
+  "editor.content": "Content", "editor.contentHint": "Plain text; a blank line starts a new paragraph.",
+  "editor.tags": "Tags", "editor.tagsHint": "Comma separated, e.g. rust, databases.",
+  "editor.save": "Save draft", "editor.publish": "Publish", "editor.withdraw": "Withdraw",
+  "editor.confirmWithdraw": "Withdraw this article? Readers will no longer see it.",
+  "editor.withdrawn": "Withdrawn: readers no longer see it.", "editor.saved": "Draft saved at {time}.",
+  "editor.tagsFailed": "The article was saved, but its tags were not: {msg}",
+  "editor.richWarning": "This article has formatting (links, images, lists…) that this plain-text editor does not keep: saving turns it into plain paragraphs.",
+
+  "ops.jobs": "Jobs", "ops.findings": "Findings", "ops.instances": "Instances",
+  "jobs.name": "Name", "jobs.cron": "Schedule (cron)", "jobs.timezone": "Time zone", "jobs.next": "Next fire",
+  "jobs.owner": "Owner", "jobs.lease": "Lease", "jobs.executor": "Executor", "jobs.cfg": "Configuration (JSON)",
+  "jobs.misfire": "Misfire policy", "jobs.timeoutMs": "Timeout (ms)",
+  "jobs.stop": "Stop", "jobs.resume": "Resume", "jobs.trigger": "Trigger", "jobs.runs": "Runs",
+  "jobs.confirmStop": "Stop job \"{name}\"? It will not fire until resumed.",
+  "jobs.never": "never", "jobs.leaseUntil": "until {time} ({rel})", "jobs.heartbeat": "heartbeat {rel}",
+  "jobs.none": "No jobs.", "jobs.live": "Refreshed every 2 s while this page is visible.",
+  "jobs.editTitle": "Edit {name}", "jobs.addTitle": "Add a job", "jobs.add": "Add job", "jobs.added": "Job \"{name}\" created.",
+  "jobs.nameHint": "1–64 of A–Z a–z 0–9 . _ -", "jobs.cronHint": "Six fields with seconds, e.g. 0 */5 * * * *, or @every 30s.",
+  "jobs.cfgHint": "For http: {\"url\": \"http://…\", \"method\": \"POST\", \"timeout_ms\": 5000}.",
+  "jobs.badCfg": "cfg: must be a JSON object",
+  "jobs.s.waiting": "waiting for its next fire", "jobs.s.running": "running now", "jobs.s.paused": "stopped",
+  "jobs.misfire.fire_once": "fire once", "jobs.misfire.skip": "skip", "jobs.misfire.catch_up": "catch up",
+  "runs.title": "Last runs of {name}", "runs.id": "Id", "runs.scheduled": "Scheduled", "runs.started": "Started",
+  "runs.duration": "Duration", "runs.error": "Error", "runs.none": "No runs yet.", "runs.runningFor": "running {d}",
+  "findings.show": "Show", "findings.s.open": "open", "findings.s.fixed": "fixed", "findings.s.resolved": "resolved",
+  "findings.s.all": "all", "findings.billDate": "Bill date", "findings.kind": "Kind", "findings.tradeNo": "Trade no.",
+  "findings.providerAmt": "Provider", "findings.ourAmt": "Ours", "findings.detail": "Detail", "findings.note": "Note",
+  "findings.notePlaceholder": "What was done", "findings.resolve": "Resolve", "findings.resolved": "Resolved.",
+"findings.none": "No findings.",
+  "instances.thisOne": "This instance", "instances.readyz": "Readiness:", "instances.ready": "ready",
+  "instances.notReady": "not ready (HTTP {status})", "instances.mode": "Mode", "instances.database": "Database",
+  "instances.redis": "Redis", "instances.details": "Details", "instances.updated": "Updated {time}; refreshed every 5 s.",
+  "instances.id": "Instance", "instances.role": "Role", "instances.version": "Version", "instances.started": "Started",
+  "instances.seen": "Last seen", "instances.this": "this one",
+};
+
+const zh = {
+  "nav.home": "首页", "nav.search": "搜索", "nav.write": "写文章", "nav.ops": "运维", "nav.me": "我",
+  "nav.logout": "退出", "nav.login": "登录", "nav.signup": "注册", "nav.language": "语言",
+  "nav.main": "主导航", "nav.section": "栏目",
+  "more": "加载更多", "none": "暂无内容。", "save": "保存", "cancel": "取消", "edit": "编辑", "view": "查看",
+  "status": "状态", "time": "时间", "updated": "更新时间", "untitled": "（无标题）",
+  "status.new": "新文章", "status.draft": "未发表", "status.published": "已发表", "status.withdrawn": "已撤回",
+  "status.unknown": "未知",
+  "count.likes": "{n} 赞", "count.comments": "{n} 评论",
+  "err.network": "网络错误：无法连接服务器。", "err.http": "服务器返回 HTTP {status}。",
+  "err.unknown": "出错了。", "err.title": "出错了",
+  "notfound.title": "页面不存在", "notfound.body": "这个地址没有内容。",
+
+  "home.title": "webook", "home.hot": "热榜", "home.computedAt": "计算于",
+  "home.hotEmpty": "热榜暂时为空。", "home.hotNotYet": "热榜尚未算出，请稍后再试。",
+  "home.latest": "最新文章", "home.latestEmpty": "还没有已发表的文章。",
+  "home.feed": "我的动态", "home.feedEmpty": "暂无动态：去关注一些作者吧。",
+  "home.welcome": "欢迎来到 webook",
+  "home.anonymous": "浏览热榜、搜索全部内容。登录后可阅读文章、关注作者、评论和写作。",
+  "feed.article": "{actor} 发表了 {article}", "feed.like": "{actor} 赞了 {article}",
+  "feed.yourArticle": "你的文章", "feed.follow": "{actor} 关注了你",
+  "feed.commentOn": "{actor} 评论了 {article}", "feed.comment": "{actor} 发表了评论",
+
+  "search.title": "搜索", "search.titleFor": "搜索：{q}", "search.label": "搜索文章和用户",
+  "search.placeholder": "搜索文章和用户", "search.go": "搜索", "search.articles": "文章",
+  "search.users": "用户", "search.noArticles": "没有找到文章。", "search.noUsers": "没有找到用户。",
+  "search.rebuilding": "搜索索引正在重建，请一分钟后再试。",
+  "tag.title": "标签 {id}", "tag.empty": "没有带这个标签的已发表文章。",
+
+  "auth.signupTitle": "注册账号", "auth.loginTitle": "登录", "auth.email": "邮箱",
+  "auth.password": "密码", "auth.confirmPassword": "确认密码",
+  "auth.passwordHint": "至少 8 个字符，包含字母、数字和符号。",
+  "auth.signup": "注册", "auth.login": "登录", "auth.haveAccount": "已有账号？",
+  "auth.noAccount": "还没有账号？", "auth.withEmail": "邮箱密码登录", "auth.withSms": "短信验证码登录",
+  "auth.phone": "手机号", "auth.phoneHint": "中国大陆手机号，例如 13800138000。",
+  "auth.sendCode": "发送验证码", "auth.resendIn": "{n} 秒后可重发", "auth.code": "验证码（6 位）",
+  "auth.loginWithCode": "验证码登录", "auth.codeSent": "验证码已发送。",
+
+  "article.edit": "编辑", "article.reads": "阅读", "article.likes": "点赞", "article.collects": "收藏",
+  "article.comments": "评论", "article.like": "点赞", "article.liked": "已点赞",
+  "article.collect": "收藏", "article.collected": "已收藏",
+  "reward.title": "打赏作者", "reward.amount": "金额（元）", "reward.amountHint": "¥0.01 至 ¥5000。",
+  "reward.send": "打赏", "reward.badAmount": "amount：请输入 0.01 至 5000 元之间的金额，最多两位小数",
+  "reward.qrAlt": "支付二维码", "reward.scan": "扫码支付 {amount}，或打开支付页面：",
+  "reward.payLink": "打开支付页面", "reward.waiting": "等待支付…",
+  "reward.paid": "已支付，谢谢！", "reward.failed": "支付失败或已过期。",
+  "reward.s.init": "待支付", "reward.s.paid": "已支付", "reward.s.failed": "失败",
+  "comment.title": "评论", "comment.write": "写评论", "comment.post": "发表",
+  "comment.reply": "回复", "comment.replyTo": "回复 {name}", "comment.delete": "删除",
+  "comment.deleted": "该评论已删除。", "comment.deletedAuthor": "（已删除）",
+  "comment.none": "还没有评论。", "comment.more": "更多评论", "comment.moreReplies": "查看全部 {n} 条回复",
+
+  "user.follow": "关注", "user.unfollow": "取消关注", "user.followers": "粉丝", "user.followees": "关注",
+  "user.tab.followers": "粉丝", "user.tab.followees": "关注",
+  "user.articles": "文章", "user.lists": "文章与关注", "user.noArticles": "暂无已发表的文章。",
+  "user.no.followers": "还没有粉丝。", "user.no.followees": "还没有关注任何人。",
+  "user.following": "你已关注", "user.editProfile": "编辑个人资料",
+
+  "me.title": "个人资料", "me.profile": "资料", "me.articles": "我的文章", "me.account": "账户",
+  "me.edit": "编辑资料", "me.nickname": "昵称", "me.birthday": "生日", "me.birthdayHint": "留空即清除。",
+  "me.aboutMe": "个人简介", "me.saved": "已保存。", "me.id": "用户 ID", "me.publicPage": "我的主页",
+  "me.noArticles": "你还没有写过文章。",
+  "account.balance": "余额", "account.entries": "流水", "account.amount": "金额", "account.memo": "说明",
+  "account.sent": "我的打赏", "account.received": "收到的打赏", "account.article": "文章",
+
+  "editor.newTitle": "新文章", "editor.editTitle": "编辑文章", "editor.title": "标题",
+  "editor.content": "正文", "editor.contentHint": "纯文本；空一行开始新段落。",
+  "editor.tags": "标签", "editor.tagsHint": "用逗号分隔，例如 rust, 数据库。",
+  "editor.save": "保存草稿", "editor.publish": "发表", "editor.withdraw": "撤回",
+  "editor.confirmWithdraw": "撤回这篇文章？读者将无法再看到它。",
+  "editor.withdrawn": "已撤回：读者已看不到它。", "editor.saved": "草稿已于 {time} 保存。",
+  "editor.tagsFailed": "文章已保存，但标签未保存：{msg}",
+  "editor.richWarning": "这篇文章含有纯文本编辑器无法保留的格式（链接、图片、列表等）：保存后会变成纯文本段落。",
+
+  "ops.jobs": "任务", "ops.findings": "对账差异", "ops.instances": "实例",
+  "jobs.name": "名称", "jobs.cron": "调度（cron）", "jobs.timezone": "时区", "jobs.next": "下次触发",
+  "jobs.owner": "持有者", "jobs.lease": "租约", "jobs.executor": "执行器", "jobs.cfg": "配置（JSON）",
+  "jobs.misfire": "错过策略", "jobs.timeoutMs": "超时（毫秒）",
+  "jobs.stop": "停止", "jobs.resume": "恢复", "jobs.trigger": "立即触发", "jobs.runs": "运行记录",
+  "jobs.confirmStop": "停止任务“{name}”？恢复之前它不会再触发。",
+  "jobs.never": "不再触发", "jobs.leaseUntil": "至 {time}（{rel}）", "jobs.heartbeat": "心跳 {rel}",
+  "jobs.none": "没有任务。", "jobs.live": "页面可见时每 2 秒刷新。",
+  "jobs.editTitle": "编辑 {name}", "jobs.addTitle": "添加任务", "jobs.add": "添加任务", "jobs.added": "任务“{name}”已创建。",
+  "jobs.nameHint": "1–64 个 A–Z a–z 0–9 . _ - 字符", "jobs.cronHint": "六段（含秒），例如 0 */5 * * * *，或 @every 30s。",
+  "jobs.cfgHint": "http 执行器：{\"url\": \"http://…\", \"method\": \"POST\", \"timeout_ms\": 5000}。",
+  "jobs.badCfg": "cfg：须为 JSON 对象",
+  "jobs.s.waiting": "等待下次触发", "jobs.s.running": "正在运行", "jobs.s.paused": "已停止",
+  "jobs.misfire.fire_once": "补跑一次", "jobs.misfire.skip": "跳过", "jobs.misfire.catch_up": "全部补跑",
+  "runs.title": "{name} 的最近运行", "runs.id": "ID", "runs.scheduled": "计划时间", "runs.started": "开始时间",
+  "runs.duration": "耗时", "runs.error": "错误", "runs.none": "还没有运行记录。", "runs.runningFor": "已运行 {d}",
+  "findings.show": "显示", "findings.s.open": "待处理", "findings.s.fixed": "已自动修复", "findings.s.resolved": "已人工处理",
+  "findings.s.all": "全部", "findings.billDate": "账单日", "findings.kind": "类型", "findings.tradeNo": "交易号",
+  "findings.providerAmt": "渠道金额", "findings.ourAmt": "本方金额", "findings.detail": "详情", "findings.note": "备注",
+  "findings.notePlaceholder": "处理说明", "findings.resolve": "标记已处理", "findings.resolved": "已处理。",
+"findings.none": "没有差异。",
+  "instances.thisOne": "当前实例", "instances.readyz": "就绪状态：", "instances.ready": "就绪",
+  "instances.notReady": "未就绪（HTTP {status}）", "instances.mode": "模式", "instances.database": "数据库",
+  "instances.redis": "Redis", "instances.details": "详情", "instances.updated": "更新于 {time}；每 5 秒刷新。",
+  "instances.id": "实例", "instances.role": "角色", "instances.version": "版本", "instances.started": "启动时间",
+  "instances.seen": "最近上报", "instances.this": "当前",
+};
+
+const DICTS = { en, zh };
+
+function initial() {
+  try {
+    const saved = localStorage.getItem(KEY);
+    if (saved === "en" || saved === "zh") return saved;
+  } catch { /* no storage */ }
+  const langs = navigator.languages?.length ? navigator.languages : [navigator.language || "en"];
+  return /^zh\b/i.test(langs[0] || "") ? "zh" : "en";
+}
+
+let current = initial();
+
+export function lang() { return current; }
+
+export function setLang(l) {
+  current = l === "zh" ? "zh" : "en";
+  try { localStorage.setItem(KEY, current); } catch { /* no storage */ }
+  document.documentElement.lang = current === "zh" ? "zh-CN" : "en";
+}
+
+export function acceptLanguage() { return current === "zh" ? "zh-CN,zh;q=0.9" : "en"; }
+
+function lookup(key) {
+  const s = DICTS[current][key] ?? en[key];
+  return s ?? key;
+}
+
+/** The text of `key` with {name} placeholders filled. */
+export function t(key, params) {
+  let s = lookup(key);
+  // "one|other" plural forms, chosen by params.n (English needs them; Chinese does not).
+  if (s.includes("|") && params && "n" in params) {
+    const [one, other] = s.split("|");
+    s = Number(params.n) === 1 ? one : other;
+  }
+  return params ? s.replace(/\{(\w+)\}/g, (m, k) => (k in params ? String(params[k]) : m)) : s;
+}
+
+/** Like t() but the values may be DOM nodes: returns an array of strings and nodes. */
+t.parts = (key, params) => {
+  const out = [];
+  for (const piece of lookup(key).split(/(\{\w+\})/)) {
+    const m = /^\{(\w+)\}$/.exec(piece);
+    if (m && params && m[1] in params) out.push(params[m[1]]);
+    else if (piece) out.push(piece);
+  }
+  return out;
+};
+
+const locale = () => (current === "zh" ? "zh-CN" : undefined);
+const fmts = new Map();
+function dtf(opts) {
+  const k = `${current}|${JSON.stringify(opts)}`;
+  if (!fmts.has(k)) fmts.set(k, new Intl.DateTimeFormat(locale(), opts));
+  return fmts.get(k);
+}
+
+/** A local date and time ("Mar 4, 2025, 10:15" / "2025年3月4日 10:15"). */
+export function fmtTime(ms, { seconds = false, dateless = false } = {}) {
+  if (ms == null || !Number.isFinite(Number(ms))) return "—";
+  const opts = dateless
+    ? { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }
+    : { year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", hour12: false };
+  if (seconds) opts.second = "2-digit";
+  return dtf(opts).format(new Date(Number(ms)));
+}
+
+/** "in 12 s" / "3 min ago" relative to `now`. */
+export function fmtRelative(ms, now = Date.now()) {
+  const diff = (Number(ms) - now) / 1000;
+  const abs = Math.abs(diff);
+  const rtf = new Intl.RelativeTimeFormat(locale(), { numeric: "always", style: "narrow" });
+  if (abs < 90) return rtf.format(Math.round(diff), "second");
+  if (abs < 90 * 60) return rtf.format(Math.round(diff / 60), "minute");
+  if (abs < 36 * 3600) return rtf.format(Math.round(diff / 3600), "hour");
+  return rtf.format(Math.round(diff / 86400), "day");
+}
+
+/** A duration in ms as "850 ms", "12.3 s", "4 min 5 s". */
+export function fmtDuration(ms) {
+  if (ms == null || !Number.isFinite(ms)) return "—";
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  const m = Math.floor(ms / 60000);
+  const s = Math.round((ms % 60000) / 1000);
+  return current === "zh" ? `${m} 分 ${s} 秒` : `${m} min ${s} s`;
+}
+
+/** Fen as ¥x.xx (exact: integer arithmetic). */
+export function fmtMoney(fen) {
+  const n = Math.trunc(Number(fen) || 0);
+  const a = Math.abs(n);
+  return `${n < 0 ? "-" : ""}¥${Math.floor(a / 100)}.${String(a % 100).padStart(2, "0")}`;
+}

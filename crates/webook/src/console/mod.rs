@@ -1,0 +1,68 @@
+//! The web console: webook's own browser front end, served by the same binary at `/`.
+//!
+//! It is a set of hand-written ES modules and one stylesheet under `assets/` (no build step, no
+//! Node toolchain), embedded in the binary ([`assets::Bundle`]) and talking to the public JSON
+//! API like any other client — readers (home, article, author, search, tag pages), writers
+//! (sign-up and login, profile, editor, their articles and account) and operators (jobs
+//! dashboard, reconciliation findings, instances). Pages are `#/…` fragments of the one page
+//! at `/`, so no console path collides with an API route. What the console needs beyond the
+//! other features' routes lives here too: the QR code of a payment URL and the instance
+//! overview ([`instances`]), fed by every process's heartbeat.
+
+mod assets;
+mod http;
+pub mod instances;
+
+use async_trait::async_trait;
+
+use crate::auth::{Admins, AuthService};
+use platform::{
+    db::Migration,
+    feature::{Feature, Platform, Registry},
+};
+
+pub use assets::Bundle;
+pub use http::CONTENT_SECURITY_POLICY;
+
+/// The console feature.
+pub struct Console;
+
+#[async_trait]
+impl Feature for Console {
+    fn name(&self) -> &'static str {
+        "console"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            21,
+            "instances",
+            include_str!("../../migrations/0021_instances.sql"),
+        )];
+        MIGRATIONS
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let bundle = Bundle::load()?;
+        tracing::debug!(version = %bundle.version, files = bundle.files.len(), "console loaded");
+        let instance = registry.get::<crate::jobs::WorkerInstance>()?;
+        let role = match platform.config.role {
+            platform::config::Role::All => "all",
+            platform::config::Role::Api => "api",
+            platform::config::Role::Worker => "worker",
+        };
+        let instances = instances::InstanceRegistry::new(platform.db.clone(), instance.0, role);
+        let reporter = instances.clone();
+        let reporting = platform.clone();
+        registry.background("instance_reports", move |background| {
+            reporter.run(reporting, background.stop)
+        });
+        registry.routes(http::router(http::ConsoleRoutes {
+            bundle,
+            instances,
+            auth: registry.get::<AuthService>()?,
+            admins: registry.get::<Admins>()?,
+        }));
+        Ok(())
+    }
+}

@@ -1,0 +1,594 @@
+//! The web console in a real headless Chromium against the real binary (`common::browser`):
+//! - a newcomer signs up, writes and publishes; a reader finds the article on the home page,
+//!   reads, likes, collects, comments, follows the author, searches, rewards through the fake
+//!   payment page, and the author's account shows the share — each step asserting what the page
+//!   shows, then no CSP violation or script error, and the layout at phone width;
+//! - an admin stops, resumes, edits and triggers a job from the dashboard, and sees the
+//!   instances and findings pages; a reader sees no operator pages;
+//! - cluster mode: two instances on PostgreSQL + Redis, a change made through one shows on the
+//!   other;
+//! - the console's assets: versioned, gzipped, cached, under the CSP;
+//! - page load times on a seeded 100 000-article database (browser navigation timing).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::path::Path;
+
+use fantoccini::wd::WindowHandle;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::common::{
+    browser::Browser,
+    process::{webook, Server},
+};
+use platform::testing::{RedisServer, TestDb};
+
+const PASSWORD: &str = "Console-Passw0rd!";
+const ACCESS_SECRET: &str = "console-test-access-secret-0123456789";
+const REFRESH_SECRET: &str = "console-test-refresh-secret-0123456789";
+
+/// An embedded server with generous rate limits (every sign-in comes from one address).
+fn embedded(dir: &Path, env: &[(&str, &str)]) -> Server {
+    let mut command = webook(dir);
+    command
+        .env("WEBOOK_AUTH_RATE_LIMIT", "1000")
+        .env("WEBOOK_LOG", "warn,webook::app=info")
+        .env("WEBOOK_JOB_POLL_MAX", "200ms");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    Server::start(command)
+}
+
+/// Signs up through the page and waits to be logged in.
+async fn sign_up(browser: &Browser, server: &Server, email: &str) {
+    browser.open(&server.url("/#/signup")).await;
+    browser.ready("signup").await;
+    browser.fill("input[name=email]", email).await;
+    browser.fill("input[name=password]", PASSWORD).await;
+    browser.fill("input[name=confirmPassword]", PASSWORD).await;
+    browser.click("button[type=submit]").await;
+    browser.el("[data-test=whoami]").await;
+    left(browser, "signup").await;
+}
+
+/// Waits until the console has moved on from `page` and rendered the next one.
+async fn left(browser: &Browser, page: &str) {
+    browser
+        .wait_js(
+            &format!("a page after {page}"),
+            "const d = document.documentElement.dataset; \
+             return d.page !== arguments[0] && d.ready !== undefined;",
+            vec![json!(page)],
+        )
+        .await;
+}
+
+/// Logs in through the page.
+async fn log_in(browser: &Browser, server: &Server, email: &str) {
+    browser.open(&server.url("/#/login")).await;
+    browser.ready("login").await;
+    browser.fill("form input[name=email]", email).await;
+    browser.fill("form input[name=password]", PASSWORD).await;
+    browser
+        .click("form:has(input[name=email]) button[type=submit]")
+        .await;
+    browser.el("[data-test=whoami]").await;
+    left(browser, "login").await;
+}
+
+async fn log_out(browser: &Browser) {
+    browser.click("[data-action=logout]").await;
+    browser
+        .wait_js(
+            "logged out",
+            "return document.querySelector('[data-test=whoami]') === null;",
+            vec![],
+        )
+        .await;
+}
+
+/// Writes and publishes an article through the editor; returns its id (from the article page
+/// the editor lands on).
+async fn publish(browser: &Browser, server: &Server, title: &str, text: &str, tags: &str) -> i64 {
+    browser.open(&server.url("/#/write")).await;
+    browser.ready("editor").await;
+    browser.fill("input[name=title]", title).await;
+    browser.fill("textarea[name=content]", text).await;
+    browser.fill("input[name=tags]", tags).await;
+    browser.click("[data-action=publish]").await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    let hash = browser.js("return location.hash;", vec![]).await;
+    hash.as_str()
+        .and_then(|hash| hash.strip_prefix("#/article/"))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("the editor should land on the article, at {hash}"))
+}
+
+/// The window that is not `keep`.
+async fn other_window(browser: &Browser, keep: &WindowHandle) -> WindowHandle {
+    let windows = browser.client().windows().await.unwrap();
+    windows
+        .into_iter()
+        .find(|w| w != keep)
+        .expect("a second window")
+}
+
+#[tokio::test]
+async fn a_newcomer_publishes_and_a_reader_reads_likes_comments_follows_searches_and_rewards() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    let browser = Browser::start("reader_and_writer").await;
+
+    // The writer: the run command's first page, sign-up, the editor.
+    browser.open(&server.url("/")).await;
+    browser.ready("home").await;
+    browser.el("[data-test=hot]").await;
+    sign_up(&browser, &server, "writer@example.com").await;
+    let title = "Ownership in Rust 所有权入门";
+    let id = publish(
+        &browser,
+        &server,
+        title,
+        "Every value has one owner: borrowcheckers agree.\n\n第二段：借用与生命周期。",
+        "rust, 入门",
+    )
+    .await;
+    browser
+        .wait_text("[data-test=content]", "Every value has one owner")
+        .await;
+    browser.wait_text("[data-test=content]", "第二段").await;
+    browser.wait_text("[data-test=tags]", "rust").await;
+    browser.wait_text("[data-test=tags]", "入门").await;
+    log_out(&browser).await;
+
+    // A wrong password shows the API's message.
+    browser.open(&server.url("/#/login")).await;
+    browser.ready("login").await;
+    browser
+        .fill("form input[name=email]", "writer@example.com")
+        .await;
+    browser
+        .fill("form input[name=password]", "not-the-password-1!")
+        .await;
+    browser
+        .click("form:has(input[name=email]) button[type=submit]")
+        .await;
+    browser
+        .wait_text("[role=alert]", "wrong email or password")
+        .await;
+
+    // The reader finds it among the latest articles.
+    sign_up(&browser, &server, "reader@example.com").await;
+    browser.open(&server.url("/")).await;
+    browser.ready("home").await;
+    browser.wait_text("[data-test=latest]", title).await;
+    browser
+        .click(&format!("[data-test=latest] a[href='#/article/{id}']"))
+        .await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    browser.wait_text("[data-test=author]", "user1").await;
+
+    browser.click("[data-action=like]").await;
+    browser
+        .wait_attr("[data-action=like]", "aria-pressed", "true")
+        .await;
+    browser.wait_text("[data-test=likeCnt]", "1").await;
+    browser.click("[data-action=collect]").await;
+    browser
+        .wait_attr("[data-action=collect]", "aria-pressed", "true")
+        .await;
+    browser.wait_text("[data-test=collectCnt]", "1").await;
+
+    let comment = "Clear explanation <b>not bold</b>, 谢谢！";
+    browser.fill("textarea[name=comment]", comment).await;
+    browser.click("[data-action=comment]").await;
+    browser
+        .wait_text("[data-test=comments] .comment", comment)
+        .await;
+    browser.wait_text("[data-test=commentCnt]", "1").await;
+    // A reload shows what the server kept: the like, the collect and the comment, as text.
+    browser.client().refresh().await.unwrap();
+    browser.ready("article").await;
+    browser
+        .wait_attr("[data-action=like]", "aria-pressed", "true")
+        .await;
+    browser
+        .wait_text("[data-test=comments] .comment", comment)
+        .await;
+    let bold = browser
+        .js(
+            "return document.querySelectorAll('[data-test=comments] b').length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(bold, json!(0), "a comment's markup must stay text");
+
+    // The author's page: follow.
+    browser.click("[data-test=author]").await;
+    browser.ready("user").await;
+    browser.wait_text("[data-test=nickname]", "user1").await;
+    browser.wait_text("[data-test=articles]", title).await;
+    browser.click("[data-action=follow]").await;
+    browser
+        .wait_attr("[data-action=follow]", "aria-pressed", "true")
+        .await;
+    browser.wait_text("[data-test=followers]", "1").await;
+
+    // Search, with the match highlighted (the index follows within moments).
+    browser
+        .wait_js(
+            "the search page finds the article",
+            "if (!location.hash.startsWith('#/search')) location.hash = '#/search?q=ownership'; \
+             const d = document.documentElement.dataset; \
+             if (d.page !== 'search' || d.ready === undefined) return false; \
+             const list = document.querySelector('[data-test=search-articles]'); \
+             if (list && list.innerText.includes(arguments[0])) return true; \
+             location.hash = '#/search?q=ownership&again=' + Date.now(); return false;",
+            vec![json!(title)],
+        )
+        .await;
+    let highlighted = browser
+        .js(
+            "return [...document.querySelectorAll('[data-test=search-articles] em')] \
+             .map(e => e.textContent.toLowerCase());",
+            vec![],
+        )
+        .await;
+    assert!(
+        highlighted
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|text| text == "ownership"),
+        "{highlighted}"
+    );
+
+    // A reward through the fake payment page, in a second window.
+    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.fill("input[name=amount]", "1.00").await;
+    browser.click("[data-action=reward]").await;
+    let qr = browser.el("[data-test=qr]").await;
+    let qr_src = qr.attr("src").await.unwrap().unwrap();
+    let qr_answer = reqwest::get(server.url(&qr_src)).await.unwrap();
+    assert_eq!(qr_answer.status(), StatusCode::OK);
+    assert!(qr_answer.text().await.unwrap().contains("<svg"));
+    browser
+        .wait_text("[data-test=reward-status]", "Waiting")
+        .await;
+    let console_window = browser.client().window().await.unwrap();
+    browser.click("[data-test=pay-link]").await;
+    let pay_window = other_window(&browser, &console_window).await;
+    browser.client().switch_to_window(pay_window).await.unwrap();
+    browser.wait_text("#amount", "¥1.00").await;
+    browser.click("#pay").await;
+    browser.wait_text("#status", "Paid").await;
+    browser.client().close_window().await.unwrap();
+    browser
+        .client()
+        .switch_to_window(console_window)
+        .await
+        .unwrap();
+    browser
+        .wait_text("[data-test=reward-status]", "Paid, thank you")
+        .await;
+    assert_eq!(
+        browser
+            .js(
+                "return document.querySelector('a[href=\"#/ops/jobs\"]') === null;",
+                vec![]
+            )
+            .await,
+        json!(true),
+        "a reader sees no operator pages"
+    );
+    browser.open(&server.url("/#/me/account")).await;
+    browser.ready("account").await;
+    browser.wait_text("[data-test=rewards-sent]", "¥1.00").await;
+
+    // The author sees the share (¥1.00 less the platform's 10 %).
+    log_out(&browser).await;
+    log_in(&browser, &server, "writer@example.com").await;
+    browser.open(&server.url("/#/me/account")).await;
+    browser.ready("account").await;
+    browser.wait_text("[data-test=balance]", "¥0.90").await;
+    browser
+        .wait_text("[data-test=rewards-received]", title)
+        .await;
+    browser.open(&server.url("/#/me/articles")).await;
+    browser.ready("my-articles").await;
+    browser.wait_text("main", title).await;
+
+    // Chinese, and the phone width: nothing wider than the screen.
+    browser.client().set_window_size(360, 740).await.unwrap();
+    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    let overflow = browser
+        .js(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await;
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "the article page is {overflow} px wider than a phone"
+    );
+    browser.click("[data-action=lang]").await;
+    browser.wait_text("main", "评论").await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+/// The admin API as a script: sign-up, login, the token.
+async fn api_login(server: &Server, email: &str) -> String {
+    let client = reqwest::Client::new();
+    let body = json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD});
+    let signed: Value = client
+        .post(server.url("/users/signup"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(signed["code"], 0, "{signed}");
+    let login = client
+        .post(server.url("/users/login"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    login.headers()["x-jwt-token"].to_str().unwrap().to_owned()
+}
+
+async fn job_status(server: &Server, token: &str, name: &str) -> Value {
+    let jobs: Value = reqwest::Client::new()
+        .get(server.url("/jobs"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    jobs["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no job {name} in {jobs}"))
+}
+
+#[tokio::test]
+async fn an_admin_stops_resumes_edits_and_triggers_a_job_from_the_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[("WEBOOK_ADMINS", "[1]")]);
+    let token = api_login(&server, "admin@example.com").await;
+    let browser = Browser::start("jobs_dashboard").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/jobs']").await;
+    browser.ready("jobs").await;
+    let row = "tr[data-job=ranking]";
+    browser
+        .wait_text(&format!("{row} [data-test=status]"), "waiting")
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=next-time]"), ":")
+        .await;
+
+    browser.click(&format!("{row} [data-action=stop]")).await;
+    browser.accept_dialog().await;
+    // The dashboard shows what the server now says, without a reload.
+    browser
+        .wait_text(&format!("{row} [data-test=status]"), "paused")
+        .await;
+    assert_eq!(
+        job_status(&server, &token, "ranking").await["status"],
+        "paused"
+    );
+    browser.click(&format!("{row} [data-action=resume]")).await;
+    browser
+        .wait_text(&format!("{row} [data-test=status]"), "waiting")
+        .await;
+
+    // Edit the schedule.
+    browser.click(&format!("{row} [data-action=edit]")).await;
+    browser.fill("form input[name=cron]", "@every 7m").await;
+    browser
+        .click("form:has(input[name=cron]) button[type=submit]")
+        .await;
+    browser.wait_text(row, "@every 7m").await;
+    assert_eq!(
+        job_status(&server, &token, "ranking").await["cron"],
+        "@every 7m"
+    );
+    // An invalid schedule shows the API's message.
+    browser.click(&format!("{row} [data-action=edit]")).await;
+    browser.fill("form input[name=cron]", "0 0 25 * * *").await;
+    browser
+        .click("form:has(input[name=cron]) button[type=submit]")
+        .await;
+    browser.wait_text("[role=alert]", "hour field").await;
+
+    // Trigger it and watch the run appear with its outcome.
+    browser.open(&server.url("/#/ops/jobs")).await;
+    browser.ready("jobs").await;
+    browser.click(&format!("{row} [data-action=trigger]")).await;
+    browser.click(&format!("{row} [data-action=runs]")).await;
+    browser.el("[data-test=runs] tr[data-status=ok]").await;
+
+    // Someone else changes a job: the dashboard follows (live refresh).
+    let sweep = job_status(&server, &token, "payment_sweep").await;
+    let stopped = reqwest::Client::new()
+        .post(server.url(&format!("/jobs/{}/stop", sweep["id"])))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status(), StatusCode::OK);
+    browser
+        .wait_text("tr[data-job=payment_sweep] [data-test=status]", "paused")
+        .await;
+
+    browser.open(&server.url("/#/ops/instances")).await;
+    browser.ready("instances").await;
+    browser.el("tr[data-instance]").await;
+    browser.wait_text("tr[data-instance]", "up").await;
+    browser.open(&server.url("/#/ops/findings")).await;
+    browser.ready("findings").await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+/// One instance of a two-instance cluster on `db` and `redis`.
+fn cluster_instance(dir: &Path, index: usize, db: &TestDb, redis: &RedisServer) -> Server {
+    let data_dir = dir.join(format!("instance-{index}"));
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut command = webook(&data_dir);
+    command
+        .env("WEBOOK_DATABASE_URL", &db.url)
+        .env("WEBOOK_REDIS_URL", redis.url())
+        .env("WEBOOK_REDIS_PREFIX", "console")
+        .env("WEBOOK_JWT_ACCESS_SECRET", ACCESS_SECRET)
+        .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
+        .env("WEBOOK_AUTH_RATE_LIMIT", "1000")
+        .env("WEBOOK_LOG", "warn,webook::app=info")
+        .env("WEBOOK_PAY_PROVIDER", "fake")
+        .env("WEBOOK_PAY_ALLOW_FAKE", "true");
+    Server::start(command)
+}
+
+#[tokio::test]
+async fn in_cluster_mode_a_change_made_on_one_instance_shows_on_the_other() {
+    let db = TestDb::postgres(&webook::schema::MIGRATIONS).await;
+    let redis = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = cluster_instance(dir.path(), 0, &db, &redis);
+    let second = cluster_instance(dir.path(), 1, &db, &redis);
+    let browser = Browser::start("cluster").await;
+
+    sign_up(&browser, &first, "cluster-writer@example.com").await;
+    let title = "Published on the first instance";
+    let id = publish(
+        &browser,
+        &first,
+        title,
+        "Seen from the second one.",
+        "cluster",
+    )
+    .await;
+
+    // The second instance is another origin: its own login, the same account.
+    log_in(&browser, &second, "cluster-writer@example.com").await;
+    browser.open(&second.url("/")).await;
+    browser.ready("home").await;
+    browser.wait_text("[data-test=latest]", title).await;
+    browser.open(&second.url("/#/me/articles")).await;
+    browser.ready("my-articles").await;
+    browser.wait_text("main", title).await;
+
+    // A reader likes it on the second instance; the first shows the like.
+    sign_up(&browser, &second, "cluster-reader@example.com").await;
+    browser.open(&second.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.click("[data-action=like]").await;
+    browser.wait_text("[data-test=likeCnt]", "1").await;
+    log_in(&browser, &first, "cluster-writer@example.com").await;
+    browser.open(&first.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=likeCnt]", "1").await;
+
+    // And both instances report to the overview (any instance answers for all).
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn assets_are_versioned_gzipped_cached_and_under_a_strict_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    // reqwest here does not decompress: the encoding is seen as sent.
+    let client = reqwest::Client::new();
+    let page = client
+        .get(server.url("/"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let headers = page.headers().clone();
+    assert_eq!(headers["content-encoding"], "gzip");
+    assert_eq!(headers["cache-control"], "no-cache");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    let again = client
+        .get(server.url("/"))
+        .header("accept-encoding", "gzip")
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+
+    let html = client.get(server.url("/")).send().await.unwrap();
+    assert!(html.headers().get("content-encoding").is_none());
+    let html = html.text().await.unwrap();
+    assert!(!html.contains("{{assets}}"));
+    let script = html
+        .split("src=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .find(|src| src.starts_with("/assets/") && src.ends_with("/app.js"))
+        .unwrap_or_else(|| panic!("index.html loads no versioned app.js:\n{html}"))
+        .to_owned();
+    let file = client
+        .get(server.url(&script))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(file.status(), StatusCode::OK);
+    assert_eq!(
+        file.headers()["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    assert_eq!(file.headers()["content-encoding"], "gzip");
+    assert!(file.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/javascript"));
+
+    // Another version's path is not this version's file; API routes are untouched.
+    let stale = client
+        .get(server.url("/assets/0123456789abcdef/app.js"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), StatusCode::NOT_FOUND);
+    let (status, body) = server.get_json("/healthz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = server.get_json("/ranking/top").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = server.get_json("/console/qr.svg?text=").await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (StatusCode::OK, json!(4)),
+        "{body}"
+    );
+}
