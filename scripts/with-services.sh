@@ -11,6 +11,8 @@
 #   WEBOOK_TEST_REDIS_SERVER  path of redis-server (tests may spawn their own)
 #   WEBOOK_TEST_LIBFAKETIME   path of libfaketime.so.1 (tests run a process whose wall clock
 #                             is off by LD_PRELOADing it)
+# and makes sure /usr/bin/chromium and /usr/bin/chromedriver exist (the web console's
+# browser tests drive them),
 # runs the command, and stops everything it started when the command ends, fails,
 # or the script is interrupted (Ctrl-C / SIGTERM). Exits with the command's status.
 # WEBOOK_PG_SETTINGS="name=value ..." passes extra server settings to PostgreSQL (e.g.
@@ -18,7 +20,8 @@
 #
 # State (data dirs, logs, pid files) lives in target/test-services/ and is wiped at
 # start (stopping services left over by a killed run) and removed at exit.
-# Installs redis-server / postgresql / libfaketime with apt-get when missing and running as root.
+# Installs redis-server / postgresql / libfaketime / chromium + chromium-driver with apt-get
+# when missing and running as root.
 set -euo pipefail
 
 log() { printf 'with-services: %s\n' "$*" >&2; }
@@ -275,6 +278,17 @@ if ! LIBFAKETIME=$(find_libfaketime); then
   apt_install libfaketime ||
     die "libfaketime not found; install it (Debian/Ubuntu: 'apt-get install libfaketime')"
   LIBFAKETIME=$(find_libfaketime) || die "libfaketime still not found after installing it"
+fi
+
+# --- Chromium and ChromeDriver (the web console's browser tests) ---------------
+
+find_chromium() {
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]
+}
+if ! find_chromium; then
+  apt_install chromium chromium-driver ||
+    die "chromium / chromedriver not found; install them (Debian: 'apt-get install chromium chromium-driver')"
+  find_chromium || die "chromium / chromedriver still not found after installing them"
 fi
 
 # --- run the command ----------------------------------------------------------

@@ -641,7 +641,128 @@ setup_tests!(
     a_token_whose_user_is_gone_gets_401_on_writes,
     writes_beyond_the_per_user_limit_answer_429,
     a_publish_with_an_idempotency_key_acts_once,
+    published_articles_page_newest_first_overall_and_by_author,
 );
+
+/// `GET /articles/pub`: published copies only (no draft, no withdrawn one), newest first
+/// publication first (a republished edit keeps its place), keyset pages that neither repeat nor
+/// skip while articles are published meanwhile, one author's with `author`; bad input is code 4.
+async fn published_articles_page_newest_first_overall_and_by_author(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let alice = common::member(&app, "pub-alice").await;
+    let bob = common::member(&app, "pub-bob").await;
+    let mut expected = Vec::new();
+    for n in 0..7 {
+        let author = if n % 2 == 0 { &alice } else { &bob };
+        expected.push((
+            common::publish(&app, author, &format!("article {n}")).await,
+            author.uid,
+        ));
+    }
+    let draft = post(
+        &app,
+        "/articles/edit",
+        Some(&alice.token),
+        json!({"title": "draft", "content": "<p>draft</p>"}),
+    )
+    .await;
+    assert_eq!(draft.code(), 0);
+    let withdrawn = expected.remove(2).0;
+    let answer = post(
+        &app,
+        "/articles/withdraw",
+        Some(&alice.token),
+        json!({"id": withdrawn}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0);
+    // Republishing an edit does not move it up.
+    let first = expected[0].0;
+    let answer = post(
+        &app,
+        "/articles/publish",
+        Some(&alice.token),
+        json!({"id": first, "title": "article 0, edited", "content": "<p>edited</p>"}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0);
+    expected.reverse();
+
+    let token = bob.token.clone();
+    let mut published_meanwhile = false;
+    let listed = common::every_page(2, async |cursor: Option<String>| {
+        let path = match cursor {
+            Some(cursor) => format!("/articles/pub?limit=2&cursor={cursor}"),
+            None => "/articles/pub?limit=2".to_owned(),
+        };
+        let answer = get(&app, &path, Some(&token)).await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+        if !published_meanwhile {
+            // A newer article appears on a new first page, not in the middle of this walk.
+            published_meanwhile = true;
+            common::publish(&app, &alice, "published while paging").await;
+        }
+        answer.json()["data"].clone()
+    })
+    .await;
+    let ids: Vec<i64> = listed
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    let want: Vec<i64> = expected.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, want);
+    let item = listed.iter().find(|item| item["id"] == first).unwrap();
+    assert_eq!(item["title"], "article 0, edited");
+    assert_eq!(
+        item["author"],
+        json!({"id": alice.uid, "name": format!("user{}", alice.uid)})
+    );
+    assert_eq!(
+        sorted_keys(item),
+        [
+            "abstract",
+            "author",
+            "commentCnt",
+            "ctime",
+            "id",
+            "likeCnt",
+            "readCnt",
+            "title",
+            "utime"
+        ]
+    );
+
+    let by_bob = get(
+        &app,
+        &format!("/articles/pub?author={}", bob.uid),
+        Some(&token),
+    )
+    .await;
+    let by_bob: Vec<i64> = by_bob.json()["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    let want: Vec<i64> = expected
+        .iter()
+        .filter(|(_, author)| *author == bob.uid)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(by_bob, want);
+
+    for bad in [
+        "/articles/pub?limit=0",
+        "/articles/pub?cursor=nope",
+        "/articles/pub?author=-1",
+    ] {
+        assert_eq!(get(&app, bad, Some(&token)).await.code(), 4, "{bad}");
+    }
+    assert_eq!(
+        get(&app, "/articles/pub", None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
 
 async fn publish_with_key(app: &TestApp, token: &str, key: &str, title: &str) -> common::Answer {
     let mut request = app

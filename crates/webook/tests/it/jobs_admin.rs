@@ -27,7 +27,165 @@ setup_tests!(
     a_triggered_http_job_runs_once_and_obeys_stop_and_resume,
     admin_rights_follow_user_ids_never_emails,
     http_jobs_never_call_internal_addresses_unless_allowed,
+    an_admin_edits_a_job_and_sees_its_policies_and_lease,
+    admins_see_every_instance_and_its_readiness,
 );
+
+/// `POST /jobs/:id/edit` changes the schedule (the next fire time follows), time zone, `cfg`,
+/// misfire policy and timeout, checked like a new job; the list shows them with the lease.
+async fn an_admin_edits_a_job_and_sees_its_policies_and_lease(setup: Setup) {
+    let (app, admin) = admin_app(setup).await;
+    let created = post(
+        &app,
+        "/jobs",
+        Some(&admin),
+        json!({"name": "hook", "cron": "@every 1h", "executor": "http",
+               "cfg": {"url": "http://127.0.0.1:9/hook"}}),
+    )
+    .await;
+    let id = expect(&created, StatusCode::OK, 0)["data"]
+        .as_i64()
+        .unwrap();
+    let job = |jobs: Value| {
+        jobs["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|job| job["id"] == id)
+            .cloned()
+            .unwrap()
+    };
+    let before = job(expect(
+        &get(&app, "/jobs", Some(&admin)).await,
+        StatusCode::OK,
+        0,
+    ));
+    assert_eq!(before["cfg"], json!({"url": "http://127.0.0.1:9/hook"}));
+    assert_eq!(before["misfire"], "fire_once");
+    assert_eq!(before["timeoutMs"], 600_000);
+    assert_eq!(before["leaseUntil"], Value::Null);
+
+    let edited = post(
+        &app,
+        &format!("/jobs/{id}/edit"),
+        Some(&admin),
+        json!({"cron": "@every 2s", "timezone": "Asia/Shanghai", "misfire": "skip",
+               "timeoutMs": 5000, "cfg": {"url": "http://127.0.0.1:9/other"}}),
+    )
+    .await;
+    expect(&edited, StatusCode::OK, 0);
+    let after = job(expect(
+        &get(&app, "/jobs", Some(&admin)).await,
+        StatusCode::OK,
+        0,
+    ));
+    assert_eq!(after["cron"], "@every 2s");
+    assert_eq!(after["timezone"], "Asia/Shanghai");
+    assert_eq!(after["misfire"], "skip");
+    assert_eq!(after["timeoutMs"], 5000);
+    assert_eq!(after["cfg"], json!({"url": "http://127.0.0.1:9/other"}));
+    assert!(
+        after["nextTime"].as_i64().unwrap() <= now_millis() + 2_500,
+        "the next fire time follows the new schedule: {after}"
+    );
+    assert_eq!(after["name"], "hook");
+
+    for (body, needle) in [
+        (json!({"cron": "0 0 25 * * *"}), "hour field"),
+        (json!({"timezone": "Mars/Olympus"}), "time zone"),
+        (json!({"misfire": "sometimes"}), "misfire"),
+        (json!({"timeoutMs": 10}), "timeout"),
+        (json!({"cfg": {"url": "ftp://x"}}), "http"),
+    ] {
+        let refused = post(
+            &app,
+            &format!("/jobs/{id}/edit"),
+            Some(&admin),
+            body.clone(),
+        )
+        .await;
+        let answer = expect(&refused, StatusCode::OK, 4);
+        assert!(
+            answer["msg"].as_str().unwrap().contains(needle),
+            "{body} → {answer}"
+        );
+    }
+    let unchanged = job(expect(
+        &get(&app, "/jobs", Some(&admin)).await,
+        StatusCode::OK,
+        0,
+    ));
+    assert_eq!(
+        unchanged["cron"], "@every 2s",
+        "a refused edit changes nothing"
+    );
+    expect(
+        &post(
+            &app,
+            "/jobs/999999/edit",
+            Some(&admin),
+            json!({"cron": "@every 1m"}),
+        )
+        .await,
+        StatusCode::OK,
+        404001,
+    );
+    assert_eq!(signup(&app, "not-admin@example.com").await.code(), 0);
+    let (other, _) = login(&app, "not-admin@example.com").await;
+    expect(
+        &post(
+            &app,
+            &format!("/jobs/{id}/edit"),
+            Some(&other),
+            json!({"cron": "@every 1m"}),
+        )
+        .await,
+        StatusCode::OK,
+        403002,
+    );
+}
+
+/// `GET /admin/instances`: this instance reports itself (with the id its job worker uses and
+/// the readiness it probed), admins only.
+async fn admins_see_every_instance_and_its_readiness(setup: Setup) {
+    let (app, admin) = admin_app(setup).await;
+    wait_until("this instance reports", || async {
+        let listed = expect(
+            &get(&app, "/admin/instances", Some(&admin)).await,
+            StatusCode::OK,
+            0,
+        );
+        !listed["data"]["instances"].as_array().unwrap().is_empty()
+    })
+    .await;
+    let listed = expect(
+        &get(&app, "/admin/instances", Some(&admin)).await,
+        StatusCode::OK,
+        0,
+    );
+    let data = &listed["data"];
+    let this = data["self"].as_str().unwrap();
+    let instance = data["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|instance| instance["id"] == this)
+        .unwrap_or_else(|| panic!("{this} not in {data}"));
+    assert_eq!(instance["database"], "up");
+    assert_eq!(instance["role"], "all");
+    assert!(instance["seenAt"].as_i64().unwrap() >= instance["startedAt"].as_i64().unwrap());
+    assert_eq!(signup(&app, "not-admin@example.com").await.code(), 0);
+    let (other, _) = login(&app, "not-admin@example.com").await;
+    expect(
+        &get(&app, "/admin/instances", Some(&other)).await,
+        StatusCode::OK,
+        403002,
+    );
+    assert_eq!(
+        get(&app, "/admin/instances", None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
 
 /// Admins used to be listed by email: whoever signed up first with an admin's unregistered
 /// email (in any capitalisation) became an admin. Rights now follow user ids (config) or a

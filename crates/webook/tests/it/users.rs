@@ -377,6 +377,7 @@ setup_tests!(
     refresh_rotates_and_reuse_revokes_the_session,
     login_rate_limit_triggers_and_recovers,
     profile_text_refuses_nul_controls_and_overrides,
+    others_see_a_public_profile_without_private_fields,
 );
 
 /// A NUL in a nickname was a 500 on PostgreSQL (which cannot store it) and stored as-is on
@@ -597,5 +598,49 @@ async fn forwarded_for_counts_only_behind_a_trusted_proxy() {
     assert_eq!(
         login_as(&direct, "198.51.100.2").await,
         StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// `GET /users/:id`: nickname, about-me and display name for any logged-in caller; never the
+/// email, phone or birthday; 404001 for nobody, code 4 for a bad id, 401 anonymous.
+async fn others_see_a_public_profile_without_private_fields(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let owner = common::member(&app, "public-owner").await;
+    let viewer = common::member(&app, "public-viewer").await;
+    let path = format!("/users/{}", owner.uid);
+    let bare = get(&app, &path, Some(&viewer.token)).await.json()["data"].clone();
+    assert_eq!(
+        bare,
+        json!({"id": owner.uid, "nickname": "", "aboutMe": "", "name": format!("user{}", owner.uid)})
+    );
+    let edit = post(
+        &app,
+        "/users/edit",
+        Some(&owner.token),
+        json!({"nickname": "Ada", "aboutMe": "writes about engines", "birthday": "1990-01-02"}),
+    )
+    .await;
+    assert_eq!(edit.code(), 0);
+    let shown = get(&app, &path, Some(&viewer.token)).await.json()["data"].clone();
+    assert_eq!(
+        shown,
+        json!({"id": owner.uid, "nickname": "Ada", "aboutMe": "writes about engines", "name": "Ada"})
+    );
+    assert!(!shown.to_string().contains("public-owner@"), "{shown}");
+    assert_eq!(
+        get(&app, "/users/999999", Some(&viewer.token)).await.code(),
+        404001
+    );
+    assert_eq!(get(&app, "/users/0", Some(&viewer.token)).await.code(), 4);
+    assert_eq!(
+        get(&app, &path, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    // The static routes beside it keep their own meaning.
+    assert_eq!(
+        get(&app, "/users/profile", Some(&viewer.token))
+            .await
+            .json()["Id"],
+        viewer.uid
     );
 }

@@ -18,7 +18,12 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_webook");
 
 /// A `webook` command with a clean environment: no inherited `WEBOOK_*` settings.
 pub fn webook(data_dir: &Path) -> Command {
-    let mut command = Command::new(BINARY);
+    webook_at(BINARY, data_dir)
+}
+
+/// [`webook`] of the binary at `binary` (e.g. a release build, for timings).
+pub fn webook_at(binary: &str, data_dir: &Path) -> Command {
+    let mut command = Command::new(binary);
     for (key, _) in std::env::vars() {
         if key.starts_with("WEBOOK_") {
             command.env_remove(key);
