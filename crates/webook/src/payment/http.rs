@@ -134,7 +134,7 @@ async fn fake_page(
     let page = format!(
         "<!doctype html><html lang=\"zh\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>webook fake payment</title></head><body><main>\
+         <link rel=\"icon\" href=\"data:,\"><title>webook fake payment</title></head><body><main>\
          <h1>webook fake payment · 模拟支付</h1>\
          <p>No money moves: this page stands in for WeChat Pay. · 这是模拟支付，不会扣款。</p>\
          <dl><dt>Order · 订单</dt><dd id=\"trade-no\">{}</dd>\

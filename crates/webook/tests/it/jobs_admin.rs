@@ -494,7 +494,22 @@ async fn invalid_jobs_are_refused_with_the_reason(setup: Setup) {
     let ping = &jobs[0];
     assert_eq!(
         sorted_keys(ping),
-        ["cron", "executor", "id", "name", "nextTime", "owner", "status", "timezone", "utime"]
+        [
+            "cfg",
+            "cron",
+            "executor",
+            "id",
+            "leaseUntil",
+            "misfire",
+            "name",
+            "nextTime",
+            "owner",
+            "scheduledAt",
+            "status",
+            "timeoutMs",
+            "timezone",
+            "utime"
+        ]
     );
     assert_eq!(ping["id"], id);
     assert_eq!(ping["name"], "ping");
