@@ -162,7 +162,8 @@ mod tests {
     #[test]
     fn no_file_runs_inline_script_or_inline_style() {
         // The policy (`script-src 'self'; style-src 'self'`) would refuse them in the browser;
-        // this finds them before a page silently breaks.
+        // this finds them before a page silently breaks. (Requests to other origins are refused
+        // by `connect-src`/`img-src 'self'`, and the browser tests fail on any violation.)
         for path in Files::iter() {
             let file = Files::get(&path).unwrap();
             let Ok(text) = std::str::from_utf8(&file.data) else {
@@ -176,8 +177,6 @@ mod tests {
             if path.ends_with(".js") {
                 assert!(!text.contains("eval("), "{path}: eval");
                 assert!(!text.contains("new Function"), "{path}: new Function");
-                assert!(!text.contains("http://"), "{path}: absolute http URL");
-                assert!(!text.contains("https://"), "{path}: absolute https URL");
             }
         }
     }
