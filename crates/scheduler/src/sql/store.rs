@@ -240,15 +240,7 @@ impl SqlJobStore {
     /// Creates a job; its first fire time is the schedule's next after now. Returns its id.
     pub async fn create(&self, job: &NewJob) -> Result<i64, StoreError> {
         check_name(&job.name)?;
-        let schedule = crate::schedule::Schedule::parse_in(&job.cron, &job.timezone)
-            .map_err(|err| StoreError::Invalid(err.to_string()))?;
-        if job.timeout_ms < 1000 {
-            return Err(StoreError::Invalid(
-                "timeout must be at least 1000 ms".to_owned(),
-            ));
-        }
-        let now = self.now().await?;
-        let next_time = next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER);
+        let (now, next_time) = self.first_fire(job).await?;
         let inserted = sqlx::query_scalar::<_, i64>(
             "INSERT INTO jobs (name, cron, timezone, executor, cfg, status, next_time, utime, \
              misfire, overlap, timeout_ms, ctime) \
@@ -276,15 +268,7 @@ impl SqlJobStore {
     /// claim read before the change fails its compare-and-swap. Refused while a run holds the
     /// job, so a run never finishes under a schedule it did not start with.
     pub async fn update(&self, id: i64, job: &NewJob) -> Result<(), StoreError> {
-        let schedule = crate::schedule::Schedule::parse_in(&job.cron, &job.timezone)
-            .map_err(|err| StoreError::Invalid(err.to_string()))?;
-        if job.timeout_ms < 1000 {
-            return Err(StoreError::Invalid(
-                "timeout must be at least 1000 ms".to_owned(),
-            ));
-        }
-        let now = self.now().await?;
-        let next_time = next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER);
+        let (now, next_time) = self.first_fire(job).await?;
         let updated = sqlx::query(
             "UPDATE jobs SET cron = $2, timezone = $3, cfg = $4, misfire = $5, timeout_ms = $6, \
              next_time = CASE WHEN status = 'waiting' THEN $7 ELSE next_time END, \
@@ -311,6 +295,23 @@ impl SqlJobStore {
                 job.name
             ))),
         }
+    }
+
+    /// Checks `job`'s schedule (in its time zone) and timeout; returns the database time now and
+    /// the schedule's next fire time after it ([`crate::sql::model::NEVER`] when none).
+    async fn first_fire(&self, job: &NewJob) -> Result<(i64, i64), StoreError> {
+        let schedule = crate::schedule::Schedule::parse_in(&job.cron, &job.timezone)
+            .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        if job.timeout_ms < 1000 {
+            return Err(StoreError::Invalid(
+                "timeout must be at least 1000 ms".to_owned(),
+            ));
+        }
+        let now = self.now().await?;
+        Ok((
+            now,
+            next_fire(&schedule, now).unwrap_or(crate::sql::model::NEVER),
+        ))
     }
 
     /// Every job, by id.

@@ -353,17 +353,8 @@ async fn api_login(server: &Server, email: &str) -> String {
 }
 
 async fn job_status(server: &Server, token: &str, name: &str) -> Value {
-    let jobs: Value = reqwest::Client::new()
-        .get(server.url("/jobs"))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    jobs["data"]
-        .as_array()
+    let jobs = api_get(server, token, "/jobs").await;
+    jobs.as_array()
         .unwrap()
         .iter()
         .find(|job| job["name"] == name)
