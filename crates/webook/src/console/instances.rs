@@ -2,8 +2,8 @@
 //! writes its row of `instances` — id (the same id its job worker records as `owner`), role,
 //! mode, version, start time, and the readiness it just probed ([`platform::ops::readiness`]) —
 //! every [`HEARTBEAT`], and deletes it when it stops. `GET /admin/instances` lists the rows seen
-//! within [`SEEN_WITHIN`]; a row not refreshed for a day (a process killed) is purged by the
-//! next heartbeat of any instance.
+//! within [`SEEN_WITHIN`]; a row not refreshed for a day (a process killed) is purged when an
+//! instance starts.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -95,8 +95,13 @@ impl InstanceRegistry {
         .bind(details)
         .execute(self.db.writer())
         .await?;
+        Ok(())
+    }
+
+    /// Deletes the rows of processes not heard from for a day (killed, never left).
+    async fn forget_the_departed(&self) -> sqlx::Result<()> {
         sqlx::query("DELETE FROM instances WHERE seen_at < $1")
-            .bind(now - FORGET_AFTER_MS)
+            .bind(now_millis() - FORGET_AFTER_MS)
             .execute(self.db.writer())
             .await?;
         Ok(())
@@ -139,9 +144,13 @@ impl InstanceRegistry {
             .collect()
     }
 
-    /// Reports every [`HEARTBEAT`] until `stop`, then leaves. A failed report is logged and
-    /// retried at the next beat (the database being down is what the overview would show).
+    /// Forgets departed instances, then reports every [`HEARTBEAT`] until `stop`, then leaves.
+    /// A failed report is logged and retried at the next beat (the database being down is what
+    /// the overview would show).
     pub async fn run(self, platform: Platform, stop: CancellationToken) {
+        if let Err(err) = self.forget_the_departed().await {
+            tracing::warn!(error = %err, "could not purge departed instances");
+        }
         let mut beat = tokio::time::interval(HEARTBEAT);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -11,7 +11,7 @@
 
 mod assets;
 mod http;
-pub mod instances;
+mod instances;
 
 use async_trait::async_trait;
 
@@ -21,8 +21,7 @@ use platform::{
     feature::{Feature, Platform, Registry},
 };
 
-pub use assets::Bundle;
-pub use http::CONTENT_SECURITY_POLICY;
+use assets::Bundle;
 
 /// The console feature.
 pub struct Console;
