@@ -69,6 +69,8 @@ pub struct TestDb {
 enum Cleanup {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
     Postgres { admin_url: String, name: String },
+    /// Somebody else's database: left as it is.
+    Nothing,
 }
 
 impl TestDb {
@@ -77,6 +79,16 @@ impl TestDb {
         match kind {
             DatabaseKind::Sqlite => Self::sqlite(schema).await,
             DatabaseKind::Postgres => Self::postgres(schema).await,
+        }
+    }
+
+    /// The database at `url`, as it is (not migrated, not removed when dropped): one a test
+    /// holds elsewhere, e.g. the destination of a database move.
+    pub async fn existing(url: &str) -> Self {
+        Self {
+            db: Db::connect_url(url, 5).await.expect("connecting to the existing database"),
+            url: url.to_owned(),
+            cleanup: Cleanup::Nothing,
         }
     }
 

@@ -37,7 +37,7 @@ use platform::{
 };
 
 use crate::{
-    account, article, auth, comment, console, feed, interactive, jobs, payment, phone_login,
+    account, article, auth, comment, console, db_move, feed, interactive, jobs, payment, phone_login,
     ranking, reward, search, sms, tag, user, wechat_login,
 };
 
@@ -61,6 +61,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     // After every feature with executors: it checks new jobs against every one registered.
     &jobs::Jobs,
     &console::Console,
+    // Last: it routes the database every other feature uses during an online move.
+    &db_move::DbMove,
 ];
 
 /// Every feature's settings sections.

@@ -26,6 +26,7 @@ pub mod comment;
 #[cfg(test)]
 mod config_contract;
 pub mod console;
+pub mod db_move;
 pub mod feed;
 pub mod idempotency;
 pub mod interactive;

@@ -26,8 +26,10 @@
 //! query waiting out the acquire timeout ([`pool`]).
 
 pub mod pool;
+mod route;
 
 pub use pool::{caused_by_unavailable_database, is_unavailable, DbPool};
+pub use route::Paused;
 
 use std::{
     borrow::Cow,
@@ -44,6 +46,7 @@ use sqlx::{
 };
 
 use pool::Circuit;
+use route::{Engine, PoolSide, Routing};
 
 use crate::{
     config::{database_kind, Config, DatabaseKind},
@@ -133,13 +136,14 @@ const SQLITE_WRITER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// SQLite, writes go through a pool of exactly one connection ([`Db::writer`]): writers queue
 /// fairly in the pool instead, and readers keep the other connections (WAL lets them read
 /// while the writer writes). For PostgreSQL both are the same pool.
+///
+/// Both pools are routed ([`route`]): an online database move can send every later query to
+/// another database while the process serves ([`Db::pause`]).
 #[derive(Debug, Clone)]
 pub struct Db {
+    routing: Arc<Routing>,
     pool: DbPool,
     writer: DbPool,
-    kind: DatabaseKind,
-    /// The SQLite database file (`None` on PostgreSQL or for `:memory:`).
-    sqlite_file: Option<PathBuf>,
 }
 
 /// Below this much free space on the SQLite file's filesystem, the writer counts as unable to
@@ -212,28 +216,58 @@ impl Db {
                 .after_release(|conn, _meta| Box::pin(release_if_clean(conn))),
             DatabaseKind::Postgres => pool_options(size, acquire_timeout),
         };
-        let circuit = Arc::new(Circuit::default());
         let pool = pool_options(max_connections, acquire_timeout)
             .connect(&connect_url)
             .await
             .with_context(describe)?;
-        let pool = DbPool::new(pool, circuit.clone());
         let writer = match kind {
-            DatabaseKind::Sqlite => DbPool::new(
-                pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
-                    .connect(&connect_url)
-                    .await
-                    .with_context(describe)?,
-                circuit,
-            ),
+            DatabaseKind::Sqlite => pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
+                .connect(&connect_url)
+                .await
+                .with_context(describe)?,
             DatabaseKind::Postgres => pool.clone(),
         };
-        Ok(Self {
+        let routing = Arc::new(Routing::new(Engine {
             pool,
             writer,
+            circuit: Arc::new(Circuit::default()),
             kind,
             sqlite_file,
+        }));
+        Ok(Self {
+            pool: DbPool::new(routing.clone(), PoolSide::Reads),
+            writer: DbPool::new(routing.clone(), PoolSide::Writes),
+            routing,
         })
+    }
+
+    /// Pauses every query of this process through this `Db` and waits until each connection
+    /// is back in its pool (at most `within`); while the returned guard lives, nothing runs
+    /// through the stores and [`Db::route_to`] may send them elsewhere ([`route`]).
+    pub async fn pause(&self, within: Duration) -> anyhow::Result<Paused> {
+        self.routing.pause(within).await
+    }
+
+    /// Sends every later query to the database `other` is routed to now; allowed only while
+    /// paused (`_paused` proves it).
+    pub fn route_to(&self, _paused: &Paused, other: &Db) {
+        _paused.route_to(other.routing.engine());
+    }
+
+    /// A `Db` on the database this one is routed to now that keeps going there whatever this
+    /// one is routed to later.
+    pub fn detached(&self) -> Db {
+        let routing = Arc::new(Routing::from_engine(self.routing.engine()));
+        Db {
+            pool: DbPool::new(routing.clone(), PoolSide::Reads),
+            writer: DbPool::new(routing.clone(), PoolSide::Writes),
+            routing,
+        }
+    }
+
+    /// Whether this and `other` are routed to the same database now.
+    pub fn routes_like(&self, other: &Db) -> bool {
+        Arc::ptr_eq(&self.routing.engine(), &other.routing.engine())
     }
 
     /// The pool for reads.
@@ -246,21 +280,22 @@ impl Db {
         &self.writer
     }
 
-    /// Which engine this is.
+    /// Which engine this is routed to.
     pub fn kind(&self) -> DatabaseKind {
-        self.kind
+        self.routing.engine().kind
     }
 
     /// Applies pending migrations (under the engine's migration lock, so concurrent starts are
     /// safe) and records the running version in `meta`. Returns how many were applied.
     pub async fn migrate(&self, migrations: &[Migration]) -> anyhow::Result<usize> {
-        let migrator = migrator(self.kind, migrations);
+        let kind = self.kind();
+        let migrator = migrator(kind, migrations);
         let before = self.applied_versions().await?;
-        if self.kind == DatabaseKind::Sqlite {
+        if kind == DatabaseKind::Sqlite {
             self.apply_sqlite_without_transaction(&migrator).await?;
         }
         migrator
-            .run(self.pool.any_pool())
+            .run(&self.pool.any_pool())
             .await
             .context("running migrations")?;
         let applied = migrator
@@ -312,7 +347,7 @@ impl Db {
             // Later migrations may be applied already (a restart): not an error here.
             earlier.set_ignore_missing(true);
             earlier
-                .run(self.pool.any_pool())
+                .run(&self.pool.any_pool())
                 .await
                 .context("running migrations")?;
             if self.applied_versions().await?.contains(&migration.version) {
@@ -353,7 +388,7 @@ impl Db {
 
     /// Versions of the migrations already applied (empty on a fresh database).
     pub async fn applied_versions(&self) -> anyhow::Result<Vec<i64>> {
-        let table = match self.kind {
+        let table = match self.kind() {
             DatabaseKind::Sqlite => {
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'"
             }
@@ -386,7 +421,7 @@ impl Db {
     /// filesystem has [`MIN_FREE_BYTES`] free; then one small upsert of `meta`, through the
     /// same connection and commit path as every write (a full disk fails it).
     pub async fn probe_writer(&self, timeout: Duration) -> anyhow::Result<()> {
-        if let Some(file) = &self.sqlite_file {
+        if let Some(file) = &self.routing.engine().sqlite_file {
             let dir = file.parent().filter(|dir| !dir.as_os_str().is_empty());
             let stats = rustix::fs::statvfs(dir.unwrap_or(Path::new(".")))
                 .with_context(|| format!("checking free space beside {}", file.display()))?;
@@ -518,6 +553,15 @@ async fn release_if_clean(conn: &mut AnyConnection) -> Result<bool, sqlx::Error>
 
 /// Creates the directory of a SQLite URL's file (0700) and the file itself (0600) when they do
 /// not exist (they hold emails and password hashes), unless the URL names its own `mode=`.
+/// The URL sqlx connects with for `url`: SQLite's file options added (its directory created),
+/// PostgreSQL's as it is.
+pub fn connect_url(url: &str) -> anyhow::Result<String> {
+    match database_kind(url)? {
+        DatabaseKind::Sqlite => prepare_sqlite_url(url),
+        DatabaseKind::Postgres => Ok(url.to_owned()),
+    }
+}
+
 fn prepare_sqlite_url(url: &str) -> anyhow::Result<String> {
     let rest = url
         .strip_prefix("sqlite://")

@@ -16,7 +16,8 @@
 //! the acquisition that `begin` makes, which is where an unreachable server shows first.
 //!
 //! `DbPool` implements [`sqlx::Executor`] for `&DbPool`, so queries run on it exactly as on an
-//! `AnyPool` (`query.execute(db.pool())`).
+//! `AnyPool` (`query.execute(db.pool())`): each takes a connection through [`DbPool::acquire`],
+//! which passes the gate and goes wherever the pool is routed now ([`super::route`]).
 
 use std::{
     sync::{
@@ -33,6 +34,9 @@ use sqlx::{
     Any, AnyPool, Describe, Either, Execute, Executor, Transaction,
 };
 
+use super::route::{PoolSide, Routing};
+use crate::config::DatabaseKind;
+
 /// How long the circuit stays open after a connection failure before a probe is let through.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -43,43 +47,70 @@ pub const DB_FAST_FAILURES_TOTAL: &str = "db_fast_failures_total";
 /// like any other connection failure).
 pub const UNREACHABLE: &str = "the database is unreachable (failing fast until it answers again)";
 
-/// A connection pool with a circuit breaker (module docs); cheap to clone.
+/// A connection pool with a circuit breaker (module docs), routed ([`super::route`]); cheap to
+/// clone.
 #[derive(Debug, Clone)]
 pub struct DbPool {
-    pool: AnyPool,
-    circuit: Arc<Circuit>,
+    routing: Arc<Routing>,
+    side: PoolSide,
 }
 
 impl DbPool {
-    /// Gates `pool` with `circuit` (pools of one database share one circuit).
-    pub(super) fn new(pool: AnyPool, circuit: Arc<Circuit>) -> Self {
-        Self { pool, circuit }
+    /// The reads (`Reads`) or writes pool of whatever database `routing` routes to.
+    pub(super) fn new(routing: Arc<Routing>, side: PoolSide) -> Self {
+        Self { routing, side }
     }
 
-    /// The pool itself, for code that keeps its own pool handle (the job store).
-    pub fn any_pool(&self) -> &AnyPool {
-        &self.pool
+    /// The pool itself as it is now, for code that brings its own pool handling (the job store
+    /// asks for it at every operation; [`super::route`]).
+    pub fn any_pool(&self) -> AnyPool {
+        self.routing.engine().pool(self.side).clone()
     }
 
     /// Starts a transaction on a connection of this pool.
     pub async fn begin(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
-        let admission = self.circuit.admit()?;
-        let result = self.pool.begin().await;
-        self.circuit.record(admission, result.as_ref().err());
-        result
+        loop {
+            self.routing.wait_until_open().await;
+            let engine = self.routing.engine();
+            let admission = engine.circuit.admit()?;
+            let pool = engine.pool(self.side);
+            // SQLite's writer takes the write lock when it begins: a transaction that reads
+            // before it writes could otherwise not turn into a writer after another process
+            // (an operator's tool) committed, and would fail at once instead of waiting.
+            let result = if self.side == PoolSide::Writes && engine.kind == DatabaseKind::Sqlite {
+                pool.begin_with("BEGIN IMMEDIATE").await
+            } else {
+                pool.begin().await
+            };
+            engine.circuit.record(admission, result.as_ref().err());
+            let transaction = result?;
+            if self.routing.still_routes_to(&engine) {
+                return Ok(transaction);
+            }
+            // Paused or re-routed while waiting for the connection: not on this database.
+            drop(transaction);
+        }
     }
 
     /// Takes a connection of this pool.
     pub async fn acquire(&self) -> Result<PoolConnection<Any>, sqlx::Error> {
-        let admission = self.circuit.admit()?;
-        let result = self.pool.acquire().await;
-        self.circuit.record(admission, result.as_ref().err());
-        result
+        loop {
+            self.routing.wait_until_open().await;
+            let engine = self.routing.engine();
+            let admission = engine.circuit.admit()?;
+            let result = engine.pool(self.side).acquire().await;
+            engine.circuit.record(admission, result.as_ref().err());
+            let connection = result?;
+            if self.routing.still_routes_to(&engine) {
+                return Ok(connection);
+            }
+            drop(connection);
+        }
     }
 
     /// Closes the pool, waiting for checked-out connections to come back.
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.routing.engine().pool(self.side).close().await;
     }
 }
 
@@ -224,22 +255,20 @@ impl<'p> Executor<'p> for &'_ DbPool {
         'p: 'e,
         E: 'q + Execute<'q, Any>,
     {
-        let admission = match self.circuit.admit() {
-            Ok(admission) => admission,
-            Err(err) => return futures_util::stream::once(async { Err(err) }).boxed(),
-        };
-        let circuit = self.circuit.clone();
-        let mut recorded = false;
-        (&self.pool)
-            .fetch_many(query)
-            .map(move |item| {
-                if !recorded {
-                    recorded = true;
-                    circuit.record(admission, item.as_ref().err());
+        let pool = self.clone();
+        Box::pin(async_stream::stream! {
+            let mut connection = match pool.acquire().await {
+                Ok(connection) => connection,
+                Err(err) => {
+                    yield Err(err);
+                    return;
                 }
-                item
-            })
-            .boxed()
+            };
+            let mut items = connection.fetch_many(query);
+            while let Some(item) = items.next().await {
+                yield item;
+            }
+        })
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -250,18 +279,12 @@ impl<'p> Executor<'p> for &'_ DbPool {
         'p: 'e,
         E: 'q + Execute<'q, Any>,
     {
-        let admission = match self.circuit.admit() {
-            Ok(admission) => admission,
-            Err(err) => return futures_util::future::ready(Err(err)).boxed(),
-        };
-        let circuit = self.circuit.clone();
-        (&self.pool)
-            .fetch_optional(query)
-            .map(move |result| {
-                circuit.record(admission, result.as_ref().err());
-                result
-            })
-            .boxed()
+        let pool = self.clone();
+        async move {
+            let mut connection = pool.acquire().await?;
+            connection.fetch_optional(query).await
+        }
+        .boxed()
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -272,14 +295,24 @@ impl<'p> Executor<'p> for &'_ DbPool {
     where
         'p: 'e,
     {
-        (&self.pool).prepare_with(sql, parameters)
+        let pool = self.clone();
+        async move {
+            let mut connection = pool.acquire().await?;
+            connection.prepare_with(sql, parameters).await
+        }
+        .boxed()
     }
 
     fn describe<'e, 'q: 'e>(self, sql: &'q str) -> BoxFuture<'e, Result<Describe<Any>, sqlx::Error>>
     where
         'p: 'e,
     {
-        (&self.pool).describe(sql)
+        let pool = self.clone();
+        async move {
+            let mut connection = pool.acquire().await?;
+            connection.describe(sql).await
+        }
+        .boxed()
     }
 }
 

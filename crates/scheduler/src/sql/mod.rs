@@ -118,7 +118,9 @@ pub use model::{
     next_fire, plan_claim, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow,
     RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_UNRECORDED_FIRE_TIMES,
 };
-pub use store::{check_name, Claim, DbClock, Dialect, Due, NewJob, SqlJobStore, StoreError};
+pub use store::{
+    check_name, Claim, DbClock, Dialect, Due, NewJob, PoolSource, SqlJobStore, StoreError,
+};
 #[cfg(feature = "http")]
 pub use target::TargetPolicy;
 pub use worker::{

@@ -197,11 +197,40 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
     }
 }
 
+/// Where the store's connections come from, asked at every operation: fixed pools, or pools an
+/// online database move re-routes while the process runs (then the engine can change too).
+pub trait PoolSource: Send + Sync + std::fmt::Debug {
+    /// The pool for reads.
+    fn reads(&self) -> AnyPool;
+    /// The pool for writes and transactions.
+    fn writes(&self) -> AnyPool;
+    /// The engine the pools talk to now, when it can change; `None` keeps the clock's own.
+    fn dialect(&self) -> Option<Dialect> {
+        None
+    }
+}
+
+/// Two pools that never change.
+#[derive(Debug)]
+struct FixedPools {
+    reads: AnyPool,
+    writes: AnyPool,
+}
+
+impl PoolSource for FixedPools {
+    fn reads(&self) -> AnyPool {
+        self.reads.clone()
+    }
+
+    fn writes(&self) -> AnyPool {
+        self.writes.clone()
+    }
+}
+
 /// The `jobs` and `job_runs` tables.
 #[derive(Debug, Clone)]
 pub struct SqlJobStore {
-    reads: AnyPool,
-    writes: AnyPool,
+    pools: Arc<dyn PoolSource>,
     clock: DbClock,
 }
 
@@ -209,28 +238,32 @@ impl SqlJobStore {
     /// A store reading through `reads` and writing through `writes` (the same pool on
     /// PostgreSQL; SQLite's one-connection writer pool otherwise), with time from `clock`.
     pub fn new(reads: AnyPool, writes: AnyPool, clock: DbClock) -> Self {
-        Self {
-            reads,
-            writes,
-            clock,
-        }
+        Self::with_pools(Arc::new(FixedPools { reads, writes }), clock)
+    }
+
+    /// A store taking its pools from `pools` at every operation.
+    pub fn with_pools(pools: Arc<dyn PoolSource>, clock: DbClock) -> Self {
+        Self { pools, clock }
     }
 
     /// The current time (ms) by [`DbClock`].
     pub async fn now(&self) -> sqlx::Result<i64> {
-        let mut connection = self.reads.acquire().await?;
+        let mut connection = self.pools.reads().acquire().await?;
         self.now_on(&mut connection).await
     }
 
     /// The current time (ms) read on `connection` — inside a transaction, after its writes have
     /// waited for any conflicting commit, so it is later than that commit.
     async fn now_on(&self, connection: &mut sqlx::AnyConnection) -> sqlx::Result<i64> {
-        let sql = match &self.clock {
+        let dialect = match &self.clock {
             DbClock::Manual(now) => return Ok(now.load(Ordering::SeqCst)),
-            DbClock::Database(Dialect::Postgres) => {
+            DbClock::Database(dialect) => self.pools.dialect().unwrap_or(*dialect),
+        };
+        let sql = match dialect {
+            Dialect::Postgres => {
                 "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
             }
-            DbClock::Database(Dialect::Sqlite) => {
+            Dialect::Sqlite => {
                 "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
             }
         };
@@ -257,7 +290,7 @@ impl SqlJobStore {
         .bind(job.misfire.as_str())
         .bind(job.overlap.as_str())
         .bind(job.timeout_ms)
-        .fetch_optional(&self.writes)
+        .fetch_optional(&self.pools.writes())
         .await?;
         inserted.ok_or_else(|| StoreError::Duplicate(job.name.clone()))
     }
@@ -282,7 +315,7 @@ impl SqlJobStore {
         .bind(job.timeout_ms)
         .bind(next_time)
         .bind(now)
-        .execute(&self.writes)
+        .execute(&self.pools.writes())
         .await?
         .rows_affected();
         if updated == 1 {
@@ -317,7 +350,7 @@ impl SqlJobStore {
     /// Every job, by id.
     pub async fn list(&self) -> sqlx::Result<Vec<JobRow>> {
         let rows = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY id"))
-            .fetch_all(&self.reads)
+            .fetch_all(&self.pools.reads())
             .await?;
         rows.iter().map(job_from_row).collect()
     }
@@ -326,7 +359,7 @@ impl SqlJobStore {
     pub async fn get(&self, id: i64) -> sqlx::Result<Option<JobRow>> {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
             .bind(id)
-            .fetch_optional(&self.reads)
+            .fetch_optional(&self.pools.reads())
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -340,7 +373,7 @@ impl SqlJobStore {
         }
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE name = $1"))
             .bind(id_or_name)
-            .fetch_optional(&self.reads)
+            .fetch_optional(&self.pools.reads())
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -349,7 +382,7 @@ impl SqlJobStore {
     /// final write are refused), its running run recorded as fenced. Idempotent.
     pub async fn stop(&self, id: i64) -> Result<(), StoreError> {
         let now = self.now().await?;
-        let mut tx = self.writes.begin().await?;
+        let mut tx = self.pools.writes().begin().await?;
         let exists = sqlx::query_scalar::<_, i64>("SELECT id FROM jobs WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -396,7 +429,7 @@ impl SqlJobStore {
         .bind(id)
         .bind(next_time)
         .bind(now)
-        .execute(&self.writes)
+        .execute(&self.pools.writes())
         .await?;
         Ok(())
     }
@@ -412,7 +445,7 @@ impl SqlJobStore {
         sqlx::query("UPDATE jobs SET trigger_at = $2 WHERE id = $1 AND status <> 'paused'")
             .bind(id)
             .bind(now)
-            .execute(&self.writes)
+            .execute(&self.pools.writes())
             .await?;
         Ok(())
     }
@@ -430,7 +463,7 @@ impl SqlJobStore {
             )
             .bind(before)
             .bind(batch)
-            .execute(&self.writes)
+            .execute(&self.pools.writes())
             .await?
             .rows_affected();
             deleted += purged;
@@ -448,7 +481,7 @@ impl SqlJobStore {
         ))
         .bind(job_id)
         .bind(limit)
-        .fetch_all(&self.reads)
+        .fetch_all(&self.pools.reads())
         .await?;
         rows.iter().map(run_from_row).collect()
     }
@@ -466,13 +499,13 @@ impl SqlJobStore {
         .bind(now)
         .bind(now - lease_ms)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.reads)
+        .fetch_all(&self.pools.reads())
         .await?;
         let jobs = rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?;
         let earliest_next = sqlx::query_scalar::<_, Option<i64>>(
             "SELECT MIN(next_time) FROM jobs WHERE status = 'waiting'",
         )
-        .fetch_one(&self.reads)
+        .fetch_one(&self.pools.reads())
         .await?;
         Ok(Due {
             now,
@@ -493,7 +526,7 @@ impl SqlJobStore {
         now: i64,
         lease_ms: i64,
     ) -> sqlx::Result<Option<Claim>> {
-        let mut tx = self.writes.begin().await?;
+        let mut tx = self.pools.writes().begin().await?;
         let running = plan.kind != ClaimKind::RecordOnly;
         let token = sqlx::query_scalar::<_, i64>(
             "UPDATE jobs SET status = $1, version = version + 1, owner = $2, utime = $3, \
@@ -595,7 +628,7 @@ impl SqlJobStore {
         .bind(claim.job_id)
         .bind(claim.token)
         .bind(now)
-        .execute(&self.writes)
+        .execute(&self.pools.writes())
         .await?
         .rows_affected();
         Ok(updated == 1)
@@ -621,7 +654,7 @@ impl SqlJobStore {
         } else {
             passed_during_run(schedule, claim.next_time, now)
         };
-        let mut tx = self.writes.begin().await?;
+        let mut tx = self.pools.writes().begin().await?;
         let released = sqlx::query(
             "UPDATE jobs SET status = 'waiting', owner = '', utime = $3, next_time = $4 \
              WHERE id = $1 AND version = $2 AND status = 'running'",

@@ -173,11 +173,29 @@ pub async fn ensure_job(jobs: &SqlJobStore, job: &scheduler::sql::NewJob) -> any
 }
 
 /// The durable-job store on `db`: reads on the shared pool, writes on the writer pool (SQLite's
-/// single writer), time from the database's own clock.
+/// single writer), time from the database's own clock — each asked of `db` at every operation,
+/// so the store follows an online database move.
 pub fn store(db: &Db) -> SqlJobStore {
-    SqlJobStore::new(
-        db.pool().any_pool().clone(),
-        db.writer().any_pool().clone(),
+    SqlJobStore::with_pools(
+        Arc::new(RoutedPools(db.clone())),
         DbClock::Database(dialect(db.kind())),
     )
+}
+
+/// The pools `db` routes to at the moment of asking.
+#[derive(Debug)]
+struct RoutedPools(Db);
+
+impl scheduler::sql::PoolSource for RoutedPools {
+    fn reads(&self) -> sqlx::AnyPool {
+        self.0.pool().any_pool()
+    }
+
+    fn writes(&self) -> sqlx::AnyPool {
+        self.0.writer().any_pool()
+    }
+
+    fn dialect(&self) -> Option<Dialect> {
+        Some(dialect(self.0.kind()))
+    }
 }

@@ -19,6 +19,7 @@ mod chaos;
 mod cluster;
 mod comments;
 mod console;
+mod db_move;
 mod events;
 mod feed;
 mod follow;

@@ -18,6 +18,7 @@
 //   pages/me.js        #/me, #/me/articles, #/me/account
 //   pages/editor.js    #/write, #/write/:id
 //   pages/ops.js       #/ops/jobs, #/ops/findings, #/ops/instances (admins)
+//   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
 //
 // Routing is by location.hash (so no console path meets an API route). A page is
 // `async (ctx) => Node`: ctx = {params, query, signal, onLeave(fn), redirect(hash)}; it issues its
@@ -28,7 +29,7 @@
 // Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
 // performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag,
-// signup, login, me, my-articles, editor, account, jobs, findings, instances, notfound. Form
+// signup, login, me, my-articles, editor, account, jobs, findings, instances, move, notfound. Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
 // (stop a job, withdraw an article) are window.confirm() dialogs, and window.consoleProblems
@@ -57,6 +58,7 @@ const ROUTES = [
   [/^\/ops\/jobs$/, page("jobs", "ops.js", "jobs", { auth: true })],
   [/^\/ops\/findings$/, page("findings", "ops.js", "findings", { auth: true })],
   [/^\/ops\/instances$/, page("instances", "ops.js", "instances", { auth: true })],
+  [/^\/ops\/move$/, page("move", "move.js", "move", { auth: true })],
 ];
 
 const root = document.documentElement;
@@ -186,7 +188,10 @@ function renderNav(path = parseHash().path) {
   const links = [navLink("#/", t("nav.home"), path), navLink("#/search", t("nav.search"), path)];
   if (me) {
     links.push(navLink("#/write", t("nav.write"), path));
-    if (me.admin) links.push(navLink("#/ops/jobs", t("nav.ops"), path, { dataset: { test: "ops-link" } }));
+    if (me.admin) {
+      links.push(navLink("#/ops/jobs", t("nav.ops"), path, { dataset: { test: "ops-link" } }),
+        navLink("#/ops/move", t("nav.move"), path, { dataset: { test: "move-link" } }));
+    }
     links.push(navLink("#/me", me.name || t("nav.me"), path, { dataset: { test: "whoami" }, class: "whoami" }));
     const out = h("button", { type: "button", class: "link", dataset: { action: "logout" } }, t("nav.logout"));
     out.addEventListener("click", logout);

@@ -1,0 +1,312 @@
+//! The admin API of the move (`/admin/db-move…`, admins only): status, start (then the copy
+//! in the background), switch, validate, fix, finish, and the findings in keyset pages. Long
+//! work runs as the move's one background task; its progress is in the status.
+
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
+
+use axum::{
+    extract::State,
+    routing::{get, post},
+    Router,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    control::{switch, Control, Phase},
+    status, work, Mover, StatusView,
+};
+use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use platform::{
+    db::Migration,
+    error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
+};
+
+/// State of the routes.
+pub struct MoveRoutes {
+    control: Control,
+    source_url: String,
+    auth: AuthService,
+    admins: Admins,
+    schema: &'static [Migration],
+    mover: tokio::sync::Mutex<Option<Mover>>,
+    busy: AtomicBool,
+}
+
+impl MoveRoutes {
+    pub fn new(
+        control: Control,
+        source_url: String,
+        auth: AuthService,
+        admins: Admins,
+        schema: &'static [Migration],
+    ) -> Self {
+        Self {
+            control,
+            source_url,
+            auth,
+            admins,
+            schema,
+            mover: tokio::sync::Mutex::new(None),
+            busy: AtomicBool::new(false),
+        }
+    }
+
+    /// The mover of the recorded move (opened once).
+    async fn mover(&self) -> anyhow::Result<Option<Mover>> {
+        let mut mover = self.mover.lock().await;
+        if mover.is_none() {
+            *mover = super::open_mover(&self.control, &self.source_url).await?;
+        }
+        Ok(mover.clone())
+    }
+
+    async fn status(&self) -> ApiResult<StatusView> {
+        let mover = self.mover().await.map_err(refused)?;
+        Ok(Reply(
+            status(&self.control, &self.source_url, mover.as_ref(), false)
+                .await
+                .map_err(refused)?,
+        ))
+    }
+
+    /// Runs `work` as the one background task, or refuses while another runs.
+    fn spawn<F>(self: &Arc<Self>, work: F) -> Result<(), AppError>
+    where
+        F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return Err(invalid("another task of the move is running"));
+        }
+        let routes = self.clone();
+        tokio::spawn(async move {
+            if let Err(err) = work.await {
+                tracing::warn!(error = %format!("{err:#}"), "database move task failed");
+            }
+            routes.busy.store(false, Ordering::Release);
+        });
+        Ok(())
+    }
+}
+
+impl Authenticates for MoveRoutes {
+    fn auth(&self) -> &AuthService {
+        &self.auth
+    }
+}
+
+impl ChecksAdmins for MoveRoutes {
+    fn admins(&self) -> &Admins {
+        &self.admins
+    }
+}
+
+/// The routes.
+pub fn router(routes: MoveRoutes) -> Router {
+    Router::new()
+        .route("/admin/db-move", get(show))
+        .route("/admin/db-move/start", post(start))
+        .route("/admin/db-move/switch", post(switch_phase))
+        .route("/admin/db-move/validate", post(validate))
+        .route("/admin/db-move/fix", post(fix))
+        .route("/admin/db-move/finish", post(finish))
+        .route("/admin/db-move/findings", get(findings))
+        .with_state(Arc::new(routes))
+}
+
+fn invalid(message: &str) -> AppError {
+    AppError::InvalidInput(Msg::owned(message.to_owned(), message.to_owned()))
+}
+
+/// A refusal with the reason (code 4): every failure of the move's operations is one the
+/// operator reads and acts on.
+fn refused(err: anyhow::Error) -> AppError {
+    invalid(&format!("{err:#}"))
+}
+
+async fn show(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
+    routes.status().await
+}
+
+#[derive(Debug, Deserialize)]
+struct StartRequest {
+    destination: String,
+}
+
+async fn start(
+    _admin: Admin,
+    State(routes): State<Arc<MoveRoutes>>,
+    ApiJson(request): ApiJson<StartRequest>,
+) -> ApiResult<StatusView> {
+    let destination = request.destination.trim().to_owned();
+    if !destination.starts_with("postgres://") && !destination.starts_with("postgresql://") {
+        return Err(invalid("destination must be a PostgreSQL URL (postgres://…)"));
+    }
+    if routes.busy.load(Ordering::Acquire) {
+        return Err(invalid("another task of the move is running"));
+    }
+    let mover = work::start(&routes.control, &routes.source_url, &destination, routes.schema)
+        .await
+        .map_err(refused)?;
+    *routes.mover.lock().await = Some(mover.clone());
+    let control = routes.control.clone();
+    routes.spawn(async move {
+        work::as_task(&control, "copy", mover.copy(&|_, _, _| {})).await?;
+        Ok(())
+    })?;
+    routes.status().await
+}
+
+#[derive(Debug, Deserialize)]
+struct SwitchRequest {
+    phase: String,
+}
+
+async fn switch_phase(
+    _admin: Admin,
+    State(routes): State<Arc<MoveRoutes>>,
+    ApiJson(request): ApiJson<SwitchRequest>,
+) -> ApiResult<StatusView> {
+    let target = Phase::parse(&request.phase)
+        .ok_or_else(|| invalid("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly"))?;
+    let mover = routes
+        .mover()
+        .await
+        .map_err(refused)?
+        .ok_or_else(|| invalid("no move has been started"))?;
+    switch(
+        &routes.control,
+        &mover.source,
+        &mover.destination,
+        target,
+        mover.drain(),
+    )
+    .await
+    .map_err(refused)?;
+    routes.status().await
+}
+
+#[derive(Debug, Deserialize)]
+struct ValidateRequest {
+    since: Option<i64>,
+}
+
+async fn validate(
+    _admin: Admin,
+    State(routes): State<Arc<MoveRoutes>>,
+    ApiJson(request): ApiJson<ValidateRequest>,
+) -> ApiResult<StatusView> {
+    let mover = routes
+        .mover()
+        .await
+        .map_err(refused)?
+        .ok_or_else(|| invalid("no move has been started"))?;
+    let control = routes.control.clone();
+    routes.spawn(async move {
+        work::as_task(&control, "validate", mover.validate(request.since, &|_, _, _| {})).await?;
+        Ok(())
+    })?;
+    routes.status().await
+}
+
+async fn fix(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
+    let mover = routes
+        .mover()
+        .await
+        .map_err(refused)?
+        .ok_or_else(|| invalid("no move has been started"))?;
+    let control = routes.control.clone();
+    routes.spawn(async move {
+        work::as_task(&control, "fix", mover.fix()).await?;
+        Ok(())
+    })?;
+    routes.status().await
+}
+
+async fn finish(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
+    let mover = routes
+        .mover()
+        .await
+        .map_err(refused)?
+        .ok_or_else(|| invalid("no move has been started"))?;
+    if routes.busy.load(Ordering::Acquire) {
+        return Err(invalid("another task of the move is running"));
+    }
+    super::finish(&routes.control, &mover)
+        .await
+        .map_err(refused)?;
+    routes.status().await
+}
+
+#[derive(Debug, Deserialize)]
+struct FindingsQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+/// One finding.
+#[derive(Debug, Serialize)]
+struct FindingView {
+    id: i64,
+    table: String,
+    key: String,
+    kind: String,
+    state: String,
+    detail: String,
+}
+
+#[derive(Debug, Serialize)]
+struct FindingsPage {
+    items: Vec<FindingView>,
+    next: Option<String>,
+}
+
+async fn findings(
+    _admin: Admin,
+    State(routes): State<Arc<MoveRoutes>>,
+    ApiQuery(query): ApiQuery<FindingsQuery>,
+) -> ApiResult<FindingsPage> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(invalid("limit must be 1 to 200"));
+    }
+    let after: i64 = match query.cursor.as_deref() {
+        None | Some("") => 0,
+        Some(cursor) => cursor.parse().map_err(|_| invalid("invalid cursor"))?,
+    };
+    let Some(mover) = routes.mover().await.map_err(refused)? else {
+        return Ok(Reply(FindingsPage {
+            items: Vec::new(),
+            next: None,
+        }));
+    };
+    let rows: Vec<(i64, String, String, String, String, String)> = sqlx::query_as(
+        "SELECT id, tbl, pk, kind, state, detail FROM db_move_findings \
+         WHERE id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit + 1)
+    .fetch_all(&mover.source.pool)
+    .await?;
+    let mut items: Vec<FindingView> = rows
+        .into_iter()
+        .map(|(id, table, key, kind, state, detail)| FindingView {
+            id,
+            table,
+            key,
+            kind,
+            state,
+            detail,
+        })
+        .collect();
+    let next = (items.len() > usize::try_from(limit).unwrap_or(usize::MAX)).then(|| {
+        items.pop();
+        items.last().map(|item| item.id.to_string())
+    });
+    Ok(Reply(FindingsPage {
+        items,
+        next: next.flatten(),
+    }))
+}

@@ -1,0 +1,334 @@
+//! The online database move (`/admin/db-move…`): an embedded webook on SQLite moves to a fresh
+//! PostgreSQL while readers, likers, commenters, followers and authors keep using it, then
+//! restarts on PostgreSQL + Redis with the same data; and validation finds and the guarded
+//! fixer mends differences injected on the destination.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+use sqlx::{any::AnyPoolOptions, AnyPool, Row};
+
+use crate::common::{get, login, members, post, publish, signup, Member};
+use platform::testing::{redis_url, wait_until, TestDb};
+use webook::{
+    schema::MIGRATIONS,
+    testing::{make_cluster, TestApp},
+};
+
+const ADMIN: &str = "root@example.com";
+
+/// An embedded app on a fresh SQLite whose admin is user 1; the app and the admin's token.
+async fn embedded_with_admin() -> (TestApp, String) {
+    let app = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
+        let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+        auth.admins = vec![1];
+        auth.write_rate_limit = 0;
+        config
+            .settings_mut::<webook::comment::settings::CommentSettings>()
+            .comment_rate_limit = 0;
+    })
+    .await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (token, _) = login(&app, ADMIN).await;
+    (app, token)
+}
+
+async fn move_status(app: &TestApp, admin: &str) -> Value {
+    let answer = get(app, "/admin/db-move", Some(admin)).await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    answer.json()["data"].clone()
+}
+
+/// Posts a move operation that must be accepted; returns the status it answers.
+async fn operate(app: &TestApp, admin: &str, path: &str, body: Value) -> Value {
+    let answer = post(app, path, Some(admin), body).await;
+    assert_eq!(answer.code(), 0, "{path}: {}", answer.raw);
+    answer.json()["data"].clone()
+}
+
+/// Waits until the move's task `kind` is done (a failed one fails the test); returns the status.
+async fn task_done(app: &TestApp, admin: &str, kind: &str) -> Value {
+    wait_until(&format!("the move's {kind} to finish"), || {
+        let app = &app;
+        async {
+            let status = move_status(app, admin).await;
+            let task = &status["task"];
+            assert_ne!(task["state"], "failed", "{kind}: {status}");
+            let done = task["kind"] == kind && task["state"] == "done";
+            done
+        }
+    })
+    .await;
+    move_status(app, admin).await
+}
+
+/// Every row of every moved table on `pool`, by table, in key order (as text, engine-neutral).
+async fn every_row(pool: &AnyPool, tables: &[MovedTable]) -> BTreeMap<String, Vec<String>> {
+    let mut all = BTreeMap::new();
+    for MovedTable { name: table, key, columns } in tables {
+        let rows = sqlx::query(&format!("SELECT {columns} FROM {table} ORDER BY {key}"))
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        let text = rows
+            .iter()
+            .map(|row| {
+                (0..row.len())
+                    .map(|index| {
+                        row.try_get::<Option<i64>, _>(index)
+                            .map(|value| format!("{value:?}"))
+                            .or_else(|_| row.try_get::<Option<String>, _>(index).map(|v| format!("{v:?}")))
+                            .or_else(|_| row.try_get::<Option<f64>, _>(index).map(|v| format!("{v:?}")))
+                            .unwrap_or_else(|_| "?".to_owned())
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        all.insert(table.clone(), text);
+    }
+    all
+}
+
+/// A table to compare: its name, key columns and every column (comma-separated).
+#[derive(Debug)]
+struct MovedTable {
+    name: String,
+    key: String,
+    columns: String,
+}
+
+/// The application's tables with their key columns (as the move sees them), from SQLite.
+async fn moved_tables(sqlite: &AnyPool) -> Vec<MovedTable> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         AND name NOT LIKE 'db_move%' AND name <> '_sqlx_migrations' ORDER BY name",
+    )
+    .fetch_all(sqlite)
+    .await
+    .unwrap();
+    let mut tables = Vec::new();
+    for name in names {
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM pragma_table_info($1) WHERE pk > 0 ORDER BY pk",
+        )
+        .bind(&name)
+        .fetch_all(sqlite)
+        .await
+        .unwrap();
+        let columns: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info($1) ORDER BY name")
+                .bind(&name)
+                .fetch_all(sqlite)
+                .await
+                .unwrap();
+        tables.push(MovedTable {
+            name,
+            key: keys.join(", "),
+            columns: columns.join(", "),
+        });
+    }
+    tables
+}
+
+async fn pool(url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
+    AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&platform::db::connect_url(url).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Mixed traffic until `stop`: reads, like toggles, comments, follows, publishes. Counts every
+/// request and every failure (anything but HTTP 200 with code 0).
+struct Load {
+    stop: Arc<AtomicBool>,
+    requests: Arc<AtomicU64>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(app: &Arc<TestApp>, people: &[Member], articles: &[i64]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let requests = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (worker, person) in people.iter().enumerate() {
+            let (app, stop, requests, failures) =
+                (app.clone(), stop.clone(), requests.clone(), failures.clone());
+            let person = Member {
+                token: person.token.clone(),
+                uid: person.uid,
+            };
+            let others: Vec<i64> = people.iter().map(|p| p.uid).filter(|&uid| uid != person.uid).collect();
+            let articles = articles.to_vec();
+            tasks.push(tokio::spawn(async move {
+                let mut round = 0usize;
+                while !stop.load(Ordering::Acquire) {
+                    round += 1;
+                    let article = articles[(round * 7 + worker) % articles.len()];
+                    let kind = round % 10;
+                    let answer = match kind {
+                        0 => {
+                            post(&app, "/articles/publish", Some(&person.token),
+                                json!({"title": format!("during the move {worker}-{round}"), "content": "<p>moving</p>"})).await
+                        }
+                        1 | 2 => {
+                            post(&app, "/articles/pub/like", Some(&person.token),
+                                json!({"id": article, "like": round % 4 < 2})).await
+                        }
+                        3 => {
+                            post(&app, "/comments", Some(&person.token),
+                                json!({"biz": "article", "bizId": article, "content": format!("comment {round}")})).await
+                        }
+                        4 => {
+                            let whom = others[round % others.len()];
+                            let path = if round % 8 < 4 { "/follow/follow" } else { "/follow/cancel" };
+                            post(&app, path, Some(&person.token), json!({"followee": whom})).await
+                        }
+                        _ => get(&app, &format!("/articles/pub/{article}"), Some(&person.token)).await,
+                    };
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    if answer.status_and_code() != (reqwest::StatusCode::OK, 0) {
+                        failures.lock().unwrap().push(format!("request kind {kind}: {}", answer.raw));
+                    }
+                }
+            }));
+        }
+        Self { stop, requests, failures, tasks }
+    }
+
+    /// Waits until at least `more` further requests were answered.
+    async fn progress(&self, more: u64) {
+        let from = self.requests.load(Ordering::Relaxed);
+        wait_until("traffic to go on", || async {
+            self.requests.load(Ordering::Relaxed) >= from + more
+        })
+        .await;
+    }
+
+    async fn stop(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Release);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        let failures = self.failures.lock().unwrap().clone();
+        (self.requests.load(Ordering::Relaxed), failures)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
+    let (app, admin) = embedded_with_admin().await;
+    let app = Arc::new(app);
+    let people = members(&app, "mover", 4).await;
+    let mut articles = Vec::new();
+    for (index, author) in people.iter().enumerate() {
+        for n in 0..3 {
+            articles.push(publish(&app, author, &format!("before the move {index}-{n}")).await);
+        }
+    }
+    let destination = TestDb::empty_postgres().await;
+    let sqlite_url = app.platform.config.database_url();
+
+    let load = Load::start(&app, &people, &articles);
+    load.progress(50).await;
+
+    // Start: the destination is migrated, capture installed, the copy runs in the background.
+    let started = operate(&app, &admin, "/admin/db-move/start", json!({"destination": destination.url})).await;
+    assert_eq!(started["phase"], "SrcOnly");
+    assert!(started["destination"].as_str().unwrap().starts_with("postgres"), "{started}");
+    let switched = operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "SrcFirst"})).await;
+    assert_eq!(switched["phase"], "SrcFirst");
+    let copied = task_done(&app, &admin, "copy").await;
+    assert!(copied["tables"].as_array().unwrap().iter().all(|table| table["done"] == true), "{copied}");
+    let articles_progress = copied["tables"].as_array().unwrap().iter().find(|t| t["name"] == "articles").unwrap().clone();
+    assert!(articles_progress["copied"].as_i64().unwrap() >= 12, "{articles_progress}");
+    load.progress(50).await;
+
+    // Differences the copy raced with are found and fixed while the load goes on.
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    task_done(&app, &admin, "validate").await;
+    operate(&app, &admin, "/admin/db-move/fix", json!({})).await;
+    task_done(&app, &admin, "fix").await;
+
+    // A skipped neighbour is refused.
+    let refused = post(&app, "/admin/db-move/switch", Some(&admin), json!({"phase": "DstOnly"})).await;
+    assert_eq!(refused.code(), 4, "{}", refused.raw);
+
+    let switched = operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "DstFirst"})).await;
+    assert_eq!(switched["phase"], "DstFirst");
+    assert!(app.platform.db.kind() == platform::config::DatabaseKind::Postgres, "routed to PostgreSQL");
+    load.progress(100).await;
+    let (requests, failures) = load.stop().await;
+    assert!(failures.is_empty(), "{} of {requests} requests failed: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(requests >= 200, "{requests}");
+
+    // Everything written is on both sides: validation finds nothing, and row by row they agree.
+    wait_until("the change logs to drain", || async {
+        let status = move_status(&app, &admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let validated = task_done(&app, &admin, "validate").await;
+    let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin)).await;
+    assert_eq!(validated["validation"]["findings"], 0, "{}", findings.raw);
+    assert!(validated["validation"]["checked"].as_i64().unwrap() > 100, "{validated}");
+    let (sqlite, postgres) = (pool(&sqlite_url).await, pool(&destination.url).await);
+    let tables = moved_tables(&sqlite).await;
+    assert!(tables.len() > 20, "{tables:?}");
+    let (left, right) = (every_row(&sqlite, &tables).await, every_row(&postgres, &tables).await);
+    for (table, rows) in &left {
+        assert_eq!(Some(rows), right.get(table), "table {table} differs");
+    }
+
+    // DstOnly, finish: the process serves from PostgreSQL alone.
+    operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "DstOnly"})).await;
+    let finished = operate(&app, &admin, "/admin/db-move/finish", json!({})).await;
+    let restart_with = finished["restartWith"].as_str().unwrap().to_owned();
+    assert!(restart_with.starts_with("database_url = \"postgres://"), "{restart_with}");
+    let late = publish(&app, &people[0], "after the move").await;
+    let on_postgres: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1").bind(late).fetch_one(&postgres).await.unwrap();
+    let on_sqlite: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1").bind(late).fetch_one(&sqlite).await.unwrap();
+    assert_eq!((on_postgres, on_sqlite), (1, 0), "written to PostgreSQL only");
+    let ids_are_fresh: i64 = sqlx::query_scalar("SELECT MAX(id) FROM articles").fetch_one(&postgres).await.unwrap();
+    assert_eq!(ids_are_fresh, late, "the sequence went on after the copied ids");
+
+    // Restarted on PostgreSQL + Redis, the same data.
+    let article_views = {
+        let mut views = Vec::new();
+        for id in articles.iter().copied().chain([late]) {
+            let answer = get(&app, &format!("/articles/pub/{id}"), Some(&people[1].token)).await;
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            let data = answer.json()["data"].clone();
+            views.push((data["title"].clone(), data["likeCnt"].clone(), data["collectCnt"].clone()));
+        }
+        views
+    };
+    let app = Arc::try_unwrap(app).ok().unwrap();
+    app.stop().await.unwrap();
+    let restarted = TestApp::spawn_shared(
+        Arc::new(TestDb::existing(&destination.url).await),
+        |config| make_cluster(config, redis_url()),
+    )
+    .await;
+    assert_eq!(restarted.platform.db.kind(), platform::config::DatabaseKind::Postgres);
+    let (reader, _) = login(&restarted, "mover1@webook.test").await;
+    for (id, seen) in articles.iter().copied().chain([late]).zip(&article_views) {
+        let answer = get(&restarted, &format!("/articles/pub/{id}"), Some(&reader)).await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+        let data = answer.json()["data"].clone();
+        assert_eq!(&(data["title"].clone(), data["likeCnt"].clone(), data["collectCnt"].clone()), seen);
+    }
+    restarted.stop().await.unwrap();
+}
