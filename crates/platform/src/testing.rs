@@ -68,7 +68,10 @@ pub struct TestDb {
 
 enum Cleanup {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { admin_url: String, name: String },
+    Postgres {
+        admin_url: String,
+        name: String,
+    },
     /// Somebody else's database: left as it is.
     Nothing,
 }
@@ -86,7 +89,9 @@ impl TestDb {
     /// holds elsewhere, e.g. the destination of a database move.
     pub async fn existing(url: &str) -> Self {
         Self {
-            db: Db::connect_url(url, 5).await.expect("connecting to the existing database"),
+            db: Db::connect_url(url, 5)
+                .await
+                .expect("connecting to the existing database"),
             url: url.to_owned(),
             cleanup: Cleanup::Nothing,
         }

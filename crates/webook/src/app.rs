@@ -37,8 +37,8 @@ use platform::{
 };
 
 use crate::{
-    account, article, auth, comment, console, db_move, feed, interactive, jobs, payment, phone_login,
-    ranking, reward, search, sms, tag, user, wechat_login,
+    account, article, auth, comment, console, db_move, feed, interactive, jobs, payment,
+    phone_login, ranking, reward, search, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it uses.

@@ -221,10 +221,12 @@ impl Db {
             .await
             .with_context(describe)?;
         let writer = match kind {
-            DatabaseKind::Sqlite => pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
-                .connect(&connect_url)
-                .await
-                .with_context(describe)?,
+            DatabaseKind::Sqlite => {
+                pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
+                    .connect(&connect_url)
+                    .await
+                    .with_context(describe)?
+            }
             DatabaseKind::Postgres => pool.clone(),
         };
         let routing = Arc::new(Routing::new(Engine {

@@ -47,7 +47,11 @@ pub enum DbMoveCommand {
     Finish,
 }
 
-pub async fn run(config: &Config, schema: &[Migration], command: DbMoveCommand) -> anyhow::Result<()> {
+pub async fn run(
+    config: &Config,
+    schema: &[Migration],
+    command: DbMoveCommand,
+) -> anyhow::Result<()> {
     let control = control_of(config).await?;
     let source_url = config.database_url();
     let mover = || async {
@@ -73,7 +77,14 @@ pub async fn run(config: &Config, schema: &[Migration], command: DbMoveCommand) 
             let target = Phase::parse(&phase)
                 .context("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly")?;
             let mover = mover().await?;
-            switch(&control, &mover.source, &mover.destination, target, mover.drain()).await?;
+            switch(
+                &control,
+                &mover.source,
+                &mover.destination,
+                target,
+                mover.drain(),
+            )
+            .await?;
             println!("switched to {}", target.as_str());
         }
         DbMoveCommand::Validate { since } => {
@@ -83,7 +94,8 @@ pub async fn run(config: &Config, schema: &[Migration], command: DbMoveCommand) 
                 bar.set_position(u64::try_from(done).unwrap_or(0));
                 bar.set_message(table.to_owned());
             };
-            let validation = work::as_task(&control, "validate", mover.validate(since, &report)).await?;
+            let validation =
+                work::as_task(&control, "validate", mover.validate(since, &report)).await?;
             bar.finish_and_clear();
             println!(
                 "compared {} rows: {} differences",

@@ -111,11 +111,9 @@ pub struct Validation {
 #[derive(Debug, Clone)]
 pub struct MoveState {
     pub phase: Phase,
-    pub target: Phase,
     pub destination: String,
     pub epoch: i64,
     pub stage: String,
-    pub started_at: i64,
     pub task: Option<Task>,
     pub tables: Vec<TableProgress>,
     pub validation: Option<Validation>,
@@ -141,7 +139,8 @@ pub struct Control {
     db: Db,
 }
 
-type Row = (String, String, String, i64, String, i64, String, String, String);
+/// phase, destination, epoch, stage, task, tables, validation.
+type Row = (String, String, i64, String, String, String, String);
 
 impl Control {
     /// Control on `db`, which must stay on the source (a [`Db::detached`] one in instances).
@@ -152,25 +151,21 @@ impl Control {
     /// The move, if one was started.
     pub async fn load(&self) -> anyhow::Result<Option<MoveState>> {
         let row: Option<Row> = sqlx::query_as(
-            "SELECT phase, target, destination, epoch, stage, started_at, task, tables, \
-             validation FROM db_move WHERE id = 1",
+            "SELECT phase, destination, epoch, stage, task, tables, validation \
+             FROM db_move WHERE id = 1",
         )
         .fetch_optional(self.db.pool())
         .await?;
-        let Some((phase, target, destination, epoch, stage, started_at, task, tables, validation)) =
-            row
-        else {
+        let Some((phase, destination, epoch, stage, task, tables, validation)) = row else {
             return Ok(None);
         };
         let phase_of =
             |name: &str| Phase::parse(name).with_context(|| format!("unknown phase {name:?}"));
         Ok(Some(MoveState {
             phase: phase_of(&phase)?,
-            target: phase_of(&target)?,
             destination,
             epoch,
             stage,
-            started_at,
             task: serde_json::from_str(&task)?,
             tables: serde_json::from_str(&tables)?,
             validation: serde_json::from_str(&validation)?,
@@ -220,7 +215,13 @@ impl Control {
         Ok(())
     }
 
-    async fn set_stage(&self, epoch: i64, stage: &str, phase: Phase, target: Phase) -> anyhow::Result<()> {
+    async fn set_stage(
+        &self,
+        epoch: i64,
+        stage: &str,
+        phase: Phase,
+        target: Phase,
+    ) -> anyhow::Result<()> {
         sqlx::query(
             "UPDATE db_move SET epoch = $1, stage = $2, phase = $3, target = $4, utime = $5 \
              WHERE id = 1",
@@ -363,7 +364,9 @@ pub async fn switch(
             }
         }
         if target.destination_authoritative() {
-            destination.carry_sequences(&destination.tables().await?).await?;
+            destination
+                .carry_sequences(&destination.tables().await?)
+                .await?;
         } else {
             source.carry_sequences(&source.tables().await?).await?;
         }

@@ -142,14 +142,21 @@ async fn start(
 ) -> ApiResult<StatusView> {
     let destination = request.destination.trim().to_owned();
     if !destination.starts_with("postgres://") && !destination.starts_with("postgresql://") {
-        return Err(invalid("destination must be a PostgreSQL URL (postgres://…)"));
+        return Err(invalid(
+            "destination must be a PostgreSQL URL (postgres://…)",
+        ));
     }
     if routes.busy.load(Ordering::Acquire) {
         return Err(invalid("another task of the move is running"));
     }
-    let mover = work::start(&routes.control, &routes.source_url, &destination, routes.schema)
-        .await
-        .map_err(refused)?;
+    let mover = work::start(
+        &routes.control,
+        &routes.source_url,
+        &destination,
+        routes.schema,
+    )
+    .await
+    .map_err(refused)?;
     *routes.mover.lock().await = Some(mover.clone());
     let control = routes.control.clone();
     routes.spawn(async move {
@@ -205,7 +212,12 @@ async fn validate(
         .ok_or_else(|| invalid("no move has been started"))?;
     let control = routes.control.clone();
     routes.spawn(async move {
-        work::as_task(&control, "validate", mover.validate(request.since, &|_, _, _| {})).await?;
+        work::as_task(
+            &control,
+            "validate",
+            mover.validate(request.since, &|_, _, _| {}),
+        )
+        .await?;
         Ok(())
     })?;
     routes.status().await

@@ -14,8 +14,7 @@ use platform::{
 
 use super::{
     control::{
-        Control, MoveState, ACK_FLIPPED, ACK_OPEN, ACK_PAUSED, STAGE_ABORT, STAGE_FLIP,
-        STAGE_PAUSE,
+        Control, MoveState, ACK_FLIPPED, ACK_OPEN, ACK_PAUSED, STAGE_ABORT, STAGE_FLIP, STAGE_PAUSE,
     },
     work::Mover,
 };
@@ -63,7 +62,10 @@ impl InstanceMove {
             let destination = self.connect_destination(&state).await?;
             let paused = self.app.pause(PAUSE_WITHIN).await?;
             self.app.route_to(&paused, &destination);
-            tracing::info!(phase = state.phase.as_str(), "serving from the move's destination");
+            tracing::info!(
+                phase = state.phase.as_str(),
+                "serving from the move's destination"
+            );
         }
         Ok(())
     }
@@ -118,7 +120,10 @@ impl InstanceMove {
             let source_url = self.config.database_url();
             held.mover = Some(Mover::open(self.control.clone(), &source_url, &state).await?);
         }
-        let destination = held.destination.clone().ok_or_else(|| anyhow::anyhow!("connected above"))?;
+        let destination = held
+            .destination
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("connected above"))?;
         match state.stage.as_str() {
             STAGE_PAUSE if held.acknowledged.0 < state.epoch => {
                 let paused = self.app.pause(PAUSE_WITHIN).await?;
@@ -143,8 +148,12 @@ impl InstanceMove {
         }
         if held.beat.is_none_or(|beat| beat.elapsed() >= HEARTBEAT) {
             let (epoch, stage) = held.acknowledged.clone();
-            self.acknowledge(held, epoch.max(0), if stage.is_empty() { ACK_OPEN } else { &stage })
-                .await?;
+            self.acknowledge(
+                held,
+                epoch.max(0),
+                if stage.is_empty() { ACK_OPEN } else { &stage },
+            )
+            .await?;
         }
         self.keep_replicating(held, state.phase.replicates());
         Ok(true)
@@ -152,7 +161,12 @@ impl InstanceMove {
 
     /// Routes the application's database to the authority of `state.phase` (pausing first
     /// unless the switch already paused it).
-    async fn route(&self, held: &mut Held, state: &MoveState, destination: &Db) -> anyhow::Result<()> {
+    async fn route(
+        &self,
+        held: &mut Held,
+        state: &MoveState,
+        destination: &Db,
+    ) -> anyhow::Result<()> {
         let authority = if state.phase.destination_authoritative() {
             destination
         } else {
@@ -205,8 +219,12 @@ async fn replicate(mover: Mover, stop: CancellationToken) {
     while !stop.is_cancelled() {
         let taken = async {
             anyhow::Ok(
-                mover.replicate_once(&mover.source, &mover.destination).await?
-                    + mover.replicate_once(&mover.destination, &mover.source).await?,
+                mover
+                    .replicate_once(&mover.source, &mover.destination)
+                    .await?
+                    + mover
+                        .replicate_once(&mover.destination, &mover.source)
+                        .await?,
             )
         }
         .await;

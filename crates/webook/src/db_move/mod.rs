@@ -125,7 +125,7 @@ impl Feature for DbMove {
 /// The move as the CLI prints it and the admin API answers it.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StatusView {
+struct StatusView {
     pub phase: Phase,
     pub source: String,
     pub destination: Option<String>,
@@ -141,17 +141,17 @@ pub struct StatusView {
 
 /// Change-log entries not yet replicated.
 #[derive(Debug, Serialize, Default)]
-pub struct Pending {
+struct Pending {
     pub source: i64,
     pub destination: i64,
 }
 
 /// The stage a finished move keeps (the control row stays, so an instance restarted on the old
 /// configuration still serves from the destination).
-pub const STAGE_FINISHED: &str = "finished";
+const STAGE_FINISHED: &str = "finished";
 
 /// The status of the move recorded in `control` (of the source `source_url`).
-pub async fn status(
+async fn status(
     control: &Control,
     source_url: &str,
     mover: Option<&Mover>,
@@ -220,10 +220,16 @@ fn restart_with(state: &MoveState, show_secrets: bool) -> String {
 }
 
 /// Removes the triggers and change logs of a move in DstOnly and marks it finished.
-pub async fn finish(control: &Control, mover: &Mover) -> anyhow::Result<()> {
-    let state = control.load().await?.ok_or_else(|| anyhow::anyhow!("no move has been started"))?;
+async fn finish(control: &Control, mover: &Mover) -> anyhow::Result<()> {
+    let state = control
+        .load()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no move has been started"))?;
     if state.phase != Phase::DstOnly {
-        anyhow::bail!("finish comes after the switch to DstOnly (now {})", state.phase.as_str());
+        anyhow::bail!(
+            "finish comes after the switch to DstOnly (now {})",
+            state.phase.as_str()
+        );
     }
     mover.source.remove_capture(&mover.tables).await?;
     mover.destination.remove_capture(&mover.tables).await?;
@@ -236,14 +242,16 @@ pub async fn finish(control: &Control, mover: &Mover) -> anyhow::Result<()> {
 }
 
 /// Opens the mover of the move recorded in `control`, if there is one.
-pub async fn open_mover(control: &Control, source_url: &str) -> anyhow::Result<Option<Mover>> {
+async fn open_mover(control: &Control, source_url: &str) -> anyhow::Result<Option<Mover>> {
     match control.load().await? {
-        Some(state) => Ok(Some(Mover::open(control.clone(), source_url, &state).await?)),
+        Some(state) => Ok(Some(
+            Mover::open(control.clone(), source_url, &state).await?,
+        )),
         None => Ok(None),
     }
 }
 
 /// The source `Db` of `config`, for the CLI.
-pub async fn control_of(config: &platform::config::Config) -> anyhow::Result<Control> {
+async fn control_of(config: &platform::config::Config) -> anyhow::Result<Control> {
     Ok(Control::new(Db::connect(config).await?))
 }

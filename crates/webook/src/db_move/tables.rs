@@ -75,9 +75,14 @@ impl Value {
         if let Ok(value) = row.try_get::<String, _>(index) {
             return Ok(Self::Text(value));
         }
-        Ok(Self::Bytes(row.try_get::<Vec<u8>, _>(index).with_context(|| {
-            format!("column {} has a type the move does not carry", row.column(index).name())
-        })?))
+        Ok(Self::Bytes(row.try_get::<Vec<u8>, _>(index).with_context(
+            || {
+                format!(
+                    "column {} has a type the move does not carry",
+                    row.column(index).name()
+                )
+            },
+        )?))
     }
 
     pub fn bind<'q>(
@@ -218,8 +223,6 @@ impl Table {
 pub struct Side {
     pub pool: AnyPool,
     pub kind: DatabaseKind,
-    /// The URL without its password, for status and messages.
-    pub shown_url: String,
 }
 
 /// Keyset batch reading: rows after `after` (or from the start), at most `limit`, optionally
@@ -256,11 +259,7 @@ impl Side {
             .connect(&platform::db::connect_url(url)?)
             .await
             .with_context(|| format!("connecting to {}", redact_url(url)))?;
-        Ok(Self {
-            pool,
-            kind,
-            shown_url: redact_url(url),
-        })
+        Ok(Self { pool, kind })
     }
 
     /// The tables of this database (less the move's own), with columns and keys.
@@ -279,7 +278,10 @@ impl Side {
         .fetch_all(&self.pool)
         .await?;
         let mut tables = Vec::new();
-        for name in names.into_iter().filter(|name| !NOT_MOVED.contains(&name.as_str())) {
+        for name in names
+            .into_iter()
+            .filter(|name| !NOT_MOVED.contains(&name.as_str()))
+        {
             let columns: Vec<(String, i64)> = match self.kind {
                 DatabaseKind::Sqlite => sqlx::query_as(
                     "SELECT name, CAST(pk AS BIGINT) FROM pragma_table_info($1) ORDER BY cid",

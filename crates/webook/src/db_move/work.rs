@@ -16,8 +16,7 @@ use platform::{
 use super::{
     control::{Control, MoveState, Phase, TableProgress, Task, Validation},
     tables::{
-        delete_rows, key_text, parse_key, write_rows, Batch, Key, OnConflict, Side, Table,
-        TableRow,
+        delete_rows, key_text, parse_key, write_rows, Batch, Key, OnConflict, Side, Table, TableRow,
     },
 };
 
@@ -42,7 +41,11 @@ pub struct Mover {
 
 impl Mover {
     /// The mover of the started move whose control is `control` on `source_url`.
-    pub async fn open(control: Control, source_url: &str, state: &MoveState) -> anyhow::Result<Self> {
+    pub async fn open(
+        control: Control,
+        source_url: &str,
+        state: &MoveState,
+    ) -> anyhow::Result<Self> {
         let source = Side::connect(source_url).await?;
         let destination = Side::connect(&state.destination).await?;
         let tables = common_tables(&source, &destination).await?;
@@ -93,7 +96,9 @@ async fn common_tables(source: &Side, destination: &Side) -> anyhow::Result<Vec<
             .iter()
             .map(|&index| table.columns[index].clone())
             .collect();
-        table.columns.retain(|column| other.columns.contains(column));
+        table
+            .columns
+            .retain(|column| other.columns.contains(column));
         table.key_columns = keys
             .iter()
             .filter_map(|key| table.columns.iter().position(|column| column == key))
@@ -178,7 +183,11 @@ impl Mover {
     /// the last key a previous copy recorded. Rows already on the destination are kept: the
     /// replicator brings newer versions of whatever changed meanwhile.
     pub async fn copy(&self, progress: Progress<'_>) -> anyhow::Result<(i64, String)> {
-        let state = self.control.load().await?.context("no move has been started")?;
+        let state = self
+            .control
+            .load()
+            .await?
+            .context("no move has been started")?;
         let mut tables: Vec<TableProgress> = self
             .tables
             .iter()
@@ -197,7 +206,10 @@ impl Mover {
                     })
             })
             .collect();
-        for progress_of in tables.iter_mut().filter(|table| !table.done && table.rows == 0) {
+        for progress_of in tables
+            .iter_mut()
+            .filter(|table| !table.done && table.rows == 0)
+        {
             if let Some(table) = self.table(&progress_of.name) {
                 progress_of.rows = self.source.count(table).await?;
             }
@@ -493,8 +505,10 @@ impl Mover {
             self.await_replicated().await?;
         }
         let source_rows = index(table, self.source.rows_by_key(None, table, &keys).await?);
-        let destination_rows =
-            index(table, self.destination.rows_by_key(None, table, &keys).await?);
+        let destination_rows = index(
+            table,
+            self.destination.rows_by_key(None, table, &keys).await?,
+        );
         let (authority, _) = self.authority(phase);
         let authoritative_is_source = std::ptr::eq(authority, &self.source);
         let mut recorded = 0;
@@ -512,7 +526,8 @@ impl Mover {
             } else {
                 on_destination
             };
-            let fingerprint = authoritative.map_or_else(|| "absent".to_owned(), TableRow::fingerprint);
+            let fingerprint =
+                authoritative.map_or_else(|| "absent".to_owned(), TableRow::fingerprint);
             let detail = match kind {
                 FindingKind::Different => describe_difference(table, on_source, on_destination),
                 FindingKind::MissingInDestination => "only in the source".to_owned(),
@@ -540,9 +555,10 @@ impl Mover {
     async fn await_replicated(&self) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         for side in [&self.source, &self.destination] {
-            let logged: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM db_move_changes")
-                .fetch_one(&side.pool)
-                .await?;
+            let logged: i64 =
+                sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM db_move_changes")
+                    .fetch_one(&side.pool)
+                    .await?;
             loop {
                 let waiting: i64 =
                     sqlx::query_scalar("SELECT COUNT(*) FROM db_move_changes WHERE seq <= $1")
@@ -628,11 +644,9 @@ impl Mover {
         let mut lock = authority.pool.begin().await?;
         match authority.kind {
             DatabaseKind::Sqlite => {
-                sqlx::query(
-                    "INSERT INTO db_move_changes (seq, tbl, pk) VALUES (-1, '', '[]')",
-                )
-                .execute(&mut *lock)
-                .await?;
+                sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES (-1, '', '[]')")
+                    .execute(&mut *lock)
+                    .await?;
             }
             DatabaseKind::Postgres => {
                 let keys = vec![key.clone()];
@@ -680,10 +694,7 @@ async fn lock_rows(
         .collect::<Vec<_>>()
         .join(" AND ");
     for key in keys {
-        let sql = format!(
-            "SELECT 1 FROM {} WHERE {conditions} FOR UPDATE",
-            table.name
-        );
+        let sql = format!("SELECT 1 FROM {} WHERE {conditions} FOR UPDATE", table.name);
         let mut query = sqlx::query(&sql);
         for value in key {
             query = value.clone().bind(query);

@@ -3,13 +3,14 @@
 //! restarts on PostgreSQL + Redis with the same data; and validation finds and the guarded
 //! fixer mends differences injected on the destination.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 use std::{
     collections::BTreeMap,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
-    time::Duration,
 };
 
 use serde_json::{json, Value};
@@ -26,7 +27,15 @@ const ADMIN: &str = "root@example.com";
 
 /// An embedded app on a fresh SQLite whose admin is user 1; the app and the admin's token.
 async fn embedded_with_admin() -> (TestApp, String) {
-    let app = TestApp::spawn_with(TestDb::sqlite(&MIGRATIONS).await, |config| {
+    let app = embedded_on(Arc::new(TestDb::sqlite(&MIGRATIONS).await)).await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (token, _) = login(&app, ADMIN).await;
+    (app, token)
+}
+
+/// An embedded app on `db` (admin: user 1; no write limits, for the load).
+async fn embedded_on(db: Arc<TestDb>) -> TestApp {
+    TestApp::spawn_shared(db, |config| {
         let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
         auth.admins = vec![1];
         auth.write_rate_limit = 0;
@@ -34,10 +43,7 @@ async fn embedded_with_admin() -> (TestApp, String) {
             .settings_mut::<webook::comment::settings::CommentSettings>()
             .comment_rate_limit = 0;
     })
-    .await;
-    assert_eq!(signup(&app, ADMIN).await.code(), 0);
-    let (token, _) = login(&app, ADMIN).await;
-    (app, token)
+    .await
 }
 
 async fn move_status(app: &TestApp, admin: &str) -> Value {
@@ -61,8 +67,7 @@ async fn task_done(app: &TestApp, admin: &str, kind: &str) -> Value {
             let status = move_status(app, admin).await;
             let task = &status["task"];
             assert_ne!(task["state"], "failed", "{kind}: {status}");
-            let done = task["kind"] == kind && task["state"] == "done";
-            done
+            task["kind"] == kind && task["state"] == "done"
         }
     })
     .await;
@@ -72,7 +77,12 @@ async fn task_done(app: &TestApp, admin: &str, kind: &str) -> Value {
 /// Every row of every moved table on `pool`, by table, in key order (as text, engine-neutral).
 async fn every_row(pool: &AnyPool, tables: &[MovedTable]) -> BTreeMap<String, Vec<String>> {
     let mut all = BTreeMap::new();
-    for MovedTable { name: table, key, columns } in tables {
+    for MovedTable {
+        name: table,
+        key,
+        columns,
+    } in tables
+    {
         let rows = sqlx::query(&format!("SELECT {columns} FROM {table} ORDER BY {key}"))
             .fetch_all(pool)
             .await
@@ -84,8 +94,14 @@ async fn every_row(pool: &AnyPool, tables: &[MovedTable]) -> BTreeMap<String, Ve
                     .map(|index| {
                         row.try_get::<Option<i64>, _>(index)
                             .map(|value| format!("{value:?}"))
-                            .or_else(|_| row.try_get::<Option<String>, _>(index).map(|v| format!("{v:?}")))
-                            .or_else(|_| row.try_get::<Option<f64>, _>(index).map(|v| format!("{v:?}")))
+                            .or_else(|_| {
+                                row.try_get::<Option<String>, _>(index)
+                                    .map(|v| format!("{v:?}"))
+                            })
+                            .or_else(|_| {
+                                row.try_get::<Option<f64>, _>(index)
+                                    .map(|v| format!("{v:?}"))
+                            })
                             .unwrap_or_else(|_| "?".to_owned())
                     })
                     .collect::<Vec<_>>()
@@ -116,13 +132,12 @@ async fn moved_tables(sqlite: &AnyPool) -> Vec<MovedTable> {
     .unwrap();
     let mut tables = Vec::new();
     for name in names {
-        let keys: Vec<String> = sqlx::query_scalar(
-            "SELECT name FROM pragma_table_info($1) WHERE pk > 0 ORDER BY pk",
-        )
-        .bind(&name)
-        .fetch_all(sqlite)
-        .await
-        .unwrap();
+        let keys: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM pragma_table_info($1) WHERE pk > 0 ORDER BY pk")
+                .bind(&name)
+                .fetch_all(sqlite)
+                .await
+                .unwrap();
         let columns: Vec<String> =
             sqlx::query_scalar("SELECT name FROM pragma_table_info($1) ORDER BY name")
                 .bind(&name)
@@ -163,13 +178,21 @@ impl Load {
         let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for (worker, person) in people.iter().enumerate() {
-            let (app, stop, requests, failures) =
-                (app.clone(), stop.clone(), requests.clone(), failures.clone());
+            let (app, stop, requests, failures) = (
+                app.clone(),
+                stop.clone(),
+                requests.clone(),
+                failures.clone(),
+            );
             let person = Member {
                 token: person.token.clone(),
                 uid: person.uid,
             };
-            let others: Vec<i64> = people.iter().map(|p| p.uid).filter(|&uid| uid != person.uid).collect();
+            let others: Vec<i64> = people
+                .iter()
+                .map(|p| p.uid)
+                .filter(|&uid| uid != person.uid)
+                .collect();
             let articles = articles.to_vec();
             tasks.push(tokio::spawn(async move {
                 let mut round = 0usize;
@@ -204,7 +227,12 @@ impl Load {
                 }
             }));
         }
-        Self { stop, requests, failures, tasks }
+        Self {
+            stop,
+            requests,
+            failures,
+            tasks,
+        }
     }
 
     /// Waits until at least `more` further requests were answered.
@@ -244,15 +272,49 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     load.progress(50).await;
 
     // Start: the destination is migrated, capture installed, the copy runs in the background.
-    let started = operate(&app, &admin, "/admin/db-move/start", json!({"destination": destination.url})).await;
+    let started = operate(
+        &app,
+        &admin,
+        "/admin/db-move/start",
+        json!({"destination": destination.url}),
+    )
+    .await;
     assert_eq!(started["phase"], "SrcOnly");
-    assert!(started["destination"].as_str().unwrap().starts_with("postgres"), "{started}");
-    let switched = operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "SrcFirst"})).await;
+    assert!(
+        started["destination"]
+            .as_str()
+            .unwrap()
+            .starts_with("postgres"),
+        "{started}"
+    );
+    let switched = operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
     assert_eq!(switched["phase"], "SrcFirst");
     let copied = task_done(&app, &admin, "copy").await;
-    assert!(copied["tables"].as_array().unwrap().iter().all(|table| table["done"] == true), "{copied}");
-    let articles_progress = copied["tables"].as_array().unwrap().iter().find(|t| t["name"] == "articles").unwrap().clone();
-    assert!(articles_progress["copied"].as_i64().unwrap() >= 12, "{articles_progress}");
+    assert!(
+        copied["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|table| table["done"] == true),
+        "{copied}"
+    );
+    let articles_progress = copied["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "articles")
+        .unwrap()
+        .clone();
+    assert!(
+        articles_progress["copied"].as_i64().unwrap() >= 12,
+        "{articles_progress}"
+    );
     load.progress(50).await;
 
     // Differences the copy raced with are found and fixed while the load goes on.
@@ -262,15 +324,35 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     task_done(&app, &admin, "fix").await;
 
     // A skipped neighbour is refused.
-    let refused = post(&app, "/admin/db-move/switch", Some(&admin), json!({"phase": "DstOnly"})).await;
+    let refused = post(
+        &app,
+        "/admin/db-move/switch",
+        Some(&admin),
+        json!({"phase": "DstOnly"}),
+    )
+    .await;
     assert_eq!(refused.code(), 4, "{}", refused.raw);
 
-    let switched = operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "DstFirst"})).await;
+    let switched = operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "DstFirst"}),
+    )
+    .await;
     assert_eq!(switched["phase"], "DstFirst");
-    assert!(app.platform.db.kind() == platform::config::DatabaseKind::Postgres, "routed to PostgreSQL");
+    assert!(
+        app.platform.db.kind() == platform::config::DatabaseKind::Postgres,
+        "routed to PostgreSQL"
+    );
     load.progress(100).await;
     let (requests, failures) = load.stop().await;
-    assert!(failures.is_empty(), "{} of {requests} requests failed: {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(
+        failures.is_empty(),
+        "{} of {requests} requests failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
     assert!(requests >= 200, "{requests}");
 
     // Everything written is on both sides: validation finds nothing, and row by row they agree.
@@ -283,26 +365,59 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     let validated = task_done(&app, &admin, "validate").await;
     let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin)).await;
     assert_eq!(validated["validation"]["findings"], 0, "{}", findings.raw);
-    assert!(validated["validation"]["checked"].as_i64().unwrap() > 100, "{validated}");
+    assert!(
+        validated["validation"]["checked"].as_i64().unwrap() > 100,
+        "{validated}"
+    );
     let (sqlite, postgres) = (pool(&sqlite_url).await, pool(&destination.url).await);
     let tables = moved_tables(&sqlite).await;
     assert!(tables.len() > 20, "{tables:?}");
-    let (left, right) = (every_row(&sqlite, &tables).await, every_row(&postgres, &tables).await);
+    let (left, right) = (
+        every_row(&sqlite, &tables).await,
+        every_row(&postgres, &tables).await,
+    );
     for (table, rows) in &left {
         assert_eq!(Some(rows), right.get(table), "table {table} differs");
     }
 
     // DstOnly, finish: the process serves from PostgreSQL alone.
-    operate(&app, &admin, "/admin/db-move/switch", json!({"phase": "DstOnly"})).await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "DstOnly"}),
+    )
+    .await;
     let finished = operate(&app, &admin, "/admin/db-move/finish", json!({})).await;
     let restart_with = finished["restartWith"].as_str().unwrap().to_owned();
-    assert!(restart_with.starts_with("database_url = \"postgres://"), "{restart_with}");
+    assert!(
+        restart_with.starts_with("database_url = \"postgres://"),
+        "{restart_with}"
+    );
     let late = publish(&app, &people[0], "after the move").await;
-    let on_postgres: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1").bind(late).fetch_one(&postgres).await.unwrap();
-    let on_sqlite: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1").bind(late).fetch_one(&sqlite).await.unwrap();
-    assert_eq!((on_postgres, on_sqlite), (1, 0), "written to PostgreSQL only");
-    let ids_are_fresh: i64 = sqlx::query_scalar("SELECT MAX(id) FROM articles").fetch_one(&postgres).await.unwrap();
-    assert_eq!(ids_are_fresh, late, "the sequence went on after the copied ids");
+    let on_postgres: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1")
+        .bind(late)
+        .fetch_one(&postgres)
+        .await
+        .unwrap();
+    let on_sqlite: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1")
+        .bind(late)
+        .fetch_one(&sqlite)
+        .await
+        .unwrap();
+    assert_eq!(
+        (on_postgres, on_sqlite),
+        (1, 0),
+        "written to PostgreSQL only"
+    );
+    let ids_are_fresh: i64 = sqlx::query_scalar("SELECT MAX(id) FROM articles")
+        .fetch_one(&postgres)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids_are_fresh, late,
+        "the sequence went on after the copied ids"
+    );
 
     // Restarted on PostgreSQL + Redis, the same data.
     let article_views = {
@@ -311,7 +426,11 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
             let answer = get(&app, &format!("/articles/pub/{id}"), Some(&people[1].token)).await;
             assert_eq!(answer.code(), 0, "{}", answer.raw);
             let data = answer.json()["data"].clone();
-            views.push((data["title"].clone(), data["likeCnt"].clone(), data["collectCnt"].clone()));
+            views.push((
+                data["title"].clone(),
+                data["likeCnt"].clone(),
+                data["collectCnt"].clone(),
+            ));
         }
         views
     };
@@ -322,13 +441,244 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
         |config| make_cluster(config, redis_url()),
     )
     .await;
-    assert_eq!(restarted.platform.db.kind(), platform::config::DatabaseKind::Postgres);
+    assert_eq!(
+        restarted.platform.db.kind(),
+        platform::config::DatabaseKind::Postgres
+    );
     let (reader, _) = login(&restarted, "mover1@webook.test").await;
     for (id, seen) in articles.iter().copied().chain([late]).zip(&article_views) {
         let answer = get(&restarted, &format!("/articles/pub/{id}"), Some(&reader)).await;
         assert_eq!(answer.code(), 0, "{}", answer.raw);
         let data = answer.json()["data"].clone();
-        assert_eq!(&(data["title"].clone(), data["likeCnt"].clone(), data["collectCnt"].clone()), seen);
+        assert_eq!(
+            &(
+                data["title"].clone(),
+                data["likeCnt"].clone(),
+                data["collectCnt"].clone()
+            ),
+            seen
+        );
     }
     restarted.stop().await.unwrap();
+}
+
+/// A connection to `url` whose writes fire no triggers: what a lost double write leaves
+/// behind, made by hand.
+async fn behind_the_moves_back(url: &str) -> AnyPool {
+    sqlx::any::install_default_drivers();
+    AnyPoolOptions::new()
+        .max_connections(1)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(&mut *connection, "SET session_replication_role = replica")
+                    .await?;
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_differences_are_found_and_fixed_without_overwriting_newer_rows() {
+    let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
+    let app = embedded_on(db.clone()).await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (admin, _) = login(&app, ADMIN).await;
+    let author = members(&app, "author", 1).await.remove(0);
+    let mut articles = Vec::new();
+    for n in 0..5 {
+        articles.push(publish(&app, &author, &format!("article {n}")).await);
+    }
+    let destination = TestDb::empty_postgres().await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/start",
+        json!({"destination": destination.url}),
+    )
+    .await;
+    task_done(&app, &admin, "copy").await;
+
+    // The move's state survives a restart; the restarted process takes part again.
+    app.stop().await.unwrap();
+    let app = embedded_on(db.clone()).await;
+    let (admin, _) = login(&app, ADMIN).await;
+    let (author_token, _) = login(&app, "author0@webook.test").await;
+    let status = move_status(&app, &admin).await;
+    assert_eq!(
+        (status["phase"].as_str(), status["task"]["kind"].as_str()),
+        (Some("SrcOnly"), Some("copy")),
+        "{status}"
+    );
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
+    wait_until("the change logs to drain", || async {
+        let status = move_status(&app, &admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let clean = task_done(&app, &admin, "validate").await;
+    // The destination's own migration wrote its `meta` rows: the only differences.
+    let meta_only = get(&app, "/admin/db-move/findings", Some(&admin))
+        .await
+        .json()["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|item| item["table"] == "meta");
+    assert!(meta_only, "{clean}");
+    operate(&app, &admin, "/admin/db-move/fix", json!({})).await;
+    task_done(&app, &admin, "fix").await;
+
+    // A changed, a deleted and an added row on the destination.
+    let (changed, deleted, newer) = (articles[0], articles[1], articles[2]);
+    let behind = behind_the_moves_back(&destination.url).await;
+    sqlx::query("UPDATE articles SET title = 'tampered' WHERE id = $1")
+        .bind(changed)
+        .execute(&behind)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE articles SET title = 'stale copy' WHERE id = $1")
+        .bind(newer)
+        .execute(&behind)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM published_articles WHERE id = $1")
+        .bind(deleted)
+        .execute(&behind)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO tags (id, uid, name, name_key, ctime, utime) VALUES (9999, 1, 'stray', 'stray', 1, 1)").execute(&behind).await.unwrap();
+
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let validated = task_done(&app, &admin, "validate").await;
+    assert_eq!(validated["validation"]["findings"], 4, "{validated}");
+    let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin))
+        .await
+        .json()["data"]["items"]
+        .clone();
+    let open: Vec<(String, String, String)> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["state"] == "open")
+        .map(|item| {
+            (
+                item["table"].as_str().unwrap().to_owned(),
+                item["key"].as_str().unwrap().to_owned(),
+                item["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        open,
+        vec![
+            (
+                "articles".to_owned(),
+                format!("[{changed}]"),
+                "different".to_owned()
+            ),
+            (
+                "articles".to_owned(),
+                format!("[{newer}]"),
+                "different".to_owned()
+            ),
+            (
+                "published_articles".to_owned(),
+                format!("[{deleted}]"),
+                "missing_in_destination".to_owned()
+            ),
+            (
+                "tags".to_owned(),
+                "[9999]".to_owned(),
+                "extra_in_destination".to_owned()
+            ),
+        ]
+    );
+
+    // Between compare and fix, the author edits one of them: the replicator brings the new
+    // version, and the fixer must not put what validation saw back.
+    let edited = post(
+        &app,
+        "/articles/edit",
+        Some(&author_token),
+        json!({"id": newer, "title": "edited after the compare", "content": "<p>new</p>"}),
+    )
+    .await;
+    assert_eq!(edited.code(), 0, "{}", edited.raw);
+    wait_until("the edit to reach the destination", || async {
+        let title: String = sqlx::query_scalar("SELECT title FROM articles WHERE id = $1")
+            .bind(newer)
+            .fetch_one(&behind)
+            .await
+            .unwrap();
+        title == "edited after the compare"
+    })
+    .await;
+    operate(&app, &admin, "/admin/db-move/fix", json!({})).await;
+    let fixed = task_done(&app, &admin, "fix").await;
+    assert_eq!(
+        fixed["task"]["message"], "fixed 3 rows, skipped 1 changed since validation",
+        "{fixed}"
+    );
+    let states: BTreeMap<String, String> =
+        get(&app, "/admin/db-move/findings?limit=200", Some(&admin))
+            .await
+            .json()["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|item| item["table"] != "meta")
+            .map(|item| {
+                (
+                    item["key"].as_str().unwrap().to_owned(),
+                    item["state"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+    assert_eq!(
+        states.get(&format!("[{newer}]")).map(String::as_str),
+        Some("skipped")
+    );
+    assert_eq!(
+        states.get(&format!("[{changed}]")).map(String::as_str),
+        Some("fixed")
+    );
+    let on_destination: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, title FROM articles WHERE id IN ($1, $2) ORDER BY id")
+            .bind(changed)
+            .bind(newer)
+            .fetch_all(&behind)
+            .await
+            .unwrap();
+    assert_eq!(
+        on_destination,
+        vec![
+            (changed, "article 0".to_owned()),
+            (newer, "edited after the compare".to_owned())
+        ]
+    );
+    let restored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM published_articles WHERE id = $1")
+        .bind(deleted)
+        .fetch_one(&behind)
+        .await
+        .unwrap();
+    let stray: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tags WHERE id = 9999")
+        .fetch_one(&behind)
+        .await
+        .unwrap();
+    assert_eq!((restored, stray), (1, 0));
+
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let again = task_done(&app, &admin, "validate").await;
+    assert_eq!(again["validation"]["findings"], 0, "{again}");
+    app.stop().await.unwrap();
 }
