@@ -118,6 +118,9 @@ pub async fn run(
     if let Some(restart_with) = &view.restart_with {
         println!("\nRestart every instance with:\n{restart_with}");
     }
+    if let Some(task) = &view.task {
+        println!("last task: {} {}: {}", task.kind, task.state, task.message);
+    }
     Ok(())
 }
 

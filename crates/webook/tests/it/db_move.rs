@@ -16,7 +16,7 @@ use std::{
 use serde_json::{json, Value};
 use sqlx::{any::AnyPoolOptions, AnyPool, Row};
 
-use crate::common::{get, login, members, post, publish, signup, Member};
+use crate::common::{self, get, login, members, post, publish, signup, Member};
 use platform::testing::{redis_url, wait_until, TestDb};
 use webook::{
     schema::MIGRATIONS,
@@ -681,4 +681,203 @@ async fn injected_differences_are_found_and_fixed_without_overwriting_newer_rows
     let again = task_done(&app, &admin, "validate").await;
     assert_eq!(again["validation"]["findings"], 0, "{again}");
     app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_cluster_instances_move_between_postgresqls_and_switch_together() {
+    let (one, two) = common::cluster_pair(|config| {
+        let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+        auth.admins = vec![1];
+        auth.write_rate_limit = 0;
+        config
+            .settings_mut::<webook::comment::settings::CommentSettings>()
+            .comment_rate_limit = 0;
+    })
+    .await;
+    let (one, two) = (Arc::new(one), Arc::new(two));
+    assert_eq!(signup(&one, ADMIN).await.code(), 0);
+    let (admin, _) = login(&one, ADMIN).await;
+    let people = members(&one, "member", 4).await;
+    let mut articles = Vec::new();
+    for author in &people {
+        articles.push(publish(&one, author, "before the move").await);
+    }
+    let source_url = one.platform.config.database_url();
+    let destination = TestDb::empty_postgres().await;
+
+    // Traffic through both instances, as behind a load balancer.
+    let load_one = Load::start(&one, &people[..2], &articles);
+    let load_two = Load::start(&two, &people[2..], &articles);
+    load_two.progress(30).await;
+
+    operate(
+        &one,
+        &admin,
+        "/admin/db-move/start",
+        json!({"destination": destination.url}),
+    )
+    .await;
+    // Either instance coordinates; both acknowledge every switch.
+    operate(
+        &two,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
+    task_done(&one, &admin, "copy").await;
+    operate(&one, &admin, "/admin/db-move/validate", json!({})).await;
+    task_done(&one, &admin, "validate").await;
+    operate(&one, &admin, "/admin/db-move/fix", json!({})).await;
+    task_done(&one, &admin, "fix").await;
+    let switched = operate(
+        &one,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "DstFirst"}),
+    )
+    .await;
+    assert_eq!(switched["epoch"], 2, "{switched}");
+    // Both instances answered the barrier of both switches.
+    let acks: Vec<(i64, String)> =
+        sqlx::query_as("SELECT epoch, stage FROM db_move_acks ORDER BY instance")
+            .fetch_all(&pool(&source_url).await)
+            .await
+            .unwrap();
+    assert_eq!(
+        acks,
+        vec![(2, "flipped".to_owned()), (2, "flipped".to_owned())]
+    );
+    load_one.progress(30).await;
+    load_two.progress(30).await;
+    let (requests_one, failures_one) = load_one.stop().await;
+    let (requests_two, failures_two) = load_two.stop().await;
+    assert!(
+        failures_one.is_empty() && failures_two.is_empty(),
+        "{failures_one:?} {failures_two:?}"
+    );
+    assert!(requests_one + requests_two >= 120);
+
+    wait_until("the change logs to drain", || async {
+        let status = move_status(&two, &admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+    operate(&two, &admin, "/admin/db-move/validate", json!({})).await;
+    let validated = task_done(&two, &admin, "validate").await;
+    assert_eq!(validated["validation"]["findings"], 0, "{validated}");
+
+    operate(
+        &two,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "DstOnly"}),
+    )
+    .await;
+    // Whichever instance takes a write, it lands on the destination only.
+    let late = publish(&two, &people[0], "after the move").await;
+    let on = |url: String| async move {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM articles WHERE id = $1")
+            .bind(late)
+            .fetch_one(&pool(&url).await)
+            .await
+            .unwrap();
+        count
+    };
+    assert_eq!(
+        (
+            on(destination.url.clone()).await,
+            on(source_url.clone()).await
+        ),
+        (1, 0)
+    );
+    let seen = get(
+        &one,
+        &format!("/articles/pub/{late}"),
+        Some(&people[0].token),
+    )
+    .await;
+    assert_eq!(seen.code(), 0, "{}", seen.raw);
+    Arc::try_unwrap(one).ok().unwrap().stop().await.unwrap();
+    Arc::try_unwrap(two).ok().unwrap().stop().await.unwrap();
+}
+
+/// Runs `webook db-move ARGS` for the server in `dir`; its standard output (it must succeed).
+async fn db_move_cli(dir: &std::path::Path, args: &[&str]) -> String {
+    let mut command = common::process::webook(dir);
+    command.arg("db-move").args(args);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "db-move {args:?} failed:\n{stdout}\n{stderr}"
+    );
+    stdout
+}
+
+/// Publishes through a server process; the article's id.
+async fn publish_on(server: &common::process::Server, token: &str, title: &str) -> i64 {
+    let answer: Value = reqwest::Client::new()
+        .post(server.url("/articles/publish"))
+        .bearer_auth(token)
+        .json(&json!({"title": title, "content": format!("<p>{title}</p>")}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["code"], 0, "{answer}");
+    answer["data"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_moves_a_running_embedded_server_and_it_restarts_on_postgresql() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::process::Server::start(common::process::webook(dir.path()));
+    let token = server.sign_up_and_log_in("writer@example.com").await;
+    let before = publish_on(&server, &token, "before the move").await;
+    let destination = TestDb::empty_postgres().await;
+
+    let started = db_move_cli(dir.path(), &["start", "--destination", &destination.url]).await;
+    assert!(started.contains("copied"), "{started}");
+    assert!(started.contains("\"phase\": \"SrcOnly\""), "{started}");
+    let switched = db_move_cli(dir.path(), &["switch", "SrcFirst"]).await;
+    assert!(switched.contains("switched to SrcFirst"), "{switched}");
+    let during = publish_on(&server, &token, "during the move").await;
+    // The destination's migration wrote `meta` rows of its own: two differences, then none.
+    let validated = db_move_cli(dir.path(), &["validate"]).await;
+    assert!(validated.contains(": 2 differences"), "{validated}");
+    let fixed = db_move_cli(dir.path(), &["fix"]).await;
+    assert!(fixed.contains("fixed 2, skipped 0"), "{fixed}");
+    let validated = db_move_cli(dir.path(), &["validate"]).await;
+    assert!(validated.contains(": 0 differences"), "{validated}");
+    db_move_cli(dir.path(), &["switch", "DstFirst"]).await;
+    let after = publish_on(&server, &token, "after the switch").await;
+    db_move_cli(dir.path(), &["switch", "DstOnly"]).await;
+    let finished = db_move_cli(dir.path(), &["finish"]).await;
+    let restart_with = format!("database_url = \"{}\"", destination.url);
+    assert!(finished.contains(&restart_with), "{finished}");
+    let status = db_move_cli(dir.path(), &["status"]).await;
+    assert!(status.contains("\"stage\": \"finished\""), "{status}");
+    drop(server);
+
+    // Restarted with what finish printed: the same articles.
+    let mut command = common::process::webook(dir.path());
+    command.env("WEBOOK_DATABASE_URL", &destination.url);
+    let server = common::process::Server::start(command);
+    for (id, title) in [
+        (before, "before the move"),
+        (during, "during the move"),
+        (after, "after the switch"),
+    ] {
+        let (status, body) = server.get_json(&format!("/articles/pub/{id}")).await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+        assert_eq!(body["data"]["title"], title, "{body}");
+    }
 }

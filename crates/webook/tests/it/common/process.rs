@@ -94,6 +94,35 @@ impl Server {
         format!("{}{}", self.base, path)
     }
 
+    /// Signs `email` up (password [`super::PASSWORD`]) and logs in; the access token.
+    pub async fn sign_up_and_log_in(&self, email: &str) -> String {
+        let client = reqwest::Client::new();
+        let body = serde_json::json!({"email": email, "password": super::PASSWORD, "confirmPassword": super::PASSWORD});
+        let signed: Value = client
+            .post(self.url("/users/signup"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(signed["code"], 0, "{signed}");
+        self.log_in(email).await
+    }
+
+    /// Logs `email` in (password [`super::PASSWORD`]); the access token.
+    pub async fn log_in(&self, email: &str) -> String {
+        let body = serde_json::json!({"email": email, "password": super::PASSWORD});
+        let login = reqwest::Client::new()
+            .post(self.url("/users/login"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        login.headers()["x-jwt-token"].to_str().unwrap().to_owned()
+    }
+
     /// `host:port` it listens on.
     pub fn address(&self) -> String {
         self.base.trim_start_matches("http://").to_owned()

@@ -10,8 +10,8 @@
 import { h, append } from "../dom.js";
 import { api, isAbort, ApiError } from "../api.js";
 import { t, fmtTime, fmtRelative, fmtDuration } from "../i18n.js";
-import * as session from "../session.js";
-import { field, input, alertBox, statusLine, onSubmit, table, tabs, heading, errorText } from "../ui.js";
+import { field, input, alertBox, statusLine, onSubmit, table, heading, errorText } from "../ui.js";
+import { opsTabs, notAdmin, every, learnSkew, serverNow } from "./ops.js";
 
 const BASE = "/admin/db-move";
 const PHASES = ["SrcOnly", "SrcFirst", "DstFirst", "DstOnly"];
@@ -32,42 +32,9 @@ function neighbours(s) {
   return out;
 }
 
-// The next helpers are the ones of pages/ops.js (not exported there).
-
-/** Not an admin (any more): the nav forgets the operator links, the error goes to the page. */
-function notAdmin(err) {
-  if (err?.code === 403002) session.update({ admin: false });
-  return err;
-}
-
-/** Runs `tick` every `ms` while the page is visible (paused while hidden, at once on return). */
-function every(ctx, ms, tick) {
-  let timer = null;
-  let running = false;
-  const schedule = () => { clearTimeout(timer); timer = setTimeout(run, ms); };
-  const run = async () => {
-    if (ctx.signal.aborted) return;
-    if (document.hidden) return; // visibilitychange restarts it
-    if (running) return schedule();
-    running = true;
-    try { await tick(); } finally { running = false; }
-    if (!ctx.signal.aborted) schedule();
-  };
-  const onVis = () => { if (!document.hidden) run(); else clearTimeout(timer); };
-  document.addEventListener("visibilitychange", onVis);
-  ctx.onLeave(() => { clearTimeout(timer); document.removeEventListener("visibilitychange", onVis); });
-  schedule();
-  return { now: run };
-}
-
-/** Clock skew between this browser and the server, from the Date header (whole seconds). */
-let skew = 0;
-const serverNow = () => Date.now() + skew;
-
 async function getStatus(signal) {
   const r = await api(BASE, { raw: true, signal });
-  const d = Date.parse(r.headers?.get("Date") || "");
-  if (Number.isFinite(d)) { const s = d + 500 - Date.now(); skew = Math.abs(s) > 2000 ? s : 0; }
+  learnSkew(r.headers);
   if (r.body?.code === 0 && r.status < 300) return r.body.data;
   throw notAdmin(new ApiError(r.status, r.body?.code ?? -1, r.body?.msg || t("err.http", { status: r.status })));
 }
@@ -328,12 +295,7 @@ export async function move(ctx) {
 
   return h("section", { class: "wide-page" },
     heading(t("ops.move")),
-    tabs([
-      ["#/ops/jobs", t("ops.jobs")],
-      ["#/ops/findings", t("ops.findings")],
-      ["#/ops/instances", t("ops.instances")],
-      ["#/ops/move", t("ops.move")],
-    ], "#/ops/move"),
+    opsTabs("#/ops/move"),
     pollAlert,
     h("section", { class: "card", "aria-labelledby": "move-phase-title" },
       phaseTitle,

@@ -11,20 +11,22 @@ import * as session from "../session.js";
 import { field, input, textarea, select, alertBox, statusLine, onSubmit, actionButton, table, empty, tabs,
   heading, errorText, time } from "../ui.js";
 
-const opsTabs = (current) => tabs([
+/** The operator pages' tab bar (the move page uses it too). */
+export const opsTabs = (current) => tabs([
   ["#/ops/jobs", t("ops.jobs")],
   ["#/ops/findings", t("ops.findings")],
   ["#/ops/instances", t("ops.instances")],
+  ["#/ops/move", t("ops.move")],
 ], current);
 
 /** Not an admin (any more): the nav forgets the Ops link, the error goes to the page. */
-function notAdmin(err) {
+export function notAdmin(err) {
   if (err?.code === 403002) session.update({ admin: false });
   return err;
 }
 
 /** Runs `tick` every `ms` while the page is visible (paused while hidden, at once on return). */
-function every(ctx, ms, tick) {
+export function every(ctx, ms, tick) {
   let timer = null;
   let running = false;
   const schedule = () => { clearTimeout(timer); timer = setTimeout(run, ms); };
@@ -45,13 +47,13 @@ function every(ctx, ms, tick) {
 
 /** Clock skew between this browser and the server, from the Date header (whole seconds). */
 let skew = 0;
-function learnSkew(headers) {
+export function learnSkew(headers) {
   const d = Date.parse(headers?.get("Date") || "");
   if (!Number.isFinite(d)) return;
   const s = d + 500 - Date.now();
   skew = Math.abs(s) > 2000 ? s : 0;
 }
-const serverNow = () => Date.now() + skew;
+export const serverNow = () => Date.now() + skew;
 
 async function getJobs(signal) {
   const r = await api("/jobs", { raw: true, signal });
