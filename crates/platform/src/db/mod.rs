@@ -217,15 +217,18 @@ impl Db {
             DatabaseKind::Postgres => pool_options(size, acquire_timeout),
         };
         let pool = pool_options(max_connections, acquire_timeout)
-            .connect(&connect_url)
-            .await
+            .connect_lazy(&connect_url)
             .with_context(describe)?;
+        open_first_connection(&pool).await.with_context(describe)?;
         let writer = match kind {
             DatabaseKind::Sqlite => {
-                pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
-                    .connect(&connect_url)
+                let writer = pool_options(1, SQLITE_WRITER_ACQUIRE_TIMEOUT.max(acquire_timeout))
+                    .connect_lazy(&connect_url)
+                    .with_context(describe)?;
+                open_first_connection(&writer)
                     .await
-                    .with_context(describe)?
+                    .with_context(describe)?;
+                writer
             }
             DatabaseKind::Postgres => pool.clone(),
         };
@@ -555,6 +558,20 @@ async fn release_if_clean(conn: &mut AnyConnection) -> Result<bool, sqlx::Error>
 
 /// Creates the directory of a SQLite URL's file (0700) and the file itself (0600) when they do
 /// not exist (they hold emails and password hashes), unless the URL names its own `mode=`.
+/// Opens `pool`'s first connection, allowing it [`CONNECT_TIMEOUT`] rather than the pool's
+/// acquire timeout: on a loaded machine opening a SQLite file (WAL set-up included) can take
+/// longer than a query may wait for a connection, and a start-up should not fail for that.
+async fn open_first_connection(pool: &sqlx::AnyPool) -> Result<(), sqlx::Error> {
+    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match pool.acquire().await {
+            Ok(_) => return Ok(()),
+            Err(sqlx::Error::PoolTimedOut) if std::time::Instant::now() < deadline => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
 /// The URL sqlx connects with for `url`: SQLite's file options added (its directory created),
 /// PostgreSQL's as it is.
 pub fn connect_url(url: &str) -> anyhow::Result<String> {

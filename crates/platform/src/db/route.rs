@@ -87,6 +87,10 @@ impl Routing {
 
     /// Waits while the routing is paused.
     pub(super) async fn wait_until_open(&self) {
+        // A pause that begins right after this check is caught by `still_routes_to`.
+        if !*self.paused.borrow() {
+            return;
+        }
         let mut paused = self.paused.subscribe();
         // Only fails when the sender is gone, and `self` holds it.
         let _ = paused.wait_for(|paused| !paused).await;

@@ -331,7 +331,7 @@ async fn a_newcomer_publishes_and_a_reader_reads_likes_comments_follows_searches
 
 /// The admin API as a script: sign-up, login, the token.
 async fn api_login(server: &Server, email: &str) -> String {
-    server.sign_up_and_log_in(email).await
+    server.sign_up_and_log_in(email, PASSWORD).await
 }
 
 async fn job_status(server: &Server, token: &str, name: &str) -> Value {

@@ -840,7 +840,9 @@ async fn publish_on(server: &common::process::Server, token: &str, title: &str) 
 async fn the_cli_moves_a_running_embedded_server_and_it_restarts_on_postgresql() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::process::Server::start(common::process::webook(dir.path()));
-    let token = server.sign_up_and_log_in("writer@example.com").await;
+    let token = server
+        .sign_up_and_log_in("writer@example.com", common::PASSWORD)
+        .await;
     let before = publish_on(&server, &token, "before the move").await;
     let destination = TestDb::empty_postgres().await;
 
@@ -871,13 +873,21 @@ async fn the_cli_moves_a_running_embedded_server_and_it_restarts_on_postgresql()
     let mut command = common::process::webook(dir.path());
     command.env("WEBOOK_DATABASE_URL", &destination.url);
     let server = common::process::Server::start(command);
+    let token = server.log_in("writer@example.com", common::PASSWORD).await;
     for (id, title) in [
         (before, "before the move"),
         (during, "during the move"),
         (after, "after the switch"),
     ] {
-        let (status, body) = server.get_json(&format!("/articles/pub/{id}")).await;
-        assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+        let body: Value = reqwest::Client::new()
+            .get(server.url(&format!("/articles/pub/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(body["data"]["title"], title, "{body}");
     }
 }

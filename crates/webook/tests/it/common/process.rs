@@ -94,10 +94,11 @@ impl Server {
         format!("{}{}", self.base, path)
     }
 
-    /// Signs `email` up (password [`super::PASSWORD`]) and logs in; the access token.
-    pub async fn sign_up_and_log_in(&self, email: &str) -> String {
+    /// Signs `email` up with `password` and logs in; the access token.
+    pub async fn sign_up_and_log_in(&self, email: &str, password: &str) -> String {
         let client = reqwest::Client::new();
-        let body = serde_json::json!({"email": email, "password": super::PASSWORD, "confirmPassword": super::PASSWORD});
+        let body =
+            serde_json::json!({"email": email, "password": password, "confirmPassword": password});
         let signed: Value = client
             .post(self.url("/users/signup"))
             .json(&body)
@@ -108,12 +109,12 @@ impl Server {
             .await
             .unwrap();
         assert_eq!(signed["code"], 0, "{signed}");
-        self.log_in(email).await
+        self.log_in(email, password).await
     }
 
-    /// Logs `email` in (password [`super::PASSWORD`]); the access token.
-    pub async fn log_in(&self, email: &str) -> String {
-        let body = serde_json::json!({"email": email, "password": super::PASSWORD});
+    /// Logs `email` in with `password`; the access token.
+    pub async fn log_in(&self, email: &str, password: &str) -> String {
+        let body = serde_json::json!({"email": email, "password": password});
         let login = reqwest::Client::new()
             .post(self.url("/users/login"))
             .json(&body)
