@@ -117,4 +117,4 @@ mixed dst-first "$duration"
 cli switch DstOnly | tail -1
 step "DstOnly"
 mixed dst-only "$duration"
-grep -c 'ERROR' "$dir/server.log" | sed 's/^/server errors logged: /'
+printf 'server errors logged: %s\n' "$(grep -c ERROR "$dir/server.log" || true)"
