@@ -63,6 +63,14 @@ impl MoveRoutes {
         Ok(mover.clone())
     }
 
+    /// The mover, or the refusal that no move has been started.
+    async fn started_mover(&self) -> Result<Mover, AppError> {
+        self.mover()
+            .await
+            .map_err(refused)?
+            .ok_or_else(|| invalid("no move has been started"))
+    }
+
     async fn status(&self) -> ApiResult<StatusView> {
         let mover = self.mover().await.map_err(refused)?;
         Ok(Reply(
@@ -178,11 +186,7 @@ async fn switch_phase(
 ) -> ApiResult<StatusView> {
     let target = Phase::parse(&request.phase)
         .ok_or_else(|| invalid("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly"))?;
-    let mover = routes
-        .mover()
-        .await
-        .map_err(refused)?
-        .ok_or_else(|| invalid("no move has been started"))?;
+    let mover = routes.started_mover().await?;
     switch(
         &routes.control,
         &mover.source,
@@ -205,11 +209,7 @@ async fn validate(
     State(routes): State<Arc<MoveRoutes>>,
     ApiJson(request): ApiJson<ValidateRequest>,
 ) -> ApiResult<StatusView> {
-    let mover = routes
-        .mover()
-        .await
-        .map_err(refused)?
-        .ok_or_else(|| invalid("no move has been started"))?;
+    let mover = routes.started_mover().await?;
     let control = routes.control.clone();
     routes.spawn(async move {
         work::as_task(
@@ -224,11 +224,7 @@ async fn validate(
 }
 
 async fn fix(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
-    let mover = routes
-        .mover()
-        .await
-        .map_err(refused)?
-        .ok_or_else(|| invalid("no move has been started"))?;
+    let mover = routes.started_mover().await?;
     let control = routes.control.clone();
     routes.spawn(async move {
         work::as_task(&control, "fix", mover.fix()).await?;
@@ -238,11 +234,7 @@ async fn fix(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<
 }
 
 async fn finish(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
-    let mover = routes
-        .mover()
-        .await
-        .map_err(refused)?
-        .ok_or_else(|| invalid("no move has been started"))?;
+    let mover = routes.started_mover().await?;
     if routes.busy.load(Ordering::Acquire) {
         return Err(invalid("another task of the move is running"));
     }
