@@ -9,22 +9,24 @@
 //! first, the one SELECT last; a computation over 30 s is not repeated):
 //!
 //! - **compute**: [`RankingService::compute`] of the service `webook::ranking::build` makes from
-//!   the test config (Hacker News score, top 100, 7-day window, keyset batches of 1 000, shared
-//!   copy in `ranking_snapshots`): scan, score, heap, details of the winners, serialise, publish
-//!   (the "tail": everything after the last batch's `progress` call, reported on its own);
-//! - **bare keyset**: the same scan — [`RankingStore::scan`], the same query in the same keyset
-//!   batches on the same connection — with nothing done to the rows (the target's "bare read");
-//! - **one SELECT**: the scan's columns, join and filter as one query without keyset paging or
-//!   LIMIT (`fetch_all`: sqlx's `Any` rows are buffered, this crate has no `Stream` trait), to
-//!   show what the paging itself costs.
+//!   the test config (Hacker News score, top 100, 7-day window, shared copy in
+//!   `ranking_snapshots`): scan, score, heap, details of the winners, serialise, publish (the
+//!   "tail": everything after the last `progress` call, reported on its own);
+//! - **bare stream**: the same scan ([`RankingStore::fold_candidates`]: one statement, on a
+//!   direct connection on SQLite) with nothing done to the rows but counting them;
+//! - **one aggregate**: the floor — the engine computing the scan's join and filter as one
+//!   `count`/`sum` over the same columns, one row out;
+//! - **keyset batches (before)**: the scan as it was until 2026-12-03, 1 000-row keyset batches
+//!   through sqlx's `Any` pool;
+//! - **one SELECT**: the scan's columns, join and filter as one sqlx query (`fetch_all`: rows
+//!   buffered), what sqlx's decoding costs without paging.
 //!
-//! Printed: a markdown table of medians (best in parentheses), the compute/bare ratio and the
-//! growth of the compute time from the smallest to the largest size; then the query plans of
-//! one keyset batch from the middle and from nine tenths into the scan at the largest size (`EXPLAIN QUERY PLAN` on SQLite,
-//! `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL), the time of one batch at the start, middle and
-//! end of the scan (equal when each batch costs the same, growing when each re-reads what came
-//! before), and the same for two other spellings of the keyset condition (the service's without
-//! its redundant lower bound on ctime, as it ran before, and a row value) for comparison.
+//! Printed: a markdown table of medians (best in parentheses), compute against the one
+//! aggregate and the growth of the compute time from the smallest to the largest size; then,
+//! for the keyset scan of before, the query plans of one batch from the middle and from nine
+//! tenths into the scan at the largest size (`EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN
+//! (ANALYZE, BUFFERS)` on PostgreSQL), the time of one batch at the start, middle and end of
+//! the scan, and the same for two other spellings of the keyset condition.
 //! PostgreSQL tables are `VACUUM ANALYZE`d after seeding, as autovacuum would leave them: a
 //! freshly bulk-loaded table is otherwise vacuumed (and its hint bits set) while the
 //! measurements run on the same two cores. SQLite gets no `ANALYZE`, as in production.
@@ -61,10 +63,11 @@ const RUNS: usize = 4;
 /// skipped: one sample of each is the figure then, and the with-services slot is not held for
 /// many minutes.
 const SLOW_RUN: Duration = Duration::from_secs(30);
-/// The hot list's candidate batch (`ranking::SCAN_BATCH`, private there).
+/// The batch of the keyset scan the hot list used until 2026-12-03.
 const BATCH: i64 = 1000;
-/// The candidate query of `RankingStore::scan` with its parameters spelled out, for the
-/// query plans and the one-SELECT read (keep in step with `ranking/store.rs`).
+/// The candidate query of `RankingStore::fold_candidates` with its parameters spelled out, for
+/// the query plans, the keyset batches and the one-SELECT read (keep in step with
+/// `ranking/store.rs`).
 const SCAN_COLUMNS: &str = "SELECT p.id, p.author_id, p.ctime, p.utime, \
      COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.collect_cnt, 0) AS collect_cnt, \
      COALESCE(i.read_cnt, 0) AS read_cnt \
@@ -176,21 +179,58 @@ async fn seed(db: &Db, count: i64, now: i64) {
     }
 }
 
-/// The scan's rows, batch by batch, as `compute` reads them, and nothing else. Returns how many.
-async fn bare_keyset(store: &RankingStore, since: i64) -> u64 {
-    let mut scan = store.scan(since).await.unwrap();
+/// The candidates in keyset batches of [`BATCH`] through sqlx, as `compute` read them until
+/// 2026-12-03, and nothing else. Returns how many.
+async fn bare_keyset(db: &Db, since: i64) -> u64 {
+    let mut after = (since - 1, i64::MAX);
     let mut rows = 0u64;
     let mut checksum = 0i64;
     loop {
-        let batch = scan.next_batch(BATCH).await.unwrap();
+        let batch = sqlx::query(&batch_query(since, after))
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
         rows += batch.len() as u64;
-        checksum = checksum.wrapping_add(batch.iter().map(|c| c.signals.likes).sum::<i64>());
-        if batch.len() < usize::try_from(BATCH).unwrap() {
-            break;
+        for row in &batch {
+            checksum = checksum.wrapping_add(row.try_get::<i64, _>("like_cnt").unwrap());
+        }
+        match batch.last() {
+            Some(last) if batch.len() == usize::try_from(BATCH).unwrap() => {
+                after = (last.try_get("ctime").unwrap(), last.try_get("id").unwrap());
+            }
+            _ => break,
         }
     }
     std::hint::black_box(checksum);
     rows
+}
+
+/// The candidates as `compute` reads them ([`RankingStore::fold_candidates`]), counted and
+/// nothing else. Returns how many.
+async fn bare_stream(store: &RankingStore, since: i64) -> u64 {
+    let (rows, checksum) = store
+        .fold_candidates(since, (0u64, 0i64), |(rows, checksum), candidate| {
+            *rows += 1;
+            *checksum = checksum.wrapping_add(candidate.signals.likes);
+        })
+        .await
+        .unwrap();
+    std::hint::black_box(checksum);
+    rows
+}
+
+/// The floor: the engine computing the scan's join and filter as one aggregate over the same
+/// columns, one row out. Returns how many rows it aggregated.
+async fn one_aggregate(db: &Db, since: i64) -> u64 {
+    let sql = format!(
+        "SELECT count(*) AS n, sum(p.id + p.author_id + p.ctime + p.utime \
+                + COALESCE(i.like_cnt, 0) + COALESCE(i.collect_cnt, 0) + COALESCE(i.read_cnt, 0)) \
+         FROM published_articles p \
+         LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = p.id \
+         WHERE p.status = 2 AND p.ctime >= {since}"
+    );
+    let row = sqlx::query(&sql).fetch_one(db.pool()).await.unwrap();
+    u64::try_from(row.try_get::<i64, _>("n").unwrap()).unwrap()
 }
 
 /// The scan's columns in one query (no paging), decoded like `candidates` decodes them.
@@ -263,7 +303,7 @@ async fn plan(db: &Db, since: i64, total: u64) -> String {
                 }
             }
             DatabaseKind::Postgres => {
-                // As a scan runs it: parallel query off (RankingStore::scan).
+                // As the keyset scan ran it: parallel query off.
                 let mut transaction = db.pool().begin().await.unwrap();
                 sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0")
                     .execute(&mut *transaction)
@@ -279,25 +319,21 @@ async fn plan(db: &Db, since: i64, total: u64) -> String {
             }
         }
     }
-    let store = RankingStore::new(db.clone());
     for (label, offset) in [
         ("start", 0),
         ("middle", total / 2),
         ("end", total - BATCH as u64),
     ] {
         let after = if offset == 0 {
-            None
+            (since - 1, i64::MAX)
         } else {
-            Some(position(db, since, offset - 1).await)
+            position(db, since, offset - 1).await
         };
+        let sql = batch_query(since, after);
         let mut best = f64::MAX;
         for _ in 0..3 {
-            let mut scan = store.scan(since).await.unwrap();
-            if let Some(after) = after {
-                scan = scan.resume_after(after);
-            }
             let started = Instant::now();
-            let rows = scan.next_batch(BATCH).await.unwrap();
+            let rows = sqlx::query(&sql).fetch_all(db.pool()).await.unwrap();
             best = best.min(ms(started.elapsed()));
             assert_eq!(rows.len(), usize::try_from(BATCH).unwrap());
         }
@@ -393,10 +429,10 @@ fn stats(samples: &mut [f64]) -> (f64, f64) {
     (median, samples[0])
 }
 
-/// [`bare_keyset`], timed (ms); checks it read every candidate.
-async fn timed_bare_keyset(store: &RankingStore, since: i64, size: i64) -> f64 {
+/// `read`, timed (ms); checks it read every candidate.
+async fn timed(read: impl std::future::Future<Output = u64>, size: i64) -> f64 {
     let started = Instant::now();
-    let rows = bare_keyset(store, since).await;
+    let rows = read.await;
     let elapsed = ms(started.elapsed());
     assert_eq!(rows, u64::try_from(size).unwrap());
     elapsed
@@ -407,6 +443,8 @@ struct Figures {
     size: i64,
     compute: (f64, f64),
     tail: (f64, f64),
+    stream: (f64, f64),
+    aggregate: (f64, f64),
     keyset: (f64, f64),
     select: (f64, f64),
     candidates: u64,
@@ -437,6 +475,7 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
 
     let (mut compute, mut tail) = (Vec::new(), Vec::new());
     let (mut keyset, mut select) = (Vec::new(), Vec::new());
+    let (mut stream, mut aggregate) = (Vec::new(), Vec::new());
     for run in 0..RUNS {
         // Whichever pass follows the one-SELECT pass (which buffers and frees every row) was
         // measured up to ~25 % slower on SQLite, so compute and the bare read take turns going
@@ -444,24 +483,25 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
         let bare_first = run % 2 == 1;
         let since = now_millis() - window;
         if bare_first {
-            keyset.push(timed_bare_keyset(&store, since, size).await);
+            stream.push(timed(bare_stream(&store, since), size).await);
         }
         let at = now_millis();
         let started = Instant::now();
         // When the last batch was scored: the rest is the tail (winners' details, serialise,
         // publish).
-        let scanned = std::sync::Mutex::new(started);
+        let scanned = std::sync::Arc::new(std::sync::Mutex::new(started));
+        let last_progress = scanned.clone();
         let report = service
             .compute(
                 (at, i64::try_from(run).unwrap()),
                 at,
-                |_| *scanned.lock().unwrap() = Instant::now(),
+                move |_| *last_progress.lock().unwrap() = Instant::now(),
                 || true,
             )
             .await
             .unwrap();
         compute.push(ms(started.elapsed()));
-        tail.push(ms(scanned.into_inner().unwrap().elapsed()));
+        tail.push(ms(scanned.lock().unwrap().elapsed()));
         assert_eq!(
             report.kept,
             config
@@ -472,18 +512,23 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
         assert!(report.shared);
         assert_eq!(report.candidates, u64::try_from(size).unwrap());
         if !bare_first {
-            keyset.push(timed_bare_keyset(&store, since, size).await);
+            stream.push(timed(bare_stream(&store, since), size).await);
         }
+        aggregate.push(timed(one_aggregate(db, since), size).await);
+        keyset.push(timed(bare_keyset(db, since), size).await);
 
         let started = Instant::now();
         let rows = one_select(db, since).await;
         select.push(ms(started.elapsed()));
         assert_eq!(rows, u64::try_from(size).unwrap());
         eprintln!(
-            "  run {}: compute {:.0} ms (tail {:.1} ms), bare keyset {:.0} ms, one SELECT {:.0} ms",
+            "  run {}: compute {:.0} ms (tail {:.1} ms), bare stream {:.0} ms, one aggregate {:.0} \
+             ms, bare keyset {:.0} ms, one SELECT {:.0} ms",
             run + 1,
             compute[run],
             tail[run],
+            stream[run],
+            aggregate[run],
             keyset[run],
             select[run]
         );
@@ -500,6 +545,8 @@ async fn measure(backend: &'static str, kind: DatabaseKind, size: i64) -> (Figur
             size,
             compute: stats(&mut compute),
             tail: stats(&mut tail),
+            stream: stats(&mut stream),
+            aggregate: stats(&mut aggregate),
             keyset: stats(&mut keyset),
             select: stats(&mut select),
             candidates,
@@ -549,10 +596,11 @@ async fn main() {
         SLOW_RUN.as_secs()
     );
     println!(
-        "| backend | candidates | compute | of which tail | bare keyset read | compute / bare | \
-         one SELECT | compute / one SELECT | compute growth |"
+        "| backend | candidates | compute | of which tail | bare stream | one aggregate | \
+         compute / one aggregate | keyset batches (before) | one SELECT (sqlx, buffered) | \
+         compute growth |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for figure in &figures {
         let smallest = figures
             .iter()
@@ -570,15 +618,16 @@ async fn main() {
             )
         };
         println!(
-            "| {} | {} | {} | {:.1} | {} | {:.2} | {} | {:.2} | {growth} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.2} | {} | {} | {growth} |",
             figure.backend,
             figure.candidates,
             cell(figure.compute),
             figure.tail.0,
+            cell(figure.stream),
+            cell(figure.aggregate),
+            figure.compute.0 / figure.aggregate.0,
             cell(figure.keyset),
-            figure.compute.0 / figure.keyset.0,
             cell(figure.select),
-            figure.compute.0 / figure.select.0,
         );
     }
     for (name, size, plan) in plans {

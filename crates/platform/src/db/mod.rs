@@ -25,6 +25,7 @@
 //! Pools are [`DbPool`]s: while the database is unreachable they fail at once instead of each
 //! query waiting out the acquire timeout ([`pool`]).
 
+pub mod direct;
 pub mod pool;
 mod route;
 
@@ -288,6 +289,12 @@ impl Db {
     /// Which engine this is routed to.
     pub fn kind(&self) -> DatabaseKind {
         self.routing.engine().kind
+    }
+
+    /// The SQLite file this is routed to now (`None` on PostgreSQL or for an in-memory
+    /// database): what [`direct::read`] opens.
+    pub fn sqlite_file(&self) -> Option<PathBuf> {
+        self.routing.engine().sqlite_file.clone()
     }
 
     /// Applies pending migrations (under the engine's migration lock, so concurrent starts are

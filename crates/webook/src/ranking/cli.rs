@@ -57,7 +57,10 @@ pub async fn run(config: &Config, schema: &[Migration], once: bool) -> anyhow::R
                 .compute(
                     (now, 0),
                     now,
-                    |scanned| progress.set_position(scanned),
+                    {
+                        let progress = progress.clone();
+                        move |scanned| progress.set_position(scanned)
+                    },
                     || true,
                 )
                 .await;

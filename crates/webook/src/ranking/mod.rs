@@ -2,7 +2,7 @@
 //! and served like a static file.
 //!
 //! Data flow: a job ([`jobs`]) asks [`RankingService::compute`] to scan candidates ([`store`]:
-//! keyset batches of numbers, counts joined), score them and keep the best N ([`model`]), then
+//! one streaming statement of numbers, counts joined), score them and keep the best N ([`model`]), then
 //! publish the list ([`cache`]): the local snapshot, then the shared copy (Redis in cluster mode,
 //! a SQL table when embedded), fenced by (fire time, token). Every instance serves
 //! `GET /ranking/top` ([`http`]) from its local snapshot, loaded from the shared copy at start and
@@ -123,8 +123,6 @@ impl Feature for Ranking {
     }
 }
 
-/// Candidates read per query.
-const SCAN_BATCH: usize = 1000;
 /// The shared copy outlives this many computation intervals.
 const EXPIRY_INTERVALS: u32 = 5;
 /// The shared copy lives at least this long.
@@ -154,7 +152,6 @@ pub fn build(config: &Config, db: &Db, redis: Option<&Redis>) -> anyhow::Result<
             size: settings.ranking_size,
             window: settings.ranking_window,
             formula: settings.ranking_formula()?,
-            batch: SCAN_BATCH,
             expiry: (interval * EXPIRY_INTERVALS).max(MIN_EXPIRY),
             refresh: settings.ranking_refresh,
         },

@@ -1,7 +1,7 @@
 //! The rules of the hot list: compute, publish, serve, refresh.
 //!
 //! **Compute** ([`RankingService::compute`]): scan the candidates (articles first published
-//! within the window) in keyset batches, score each ([`ScoreFormula`]) and keep the best N in a
+//! within the window) in one streaming statement, score each ([`ScoreFormula`]) and keep the best N in a
 //! bounded heap ([`TopN`]); then read the winners' titles and authors in one query and serialise
 //! the list once. **Publish**: the local snapshot first (cannot fail), then the shared copy, both
 //! fenced by (fire time, token) so a stale computation never replaces a newer list.
@@ -86,8 +86,6 @@ pub struct HotListParams {
     pub window: Duration,
     /// The score.
     pub formula: ScoreFormula,
-    /// Candidates read per query.
-    pub batch: usize,
     /// How long the shared copy lives (several computation intervals).
     pub expiry: Duration,
     /// How often every instance reloads the shared copy.
@@ -147,6 +145,9 @@ impl std::fmt::Debug for ServeCounters {
     }
 }
 
+/// A computation reports its progress every this many candidates.
+pub const PROGRESS_EVERY: u64 = 10_000;
+
 /// Consumer group of the withdrawal events.
 pub const WITHDRAWAL_GROUP: &str = "ranking";
 const WITHDRAWAL_BATCH: usize = 100;
@@ -181,42 +182,35 @@ impl RankingService {
 
     /// Computes the list at `now` (ms) for the computation fenced by `fence` = (fire time,
     /// token) and publishes it. `progress` is told the running count of scanned candidates
-    /// after each batch; `still_owner` is asked right before publishing (a computation whose
+    /// every [`PROGRESS_EVERY`] (from the scan's thread); `still_owner` is asked right before publishing (a computation whose
     /// lock or claim was lost meanwhile publishes nothing).
     pub async fn compute(
         &self,
         fence: (i64, i64),
         now: i64,
-        progress: impl Fn(u64) + Send,
+        progress: impl Fn(u64) + Send + 'static,
         still_owner: impl Fn() -> bool + Send,
     ) -> anyhow::Result<ComputeReport> {
         let started = std::time::Instant::now();
         let settings = &self.inner.settings;
         let since = now.saturating_sub(duration_millis(settings.window));
-        let batch = i64::try_from(settings.batch.max(1)).unwrap_or(i64::MAX);
-        let mut top: TopN<Candidate> = TopN::new(settings.size);
-        let mut scan = self.inner.store.scan(since).await?;
-        let mut scanned: u64 = 0;
-        loop {
-            let candidates = scan.next_batch(batch).await?;
-            if candidates.is_empty() {
-                break;
-            }
-            let full = candidates.len() == settings.batch.max(1);
-            scanned += candidates.len() as u64;
-            for candidate in candidates {
-                let score =
-                    settings
-                        .formula
-                        .score(candidate.signals, candidate.first_published, now);
-                top.push(score, candidate.id, candidate);
-            }
-            progress(scanned);
-            if !full {
-                break;
-            }
-        }
-        drop(scan);
+        let formula = settings.formula;
+        let (scanned, top) = self
+            .inner
+            .store
+            .fold_candidates(
+                since,
+                (0u64, TopN::<Candidate>::new(settings.size)),
+                move |(scanned, top), candidate| {
+                    let score = formula.score(candidate.signals, candidate.first_published, now);
+                    top.push(score, candidate.id, candidate);
+                    *scanned += 1;
+                    if *scanned % PROGRESS_EVERY == 0 {
+                        progress(*scanned);
+                    }
+                },
+            )
+            .await?;
         let ranked = top.into_sorted();
         let ids: Vec<i64> = ranked.iter().map(|entry| entry.id).collect();
         let mut details = self.inner.store.details(&ids).await?;

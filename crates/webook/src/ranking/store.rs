@@ -1,26 +1,22 @@
 //! SQL of the hot list: the candidate scan, the details of the winners, and the shared copy of
 //! embedded mode (`ranking_snapshots`). One implementation for SQLite and PostgreSQL.
 //!
-//! The scan reads only numbers — id, author, first publication, last update and the counters,
-//! joined from `interactives` in the same query — in keyset batches over the
-//! `published_articles (ctime, id)` index (never OFFSET), so its cost is linear in the number of
-//! candidates and its memory one batch. The keyset condition carries a redundant
-//! `ctime >= <last ctime>`: PostgreSQL cannot turn the `OR` form into an index bound and would
-//! otherwise start every batch at the window's start (a quadratic scan); the row-value form
-//! `(ctime, id) > (…)` fixes PostgreSQL but SQLite then stops using it as a bound. A scan
-//! ([`CandidateScan`]) runs its PostgreSQL batches on one connection with parallel query off
-//! (see there why). Titles, abstracts and author names are read afterwards, for the N winners
-//! only.
+//! The scan ([`RankingStore::fold_candidates`]) reads only numbers — id, author, first
+//! publication, last update and the counters, joined from `interactives` in the same query —
+//! in one statement whose rows are folded as they arrive (into the ranking's bounded heap), so
+//! its memory is the fold's state and its time that of the engine's own scan and join. On an
+//! embedded SQLite file it runs on a direct connection ([`direct`]) instead of sqlx, whose
+//! per-row thread hand-off and decoding cost several times the query itself (docs/
+//! PERFORMANCE.md → Hot list). Titles, abstracts and author names are read afterwards, for the
+//! N winners only.
 
 use std::collections::HashMap;
 
+use futures_util::TryStreamExt;
 use sqlx::Row;
 
 use crate::{article::ArticleStatus, ranking::model::Signals};
-use platform::{
-    config::DatabaseKind,
-    db::{placeholders, Db},
-};
+use platform::db::{direct, placeholders, Db};
 
 /// The `biz` of articles in `interactives`.
 const ARTICLE_BIZ: &str = crate::biz::Biz::Article.as_str();
@@ -76,25 +72,50 @@ impl RankingStore {
         Self { db }
     }
 
-    /// Starts one pass over the published articles first published at or after `since` (ms),
-    /// in (first publication, id) order; [`CandidateScan::next_batch`] reads them.
-    pub async fn scan(&self, since: i64) -> sqlx::Result<CandidateScan> {
-        let transaction = match self.db.kind() {
-            DatabaseKind::Sqlite => None,
-            DatabaseKind::Postgres => {
-                let mut transaction = self.db.pool().begin().await?;
-                sqlx::query("SET LOCAL max_parallel_workers_per_gather = 0")
-                    .execute(&mut *transaction)
-                    .await?;
-                Some(transaction)
+    /// Folds every published article first published at or after `since` (ms) into `state`
+    /// with `step`, in one statement, in no particular order (the ranking does not depend on
+    /// it); returns the state. On an SQLite file the rows are stepped through on a blocking
+    /// thread ([`direct::read`]), columns read in place; elsewhere they stream through the
+    /// pool.
+    pub async fn fold_candidates<A, F>(&self, since: i64, state: A, step: F) -> anyhow::Result<A>
+    where
+        A: Send + 'static,
+        F: FnMut(&mut A, Candidate) + Send + 'static,
+    {
+        let published = i64::from(ArticleStatus::Published);
+        match self.db.sqlite_file() {
+            Some(file) => {
+                direct::read(file, move |connection| {
+                    fold_sqlite_rows(connection, (published, since), state, step)
+                })
+                .await
             }
-        };
-        Ok(CandidateScan {
-            store: self.clone(),
-            since,
-            after: None,
-            transaction,
-        })
+            None => {
+                let (mut state, mut step) = (state, step);
+                let mut rows = sqlx::query(CANDIDATES)
+                    .bind(ARTICLE_BIZ)
+                    .bind(published)
+                    .bind(since)
+                    .fetch(self.db.pool());
+                while let Some(row) = rows.try_next().await? {
+                    step(
+                        &mut state,
+                        Candidate {
+                            id: row.try_get(0)?,
+                            author_id: row.try_get(1)?,
+                            first_published: row.try_get(2)?,
+                            utime: row.try_get(3)?,
+                            signals: Signals {
+                                likes: row.try_get(4)?,
+                                collects: row.try_get(5)?,
+                                reads: row.try_get(6)?,
+                            },
+                        },
+                    );
+                }
+                Ok(state)
+            }
+        }
     }
 
     /// Title, abstract and author nickname of each of `ids` (one query).
@@ -172,88 +193,38 @@ impl RankingStore {
     }
 }
 
-/// One pass over the candidates (see [`RankingStore::scan`]).
-///
-/// On PostgreSQL the batches run on one connection, in one transaction with parallel query
-/// off: the planner, estimating the keyset bound and the redundant ctime bound as independent,
-/// underestimates the rows left past the middle of the scan and picks a parallel plan whose
-/// worker start-up then dominates each batch (docs/PERFORMANCE.md → Hot list). The transaction
-/// only reads, and in READ
-/// COMMITTED holds no snapshot between batches, so it does not hold back vacuum. Dropping the
-/// scan ends it. On SQLite each batch takes any pooled reader.
-#[derive(Debug)]
-pub struct CandidateScan {
-    store: RankingStore,
-    since: i64,
-    after: Option<(i64, i64)>,
-    transaction: Option<sqlx::Transaction<'static, sqlx::Any>>,
-}
+/// The candidate scan: numbers only, the counters joined, no ORDER BY (one pass in whatever
+/// order the engine reads fastest). Binds: biz, published status, window start.
+const CANDIDATES: &str = "SELECT p.id, p.author_id, p.ctime, p.utime, \
+            COALESCE(i.like_cnt, 0), COALESCE(i.collect_cnt, 0), COALESCE(i.read_cnt, 0) \
+     FROM published_articles p \
+     LEFT JOIN interactives i ON i.biz = $1 AND i.biz_id = p.id \
+     WHERE p.status = $2 AND p.ctime >= $3";
 
-impl CandidateScan {
-    /// The scan continuing after `after` = (first publication, id) instead of from the start.
-    pub fn resume_after(mut self, after: (i64, i64)) -> Self {
-        self.after = Some(after);
-        self
-    }
-
-    /// The next up to `limit` candidates; empty once the scan is over.
-    pub async fn next_batch(&mut self, limit: i64) -> sqlx::Result<Vec<Candidate>> {
-        let batch = match &mut self.transaction {
-            Some(transaction) => {
-                fetch_candidates(&mut **transaction, self.since, self.after, limit).await?
-            }
-            None => fetch_candidates(self.store.db.pool(), self.since, self.after, limit).await?,
-        };
-        if let Some(last) = batch.last() {
-            self.after = Some((last.first_published, last.id));
-        }
-        Ok(batch)
-    }
-}
-
-/// The keyset batch query (see the module docs) on `executor`.
-async fn fetch_candidates<'e, E>(
-    executor: E,
-    since: i64,
-    after: Option<(i64, i64)>,
-    limit: i64,
-) -> sqlx::Result<Vec<Candidate>>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Any>,
-{
-    let (after_ctime, after_id) = after.unwrap_or((since - 1, i64::MAX));
-    let rows = sqlx::query(
-        "SELECT p.id, p.author_id, p.ctime, p.utime, \
-                COALESCE(i.like_cnt, 0) AS like_cnt, \
-                COALESCE(i.collect_cnt, 0) AS collect_cnt, \
-                COALESCE(i.read_cnt, 0) AS read_cnt \
-         FROM published_articles p \
-         LEFT JOIN interactives i ON i.biz = $1 AND i.biz_id = p.id \
-         WHERE p.status = $2 AND p.ctime >= $3 AND p.ctime >= $4 \
-           AND (p.ctime > $4 OR (p.ctime = $4 AND p.id > $5)) \
-         ORDER BY p.ctime, p.id LIMIT $6",
-    )
-    .bind(ARTICLE_BIZ)
-    .bind(i64::from(ArticleStatus::Published))
-    .bind(since)
-    .bind(after_ctime)
-    .bind(after_id)
-    .bind(limit)
-    .fetch_all(executor)
-    .await?;
-    rows.iter()
-        .map(|row| {
-            Ok(Candidate {
-                id: row.try_get("id")?,
-                author_id: row.try_get("author_id")?,
-                first_published: row.try_get("ctime")?,
-                utime: row.try_get("utime")?,
+/// [`RankingStore::fold_candidates`] on a direct SQLite connection.
+fn fold_sqlite_rows<A>(
+    connection: &direct::rusqlite::Connection,
+    (published, since): (i64, i64),
+    mut state: A,
+    mut step: impl FnMut(&mut A, Candidate),
+) -> direct::rusqlite::Result<A> {
+    let mut statement = connection.prepare(CANDIDATES)?;
+    let mut rows = statement.query((ARTICLE_BIZ, published, since))?;
+    while let Some(row) = rows.next()? {
+        step(
+            &mut state,
+            Candidate {
+                id: row.get(0)?,
+                author_id: row.get(1)?,
+                first_published: row.get(2)?,
+                utime: row.get(3)?,
                 signals: Signals {
-                    likes: row.try_get("like_cnt")?,
-                    collects: row.try_get("collect_cnt")?,
-                    reads: row.try_get("read_cnt")?,
+                    likes: row.get(4)?,
+                    collects: row.get(5)?,
+                    reads: row.get(6)?,
                 },
-            })
-        })
-        .collect()
+            },
+        );
+    }
+    Ok(state)
 }
