@@ -223,8 +223,9 @@ async fn bare_stream(store: &RankingStore, since: i64) -> u64 {
 /// columns, one row out. Returns how many rows it aggregated.
 async fn one_aggregate(db: &Db, since: i64) -> u64 {
     let sql = format!(
-        "SELECT count(*) AS n, sum(p.id + p.author_id + p.ctime + p.utime \
+        "SELECT count(*) AS n, CAST(sum(p.id + p.author_id + p.ctime + p.utime \
                 + COALESCE(i.like_cnt, 0) + COALESCE(i.collect_cnt, 0) + COALESCE(i.read_cnt, 0)) \
+                AS BIGINT) AS total \
          FROM published_articles p \
          LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = p.id \
          WHERE p.status = 2 AND p.ctime >= {since}"
