@@ -98,20 +98,7 @@ impl RankingStore {
                     .bind(since)
                     .fetch(self.db.pool());
                 while let Some(row) = rows.try_next().await? {
-                    step(
-                        &mut state,
-                        Candidate {
-                            id: row.try_get(0)?,
-                            author_id: row.try_get(1)?,
-                            first_published: row.try_get(2)?,
-                            utime: row.try_get(3)?,
-                            signals: Signals {
-                                likes: row.try_get(4)?,
-                                collects: row.try_get(5)?,
-                                reads: row.try_get(6)?,
-                            },
-                        },
-                    );
+                    step(&mut state, candidate(|index| row.try_get(index))?);
                 }
                 Ok(state)
             }
@@ -201,6 +188,21 @@ const CANDIDATES: &str = "SELECT p.id, p.author_id, p.ctime, p.utime, \
      LEFT JOIN interactives i ON i.biz = $1 AND i.biz_id = p.id \
      WHERE p.status = $2 AND p.ctime >= $3";
 
+/// A candidate from the columns of a [`CANDIDATES`] row, read with `column(index)`.
+fn candidate<E>(mut column: impl FnMut(usize) -> Result<i64, E>) -> Result<Candidate, E> {
+    Ok(Candidate {
+        id: column(0)?,
+        author_id: column(1)?,
+        first_published: column(2)?,
+        utime: column(3)?,
+        signals: Signals {
+            likes: column(4)?,
+            collects: column(5)?,
+            reads: column(6)?,
+        },
+    })
+}
+
 /// [`RankingStore::fold_candidates`] on a direct SQLite connection.
 fn fold_sqlite_rows<A>(
     connection: &direct::rusqlite::Connection,
@@ -211,20 +213,7 @@ fn fold_sqlite_rows<A>(
     let mut statement = connection.prepare(CANDIDATES)?;
     let mut rows = statement.query((ARTICLE_BIZ, published, since))?;
     while let Some(row) = rows.next()? {
-        step(
-            &mut state,
-            Candidate {
-                id: row.get(0)?,
-                author_id: row.get(1)?,
-                first_published: row.get(2)?,
-                utime: row.get(3)?,
-                signals: Signals {
-                    likes: row.get(4)?,
-                    collects: row.get(5)?,
-                    reads: row.get(6)?,
-                },
-            },
-        );
+        step(&mut state, candidate(|index| row.get(index))?);
     }
     Ok(state)
 }
