@@ -2,9 +2,9 @@
 //! and served like a static file.
 //!
 //! Data flow: a job ([`jobs`]) asks [`RankingService::compute`] to scan candidates ([`store`]:
-//! one streaming statement of numbers, counts joined), score them and keep the best N ([`model`]), then
-//! publish the list ([`cache`]): the local snapshot, then the shared copy (Redis in cluster mode,
-//! a SQL table when embedded), fenced by (fire time, token). Every instance serves
+//! one streaming statement of numbers, counts joined), score them and keep the best N
+//! ([`model`]), then publish the list ([`cache`]): the local snapshot, then the shared copy
+//! (Redis in cluster mode, a SQL table when embedded), fenced by (fire time, token). Every instance serves
 //! `GET /ranking/top` ([`http`]) from its local snapshot, loaded from the shared copy at start and
 //! refreshed periodically, and keeps serving its last list when Redis or the database is down.
 

@@ -1,9 +1,9 @@
 //! The rules of the hot list: compute, publish, serve, refresh.
 //!
 //! **Compute** ([`RankingService::compute`]): scan the candidates (articles first published
-//! within the window) in one streaming statement, score each ([`ScoreFormula`]) and keep the best N in a
-//! bounded heap ([`TopN`]); then read the winners' titles and authors in one query and serialise
-//! the list once. **Publish**: the local snapshot first (cannot fail), then the shared copy, both
+//! within the window) in one streaming statement, score each ([`ScoreFormula`]) and keep the
+//! best N in a bounded heap ([`TopN`]); then read the winners' titles and authors in one query
+//! and serialise the list once. **Publish**: the local snapshot first (cannot fail), then the shared copy, both
 //! fenced by (fire time, token) so a stale computation never replaces a newer list.
 //!
 //! **Serve** ([`RankingService::top`]): the local snapshot; when this instance has none yet, the
@@ -182,8 +182,9 @@ impl RankingService {
 
     /// Computes the list at `now` (ms) for the computation fenced by `fence` = (fire time,
     /// token) and publishes it. `progress` is told the running count of scanned candidates
-    /// every [`PROGRESS_EVERY`] (from the scan's thread); `still_owner` is asked right before publishing (a computation whose
-    /// lock or claim was lost meanwhile publishes nothing).
+    /// every [`PROGRESS_EVERY`] (from the scan's thread) and the total once the scan is over;
+    /// `still_owner` is asked right before publishing (a computation whose lock or claim was
+    /// lost meanwhile publishes nothing).
     pub async fn compute(
         &self,
         fence: (i64, i64),
@@ -195,13 +196,13 @@ impl RankingService {
         let settings = &self.inner.settings;
         let since = now.saturating_sub(duration_millis(settings.window));
         let formula = settings.formula;
-        let (scanned, top) = self
+        let (scanned, top, progress) = self
             .inner
             .store
             .fold_candidates(
                 since,
-                (0u64, TopN::<Candidate>::new(settings.size)),
-                move |(scanned, top), candidate| {
+                (0u64, TopN::<Candidate>::new(settings.size), progress),
+                move |(scanned, top, progress), candidate| {
                     let score = formula.score(candidate.signals, candidate.first_published, now);
                     top.push(score, candidate.id, candidate);
                     *scanned += 1;
@@ -211,6 +212,7 @@ impl RankingService {
                 },
             )
             .await?;
+        progress(scanned);
         let ranked = top.into_sorted();
         let ids: Vec<i64> = ranked.iter().map(|entry| entry.id).collect();
         let mut details = self.inner.store.details(&ids).await?;

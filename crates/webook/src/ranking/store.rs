@@ -77,7 +77,12 @@ impl RankingStore {
     /// it); returns the state. On an SQLite file the rows are stepped through on a blocking
     /// thread ([`direct::read`]), columns read in place; elsewhere they stream through the
     /// pool.
-    pub async fn fold_candidates<A, F>(&self, since: i64, state: A, step: F) -> anyhow::Result<A>
+    pub async fn fold_candidates<A, F>(
+        &self,
+        since: i64,
+        mut state: A,
+        mut step: F,
+    ) -> anyhow::Result<A>
     where
         A: Send + 'static,
         F: FnMut(&mut A, Candidate) + Send + 'static,
@@ -91,7 +96,6 @@ impl RankingStore {
                 .await
             }
             None => {
-                let (mut state, mut step) = (state, step);
                 let mut rows = sqlx::query(CANDIDATES)
                     .bind(ARTICLE_BIZ)
                     .bind(published)
