@@ -297,6 +297,27 @@ impl Db {
         self.routing.engine().sqlite_file.clone()
     }
 
+    /// Runs the point read `read` inline on a SQLite file this is routed to now
+    /// ([`direct::read_inline`]); `None` when that is not possible (PostgreSQL, an in-memory
+    /// database) or the read failed (a lock, say), and the caller reads through the pools.
+    pub fn read_inline<R>(
+        &self,
+        read: impl FnOnce(&direct::rusqlite::Connection) -> direct::rusqlite::Result<R>,
+    ) -> Option<R> {
+        let engine = self.routing.engine();
+        let file = engine.sqlite_file.as_deref()?;
+        match direct::read_inline(file, read) {
+            Ok(value) => Some(value),
+            Err(err) => {
+                tracing::debug!(
+                    error = format!("{err:#}"),
+                    "inline read failed; using the pool"
+                );
+                None
+            }
+        }
+    }
+
     /// Applies pending migrations (under the engine's migration lock, so concurrent starts are
     /// safe) and records the running version in `meta`. Returns how many were applied.
     pub async fn migrate(&self, migrations: &[Migration]) -> anyhow::Result<usize> {

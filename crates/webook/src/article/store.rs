@@ -47,6 +47,11 @@ pub struct ArticleStore {
     db: Db,
 }
 
+/// The reader copy with its author's nickname, by id (columns in the order both decoders read).
+pub const READER_COPY: &str =
+    "SELECT p.id, p.author_id, u.nickname, p.title, p.content, p.abstract, p.status, p.ctime, p.utime \
+     FROM published_articles p JOIN users u ON u.id = p.author_id WHERE p.id = $1";
+
 fn status_from(row: &AnyRow) -> sqlx::Result<ArticleStatus> {
     let raw: i64 = row.try_get("status")?;
     ArticleStatus::try_from(raw).map_err(|err| sqlx::Error::Decode(err.into()))
@@ -247,15 +252,44 @@ impl ArticleStore {
             .collect()
     }
 
-    /// The reader copy `id` with its author's display name, whatever its status.
+    /// The reader copy `id` with its author's display name, whatever its status. On an
+    /// embedded database read inline, without the pool's thread hand-off (a reader view's cache
+    /// miss; [`platform::db::direct`]).
     pub async fn reader_copy(&self, id: i64) -> sqlx::Result<Option<PublishedArticle>> {
-        let row = sqlx::query(
-            "SELECT p.id, p.author_id, u.nickname, p.title, p.content, p.abstract, p.status, p.ctime, p.utime \
-             FROM published_articles p JOIN users u ON u.id = p.author_id WHERE p.id = $1",
-        )
-        .bind(id)
-        .fetch_optional(self.db.pool())
-        .await?;
+        if let Some(found) = self.db.read_inline(|connection| {
+            use platform::db::direct::rusqlite::OptionalExtension;
+            connection
+                .prepare_cached(READER_COPY)?
+                .query_row([id], |row| {
+                    let author_id: i64 = row.get(1)?;
+                    let nickname: String = row.get(2)?;
+                    let status: i64 = row.get(6)?;
+                    Ok(PublishedArticle {
+                        id: row.get(0)?,
+                        author_id,
+                        author_name: crate::user::display_name(&nickname, author_id),
+                        title: row.get(3)?,
+                        content: row.get(4)?,
+                        abstract_text: row.get(5)?,
+                        status: ArticleStatus::try_from(status).map_err(|err| {
+                            platform::db::direct::rusqlite::Error::FromSqlConversionFailure(
+                                6,
+                                platform::db::direct::rusqlite::types::Type::Integer,
+                                err.into(),
+                            )
+                        })?,
+                        ctime: row.get(7)?,
+                        utime: row.get(8)?,
+                    })
+                })
+                .optional()
+        }) {
+            return Ok(found);
+        }
+        let row = sqlx::query(READER_COPY)
+            .bind(id)
+            .fetch_optional(self.db.pool())
+            .await?;
         row.map(|row| {
             let author_id: i64 = row.try_get("author_id")?;
             let nickname: String = row.try_get("nickname")?;

@@ -255,6 +255,23 @@ impl InteractiveStore {
 
     /// The counters of one object (zeros when it has none yet).
     pub async fn counts(&self, biz: Biz, biz_id: i64) -> sqlx::Result<Counts> {
+        // Embedded: inline, without the pool's thread hand-off (platform::db::direct).
+        if let Some(counts) = self.db.read_inline(|connection| {
+            use platform::db::direct::rusqlite::OptionalExtension;
+            connection
+                .prepare_cached(COUNTS)?
+                .query_row((biz.as_str(), biz_id), |row| {
+                    Ok(Counts {
+                        read_cnt: row.get(0)?,
+                        like_cnt: row.get(1)?,
+                        collect_cnt: row.get(2)?,
+                        comment_cnt: row.get(3)?,
+                    })
+                })
+                .optional()
+        }) {
+            return Ok(counts.unwrap_or_default());
+        }
         Ok(self
             .batch_counts(biz, &[biz_id])
             .await?
@@ -298,23 +315,38 @@ impl InteractiveStore {
     /// Whether `uid` likes and has collected the object, in one query.
     pub async fn user_flags(&self, uid: i64, biz: Biz, biz_id: i64) -> sqlx::Result<UserFlags> {
         let biz = biz.as_str();
-        let row = sqlx::query(
-            "SELECT (SELECT status FROM user_likes WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS liked, \
-                    (SELECT status FROM user_collects WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS collected",
-        )
-        .bind(uid)
-        .bind(biz)
-        .bind(biz_id)
-        .fetch_one(self.db.pool())
-        .await?;
-        let liked: Option<i64> = row.try_get("liked")?;
-        let collected: Option<i64> = row.try_get("collected")?;
-        Ok(UserFlags {
+        let flags = |liked: Option<i64>, collected: Option<i64>| UserFlags {
             liked: liked == Some(1),
             collected: collected == Some(1),
-        })
+        };
+        // Embedded: inline, without the pool's thread hand-off (platform::db::direct).
+        if let Some(found) = self.db.read_inline(|connection| {
+            connection
+                .prepare_cached(USER_FLAGS)?
+                .query_row((uid, biz, biz_id), |row| {
+                    Ok(flags(row.get(0)?, row.get(1)?))
+                })
+        }) {
+            return Ok(found);
+        }
+        let row = sqlx::query(USER_FLAGS)
+            .bind(uid)
+            .bind(biz)
+            .bind(biz_id)
+            .fetch_one(self.db.pool())
+            .await?;
+        Ok(flags(row.try_get("liked")?, row.try_get("collected")?))
     }
 }
+
+/// The counters of one object (no row: all zero).
+pub const COUNTS: &str = "SELECT read_cnt, like_cnt, collect_cnt, comment_cnt FROM interactives \
+                          WHERE biz = $1 AND biz_id = $2";
+
+/// Whether a user likes / has collected an object (`status` 1), or NULL when never.
+pub const USER_FLAGS: &str =
+    "SELECT (SELECT status FROM user_likes WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS liked, \
+            (SELECT status FROM user_collects WHERE uid = $1 AND biz = $2 AND biz_id = $3) AS collected";
 
 /// Moves the comment count of the object by `delta` (±1) in the caller's transaction — the
 /// comments feature calls it in the transaction that adds or deletes the comment, so the count
