@@ -7,7 +7,8 @@
 //!   and the consumers' deduplication ([`events`]);
 //! - HTTP conventions: the `{code, msg, data}` envelope and [`error::AppError`], the middleware
 //!   stack with its `Observe` layer ([`http`]), [`cors`], client IPs ([`client_ip`]), rate
-//!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]);
+//!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]), answers
+//!   whose constant part is serialised and gzipped once ([`prerendered`]);
 //! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
 //!   outlive their request ([`detached`]), one embedded server per database
 //!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
@@ -36,6 +37,7 @@ pub mod instance_lock;
 pub mod jobs;
 pub mod ops;
 pub mod page;
+pub mod prerendered;
 pub mod rate_limit;
 pub mod redis;
 pub mod serve;

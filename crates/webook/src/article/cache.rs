@@ -11,14 +11,27 @@
 //!   published copies are cached, and a hit is checked for status too. An author's later
 //!   nickname change shows after the entry's TTL.
 //!
-//! Both are [`VersionedCache`]s: a reader that loaded from the database before a write cannot
+//! - **reader pages** — key: article id; value: the reader view's answer rendered from a reader
+//!   copy ([`super::reader_page`]); served only for the very copy it was rendered from, so the
+//!   reader copy's rules above govern it too.
+//!
+//! The first two are [`VersionedCache`]s: a reader that loaded from the database before a write cannot
 //! put the old value back after it, and in cluster mode every instance sees a write at its next
 //! read. A value that no longer deserialises (a deploy changed its shape) is a miss.
 
-use std::{future::Future, time::Duration};
+use std::{future::Future, sync::Arc, time::Duration};
 
-use crate::article::model::{ArticleStatus, ListItem, PublishedArticle};
-use platform::{cache::VersionedCache, redis::Redis};
+use axum::body::Bytes;
+
+use crate::article::{
+    model::{ArticleStatus, ListItem, PublishedArticle},
+    reader_page::{ReaderPage, ReaderPages},
+};
+use platform::{
+    cache::{Lookup, VersionedCache},
+    error::AppError,
+    redis::Redis,
+};
 
 fn is_published(article: &PublishedArticle) -> bool {
     article.status == ArticleStatus::Published
@@ -29,17 +42,19 @@ pub const FIRST_PAGE_LEN: i64 = 100;
 const FIRST_PAGE_TTL: Duration = Duration::from_secs(10 * 60);
 const READER_COPY_TTL: Duration = Duration::from_secs(30 * 60);
 
-/// The two article caches; cheap to clone.
+/// The article caches; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ArticleCache {
     first_pages: VersionedCache,
     reader_copies: VersionedCache,
+    reader_pages: ReaderPages,
 }
 
 impl ArticleCache {
     /// Caches in-process, or shared through `redis` under `redis_prefix` with a near cache.
     /// `memory_bytes` is the process's whole cache budget (`cache_memory_bytes`): reader copies
-    /// get half of it, first pages an eighth (the interactive caches have the rest).
+    /// and reader pages get a quarter each, first pages an eighth (the interactive caches have
+    /// the rest).
     pub fn new(redis: Option<(&Redis, &str)>, memory_bytes: u64) -> Self {
         Self {
             first_pages: VersionedCache::new(
@@ -50,10 +65,11 @@ impl ArticleCache {
             ),
             reader_copies: VersionedCache::new(
                 "article_reader_copy",
-                memory_bytes / 2,
+                memory_bytes / 4,
                 READER_COPY_TTL,
                 redis,
             ),
+            reader_pages: ReaderPages::new(memory_bytes / 4),
         }
     }
 
@@ -86,6 +102,35 @@ impl ArticleCache {
             .get_or_load(&id.to_string(), published, Option::is_some)
             .await?;
         Ok(found.filter(is_published))
+    }
+
+    /// The reader view's page of `id` when published: rendered from the cached reader copy, or
+    /// from `load` after a miss (which then fills the cache as [`Self::reader_copy`] does).
+    pub async fn reader_page(
+        &self,
+        id: i64,
+        load: impl Future<Output = sqlx::Result<Option<PublishedArticle>>>,
+    ) -> Result<Option<Arc<ReaderPage>>, AppError> {
+        let key = id.to_string();
+        let (source, decoded) = match self.reader_copies.get(&key).await {
+            Lookup::Hit(bytes) => (bytes, None),
+            Lookup::Miss(token) => {
+                let Some(article) = load.await?.filter(is_published) else {
+                    return Ok(None);
+                };
+                let bytes: Bytes = platform::cache::json_bytes(&article)
+                    .map_err(|err| AppError::Internal(err.into()))?;
+                self.reader_copies.fill(&key, token, bytes.clone()).await;
+                (bytes, Some(article))
+            }
+        };
+        // A value that no longer decodes (a deploy changed its shape) fails the render: drop it
+        // so the next read loads it afresh.
+        let page = self.reader_pages.page(id, source, decoded);
+        if page.is_err() {
+            self.reader_copies.invalidate(&key).await;
+        }
+        page
     }
 
     /// Rule: after a publish or republish committed — invalidate, read the committed reader copy

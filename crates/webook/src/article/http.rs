@@ -2,27 +2,28 @@
 //! needs a logged-in caller.
 
 use axum::{
-    extract::State,
+    extract::{Request, State},
+    response::Response,
     routing::{get, post},
     Router,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use std::sync::Arc;
 
 use crate::{
     article::{
-        model::{Article, ArticleStatus, ListItem, PublishedItem},
+        model::{Article, ListItem, PublishedItem},
         service::existing_id,
         ArticleService,
     },
     auth::{AuthService, AuthUser, Authenticates, Writer},
     idempotency::Idempotency,
     interactive::InteractiveService,
-    user::Person,
 };
 use platform::{
     error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    http::accepts_gzip,
     page::{page_limit, Page},
 };
 
@@ -164,58 +165,25 @@ async fn detail(
     Ok(Reply(state.articles.author_detail(user.uid, id).await?))
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReaderView {
-    id: i64,
-    title: String,
-    content: String,
-    #[serde(rename = "abstract")]
-    abstract_text: String,
-    author: Person,
-    status: ArticleStatus,
-    read_cnt: i64,
-    like_cnt: i64,
-    collect_cnt: i64,
-    comment_cnt: i64,
-    liked: bool,
-    collected: bool,
-    ctime: i64,
-    utime: i64,
-}
-
+/// The reader view: the published copy with its counters and the caller's flags, answered from
+/// the page rendered for that copy ([`crate::article::reader_page`]; gzipped there when the
+/// client accepts it).
 async fn reader_view(
     State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
     ApiPath(id): ApiPath<i64>,
-) -> ApiResult<ReaderView> {
+    // The request itself rather than a `HeaderMap`, which the extractor would copy.
+    request: Request,
+) -> Result<Response, AppError> {
     let id = positive(id)?;
-    let article = state.articles.reader_view(id).await?;
+    let page = state.articles.reader_page(id).await?;
     let (counts, flags) = tokio::try_join!(
         state.interactive.counts(BIZ, id),
         state.interactive.user_flags(user.uid, BIZ, id),
     )?;
     // Counted only once the answer is assembled: a read answered with an error is no read.
     state.interactive.record_read(BIZ, id, user.uid).await;
-    Ok(Reply(ReaderView {
-        id: article.id,
-        title: article.title,
-        content: article.content,
-        abstract_text: article.abstract_text,
-        author: Person {
-            id: article.author_id,
-            name: article.author_name,
-        },
-        status: article.status,
-        read_cnt: counts.read_cnt,
-        like_cnt: counts.like_cnt,
-        collect_cnt: counts.collect_cnt,
-        comment_cnt: counts.comment_cnt,
-        liked: flags.liked,
-        collected: flags.collected,
-        ctime: article.ctime,
-        utime: article.utime,
-    }))
+    Ok(page.respond(&counts, &flags, accepts_gzip(request.headers())))
 }
 
 #[derive(Deserialize)]

@@ -3,11 +3,14 @@
 //! Data flow: [`http`] parses requests of logged-in users and calls [`ArticleService`], which
 //! validates and sanitises input ([`model`]), writes both copies through [`store`] (one
 //! transaction when both change), then keeps [`cache`] in step and emits `article_published` /
-//! `article_withdrawn` events on the event stream for feed and search.
+//! `article_withdrawn` events on the event stream for feed and search. The reader view is
+//! answered from a page rendered once per published copy ([`reader_page`]), with the counters
+//! and the reader's flags appended per request.
 
 pub mod cache;
 mod http;
 pub mod model;
+pub mod reader_page;
 pub mod service;
 pub mod store;
 

@@ -17,9 +17,12 @@
 //! read back the committed copy leaves the entry invalidated.
 
 pub use crate::article::model::{ArticleEvent, TOPIC_PUBLISHED, TOPIC_WITHDRAWN};
+use std::sync::Arc;
+
 use crate::article::{
     cache::{ArticleCache, FIRST_PAGE_LEN},
     model::{Article, Draft, ListItem, PublishedArticle, PublishedItem},
+    reader_page::ReaderPage,
     store::{ArticleStore, WriteError},
 };
 use platform::{
@@ -221,6 +224,15 @@ impl ArticleService {
             return Err(NOT_THE_AUTHOR);
         }
         Ok(article)
+    }
+
+    /// The reader view's rendered page of published article `id` (404001 otherwise), from the
+    /// reader-copy cache ([`crate::article::reader_page`]).
+    pub async fn reader_page(&self, id: i64) -> Result<Arc<ReaderPage>, AppError> {
+        self.cache
+            .reader_page(id, self.store.reader_copy(id))
+            .await?
+            .ok_or(NO_SUCH_ARTICLE)
     }
 
     /// The published reader copy; 404001 when absent, unpublished or withdrawn.

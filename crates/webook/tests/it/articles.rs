@@ -359,6 +359,99 @@ async fn caches_never_serve_stale_or_withdrawn_articles(setup: Setup) {
     );
 }
 
+/// The reader view as a browser gets it: `(Content-Encoding, the JSON decoded)`.
+async fn reader_gzipped(app: &TestApp, token: &str, id: i64) -> (Option<String>, Value) {
+    let response = app
+        .client
+        .get(app.url(&format!("/articles/pub/{id}")))
+        .bearer_auth(token)
+        .header(reqwest::header::USER_AGENT, common::UA)
+        .header(reqwest::header::ACCEPT_ENCODING, "gzip, deflate, br")
+        .send()
+        .await
+        .unwrap();
+    let encoding = response
+        .headers()
+        .get(reqwest::header::CONTENT_ENCODING)
+        .map(|value| value.to_str().unwrap().to_owned());
+    let body = response.bytes().await.unwrap();
+    let mut plain = Vec::new();
+    if encoding.as_deref() == Some("gzip") {
+        // Checks the CRC-32 and the length of the gzip trailer too.
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut plain)
+            .unwrap();
+    } else {
+        plain = body.to_vec();
+    }
+    (encoding, serde_json::from_slice(&plain).unwrap())
+}
+
+/// The reader view is answered from a page rendered once per reader copy, the counters and
+/// flags appended per request (pre-compressed for gzip): both encodings say the same, and every
+/// change — a like, a republish, a withdrawal — shows in the next answer.
+async fn the_gzipped_reader_view_is_the_plain_one_and_follows_every_change(setup: Setup) {
+    let app = setup.spawn(|_| {}).await;
+    let author = user(&app, "pages@example.com").await;
+    let reader_token = user(&app, "page-reader@example.com").await;
+    let content = format!("<p>{}</p>", "long enough to compress well. ".repeat(40));
+    let id = publish(&app, &author, None, "first \"title\"", &content).await;
+    let without_reads = |mut view: Value| {
+        view["data"]["readCnt"] = Value::Null;
+        view
+    };
+    for _ in 0..2 {
+        let (encoding, gzipped) = reader_gzipped(&app, &reader_token, id).await;
+        assert_eq!(encoding.as_deref(), Some("gzip"));
+        let plain = reader(&app, &reader_token, id).await;
+        assert_eq!(
+            without_reads(gzipped.clone()),
+            without_reads(plain),
+            "{gzipped}"
+        );
+        assert_eq!(gzipped["data"]["title"], "first \"title\"");
+        assert_eq!(gzipped["data"]["content"], content);
+        assert!(gzipped["data"]["author"]["name"].is_string(), "{gzipped}");
+        assert_eq!(gzipped["data"]["liked"], false);
+        assert_eq!(
+            sorted_keys(&gzipped["data"]),
+            sorted_keys(
+                &json!({"id": 0, "title": 0, "content": 0, "abstract": 0, "author": 0,
+                "status": 0, "readCnt": 0, "likeCnt": 0, "collectCnt": 0, "commentCnt": 0,
+                "liked": 0, "collected": 0, "ctime": 0, "utime": 0})
+            )
+        );
+    }
+    let like = post(
+        &app,
+        "/articles/pub/like",
+        Some(&reader_token),
+        json!({"id": id, "like": true}),
+    )
+    .await;
+    assert_eq!(like.json()["code"], 0, "{}", like.raw);
+    let (_, view) = reader_gzipped(&app, &reader_token, id).await;
+    assert_eq!(view["data"]["likeCnt"], 1, "{view}");
+    assert_eq!(view["data"]["liked"], true, "{view}");
+    // Reads are counted: every answer above was one.
+    wait_until("the reads are counted", || async {
+        reader_gzipped(&app, &author, id).await.1["data"]["readCnt"]
+            .as_i64()
+            .unwrap()
+            >= 5
+    })
+    .await;
+
+    publish(&app, &author, Some(id), "second", "<p>changed</p>").await;
+    let (_, view) = reader_gzipped(&app, &reader_token, id).await;
+    assert_eq!(view["data"]["title"], "second", "{view}");
+    assert_eq!(view["data"]["content"], "<p>changed</p>", "{view}");
+    assert_eq!(view["data"]["likeCnt"], 1, "{view}");
+
+    withdraw(&app, &author, id).await;
+    let (_, view) = reader_gzipped(&app, &reader_token, id).await;
+    assert_eq!(view["code"], 404001, "{view}");
+}
+
 /// Property: whatever order racing writes of one article commit in, once they have returned
 /// the reader copy served (cache included) is what the database says — a withdrawal racing with
 /// a republish never leaves the published copy readable, and of two racing republishes the
@@ -634,6 +727,7 @@ setup_tests!(
     stored_xss_does_not_survive_saving,
     the_author_list_pages_newest_update_first_within_bounds,
     caches_never_serve_stale_or_withdrawn_articles,
+    the_gzipped_reader_view_is_the_plain_one_and_follows_every_change,
     racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy,
     a_withdrawal_completes_when_its_caller_goes_away,
     publishing_and_withdrawing_emit_events,
