@@ -54,7 +54,6 @@ use tokio_util::sync::CancellationToken;
 use webook::{
     biz::Biz,
     comment::{CommentService, NewComment, TOPIC_COMMENT_CHANGED},
-    schema::MIGRATIONS,
     seed::{seed, Plan},
 };
 
@@ -82,11 +81,7 @@ struct World {
 
 async fn build() -> World {
     let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let url = std::env::var("WEBOOK_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("webook.db").display()));
-    let db = Db::connect_url(&url, POOL).await.unwrap();
-    db.migrate(&MIGRATIONS).await.unwrap();
+    let (dir, db, url) = common::bench_db(POOL).await;
     let plan = Plan {
         users: 5_000,
         articles: 300,

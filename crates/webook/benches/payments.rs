@@ -84,7 +84,6 @@ use webook::{
         PaymentStore, Payments,
     },
     reward::{RewardStore, Rewards, REWARD_BIZ},
-    schema::MIGRATIONS,
     seed::{seed, Plan},
 };
 
@@ -125,11 +124,7 @@ struct Delivery {
 
 async fn build() -> World {
     let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let url = std::env::var("WEBOOK_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("webook.db").display()));
-    let db = Db::connect_url(&url, POOL).await.unwrap();
-    db.migrate(&MIGRATIONS).await.unwrap();
+    let (dir, db, url) = common::bench_db(POOL).await;
     let plan = Plan {
         users: 2_000,
         articles: 200,

@@ -1,10 +1,25 @@
-//! Helpers the benches share (each bench is its own crate and includes this module): latency
-//! percentiles for the stderr reports, since criterion reports means and medians and the
-//! targets are p99.
+//! Helpers the benches share (each bench is its own crate and includes this module): the
+//! bench database, and latency percentiles for the stderr reports, since criterion reports
+//! means and medians and the targets are p99.
 
 #![allow(dead_code)] // each bench uses what it needs
 
 use std::time::Duration;
+
+use platform::db::Db;
+use webook::schema::MIGRATIONS;
+
+/// The database a bench runs on, migrated: `WEBOOK_BENCH_DATABASE_URL` when set (a PostgreSQL
+/// database of its own), else a SQLite file in the returned temp dir (keep it alive); with its
+/// URL, for reports.
+pub async fn bench_db(pool: u32) -> (tempfile::TempDir, Db, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = std::env::var("WEBOOK_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| format!("sqlite://{}", dir.path().join("webook.db").display()));
+    let db = Db::connect_url(&url, pool).await.unwrap();
+    db.migrate(&MIGRATIONS).await.unwrap();
+    (dir, db, url)
+}
 
 /// `duration` in milliseconds.
 pub fn ms(duration: Duration) -> f64 {
