@@ -5,9 +5,10 @@
 //! when the article is republished, followed by counters and the reader's flags that change all
 //! the time. Serialising and gzipping the whole answer per request (a fresh compressor state,
 //! zeroed, per response) was a large share of the CPU time of a cached read (docs/
-//! PERFORMANCE.md → HTTP → Browse, round two). A [`Prerendered`] keeps the constant prefix twice: as JSON bytes and as raw deflate
-//! blocks ended by a sync flush (so they end on a byte boundary, not marked final), plus the
-//! prefix's CRC-32. [`Prerendered::respond`] then answers with
+//! PERFORMANCE.md → HTTP → Browse, round two). A [`Prerendered`] keeps the constant prefix
+//! twice — as JSON bytes and as raw deflate blocks ended by a sync flush (so they end on a byte
+//! boundary, not marked final) — plus the prefix's CRC-32. [`Prerendered::respond`] then
+//! answers with
 //!
 //! - plain: `prefix ‖ tail`;
 //! - gzip: the gzip header ‖ the cached deflate blocks ‖ the tail as one final *stored* block ‖

@@ -111,15 +111,23 @@ mod tests {
     use super::*;
     use crate::db::Db;
 
+    /// A SQLite database in `dir` whose table `numbers` holds `values` (e.g. `"(1), (2)"`).
+    async fn numbers(dir: &tempfile::TempDir, values: &str) -> Db {
+        let url = format!("sqlite://{}", dir.path().join("numbers.db").display());
+        let db = Db::connect_url(&url, 2).await.unwrap();
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE numbers (n INTEGER); INSERT INTO numbers VALUES {values}"
+        ))
+        .execute(db.writer())
+        .await
+        .unwrap();
+        db
+    }
+
     #[tokio::test]
     async fn reads_what_the_pools_wrote_and_refuses_to_write() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("direct.db").display());
-        let db = Db::connect_url(&url, 2).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE numbers (n INTEGER); INSERT INTO numbers VALUES (1), (2), (3)")
-            .execute(db.writer())
-            .await
-            .unwrap();
+        let db = numbers(&dir, "(1), (2), (3)").await;
         let file = db.sqlite_file().unwrap();
         let sum: i64 = read(file.clone(), |connection| {
             connection.query_row("SELECT sum(n) FROM numbers", [], |row| row.get(0))
@@ -138,12 +146,7 @@ mod tests {
     #[tokio::test]
     async fn inline_reads_see_each_commit_refuse_writes_and_recover() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("inline.db").display());
-        let db = Db::connect_url(&url, 2).await.unwrap();
-        sqlx::raw_sql("CREATE TABLE numbers (n INTEGER); INSERT INTO numbers VALUES (1)")
-            .execute(db.writer())
-            .await
-            .unwrap();
+        let db = numbers(&dir, "(1)").await;
         let file = db.sqlite_file().unwrap();
         let sum = |file: &Path| {
             read_inline(file, |connection| {

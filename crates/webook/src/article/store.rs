@@ -52,6 +52,26 @@ pub const READER_COPY: &str =
     "SELECT p.id, p.author_id, u.nickname, p.title, p.content, p.abstract, p.status, p.ctime, p.utime \
      FROM published_articles p JOIN users u ON u.id = p.author_id WHERE p.id = $1";
 
+/// A [`READER_COPY`] row: id, author id, nickname, title, content, abstract, status, ctime,
+/// utime.
+type ReaderCopyRow = (i64, i64, String, String, String, String, i64, i64, i64);
+
+/// The reader copy of a [`READER_COPY`] row, whichever access path read it.
+fn reader_copy_from(row: ReaderCopyRow) -> sqlx::Result<PublishedArticle> {
+    let (id, author_id, nickname, title, content, abstract_text, status, ctime, utime) = row;
+    Ok(PublishedArticle {
+        id,
+        author_id,
+        author_name: crate::user::display_name(&nickname, author_id),
+        title,
+        content,
+        abstract_text,
+        status: ArticleStatus::try_from(status).map_err(|err| sqlx::Error::Decode(err.into()))?,
+        ctime,
+        utime,
+    })
+}
+
 fn status_from(row: &AnyRow) -> sqlx::Result<ArticleStatus> {
     let raw: i64 = row.try_get("status")?;
     ArticleStatus::try_from(raw).map_err(|err| sqlx::Error::Decode(err.into()))
@@ -256,56 +276,23 @@ impl ArticleStore {
     /// embedded database read inline, without the pool's thread hand-off (a reader view's cache
     /// miss; [`platform::db::direct`]).
     pub async fn reader_copy(&self, id: i64) -> sqlx::Result<Option<PublishedArticle>> {
-        if let Some(found) = self.db.read_inline(|connection| {
+        let inline = self.db.read_inline(|connection| {
             use platform::db::direct::rusqlite::OptionalExtension;
             connection
                 .prepare_cached(READER_COPY)?
-                .query_row([id], |row| {
-                    let author_id: i64 = row.get(1)?;
-                    let nickname: String = row.get(2)?;
-                    let status: i64 = row.get(6)?;
-                    Ok(PublishedArticle {
-                        id: row.get(0)?,
-                        author_id,
-                        author_name: crate::user::display_name(&nickname, author_id),
-                        title: row.get(3)?,
-                        content: row.get(4)?,
-                        abstract_text: row.get(5)?,
-                        status: ArticleStatus::try_from(status).map_err(|err| {
-                            platform::db::direct::rusqlite::Error::FromSqlConversionFailure(
-                                6,
-                                platform::db::direct::rusqlite::types::Type::Integer,
-                                err.into(),
-                            )
-                        })?,
-                        ctime: row.get(7)?,
-                        utime: row.get(8)?,
-                    })
-                })
+                .query_row([id], |row| ReaderCopyRow::try_from(row))
                 .optional()
-        }) {
-            return Ok(found);
-        }
-        let row = sqlx::query(READER_COPY)
-            .bind(id)
-            .fetch_optional(self.db.pool())
-            .await?;
-        row.map(|row| {
-            let author_id: i64 = row.try_get("author_id")?;
-            let nickname: String = row.try_get("nickname")?;
-            Ok(PublishedArticle {
-                id: row.try_get("id")?,
-                author_id,
-                author_name: crate::user::display_name(&nickname, author_id),
-                title: row.try_get("title")?,
-                content: row.try_get("content")?,
-                abstract_text: row.try_get("abstract")?,
-                status: status_from(&row)?,
-                ctime: row.try_get("ctime")?,
-                utime: row.try_get("utime")?,
-            })
-        })
-        .transpose()
+        });
+        let row: Option<ReaderCopyRow> = match inline {
+            Some(row) => row,
+            None => {
+                sqlx::query_as(READER_COPY)
+                    .bind(id)
+                    .fetch_optional(self.db.pool())
+                    .await?
+            }
+        };
+        row.map(reader_copy_from).transpose()
     }
 }
 
