@@ -50,7 +50,8 @@
 #              compared with the saved body beforehand instead;
 # --database-url postgres://… runs the server on PostgreSQL instead of SQLite, and with
 # --redis-url redis://… in cluster mode (Redis caches, sessions, event stream, shared hot list;
-# fresh random JWT secrets), e.g.
+# fresh random JWT secrets; after reads, browse and mixed a check line gives Redis round trips and
+# commands per request, `redis-cli` needed), e.g.
 #   scripts/with-services.sh bash -c 'scripts/bench.sh --database-url "$WEBOOK_TEST_DATABASE_URL" reads likes';
 #   scripts/with-services.sh bash -c 'scripts/bench.sh --database-url "$WEBOOK_TEST_DATABASE_URL" --redis-url "$WEBOOK_TEST_REDIS_URL"';
 # and prints one markdown table (requests/s, p50, p99, p99.9, errors, RSS after the scenario;
@@ -111,6 +112,7 @@ for tool in curl python3 cargo git; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
 [[ -z $database_url ]] || command -v psql >/dev/null || die "psql is required with --database-url"
+[[ -z $redis_url ]] || command -v redis-cli >/dev/null || die "redis-cli is required with --redis-url"
 nginx=
 if [[ " ${scenarios[*]} " == *' ranking '* ]]; then
   nginx=$(PATH=$PATH:/usr/sbin:/sbin command -v nginx || true)
@@ -474,8 +476,34 @@ nginx_rss_kib() {
 
 checks=()
 
+# Cluster mode: what Redis was asked, as "ROUND_TRIPS COMMANDS" so far — webook's
+# redis_round_trips_total (a command, a script call or a pipeline each count once: what a caller
+# waits for) and the calls in Redis's INFO commandstats (which counts the commands inside
+# scripts and pipelines too; INFO itself left out).
+redis_asked() {
+  local trips commands
+  trips=$(curl -sS --max-time 30 "$base/metrics" |
+    awk '/^redis_round_trips_total[ {]/ { n += $NF } END { printf "%d\n", n }')
+  commands=$(redis-cli -u "$redis_url" INFO commandstats |
+    awk -F'[:=,]' '/^cmdstat_/ && $1 != "cmdstat_info" { n += $3 } END { printf "%d\n", n }')
+  echo "$trips $commands"
+}
+# Adds a check line: Redis round trips and commands per request of a scenario (its wrk output),
+# counted from ASKED_BEFORE to now — the requests and the background work they caused (reads
+# counted, caches refreshed), since the scenario's checks waited for that.
+check_redis_per_request() { # SCENARIO WRK_OUTPUT ASKED_BEFORE
+  local requests trips commands trips_before commands_before
+  requests=$(awk '/ requests in / { print $1; exit }' "$2")
+  read -r trips commands <<<"$(redis_asked)"
+  read -r trips_before commands_before <<<"$3"
+  checks+=("$1: Redis per request: $(awk -v t=$((trips - trips_before)) -v c=$((commands - commands_before)) -v r="$requests" \
+    'BEGIN { printf "%.2f round trips, %.2f commands", t / r, c / r }') ($requests requests; redis_round_trips_total, INFO commandstats)")
+}
+
 login_check=
 for scenario in "${scenarios[@]}"; do
+  asked_before=
+  [[ -z $redis_url ]] || asked_before=$(redis_asked)
   case "$scenario" in
     healthz)
       note "healthz: wrk -t2 -c64 -d${duration}s GET /healthz"
@@ -515,6 +543,7 @@ LUA
       run_wrk "$tmp/reads.txt" -t2 -c64 -s "$tmp/reads.lua" "$base/articles/pub/$article"
       record reads "$tmp/reads.txt"
       check_reads_exact reads
+      [[ -z $redis_url ]] || check_redis_per_request reads "$tmp/reads.txt" "$asked_before"
       ;;
     browse)
       reader_and_article
@@ -547,6 +576,7 @@ LUA
       run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
       record browse "$tmp/browse.txt"
       check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
+      [[ -z $redis_url ]] || check_redis_per_request browse "$tmp/browse.txt" "$asked_before"
       ;;
     likes)
       reader_and_article
@@ -590,6 +620,7 @@ LUA
       record mixed "$tmp/mixed.txt"
       check_reads_exact mixed
       check_likes_consistent mixed
+      [[ -z $redis_url ]] || check_redis_per_request mixed "$tmp/mixed.txt" "$asked_before"
       ;;
     ranking)
       ranking_list

@@ -11,9 +11,10 @@
 //! - **embedded**: one in-process W-TinyLFU cache (`moka`), bounded by bytes and a TTL; writes
 //!   and fills both go through the key's `and_compute_with`, so they are serialised per key;
 //! - **cluster**: a Redis hash per key (`ver`, `data`) changed by Lua scripts, with the in-process
-//!   cache in front as a near cache. A read asks Redis only for the (tiny) version and uses the
-//!   local copy when it has that version, so large values cross the network once per change, and
-//!   a write on one instance is seen by the next read on every instance.
+//!   cache in front as a near cache. A read sends Redis the near copy's version and gets back
+//!   "unchanged" or the current version and value, in one round trip ([`crate::redis_probe`],
+//!   which also lets reads made together share one), so large values cross the network once per
+//!   change, and a write on one instance is seen by the next read on every instance.
 //!
 //! Versions come from one counter per process (embedded) or per cache in Redis (cluster), never
 //! per key, so a key that expired and came back cannot repeat a version a near cache still holds.
@@ -59,7 +60,10 @@ use moka::{
 };
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::redis::Redis;
+use crate::{
+    redis::Redis,
+    redis_probe::{self, Probe, Probed},
+};
 
 /// Counter: cache lookups by `cache`, `layer` (local, redis) and `result` (hit, miss).
 pub const CACHE_REQUESTS_TOTAL: &str = "cache_requests_total";
@@ -93,6 +97,8 @@ struct Remote {
     fill: std::sync::Arc<redis::Script>,
     set: std::sync::Arc<redis::Script>,
     invalidate: std::sync::Arc<redis::Script>,
+    invalidate_many: std::sync::Arc<redis::Script>,
+    fill_many: std::sync::Arc<redis::Script>,
     /// Keys whose invalidation Redis refused, retried by one background task (module docs).
     pending: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Whether the retrier task is running (it ends when nothing is pending).
@@ -139,6 +145,44 @@ redis.call('HDEL', KEYS[1], 'data')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return g
 ";
+
+/// [`INVALIDATE_SCRIPT`] for each of `KEYS[2..]` (`KEYS[1]` the counter); the new versions.
+const INVALIDATE_MANY_SCRIPT: &str = r"
+local out = {}
+for i = 2, #KEYS do
+  local g = next_version(KEYS[1])
+  redis.call('HSET', KEYS[i], 'ver', g)
+  redis.call('HDEL', KEYS[i], 'data')
+  redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  out[i - 1] = g
+end
+return out
+";
+
+/// [`FILL_SCRIPT`] for each of `KEYS[2..]` (`KEYS[1]` the counter) with its token and value in
+/// `ARGV[2i - 2]`, `ARGV[2i - 1]` (`ARGV[1]` the TTL); per key the new version, or 0 if refused.
+const FILL_MANY_SCRIPT: &str = r"
+local out = {}
+for i = 2, #KEYS do
+  local token, value = ARGV[2 * i - 2], ARGV[2 * i - 1]
+  local v = redis.call('HGET', KEYS[i], 'ver')
+  if (v == false and token == '0') or v == token then
+    local g = next_version(KEYS[1])
+    redis.call('HSET', KEYS[i], 'ver', g, 'data', value)
+    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    out[i - 1] = g
+  else
+    out[i - 1] = 0
+  end
+end
+return out
+";
+
+/// Most keys one call of the `*_MANY` scripts takes. Redis runs a script alone, and the
+/// requests' probes on the same connection queue behind it: 16 keys hold it for ~0.1 ms, where
+/// 256 held it long enough to cost the browse scenario a fifth of its throughput in cluster mode
+/// (docs/PERFORMANCE.md → Cluster reads, round two).
+const MANY_CHUNK: usize = 16;
 
 /// A script of this module: the version helper, then `body`.
 fn script(body: &str) -> redis::Script {
@@ -246,6 +290,8 @@ impl VersionedCache {
             fill: std::sync::Arc::new(script(FILL_SCRIPT)),
             set: std::sync::Arc::new(script(SET_SCRIPT)),
             invalidate: std::sync::Arc::new(script(INVALIDATE_SCRIPT)),
+            invalidate_many: std::sync::Arc::new(script(INVALIDATE_MANY_SCRIPT)),
+            fill_many: std::sync::Arc::new(script(FILL_MANY_SCRIPT)),
             pending: Arc::default(),
             retrying: Arc::default(),
         });
@@ -335,44 +381,38 @@ impl VersionedCache {
         key: &str,
         local: Option<Slot>,
     ) -> anyhow::Result<Lookup> {
-        let redis_key = format!("{}{key}", remote.prefix);
-        let mut connection = remote.redis.connection();
-        let version: Option<u64> = redis::cmd("HGET")
-            .arg(&redis_key)
-            .arg("ver")
-            .query_async(&mut connection)
-            .await?;
-        if let (
-            Some(version),
+        let (known, near_copy) = match local {
             Some(Slot {
-                version: local_version,
+                version,
                 value: Some(value),
-            }),
-        ) = (version, &local)
-        {
-            if version == *local_version {
+            }) => (Some(version), Some(value)),
+            _ => (None, None),
+        };
+        let redis_key = format!("{}{key}", remote.prefix);
+        let probed = redis_probe::probe(&remote.redis, redis_key, Probe { known }).await?;
+        match (probed, near_copy) {
+            (Probed::Unchanged, Some(value)) => {
                 count(self.name, "local", true);
-                return Ok(Lookup::Hit(value.clone()));
-            }
-        }
-        count(self.name, "local", false);
-        let (version, data): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(&redis_key)
-            .arg("ver")
-            .arg("data")
-            .query_async(&mut connection)
-            .await?;
-        match (version, data) {
-            (Some(version), Some(data)) => {
-                count(self.name, "redis", true);
-                let value = Bytes::from(data);
-                self.keep_local(key, version, Some(value.clone())).await;
                 Ok(Lookup::Hit(value))
             }
-            (version, _) => {
+            (
+                Probed::Changed {
+                    version: Some(version),
+                    data: Some(data),
+                },
+                _,
+            ) => {
+                count(self.name, "local", false);
+                count(self.name, "redis", true);
+                self.keep_local(key, version, Some(data.clone())).await;
+                Ok(Lookup::Hit(data))
+            }
+            (Probed::Changed { version, .. }, _) => {
+                count(self.name, "local", false);
                 count(self.name, "redis", false);
                 Ok(Lookup::Miss(FillToken(version.unwrap_or(0))))
             }
+            (other, _) => anyhow::bail!("redis answered a version probe with {other:?}"),
         }
     }
 
@@ -523,6 +563,92 @@ impl VersionedCache {
                 tracing::error!(cache = self.name, %err, "cache invalidation failed; retrying it");
                 self.retry_later(remote, key);
                 FillToken(u64::MAX)
+            }
+        }
+    }
+
+    /// [`invalidate_for_refill`](Self::invalidate_for_refill) of each of `keys`, in one round
+    /// trip per [`MANY_CHUNK`] keys in cluster mode; the tokens in the order of `keys`.
+    pub async fn invalidate_many_for_refill(&self, keys: &[String]) -> Vec<FillToken> {
+        let Some(remote) = &self.remote else {
+            let mut tokens = Vec::with_capacity(keys.len());
+            for key in keys {
+                tokens.push(FillToken(self.write_local(key, None).await));
+            }
+            return tokens;
+        };
+        let mut tokens = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(MANY_CHUNK) {
+            for key in chunk {
+                self.local.invalidate(key).await;
+            }
+            let mut invocation = remote.invalidate_many.prepare_invoke();
+            invocation
+                .key(&remote.version_counter)
+                .arg(self.ttl_millis());
+            for key in chunk {
+                invocation.key(format!("{}{key}", remote.prefix));
+            }
+            let versions: redis::RedisResult<Vec<u64>> = invocation
+                .invoke_async(&mut remote.redis.connection())
+                .await;
+            match versions {
+                Ok(versions) if versions.len() == chunk.len() => {
+                    tokens.extend(versions.into_iter().map(FillToken));
+                }
+                other => {
+                    let err = other.err().map_or_else(
+                        || "an answer of the wrong length".to_owned(),
+                        |err| err.to_string(),
+                    );
+                    tracing::error!(cache = self.name, %err, "cache invalidation failed; retrying it");
+                    for key in chunk {
+                        self.retry_later(remote, key);
+                        tokens.push(FillToken(u64::MAX));
+                    }
+                }
+            }
+        }
+        tokens
+    }
+
+    /// [`fill`](Self::fill) of each entry, in one round trip per [`MANY_CHUNK`] entries in
+    /// cluster mode.
+    pub async fn fill_many(&self, entries: Vec<(String, FillToken, Bytes)>) {
+        let Some(remote) = &self.remote else {
+            for (key, token, value) in entries {
+                self.fill(&key, token, value).await;
+            }
+            return;
+        };
+        // A token no Redis version can match would be refused anyway.
+        let entries: Vec<_> = entries
+            .into_iter()
+            .filter(|(_, token, _)| token.0 != u64::MAX)
+            .collect();
+        for chunk in entries.chunks(MANY_CHUNK) {
+            let mut invocation = remote.fill_many.prepare_invoke();
+            invocation
+                .key(&remote.version_counter)
+                .arg(self.ttl_millis());
+            for (key, token, value) in chunk {
+                invocation
+                    .key(format!("{}{key}", remote.prefix))
+                    .arg(token.0)
+                    .arg(value.as_ref());
+            }
+            let versions: redis::RedisResult<Vec<u64>> = invocation
+                .invoke_async(&mut remote.redis.connection())
+                .await;
+            match versions {
+                Ok(versions) => {
+                    for ((key, _, value), version) in chunk.iter().zip(versions) {
+                        if version != 0 {
+                            self.keep_local(key, version, Some(value.clone())).await;
+                        }
+                    }
+                }
+                Err(err) => tracing::warn!(cache = self.name, %err, "cache fill failed"),
             }
         }
     }

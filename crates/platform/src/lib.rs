@@ -40,6 +40,7 @@ pub mod page;
 pub mod prerendered;
 pub mod rate_limit;
 pub mod redis;
+pub mod redis_probe;
 pub mod serve;
 pub mod telemetry;
 #[cfg(feature = "test-support")]

@@ -31,6 +31,11 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long commands fail at once after a connection failure, before one probes.
 pub const RETRY_AFTER: Duration = Duration::from_millis(500);
 
+/// Counter: requests sent to Redis on the shared connection — a command, a script call or a
+/// whole pipeline each count once (what a caller waits for; `INFO commandstats` counts the
+/// commands inside scripts and pipelines too).
+pub const REDIS_ROUND_TRIPS_TOTAL: &str = "redis_round_trips_total";
+
 /// A shared Redis connection, cheap to clone.
 #[derive(Clone)]
 pub struct Redis {
@@ -118,6 +123,7 @@ impl ConnectionLike for RedisConnection {
             Ok(probe) => probe,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
+        metrics::counter!(REDIS_ROUND_TRIPS_TOTAL).increment(1);
         Box::pin(async move {
             let result = self.inner.req_packed_command(cmd).await;
             self.circuit.record(probe, &result);
@@ -135,6 +141,7 @@ impl ConnectionLike for RedisConnection {
             Ok(probe) => probe,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
+        metrics::counter!(REDIS_ROUND_TRIPS_TOTAL).increment(1);
         Box::pin(async move {
             let result = self
                 .inner
@@ -184,6 +191,11 @@ impl Redis {
     /// handling of an unreachable Redis (the scheduler's locks).
     pub fn manager(&self) -> ConnectionManager {
         self.connection.clone()
+    }
+
+    /// Whether `other` is a clone of this handle (the same connection).
+    pub fn same_connection(&self, other: &Redis) -> bool {
+        Arc::ptr_eq(&self.circuit, &other.circuit)
     }
 
     /// A handle for issuing commands (clones share the one underlying connection).

@@ -110,6 +110,10 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         "HTTP request latency"
     );
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
+    metrics::describe_counter!(
+        crate::redis::REDIS_ROUND_TRIPS_TOTAL,
+        "Requests sent to Redis on the shared connection (a pipeline or script call counts once)"
+    );
     scheduler::describe_job_metrics();
     scheduler::sql::describe_metrics();
     for spec in features {

@@ -9,8 +9,8 @@
 //! [`App::run_until`] serves ([`platform::serve`]) the merged routes behind the middleware of
 //! [`platform::http`] until the shutdown future resolves, then drains: it stops accepting, lets
 //! in-flight requests finish (bounded by `shutdown_timeout`), stops the job schedulers (running
-//! jobs get `shutdown_timeout` too, then are cancelled), relays what the last writes recorded in
-//! the outbox, stops background tasks, waits for writes whose callers left
+//! jobs get `shutdown_timeout` too, then are cancelled), flushes the events still buffered for
+//! Redis, relays what the last writes recorded in the outbox, stops background tasks, waits for writes whose callers left
 //! ([`platform::detached`]) and closes the pool.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
@@ -347,6 +347,16 @@ impl App {
                     "job runs outlived shutdown_timeout and were cancelled"
                 );
             }
+        }
+        // Events published by the last requests and jobs (reads) leave the publish buffer
+        // while this process's consumers still run: its in-process fallback needs them.
+        if tokio::time::timeout(config.shutdown_timeout, platform.events.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "the event publish buffer outlived shutdown_timeout; its events are lost"
+            );
         }
         // What the last writes recorded in the outbox goes out while the consumers still run
         // (in-process, they must handle it before its rows go); anything left waits for the

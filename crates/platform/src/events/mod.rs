@@ -22,8 +22,12 @@
 //! not repeated by the next process (consumers may keep ids in a database).
 //!
 //! **Redis Streams (cluster mode, [`EventStream::redis`]).** Each topic is one stream,
-//! `{prefix}:stream:{topic}` ([`stream_key`]); `publish` is `XADD key MAXLEN ~ max_len * k <key>
-//! t <time> p <payload>`. Each group is a Redis consumer group on that stream, created from the
+//! `{prefix}:stream:{topic}` ([`stream_key`]); a published event is `XADD key MAXLEN ~ max_len * k
+//! <key> t <time> p <payload>`, sent by one publisher task per process in pipelines of whatever
+//! has been published meanwhile; `publish` returns once its event's pipeline is in (so under
+//! load concurrent publishers share one round trip, and a returned publish is in Redis as
+//! before). Events whose publisher went away first are still sent; a graceful stop waits for
+//! them ([`EventStream::flush`]). Each group is a Redis consumer group on that stream, created from the
 //! stream's start (`XGROUP CREATE … 0 MKSTREAM`) by its first consumer, so events published
 //! before it — by requests served while the consumer was starting, or by other instances —
 //! are not missed (unlike in-process, where a group sees only what follows its registration). Each `consume` call is one Redis consumer, named
@@ -266,13 +270,16 @@ impl EventStream {
                 prefix: redis_prefix.to_owned(),
                 options,
                 local: InProcess::default(),
+                publisher: redis_streams::Publisher::default(),
             })),
         })
     }
 
     /// Publishes `payload` (serialised as JSON) on `topic` under `key` to every consumer group.
-    /// In-process it waits while a group's queue is full; with Redis it is one `XADD`, or, when
-    /// that fails, the in-process queues of this process (see the module docs).
+    /// In-process it waits while a group's queue is full; with Redis it hands the event to a
+    /// buffer that one task `XADD`s in pipelines (or, when Redis refuses them, delivers to the
+    /// in-process queues of this process; see the module docs) and waits until its pipeline is
+    /// done.
     pub async fn publish(
         &self,
         topic: &str,
@@ -287,6 +294,16 @@ impl EventStream {
         }
         metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => topic.to_owned()).increment(1);
         Ok(())
+    }
+
+    /// Waits until the events published so far have left this process's publish buffer (Redis:
+    /// added to the stream or delivered to the in-process fallback; in-process there is no
+    /// buffer), including those whose publisher stopped waiting. Graceful shutdown calls it
+    /// before stopping the consumers.
+    pub async fn flush(&self) {
+        if let Backend::Redis(backend) = &self.backend {
+            backend.flush().await;
+        }
     }
 
     /// Like [`EventStream::consume`], but with Redis only the events that fell back to this

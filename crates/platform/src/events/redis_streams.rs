@@ -17,7 +17,10 @@ use redis::{
     streams::{StreamAutoClaimReply, StreamId, StreamInfoGroupsReply, StreamReadReply},
     AsyncConnectionConfig, RedisResult,
 };
-use tokio::{sync::mpsc, time::Instant};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
 
 use super::{in_process::InProcess, *};
 
@@ -28,6 +31,8 @@ pub(super) struct RedisBackend {
     pub(super) prefix: String,
     pub(super) options: RedisStreamOptions,
     pub(super) local: InProcess,
+    /// The buffer and task behind [`RedisBackend::publish`].
+    pub(super) publisher: Publisher,
 }
 
 impl RedisBackend {
@@ -68,46 +73,189 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// `XADD`s the event, or queues it in-process when Redis cannot take it.
+    /// Hands the event to the publisher task, which `XADD`s it with whatever else is waiting
+    /// (one pipeline per batch), or queues it in-process when Redis cannot take it, and returns
+    /// once that is done: concurrent publishers share one round trip (a group commit).
     pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
-        let mut connection = self.redis.connection();
-        let added: RedisResult<String> = redis::cmd("XADD")
-            .arg(stream_key(&self.prefix, topic))
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(self.options.max_len)
-            .arg("*")
-            .arg("k")
-            .arg(key)
-            .arg("t")
-            .arg(time)
-            .arg("p")
-            .arg(payload.as_ref())
-            .query_async(&mut connection)
-            .await;
-        if let Err(err) = added {
-            if self.local.senders(topic).is_empty() {
-                // Nothing in this process would receive it (every topic this build consumes
-                // has a consumer in every process, `Subscription`): say so, never silently.
-                tracing::warn!(
-                    topic,
-                    key,
-                    error = format!("{err:#}"),
-                    "cannot publish to redis and no consumer of this process takes the topic; \
-                     event lost"
-                );
-                metrics::counter!(EVENTS_LOST_TOTAL, "topic" => topic.to_owned()).increment(1);
+        let (added, is_added) = oneshot::channel();
+        let unsent = Unsent {
+            topic: topic.to_owned(),
+            key: key.to_owned(),
+            payload,
+            time,
+            added,
+        };
+        let sender = self.publisher.start(self);
+        self.publisher.unsettled.add();
+        match sender.send(unsent).await {
+            // Sent or fallen back; an error means the task ended mid-batch (it panicked), and
+            // nothing more can be done for the event.
+            Ok(()) => is_added.await.unwrap_or(()),
+            Err(refused) => {
+                // The task is gone (only if it panicked): the event is handled here instead.
+                let unsent = refused.0;
+                fall_back(&self.local, &[unsent], "the publisher task has stopped").await;
+                self.publisher.unsettled.settle(1);
+            }
+        }
+    }
+
+    /// Waits until every event handed to [`RedisBackend::publish`] so far is in Redis or in the
+    /// in-process queues (graceful shutdown).
+    pub(super) async fn flush(&self) {
+        self.publisher.unsettled.wait().await;
+    }
+}
+
+/// Events waiting for their `XADD` before publishers wait.
+pub(super) const PUBLISH_BUFFER: usize = 10_000;
+/// Most events one `XADD` pipeline carries.
+const PUBLISH_BATCH: usize = 512;
+
+/// An event handed to [`RedisBackend::publish`], not yet in Redis.
+struct Unsent {
+    topic: String,
+    key: String,
+    payload: Bytes,
+    time: i64,
+    /// Told once the event is in Redis or the in-process queues.
+    added: oneshot::Sender<()>,
+}
+
+/// The publishing side of the backend: a bounded buffer drained by one task, started by the
+/// first publish (which runs on the runtime the task then belongs to). Events go out in the
+/// order they were published, as many per pipeline as are waiting, and each publisher is told
+/// when its event is in: under load an event costs its publisher a share of one round trip, and
+/// a publish that returned is in Redis (or, Redis refusing, in this process's queues), as with
+/// one `XADD` per event. Events whose publisher went away before that (a request dropped) are
+/// still sent; a graceful stop waits for them ([`RedisBackend::flush`]).
+#[derive(Default)]
+pub(super) struct Publisher {
+    sender: std::sync::OnceLock<mpsc::Sender<Unsent>>,
+    unsettled: Arc<Unsettled>,
+}
+
+impl Publisher {
+    fn start(&self, backend: &RedisBackend) -> mpsc::Sender<Unsent> {
+        self.sender
+            .get_or_init(|| {
+                let (sender, receiver) = mpsc::channel(PUBLISH_BUFFER);
+                tokio::spawn(add_buffered(
+                    receiver,
+                    backend.redis.clone(),
+                    backend.prefix.clone(),
+                    backend.options.max_len,
+                    backend.local.clone(),
+                    self.unsettled.clone(),
+                ));
+                sender
+            })
+            .clone()
+    }
+}
+
+/// How many published events are not yet in Redis or the in-process queues.
+#[derive(Default)]
+struct Unsettled {
+    count: std::sync::atomic::AtomicUsize,
+    settled: tokio::sync::Notify,
+}
+
+impl Unsettled {
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn settle(&self, events: usize) {
+        if self.count.fetch_sub(events, Ordering::AcqRel) == events {
+            self.settled.notify_waiters();
+        }
+    }
+
+    async fn wait(&self) {
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
                 return;
             }
+            settled.await;
+        }
+    }
+}
+
+/// The publisher task: `XADD`s what is waiting, a pipeline per batch, until every sender is gone.
+async fn add_buffered(
+    mut receiver: mpsc::Receiver<Unsent>,
+    redis: Redis,
+    prefix: String,
+    max_len: usize,
+    local: InProcess,
+    unsettled: Arc<Unsettled>,
+) {
+    let mut batch = Vec::with_capacity(PUBLISH_BATCH);
+    while receiver.recv_many(&mut batch, PUBLISH_BATCH).await > 0 {
+        let mut pipeline = redis::pipe();
+        for unsent in &batch {
+            pipeline
+                .cmd("XADD")
+                .arg(stream_key(&prefix, &unsent.topic))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(max_len)
+                .arg("*")
+                .arg("k")
+                .arg(&unsent.key)
+                .arg("t")
+                .arg(unsent.time)
+                .arg("p")
+                .arg(unsent.payload.as_ref())
+                .ignore();
+        }
+        let added: RedisResult<()> = pipeline.query_async(&mut redis.connection()).await;
+        if let Err(err) = added {
+            // Some may have been added before the error: those are counted twice (the same
+            // ambiguity as a single `XADD` that timed out after Redis applied it).
+            fall_back(&local, &batch, &format!("{err:#}")).await;
+        }
+        let events = batch.len();
+        for unsent in batch.drain(..) {
+            // A publisher that went away has nobody to tell.
+            let _ = unsent.added.send(());
+        }
+        unsettled.settle(events);
+    }
+}
+
+/// Delivers events Redis refused to this process's consumers (module docs of `events`), or
+/// reports them lost when no consumer of this process takes their topic.
+async fn fall_back(local: &InProcess, events: &[Unsent], error: &str) {
+    for event in events {
+        let (topic, key) = (event.topic.as_str(), event.key.as_str());
+        if local.senders(topic).is_empty() {
+            // Nothing in this process would receive it (every topic this build consumes has a
+            // consumer in every process, `Subscription`): say so, never silently.
             tracing::warn!(
                 topic,
                 key,
-                error = format!("{err:#}"),
-                "cannot publish to redis; delivering the event to this process's consumers"
+                error,
+                "cannot publish to redis and no consumer of this process takes the topic; \
+                 event lost"
             );
-            metrics::counter!(EVENTS_FALLBACK_TOTAL, "topic" => topic.to_owned()).increment(1);
-            self.local.publish(topic, key, payload, time).await;
+            metrics::counter!(EVENTS_LOST_TOTAL, "topic" => topic.to_owned()).increment(1);
+            continue;
         }
+        tracing::warn!(
+            topic,
+            key,
+            error,
+            "cannot publish to redis; delivering the event to this process's consumers"
+        );
+        metrics::counter!(EVENTS_FALLBACK_TOTAL, "topic" => topic.to_owned()).increment(1);
+        local
+            .publish(topic, key, event.payload.clone(), event.time)
+            .await;
     }
 }
 

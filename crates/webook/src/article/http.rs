@@ -176,11 +176,17 @@ async fn reader_view(
     request: Request,
 ) -> Result<Response, AppError> {
     let id = positive(id)?;
-    let page = state.articles.reader_page(id).await?;
-    let (counts, flags) = tokio::try_join!(
-        state.interactive.counts(BIZ, id),
-        state.interactive.user_flags(user.uid, BIZ, id),
-    )?;
+    // The three look-ups run concurrently, and in cluster mode their Redis probes go as one
+    // round trip (`platform::redis_probe`). A missing article answers 404 all the same; its
+    // counters and flags were then looked up for nothing.
+    let (page, counts, flags) = platform::redis_probe::together(async {
+        tokio::try_join!(
+            state.articles.reader_page(id),
+            state.interactive.counts(BIZ, id),
+            state.interactive.user_flags(user.uid, BIZ, id),
+        )
+    })
+    .await?;
     // Counted only once the answer is assembled: a read answered with an error is no read.
     state.interactive.record_read(BIZ, id, user.uid).await;
     Ok(page.respond(&counts, &flags, accepts_gzip(request.headers())))

@@ -35,7 +35,7 @@ use crate::{
     },
 };
 use platform::{
-    cache::{json_bytes, FillToken, VersionedCache},
+    cache::{json_bytes, VersionedCache},
     db::now_millis,
     detached::to_completion,
     error::{AppError, Msg},
@@ -355,16 +355,15 @@ impl InteractiveService {
         let applied = self.store.apply_reads(&reads, dedup_group, now).await?;
         // Invalidate, then refill from the database with one query per biz: the objects just
         // read are the ones about to be read again, and each would otherwise miss on its own.
-        let mut refills: HashMap<Biz, Vec<(i64, FillToken)>> = HashMap::new();
+        // Both cache steps take every object of the biz at once (one Redis call each in cluster
+        // mode, not two per object).
+        let mut by_biz: HashMap<Biz, Vec<i64>> = HashMap::new();
         for ((biz, biz_id), _) in &applied {
-            let token = self
-                .counts_cache
-                .invalidate_for_refill(&cache_key(*biz, *biz_id))
-                .await;
-            refills.entry(*biz).or_default().push((*biz_id, token));
+            by_biz.entry(*biz).or_default().push(*biz_id);
         }
-        for (biz, objects) in refills {
-            let ids: Vec<i64> = objects.iter().map(|(id, _)| *id).collect();
+        for (biz, ids) in by_biz {
+            let keys: Vec<String> = ids.iter().map(|id| cache_key(biz, *id)).collect();
+            let tokens = self.counts_cache.invalidate_many_for_refill(&keys).await;
             let mut counts = match self.store.batch_counts(biz, &ids).await {
                 Ok(counts) => counts,
                 Err(err) => {
@@ -373,17 +372,14 @@ impl InteractiveService {
                     continue;
                 }
             };
-            for (biz_id, token) in objects {
-                let value = counts.remove(&biz_id).unwrap_or_default();
-                match json_bytes(&value) {
-                    Ok(bytes) => {
-                        self.counts_cache
-                            .fill(&cache_key(biz, biz_id), token, bytes)
-                            .await;
-                    }
+            let mut refills = Vec::with_capacity(ids.len());
+            for ((biz_id, key), token) in ids.iter().zip(keys).zip(tokens) {
+                match json_bytes(&counts.remove(biz_id).unwrap_or_default()) {
+                    Ok(bytes) => refills.push((key, token, bytes)),
                     Err(err) => tracing::error!(%err, "cannot serialise counters"),
                 }
             }
+            self.counts_cache.fill_many(refills).await;
         }
         Ok(())
     }

@@ -232,3 +232,97 @@ async fn a_redis_outage_is_a_miss_not_an_error() {
     cache.set("k", Bytes::from_static(b"v3")).await;
     cache.invalidate("k").await;
 }
+
+/// `calls` of `command` in `INFO commandstats` (0 when it never ran).
+async fn command_calls(redis: &Redis, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.connection())
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn lookups_made_together_cost_one_round_trip_and_stay_exact() {
+    // A private server: its command statistics are this test's alone.
+    let server = RedisServer::start().await;
+    let here = Redis::connect(&server.url()).await.unwrap();
+    let elsewhere = Redis::connect(&server.url()).await.unwrap();
+    let caches = |redis: &Redis| {
+        ["copies", "counts", "flags"]
+            .map(|name| VersionedCache::new(name, 1 << 20, TTL, Some((redis, "test"))))
+    };
+    let (ours, theirs) = (caches(&here), caches(&elsewhere));
+    ours[0].set("k", Bytes::from_static(b"copy")).await;
+    ours[1].set("k", Bytes::from_static(b"counts-1")).await;
+    // Another instance changes the counters: our near copy is stale. Nobody has flags.
+    theirs[1].set("k", Bytes::from_static(b"counts-2")).await;
+    let lookups = || async { tokio::join!(ours[0].get("k"), ours[1].get("k"), ours[2].get("k")) };
+    let check = |(copy, counts, flags): (Lookup, Lookup, Lookup)| {
+        assert_eq!(
+            hit(copy).as_deref(),
+            Some(&b"copy"[..]),
+            "unchanged near copy"
+        );
+        assert_eq!(
+            hit(counts).as_deref(),
+            Some(&b"counts-2"[..]),
+            "changed elsewhere"
+        );
+        assert!(hit(flags).is_none(), "absent everywhere");
+    };
+
+    // The script's first call on a server is refused (`NOSCRIPT`) and repeated after loading it.
+    ours[2].get("warm-up").await;
+    let before = command_calls(&here, "evalsha").await;
+    check(platform::redis_probe::together(lookups()).await);
+    assert_eq!(
+        command_calls(&here, "evalsha").await - before,
+        1,
+        "together"
+    );
+    assert_eq!(command_calls(&here, "hmget").await, 0);
+
+    // Each on its own: a round trip each (and the same answers; counts-2 is now near).
+    theirs[1].set("k", Bytes::from_static(b"counts-2")).await;
+    let before = command_calls(&here, "evalsha").await;
+    check(lookups().await);
+    assert_eq!(command_calls(&here, "evalsha").await - before, 3, "apart");
+}
+
+#[tokio::test]
+async fn invalidating_and_refilling_many_at_once_keeps_the_rules_of_one() {
+    for (layout, cache, _) in caches().await {
+        cache.set("a", Bytes::from_static(b"a1")).await;
+        cache.set("b", Bytes::from_static(b"b1")).await;
+        let keys: Vec<String> = ["a", "b", "c"].map(str::to_owned).to_vec();
+        let tokens = cache.invalidate_many_for_refill(&keys).await;
+        assert_eq!(tokens.len(), 3, "{layout}");
+        for key in &keys {
+            assert!(
+                hit(cache.get(key).await).is_none(),
+                "{layout}: {key} invalidated"
+            );
+        }
+        // A writer reaches b between the invalidation and the refill: b's refill is refused.
+        cache.set("b", Bytes::from_static(b"b-writer")).await;
+        let refills = keys
+            .iter()
+            .zip(tokens)
+            .zip(["a2", "b-stale", "c2"])
+            .map(|((key, token), value)| (key.clone(), token, Bytes::from_static(value.as_bytes())))
+            .collect();
+        cache.fill_many(refills).await;
+        for (key, want) in [("a", "a2"), ("b", "b-writer"), ("c", "c2")] {
+            assert_eq!(
+                hit(cache.get(key).await).as_deref(),
+                Some(want.as_bytes()),
+                "{layout}: {key}"
+            );
+        }
+    }
+}

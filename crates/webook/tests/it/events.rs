@@ -572,3 +572,44 @@ async fn while_redis_is_down_events_reach_this_process_in_process() {
     .await;
     stop_consumer(&stop, consumer).await;
 }
+
+#[tokio::test]
+async fn a_publish_that_returned_is_in_the_stream_in_order() {
+    let url = redis_url();
+    let prefix = fresh_prefix();
+    let stream = cluster_stream(&url, &prefix).await;
+    let look = inspect(&url).await;
+    // Nothing published: nothing to wait for.
+    tokio::time::timeout(WAIT_LIMIT, stream.flush())
+        .await
+        .expect("flush of nothing hung");
+    // Many publishers at once, then one after another.
+    let concurrent = futures_util::future::join_all((0..500).map(|i| {
+        let stream = &stream;
+        async move { stream.publish(TOPIC, &format!("c{i}"), &i).await }
+    }))
+    .await;
+    assert!(concurrent.iter().all(Result::is_ok));
+    for i in 0..100 {
+        stream.publish(TOPIC, &format!("s{i}"), &i).await.unwrap();
+    }
+    // Returned means added (concurrent publishers share pipelines): no waiting for the stream.
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(stream_key(&prefix, TOPIC))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut look.clone())
+        .await
+        .unwrap();
+    let keys: Vec<String> = entries
+        .ids
+        .iter()
+        .map(|entry| entry.get::<String>("k").unwrap())
+        .collect();
+    assert_eq!(keys.len(), 600);
+    let concurrent: HashSet<&String> = keys[..500].iter().collect();
+    assert_eq!(concurrent.len(), 500, "each concurrent event once");
+    assert!(concurrent.iter().all(|key| key.starts_with('c')));
+    let sequential: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    assert_eq!(keys[500..], sequential[..], "in publish order");
+}

@@ -789,3 +789,79 @@ async fn overlapping_read_batches_applied_concurrently_never_deadlock(db: TestDb
     assert_eq!(counts.len(), OBJECTS as usize);
     assert!(counts.values().all(|counts| counts.read_cnt == 2 * ROUNDS));
 }
+
+/// An authenticated read in cluster mode, once its near caches are warm, asks Redis twice on its
+/// way: the session's revoked flag, then one probe script for the reader copy, the counters and
+/// the reader's flags together (its read event leaves later, batched with others). Watched with
+/// `MONITOR` on a private Redis, between two markers the test sends around the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_authenticated_read_asks_redis_twice() {
+    use futures_util::StreamExt;
+    use platform::{config::DatabaseKind, testing::RedisServer};
+
+    let server = RedisServer::start().await;
+    let db = TestDb::new(DatabaseKind::Postgres, &MIGRATIONS).await;
+    let app = TestApp::spawn_with(db, |config| {
+        webook::testing::make_cluster(config, server.url());
+    })
+    .await;
+    let token = user(&app, "round-trips@example.com").await;
+    let id = published_article(&app, &token).await;
+    // Warm: near copies filled, the probe script loaded.
+    view(&app, &token, id).await;
+    view(&app, &token, id).await;
+
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut monitor = client
+        .get_async_monitor()
+        .await
+        .unwrap()
+        .into_on_message::<String>();
+    let marks = client.get_multiplexed_async_connection().await.unwrap();
+    let mark = |text: &'static str| {
+        let mut marks = marks.clone();
+        async move {
+            let _: String = redis::cmd("ECHO")
+                .arg(text)
+                .query_async(&mut marks)
+                .await
+                .unwrap();
+        }
+    };
+    mark("before-the-read").await;
+    view(&app, &token, id).await;
+    mark("after-the-read").await;
+
+    let mut seen = Vec::new();
+    let mut started = false;
+    while let Some(line) = tokio::time::timeout(platform::testing::WAIT_LIMIT, monitor.next())
+        .await
+        .expect("monitor stalled")
+    {
+        if line.contains("\"after-the-read\"") {
+            break;
+        }
+        if started && !line.contains("[0 lua]") {
+            seen.push(line);
+        } else if line.contains("\"before-the-read\"") {
+            started = true;
+        }
+    }
+    let probe = redis::Script::new(platform::redis_probe::PROBE_SCRIPT)
+        .get_hash()
+        .to_owned();
+    let asked: Vec<&String> = seen
+        .iter()
+        .filter(|line| line.contains(":session:") || line.contains(":cache:"))
+        .collect();
+    assert_eq!(asked.len(), 2, "{seen:#?}");
+    assert!(
+        asked[0].contains("\"HGET\"") && asked[0].contains(":session:"),
+        "{seen:#?}"
+    );
+    assert!(
+        asked[1].contains(&format!("\"EVALSHA\" \"{probe}\" \"3\"")),
+        "one probe of three keys: {seen:#?}"
+    );
+    app.stop().await.unwrap();
+}
