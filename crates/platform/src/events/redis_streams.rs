@@ -45,22 +45,14 @@ impl RedisBackend {
         }
         let mut pipeline = redis::pipe();
         for event in &events {
-            pipeline
-                .cmd("XADD")
-                .arg(stream_key(&self.prefix, &event.topic))
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(self.options.max_len)
-                .arg("*")
-                .arg("i")
-                .arg(&event.id)
-                .arg("k")
-                .arg(&event.key)
-                .arg("t")
-                .arg(event.time)
-                .arg("p")
-                .arg(event.payload.as_ref())
-                .ignore();
+            let entry = Entry {
+                id: Some(&event.id),
+                topic: &event.topic,
+                key: &event.key,
+                time: event.time,
+                payload: &event.payload,
+            };
+            entry.add_to(&mut pipeline, &self.prefix, self.options.max_len);
         }
         let mut connection = self.redis.connection();
         pipeline
@@ -104,6 +96,39 @@ impl RedisBackend {
     /// in-process queues (graceful shutdown).
     pub(super) async fn flush(&self) {
         self.publisher.unsettled.wait().await;
+    }
+}
+
+/// A stream entry as it is added: `XADD key MAXLEN ~ max_len * [i <id>] k <key> t <time> p
+/// <payload>` (the id field only for outbox events, whose id outlives a retried add).
+struct Entry<'a> {
+    id: Option<&'a str>,
+    topic: &'a str,
+    key: &'a str,
+    time: i64,
+    payload: &'a Bytes,
+}
+
+impl Entry<'_> {
+    fn add_to(&self, pipeline: &mut redis::Pipeline, prefix: &str, max_len: usize) {
+        let command = pipeline
+            .cmd("XADD")
+            .arg(stream_key(prefix, self.topic))
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(max_len)
+            .arg("*");
+        if let Some(id) = self.id {
+            command.arg("i").arg(id);
+        }
+        command
+            .arg("k")
+            .arg(self.key)
+            .arg("t")
+            .arg(self.time)
+            .arg("p")
+            .arg(self.payload.as_ref())
+            .ignore();
     }
 }
 
@@ -198,20 +223,14 @@ async fn add_buffered(
     while receiver.recv_many(&mut batch, PUBLISH_BATCH).await > 0 {
         let mut pipeline = redis::pipe();
         for unsent in &batch {
-            pipeline
-                .cmd("XADD")
-                .arg(stream_key(&prefix, &unsent.topic))
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(max_len)
-                .arg("*")
-                .arg("k")
-                .arg(&unsent.key)
-                .arg("t")
-                .arg(unsent.time)
-                .arg("p")
-                .arg(unsent.payload.as_ref())
-                .ignore();
+            let entry = Entry {
+                id: None,
+                topic: &unsent.topic,
+                key: &unsent.key,
+                time: unsent.time,
+                payload: &unsent.payload,
+            };
+            entry.add_to(&mut pipeline, &prefix, max_len);
         }
         let added: RedisResult<()> = pipeline.query_async(&mut redis.connection()).await;
         if let Err(err) = added {
