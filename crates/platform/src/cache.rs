@@ -94,9 +94,7 @@ struct Remote {
     redis: Redis,
     prefix: String,
     version_counter: String,
-    fill: std::sync::Arc<redis::Script>,
     set: std::sync::Arc<redis::Script>,
-    invalidate: std::sync::Arc<redis::Script>,
     invalidate_many: std::sync::Arc<redis::Script>,
     fill_many: std::sync::Arc<redis::Script>,
     /// Keys whose invalidation Redis refused, retried by one background task (module docs).
@@ -120,17 +118,6 @@ local function next_version(counter)
 end
 ";
 
-const FILL_SCRIPT: &str = r"
-local v = redis.call('HGET', KEYS[1], 'ver')
-if (v == false and ARGV[1] == '0') or v == ARGV[1] then
-  local g = next_version(KEYS[2])
-  redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return g
-end
-return 0
-";
-
 const SET_SCRIPT: &str = r"
 local g = next_version(KEYS[2])
 redis.call('HSET', KEYS[1], 'ver', g, 'data', ARGV[1])
@@ -138,15 +125,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return g
 ";
 
-const INVALIDATE_SCRIPT: &str = r"
-local g = next_version(KEYS[2])
-redis.call('HSET', KEYS[1], 'ver', g)
-redis.call('HDEL', KEYS[1], 'data')
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return g
-";
-
-/// [`INVALIDATE_SCRIPT`] for each of `KEYS[2..]` (`KEYS[1]` the counter); the new versions.
+/// Leaves a tombstone under a new version in each of `KEYS[2..]` (`KEYS[1]` the counter, `ARGV[1]`
+/// the TTL); the new versions.
 const INVALIDATE_MANY_SCRIPT: &str = r"
 local out = {}
 for i = 2, #KEYS do
@@ -159,8 +139,9 @@ end
 return out
 ";
 
-/// [`FILL_SCRIPT`] for each of `KEYS[2..]` (`KEYS[1]` the counter) with its token and value in
-/// `ARGV[2i - 2]`, `ARGV[2i - 1]` (`ARGV[1]` the TTL); per key the new version, or 0 if refused.
+/// Fills each of `KEYS[2..]` (`KEYS[1]` the counter) with its value if its version is still the
+/// token (token and value in `ARGV[2i - 2]`, `ARGV[2i - 1]`, `ARGV[1]` the TTL; token 0 for an
+/// absent key); per key the new version, or 0 if refused.
 const FILL_MANY_SCRIPT: &str = r"
 local out = {}
 for i = 2, #KEYS do
@@ -287,9 +268,7 @@ impl VersionedCache {
             redis: redis.clone(),
             prefix: format!("{prefix}:cache:{name}:"),
             version_counter: format!("{prefix}:cache-version:{name}"),
-            fill: std::sync::Arc::new(script(FILL_SCRIPT)),
             set: std::sync::Arc::new(script(SET_SCRIPT)),
-            invalidate: std::sync::Arc::new(script(INVALIDATE_SCRIPT)),
             invalidate_many: std::sync::Arc::new(script(INVALIDATE_MANY_SCRIPT)),
             fill_many: std::sync::Arc::new(script(FILL_MANY_SCRIPT)),
             pending: Arc::default(),
@@ -441,25 +420,8 @@ impl VersionedCache {
                 .await;
             return;
         };
-        if token.0 == u64::MAX {
-            return;
-        }
-        let stored: Result<u64, _> = remote
-            .fill
-            .key(format!("{}{key}", remote.prefix))
-            .key(&remote.version_counter)
-            .arg(token.0)
-            .arg(value.as_ref())
-            .arg(self.ttl_millis())
-            .invoke_async(&mut remote.redis.connection())
+        self.fill_remote(remote, vec![(key.to_owned(), token, value)])
             .await;
-        match stored {
-            Ok(0) => {}
-            Ok(version) => {
-                self.keep_local(key, version, Some(value)).await;
-            }
-            Err(err) => tracing::warn!(cache = self.name, %err, "cache fill failed"),
-        }
     }
 
     /// Writer: stores `value` as the new version of `key` (preloading readers' next hit).
@@ -621,6 +583,11 @@ impl VersionedCache {
             }
             return;
         };
+        self.fill_remote(remote, entries).await;
+    }
+
+    /// The cluster side of [`fill`](Self::fill) and [`fill_many`](Self::fill_many).
+    async fn fill_remote(&self, remote: &Remote, entries: Vec<(String, FillToken, Bytes)>) {
         // A token no Redis version can match would be refused anyway.
         let entries: Vec<_> = entries
             .into_iter()
@@ -655,13 +622,16 @@ impl VersionedCache {
 
     /// Leaves a tombstone for `key` in Redis under a new version; returns that version.
     async fn invalidate_remote(&self, remote: &Remote, key: &str) -> redis::RedisResult<u64> {
-        remote
-            .invalidate
-            .key(format!("{}{key}", remote.prefix))
+        let versions: Vec<u64> = remote
+            .invalidate_many
             .key(&remote.version_counter)
+            .key(format!("{}{key}", remote.prefix))
             .arg(self.ttl_millis())
             .invoke_async(&mut remote.redis.connection())
-            .await
+            .await?;
+        versions.first().copied().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "no version for the key"))
+        })
     }
 
     /// Puts `key` on the pending list and makes sure the retrier runs (module docs).
