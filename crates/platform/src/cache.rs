@@ -8,8 +8,10 @@
 //! locks: the reader's fill is simply refused.
 //!
 //! Two layouts, chosen by mode:
-//! - **embedded**: one in-process W-TinyLFU cache (`moka`), bounded by bytes and a TTL; writes
-//!   and fills both go through the key's `and_compute_with`, so they are serialised per key;
+//! - **embedded**: one in-process W-TinyLFU cache (`moka`'s synchronous one: every closure
+//!   here is short and never waits, so the async cache's per-key async locks were pure cost;
+//!   docs/PERFORMANCE.md → HTTP → Browse, round three), bounded by bytes and a TTL; writes and
+//!   fills both go through the key's `and_compute_with`, so they are serialised per key;
 //! - **cluster**: a Redis hash per key (`ver`, `data`) changed by Lua scripts, with the in-process
 //!   cache in front as a near cache. A read sends Redis the near copy's version and gets back
 //!   "unchanged" or the current version and value, in one round trip ([`crate::redis_probe`],
@@ -174,7 +176,7 @@ fn script(body: &str) -> redis::Script {
 #[derive(Clone)]
 pub struct VersionedCache {
     name: &'static str,
-    local: moka::future::Cache<String, Slot>,
+    local: moka::sync::Cache<String, Slot>,
     floors: Arc<EvictionFloors>,
     remote: Option<Remote>,
     ttl: Duration,
@@ -247,7 +249,7 @@ impl VersionedCache {
     ) -> Self {
         let floors = Arc::new(EvictionFloors::new());
         let listener_floors = floors.clone();
-        let local = moka::future::Cache::builder()
+        let local = moka::sync::Cache::builder()
             .name(name)
             .max_capacity(max_bytes)
             .eviction_listener(move |key: Arc<String>, slot: Slot, cause| {
@@ -292,17 +294,13 @@ impl VersionedCache {
     /// key: moka's plain `insert` does not take the key's lock, and a fill that had decided on
     /// the old tombstone could then put its value over this newer write (seen as two racing
     /// republishes leaving the older version cached).
-    async fn write_local(&self, key: &str, value: Option<Bytes>) -> u64 {
-        let written = self
-            .local
-            .entry(key.to_owned())
-            .and_compute_with(|_| {
-                std::future::ready(Op::Put(Slot {
-                    version: Self::next_local_version(),
-                    value,
-                }))
+    fn write_local(&self, key: &str, value: Option<Bytes>) -> u64 {
+        let written = self.local.entry(key.to_owned()).and_compute_with(|_| {
+            Op::Put(Slot {
+                version: Self::next_local_version(),
+                value,
             })
-            .await;
+        });
         match written {
             CompResult::Inserted(entry) | CompResult::ReplacedWith(entry) => entry.value().version,
             // A put always inserts or replaces.
@@ -310,12 +308,40 @@ impl VersionedCache {
         }
     }
 
+    /// Embedded side of [`invalidate_many_for_refill`](Self::invalidate_many_for_refill): a
+    /// present key gets a tombstone (a refill token if it held a value), an absent key a raised
+    /// eviction floor, both under the key's lock so no fill slips between the check and the
+    /// write.
+    fn invalidate_local_for_refill(&self, key: &str) -> Option<FillToken> {
+        let mut held_value = false;
+        let written = self
+            .local
+            .entry(key.to_owned())
+            .and_compute_with(|current| match current {
+                Some(entry) => {
+                    held_value = entry.value().value.is_some();
+                    Op::Put(Slot {
+                        version: Self::next_local_version(),
+                        value: None,
+                    })
+                }
+                None => {
+                    self.floors
+                        .floor(key)
+                        .fetch_max(Self::next_local_version(), Ordering::AcqRel);
+                    Op::Nop
+                }
+            });
+        match written {
+            CompResult::ReplacedWith(entry) if held_value => Some(FillToken(entry.value().version)),
+            _ => None,
+        }
+    }
+
     /// Near cache (cluster): keeps `value` at Redis's `version`. A read uses it only after
     /// checking that version in Redis, so the order in which near copies land does not matter.
-    async fn keep_local(&self, key: &str, version: u64, value: Option<Bytes>) {
-        self.local
-            .insert(key.to_owned(), Slot { version, value })
-            .await;
+    fn keep_local(&self, key: &str, version: u64, value: Option<Bytes>) {
+        self.local.insert(key.to_owned(), Slot { version, value });
     }
 
     fn ttl_millis(&self) -> u64 {
@@ -324,7 +350,7 @@ impl VersionedCache {
 
     /// Looks `key` up.
     pub async fn get(&self, key: &str) -> Lookup {
-        let local = self.local.get(key).await;
+        let local = self.local.get(key);
         let Some(remote) = &self.remote else {
             return match local {
                 Some(Slot {
@@ -347,7 +373,7 @@ impl VersionedCache {
             Err(err) => {
                 tracing::warn!(cache = self.name, %err, "cache read failed; treating as a miss");
                 // What changes meanwhile cannot be checked: the near copy goes.
-                self.local.invalidate(key).await;
+                self.local.invalidate(key);
                 // A token no Redis version can match: the fill will be refused.
                 Lookup::Miss(FillToken(u64::MAX))
             }
@@ -383,7 +409,7 @@ impl VersionedCache {
             ) => {
                 count(self.name, "local", false);
                 count(self.name, "redis", true);
-                self.keep_local(key, version, Some(data.clone())).await;
+                self.keep_local(key, version, Some(data.clone()));
                 Ok(Lookup::Hit(data))
             }
             (Probed::Changed { version, .. }, _) => {
@@ -407,7 +433,7 @@ impl VersionedCache {
                         // Absent at the miss and now: nothing that left since was newer.
                         None => self.floors.floor(key).load(Ordering::Acquire) < token.0,
                     };
-                    std::future::ready(if unchanged {
+                    if unchanged {
                         let version = Self::next_local_version();
                         Op::Put(Slot {
                             version,
@@ -415,9 +441,8 @@ impl VersionedCache {
                         })
                     } else {
                         Op::Nop
-                    })
-                })
-                .await;
+                    }
+                });
             return;
         };
         self.fill_remote(remote, vec![(key.to_owned(), token, value)])
@@ -427,7 +452,7 @@ impl VersionedCache {
     /// Writer: stores `value` as the new version of `key` (preloading readers' next hit).
     pub async fn set(&self, key: &str, value: Bytes) {
         let Some(remote) = &self.remote else {
-            self.write_local(key, Some(value)).await;
+            self.write_local(key, Some(value));
             return;
         };
         let result: Result<u64, _> = remote
@@ -440,10 +465,10 @@ impl VersionedCache {
             .await;
         match result {
             Ok(version) => {
-                self.keep_local(key, version, Some(value)).await;
+                self.keep_local(key, version, Some(value));
             }
             Err(err) => {
-                self.local.invalidate(key).await;
+                self.local.invalidate(key);
                 tracing::error!(cache = self.name, %err, "cache write failed; retrying its invalidation");
                 self.retry_later(remote, key);
             }
@@ -516,9 +541,9 @@ impl VersionedCache {
     /// so the refill can never put back a value older than that writer's.
     pub async fn invalidate_for_refill(&self, key: &str) -> FillToken {
         let Some(remote) = &self.remote else {
-            return FillToken(self.write_local(key, None).await);
+            return FillToken(self.write_local(key, None));
         };
-        self.local.invalidate(key).await;
+        self.local.invalidate(key);
         match self.invalidate_remote(remote, key).await {
             Ok(version) => FillToken(version),
             Err(err) => {
@@ -529,20 +554,24 @@ impl VersionedCache {
         }
     }
 
-    /// [`invalidate_for_refill`](Self::invalidate_for_refill) of each of `keys`, in one round
-    /// trip per [`MANY_CHUNK`] keys in cluster mode; the tokens in the order of `keys`.
-    pub async fn invalidate_many_for_refill(&self, keys: &[String]) -> Vec<FillToken> {
+    /// Writer, after a change to the objects of many keys: [`invalidate`](Self::invalidate)s
+    /// each (in one round trip per [`MANY_CHUNK`] keys in cluster mode) and returns, in the
+    /// order of `keys`, a token for refilling each key worth refilling: in cluster mode every
+    /// key (Redis serves all instances); embedded only the keys that held a value. An object no
+    /// reader had cached is left to its next reader, and its key costs no entry: the eviction
+    /// floor of its bucket is raised instead, which refuses the in-flight fills a tombstone
+    /// would (and, for the moment of such a fill, those of the bucket's other absent keys).
+    pub async fn invalidate_many_for_refill(&self, keys: &[String]) -> Vec<Option<FillToken>> {
         let Some(remote) = &self.remote else {
-            let mut tokens = Vec::with_capacity(keys.len());
-            for key in keys {
-                tokens.push(FillToken(self.write_local(key, None).await));
-            }
-            return tokens;
+            return keys
+                .iter()
+                .map(|key| self.invalidate_local_for_refill(key))
+                .collect();
         };
         let mut tokens = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MANY_CHUNK) {
             for key in chunk {
-                self.local.invalidate(key).await;
+                self.local.invalidate(key);
             }
             let mut invocation = remote.invalidate_many.prepare_invoke();
             invocation
@@ -556,7 +585,7 @@ impl VersionedCache {
                 .await;
             match versions {
                 Ok(versions) if versions.len() == chunk.len() => {
-                    tokens.extend(versions.into_iter().map(FillToken));
+                    tokens.extend(versions.into_iter().map(|version| Some(FillToken(version))));
                 }
                 other => {
                     let err = other.err().map_or_else(
@@ -566,7 +595,7 @@ impl VersionedCache {
                     tracing::error!(cache = self.name, %err, "cache invalidation failed; retrying it");
                     for key in chunk {
                         self.retry_later(remote, key);
-                        tokens.push(FillToken(u64::MAX));
+                        tokens.push(None);
                     }
                 }
             }
@@ -611,7 +640,7 @@ impl VersionedCache {
                 Ok(versions) => {
                     for ((key, _, value), version) in chunk.iter().zip(versions) {
                         if version != 0 {
-                            self.keep_local(key, version, Some(value.clone())).await;
+                            self.keep_local(key, version, Some(value.clone()));
                         }
                     }
                 }
@@ -675,7 +704,7 @@ impl VersionedCache {
             for key in keys {
                 let done = self.invalidate_remote(remote, &key).await;
                 if done.is_ok() {
-                    self.local.invalidate(&key).await;
+                    self.local.invalidate(&key);
                     remote
                         .pending
                         .lock()

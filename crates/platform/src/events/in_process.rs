@@ -201,14 +201,15 @@ impl Consumer {
         Fut: Future<Output = anyhow::Result<()>>,
     {
         let mut batch = vec![first];
-        let deadline = Instant::now() + self.max_wait;
+        // One timer for the batch, and every event already queued taken at each wake-up: under
+        // load the queue holds many, and a timer or a wake-up per event was a cost per read.
+        let deadline = tokio::time::sleep_until(Instant::now() + self.max_wait);
+        tokio::pin!(deadline);
         while batch.len() < self.batch_size {
+            let room = self.batch_size - batch.len();
             tokio::select! {
-                event = queue.recv() => match event {
-                    Some(event) => batch.push(event),
-                    None => break,
-                },
-                () = tokio::time::sleep_until(deadline) => break,
+                received = queue.recv_many(&mut batch, room) => if received == 0 { break },
+                () = &mut deadline => break,
                 () = self.stop.cancelled() => break,
             }
         }

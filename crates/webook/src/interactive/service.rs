@@ -35,7 +35,7 @@ use crate::{
     },
 };
 use platform::{
-    cache::{json_bytes, VersionedCache},
+    cache::{json_bytes, FillToken, VersionedCache},
     db::now_millis,
     detached::to_completion,
     error::{AppError, Msg},
@@ -49,7 +49,7 @@ pub const READ_TOPIC: &str = "interactive_read";
 /// Consumer group that turns read events into counts.
 pub const READ_GROUP: &str = "read_counter";
 /// Most read events applied in one transaction.
-pub const READ_BATCH: usize = 500;
+pub const READ_BATCH: usize = 2000;
 /// Longest a read event waits for its batch to fill.
 pub const READ_MAX_WAIT: Duration = Duration::from_millis(200);
 const COUNTS_TTL: Duration = Duration::from_secs(10 * 60);
@@ -356,7 +356,8 @@ impl InteractiveService {
         // Invalidate, then refill from the database with one query per biz: the objects just
         // read are the ones about to be read again, and each would otherwise miss on its own.
         // Both cache steps take every object of the biz at once (one Redis call each in cluster
-        // mode, not two per object).
+        // mode, not two per object). Embedded, only the counters that were cached are refilled:
+        // under a long-tailed read mix most objects of a batch were read once and are not.
         let mut by_biz: HashMap<Biz, Vec<i64>> = HashMap::new();
         for ((biz, biz_id), _) in &applied {
             by_biz.entry(*biz).or_default().push(*biz_id);
@@ -364,6 +365,15 @@ impl InteractiveService {
         for (biz, ids) in by_biz {
             let keys: Vec<String> = ids.iter().map(|id| cache_key(biz, *id)).collect();
             let tokens = self.counts_cache.invalidate_many_for_refill(&keys).await;
+            let (ids, keys, tokens): (Vec<i64>, Vec<String>, Vec<FillToken>) = ids
+                .into_iter()
+                .zip(keys)
+                .zip(tokens)
+                .filter_map(|((id, key), token)| Some((id, key, token?)))
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
             let mut counts = match self.store.batch_counts(biz, &ids).await {
                 Ok(counts) => counts,
                 Err(err) => {
