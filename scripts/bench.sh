@@ -25,8 +25,9 @@
 #              read through the event stream); afterwards the read count must equal the number
 #              of reads the server served (its request counter), exactly, or the script fails;
 #   - browse:  wrk -t2 -c64 GET /articles/pub/ID over the dataset's published articles, ids
-#              drawn by Zipf's law (s = 1) over a random order of them (the article cache and
-#              the database see a realistic mix of hot and cold articles), with a browser's
+#              drawn by Zipf's law (s = 1) over one random order of them, the same for both wrk
+#              threads and every run (the article cache and the database see a realistic mix of
+#              hot and cold articles, and one site-wide ranking of them), with a browser's
 #              Accept-Encoding (so answers are gzipped, as browsers get them); afterwards the sum of
 #              all read counters must have grown by the reads answered, as for reads (the
 #              database is read with python3's sqlite3 module, or psql for PostgreSQL);
@@ -554,11 +555,13 @@ LUA
 wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["User-Agent"] = "$ua"
 wrk.headers["Accept-Encoding"] = "gzip, deflate, br, zstd"
--- Zipf (s = 1) over a random order of the published ids; each thread draws its own sequence.
-math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
+-- Zipf (s = 1) over one random order of the published ids: the site's popularity ranking, the
+-- same in every thread and every run (a seed of its own); each thread then draws its own sequence.
 local ids, cumulative, total = {}, {}, 0
 for line in io.lines("$tmp/published.txt") do ids[#ids + 1] = line end
+math.randomseed(1)
 for i = #ids, 2, -1 do local j = math.random(i); ids[i], ids[j] = ids[j], ids[i] end
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
 for i = 1, #ids do total = total + 1 / i; cumulative[i] = total end
 function request()
   local target, low, high = math.random() * total, 1, #ids
