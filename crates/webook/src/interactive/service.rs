@@ -365,15 +365,16 @@ impl InteractiveService {
         for (biz, ids) in by_biz {
             let keys: Vec<String> = ids.iter().map(|id| cache_key(biz, *id)).collect();
             let tokens = self.counts_cache.invalidate_many_for_refill(&keys).await;
-            let (ids, keys, tokens): (Vec<i64>, Vec<String>, Vec<FillToken>) = ids
+            let refillable: Vec<(i64, String, FillToken)> = ids
                 .into_iter()
                 .zip(keys)
                 .zip(tokens)
                 .filter_map(|((id, key), token)| Some((id, key, token?)))
                 .collect();
-            if ids.is_empty() {
+            if refillable.is_empty() {
                 continue;
             }
+            let ids: Vec<i64> = refillable.iter().map(|(id, _, _)| *id).collect();
             let mut counts = match self.store.batch_counts(biz, &ids).await {
                 Ok(counts) => counts,
                 Err(err) => {
@@ -382,9 +383,9 @@ impl InteractiveService {
                     continue;
                 }
             };
-            let mut refills = Vec::with_capacity(ids.len());
-            for ((biz_id, key), token) in ids.iter().zip(keys).zip(tokens) {
-                match json_bytes(&counts.remove(biz_id).unwrap_or_default()) {
+            let mut refills = Vec::with_capacity(refillable.len());
+            for (biz_id, key, token) in refillable {
+                match json_bytes(&counts.remove(&biz_id).unwrap_or_default()) {
                     Ok(bytes) => refills.push((key, token, bytes)),
                     Err(err) => tracing::error!(%err, "cannot serialise counters"),
                 }
