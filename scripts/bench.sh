@@ -30,7 +30,8 @@
 #              hot and cold articles, and one site-wide ranking of them), with a browser's
 #              Accept-Encoding (so answers are gzipped, as browsers get them); afterwards the sum of
 #              all read counters must have grown by the reads answered, as for reads (the
-#              database is read with python3's sqlite3 module, or psql for PostgreSQL);
+#              database is read with python3's sqlite3 module, or psql for PostgreSQL), and a
+#              check line gives each in-process cache's hit rate during the run (/metrics);
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
@@ -391,6 +392,21 @@ check_browse_exact() { # SERVED_BEFORE ABANDONED_BEFORE READS_BEFORE
   checks+=("browse: $served reads of $(wc -l <"$tmp/published.txt") articles answered and $abandoned abandoned, the counters grew by $counted (exact within the abandoned)")
 }
 
+# The in-process caches' lookups so far, one "CACHE HITS MISSES" line per cache (the local layer:
+# embedded, every lookup; cluster, the near caches in front of Redis).
+cache_lookups() {
+  curl -sS --max-time 30 "$base/metrics" |
+    awk '/^cache_requests_total\{/ && /layer="local"/ {
+        match($0, /cache="[^"]*"/); cache = substr($0, RSTART + 7, RLENGTH - 8)
+        if (/result="hit"/) hits[cache] += $NF; else misses[cache] += $NF; seen[cache] = 1 }
+      END { for (c in seen) printf "%s %d %d\n", c, hits[c], misses[c] }' | sort
+}
+# A check line with each cache's hit rate since LOOKUPS_BEFORE (a cache_lookups output).
+check_cache_hits() { # SCENARIO LOOKUPS_BEFORE
+  checks+=("$1: local cache hit rates: $(join -a1 -e0 -o 0,1.2,1.3,2.2,2.3 <(cache_lookups) <(printf '%s\n' "$2") |
+    awk '{ h = $2 - $4; m = $3 - $5; if (h + m > 0) printf "%s%s %.1f %% of %d", sep, $1, 100 * h / (h + m), h + m; sep = ", " }')")
+}
+
 # The hot list of the ranking scenario, over the dataset: asks the running server for one
 # computation through the CLI on the same database, and waits for a list computed after that
 # request; its body is saved in $tmp/ranking.json.
@@ -575,10 +591,12 @@ LUA
       before_served=$(route_requests 200)
       before_abandoned=$(route_requests 499)
       before_reads=$(reads_total)
+      lookups_before=$(cache_lookups)
       note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID (gzip accepted), Zipf over $(wc -l <"$tmp/published.txt") published articles"
       run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
       record browse "$tmp/browse.txt"
       check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
+      check_cache_hits browse "$lookups_before"
       [[ -z $redis_url ]] || check_redis_per_request browse "$tmp/browse.txt" "$asked_before"
       ;;
     likes)

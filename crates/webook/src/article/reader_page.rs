@@ -9,7 +9,8 @@
 //! the handler appends the counters and flags as the answer's tail ([`ReaderPage::respond`]).
 //! A page is only ever served for the bytes it was rendered from, so it needs no invalidation
 //! of its own: a republished or withdrawn article has other bytes, or none, in the reader-copy
-//! cache. The pages are bounded by bytes (their share of `cache_memory_bytes`).
+//! cache. The pages are bounded by bytes (their share of `cache_memory_bytes`); their lookups
+//! are counted with the other caches' (`cache_requests_total{cache="article_reader_page"}`).
 
 use std::sync::Arc;
 
@@ -21,7 +22,19 @@ use crate::{
     interactive::{Counts, UserFlags},
     user::Person,
 };
-use platform::{error::AppError, prerendered::Prerendered};
+use metrics::Counter;
+use platform::{cache::CACHE_REQUESTS_TOTAL, error::AppError, prerendered::Prerendered};
+
+/// The pages' lookups in the cache metrics: a hit is a page rendered from the very copy found.
+fn lookups_counter(hit: bool) -> Counter {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!(
+        CACHE_REQUESTS_TOTAL,
+        "cache" => "article_reader_page",
+        "layer" => "local",
+        "result" => result
+    )
+}
 
 /// The envelope's opening, as [`platform::error::Reply`] writes it, up to the `data` object.
 const ENVELOPE_OPENING: &[u8] = br#"{"code":0,"msg":"ok","data":"#;
@@ -113,6 +126,10 @@ impl ReaderPage {
 #[derive(Debug, Clone)]
 pub struct ReaderPages {
     pages: moka::sync::Cache<i64, Arc<ReaderPage>>,
+    /// The lookups' counters, taken once (a `counter!` per request hashes its labels): made
+    /// after the metrics recorder is installed, as features are.
+    hits: Counter,
+    misses: Counter,
 }
 
 impl ReaderPages {
@@ -125,6 +142,8 @@ impl ReaderPages {
                     u32::try_from(page.prerendered.size() + page.source.len()).unwrap_or(u32::MAX)
                 })
                 .build(),
+            hits: lookups_counter(true),
+            misses: lookups_counter(false),
         }
     }
 
@@ -139,9 +158,11 @@ impl ReaderPages {
     ) -> Result<Option<Arc<ReaderPage>>, AppError> {
         if let Some(page) = self.pages.get(&id) {
             if page.rendered_from(&source) {
+                self.hits.increment(1);
                 return Ok(Some(page));
             }
         }
+        self.misses.increment(1);
         let Some(page) = ReaderPage::render(source, decoded).map_err(AppError::Internal)? else {
             return Ok(None);
         };
@@ -217,6 +238,37 @@ mod tests {
             json(page.respond(&counts, &flags, true), true).await,
             expected
         );
+    }
+
+    #[test]
+    fn lookups_are_counted_as_hits_and_misses() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let metrics = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            let pages = ReaderPages::new(1 << 20);
+            // Rendered (a miss), found (a hit), a republished copy rendered anew (a miss).
+            pages
+                .page(7, article(ArticleStatus::Published, "one"), None)
+                .unwrap();
+            pages
+                .page(7, article(ArticleStatus::Published, "one"), None)
+                .unwrap();
+            pages
+                .page(7, article(ArticleStatus::Published, "two"), None)
+                .unwrap();
+        });
+        let text = metrics.render();
+        let lookups = |result: &str| {
+            text.lines()
+                .find(|line| {
+                    line.starts_with("cache_requests_total{")
+                        && line.contains(r#"cache="article_reader_page""#)
+                        && line.contains(&format!(r#"result="{result}""#))
+                })
+                .and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        };
+        assert_eq!(lookups("hit"), Some(1), "{text}");
+        assert_eq!(lookups("miss"), Some(2), "{text}");
     }
 
     #[tokio::test]
