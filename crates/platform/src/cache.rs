@@ -193,9 +193,15 @@ impl std::fmt::Debug for VersionedCache {
 }
 
 fn count(cache: &'static str, layer: &'static str, hit: bool) {
+    lookup_counter(cache, layer, hit).increment(1);
+}
+
+/// The [`CACHE_REQUESTS_TOTAL`] series of `cache`'s hits (or misses) in `layer`; a cache built
+/// on another map (the article feature's rendered pages) takes its handles once with it, so
+/// every cache reports under the same labels.
+pub fn lookup_counter(cache: &'static str, layer: &'static str, hit: bool) -> metrics::Counter {
     let result = if hit { "hit" } else { "miss" };
     metrics::counter!(CACHE_REQUESTS_TOTAL, "cache" => cache, "layer" => layer, "result" => result)
-        .increment(1);
 }
 
 /// Buckets of the eviction floors (see the module docs): a fill is refused needlessly only when

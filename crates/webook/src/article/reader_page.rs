@@ -23,18 +23,10 @@ use crate::{
     user::Person,
 };
 use metrics::Counter;
-use platform::{cache::CACHE_REQUESTS_TOTAL, error::AppError, prerendered::Prerendered};
+use platform::{cache::lookup_counter, error::AppError, prerendered::Prerendered};
 
-/// The pages' lookups in the cache metrics: a hit is a page rendered from the very copy found.
-fn lookups_counter(hit: bool) -> Counter {
-    let result = if hit { "hit" } else { "miss" };
-    metrics::counter!(
-        CACHE_REQUESTS_TOTAL,
-        "cache" => "article_reader_page",
-        "layer" => "local",
-        "result" => result
-    )
-}
+/// The pages' name in the cache metrics; a hit is a page rendered from the very copy found.
+const PAGES_CACHE: &str = "article_reader_page";
 
 /// The envelope's opening, as [`platform::error::Reply`] writes it, up to the `data` object.
 const ENVELOPE_OPENING: &[u8] = br#"{"code":0,"msg":"ok","data":"#;
@@ -142,8 +134,8 @@ impl ReaderPages {
                     u32::try_from(page.prerendered.size() + page.source.len()).unwrap_or(u32::MAX)
                 })
                 .build(),
-            hits: lookups_counter(true),
-            misses: lookups_counter(false),
+            hits: lookup_counter(PAGES_CACHE, "local", true),
+            misses: lookup_counter(PAGES_CACHE, "local", false),
         }
     }
 
