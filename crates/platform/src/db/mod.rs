@@ -551,6 +551,40 @@ pub fn bulk_row_placeholders(kind: DatabaseKind, rows: usize, columns: usize) ->
     }
 }
 
+/// SQL for the set of ids bound as the one parameter `$param`, for `… IN ({id_set})`: a JSON
+/// array read by `json_each` on SQLite, an array literal cast to `bigint[]` and unnested on
+/// PostgreSQL (bind [`id_set_value`]). The statement's text is the same whatever the number of
+/// ids, so it is prepared once and kept in the connection's statement cache, where an `IN` list
+/// of one placeholder per id is a statement of its own for every length — and on SQLite, bound
+/// through sqlx, costs a parameter-name scan per id (see [`bulk_row_placeholders`]). Nor does it
+/// meet the limits on parameters per statement (SQLite's `too many SQL variables`, sqlx's 65 535
+/// on PostgreSQL).
+pub fn id_set(kind: DatabaseKind, param: usize) -> String {
+    match kind {
+        DatabaseKind::Sqlite => format!("SELECT value FROM json_each(${param})"),
+        DatabaseKind::Postgres => format!("SELECT unnest(${param}::text::bigint[])"),
+    }
+}
+
+/// The value to bind for [`id_set`]: `[1,2,3]` on SQLite, `{1,2,3}` on PostgreSQL.
+pub fn id_set_value(kind: DatabaseKind, ids: &[i64]) -> String {
+    use std::fmt::Write as _;
+    let (open, close) = match kind {
+        DatabaseKind::Sqlite => ('[', ']'),
+        DatabaseKind::Postgres => ('{', '}'),
+    };
+    let mut value = String::with_capacity(2 + ids.len() * 8);
+    value.push(open);
+    for (index, id) in ids.iter().enumerate() {
+        if index > 0 {
+            value.push(',');
+        }
+        let _ = write!(value, "{id}");
+    }
+    value.push(close);
+    value
+}
+
 /// `duration` in milliseconds, the unit of every time column (saturating).
 pub fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -691,6 +725,28 @@ mod tests {
         assert_eq!(placeholders(2, 3), "$2, $3, $4");
         assert_eq!(row_placeholders(2, 3), "($1, $2, $3), ($4, $5, $6)");
         assert_eq!(row_placeholders(0, 3), "");
+    }
+
+    #[test]
+    fn id_sets_are_one_parameter_in_each_engines_literal() {
+        assert_eq!(
+            id_set_value(DatabaseKind::Sqlite, &[3, -1, 40]),
+            "[3,-1,40]"
+        );
+        assert_eq!(
+            id_set_value(DatabaseKind::Postgres, &[3, -1, 40]),
+            "{3,-1,40}"
+        );
+        assert_eq!(id_set_value(DatabaseKind::Sqlite, &[]), "[]");
+        assert_eq!(id_set_value(DatabaseKind::Postgres, &[]), "{}");
+        assert_eq!(
+            id_set(DatabaseKind::Sqlite, 2),
+            "SELECT value FROM json_each($2)"
+        );
+        assert_eq!(
+            id_set(DatabaseKind::Postgres, 2),
+            "SELECT unnest($2::text::bigint[])"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::{
     },
 };
 use platform::{
-    db::{bulk_row_placeholders, placeholders, Db},
+    db::{bulk_row_placeholders, id_set, id_set_value, Db},
     events::{dedup, outbox},
 };
 
@@ -285,16 +285,17 @@ impl InteractiveStore {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let placeholders = placeholders(2, ids.len());
+        // One statement text for any number of ids (prepared once): the read counter asks for a
+        // thousand or more after every batch.
+        let kind = self.db.kind();
         let sql = format!(
             "SELECT biz_id, read_cnt, like_cnt, collect_cnt, comment_cnt FROM interactives \
-             WHERE biz = $1 AND biz_id IN ({placeholders})"
+             WHERE biz = $1 AND biz_id IN ({})",
+            id_set(kind, 2)
         );
-        let mut query = sqlx::query(&sql).bind(biz);
-        for id in ids {
-            query = query.bind(*id);
-        }
-        query
+        sqlx::query(&sql)
+            .bind(biz)
+            .bind(id_set_value(kind, ids))
             .fetch_all(self.db.pool())
             .await?
             .iter()

@@ -755,7 +755,11 @@ async fn an_api_instance_counts_the_reads_redis_refused_to_take() {
     assert_eq!(read_count_in(&db, id).await, 11);
 }
 
-platform::backend_tests!(webook::schema::MIGRATIONS; overlapping_read_batches_applied_concurrently_never_deadlock);
+platform::backend_tests!(
+    webook::schema::MIGRATIONS;
+    overlapping_read_batches_applied_concurrently_never_deadlock,
+    the_counters_of_seventy_thousand_objects_are_one_query,
+);
 
 /// Two instances' read batches over the same objects, applied at the same time, both commit:
 /// rows are locked in key order. (In `HashMap` order — different in every batch — PostgreSQL
@@ -788,6 +792,30 @@ async fn overlapping_read_batches_applied_concurrently_never_deadlock(db: TestDb
         .unwrap();
     assert_eq!(counts.len(), OBJECTS as usize);
     assert!(counts.values().all(|counts| counts.read_cnt == 2 * ROUNDS));
+}
+
+/// `batch_counts` takes any number of ids: they travel as one parameter. (As an `IN` list of one
+/// placeholder per id, SQLite refused these 70 001 parameters, "too many SQL variables", and
+/// sqlx anything over PostgreSQL's 65 535.)
+async fn the_counters_of_seventy_thousand_objects_are_one_query(db: TestDb) {
+    use webook::interactive::store::InteractiveStore;
+
+    let store = InteractiveStore::new(db.db.clone());
+    let read: Vec<(webook::biz::Biz, i64, String)> = [5, 35_000, 69_999, 70_001]
+        .into_iter()
+        .map(|id| (BIZ, id, format!("read-{id}")))
+        .collect();
+    store.apply_reads(&read, None, 1).await.unwrap();
+    store.apply_reads(&read[..1], None, 2).await.unwrap();
+    let ids: Vec<i64> = (1..=70_000).collect();
+    let counts = store.batch_counts(BIZ, &ids).await.unwrap();
+    let mut found: Vec<(i64, i64)> = counts
+        .iter()
+        .map(|(id, counts)| (*id, counts.read_cnt))
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, [(5, 2), (35_000, 1), (69_999, 1)]);
+    assert!(store.batch_counts(BIZ, &[70_002]).await.unwrap().is_empty());
 }
 
 /// An authenticated read in cluster mode, once its near caches are warm, asks Redis twice on its

@@ -1,0 +1,168 @@
+//! The read counter's two statements per batch, as browse drives them: one batch of
+//! [`READ_BATCH`] read events drawn Zipf (s = 1) over 90 000 articles (the shape of
+//! `scripts/bench.sh browse`: most of a batch's articles are read once in it), added up per
+//! article and applied with [`InteractiveStore::apply_reads`], then the refill query
+//! ([`InteractiveStore::batch_counts`]) for the articles of the batch.
+//!
+//! - `read_batch/{engine}/apply_reads`: the store's upsert of the batch, in one transaction;
+//! - `read_batch/{engine}/batch_counts`: the store's refill query for the batch's articles, their
+//!   ids bound as one parameter ([`platform::db::id_set`]);
+//! - `read_batch/{engine}/batch_counts_numbered_baseline`: the refill query before 2026-12-04,
+//!   inline here — one numbered placeholder per id, so its text (and its prepared statement)
+//!   differs with every batch's number of articles.
+//!
+//! Every article has its counter row before the first sample (a seeded site), so the upserts
+//! update, as in browse. Batches are drawn once, from a fixed seed, and cycled.
+//!
+//! SQLite in a temp dir, or PostgreSQL with `WEBOOK_BENCH_DATABASE_URL=postgres://…` (a
+//! database of its own), e.g. `scripts/with-services.sh bash -c
+//! 'WEBOOK_BENCH_DATABASE_URL=$WEBOOK_TEST_DATABASE_URL cargo bench -p webook --bench
+//! read_batches'`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use platform::{
+    config::DatabaseKind,
+    db::{now_millis, placeholders},
+};
+use tokio::runtime::Runtime;
+use webook::{
+    biz::Biz,
+    interactive::{service::READ_BATCH, store::InteractiveStore},
+};
+
+const ARTICLES: i64 = 90_000;
+const BATCHES: usize = 32;
+
+/// A small deterministic generator (splitmix64), so every variant applies the same batches.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        #[allow(clippy::cast_precision_loss)]
+        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+        unit
+    }
+}
+
+/// `BATCHES` batches of `READ_BATCH` reads each, Zipf over one shuffled order of the articles.
+fn zipf_batches() -> Vec<Vec<(Biz, i64, String)>> {
+    let mut order: Vec<i64> = (1..=ARTICLES).collect();
+    order.sort_by_key(|id| (*id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut cumulative = Vec::with_capacity(order.len());
+    let mut total = 0.0;
+    for rank in 1..=order.len() {
+        #[allow(clippy::cast_precision_loss)]
+        let weight = 1.0 / rank as f64;
+        total += weight;
+        cumulative.push(total);
+    }
+    let mut random = SplitMix(1);
+    (0..BATCHES)
+        .map(|batch| {
+            (0..READ_BATCH)
+                .map(|read| {
+                    let target = random.next_unit() * total;
+                    let rank = cumulative.partition_point(|sum| *sum < target);
+                    let id = order[rank.min(order.len() - 1)];
+                    (Biz::Article, id, format!("{batch}-{read}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The refill query before 2026-12-04: `IN ($2, $3, …)`, one placeholder per id.
+async fn batch_counts_numbered(db: &platform::db::Db, ids: &[i64]) -> usize {
+    let sql = format!(
+        "SELECT biz_id, read_cnt, like_cnt, collect_cnt, comment_cnt FROM interactives \
+         WHERE biz = $1 AND biz_id IN ({})",
+        placeholders(2, ids.len())
+    );
+    let mut query = sqlx::query(&sql).bind(Biz::Article.as_str());
+    for id in ids {
+        query = query.bind(*id);
+    }
+    query.fetch_all(db.pool()).await.unwrap().len()
+}
+
+fn read_batches(c: &mut Criterion) {
+    let runtime = Runtime::new().unwrap();
+    let (_dir, db, url) = runtime.block_on(common::bench_db(4));
+    let store = InteractiveStore::new(db.clone());
+    let batches = zipf_batches();
+    runtime.block_on(async {
+        let every: Vec<(Biz, i64, String)> = (1..=ARTICLES)
+            .map(|id| (Biz::Article, id, String::new()))
+            .collect();
+        for chunk in every.chunks(READ_BATCH) {
+            store.apply_reads(chunk, None, now_millis()).await.unwrap();
+        }
+    });
+    let distinct: Vec<Vec<i64>> = batches
+        .iter()
+        .map(|batch| {
+            let mut ids: Vec<i64> = batch.iter().map(|(_, id, _)| *id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        })
+        .collect();
+    let mean_distinct = distinct.iter().map(Vec::len).sum::<usize>() / distinct.len();
+    let engine = match db.kind() {
+        DatabaseKind::Sqlite => "sqlite",
+        DatabaseKind::Postgres => "postgres",
+    };
+    eprintln!(
+        "{}: {ARTICLES} counter rows; batches of {READ_BATCH} reads, {mean_distinct} distinct articles on average",
+        platform::redact_url(&url)
+    );
+
+    let mut group = c.benchmark_group(format!("read_batch/{engine}"));
+    group.throughput(Throughput::Elements(READ_BATCH as u64));
+    let mut turn = 0;
+    group.bench_function("apply_reads", |b| {
+        b.to_async(&runtime).iter(|| {
+            turn += 1;
+            let batch = &batches[turn % BATCHES];
+            let store = &store;
+            async move { store.apply_reads(batch, None, now_millis()).await.unwrap() }
+        })
+    });
+    group.bench_function("batch_counts", |b| {
+        b.to_async(&runtime).iter(|| {
+            turn += 1;
+            let ids = &distinct[turn % BATCHES];
+            let store = &store;
+            async move {
+                let counts = store.batch_counts(Biz::Article, ids).await.unwrap();
+                assert_eq!(counts.len(), ids.len());
+                counts
+            }
+        })
+    });
+    group.bench_function("batch_counts_numbered_baseline", |b| {
+        b.to_async(&runtime).iter(|| {
+            turn += 1;
+            let ids = &distinct[turn % BATCHES];
+            let db = &db;
+            async move {
+                let found = batch_counts_numbered(db, ids).await;
+                assert_eq!(found, ids.len());
+                found
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, read_batches);
+criterion_main!(benches);
