@@ -32,47 +32,26 @@ use tokio::runtime::Runtime;
 use webook::{
     biz::Biz,
     interactive::{service::READ_BATCH, store::InteractiveStore},
+    seed::random::{Rng, Stream, WeightedPicker},
 };
 
 const ARTICLES: i64 = 90_000;
 const BATCHES: usize = 32;
 
-/// A small deterministic generator (splitmix64), so every variant applies the same batches.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        #[allow(clippy::cast_precision_loss)]
-        let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
-        unit
-    }
-}
-
-/// `BATCHES` batches of `READ_BATCH` reads each, Zipf over one shuffled order of the articles.
+/// `BATCHES` batches of `READ_BATCH` reads each, Zipf (s = 1) over one shuffled order of the
+/// articles, from the seed's own fixed generator (so every variant applies the same batches).
 fn zipf_batches() -> Vec<Vec<(Biz, i64, String)>> {
+    let mut random = Rng::new(1, Stream::Shuffle, 0);
     let mut order: Vec<i64> = (1..=ARTICLES).collect();
-    order.sort_by_key(|id| (*id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let mut cumulative = Vec::with_capacity(order.len());
-    let mut total = 0.0;
-    for rank in 1..=order.len() {
-        #[allow(clippy::cast_precision_loss)]
-        let weight = 1.0 / rank as f64;
-        total += weight;
-        cumulative.push(total);
-    }
-    let mut random = SplitMix(1);
+    random.shuffle(&mut order);
+    #[allow(clippy::cast_precision_loss)]
+    let weights: Vec<f64> = (1..=order.len()).map(|rank| 1.0 / rank as f64).collect();
+    let popularity = WeightedPicker::new(&weights);
     (0..BATCHES)
         .map(|batch| {
             (0..READ_BATCH)
                 .map(|read| {
-                    let target = random.next_unit() * total;
-                    let rank = cumulative.partition_point(|sum| *sum < target);
-                    let id = order[rank.min(order.len() - 1)];
+                    let id = order[popularity.pick(&mut random)];
                     (Biz::Article, id, format!("{batch}-{read}"))
                 })
                 .collect()
