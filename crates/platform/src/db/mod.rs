@@ -236,7 +236,7 @@ impl Db {
         let routing = Arc::new(Routing::new(Engine {
             pool,
             writer,
-            circuit: Arc::new(Circuit::default()),
+            circuit: Arc::new(Circuit::new(kind)),
             kind,
             sqlite_file,
         }));

@@ -6,7 +6,9 @@
 //! acquire timeout and only then fails; a server under load piles up requests that each hold a
 //! task and a socket for that long. So the pool carries a small circuit breaker: a
 //! connection-class failure ([`is_connection_failure`]: refused, reset, pool timeout, the server
-//! shutting down) opens it for [`RETRY_AFTER`], and while it is open every query fails at once
+//! shutting down) opens it for [`RETRY_AFTER`] — except a pool timeout on SQLite, which only
+//! means that pool's connections are all busy and must not refuse the writer's transactions,
+//! a pool of their own — and while it is open every query fails at once
 //! (an I/O error, [`UNREACHABLE`]) instead of waiting. When the pause is over, the next query is
 //! let through as a probe (the others keep failing fast); its success closes the circuit, its
 //! failure opens it again. A success of any query closes it too. Storage failures such as a full disk do not
@@ -174,12 +176,17 @@ fn monotonic_millis() -> u64 {
 }
 
 /// The circuit breaker of one database (module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Circuit {
     /// 0 while closed; otherwise the [`monotonic_millis`] until which queries fail fast.
     open_until: AtomicU64,
     /// A probe is in flight.
     probing: AtomicBool,
+    /// Whether a pool timeout opens the circuit. On PostgreSQL it is how an unreachable server
+    /// shows (no connection can be made). On SQLite it only says that every connection of one
+    /// pool is busy — the file is as reachable as ever — and opening the circuit for it would
+    /// refuse the writer's transactions, which have a pool of their own.
+    pool_timeout_opens: bool,
 }
 
 /// How a query got through the gate.
@@ -193,6 +200,15 @@ pub(super) enum Admission {
 }
 
 impl Circuit {
+    /// A closed circuit for a database of `kind`.
+    pub(super) fn new(kind: DatabaseKind) -> Self {
+        Self {
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            pool_timeout_opens: kind == DatabaseKind::Postgres,
+        }
+    }
+
     /// Lets a query through, or refuses it at once while the circuit is open.
     pub(super) fn admit(&self) -> Result<Admission, sqlx::Error> {
         self.admit_at(monotonic_millis())
@@ -225,6 +241,8 @@ impl Circuit {
 
     fn record_at(&self, now: u64, admission: Admission, failure: Option<&sqlx::Error>) {
         match failure {
+            // SQLite's pool busy: says nothing about reachability, so opens and closes nothing.
+            Some(sqlx::Error::PoolTimedOut) if !self.pool_timeout_opens => {}
             Some(err) if is_connection_failure(err) => {
                 // +1: a deadline is never 0, which means closed.
                 let until = now + 1 + u64::try_from(RETRY_AFTER.as_millis()).unwrap_or(u64::MAX);
@@ -332,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_connection_failure_opens_the_circuit_and_one_probe_closes_it() {
-        let circuit = Circuit::default();
+        let circuit = Circuit::new(DatabaseKind::Postgres);
         let admission = circuit.admit_at(100).unwrap();
         assert_eq!(admission, Admission::Normal);
         circuit.record_at(100, admission, Some(&refused()));
@@ -356,7 +374,7 @@ mod tests {
 
     #[test]
     fn a_failed_probe_opens_the_circuit_again_and_query_errors_do_not_open_it() {
-        let circuit = Circuit::default();
+        let circuit = Circuit::new(DatabaseKind::Postgres);
         circuit.record_at(0, Admission::Normal, Some(&sqlx::Error::RowNotFound));
         assert_eq!(circuit.admit_at(0).unwrap(), Admission::Normal);
 
@@ -369,5 +387,71 @@ mod tests {
         );
         assert!(!circuit.probing.load(Ordering::Acquire));
         assert_eq!(circuit.admit_at(13 + 2 * PAUSE).unwrap(), Admission::Probe);
+    }
+
+    #[test]
+    fn on_sqlite_a_busy_pool_neither_opens_nor_closes_the_circuit() {
+        let circuit = Circuit::new(DatabaseKind::Sqlite);
+        circuit.record_at(0, Admission::Normal, Some(&sqlx::Error::PoolTimedOut));
+        assert_eq!(
+            circuit.admit_at(1).unwrap(),
+            Admission::Normal,
+            "busy is not unreachable"
+        );
+
+        circuit.record_at(2, Admission::Normal, Some(&refused()));
+        assert!(
+            circuit.admit_at(3).is_err(),
+            "a refused connection opens it"
+        );
+        let probe = circuit.admit_at(3 + PAUSE).unwrap();
+        circuit.record_at(4 + PAUSE, probe, Some(&sqlx::Error::PoolTimedOut));
+        assert!(
+            !circuit.probing.load(Ordering::Acquire),
+            "the probe is over"
+        );
+        assert_eq!(
+            circuit.admit_at(5 + PAUSE).unwrap(),
+            Admission::Probe,
+            "still open: the next query probes again"
+        );
+    }
+
+    /// The writer's transactions go on while every read connection is taken and reads time
+    /// out. (With one circuit opened by any pool timeout, the reads' timeout refused the next
+    /// write at once, "the database is unreachable" — the publish of
+    /// `articles::a_publish_whose_read_back_fails_is_still_a_publish_*` now and then.)
+    #[tokio::test]
+    async fn on_sqlite_reads_timing_out_do_not_refuse_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("busy.db").display());
+        let db = super::super::Db::connect_with(&url, 1, Duration::from_millis(50))
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (v BIGINT NOT NULL)")
+            .execute(db.writer())
+            .await
+            .unwrap();
+        let held = db.pool().any_pool().acquire().await.unwrap();
+        let read = sqlx::query("SELECT count(*) FROM t")
+            .fetch_one(db.pool())
+            .await
+            .map(|_| ());
+        assert!(
+            matches!(read, Err(sqlx::Error::PoolTimedOut)),
+            "the read waits for the held connection and times out: {read:?}"
+        );
+        let mut transaction = db.writer().begin().await.unwrap();
+        sqlx::query("INSERT INTO t (v) VALUES (1)")
+            .execute(&mut *transaction)
+            .await
+            .unwrap();
+        transaction.commit().await.unwrap();
+        drop(held);
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(count, 1);
     }
 }
