@@ -6,8 +6,8 @@
 //! ([`Feature::migrations`]) and its metrics ([`Feature::metrics`]) — to load the configuration,
 //! migrate the database and install the metrics recorder. Then, with the backends open
 //! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what
-//! it runs into the [`Registry`]: routes, periodic jobs, durable-job executors, background
-//! tasks (event consumers, refreshers), and the services later features build on
+//! it runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
+//! executors, background tasks (event consumers, refreshers), and the services later features build on
 //! ([`Registry::provide`], [`Registry::get`]). The application then serves the merged routes
 //! and starts the jobs and tasks; nothing outside the feature's folder names its parts.
 
@@ -19,7 +19,7 @@ use std::{
     sync::Arc,
 };
 
-use axum::Router;
+use axum::{http::HeaderMap, response::Response, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use scheduler::{
     sql::{Executor, Executors, SqlJobStore, WorkerOptions},
@@ -32,6 +32,7 @@ use crate::{
     config::{Config, SettingsSpec},
     db::{Db, Migration},
     events::{outbox::Outbox, EventStream, Subscription},
+    fast_path::FastPath,
     jobs::JobRegistry,
     ops::StatusBoard,
     redis::Redis,
@@ -169,6 +170,7 @@ pub type BackgroundTask =
 /// What the installed features run, collected at start-up.
 pub struct Registry {
     routes: Router,
+    fast_paths: Vec<FastPath>,
     jobs: JobRegistry,
     executors: Executors,
     background: Vec<(&'static str, BackgroundTask)>,
@@ -206,6 +208,7 @@ impl Registry {
     pub fn new(jobs: JobRegistry) -> Self {
         Self {
             routes: Router::new(),
+            fast_paths: Vec::new(),
             jobs,
             executors: Executors::new(),
             background: Vec::new(),
@@ -217,6 +220,20 @@ impl Registry {
     /// Serves `routes` (with their state already given) beside the other features' routes.
     pub fn routes(&mut self, routes: Router) {
         self.routes = std::mem::take(&mut self.routes).merge(routes);
+    }
+
+    /// Answers `GET path` (no query string) from memory ahead of the middleware whenever
+    /// `answer` gives a response ([`crate::fast_path`]); `None`, and every other request to
+    /// `path`, goes to the routes, which must serve `path` too.
+    pub fn fast_path(
+        &mut self,
+        path: &'static str,
+        answer: impl Fn(&HeaderMap) -> Option<Response> + Send + Sync + 'static,
+    ) {
+        self.fast_paths.push(FastPath {
+            path,
+            answer: Arc::new(answer),
+        });
     }
 
     /// Runs `job` on `options`' schedule, on instances that run work.
@@ -269,6 +286,7 @@ impl Registry {
     pub fn into_parts(self) -> Installed {
         Installed {
             routes: self.routes,
+            fast_paths: self.fast_paths,
             jobs: self.jobs,
             executors: self.executors,
             background: self.background,
@@ -282,6 +300,8 @@ impl Registry {
 pub struct Installed {
     /// Every feature's routes, merged.
     pub routes: Router,
+    /// The answers served ahead of the routes.
+    pub fast_paths: Vec<FastPath>,
     /// The periodic jobs.
     pub jobs: JobRegistry,
     /// The durable-job executors.

@@ -210,7 +210,7 @@ where
             // Answered: counted with its status here, not as abandoned by the guard.
             if let Some((route, method)) = in_flight.abandoned.take() {
                 record_request(
-                    route.as_ref(),
+                    route.as_ref().map_or(UNMATCHED, MatchedPath::as_str),
                     &method,
                     response.status(),
                     started.elapsed(),
@@ -235,7 +235,7 @@ async fn within<F: Future>(deadline: tokio::time::Instant, future: F) -> Option<
 }
 
 /// A UUID v4 as a header value.
-fn new_request_id() -> HeaderValue {
+pub(crate) fn new_request_id() -> HeaderValue {
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     let id = uuid::Uuid::new_v4();
     HeaderValue::from_str(id.hyphenated().encode_lower(&mut text))
@@ -260,13 +260,18 @@ impl Drop for InFlight<'_> {
         self.gauge.decrement(1.0);
         if let Some((route, method)) = self.abandoned.take() {
             if let Ok(status) = StatusCode::from_u16(CLIENT_CLOSED_REQUEST) {
-                record_request(route.as_ref(), &method, status, self.started.elapsed());
+                record_request(
+                    route.as_ref().map_or(UNMATCHED, MatchedPath::as_str),
+                    &method,
+                    status,
+                    self.started.elapsed(),
+                );
             }
         }
     }
 }
 
-fn panic_response(panic: &(dyn Any + Send), lang: Lang) -> Response {
+pub(crate) fn panic_response(panic: &(dyn Any + Send), lang: Lang) -> Response {
     let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -289,14 +294,11 @@ thread_local! {
     static SERIES: RefCell<HashMap<Box<str>, Vec<Series>>> = RefCell::new(HashMap::new());
 }
 
-/// Counts one served request and its latency, by route pattern (`unmatched` for none).
-fn record_request(
-    route: Option<&MatchedPath>,
-    method: &Method,
-    status: StatusCode,
-    elapsed: Duration,
-) {
-    let route = route.map_or("unmatched", MatchedPath::as_str);
+/// The route label of a request no route matched.
+const UNMATCHED: &str = "unmatched";
+
+/// Counts one served request and its latency, by route pattern.
+pub(crate) fn record_request(route: &str, method: &Method, status: StatusCode, elapsed: Duration) {
     // Methods outside the standard set share one label: a client inventing methods must not
     // mint series.
     let method = if is_standard(method) {

@@ -8,7 +8,8 @@
 //! - HTTP conventions: the `{code, msg, data}` envelope and [`error::AppError`], the middleware
 //!   stack with its `Observe` layer ([`http`]), [`cors`], client IPs ([`client_ip`]), rate
 //!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]), answers
-//!   whose constant part is serialised and gzipped once ([`prerendered`]);
+//!   whose constant part is serialised and gzipped once ([`prerendered`]), answers served from
+//!   memory ahead of the middleware ([`fast_path`]);
 //! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
 //!   outlive their request ([`detached`]), one embedded server per database
 //!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
@@ -31,6 +32,7 @@ pub mod db;
 pub mod detached;
 pub mod error;
 pub mod events;
+pub mod fast_path;
 pub mod feature;
 pub mod http;
 pub mod instance_lock;

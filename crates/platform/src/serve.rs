@@ -1,5 +1,5 @@
-//! The HTTP server: accepts connections, serves the router on each, and keeps clients from
-//! holding sockets they do not use.
+//! The HTTP server: accepts connections, serves the fast paths and the router on each
+//! ([`crate::fast_path::Served`]), and keeps clients from holding sockets they do not use.
 //!
 //! A connection costs a file descriptor and a task, and a client can hold one open by sending
 //! nothing, or a header one byte at a time. So each connection is watched:
@@ -35,7 +35,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{body::Body, extract::ConnectInfo, Router};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
@@ -47,9 +46,8 @@ use tokio::{
     sync::Semaphore,
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tower::Service;
 
-use crate::config::Config;
+use crate::{config::Config, fast_path::Served};
 
 /// File descriptors kept free for everything but client connections (pools, Redis, logs,
 /// the SQLite files, outgoing job calls).
@@ -95,11 +93,11 @@ impl ServeOptions {
     }
 }
 
-/// Serves `router` on `listener` until `stop` is cancelled, then lets the connections finish
+/// Serves `served` on `listener` until `stop` is cancelled, then lets the connections finish
 /// their requests in progress and returns once all are closed (callers bound that wait).
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    served: Served,
     options: ServeOptions,
     stop: CancellationToken,
 ) {
@@ -132,9 +130,9 @@ pub async fn serve(
             () = stop.cancelled() => break,
         };
         without_nagle(&stream);
-        let (router, stop) = (router.clone(), stop.clone());
+        let (served, stop) = (served.clone(), stop.clone());
         connections.spawn(async move {
-            serve_connection(stream, peer, router, options, stop).await;
+            serve_connection(stream, peer, served, options, stop).await;
             drop(permit);
         });
     }
@@ -244,7 +242,7 @@ async fn accept_failed(err: &std::io::Error) {
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    served: Served,
     options: ServeOptions,
     stop: CancellationToken,
 ) {
@@ -256,10 +254,9 @@ async fn serve_connection(
         activity: activity.clone(),
     });
     let requests = activity.clone();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let in_progress = requests.request_started();
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let answer = router.clone().call(request.map(Body::new));
+        let answer = served.call(request, peer);
         async move {
             let response = answer.await;
             drop(in_progress);

@@ -6,8 +6,8 @@
 //! Redis in cluster mode, the event stream and its outbox), binds the listeners (the API, and
 //! the operations endpoints when `ops_listen` is set) and installs each feature in list order
 //! ([`Feature::install`]): routes, periodic jobs, durable-job executors, background tasks.
-//! [`App::run_until`] serves ([`platform::serve`]) the merged routes behind the middleware of
-//! [`platform::http`] until the shutdown future resolves, then drains: it stops accepting, lets
+//! [`App::run_until`] serves ([`platform::serve`]) the features' fast paths
+//! ([`platform::fast_path`]) and the merged routes behind the middleware of [`platform::http`] until the shutdown future resolves, then drains: it stops accepting, lets
 //! in-flight requests finish (bounded by `shutdown_timeout`), stops the job schedulers (running
 //! jobs get `shutdown_timeout` too, then are cancelled), flushes the events still buffered for
 //! Redis, relays what the last writes recorded in the outbox, stops background tasks, waits for writes whose callers left
@@ -26,6 +26,7 @@ use platform::{
     config::{Config, ConfigArgs, SettingsSpec},
     db::Db,
     events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
+    fast_path::Served,
     feature::{Background, Feature, Installed, Platform, Registry, Services},
     http::with_middleware,
     instance_lock::InstanceLock,
@@ -226,6 +227,7 @@ impl App {
         } = self;
         let Installed {
             routes,
+            fast_paths,
             jobs,
             executors,
             background: tasks,
@@ -243,19 +245,27 @@ impl App {
             },
             shared.clone(),
         );
-        let router = if role.serves_api() {
-            with_middleware(ops_routes.merge(routes), &config)?
+        let served = if role.serves_api() {
+            Served::new(
+                with_middleware(ops_routes.merge(routes), &config)?,
+                fast_paths,
+                &config,
+            )?
         } else {
-            with_middleware(ops_routes, &config)?
+            Served::new(with_middleware(ops_routes, &config)?, Vec::new(), &config)?
         };
-        let ops_router = with_middleware(
-            ops::router(
-                ops::Endpoints {
-                    metrics: true,
-                    debug: false,
-                },
-                shared,
-            ),
+        let ops_served = Served::new(
+            with_middleware(
+                ops::router(
+                    ops::Endpoints {
+                        metrics: true,
+                        debug: false,
+                    },
+                    shared,
+                ),
+                &config,
+            )?,
+            Vec::new(),
             &config,
         )?;
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
@@ -308,12 +318,12 @@ impl App {
             }
             tokio::spawn(http_server::serve(
                 ops_listener,
-                ops_router,
+                ops_served,
                 options,
                 stopping.clone(),
             ))
         });
-        let server = http_server::serve(listener, router, options, stopping.clone());
+        let server = http_server::serve(listener, served, options, stopping.clone());
         tokio::pin!(server);
 
         tokio::select! {

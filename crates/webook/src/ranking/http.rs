@@ -5,17 +5,26 @@
 //! representation has its own strong ETag (`…-gzip` for gzip), so a cache never answers one
 //! client's `If-None-Match` with the other encoding. `ETag` / `If-None-Match` answer 304 when the
 //! list has not changed; `x-ranking-computed-at` says when it was computed (ms).
+//!
+//! The common request — the whole list, no query — is a fast path ([`platform::fast_path`]):
+//! answered from memory ahead of the middleware, by the same code as the handler. The handler
+//! serves the rest: `limit`, the first request on an instance that has no list yet (it loads
+//! the shared copy), and the errors.
 
 use axum::{
+    body::Bytes,
     extract::{Request, State},
-    http::{header, HeaderValue, StatusCode},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
     Router,
 };
 use serde::Deserialize;
 
-use crate::ranking::{cache::envelope, RankingService};
+use crate::ranking::{
+    cache::{envelope, Snapshot},
+    RankingService,
+};
 use platform::{
     error::{ApiQuery, AppError, Msg},
     http::{accepts_gzip, etag_matches},
@@ -25,6 +34,14 @@ use platform::{
 pub struct RankingRoutes {
     /// The hot list.
     pub ranking: RankingService,
+}
+
+/// `GET /ranking/top` with no query, answered from memory ahead of the middleware
+/// ([`platform::fast_path`]) while this instance holds the list; `None` (no list here yet) lets
+/// [`router`]'s handler look for the shared copy or answer the error.
+pub fn top_from_memory(ranking: &RankingService, headers: &HeaderMap) -> Option<Response> {
+    let snapshot = ranking.top_local()?;
+    Some(full_list(&snapshot, headers))
 }
 
 /// The hot-list routes.
@@ -59,36 +76,52 @@ async fn top(
             "the hot list has not been computed yet"
         )));
     };
-    // The full list (the common request) allocates nothing: reference-counted clones only.
     let gzip = accepts_gzip(request.headers());
-    let (body, etag) = if limit >= snapshot.items.len() {
-        if gzip {
-            (snapshot.gzip_body.clone(), snapshot.gzip_etag.clone())
-        } else {
-            (snapshot.body.clone(), snapshot.etag.clone())
-        }
+    if limit >= snapshot.items.len() {
+        return Ok(full_list(&snapshot, request.headers()));
+    }
+    let items = serde_json::to_string(&snapshot.items[..limit])
+        .map_err(|err| AppError::Internal(err.into()))?;
+    let base = snapshot
+        .etag
+        .to_str()
+        .unwrap_or_default()
+        .trim_end_matches('"')
+        .to_owned();
+    let (body, etag) = if gzip {
+        (
+            gzipped(&envelope(&items))?,
+            format!("{base}-{limit}-gzip\""),
+        )
     } else {
-        let items = serde_json::to_string(&snapshot.items[..limit])
-            .map_err(|err| AppError::Internal(err.into()))?;
-        let base = snapshot
-            .etag
-            .to_str()
-            .unwrap_or_default()
-            .trim_end_matches('"')
-            .to_owned();
-        let (body, etag) = if gzip {
-            (
-                gzipped(&envelope(&items))?,
-                format!("{base}-{limit}-gzip\""),
-            )
-        } else {
-            (envelope(&items), format!("{base}-{limit}\""))
-        };
-        let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
-        (body, etag)
+        (envelope(&items), format!("{base}-{limit}\""))
     };
-    let not_modified = request
-        .headers()
+    let etag = HeaderValue::from_str(&etag).map_err(|err| AppError::Internal(err.into()))?;
+    Ok(answer(&snapshot, request.headers(), body, etag, gzip))
+}
+
+/// The whole list, to a request with `headers`: the common request, which allocates nothing
+/// (reference-counted clones only).
+fn full_list(snapshot: &Snapshot, headers: &HeaderMap) -> Response {
+    let gzip = accepts_gzip(headers);
+    let (body, etag) = if gzip {
+        (snapshot.gzip_body.clone(), snapshot.gzip_etag.clone())
+    } else {
+        (snapshot.body.clone(), snapshot.etag.clone())
+    };
+    answer(snapshot, headers, body, etag, gzip)
+}
+
+/// `body` (gzipped when `gzip`) with its `etag`, or 304 when the request's `If-None-Match`
+/// names it.
+fn answer(
+    snapshot: &Snapshot,
+    headers: &HeaderMap,
+    body: Bytes,
+    etag: HeaderValue,
+    gzip: bool,
+) -> Response {
+    let not_modified = headers
         .get(header::IF_NONE_MATCH)
         .is_some_and(|wanted| etag_matches(wanted.as_bytes(), etag.as_bytes()));
     let headers = [
@@ -101,7 +134,7 @@ async fn top(
         (header::VARY, HeaderValue::from_static("accept-encoding")),
     ];
     if not_modified {
-        return Ok((StatusCode::NOT_MODIFIED, headers).into_response());
+        return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
     let mut response = (
         headers,
@@ -117,11 +150,11 @@ async fn top(
             .headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
-    Ok(response)
+    response
 }
 
 /// `body` gzipped at level 1, as the compression layer would have (module docs).
-fn gzipped(body: &[u8]) -> Result<axum::body::Bytes, AppError> {
+fn gzipped(body: &[u8]) -> Result<Bytes, AppError> {
     use std::io::Write;
     let mut encoder = flate2::write::GzEncoder::new(
         Vec::with_capacity(body.len() / 3),
@@ -133,5 +166,5 @@ fn gzipped(body: &[u8]) -> Result<axum::body::Bytes, AppError> {
     let compressed = encoder
         .finish()
         .map_err(|err| AppError::Internal(err.into()))?;
-    Ok(axum::body::Bytes::from(compressed))
+    Ok(Bytes::from(compressed))
 }

@@ -115,6 +115,10 @@ impl Feature for Ranking {
         registry.background("hot list withdrawals", move |background| {
             consumer.withdrawal_consumer(&events, background.subscription, background.stop)
         });
+        let fast = ranking.clone();
+        registry.fast_path("/ranking/top", move |headers| {
+            http::top_from_memory(&fast, headers)
+        });
         registry.routes(http::router(http::RankingRoutes {
             ranking: ranking.clone(),
         }));

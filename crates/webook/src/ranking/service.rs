@@ -359,11 +359,7 @@ impl RankingService {
     /// The list to serve: the local snapshot, else the shared copy; `None` if no list was ever
     /// computed (or none can be reached).
     pub async fn top(&self) -> Option<Arc<Snapshot>> {
-        if let Some(snapshot) = self.inner.local.load_full() {
-            self.inner.serves.local.increment(1);
-            if now_millis() - snapshot.computed_at > duration_millis(self.inner.settings.expiry) {
-                self.inner.serves.stale.increment(1);
-            }
+        if let Some(snapshot) = self.top_local() {
             return Some(snapshot);
         }
         match self.refresh().await {
@@ -378,6 +374,16 @@ impl RankingService {
         };
         served.increment(1);
         snapshot
+    }
+
+    /// The local snapshot, without looking for the shared copy when there is none.
+    pub fn top_local(&self) -> Option<Arc<Snapshot>> {
+        let snapshot = self.inner.local.load_full()?;
+        self.inner.serves.local.increment(1);
+        if now_millis() - snapshot.computed_at > duration_millis(self.inner.settings.expiry) {
+            self.inner.serves.stale.increment(1);
+        }
+        Some(snapshot)
     }
 
     /// Reloads the shared copy at once and then every `refresh` until `stop`. With

@@ -301,6 +301,40 @@ async fn articles_rank_by_score_and_leave_when_withdrawn_or_old(setup: Setup) {
     let other_representation = full(false, Some(&gzip_etag)).await.unwrap();
     assert_eq!(other_representation.status(), StatusCode::OK);
 
+    // The plain request is answered ahead of the middleware (platform::fast_path); a `limit`
+    // covering the whole list goes through the routed handler. Both answer the same bytes with
+    // the same headers, the ones every answer carries included.
+    for gzip in [false, true] {
+        let mut answers = Vec::new();
+        for uri in ["/ranking/top", "/ranking/top?limit=4"] {
+            let mut request = app
+                .client
+                .get(app.url(uri))
+                .header(header::ORIGIN, "http://localhost:3000");
+            if gzip {
+                request = request.header(header::ACCEPT_ENCODING, "gzip");
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{uri}");
+            let headers = response.headers().clone();
+            assert_eq!(headers["x-content-type-options"], "nosniff", "{uri}");
+            assert_eq!(
+                headers[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+                "http://localhost:3000",
+                "{uri}"
+            );
+            assert!(headers.contains_key("x-request-id"), "{uri}");
+            let vary: Vec<_> = headers.get_all(header::VARY).iter().collect();
+            answers.push((
+                headers[header::ETAG].clone(),
+                headers.get(header::CONTENT_ENCODING).cloned(),
+                format!("{vary:?}"),
+                response.bytes().await.unwrap(),
+            ));
+        }
+        assert_eq!(answers[0], answers[1], "gzip: {gzip}");
+    }
+
     assert_eq!(
         get(&app, "/ranking/top?limit=0", None)
             .await
