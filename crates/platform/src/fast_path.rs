@@ -109,18 +109,8 @@ impl FastPaths {
         let fast = self.paths.iter().find(|fast| fast.path == path)?;
         let started = Instant::now();
         let headers = request.headers();
-        let request_id = headers
-            .get(REQUEST_ID_HEADER)
-            .cloned()
-            .unwrap_or_else(new_request_id);
-        let _span = tracing::debug_span!(
-            "request",
-            method = "GET",
-            path,
-            request_id = %String::from_utf8_lossy(request_id.as_bytes()),
-            fast_path = true,
-        )
-        .entered();
+        let _span =
+            tracing::debug_span!("request", method = "GET", path, fast_path = true).entered();
         let mut response =
             match std::panic::catch_unwind(AssertUnwindSafe(|| (fast.answer)(headers))) {
                 Ok(answer) => answer?,
@@ -135,6 +125,11 @@ impl FastPaths {
             };
         self.cors
             .decorate(self.cors.allowed_origin(headers), &mut response);
+        // Made only once the path answered: a request it declines gets its id from the router.
+        let request_id = headers
+            .get(REQUEST_ID_HEADER)
+            .cloned()
+            .unwrap_or_else(new_request_id);
         let response_headers = response.headers_mut();
         response_headers
             .entry(REQUEST_ID_HEADER)
