@@ -5,11 +5,11 @@
 //! what each feature declares — its settings sections ([`Feature::settings`]), its tables
 //! ([`Feature::migrations`]) and its metrics ([`Feature::metrics`]) — to load the configuration,
 //! migrate the database and install the metrics recorder. Then, with the backends open
-//! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what
-//! it runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
-//! executors, background tasks (event consumers, refreshers), and the services later features build on
-//! ([`Registry::provide`], [`Registry::get`]). The application then serves the merged routes
-//! and starts the jobs and tasks; nothing outside the feature's folder names its parts.
+//! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what it
+//! runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
+//! executors, background tasks (event consumers, refreshers), and the services later features build
+//! on ([`Registry::provide`], [`Registry::get`]). The application then serves the merged routes and
+//! starts the jobs and tasks; nothing outside the feature's folder names its parts.
 
 use std::{
     any::{Any, TypeId},

@@ -7,11 +7,12 @@
 //! the operations endpoints when `ops_listen` is set) and installs each feature in list order
 //! ([`Feature::install`]): routes, periodic jobs, durable-job executors, background tasks.
 //! [`App::run_until`] serves ([`platform::serve`]) the features' fast paths
-//! ([`platform::fast_path`]) and the merged routes behind the middleware of [`platform::http`] until the shutdown future resolves, then drains: it stops accepting, lets
-//! in-flight requests finish (bounded by `shutdown_timeout`), stops the job schedulers (running
-//! jobs get `shutdown_timeout` too, then are cancelled), flushes the events still buffered for
-//! Redis, relays what the last writes recorded in the outbox, stops background tasks, waits for writes whose callers left
-//! ([`platform::detached`]) and closes the pool.
+//! ([`platform::fast_path`]) and the merged routes behind the middleware of [`platform::http`]
+//! until the shutdown future resolves, then drains: it stops accepting, lets in-flight requests
+//! finish (bounded by `shutdown_timeout`), stops the job schedulers (running jobs get
+//! `shutdown_timeout` too, then are cancelled), flushes the events still buffered for Redis, relays
+//! what the last writes recorded in the outbox, stops background tasks, waits for writes whose
+//! callers left ([`platform::detached`]) and closes the pool.
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
