@@ -23,6 +23,12 @@
 //! hands them to each feature's install; features use them and give back routes, jobs and
 //! consumers.
 
+#![allow(
+    rustdoc::private_intra_doc_links,
+    reason = "module docs are for the maintainers and link the private items they describe; \
+              read them with `cargo doc --document-private-items`"
+)]
+
 pub mod cache;
 pub mod client_ip;
 pub mod config;

@@ -50,7 +50,7 @@ pub enum Command {
 /// Flags of `webook seed` (see `docs/PERFORMANCE.md` → Datasets).
 #[derive(Debug, Args)]
 pub struct SeedArgs {
-    /// Users to create (they sign in as seed<ID>@example.com with --password).
+    /// Users to create (seed1@example.com, seed2@example.com, …; they sign in with --password).
     #[arg(long, default_value_t = 1_000)]
     pub users: u64,
     /// Articles to create: 90 % published, 6 % drafts, 4 % withdrawn.

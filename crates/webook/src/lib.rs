@@ -16,6 +16,12 @@
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data; [`outside_http`] what the clients of outside providers share.
 
+#![allow(
+    rustdoc::private_intra_doc_links,
+    reason = "module docs are for the maintainers and link the private items they describe; \
+              read them with `cargo doc --document-private-items`"
+)]
+
 pub mod account;
 pub mod app;
 pub mod article;

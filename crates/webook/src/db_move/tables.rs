@@ -7,7 +7,7 @@
 //! run with `session_replication_role = replica`, so neither foreign keys nor the capture
 //! triggers fire for what the mover writes (rows arrive in any order, and a copy is not a
 //! change to copy back); on SQLite foreign keys are off and a write batch removes the change
-//! entries its own writes logged ([`Side::write`]).
+//! entries its own writes logged (`work::QuietWrite`).
 
 use std::fmt::Write as _;
 

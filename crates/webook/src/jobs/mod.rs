@@ -7,9 +7,10 @@
 //!   and the `http` executor; its [`SqlJobStore`] is the only code that touches the tables;
 //! - this module decides what a job may be created with ([`service::JobSpec`]: defaults, the
 //!   misfire and overlap policies, the executor and its `cfg`, checked against the same
-//!   executor registry the instance runs with, [`executors`]), and exposes the store's operator
-//!   actions (list, stop, resume, trigger, runs) over HTTP ([`router`], admins only) and on the
-//!   command line ([`cli`], for operators with access to the database settings).
+//!   executor registry the instance runs with, `Feature::offline_executors`), and exposes the
+//!   store's operator actions (list, stop, resume, trigger, runs) over HTTP (`http::router`,
+//!   admins only) and on the command line ([`cli`], for operators with access to the database
+//!   settings).
 //!
 //! Data flow: a request (or a command line) becomes a [`service::JobSpec`] or a job id → the
 //! spec is checked and turned into a [`scheduler::sql::NewJob`] → [`SqlJobStore`] writes the

@@ -115,7 +115,7 @@ redis.call('HSET', KEYS[1], 'a', left - 1)
 return 0
 ";
 
-/// Replaces the digest of generation ARGV[1] with ARGV[2] while that code is alive; 1 if it
+/// Replaces the digest of generation `ARGV[1]` with `ARGV[2]` while that code is alive; 1 if it
 /// did. ARGV: generation, digest, now.
 const REISSUE_SCRIPT: &str = r"
 local code = redis.call('HMGET', KEYS[1], 'g', 'a', 'e')
