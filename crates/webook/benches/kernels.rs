@@ -16,16 +16,24 @@
 //! - `response_gzip/*`: gzipping the JSON of an article read (long-form articles from the seed
 //!   generator: English of 15–30 kB, Chinese of 9–14 kB) at level 1, what the compression layer uses for every
 //!   client that accepts gzip, and at level 6, zlib's default, through flate2 with the
-//!   workspace's backend.
+//!   workspace's backend;
+//! - `cache_lookup/*`: a hit in an embedded [`VersionedCache`] (what a read does two or three
+//!   times), and what counting it in `cache_requests_total` costs: the series looked up by name
+//!   and labels (as every lookup did before 2026-12-04) against a handle taken once.
 //!
 //! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::{hint::black_box, ops::RangeInclusive};
+use std::{hint::black_box, ops::RangeInclusive, time::Duration};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use flate2::{write::GzEncoder, Compression};
+use futures_util::FutureExt;
+use platform::{
+    cache::{lookup_counter, Lookup, VersionedCache},
+    telemetry,
+};
 use webook::{
     article::model::{abstract_of, check_markup, sanitize_html},
     ranking::{
@@ -297,6 +305,34 @@ fn response_gzip(c: &mut Criterion) {
     group.finish();
 }
 
+fn cache_lookup(c: &mut Criterion) {
+    // As in the server: the recorder first, so handles and lookups reach the real registry.
+    telemetry::install_metrics(&webook::app::metrics()).unwrap();
+    let cache = VersionedCache::new("bench", 1 << 20, Duration::from_secs(600), None);
+    let key = "article:12345";
+    // Embedded lookups and fills never wait, so they run to completion in one poll.
+    let Some(Lookup::Miss(token)) = cache.get(key).now_or_never() else {
+        panic!("a new cache holds nothing");
+    };
+    cache
+        .fill(key, token, axum::body::Bytes::from(vec![b'x'; 2_000]))
+        .now_or_never()
+        .unwrap();
+    let mut group = c.benchmark_group("cache_lookup");
+    group.bench_function("versioned_local_hit", |b| {
+        b.iter(|| match cache.get(black_box(key)).now_or_never() {
+            Some(Lookup::Hit(value)) => value,
+            _ => panic!("the filled key must hit"),
+        })
+    });
+    group.bench_function("counter_by_name", |b| {
+        b.iter(|| lookup_counter(black_box("bench"), "local", true).increment(1))
+    });
+    let held = lookup_counter("bench", "local", true);
+    group.bench_function("counter_held", |b| b.iter(|| held.increment(1)));
+    group.finish();
+}
+
 criterion_group!(
     kernels,
     scores,
@@ -304,6 +340,7 @@ criterion_group!(
     hot_list_json,
     article,
     nested_html,
-    response_gzip
+    response_gzip,
+    cache_lookup
 );
 criterion_main!(kernels);

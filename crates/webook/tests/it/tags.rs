@@ -290,6 +290,15 @@ async fn tag_cache_hits(app: &TestApp) -> f64 {
         .sum()
 }
 
+/// `redis_round_trips_total` from `/metrics` (process-wide: compared before and after).
+async fn redis_round_trips(app: &TestApp) -> f64 {
+    app.metrics_text()
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_round_trips_total ")?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn the_owner_list_is_cached_and_shows_a_new_tag_at_once(setup: Setup) {
     let app = app(setup).await;
     let alice = member(&app, "alice").await;
@@ -299,6 +308,7 @@ async fn the_owner_list_is_cached_and_shows_a_new_tag_at_once(setup: Setup) {
 
     // The list is served from the cache: a row written behind the service's back is not seen…
     let hits = tag_cache_hits(&app).await;
+    let round_trips = redis_round_trips(&app).await;
     sqlx::query(
         "INSERT INTO tags (uid, name, name_key, ctime, utime) VALUES ($1, 'Hidden', 'hidden', 0, 0)",
     )
@@ -308,6 +318,13 @@ async fn the_owner_list_is_cached_and_shows_a_new_tag_at_once(setup: Setup) {
     .unwrap();
     assert_eq!(own_tags(&app, &alice).await, [(first, "First".to_owned())]);
     assert!(tag_cache_hits(&app).await > hits, "a cache hit");
+    if setup.cluster {
+        // The hit was checked against the version in Redis, and counted.
+        assert!(
+            redis_round_trips(&app).await > round_trips,
+            "a counted round trip"
+        );
+    }
     // …until a create invalidates the entry: the very next read has everything, once each.
     let second = tag(&app, &alice, "Second").await;
     let listed = own_tags(&app, &alice).await;
