@@ -19,7 +19,9 @@
 //!   workspace's backend;
 //! - `cache_lookup/*`: a hit in an embedded [`VersionedCache`] (what a read does two or three
 //!   times), and what counting it in `cache_requests_total` costs: the series looked up by name
-//!   and labels (as every lookup did before 2026-12-04) against a handle taken once.
+//!   and labels (as every lookup did before 2026-12-04) against a handle taken once;
+//! - `event_publish/*`: publishing a read event on the in-process stream with no consumer group
+//!   (serialising it and counting it: what every article read adds besides the queueing).
 //!
 //! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
 
@@ -32,6 +34,7 @@ use flate2::{write::GzEncoder, Compression};
 use futures_util::FutureExt;
 use platform::{
     cache::{lookup_counter, Lookup, VersionedCache},
+    events::EventStream,
     telemetry,
 };
 use webook::{
@@ -333,6 +336,24 @@ fn cache_lookup(c: &mut Criterion) {
     group.finish();
 }
 
+fn event_publish(c: &mut Criterion) {
+    telemetry::install_metrics(&webook::app::metrics()).unwrap();
+    let events = EventStream::in_process();
+    let read = serde_json::json!({"biz": "article", "biz_id": 12345, "uid": 678});
+    let mut group = c.benchmark_group("event_publish");
+    group.bench_function("in_process_read_event", |b| {
+        // With no group nothing waits: one poll publishes.
+        b.iter(|| {
+            events
+                .publish("bench_read", black_box("article:12345"), &read)
+                .now_or_never()
+                .unwrap()
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     kernels,
     scores,
@@ -341,6 +362,7 @@ criterion_group!(
     article,
     nested_html,
     response_gzip,
-    cache_lookup
+    cache_lookup,
+    event_publish
 );
 criterion_main!(kernels);

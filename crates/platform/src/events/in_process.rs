@@ -124,7 +124,7 @@ impl InProcess {
             let _ = handled.send(id);
             return true;
         }
-        metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => event.topic.clone()).increment(1);
+        super::count_published(&event.topic);
         for sender in senders {
             let queued = Queued {
                 event: event.clone(),

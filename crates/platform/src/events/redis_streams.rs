@@ -60,7 +60,7 @@ impl RedisBackend {
             .await
             .context("adding outbox events to redis")?;
         for event in events {
-            metrics::counter!(EVENTS_PUBLISHED_TOTAL, "topic" => event.topic).increment(1);
+            super::count_published(&event.topic);
         }
         Ok(())
     }
