@@ -176,7 +176,7 @@ fn script(body: &str) -> redis::Script {
 #[derive(Clone)]
 pub struct VersionedCache {
     name: &'static str,
-    lookups: Arc<LookupCounters>,
+    lookups: Arc<Lookups>,
     local: moka::sync::Cache<String, Slot>,
     floors: Arc<EvictionFloors>,
     remote: Option<Remote>,
@@ -193,52 +193,38 @@ impl std::fmt::Debug for VersionedCache {
     }
 }
 
-/// One cache's [`CACHE_REQUESTS_TOTAL`] series, taken when the cache is built (after the
-/// recorder is installed, as the app does first): a lookup by name and labels in the registry
-/// on every read cost more than the cache's own look-up (`cache_lookup/*` in the kernels
-/// bench).
-struct LookupCounters {
-    local_hit: metrics::Counter,
-    local_miss: metrics::Counter,
-    redis_hit: metrics::Counter,
-    redis_miss: metrics::Counter,
+/// One layer's [`CACHE_REQUESTS_TOTAL`] series (hits and misses) of one cache, taken once when
+/// the cache is built — after the recorder is installed, as the app does first — because a
+/// lookup by name and labels in the registry on every read cost more than the cache's own
+/// look-up (`cache_lookup/*` in the kernels bench). A cache built on another map (the article
+/// feature's rendered pages) takes its own, so every cache reports under the same labels.
+#[derive(Debug, Clone)]
+pub struct LookupCounters {
+    hit: metrics::Counter,
+    miss: metrics::Counter,
 }
 
 impl LookupCounters {
-    fn new(cache: &'static str) -> Self {
+    /// The series of `cache`'s lookups in `layer` (`local` or `redis`).
+    pub fn new(cache: &'static str, layer: &'static str) -> Self {
+        let series = |result: &'static str| metrics::counter!(CACHE_REQUESTS_TOTAL, "cache" => cache, "layer" => layer, "result" => result);
         Self {
-            local_hit: lookup_counter(cache, "local", true),
-            local_miss: lookup_counter(cache, "local", false),
-            redis_hit: lookup_counter(cache, "redis", true),
-            redis_miss: lookup_counter(cache, "redis", false),
+            hit: series("hit"),
+            miss: series("miss"),
         }
     }
 
-    fn local(&self, hit: bool) {
-        let counter = if hit {
-            &self.local_hit
-        } else {
-            &self.local_miss
-        };
-        counter.increment(1);
-    }
-
-    fn redis(&self, hit: bool) {
-        let counter = if hit {
-            &self.redis_hit
-        } else {
-            &self.redis_miss
-        };
+    /// Counts one lookup that hit (or missed).
+    pub fn count(&self, hit: bool) {
+        let counter = if hit { &self.hit } else { &self.miss };
         counter.increment(1);
     }
 }
 
-/// The [`CACHE_REQUESTS_TOTAL`] series of `cache`'s hits (or misses) in `layer`; a cache built
-/// on another map (the article feature's rendered pages) takes its handles once with it, so
-/// every cache reports under the same labels.
-pub fn lookup_counter(cache: &'static str, layer: &'static str, hit: bool) -> metrics::Counter {
-    let result = if hit { "hit" } else { "miss" };
-    metrics::counter!(CACHE_REQUESTS_TOTAL, "cache" => cache, "layer" => layer, "result" => result)
+/// A [`VersionedCache`]'s lookup counters, by layer.
+struct Lookups {
+    local: LookupCounters,
+    redis: LookupCounters,
 }
 
 /// Buckets of the eviction floors (see the module docs): a fill is refused needlessly only when
@@ -321,7 +307,10 @@ impl VersionedCache {
         });
         Self {
             name,
-            lookups: Arc::new(LookupCounters::new(name)),
+            lookups: Arc::new(Lookups {
+                local: LookupCounters::new(name, "local"),
+                redis: LookupCounters::new(name, "redis"),
+            }),
             local,
             floors,
             remote,
@@ -400,11 +389,11 @@ impl VersionedCache {
                 Some(Slot {
                     value: Some(value), ..
                 }) => {
-                    self.lookups.local(true);
+                    self.lookups.local.count(true);
                     Lookup::Hit(value)
                 }
                 other => {
-                    self.lookups.local(false);
+                    self.lookups.local.count(false);
                     // A tombstone's version, or for an absent key a version of its own that no
                     // write will ever get (see the module docs on eviction floors).
                     let token = other.map_or_else(Self::next_local_version, |slot| slot.version);
@@ -441,7 +430,7 @@ impl VersionedCache {
         let probed = redis_probe::probe(&remote.redis, redis_key, Probe { known }).await?;
         match (probed, near_copy) {
             (Probed::Unchanged, Some(value)) => {
-                self.lookups.local(true);
+                self.lookups.local.count(true);
                 Ok(Lookup::Hit(value))
             }
             (
@@ -451,14 +440,14 @@ impl VersionedCache {
                 },
                 _,
             ) => {
-                self.lookups.local(false);
-                self.lookups.redis(true);
+                self.lookups.local.count(false);
+                self.lookups.redis.count(true);
                 self.keep_local(key, version, Some(data.clone()));
                 Ok(Lookup::Hit(data))
             }
             (Probed::Changed { version, .. }, _) => {
-                self.lookups.local(false);
-                self.lookups.redis(false);
+                self.lookups.local.count(false);
+                self.lookups.redis.count(false);
                 Ok(Lookup::Miss(FillToken(version.unwrap_or(0))))
             }
             (other, _) => anyhow::bail!("redis answered a version probe with {other:?}"),

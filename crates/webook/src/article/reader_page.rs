@@ -22,8 +22,7 @@ use crate::{
     interactive::{Counts, UserFlags},
     user::Person,
 };
-use metrics::Counter;
-use platform::{cache::lookup_counter, error::AppError, prerendered::Prerendered};
+use platform::{cache::LookupCounters, error::AppError, prerendered::Prerendered};
 
 /// The pages' name in the cache metrics; a hit is a page rendered from the very copy found.
 const PAGES_CACHE: &str = "article_reader_page";
@@ -118,10 +117,9 @@ impl ReaderPage {
 #[derive(Debug, Clone)]
 pub struct ReaderPages {
     pages: moka::sync::Cache<i64, Arc<ReaderPage>>,
-    /// The lookups' counters, taken once (a `counter!` per request hashes its labels): made
-    /// after the metrics recorder is installed, as features are.
-    hits: Counter,
-    misses: Counter,
+    /// The lookups' counters, taken once: made after the metrics recorder is installed, as
+    /// features are.
+    lookups: LookupCounters,
 }
 
 impl ReaderPages {
@@ -134,8 +132,7 @@ impl ReaderPages {
                     u32::try_from(page.prerendered.size() + page.source.len()).unwrap_or(u32::MAX)
                 })
                 .build(),
-            hits: lookup_counter(PAGES_CACHE, "local", true),
-            misses: lookup_counter(PAGES_CACHE, "local", false),
+            lookups: LookupCounters::new(PAGES_CACHE, "local"),
         }
     }
 
@@ -150,11 +147,11 @@ impl ReaderPages {
     ) -> Result<Option<Arc<ReaderPage>>, AppError> {
         if let Some(page) = self.pages.get(&id) {
             if page.rendered_from(&source) {
-                self.hits.increment(1);
+                self.lookups.count(true);
                 return Ok(Some(page));
             }
         }
-        self.misses.increment(1);
+        self.lookups.count(false);
         let Some(page) = ReaderPage::render(source, decoded).map_err(AppError::Internal)? else {
             return Ok(None);
         };
