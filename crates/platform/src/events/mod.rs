@@ -445,6 +445,7 @@ impl EventStream {
 }
 
 pub mod dedup;
+pub mod failure;
 pub mod follow;
 mod in_process;
 pub mod outbox;
