@@ -39,8 +39,8 @@ use platform::{
 };
 
 use crate::{
-    account, article, auth, comment, console, db_move, feed, interactive, jobs, payment,
-    phone_login, ranking, reward, search, sms, tag, user, wechat_login,
+    account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
+    payment, phone_login, ranking, reward, search, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it uses.
@@ -62,6 +62,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &reward::RewardsFeature,
     // After every feature with executors: it checks new jobs against every one registered.
     &jobs::Jobs,
+    &events_admin::EventsAdmin,
     &console::Console,
     // Last: it routes the database every other feature uses during an online move.
     &db_move::DbMove,
@@ -297,6 +298,13 @@ impl App {
         // After the consumers above registered: in-process, the relay hands each row to the
         // groups that exist when it relays it.
         background.spawn(platform.outbox.clone().run(background_stop.clone()));
+        // Every group's lag, failures and parked events: metrics and `/readyz` details.
+        background.spawn(
+            platform
+                .events
+                .clone()
+                .monitor(platform.status.clone(), background_stop.clone()),
+        );
         let mut cron_jobs = None;
         let mut durable = None;
         if role.runs_work() {

@@ -11,7 +11,7 @@
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
 //! [`article`], [`ranking`], [`feed`], [`comment`], [`tag`], [`search`], [`account`],
-//! [`payment`], [`reward`], [`jobs`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
+//! [`payment`], [`reward`], [`jobs`], [`events_admin`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data; [`outside_http`] what the clients of outside providers share.
@@ -33,6 +33,7 @@ pub mod comment;
 mod config_contract;
 pub mod console;
 pub mod db_move;
+pub mod events_admin;
 pub mod feed;
 pub mod idempotency;
 pub mod interactive;

@@ -7,11 +7,11 @@
 
 use std::sync::LazyLock;
 
-use platform::db::{Migration, META_MIGRATION, OUTBOX_MIGRATION};
+use platform::db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION};
 
 /// Every migration, in version order; [`platform::db::Db::migrate`] applies the missing ones.
 pub static MIGRATIONS: LazyLock<Vec<Migration>> = LazyLock::new(|| {
-    let mut migrations = vec![META_MIGRATION, OUTBOX_MIGRATION];
+    let mut migrations = vec![META_MIGRATION, OUTBOX_MIGRATION, EVENT_GROUPS_MIGRATION];
     for feature in crate::app::FEATURES {
         migrations.extend_from_slice(feature.migrations());
     }

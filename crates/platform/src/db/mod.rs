@@ -119,6 +119,14 @@ pub const OUTBOX_MIGRATION: Migration = Migration::new(
     include_str!("../../migrations/0010_event_outbox.sql"),
 );
 
+/// Consumer groups' progress through the outbox and their parked events
+/// ([`crate::events::delivery`], [`crate::events::parked`]).
+pub const EVENT_GROUPS_MIGRATION: Migration = Migration::new(
+    23,
+    "event groups",
+    include_str!("../../migrations/0023_event_groups.sql"),
+);
+
 const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
      PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;";
 

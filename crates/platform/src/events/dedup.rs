@@ -67,7 +67,8 @@ pub async fn purge_before(db: &Db, before: i64) -> sqlx::Result<u64> {
         .rows_affected())
 }
 
-/// Maintenance job: deletes applied-event ids older than [`RETENTION`].
+/// Maintenance job: deletes applied-event ids older than [`RETENTION`], and parked events
+/// resolved longer ago than [`super::parked::RESOLVED_RETENTION`].
 #[derive(Debug, Clone)]
 pub struct PurgeConsumedEvents {
     db: Db,
@@ -93,6 +94,15 @@ impl Job for PurgeConsumedEvents {
         let retention = i64::try_from(RETENTION.as_millis()).unwrap_or(i64::MAX);
         let deleted = purge_before(&self.db, now_millis().saturating_sub(retention)).await?;
         tracing::info!(deleted, "purged applied event ids");
+        // The parked events' audit trail, once resolved and old.
+        let retention =
+            i64::try_from(super::parked::RESOLVED_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let resolved =
+            super::parked::purge_resolved_before(&self.db, now_millis().saturating_sub(retention))
+                .await?;
+        if resolved > 0 {
+            tracing::info!(resolved, "purged resolved parked events");
+        }
         Ok(())
     }
 }

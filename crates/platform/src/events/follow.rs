@@ -208,11 +208,25 @@ impl EventStream {
                                 events.extend(more);
                                 replies.push(reply);
                             }
-                            let outcome = handler(events, Positions::default())
-                                .await
-                                .map_err(|err| format!("{err:#}"));
+                            // Each consumer gets the outcome with its kind kept, so a transient
+                            // failure stays one (never parked) and a permanent one is parked.
+                            let outcome =
+                                handler(events, Positions::default()).await.map_err(|err| {
+                                    (super::failure::classify(&err), format!("{err:#}"))
+                                });
                             for reply in replies {
-                                let _ = reply.send(outcome.clone().map_err(anyhow::Error::msg));
+                                let _ = reply.send(outcome.clone().map_err(|(failure, text)| {
+                                    let err = anyhow::Error::msg(text);
+                                    match failure {
+                                        super::failure::Failure::Transient => {
+                                            super::failure::transient(err)
+                                        }
+                                        super::failure::Failure::Permanent => {
+                                            super::failure::permanent(err)
+                                        }
+                                        super::failure::Failure::Unclassified => err,
+                                    }
+                                }));
                             }
                         }
                     };

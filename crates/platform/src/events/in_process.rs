@@ -1,52 +1,47 @@
 //! The in-process backend: one bounded queue per (topic, consumer group), fed by `publish` and
 //! drained by the group's consumer in batches. The whole backend in embedded mode; in cluster mode
 //! the fallback for events Redis refused (see the parent module).
+//!
+//! In embedded mode the outbox is the durable queue, and each group reads it on its own: from
+//! its position in `event_progress` (every row of its topic up to there handled or parked), in
+//! id order, woken when the relay announces newer rows of the topic. So a failing group delays
+//! only itself, and the relay trims a topic's rows below its slowest group's position
+//! ([`super::outbox`]). Ids become visible in id order: SQLite has one writer, and on PostgreSQL
+//! the transactions that record events queue on an advisory lock from their record to their
+//! commit ([`super::outbox::record_many`]) — so a row never appears behind a position already
+//! passed.
 
 use std::{
     collections::HashMap,
     future::Future,
     sync::{
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc, Mutex, OnceLock,
     },
 };
 
 use axum::body::Bytes;
-use tokio::{sync::mpsc, time::Instant};
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
 
-use super::*;
+use super::{
+    delivery::{DeliveryPolicy, GroupHealth, Source},
+    parked, *,
+};
+use crate::db::Db;
 
 /// For each topic, the queue of each consumer group: (group name, its queue).
-pub(super) type GroupQueues = HashMap<String, Vec<(String, mpsc::Sender<Queued>)>>;
+pub(super) type GroupQueues = HashMap<String, Vec<(String, mpsc::Sender<Event>)>>;
 
-/// An event in a group's queue, with the receipt of the outbox row it came from, if any.
-pub(super) struct Queued {
-    pub(super) event: Event,
-    pub(super) receipt: Option<Arc<Receipt>>,
-}
-
-/// Counts down the groups that have yet to handle an outbox row; the last one reports the row's
-/// id to the relay, which may then delete it. A group that never handles it (its consumer
-/// stopped first) keeps it from being reported: the row stays in the outbox.
-pub(super) struct Receipt {
-    id: i64,
-    remaining: AtomicUsize,
-    handled: mpsc::UnboundedSender<i64>,
-}
-
-impl Receipt {
-    fn handled(&self) {
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // The relay gave up waiting (stopped): the row stays, which is safe.
-            let _ = self.handled.send(self.id);
-        }
-    }
-}
-
-/// The in-process queues: the whole backend in embedded mode, the fallback in cluster mode.
+/// The in-process queues: the whole backend in embedded mode, the fallback in cluster mode. In
+/// embedded mode with an outbox, also each topic's newest outbox row id as the relay last saw
+/// it ([`InProcess::announce`]), which wakes the topic's groups.
 #[derive(Clone, Default)]
 pub(super) struct InProcess {
     pub(super) groups: Arc<Mutex<GroupQueues>>,
+    heads: Arc<Mutex<HashMap<String, watch::Sender<i64>>>>,
 }
 
 impl InProcess {
@@ -59,8 +54,19 @@ impl InProcess {
             .is_some_and(|queues| !queues.is_empty())
     }
 
+    /// The topics some group consumes.
+    pub(super) fn topics(&self) -> Vec<String> {
+        self.groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(_, queues)| !queues.is_empty())
+            .map(|(topic, _)| topic.clone())
+            .collect()
+    }
+
     /// Creates (or replaces) the queue of (`topic`, `group`) and returns its receiving end.
-    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Queued> {
+    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Event> {
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let mut groups = self
             .groups
@@ -72,7 +78,34 @@ impl InProcess {
         receiver
     }
 
-    pub(super) fn senders(&self, topic: &str) -> Vec<mpsc::Sender<Queued>> {
+    /// A receiver of `topic`'s outbox head: changes when the relay sees newer rows.
+    pub(super) fn watch_head(&self, topic: &str) -> watch::Receiver<i64> {
+        self.heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(topic.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// The relay saw outbox rows of `topic` up to `head`: wakes its groups if that is news.
+    pub(super) fn announce(&self, topic: &str, head: i64) {
+        let heads = self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(sender) = heads.get(topic) {
+            sender.send_if_modified(|seen| {
+                let newer = head > *seen;
+                if newer {
+                    *seen = head;
+                }
+                newer
+            });
+        }
+    }
+
+    pub(super) fn senders(&self, topic: &str) -> Vec<mpsc::Sender<Event>> {
         let groups = self
             .groups
             .lock()
@@ -93,48 +126,11 @@ impl InProcess {
             time,
         };
         for sender in self.senders(topic) {
-            let queued = Queued {
-                event: event.clone(),
-                receipt: None,
-            };
             // Waits when the group's queue is full (backpressure); fails only if it stopped.
-            if sender.send(queued).await.is_err() {
+            if sender.send(event.clone()).await.is_err() {
                 tracing::warn!(topic, "event consumer stopped; event not delivered to it");
             }
         }
-    }
-
-    /// Queues outbox row `id`'s event for every group of its topic; `handled` gets the id once
-    /// every group has handled it (at once if the topic has no group: nothing here needs it).
-    /// Returns false if some group could not be given it (its consumer stopped): the id will
-    /// never be reported.
-    pub(super) async fn hand_over(
-        &self,
-        event: Event,
-        id: i64,
-        handled: &mpsc::UnboundedSender<i64>,
-    ) -> bool {
-        let senders = self.senders(&event.topic);
-        let receipt = Arc::new(Receipt {
-            id,
-            remaining: AtomicUsize::new(senders.len()),
-            handled: handled.clone(),
-        });
-        if senders.is_empty() {
-            let _ = handled.send(id);
-            return true;
-        }
-        super::count_published(&event.topic);
-        for sender in senders {
-            let queued = Queued {
-                event: event.clone(),
-                receipt: Some(receipt.clone()),
-            };
-            if sender.send(queued).await.is_err() {
-                return false;
-            }
-        }
-        true
     }
 }
 
@@ -154,34 +150,125 @@ pub(super) fn next_local_id() -> String {
     )
 }
 
-/// What both consumer loops share: who consumes, how it batches, when it stops.
+/// What both consumer loops share: who consumes, how it batches, when it stops, where it parks
+/// what it gives up on, and the health it reports.
 pub(super) struct Consumer {
     pub(super) topic: String,
     pub(super) group: String,
     pub(super) batch_size: usize,
     pub(super) max_wait: Duration,
     pub(super) stop: CancellationToken,
+    pub(super) health: Arc<GroupHealth>,
+    /// Where the stream's database is found once an [`Outbox`](super::outbox::Outbox) is made
+    /// for it: the dead-letter store and, embedded, the outbox ([`Consumer::store`]).
+    pub(super) shared: Arc<Shared>,
+    pub(super) policy: DeliveryPolicy,
+}
+
+/// How often an embedded group looks at the outbox without being woken (rows the relay has
+/// not announced yet, e.g. recorded by `webook` commands of another process).
+const OUTBOX_POLL: Duration = Duration::from_secs(2);
+
+/// Rows of `topic` after `position`, counted up to `max + 1` (enough to tell "over `max`").
+pub(super) async fn backlog(db: &Db, topic: &str, position: i64, max: u64) -> sqlx::Result<u64> {
+    let limit = i64::try_from(max).unwrap_or(i64::MAX).saturating_add(1);
+    let count: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM event_outbox WHERE topic = $1 AND id > $2 LIMIT $3) behind",
+    )
+    .bind(topic)
+    .bind(position)
+    .bind(limit)
+    .fetch_one(db.pool())
+    .await?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 impl Consumer {
-    /// The embedded-mode loop: batches from the in-process queue until stopped, then flushes.
+    /// The stream's database, if an outbox was made for it (looked up at each use: a consumer
+    /// may start before the outbox is made).
+    pub(super) fn store(&self) -> Option<&Db> {
+        self.shared.store.get()
+    }
+
+    /// The embedded-mode loop: batches from the in-process queue (events published directly)
+    /// and, with an outbox, from the topic's outbox rows after the group's position; events
+    /// marked for replay every [`parked::REPLAY_POLL`]. On stop it flushes the queue and takes
+    /// what the outbox holds for it once more.
     pub(super) async fn run_in_process<H, Fut>(
         self,
-        mut queue: mpsc::Receiver<Queued>,
+        mut queue: mpsc::Receiver<Event>,
+        mut head: Option<watch::Receiver<i64>>,
         mut handler: H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
+        // Only an in-process stream's groups read the outbox (with Redis the relay moves it to
+        // the streams, and these are the fallback queues).
+        let mut position = match head {
+            Some(_) => self.load_position().await,
+            None => None,
+        };
+        let mut outbox_due = position.is_some();
+        let mut poll = tokio::time::interval(OUTBOX_POLL);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut replays = tokio::time::interval(parked::REPLAY_POLL);
+        replays.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let first = tokio::select! {
-                event = queue.recv() => event,
-                () = self.stop.cancelled() => None,
-            };
-            let Some(first) = first else { break };
-            self.handle_local(first, &mut queue, &mut handler).await;
+            if outbox_due && !self.stop.is_cancelled() {
+                if let Some(at) = position {
+                    let (reached, more) = self.handle_outbox(at, &mut handler).await;
+                    position = Some(reached);
+                    outbox_due = more;
+                    continue;
+                }
+            }
+            let has_head = head.is_some();
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => break,
+                event = queue.recv() => match event {
+                    Some(first) => self.handle_local(first, &mut queue, &mut handler).await,
+                    None => break,
+                },
+                changed = async {
+                    match head.as_mut() {
+                        Some(head) => head.changed().await,
+                        None => std::future::pending().await,
+                    }
+                }, if has_head => {
+                    if changed.is_err() {
+                        head = None;
+                    } else {
+                        // Let more rows come within max_wait: one batch for a burst of writes.
+                        tokio::select! {
+                            () = tokio::time::sleep(self.max_wait) => {},
+                            () = self.stop.cancelled() => {},
+                        }
+                        outbox_due = true;
+                    }
+                }
+                _ = poll.tick() => {
+                    if position.is_none() && head.is_some() {
+                        position = self.load_position().await;
+                    }
+                    outbox_due = position.is_some();
+                }
+                _ = replays.tick() => self.replay_marked(&mut handler).await,
+            }
         }
         self.flush_local(queue, &mut handler).await;
+        if let Some(mut at) = position {
+            // What the last writes recorded: one attempt per batch (stopped), the rest waits
+            // for the next start.
+            loop {
+                let (reached, more) = self.handle_outbox(at, &mut handler).await;
+                if !more || reached == at {
+                    break;
+                }
+                at = reached;
+            }
+        }
         tracing::debug!(
             topic = self.topic,
             group = self.group,
@@ -189,12 +276,146 @@ impl Consumer {
         );
     }
 
+    /// The group's durable outbox position, created at 0 (every row still there) the first
+    /// time; `None` without an outbox (none made yet, or Redis Streams) or while the database
+    /// cannot say (tried again at the next poll).
+    async fn load_position(&self) -> Option<i64> {
+        let db = self.store()?;
+        let loaded: sqlx::Result<i64> = async {
+            sqlx::query(
+                "INSERT INTO event_progress (topic, group_name, last_id, updated_at)                  VALUES ($1, $2, 0, $3) ON CONFLICT (topic, group_name) DO NOTHING",
+            )
+            .bind(&self.topic)
+            .bind(&self.group)
+            .bind(now_millis())
+            .execute(db.writer())
+            .await?;
+            sqlx::query_scalar(
+                "SELECT last_id FROM event_progress WHERE topic = $1 AND group_name = $2",
+            )
+            .bind(&self.topic)
+            .bind(&self.group)
+            .fetch_one(db.writer())
+            .await
+        }
+        .await;
+        match loaded {
+            Ok(position) => {
+                self.health
+                    .outbox_position
+                    .store(position, Ordering::Release);
+                Some(position)
+            }
+            Err(err) => {
+                tracing::warn!(
+                    topic = self.topic,
+                    group = self.group,
+                    error = format!("{err:#}"),
+                    "cannot read the group's outbox position; trying again"
+                );
+                None
+            }
+        }
+    }
+
+    /// Reads and settles one batch of outbox rows after `position`; returns the position
+    /// reached and whether more rows may be waiting.
+    async fn handle_outbox<H, Fut>(&self, position: i64, handler: &mut H) -> (i64, bool)
+    where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        let Some(db) = self.store() else {
+            return (position, false);
+        };
+        let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT id, topic, event_key, payload, created_at FROM event_outbox              WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(&self.topic)
+        .bind(position)
+        .bind(limit)
+        .fetch_all(db.pool())
+        .await
+        .and_then(|rows| {
+            rows.iter()
+                .map(super::outbox::OutboxRow::from_row)
+                .collect::<sqlx::Result<Vec<_>>>()
+        });
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(err) => {
+                tracing::warn!(
+                    topic = self.topic,
+                    group = self.group,
+                    error = format!("{err:#}"),
+                    "cannot read the outbox; trying again at the next poll"
+                );
+                return (position, false);
+            }
+        };
+        if rows.is_empty() {
+            return (position, false);
+        }
+        let full = rows.len() == self.batch_size;
+        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+        let events: Vec<Event> = rows
+            .into_iter()
+            .map(super::outbox::OutboxRow::into_event)
+            .collect();
+        let settled = self.settle(handler, &events, Source::Outbox(&ids)).await;
+        let Some(&reached) = settled.checked_sub(1).and_then(|last| ids.get(last)) else {
+            return (position, false);
+        };
+        // Progress after the effects (at-least-once: a crash in between hands the batch over
+        // again, with the same ids). A failure to record it is only that: the rows come again.
+        let mut pause = FIRST_RETRY_PAUSE;
+        loop {
+            match self.record_position(db, reached).await {
+                Ok(()) => break,
+                Err(err) => {
+                    tracing::warn!(
+                        topic = self.topic,
+                        group = self.group,
+                        error = format!("{err:#}"),
+                        "cannot record the group's outbox position; retrying"
+                    );
+                    if self.stop.is_cancelled() {
+                        break;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {},
+                        () = self.stop.cancelled() => {},
+                    }
+                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
+                }
+            }
+        }
+        (reached, full && settled == ids.len())
+    }
+
+    async fn record_position(&self, db: &Db, position: i64) -> sqlx::Result<()> {
+        let mut connection = db.writer().acquire().await?;
+        parked::advance(
+            &mut connection,
+            &self.topic,
+            &self.group,
+            position,
+            now_millis(),
+        )
+        .await?;
+        self.health
+            .outbox_position
+            .fetch_max(position, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Collects a batch starting with `first` (up to `batch_size`, at most `max_wait` after
-    /// `first`) from the in-process queue and delivers it.
+    /// `first`) from the in-process queue and settles it.
     pub(super) async fn handle_local<H, Fut>(
         &self,
-        first: Queued,
-        queue: &mut mpsc::Receiver<Queued>,
+        first: Event,
+        queue: &mut mpsc::Receiver<Event>,
         handler: &mut H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -221,7 +442,7 @@ impl Consumer {
     /// Shutdown: stops accepting, then delivers everything still queued.
     pub(super) async fn flush_local<H, Fut>(
         &self,
-        mut queue: mpsc::Receiver<Queued>,
+        mut queue: mpsc::Receiver<Event>,
         handler: &mut H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -234,82 +455,26 @@ impl Consumer {
         }
         let mut rest = rest.into_iter().peekable();
         while rest.peek().is_some() {
-            let batch: Vec<Queued> = rest.by_ref().take(self.batch_size).collect();
+            let batch: Vec<Event> = rest.by_ref().take(self.batch_size).collect();
             self.deliver_local(handler, batch).await;
         }
     }
 
-    /// Delivers a batch from the in-process queue; on success, reports its outbox rows handled.
-    pub(super) async fn deliver_local<H, Fut>(&self, handler: &mut H, batch: Vec<Queued>)
+    /// Settles a batch from the in-process queue; what is left unsettled at stop is lost (the
+    /// queue is memory), and said so.
+    pub(super) async fn deliver_local<H, Fut>(&self, handler: &mut H, batch: Vec<Event>)
     where
         H: FnMut(Vec<Event>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
-        let events = batch.iter().map(|queued| queued.event.clone()).collect();
-        if self.deliver(handler, events).await {
-            for receipt in batch.iter().filter_map(|queued| queued.receipt.as_ref()) {
-                receipt.handled();
-            }
-            return;
-        }
-        // Events from the outbox stay there and come back at the next start.
-        let lost = batch
-            .iter()
-            .filter(|queued| queued.receipt.is_none())
-            .count();
-        tracing::error!(
-            topic = self.topic,
-            group = self.group,
-            lost,
-            kept_in_outbox = batch.len() - lost,
-            "event batch failed during shutdown"
-        );
-    }
-
-    /// Hands `batch` to `handler`, retrying with a growing pause while it fails. After `stop`,
-    /// one last attempt is made; returns whether the handler succeeded.
-    pub(super) async fn deliver<H, Fut>(&self, handler: &mut H, batch: Vec<Event>) -> bool
-    where
-        H: FnMut(Vec<Event>) -> Fut,
-        Fut: Future<Output = anyhow::Result<()>>,
-    {
-        let (topic, group) = (self.topic.as_str(), self.group.as_str());
-        let size = batch.len();
-        let mut pause = FIRST_RETRY_PAUSE;
-        loop {
-            match handler(batch.clone()).await {
-                Ok(()) => {
-                    metrics::counter!(EVENTS_CONSUMED_TOTAL, "topic" => topic.to_owned(), "group" => group.to_owned())
-                        .increment(size as u64);
-                    metrics::histogram!(EVENT_BATCH_SIZE, "topic" => topic.to_owned(), "group" => group.to_owned())
-                        .record(size as f64);
-                    return true;
-                }
-                Err(err) if self.stop.is_cancelled() => {
-                    tracing::warn!(
-                        topic,
-                        group,
-                        size,
-                        error = format!("{err:#}"),
-                        "event batch failed during shutdown"
-                    );
-                    return false;
-                }
-                Err(err) => {
-                    tracing::warn!(
-                        topic,
-                        group,
-                        size,
-                        error = format!("{err:#}"),
-                        "event batch failed; retrying"
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {},
-                        () = self.stop.cancelled() => {},
-                    }
-                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
-                }
-            }
+        let settled = self.settle(handler, &batch, Source::Transient).await;
+        if settled < batch.len() {
+            tracing::error!(
+                topic = self.topic,
+                group = self.group,
+                lost = batch.len() - settled,
+                "event batch failed during shutdown; its in-process events are lost"
+            );
         }
     }
 }

@@ -180,6 +180,17 @@ pub struct Event {
 }
 
 impl Event {
+    /// The payload as `T`; an error (permanent: [`failure::classify`] finds the
+    /// `serde_json::Error`) when it does not decode — the event is parked, not skipped.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> anyhow::Result<T> {
+        serde_json::from_slice(&self.payload).with_context(|| {
+            format!(
+                "the payload of event {} ({}) does not decode",
+                self.id, self.topic
+            )
+        })
+    }
+
     /// The payload as `T`, or `None` when it is malformed — logged with the event's id and
     /// topic, and for the consumer to skip: retrying cannot fix it.
     pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
@@ -225,6 +236,18 @@ pub fn stream_key(redis_prefix: &str, topic: &str) -> String {
 #[derive(Clone)]
 pub struct EventStream {
     backend: Backend,
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a stream shares beside its backend.
+#[derive(Default)]
+struct Shared {
+    /// The database of the outbox and the dead-letter store, once an outbox was made for the
+    /// stream ([`outbox::Outbox::new`]).
+    store: std::sync::OnceLock<crate::db::Db>,
+    /// Every consumer group of this process, as registered.
+    groups: std::sync::Mutex<Vec<Arc<GroupHealth>>>,
+    policy: std::sync::Mutex<DeliveryPolicy>,
 }
 
 #[derive(Clone)]
@@ -263,6 +286,126 @@ impl EventStream {
     pub fn in_process() -> Self {
         Self {
             backend: Backend::InProcess(InProcess::default()),
+            shared: Arc::default(),
+        }
+    }
+
+    /// Gives the stream its database: where consumers park what they give up on and, in
+    /// embedded mode, the outbox each group reads. [`outbox::Outbox::new`] calls it; groups
+    /// registered before have neither.
+    pub fn attach_store(&self, db: crate::db::Db) {
+        let _ = self.shared.store.set(db);
+    }
+
+    /// Replaces the delivery policy for the groups registered from now on (tests shorten it).
+    pub fn set_policy(&self, policy: DeliveryPolicy) {
+        *self
+            .shared
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+    }
+
+    fn policy(&self) -> DeliveryPolicy {
+        self.shared
+            .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every consumer group of this process as it is now.
+    pub fn groups(&self) -> Vec<GroupStatus> {
+        let policy = self.policy();
+        let mut groups: Vec<GroupStatus> = self
+            .group_healths()
+            .iter()
+            .map(|health| health.status(&policy))
+            .collect();
+        groups.sort_by(|a, b| (&a.group, &a.topic).cmp(&(&b.group, &b.topic)));
+        groups
+    }
+
+    fn group_healths(&self) -> Vec<Arc<GroupHealth>> {
+        self.shared
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Registers `health`, replacing a group of the same topic and name.
+    fn add_group(&self, health: Arc<GroupHealth>) {
+        let mut groups = self
+            .shared
+            .groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        groups.retain(|known| !(known.topic == health.topic && known.group == health.group));
+        groups.push(health);
+    }
+
+    /// Until `stop`: every second sets each group's [`delivery::EVENT_GROUP_LAG_SECONDS`] and
+    /// the `events` line of `status` (`ok`, or `degraded: …` naming the stuck groups and those
+    /// with parked events); every [`PARKED_REFRESH`] reads the open parked events per group from
+    /// the store ([`delivery::EVENTS_PARKED`]).
+    pub async fn monitor(self, status: crate::ops::StatusBoard, stop: CancellationToken) {
+        let mut ticks = tokio::time::interval(Duration::from_secs(1));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut parked_read = None::<tokio::time::Instant>;
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {},
+                () = stop.cancelled() => return,
+            }
+            let healths = self.group_healths();
+            let due = parked_read.is_none_or(|at| at.elapsed() >= PARKED_REFRESH);
+            if let (true, Some(store)) = (due, self.shared.store.get()) {
+                parked_read = Some(tokio::time::Instant::now());
+                if let Ok(counts) = parked::open_counts(store).await {
+                    for health in &healths {
+                        let open = counts
+                            .iter()
+                            .find(|(topic, group, _)| {
+                                *topic == health.topic && *group == health.group
+                            })
+                            .map_or(0, |(_, _, open)| *open);
+                        health
+                            .open_parked
+                            .store(open, std::sync::atomic::Ordering::Release);
+                    }
+                }
+            }
+            let statuses = self.groups();
+            let mut problems = Vec::new();
+            for group in &statuses {
+                metrics::gauge!(delivery::EVENT_GROUP_LAG_SECONDS, "topic" => group.topic.clone(), "group" => group.group.clone())
+                    .set(group.lag_seconds);
+                if let Some(open) = group.open_parked {
+                    metrics::gauge!(delivery::EVENTS_PARKED, "topic" => group.topic.clone(), "group" => group.group.clone())
+                        .set(open as f64);
+                }
+                if group.stuck {
+                    problems.push(format!(
+                        "{}/{} stuck {:.0}s ({})",
+                        group.group,
+                        group.topic,
+                        group.failing_seconds,
+                        group.last_error.as_deref().unwrap_or("failing")
+                    ));
+                }
+                if let Some(open) = group.open_parked.filter(|open| *open > 0) {
+                    problems.push(format!("{}/{} {open} parked", group.group, group.topic));
+                }
+            }
+            status.set(
+                "events",
+                if problems.is_empty() {
+                    "ok".to_owned()
+                } else {
+                    format!("degraded: {}", problems.join("; "))
+                },
+            );
         }
     }
 
@@ -282,6 +425,7 @@ impl EventStream {
             )
         })?;
         Ok(Self {
+            shared: Arc::default(),
             backend: Backend::Redis(Arc::new(RedisBackend {
                 redis,
                 client,
@@ -399,11 +543,16 @@ impl EventStream {
         Fut: Future<Output = anyhow::Result<()>> + Send,
     {
         let batch_size = batch_size.max(1);
-        let (local, redis) = match &self.backend {
-            Backend::InProcess(local) => (local.register(topic, group), None),
+        let (local, redis, outbox) = match &self.backend {
+            Backend::InProcess(local) => (
+                local.register(topic, group),
+                None,
+                Some(local.watch_head(topic)),
+            ),
             Backend::Redis(backend) => (
                 backend.local.register(topic, group),
                 (subscription == Subscription::Stream).then_some(backend),
+                None,
             ),
         };
         let redis = redis.map(|backend| {
@@ -428,29 +577,41 @@ impl EventStream {
             };
             (consumer, reader)
         });
+        let health = Arc::new(GroupHealth::new(topic, group));
+        self.add_group(health.clone());
         let consumer = Consumer {
             topic: topic.to_owned(),
             group: group.to_owned(),
             batch_size,
             max_wait,
             stop,
+            health,
+            shared: self.shared.clone(),
+            policy: self.policy(),
         };
         async move {
             match redis {
-                None => consumer.run_in_process(local, handler).await,
+                None => consumer.run_in_process(local, outbox, handler).await,
                 Some((redis, reader)) => consumer.run_redis(redis, reader, local, handler).await,
             }
         }
     }
 }
 
+/// How often [`EventStream::monitor`] reads the open parked events from the store.
+const PARKED_REFRESH: Duration = Duration::from_secs(5);
+
 pub mod dedup;
+pub mod delivery;
 pub mod failure;
 pub mod follow;
 mod in_process;
 pub mod outbox;
+pub mod parked;
 mod redis_streams;
 
+use delivery::GroupHealth;
+pub use delivery::{DeliveryPolicy, GroupStatus};
 use in_process::{Consumer, InProcess};
 use redis_streams::{consumer_name, Reader, RedisBackend, RedisConsumer};
 
@@ -663,7 +824,10 @@ mod tests {
                 .unwrap();
                 let fail = attempts == 1;
                 async move {
-                    anyhow::ensure!(!fail, "first attempt fails");
+                    // Transient: the batch is retried whole (a permanent failure would split it).
+                    if fail {
+                        return Err(failure::transient(anyhow::anyhow!("first attempt fails")));
+                    }
                     Ok(())
                 }
             },

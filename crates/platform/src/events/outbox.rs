@@ -15,9 +15,13 @@
 //!      rows stay and the relay retries with a growing pause. On PostgreSQL a pass runs in a
 //!      transaction holding an advisory lock, so one instance relays at a time and the stream
 //!      gets the rows in id order.
-//!    - **In-process**: the table itself is the durable queue. A row is handed to every consumer
-//!      group of its topic and deleted only once each group's handler has returned `Ok` for it;
-//!      a process killed before that finds the row again when it restarts.
+//!    - **In-process**: the table itself is the durable queue, and each consumer group reads it
+//!      on its own from a durable position ([`super::delivery`], `event_progress`): the relay
+//!      only announces each topic's newest row to the topic's groups, and every
+//!      [`TRIM_INTERVAL`] deletes a topic's rows that all its groups have passed (rows of a topic
+//!      no group consumes at once). A failing group therefore holds back only its own topic's
+//!      rows, and no more than [`super::DeliveryPolicy::max_backlog`] of them; a process killed
+//!      finds every group's rows again from its position when it restarts.
 //! 4. Delivery is at-least-once (a crash between publishing and deleting publishes again), with
 //!    a stable id: consumers that must apply an event once deduplicate by [`Event::id`]
 //!    ([`super::dedup`]).
@@ -32,7 +36,7 @@ use std::{sync::Arc, time::Duration};
 
 use serde::Serialize;
 use sqlx::{any::AnyRow, AnyConnection, Row};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use axum::body::Bytes;
@@ -56,15 +60,37 @@ pub const RELAY_BATCH: i64 = 500;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// Key of the PostgreSQL advisory lock that makes one instance relay at a time.
 const RELAY_LOCK_KEY: i64 = 0x7765_626f_6f6b_0001;
+/// Key of the PostgreSQL advisory lock that transactions recording events hold from their
+/// record to their commit in embedded mode ([`record_many`]).
+const ORDER_LOCK_KEY: i64 = 0x7765_626f_6f6b_0002;
+/// How often the in-process relay deletes the rows every group of their topic has passed.
+pub const TRIM_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Set once an in-process stream has an outbox in this process: its groups read the table by
+/// position, so on PostgreSQL rows must become visible in id order ([`record_many`]).
+static ORDERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Records one event of `topic` per `(key, payload)` in the caller's transaction, in one
-/// statement per few hundred rows (a batch of likes is one write, not one per like).
+/// statement per few hundred rows (a batch of likes is one write, not one per like). Record
+/// events last in a transaction: in embedded mode on PostgreSQL it first takes a
+/// transaction-scoped advisory lock, held until the commit, so that outbox ids become visible in
+/// id order (each group reads the outbox by position; SQLite's single writer gives that order
+/// by itself).
 pub async fn record_many<P: Serialize>(
     tx: &mut AnyConnection,
     topic: &str,
     events: &[(String, P)],
     now: i64,
 ) -> sqlx::Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    if ORDERED.load(std::sync::atomic::Ordering::Acquire) && tx.backend_name() == "PostgreSQL" {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(ORDER_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
+    }
     // Chunks keep every statement under SQLite's bound-parameter limit.
     for chunk in events.chunks(RECORD_CHUNK) {
         let sql = format!(
@@ -102,8 +128,8 @@ pub fn event_id(id: i64) -> String {
 }
 
 /// One row of `event_outbox`.
-struct OutboxRow {
-    id: i64,
+pub(super) struct OutboxRow {
+    pub(super) id: i64,
     topic: String,
     key: String,
     payload: String,
@@ -111,7 +137,7 @@ struct OutboxRow {
 }
 
 impl OutboxRow {
-    fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
+    pub(super) fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
         Ok(Self {
             id: row.try_get("id")?,
             topic: row.try_get("topic")?,
@@ -121,7 +147,7 @@ impl OutboxRow {
         })
     }
 
-    fn into_event(self) -> Event {
+    pub(super) fn into_event(self) -> Event {
         Event {
             id: event_id(self.id),
             topic: self.topic,
@@ -130,6 +156,19 @@ impl OutboxRow {
             time: self.created_at,
         }
     }
+}
+
+/// What the in-process relay remembers between passes.
+#[derive(Debug, Default)]
+struct Announced {
+    /// The newest row id announced.
+    newest: i64,
+    /// When rows were last trimmed.
+    trimmed_at: Option<tokio::time::Instant>,
+    /// Per topic, the position its rows were trimmed to.
+    trimmed: std::collections::HashMap<String, i64>,
+    /// Rows of unconsumed topics were deleted up to this id.
+    unconsumed_trimmed: i64,
 }
 
 const SELECT_BATCH: &str =
@@ -154,6 +193,8 @@ struct Inner {
     db: Db,
     events: EventStream,
     wake: Notify,
+    /// In-process: the newest row announced, and per topic the position trimmed to.
+    announced: std::sync::Mutex<Announced>,
     /// One pass at a time in this process (the relay task, and the final pass at shutdown).
     /// Held across the pass's awaits on purpose: it serialises the passes, nothing else waits.
     pass: tokio::sync::Mutex<()>,
@@ -168,11 +209,16 @@ impl std::fmt::Debug for Outbox {
 impl Outbox {
     /// The outbox of `db`, relayed to `events`.
     pub fn new(db: Db, events: EventStream) -> Self {
+        events.attach_store(db.clone());
+        if matches!(events.backend, Backend::InProcess(_)) {
+            ORDERED.store(true, std::sync::atomic::Ordering::Release);
+        }
         Self {
             inner: Arc::new(Inner {
                 db,
                 events,
                 wake: Notify::new(),
+                announced: std::sync::Mutex::default(),
                 pass: tokio::sync::Mutex::new(()),
             }),
         }
@@ -195,6 +241,7 @@ impl Outbox {
     /// registered (in-process, a row is handed to the groups that exist when it is relayed).
     pub async fn run(self, stop: CancellationToken) {
         let mut pause = FIRST_RETRY_PAUSE;
+        let mut age_read = None::<tokio::time::Instant>;
         loop {
             let (wait, drained) = match self.relay(&stop).await {
                 Ok(relayed) => {
@@ -213,13 +260,17 @@ impl Outbox {
                     (wait, false)
                 }
             };
-            // A drained outbox is known empty without asking; rows left behind are looked up.
+            // A drained outbox is known empty without asking; rows left behind are looked up,
+            // at most once a second (in-process a pass follows every commit).
             let age = if drained {
-                Ok(None)
+                Some(Ok(None))
+            } else if age_read.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                age_read = Some(tokio::time::Instant::now());
+                Some(oldest_pending_age(&self.inner.db).await)
             } else {
-                oldest_pending_age(&self.inner.db).await
+                None
             };
-            if let Ok(age) = age {
+            if let Some(Ok(age)) = age {
                 metrics::gauge!(OUTBOX_OLDEST_PENDING_SECONDS)
                     .set(age.unwrap_or(0) as f64 / 1000.0);
             }
@@ -239,6 +290,15 @@ impl Outbox {
     }
 
     async fn relay(&self, stop: &CancellationToken) -> anyhow::Result<Relayed> {
+        if matches!(self.inner.events.backend, Backend::InProcess(_)) {
+            // The groups read the rows themselves: one pass announces and trims; whether rows
+            // wait is for the age gauge to ask.
+            self.pass(stop).await?;
+            return Ok(Relayed {
+                count: 0,
+                drained: false,
+            });
+        }
         let mut count = 0;
         loop {
             let (seen, done) = self.pass(stop).await?;
@@ -284,13 +344,91 @@ impl Outbox {
                 Ok((seen, deleted))
             }
             (Backend::InProcess(local), _) => {
-                let rows = select_batch(&mut *db.writer().acquire().await?).await?;
-                let seen = rows.len();
-                let handled = hand_over(local, rows, stop).await;
-                let deleted = delete(&mut *db.writer().acquire().await?, &handled).await?;
-                Ok((seen, deleted))
+                // The groups read the rows themselves: announce what is new, trim what all
+                // have passed. Nothing here waits for a group.
+                let _ = stop;
+                self.announce(local).await?;
+                self.trim(local).await?;
+                Ok((0, 0))
             }
         }
+    }
+
+    /// In-process: tells each topic's groups its newest row id past the last announced one.
+    async fn announce(&self, local: &super::in_process::InProcess) -> sqlx::Result<()> {
+        let after = self.announced().newest;
+        let heads: Vec<(String, i64)> =
+            sqlx::query_as("SELECT topic, MAX(id) FROM event_outbox WHERE id > $1 GROUP BY topic")
+                .bind(after)
+                .fetch_all(self.inner.db.pool())
+                .await?;
+        let mut newest = after;
+        for (topic, head) in heads {
+            local.announce(&topic, head);
+            newest = newest.max(head);
+        }
+        self.announced().newest = newest;
+        Ok(())
+    }
+
+    fn announced(&self) -> std::sync::MutexGuard<'_, Announced> {
+        self.inner
+            .announced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// In-process, every [`TRIM_INTERVAL`]: deletes each topic's rows up to the position of
+    /// its slowest group (a topic whose groups have not all loaded a position keeps its rows),
+    /// and the rows of topics no group consumes.
+    async fn trim(&self, local: &super::in_process::InProcess) -> sqlx::Result<()> {
+        let (newest, trimmed_at) = {
+            let announced = self.announced();
+            (announced.newest, announced.trimmed_at)
+        };
+        if trimmed_at.is_some_and(|at| at.elapsed() < TRIM_INTERVAL) {
+            return Ok(());
+        }
+        self.announced().trimmed_at = Some(tokio::time::Instant::now());
+        let topics = local.topics();
+        let healths = self.inner.events.group_healths();
+        for topic in &topics {
+            let positions = healths
+                .iter()
+                .filter(|health| health.topic == *topic)
+                .map(|health| {
+                    health
+                        .outbox_position
+                        .load(std::sync::atomic::Ordering::Acquire)
+                });
+            let Some(slowest) = positions.min().filter(|position| *position > 0) else {
+                continue;
+            };
+            if self.announced().trimmed.get(topic).copied() >= Some(slowest) {
+                continue;
+            }
+            sqlx::query("DELETE FROM event_outbox WHERE topic = $1 AND id <= $2")
+                .bind(topic)
+                .bind(slowest)
+                .execute(self.inner.db.writer())
+                .await?;
+            self.announced().trimmed.insert(topic.clone(), slowest);
+        }
+        if newest > self.announced().unconsumed_trimmed {
+            let placeholders = crate::db::placeholders(2, topics.len());
+            let sql = if topics.is_empty() {
+                "DELETE FROM event_outbox WHERE id <= $1".to_owned()
+            } else {
+                format!("DELETE FROM event_outbox WHERE id <= $1 AND topic NOT IN ({placeholders})")
+            };
+            let mut query = sqlx::query(&sql).bind(newest);
+            for topic in &topics {
+                query = query.bind(topic);
+            }
+            query.execute(self.inner.db.writer()).await?;
+            self.announced().unconsumed_trimmed = newest;
+        }
+        Ok(())
     }
 
     /// Redis: `XADD`s the rows in one pipeline; returns their ids (all or an error).
@@ -334,37 +472,6 @@ async fn delete(connection: &mut AnyConnection, ids: &[i64]) -> sqlx::Result<u64
         query = query.bind(*id);
     }
     Ok(query.execute(connection).await?.rows_affected())
-}
-
-/// In-process: hands each row to every group of its topic and returns the ids of the rows every
-/// group has handled, waiting for them (or `stop`). A row some group could not be given (its
-/// consumer stopped) is not among them: it stays for the next pass or the next start.
-async fn hand_over(
-    local: &super::in_process::InProcess,
-    rows: Vec<OutboxRow>,
-    stop: &CancellationToken,
-) -> Vec<i64> {
-    let (handled, mut handled_ids) = mpsc::unbounded_channel();
-    let mut expected = 0;
-    for row in rows {
-        let (id, topic) = (row.id, row.topic.clone());
-        if local.hand_over(row.into_event(), id, &handled).await {
-            expected += 1;
-            metrics::counter!(OUTBOX_RELAYED_TOTAL, "topic" => topic).increment(1);
-        }
-    }
-    drop(handled);
-    let mut done = Vec::with_capacity(expected);
-    while done.len() < expected {
-        tokio::select! {
-            id = handled_ids.recv() => match id {
-                Some(id) => done.push(id),
-                None => break,
-            },
-            () = stop.cancelled() => break,
-        }
-    }
-    done
 }
 
 /// Age of the oldest row still in the outbox (ms), if any.

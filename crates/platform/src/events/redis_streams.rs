@@ -22,7 +22,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::{in_process::InProcess, *};
+use super::{delivery::Source, in_process::InProcess, *};
 
 /// The cluster-mode backend; the in-process queues are its fallback while Redis is down.
 pub(super) struct RedisBackend {
@@ -624,7 +624,7 @@ impl Consumer {
         self,
         redis: RedisConsumer,
         reader: Reader,
-        mut queue: mpsc::Receiver<super::in_process::Queued>,
+        mut queue: mpsc::Receiver<Event>,
         mut handler: H,
     ) where
         H: FnMut(Vec<Event>) -> Fut,
@@ -640,6 +640,8 @@ impl Consumer {
                 .max(Duration::from_millis(10)),
         );
         reclaim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut replays = tokio::time::interval(super::parked::REPLAY_POLL);
+        replays.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut queue_open = true;
         // A tick that found the read filling a batch: reclaim as soon as that batch is handled.
         let mut reclaim_due = false;
@@ -661,6 +663,7 @@ impl Consumer {
                         self.reclaim(&redis, &mut handler).await;
                     }
                 }
+                _ = replays.tick() => self.replay_marked(&mut handler).await,
                 event = queue.recv(), if queue_open => match event {
                     Some(first) => self.handle_local(first, &mut queue, &mut handler).await,
                     None => queue_open = false,
@@ -750,11 +753,16 @@ impl Consumer {
             return;
         }
         let ids: Vec<String> = entries.iter().map(|entry| entry.id.clone()).collect();
+        // (entry id, event id): outbox events carry an id of their own.
+        let mut entry_ids = Vec::with_capacity(entries.len());
         let mut events = Vec::with_capacity(entries.len());
         for entry in entries {
             let id = entry.id.clone();
             match entry_event(&self.topic, entry) {
-                Some(event) => events.push(event),
+                Some(event) => {
+                    entry_ids.push((id, event.id.clone()));
+                    events.push(event);
+                }
                 None => tracing::warn!(
                     key = redis.key,
                     id,
@@ -762,14 +770,28 @@ impl Consumer {
                 ),
             }
         }
-        let size = events.len();
-        if !events.is_empty() && !self.deliver(handler, events).await {
+        // Every event settled (handled or parked) is acknowledged; the rest stay pending for
+        // another consumer. Malformed entries have no event and are acknowledged with the first.
+        let settled = self.settle(handler, &events, Source::Transient).await;
+        if settled < events.len() {
             tracing::warn!(
                 topic = self.topic,
                 group = self.group,
-                size,
+                left = events.len() - settled,
                 "event batch not handled before stop; left pending for another consumer"
             );
+            let pending: std::collections::HashSet<&str> = events[settled..]
+                .iter()
+                .map(|event| event.id.as_str())
+                .collect();
+            let ids: Vec<String> = entry_ids
+                .into_iter()
+                .filter(|(_, event_id)| !pending.contains(event_id.as_str()))
+                .map(|(entry, _)| entry)
+                .collect();
+            if !ids.is_empty() {
+                redis.ack(&self.group, &ids).await;
+            }
             return;
         }
         redis.ack(&self.group, &ids).await;

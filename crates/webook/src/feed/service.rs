@@ -223,7 +223,7 @@ impl FeedService {
     /// Handles a batch of `article_published` events: each article becomes an item, pushed
     /// (fanned out here, batch by batch) or pulled.
     pub async fn apply_published(&self, events: &[Event]) -> anyhow::Result<()> {
-        for published in parse::<ArticleEvent>(events) {
+        for published in parse::<ArticleEvent>(events)? {
             let pending = self
                 .store
                 .add_article(
@@ -267,7 +267,7 @@ impl FeedService {
 
     /// Handles `article_withdrawn` events: the items leave every feed (unless republished).
     pub async fn apply_withdrawn(&self, events: &[Event]) -> anyhow::Result<()> {
-        for withdrawn in parse::<ArticleEvent>(events) {
+        for withdrawn in parse::<ArticleEvent>(events)? {
             self.store.remove_article(withdrawn.id).await?;
         }
         Ok(())
@@ -275,7 +275,7 @@ impl FeedService {
 
     /// Handles `like_changed` events of articles.
     pub async fn apply_likes(&self, events: &[Event]) -> anyhow::Result<()> {
-        for like in parse::<InteractionEvent>(events) {
+        for like in parse::<InteractionEvent>(events)? {
             if like.biz == Biz::Article {
                 self.store
                     .sync_like(like.uid, like.biz_id, like.time)
@@ -287,7 +287,7 @@ impl FeedService {
 
     /// Handles `follow_changed` events.
     pub async fn apply_follows(&self, events: &[Event]) -> anyhow::Result<()> {
-        for follow in parse::<FollowEvent>(events) {
+        for follow in parse::<FollowEvent>(events)? {
             self.store
                 .sync_follow(follow.follower, follow.followee, follow.time)
                 .await?;
@@ -297,7 +297,7 @@ impl FeedService {
 
     /// Handles `comment_changed` events.
     pub async fn apply_comments(&self, events: &[Event]) -> anyhow::Result<()> {
-        for comment in parse::<CommentEvent>(events) {
+        for comment in parse::<CommentEvent>(events)? {
             self.store.sync_comment(&comment).await?;
         }
         Ok(())
@@ -360,9 +360,10 @@ pub const CONSUMED_TOPICS: [&str; 5] = [
     TOPIC_COMMENT_CHANGED,
 ];
 
-/// The payloads of `events` that parse as `T` ([`Event::payload_as`]).
-fn parse<T: serde::de::DeserializeOwned>(events: &[Event]) -> Vec<T> {
-    events.iter().filter_map(Event::payload_as).collect()
+/// The payloads of `events` as `T`; an event that does not decode fails the batch permanently
+/// ([`Event::decode`]), so that event is parked and the rest applied.
+fn parse<T: serde::de::DeserializeOwned>(events: &[Event]) -> anyhow::Result<Vec<T>> {
+    events.iter().map(Event::decode).collect()
 }
 
 /// The newest `limit` positions of `sources` (each newest first), merged, without duplicates.

@@ -341,15 +341,16 @@ impl InteractiveService {
         )
     }
 
-    /// Applies one batch of read events; an error leaves the batch to be retried.
+    /// Applies one batch of read events; an error leaves the batch to be retried (a payload
+    /// that does not decode is a permanent failure: that event is parked).
     pub async fn apply_read_batch(&self, events: Vec<Event>) -> anyhow::Result<()> {
         let reads: Vec<(Biz, i64, String)> = events
             .into_iter()
-            .filter_map(|event| {
-                let read = event.payload_as::<ReadEvent>()?;
-                Some((read.biz, read.biz_id, event.id))
+            .map(|event| {
+                let read = event.decode::<ReadEvent>()?;
+                Ok((read.biz, read.biz_id, event.id))
             })
-            .collect();
+            .collect::<anyhow::Result<_>>()?;
         let now = now_millis();
         let dedup_group = self.dedup_reads.then_some(READ_GROUP);
         let applied = self.store.apply_reads(&reads, dedup_group, now).await?;

@@ -199,7 +199,7 @@ fn described(err: StoreError, name: &str) -> anyhow::Error {
 }
 
 /// `ms` since the epoch as RFC 3339 UTC (fractions only when there are any).
-fn time_text(ms: i64) -> String {
+pub(crate) fn time_text(ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms).map_or_else(
         || ms.to_string(),
         |time| time.to_rfc3339_opts(SecondsFormat::AutoSi, true),
@@ -278,7 +278,7 @@ fn runs_table(runs: &[RunRow]) -> String {
 }
 
 /// Left-aligned columns two spaces apart; no trailing spaces.
-fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(crate) fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let header: Vec<String> = header.iter().map(|&title| title.to_owned()).collect();
     let mut widths: Vec<usize> = header.iter().map(|title| title.chars().count()).collect();
     for row in &rows {

@@ -36,7 +36,7 @@ use crate::{
 };
 use platform::{
     db::{duration_millis, now_millis},
-    events::{Event, EventStream, Subscription},
+    events::{EventStream, Subscription},
     telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
 };
 
@@ -344,9 +344,8 @@ impl RankingService {
                 async move {
                     let ids: Vec<i64> = batch
                         .iter()
-                        .filter_map(Event::payload_as::<ArticleEvent>)
-                        .map(|withdrawn| withdrawn.id)
-                        .collect();
+                        .map(|event| Ok(event.decode::<ArticleEvent>()?.id))
+                        .collect::<anyhow::Result<_>>()?;
                     if ids.is_empty() {
                         return Ok(());
                     }

@@ -334,10 +334,11 @@ impl Rewards {
     pub async fn apply_paid(&self, rid: i64, amt: i64) -> anyhow::Result<()> {
         match self.apply_paid_once(rid, amt).await {
             // A concurrent delivery of the same event posted first; this try sees its entries.
-            Err(err) if account::is_duplicate_posting(&err) => {
-                self.apply_paid_once(rid, amt).await?
-            }
-            outcome => outcome?,
+            Err(err) if account::is_duplicate_posting(&err) => self
+                .apply_paid_once(rid, amt)
+                .await
+                .map_err(posting_failure)?,
+            outcome => outcome.map_err(posting_failure)?,
         }
         self.waiters.wake(rid);
         Ok(())
@@ -383,9 +384,7 @@ impl Rewards {
 
     async fn apply(&self, topic: &str, events: &[Event]) -> anyhow::Result<()> {
         for event in events {
-            let Some(payment) = event.payload_as::<PaymentEvent>() else {
-                continue;
-            };
+            let payment = event.decode::<PaymentEvent>()?;
             if payment.biz != REWARD_BIZ {
                 continue;
             }
@@ -430,6 +429,16 @@ impl Rewards {
                 }
             }
         }
+    }
+}
+
+/// A posting the ledger refuses as unbalanced can never be applied, however often it is tried:
+/// a permanent failure (the payment's event is parked for an operator, and the consumer goes
+/// on). Anything else is the database's, and transient or unclassified as it says.
+fn posting_failure(err: PostError) -> anyhow::Error {
+    match err {
+        PostError::Unbalanced(_) => platform::events::failure::permanent(err),
+        other => other.into(),
     }
 }
 

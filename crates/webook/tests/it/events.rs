@@ -360,7 +360,12 @@ async fn a_failing_batch_is_retried_with_the_same_ids_then_acknowledged() {
             let ok = counter.fetch_add(1, Ordering::SeqCst) >= 2;
             tx.send((ids, ok)).unwrap();
             async move {
-                anyhow::ensure!(ok, "database down");
+                if !ok {
+                    // Transient: the whole batch is retried (a permanent one would be split).
+                    return Err(platform::events::failure::transient(anyhow::anyhow!(
+                        "database down"
+                    )));
+                }
                 Ok(())
             }
         },

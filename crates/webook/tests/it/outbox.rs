@@ -1,9 +1,10 @@
-//! The transactional outbox (`infra::events::outbox`) on {SQLite, PostgreSQL} × {in-process,
+//! The transactional outbox (`platform::events::outbox`) on {SQLite, PostgreSQL} × {in-process,
 //! Redis Streams}: an event recorded in a committed transaction is delivered, with an id that
 //! stays the same however often it is relayed, and one recorded in a rolled-back transaction
 //! never is; a deduplicating consumer applies a relayed-twice event once; events wait in the
-//! outbox while Redis refuses them, and in-process while their consumer never handled them (the
-//! next process relays them). A killed server process is in `tests/it/process.rs`.
+//! outbox while Redis refuses them, and in-process while their group never handled them (the
+//! group of the next process reads them from its position). A killed server process is in
+//! `tests/it/process.rs`; groups failing on their own in `tests/it/event_groups.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -144,7 +145,11 @@ async fn committed_events_arrive_once_with_stable_ids_and_rolled_back_ones_never
     assert_eq!(outbox_rows(db).await, 3);
 
     let outbox = Outbox::new(db.clone(), events.clone());
-    assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 3);
+    // With Redis the relay publishes the rows; in-process the group reads them itself.
+    assert_eq!(
+        outbox.relay_pending(&stop).await.unwrap(),
+        if redis { 3 } else { 0 }
+    );
     let delivered = next_events(&mut received, 3).await;
     assert_eq!(keys(&delivered), ["a", "b", "c"]);
     let mut ids: Vec<&str> = delivered.iter().map(|event| event.id.as_str()).collect();
@@ -155,8 +160,12 @@ async fn committed_events_arrive_once_with_stable_ids_and_rolled_back_ones_never
         serde_json::from_slice::<serde_json::Value>(&delivered[2].payload).unwrap(),
         serde_json::json!({ "key": "c" })
     );
-    // Relayed rows are gone; relaying again finds nothing.
-    assert_eq!(outbox_rows(db).await, 0);
+    // Relayed (in-process: passed by every group) rows are gone; relaying again finds nothing.
+    wait_until("the handled rows to be trimmed", || async {
+        outbox.relay_pending(&stop).await.unwrap();
+        outbox_rows(db).await == 0
+    })
+    .await;
     assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 0);
     stop.cancel();
 }
@@ -170,33 +179,19 @@ async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool)
     let stop = CancellationToken::new();
     let (applied_sender, mut applied) = mpsc::unbounded_channel::<(String, bool)>();
     let consumer_db = db.clone();
+    let first_sender = applied_sender.clone();
+    let first_stop = CancellationToken::new();
     tokio::spawn(events.consume(
         TOPIC,
         GROUP,
         100,
         Duration::from_millis(5),
-        stop.clone(),
-        move |batch| {
-            let (db, applied_sender) = (consumer_db.clone(), applied_sender.clone());
-            async move {
-                let mut tx = db.writer().begin().await?;
-                let fresh = dedup::first_deliveries(
-                    &mut tx,
-                    db.kind(),
-                    GROUP,
-                    batch.iter().collect(),
-                    |event| event.id.as_str(),
-                    now_millis(),
-                )
-                .await?;
-                tx.commit().await?;
-                for event in &batch {
-                    let applied = fresh.iter().any(|fresh| std::ptr::eq(*fresh, event));
-                    applied_sender.send((event.id.clone(), applied))?;
-                }
-                Ok(())
-            }
+        if redis {
+            stop.clone()
+        } else {
+            first_stop.clone()
         },
+        move |batch| dedup_consumer(consumer_db.clone(), first_sender.clone(), batch),
     ));
     record(&db, &["a", "b"], true).await;
     let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
@@ -206,7 +201,26 @@ async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool)
     .await
     .unwrap();
     let outbox = Outbox::new(db.clone(), events.clone());
-    assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 2);
+    if redis {
+        assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 2);
+    } else {
+        // In-process the group reads the rows itself; wait until it passed and they went, then
+        // stop it (its process dies).
+        wait_until(
+            "the group to pass its rows and the relay to trim them",
+            || async {
+                outbox.relay_pending(&stop).await.unwrap();
+                outbox_rows(&db).await == 0
+            },
+        )
+        .await;
+        first_stop.cancel();
+        // As if the group had applied them and died before recording its position.
+        sqlx::query("UPDATE event_progress SET last_id = 0")
+            .execute(db.writer())
+            .await
+            .unwrap();
+    }
     // The rows come back as if their deletion had never happened.
     for (id, topic, key, payload, created_at) in &rows {
         sqlx::query(
@@ -222,7 +236,26 @@ async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool)
         .await
         .unwrap();
     }
-    assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 2);
+    let events = if redis {
+        assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 2);
+        events
+    } else {
+        // The next process: its group starts from the position recorded.
+        let next = EventStream::in_process();
+        Outbox::new(db.clone(), next.clone());
+        let consumer_db = db.clone();
+        let applied_sender = applied_sender.clone();
+        tokio::spawn(next.consume(
+            TOPIC,
+            GROUP,
+            100,
+            Duration::from_millis(5),
+            stop.clone(),
+            move |batch| dedup_consumer(consumer_db.clone(), applied_sender.clone(), batch),
+        ));
+        next
+    };
+    drop(events);
 
     let mut deliveries = Vec::new();
     while deliveries.len() < 4 {
@@ -246,6 +279,30 @@ async fn an_event_relayed_twice_is_applied_once(kind: DatabaseKind, redis: bool)
         .collect();
     assert_eq!(repeated, expected_ids.iter().collect::<Vec<_>>());
     stop.cancel();
+}
+
+/// Applies `batch` through `dedup` and reports each event's id and whether it was fresh.
+async fn dedup_consumer(
+    db: Db,
+    applied: mpsc::UnboundedSender<(String, bool)>,
+    batch: Vec<Event>,
+) -> anyhow::Result<()> {
+    let mut tx = db.writer().begin().await?;
+    let fresh = dedup::first_deliveries(
+        &mut tx,
+        db.kind(),
+        GROUP,
+        batch.iter().collect(),
+        |event| event.id.as_str(),
+        now_millis(),
+    )
+    .await?;
+    tx.commit().await?;
+    for event in &batch {
+        let is_fresh = fresh.iter().any(|fresh| std::ptr::eq(*fresh, event));
+        applied.send((event.id.clone(), is_fresh))?;
+    }
+    Ok(())
 }
 
 /// Redis refusing the events: they stay in the outbox (the relay reports the failure) and go
@@ -333,11 +390,14 @@ async fn in_process_an_event_its_consumer_never_handled_goes_to_the_next_process
         let stop = CancellationToken::new();
         let mut received = recording_consumer(&events, &stop);
         let outbox = Outbox::new(db.clone(), events.clone());
-        assert_eq!(outbox.relay_pending(&stop).await.unwrap(), 2, "{kind:?}");
         let delivered = next_events(&mut received, 2).await;
         let ids: Vec<String> = delivered.iter().map(|event| event.id.clone()).collect();
         assert_eq!(ids, taken, "{kind:?}");
-        assert_eq!(outbox_rows(db).await, 0, "{kind:?}");
+        wait_until("the handled rows to be trimmed", || async {
+            outbox.relay_pending(&stop).await.unwrap();
+            outbox_rows(db).await == 0
+        })
+        .await;
         stop.cancel();
     }
 }
