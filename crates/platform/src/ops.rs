@@ -2,7 +2,8 @@
 //! takes a write, and, in cluster mode, Redis answers) and Prometheus metrics (`/metrics`, on
 //! `ops_listen` instead of the API port when that is set). With `debug_endpoints` on,
 //! also `/debug/sleep` and `/debug/panic`, which the process tests use to observe graceful
-//! shutdown and panic handling in a real binary.
+//! shutdown and panic handling in a real binary, and `/debug/event-faults` (GET, POST a list of
+//! `{group, topic, keys, failure}`), which makes event handlers fail for chosen keys.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -69,7 +70,11 @@ pub fn router(endpoints: Endpoints, platform: Arc<Platform>) -> Router {
     if endpoints.debug {
         router = router
             .route("/debug/sleep", get(debug_sleep))
-            .route("/debug/panic", get(debug_panic));
+            .route("/debug/panic", get(debug_panic))
+            .route(
+                "/debug/event-faults",
+                get(debug_event_faults).post(debug_set_event_faults),
+            );
     }
     router.with_state(platform)
 }
@@ -175,6 +180,26 @@ async fn debug_sleep(Query(params): Query<SleepParams>) -> Reply<u64> {
     let duration = Duration::from_millis(params.ms).min(MAX_DEBUG_SLEEP);
     tokio::time::sleep(duration).await;
     Reply(params.ms)
+}
+
+/// The faults injected into this process's event handlers.
+async fn debug_event_faults(
+    State(state): State<Arc<Platform>>,
+) -> Reply<Vec<crate::events::delivery::InjectedFault>> {
+    Reply(state.events.faults())
+}
+
+/// Replaces them (`[]` clears): `[{group, topic, keys, failure}]`.
+async fn debug_set_event_faults(
+    State(state): State<Arc<Platform>>,
+    crate::error::ApiJson(faults): crate::error::ApiJson<
+        Vec<crate::events::delivery::InjectedFault>,
+    >,
+) -> Reply<usize> {
+    let count = faults.len();
+    tracing::warn!(count, "event handler faults injected (debug endpoint)");
+    state.events.set_faults(faults);
+    Reply(count)
 }
 
 async fn debug_panic() -> Reply<()> {

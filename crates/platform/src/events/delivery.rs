@@ -319,6 +319,45 @@ impl Failures {
     }
 }
 
+/// A failure injected into a group's handler for some keys (tests of the real binary, through
+/// `/debug/event-faults` with `debug_endpoints` on): a batch holding one of `keys` fails with
+/// `failure` before the handler sees it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct InjectedFault {
+    /// The group whose handler fails.
+    pub group: String,
+    /// The topic (one group consumes several).
+    pub topic: String,
+    /// Event keys that fail; empty: every event.
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// `permanent` or `transient`.
+    pub failure: String,
+}
+
+impl InjectedFault {
+    /// The error of this fault for `events`, if one of them is among its keys.
+    pub(super) fn fails(
+        &self,
+        topic: &str,
+        group: &str,
+        events: &[Event],
+    ) -> Option<anyhow::Error> {
+        if self.topic != topic || self.group != group {
+            return None;
+        }
+        let hit = events
+            .iter()
+            .find(|event| self.keys.is_empty() || self.keys.contains(&event.key))?;
+        let err = anyhow::anyhow!("injected fault for key {}", hit.key);
+        Some(if self.failure == "transient" {
+            super::failure::transient(err)
+        } else {
+            permanent(err)
+        })
+    }
+}
+
 /// Calls `handler` with `events`, turning a panic (while making the future or polling it) into
 /// a permanent failure.
 pub(super) async fn call<H, Fut>(handler: &mut H, events: Vec<Event>) -> anyhow::Result<()>
@@ -346,6 +385,29 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> anyhow::Error {
 }
 
 impl Consumer {
+    /// Calls the handler, unless a fault injected for this group fails the batch first.
+    async fn call_handler<H, Fut>(&self, handler: &mut H, events: Vec<Event>) -> anyhow::Result<()>
+    where
+        H: FnMut(Vec<Event>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        if self.shared.has_faults.load(Ordering::Acquire) {
+            let faults = self
+                .shared
+                .faults
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            if let Some(err) = faults
+                .iter()
+                .find_map(|fault| fault.fails(&self.topic, &self.group, &events))
+            {
+                return Err(err);
+            }
+        }
+        call(handler, events).await
+    }
+
     /// Hands `batch` to `handler` until every event of it is handled or parked (module docs);
     /// returns how many of its events, from the first, are — all of them, unless `stop` came
     /// while they were failing (after `stop`, each call is tried once).
@@ -367,7 +429,7 @@ impl Consumer {
         let mut pause = FIRST_RETRY_PAUSE;
         let mut backlog_checked = tokio::time::Instant::now();
         let settled = loop {
-            let err = match call(handler, batch.to_vec()).await {
+            let err = match self.call_handler(handler, batch.to_vec()).await {
                 Ok(()) => {
                     health.handled(batch.len());
                     break batch.len();
@@ -450,7 +512,7 @@ impl Consumer {
         let mut failures = Failures::new();
         let mut pause = FIRST_RETRY_PAUSE;
         loop {
-            let err = match call(handler, vec![event.clone()]).await {
+            let err = match self.call_handler(handler, vec![event.clone()]).await {
                 Ok(()) => {
                     health.handled(1);
                     return true;
@@ -622,7 +684,7 @@ impl Consumer {
         for parked in claimed {
             let event = parked.event();
             self.health.hold(std::slice::from_ref(&event));
-            let outcome = call(handler, vec![event]).await;
+            let outcome = self.call_handler(handler, vec![event]).await;
             self.health.release();
             let recorded = match outcome {
                 Ok(()) => {

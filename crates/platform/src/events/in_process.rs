@@ -283,7 +283,8 @@ impl Consumer {
         let db = self.store()?;
         let loaded: sqlx::Result<i64> = async {
             sqlx::query(
-                "INSERT INTO event_progress (topic, group_name, last_id, updated_at)                  VALUES ($1, $2, 0, $3) ON CONFLICT (topic, group_name) DO NOTHING",
+                "INSERT INTO event_progress (topic, group_name, last_id, updated_at) \
+                 VALUES ($1, $2, 0, $3) ON CONFLICT (topic, group_name) DO NOTHING",
             )
             .bind(&self.topic)
             .bind(&self.group)
@@ -330,12 +331,13 @@ impl Consumer {
         };
         let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
         let rows = sqlx::query(
-            "SELECT id, topic, event_key, payload, created_at FROM event_outbox              WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
+            "SELECT id, topic, event_key, payload, created_at FROM event_outbox \
+             WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(&self.topic)
         .bind(position)
         .bind(limit)
-        .fetch_all(db.pool())
+        .fetch_all(db.writer())
         .await
         .and_then(|rows| {
             rows.iter()

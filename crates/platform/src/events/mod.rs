@@ -248,6 +248,9 @@ struct Shared {
     /// Every consumer group of this process, as registered.
     groups: std::sync::Mutex<Vec<Arc<GroupHealth>>>,
     policy: std::sync::Mutex<DeliveryPolicy>,
+    /// Faults injected into handlers (tests), and whether there are any (the hot path's look).
+    faults: std::sync::Mutex<Vec<delivery::InjectedFault>>,
+    has_faults: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Clone)]
@@ -309,6 +312,28 @@ impl EventStream {
     fn policy(&self) -> DeliveryPolicy {
         self.shared
             .policy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the faults injected into this process's handlers (`/debug/event-faults`).
+    pub fn set_faults(&self, faults: Vec<delivery::InjectedFault>) {
+        let mut current = self
+            .shared
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.shared
+            .has_faults
+            .store(!faults.is_empty(), std::sync::atomic::Ordering::Release);
+        *current = faults;
+    }
+
+    /// The faults injected now.
+    pub fn faults(&self) -> Vec<delivery::InjectedFault> {
+        self.shared
+            .faults
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()

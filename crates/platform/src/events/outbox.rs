@@ -360,7 +360,7 @@ impl Outbox {
         let heads: Vec<(String, i64)> =
             sqlx::query_as("SELECT topic, MAX(id) FROM event_outbox WHERE id > $1 GROUP BY topic")
                 .bind(after)
-                .fetch_all(self.inner.db.pool())
+                .fetch_all(self.inner.db.writer())
                 .await?;
         let mut newest = after;
         for (topic, head) in heads {
