@@ -568,6 +568,13 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             &["job_http_allowed_networks", "CIDR"],
         );
         refused(jail, "WEBOOK_OPS_LISTEN", "127.0.0.1:8080", &["ops_listen"]);
+        // Values that would make a consumer or a job fail on every try (issue 44).
+        refused(
+            jail,
+            "WEBOOK_REWARD_SHARE_BPS",
+            "10000",
+            &["reward_share_bps", "WEBOOK_REWARD_SHARE_BPS", "1 fen"],
+        );
 
         jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;
         let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();

@@ -13,7 +13,9 @@
 //! - Paid: `init → payed` and the posting `clearing −amt, author +(amt − share), platform
 //!   +share` (share = amt × share_bps / 10 000 rounded down; no platform line when it is 0), in
 //!   one transaction, under (`reward`, rid): a repeated event posts nothing. The author's
-//!   share goes to the author (the course credited the payer).
+//!   share goes to the author (the course credited the payer). Config validation keeps
+//!   `share_bps` at most [`MAX_SHARE_BPS`], so the author's line is at least 1 fen of any
+//!   reward: the ledger refuses an empty line.
 //! - Status by long poll: `POST /reward/detail` waits up to `reward_long_poll` for the reward
 //!   to leave `init` — woken at once by this process's consumer, and re-reading the row once a
 //!   second for changes another instance applied. It never spins.
@@ -51,6 +53,11 @@ pub const REWARD_BIZ: &str = "reward";
 pub const MIN_AMT: i64 = 1;
 /// Largest reward, fen.
 pub const MAX_AMT: i64 = 500_000;
+/// Largest platform share (`reward_share_bps`) that still leaves the author at least 1 fen of
+/// every reward the API accepts, so no split has an empty author line (which the ledger refuses,
+/// and the `rewards` consumer would retry forever). The author's line, `amt` less
+/// [`platform_share`], never shrinks as `amt` grows, so the smallest reward, [`MIN_AMT`], decides.
+pub const MAX_SHARE_BPS: i64 = max_share_bps();
 /// Consumer group of the payment events.
 const GROUP: &str = "rewards";
 /// How often a long poll re-reads its reward for changes made by another instance.
@@ -301,7 +308,7 @@ impl Rewards {
 
     /// The ledger posting of paid reward `reward`.
     pub fn split(&self, reward: &Reward) -> Posting {
-        let share = reward.amt * self.share_bps / 10_000;
+        let share = platform_share(reward.amt, self.share_bps);
         let memo = format!("reward {} · {}", reward.id, reward.article_title);
         let mut lines = vec![
             Line {
@@ -440,6 +447,21 @@ fn posting_failure(err: PostError) -> anyhow::Error {
         PostError::Unbalanced(_) => platform::events::failure::permanent(err),
         other => other.into(),
     }
+}
+
+/// The platform's share of a reward of `amt` fen at `share_bps` basis points, rounded down to fen.
+pub const fn platform_share(amt: i64, share_bps: i64) -> i64 {
+    amt * share_bps / 10_000
+}
+
+/// The largest share in basis points (at most 10 000) that leaves the author of a [`MIN_AMT`]
+/// reward at least 1 fen; see [`MAX_SHARE_BPS`].
+const fn max_share_bps() -> i64 {
+    let mut bps = 10_000;
+    while bps > 0 && MIN_AMT - platform_share(MIN_AMT, bps) < 1 {
+        bps -= 1;
+    }
+    bps
 }
 
 /// The order's description: the article's title, within WeChat's 127 characters.

@@ -570,6 +570,19 @@ fn a_config_file_that_is_not_toml_is_reported_on_one_line() {
     );
 }
 
+#[test]
+fn a_reward_share_that_leaves_the_author_nothing_is_refused_at_start() {
+    // With it every reward's author line would be 0 fen, which the ledger refuses: the
+    // `rewards` consumer would fail on the first paid reward forever.
+    let stderr = failing_start(|c| {
+        c.env("WEBOOK_REWARD_SHARE_BPS", "10000");
+    });
+    assert!(
+        stderr.contains("invalid reward_share_bps (WEBOOK_REWARD_SHARE_BPS)"),
+        "{stderr}"
+    );
+}
+
 /// Asserts that `server` answers each of `queries` with the ids in `expected`.
 async fn same_answers(server: &Server, queries: &[&str], expected: &[Vec<i64>], when: &str) {
     for (q, ids) in queries.iter().zip(expected) {
