@@ -575,6 +575,26 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "10000",
             &["reward_share_bps", "WEBOOK_REWARD_SHARE_BPS", "1 fen"],
         );
+        refused(
+            jail,
+            "WEBOOK_JOB_POLL_MAX",
+            "4ms",
+            &["job_poll_max", "WEBOOK_JOB_POLL_MAX", "5ms"],
+        );
+        refused(
+            jail,
+            "WEBOOK_JOB_PERMITS",
+            &(tokio::sync::Semaphore::MAX_PERMITS + 1).to_string(),
+            &["job_permits", "WEBOOK_JOB_PERMITS"],
+        );
+        jail.set_env("WEBOOK_JOB_HEARTBEAT", "300us");
+        refused(
+            jail,
+            "WEBOOK_JOB_LEASE",
+            "900us",
+            &["job_lease", "WEBOOK_JOB_LEASE", "1ms"],
+        );
+        std::env::remove_var("WEBOOK_JOB_HEARTBEAT");
 
         jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;
         let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();

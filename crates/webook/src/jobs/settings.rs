@@ -2,6 +2,10 @@
 //! and leases, polling, retention of finished runs, the internal networks `http` jobs may call.
 //! Loaded by the configuration core ([`platform::config`]) with the rest; documented in
 //! `docs/CONFIG.md`.
+//!
+//! Validation refuses what the worker cannot run with: more permits than a semaphore holds, a
+//! lease under three heartbeats or below [`MIN_JOB_LEASE`] (every run would be taken over at
+//! once), a poll pause below [`MIN_JOB_POLL_MAX`].
 
 use std::time::Duration;
 
@@ -11,6 +15,20 @@ use serde::{Deserialize, Serialize};
 
 /// How [`JobSettings`] are loaded.
 pub const SETTINGS: SettingsSpec = SettingsSpec::of::<JobSettings>();
+
+/// Most `job_permits`: the worker counts them with a [`tokio::sync::Semaphore`], which cannot
+/// hold more (it panics at start-up).
+pub const MAX_JOB_PERMITS: usize = tokio::sync::Semaphore::MAX_PERMITS;
+
+/// Shortest `job_lease`. The database's clock counts whole milliseconds: a shorter lease is 0
+/// there, so every running job looks abandoned from the next millisecond on and is taken over
+/// (its run fenced) at the next poll, run after run.
+pub const MIN_JOB_LEASE: Duration = Duration::from_millis(1);
+
+/// Shortest `job_poll_max`. The worker sleeps whole milliseconds between polls, down to a fifth
+/// of `job_poll_max`: shorter, that pause rounds to 0 and it polls the `jobs` table without
+/// rest, and below 1 ms its poll loop panics (its sleep's bounds cross).
+pub const MIN_JOB_POLL_MAX: Duration = Duration::from_millis(5);
 
 /// Durable-job settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,8 +87,14 @@ impl Settings for JobSettings {
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         self.job_http_allowed_networks()?;
-        if self.job_permits == 0 {
-            bail!("invalid job_permits (WEBOOK_JOB_PERMITS): must be above 0");
+        if !(1..=MAX_JOB_PERMITS).contains(&self.job_permits) {
+            bail!("invalid job_permits (WEBOOK_JOB_PERMITS): 1 to {MAX_JOB_PERMITS}");
+        }
+        if self.job_lease < MIN_JOB_LEASE {
+            bail!(
+                "invalid job_lease (WEBOOK_JOB_LEASE): at least {MIN_JOB_LEASE:?} (the database \
+                 counts whole milliseconds: a shorter lease is 0, and every run is taken over)"
+            );
         }
         if self.job_heartbeat.is_zero() || self.job_lease < self.job_heartbeat * 3 {
             bail!(
@@ -78,9 +102,93 @@ impl Settings for JobSettings {
                  lease must be at least three heartbeats, so one late heartbeat is not a takeover"
             );
         }
-        if self.job_poll_max.is_zero() {
-            bail!("invalid job_poll_max (WEBOOK_JOB_POLL_MAX): must be above 0");
+        if self.job_poll_max < MIN_JOB_POLL_MAX {
+            bail!(
+                "invalid job_poll_max (WEBOOK_JOB_POLL_MAX): at least {MIN_JOB_POLL_MAX:?} (the \
+                 worker pauses down to a fifth of it, in whole milliseconds)"
+            );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(settings: JobSettings, key: &str) {
+        let err = settings
+            .validate(&Config::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(&format!("invalid {key} (")), "{err}");
+        assert!(
+            err.contains(&format!("WEBOOK_{}", key.to_uppercase())),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
+
+    #[test]
+    fn job_permits_are_bounded_by_what_a_semaphore_holds() {
+        for accepted in [1, MAX_JOB_PERMITS] {
+            JobSettings {
+                job_permits: accepted,
+                ..JobSettings::default()
+            }
+            .validate(&Config::default())
+            .unwrap();
+        }
+        for permits in [0, MAX_JOB_PERMITS + 1] {
+            refused(
+                JobSettings {
+                    job_permits: permits,
+                    ..JobSettings::default()
+                },
+                "job_permits",
+            );
+        }
+    }
+
+    #[test]
+    fn job_lease_is_at_least_a_millisecond() {
+        JobSettings {
+            job_heartbeat: MIN_JOB_LEASE / 3,
+            job_lease: MIN_JOB_LEASE,
+            ..JobSettings::default()
+        }
+        .validate(&Config::default())
+        .unwrap();
+        // Three heartbeats fit, so only the lease's own floor refuses it.
+        let short = MIN_JOB_LEASE - Duration::from_nanos(1);
+        refused(
+            JobSettings {
+                job_heartbeat: short / 3,
+                job_lease: short,
+                ..JobSettings::default()
+            },
+            "job_lease",
+        );
+    }
+
+    #[test]
+    fn job_poll_max_is_at_least_five_milliseconds() {
+        JobSettings {
+            job_poll_max: MIN_JOB_POLL_MAX,
+            ..JobSettings::default()
+        }
+        .validate(&Config::default())
+        .unwrap();
+        // A fifth of the bound is the worker's shortest pause: still a whole millisecond.
+        assert_eq!((MIN_JOB_POLL_MAX / 5).as_millis(), 1);
+        for poll_max in [Duration::ZERO, MIN_JOB_POLL_MAX - Duration::from_nanos(1)] {
+            refused(
+                JobSettings {
+                    job_poll_max: poll_max,
+                    ..JobSettings::default()
+                },
+                "job_poll_max",
+            );
+        }
     }
 }
