@@ -595,6 +595,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             &["job_lease", "WEBOOK_JOB_LEASE", "1ms"],
         );
         std::env::remove_var("WEBOOK_JOB_HEARTBEAT");
+        refused(
+            jail,
+            "WEBOOK_REFRESH_TOKEN_TTL",
+            "101years",
+            &["refresh_token_ttl", "WEBOOK_REFRESH_TOKEN_TTL", "100 years"],
+        );
 
         jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;
         let err = load_config(&ConfigArgs::default()).unwrap_err().to_string();

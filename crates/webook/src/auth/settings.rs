@@ -4,6 +4,8 @@
 //!
 //! In cluster mode the token secrets must be configured (every instance signs with the same
 //! ones); in embedded mode they are generated once into the data dir by [`JwtSecrets::resolve`].
+//! Token lifetimes are at most [`MAX_TOKEN_TTL`], so every expiry derived from them fits where
+//! it is stored.
 
 use std::{io::Write, path::Path, time::Duration};
 
@@ -18,6 +20,14 @@ pub const MIN_SECRET_LEN: usize = 32;
 
 /// How [`AuthSettings`] are loaded.
 pub const SETTINGS: SettingsSpec = SettingsSpec::of::<AuthSettings>();
+
+/// Years in [`MAX_TOKEN_TTL`] (of 365.25 days, as a duration such as `100years` counts them).
+pub const MAX_TOKEN_TTL_YEARS: u64 = 100;
+/// Longest `refresh_token_ttl` (and so `access_token_ttl`): far beyond any session, and far
+/// within what expiries computed from it can hold — a token's `exp` (seconds since 1970), and
+/// the session's revoked flag in Redis, whose expiry (milliseconds since 1970 in a signed 64-bit
+/// number) it refuses beyond about 292 million years, so a revocation would be retried forever.
+pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(MAX_TOKEN_TTL_YEARS * 31_557_600);
 
 /// Accounts and sign-in settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,8 +105,15 @@ impl Settings for AuthSettings {
             || self.refresh_token_ttl <= self.access_token_ttl
         {
             bail!(
-                "invalid access_token_ttl / refresh_token_ttl: access tokens must live at least \
-                 1s and refresh tokens longer than access tokens"
+                "invalid access_token_ttl / refresh_token_ttl (WEBOOK_ACCESS_TOKEN_TTL, \
+                 WEBOOK_REFRESH_TOKEN_TTL): access tokens must live at least 1s and refresh \
+                 tokens longer than access tokens"
+            );
+        }
+        if self.refresh_token_ttl > MAX_TOKEN_TTL {
+            bail!(
+                "invalid refresh_token_ttl (WEBOOK_REFRESH_TOKEN_TTL): at most \
+                 {MAX_TOKEN_TTL_YEARS} years"
             );
         }
         for (name, secret) in [
@@ -274,6 +291,38 @@ fn user_ids<'de, D: Deserializer<'de>>(de: D) -> Result<Vec<i64>, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refresh_token_ttl_is_at_most_the_longest_token_lifetime() {
+        let with_ttl = |refresh_token_ttl| AuthSettings {
+            refresh_token_ttl,
+            ..AuthSettings::default()
+        };
+        let written: AuthSettings = toml::from_str(&format!(
+            "refresh_token_ttl = \"{MAX_TOKEN_TTL_YEARS}years\""
+        ))
+        .unwrap();
+        assert_eq!(
+            written.refresh_token_ttl, MAX_TOKEN_TTL,
+            "the bound as written"
+        );
+        with_ttl(MAX_TOKEN_TTL)
+            .validate(&Config::default())
+            .unwrap();
+        let err = with_ttl(MAX_TOKEN_TTL + Duration::from_nanos(1))
+            .validate(&Config::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("invalid refresh_token_ttl (WEBOOK_REFRESH_TOKEN_TTL)"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "one line: {err}");
+        // What the bound protects: the session flag's expiry in Redis (now + ttl, in signed
+        // milliseconds) and a token's `exp` (now + ttl, in seconds) still fit.
+        let now = Duration::from_secs(4_102_444_800); // 2100-01-01
+        assert!(i64::try_from((now + MAX_TOKEN_TTL).as_millis()).is_ok());
+    }
 
     #[test]
     fn generated_secrets_are_private_and_stable() {
