@@ -8,13 +8,21 @@
 //! durability point and the moment queries see the change. Queries ([`super::query`]) take a
 //! searcher from the reader. Everything here blocks (disk, CPU): callers run it on blocking
 //! threads.
+//!
+//! A writer that failed (its directory gone, the disk full) is not used again: the feeder
+//! closes it ([`SearchIndex::close_writer`]) and opens the directory anew as another
+//! [`SearchIndex`], swapped into the [`CurrentIndex`] queries read once it is whole. The old
+//! one's reader keeps answering meanwhile: its segment files stay mapped even when deleted.
+//! [`SearchIndex::committed`] tells whether the reopened directory still holds exactly the
+//! last commit this one made.
 
 use std::{
-    path::Path,
-    sync::{Mutex, MutexGuard},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, MutexGuard},
 };
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use platform::events::follow::Positions;
 use serde::{Deserialize, Serialize};
 use tantivy::{
@@ -27,6 +35,10 @@ use tantivy::{
 };
 
 use super::tokens;
+
+/// The index queries read and the feeder writes; the feeder swaps in another when it had to
+/// open the directory again.
+pub type CurrentIndex = Arc<ArcSwap<SearchIndex>>;
 
 /// Version of the schema and analyses below; an index committed under another is rebuilt.
 /// Raise it with any change to the fields or to [`tokens`].
@@ -54,6 +66,22 @@ pub fn mark_stale(dir: &Path) -> anyhow::Result<bool> {
         },
     )?;
     Ok(true)
+}
+
+/// The error of a write after [`SearchIndex::close_writer`].
+const WRITER_CLOSED: &str = "the search index writer was closed after a failure";
+
+/// Removes everything inside `dir`.
+fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+        } else {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Kinds of document, the `kind` field's values.
@@ -146,6 +174,29 @@ pub struct IndexState {
     pub complete: bool,
     /// The stream positions applied (cluster mode; empty in-process).
     pub positions: Positions,
+    /// When the rebuild the index descends from started reading the database (ms; 0 for an
+    /// index committed before this was recorded): it holds every change committed before.
+    #[serde(default)]
+    pub built_at: i64,
+}
+
+/// What identifies a commit on disk: its opstamp (raised by every commit) and payload (the
+/// [`IndexState`], whose `built_at` tells rebuilds apart). Background merges rewrite the
+/// segment list under the same mark: they do not change what the index holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitMark {
+    opstamp: u64,
+    payload: Option<String>,
+}
+
+impl CommitMark {
+    fn of(index: &Index) -> anyhow::Result<Self> {
+        let metas = index.load_metas()?;
+        Ok(Self {
+            opstamp: metas.opstamp,
+            payload: metas.payload,
+        })
+    }
 }
 
 /// A published article as indexed.
@@ -204,13 +255,16 @@ fn id_value(id: i64) -> u64 {
 }
 
 /// This process's index: one writer (behind a mutex: the feeder and a rebuild never write at
-/// once), one reader, reloaded after each commit.
+/// once; `None` once closed), one reader, reloaded after each commit.
 pub struct SearchIndex {
-    dir: std::path::PathBuf,
+    dir: PathBuf,
+    writer_heap: usize,
     index: Index,
     fields: Fields,
-    writer: Mutex<IndexWriter>,
+    writer: Mutex<Option<IndexWriter>>,
     reader: IndexReader,
+    /// The last commit on disk: found at open, then each one this writer made.
+    committed: Mutex<Option<CommitMark>>,
 }
 
 impl std::fmt::Debug for SearchIndex {
@@ -226,12 +280,31 @@ impl SearchIndex {
     pub fn open(dir: &Path, writer_heap: usize) -> anyhow::Result<(Self, Option<IndexState>)> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the search index directory {}", dir.display()))?;
+        Self::open_in(dir, writer_heap)
+    }
+
+    /// Opens this index's directory again, as [`SearchIndex::open`] does but never creating
+    /// it (a missing directory is an error: it may be a volume's mount point), for a new writer
+    /// after [`SearchIndex::close_writer`].
+    pub fn reopen(&self) -> anyhow::Result<(Self, Option<IndexState>)> {
+        let dir = &self.dir;
+        if !std::fs::metadata(dir).is_ok_and(|meta| meta.is_dir()) {
+            return Err(
+                anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::NotFound)).context(
+                    format!("the search index directory {} is missing", dir.display()),
+                ),
+            );
+        }
+        Self::open_in(dir, self.writer_heap)
+    }
+
+    fn open_in(dir: &Path, writer_heap: usize) -> anyhow::Result<(Self, Option<IndexState>)> {
         let (schema, fields) = schema();
         let directory = MmapDirectory::open(dir)
             .with_context(|| format!("opening the search index in {}", dir.display()))?;
         let existing = Index::exists(&directory).unwrap_or(false);
-        let mut index = if existing {
-            match Index::open(directory.clone()) {
+        let opened = if existing {
+            match Index::open(directory) {
                 Ok(index) if index.schema() == schema => Some(index),
                 Ok(_) => None,
                 Err(err) => {
@@ -242,25 +315,39 @@ impl SearchIndex {
         } else {
             None
         };
-        let state = match &index {
-            Some(index) => index
+        if let Some(index) = opened {
+            let state = index
                 .load_metas()
                 .ok()
                 .and_then(|metas| metas.payload)
                 .and_then(|payload| serde_json::from_str::<IndexState>(&payload).ok())
                 .filter(|state| state.schema == SCHEMA_VERSION && state.complete)
-                .filter(|_| !dir.join(STALE_MARKER).exists()),
-            None => None,
-        };
-        if index.is_none() {
-            // Another schema (or garbage): start from an empty directory.
-            drop(directory);
-            std::fs::remove_dir_all(dir)
-                .with_context(|| format!("clearing the search index in {}", dir.display()))?;
-            std::fs::create_dir_all(dir)?;
-            index = Some(Index::create_in_dir(dir, schema.clone())?);
+                .filter(|_| !dir.join(STALE_MARKER).exists());
+            match Self::assemble(dir, writer_heap, index, fields)? {
+                Ok(search) => return search.started(state),
+                // Its meta file names segments that are not all there (a partial restore).
+                Err(err) => {
+                    tracing::warn!(error = %err, "unreadable search index; rebuilding it");
+                }
+            }
         }
-        let index = index.context("the index was just opened or created")?;
+        // Another schema, garbage or nothing: start from an empty directory (emptied, not
+        // removed: it may be a mount point).
+        empty_dir(dir)
+            .with_context(|| format!("clearing the search index in {}", dir.display()))?;
+        let index = Index::create_in_dir(dir, schema)?;
+        let search = Self::assemble(dir, writer_heap, index, fields)??;
+        search.started(None)
+    }
+
+    /// The index with its writer (an error: the directory is locked or cannot be written) and
+    /// its reader (an error: segments cannot be read).
+    fn assemble(
+        dir: &Path,
+        writer_heap: usize,
+        index: Index,
+        fields: Fields,
+    ) -> anyhow::Result<tantivy::Result<Self>> {
         index
             .tokenizers()
             .register(tokens::WORDS, tokens::Analysis::WORDS);
@@ -270,22 +357,57 @@ impl SearchIndex {
         let writer = index
             .writer_with_num_threads(1, writer_heap.max(MIN_WRITER_HEAP))
             .context("opening the search index writer (is another webook using this data dir?)")?;
-        let reader = index
+        let reader = match index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
-        let search = Self {
+            .try_into()
+        {
+            Ok(reader) => reader,
+            Err(err) => return Ok(Err(err)),
+        };
+        let committed = CommitMark::of(&index)?;
+        Ok(Ok(Self {
             dir: dir.to_path_buf(),
+            writer_heap,
             index,
             fields,
-            writer: Mutex::new(writer),
+            writer: Mutex::new(Some(writer)),
             reader,
-        };
+            committed: Mutex::new(Some(committed)),
+        }))
+    }
+
+    /// `self` as [`SearchIndex::open`] returns it with `state`.
+    fn started(self, state: Option<IndexState>) -> anyhow::Result<(Self, Option<IndexState>)> {
         if state.is_none() {
             // A rebuild starts empty, whatever an earlier attempt left.
-            search.writer().delete_all_documents()?;
+            self.clear()?;
         }
-        Ok((search, state))
+        Ok((self, state))
+    }
+
+    /// The directory of the index.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The last commit on disk as this index knows it: what it found at open, then each
+    /// commit it made.
+    pub fn committed(&self) -> Option<CommitMark> {
+        self.lock_committed().clone()
+    }
+
+    fn lock_committed(&self) -> MutexGuard<'_, Option<CommitMark>> {
+        self.committed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Drops the writer (waiting for its threads) and so its lock on the directory; the reader
+    /// keeps answering from the last commit, and writes fail from now on.
+    pub fn close_writer(&self) {
+        let writer = self.writer().take();
+        drop(writer);
     }
 
     /// The fields, for queries.
@@ -303,7 +425,7 @@ impl SearchIndex {
         &self.index
     }
 
-    fn writer(&self) -> MutexGuard<'_, IndexWriter> {
+    fn writer(&self) -> MutexGuard<'_, Option<IndexWriter>> {
         self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -311,7 +433,8 @@ impl SearchIndex {
 
     /// Writes `changes` (not yet committed: see [`SearchIndex::commit`]).
     pub fn write(&self, changes: Vec<Change>) -> anyhow::Result<()> {
-        let writer = self.writer();
+        let guard = self.writer();
+        let writer = guard.as_ref().context(WRITER_CLOSED)?;
         for change in changes {
             let (key, document) = match change {
                 Change::Article(article) => (article_key(article.id), Some(self.article(article))),
@@ -330,10 +453,14 @@ impl SearchIndex {
     pub fn commit(&self, state: &IndexState) -> anyhow::Result<()> {
         let payload = serde_json::to_string(state)?;
         {
-            let mut writer = self.writer();
+            let mut guard = self.writer();
+            let writer = guard.as_mut().context(WRITER_CLOSED)?;
             let mut prepared = writer.prepare_commit()?;
             prepared.set_payload(&payload);
             prepared.commit()?;
+            let mark = CommitMark::of(&self.index);
+            *self.lock_committed() = mark.as_ref().ok().cloned();
+            mark?;
         }
         self.reader.reload()?;
         Ok(())
@@ -355,7 +482,10 @@ impl SearchIndex {
 
     /// Drops every document (the first step of a rebuild; committed with the next commit).
     pub fn clear(&self) -> anyhow::Result<()> {
-        self.writer().delete_all_documents()?;
+        self.writer()
+            .as_ref()
+            .context(WRITER_CLOSED)?
+            .delete_all_documents()?;
         Ok(())
     }
 

@@ -9,8 +9,11 @@
 //! and runs the query ([`query`]: jieba words and character pairs from [`tokens`], BM25 with
 //! field weights, freshness and popularity nudges, keyset-style cursors) on a blocking thread,
 //! then shows the hits from the database ([`store`]) with [`highlight`]s. A worker-only
-//! instance has no index. While a rebuild runs, `/search` answers 503 and `/readyz` reports
-//! the progress under `details.search`; everything else is served.
+//! instance has no index. While the first rebuild runs, `/search` answers 503 and `/readyz`
+//! reports the progress under `details.search`; everything else is served. An index that
+//! cannot be written makes `details.search` say `degraded: <reason>` while queries are
+//! answered from its last good commit, until the feeder has opened the directory again (and
+//! rebuilt it if need be) by itself.
 
 mod cli;
 pub mod feeder;
@@ -111,11 +114,15 @@ impl Feature for Search {
             index::SearchIndex::open(&dir, heap)
         })
         .await??;
-        let index = Arc::new(index);
         let readiness = Arc::new(feeder::Readiness::default());
         let store = store::SearchStore::new(platform.db.clone());
-        let search = SearchService::new(index.clone(), readiness.clone(), store.clone());
-        let feeder = feeder::Feeder::new(index, store, readiness, platform.status.clone());
+        let feeder = feeder::Feeder::new(
+            Arc::new(index),
+            store.clone(),
+            readiness.clone(),
+            platform.status.clone(),
+        );
+        let search = SearchService::new(feeder.index(), readiness, store);
         let events = platform.events.clone();
         let interval = settings.search_commit_interval;
         registry.background("search feeder", move |background| {

@@ -1,6 +1,8 @@
 //! Answering `/search`: checks the request, runs the query on a blocking thread against the
 //! latest commit, then shows the hits from the database — so a hit withdrawn since it was
-//! indexed is dropped rather than shown — with highlights.
+//! indexed is dropped rather than shown — with highlights. While search is degraded (the
+//! index cannot be written, or is being reopened or rebuilt after that) queries are answered
+//! from the last good commit.
 
 use std::{sync::Arc, time::Instant};
 
@@ -14,7 +16,7 @@ use serde::Serialize;
 use super::{
     feeder::Readiness,
     highlight,
-    index::{SearchIndex, ARTICLE, USER},
+    index::{CurrentIndex, ARTICLE, USER},
     query::{self, After, Hit, ParsedQuery, MAX_QUERY_CHARS},
     store::SearchStore,
 };
@@ -134,14 +136,14 @@ pub struct SearchService {
 
 #[derive(Debug)]
 struct Inner {
-    index: Arc<SearchIndex>,
+    index: CurrentIndex,
     readiness: Arc<Readiness>,
     store: SearchStore,
 }
 
 impl SearchService {
     /// The service over `index`, served once `readiness` says so.
-    pub fn new(index: Arc<SearchIndex>, readiness: Arc<Readiness>, store: SearchStore) -> Self {
+    pub fn new(index: CurrentIndex, readiness: Arc<Readiness>, store: SearchStore) -> Self {
         Self {
             inner: Arc::new(Inner {
                 index,
@@ -151,9 +153,9 @@ impl SearchService {
         }
     }
 
-    /// Whether queries are served (the index is complete and followed).
-    pub fn is_ready(&self) -> bool {
-        self.inner.readiness.is_ready()
+    /// Whether queries are served: the index was complete (it may be degraded since).
+    pub fn is_searchable(&self) -> bool {
+        self.inner.readiness.is_searchable()
     }
 
     /// A page of hits for `q`. `cursor` (from an earlier answer) continues the list it came
@@ -203,12 +205,12 @@ impl SearchService {
                 "须包含文字或数字",
             ));
         }
-        if !self.is_ready() {
+        if !self.is_searchable() {
             return Err(AppError::Unavailable(anyhow::anyhow!(
                 "the search index is being rebuilt"
             )));
         }
-        let index = self.inner.index.clone();
+        let index = self.inner.index.load_full();
         let query_terms = parsed.clone();
         let (article_hits, user_hits) = tokio::task::spawn_blocking(move || {
             let searcher = index.reader().searcher();

@@ -3,8 +3,11 @@
 //! outrank body matches; what is published or withdrawn shows within 2 s; paging returns every
 //! hit once; bad input is answered with code 4 and odd syntax as text; highlights escape the
 //! text; email and phone are never indexed nor answered; a rebuild from the database gives the
-//! same results as the index fed by events. (Several instances and a killed one resuming:
-//! `cluster.rs`.)
+//! same results as the index fed by events; an index directory that disappears makes search
+//! report `degraded` while queries are still answered from the last good index, and search
+//! recovers by itself once the directory is back — rebuilt when it comes back empty, taken as
+//! it is when it is a copy of the last commit or was rebuilt from the database since (as
+//! `webook search reindex` does). (Several instances and a killed one resuming: `cluster.rs`.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -21,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use webook::{
     search::{
         feeder::{Feeder, Readiness},
-        index::{self, SearchIndex},
+        index::{self, ArticleDoc, Change, IndexState, SearchIndex},
         query::{self, ParsedQuery},
         store::SearchStore,
     },
@@ -440,6 +443,232 @@ async fn a_rebuild_from_the_database_gives_the_same_results(setup: Setup) {
     }
 }
 
+/// The index directory of `app` (under its data dir).
+fn index_dir(app: &TestApp) -> std::path::PathBuf {
+    let config = &app.platform.config;
+    config
+        .settings::<webook::search::SearchSettings>()
+        .unwrap()
+        .dir(config)
+}
+
+/// `/readyz` → `details.search`.
+async fn search_status(app: &TestApp) -> String {
+    let (status, body) = app.get_json("/readyz").await;
+    // Search's health is a detail: the instance itself stays ready.
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    body["data"]["details"]["search"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn a_lost_index_directory_degrades_search_until_it_is_back(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "lostindex").await;
+    let before = publish(&app, &author, "故障之前", "<p>索引还在</p>").await;
+    visible(&app, "故障之前", &[before]).await;
+
+    // As a failed or full index volume would: the directory is gone.
+    let dir = index_dir(&app);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let during = publish(&app, &author, "故障期间", "<p>索引不在</p>").await;
+    platform::testing::wait_until("search reports degraded", || async {
+        search_status(&app).await.starts_with("degraded")
+    })
+    .await;
+    assert_eq!(
+        search_status(&app).await,
+        "degraded: index directory missing"
+    );
+    // Queries are still answered, from the last good index.
+    assert_eq!(article_ids(&app, "故障之前").await, [before]);
+    assert_eq!(article_ids(&app, "故障期间").await, Vec::<i64>::new());
+
+    // The directory comes back empty: the feeder rebuilds and catches up by itself.
+    std::fs::create_dir(&dir).unwrap();
+    platform::testing::wait_until("search is ready again", || async {
+        search_status(&app).await == "ready"
+    })
+    .await;
+    assert_eq!(article_ids(&app, "故障期间").await, [during]);
+    assert_eq!(article_ids(&app, "故障之前").await, [before]);
+    let after = publish(&app, &author, "故障之后", "<p>索引恢复</p>").await;
+    visible(&app, "故障之后", &[after]).await;
+}
+
+/// Copies the files of the index directory `from` into a new directory `to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+async fn a_restored_copy_of_the_last_commit_is_taken_as_it_is(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "restoredindex").await;
+    let before = publish(&app, &author, "备份之前", "<p>索引备份</p>").await;
+    visible(&app, "备份之前", &[before]).await;
+    let dir = index_dir(&app);
+    let backup = dir.with_extension("backup");
+    copy_dir(&dir, &backup);
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    let during = publish(&app, &author, "备份期间", "<p>索引不在</p>").await;
+    platform::testing::wait_until("search reports degraded", || async {
+        search_status(&app).await.starts_with("degraded")
+    })
+    .await;
+    // Written behind the event stream: only a rebuild from the database would index it.
+    sqlx::query("UPDATE published_articles SET title = '幕后改名' WHERE id = $1")
+        .bind(before)
+        .execute(app.platform.db.pool())
+        .await
+        .unwrap();
+
+    // The copy holds the index's last commit: taken as it is, then the failed batch applied.
+    std::fs::rename(&backup, &dir).unwrap();
+    platform::testing::wait_until("search is ready again", || async {
+        search_status(&app).await == "ready"
+    })
+    .await;
+    assert_eq!(article_ids(&app, "备份期间").await, [during]);
+    assert_eq!(article_ids(&app, "备份之前").await, [before]);
+    assert_eq!(article_ids(&app, "幕后改名").await, Vec::<i64>::new());
+}
+
+async fn an_index_rebuilt_since_the_failure_is_taken_as_it_is(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "reindexed").await;
+    let before = publish(&app, &author, "重建之前", "<p>索引还在</p>").await;
+    visible(&app, "重建之前", &[before]).await;
+    let dir = index_dir(&app);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let during = publish(&app, &author, "重建期间", "<p>索引不在</p>").await;
+    platform::testing::wait_until("search reports degraded", || async {
+        search_status(&app).await.starts_with("degraded")
+    })
+    .await;
+
+    // What `webook search reindex` does, beside the directory, then moved into place.
+    let rebuilt_dir = dir.with_extension("rebuilt");
+    let heads = app
+        .platform
+        .events
+        .heads(webook::search::feeder::TOPICS)
+        .await
+        .unwrap();
+    let (rebuilt, _) = SearchIndex::open(&rebuilt_dir, 20_000_000).unwrap();
+    let feeder = Feeder::new(
+        Arc::new(rebuilt),
+        SearchStore::new(app.platform.db.clone()),
+        Arc::new(Readiness::default()),
+        Default::default(),
+    );
+    feeder
+        .rebuild(heads, &CancellationToken::new(), |_, _| {})
+        .await
+        .unwrap()
+        .unwrap();
+    drop(feeder);
+    // Written behind the event stream after that rebuild: only another rebuild would see it.
+    sqlx::query("UPDATE published_articles SET title = '幕后改名' WHERE id = $1")
+        .bind(before)
+        .execute(app.platform.db.pool())
+        .await
+        .unwrap();
+    std::fs::rename(&rebuilt_dir, &dir).unwrap();
+
+    platform::testing::wait_until("search is ready again", || async {
+        search_status(&app).await == "ready"
+    })
+    .await;
+    assert_eq!(article_ids(&app, "重建期间").await, [during]);
+    assert_eq!(article_ids(&app, "重建之前").await, [before]);
+    assert_eq!(article_ids(&app, "幕后改名").await, Vec::<i64>::new());
+}
+
+fn article_change(id: i64, title: &str) -> Change {
+    Change::Article(ArticleDoc {
+        id,
+        title: title.to_owned(),
+        text: String::new(),
+        author: "author".to_owned(),
+        tags: Vec::new(),
+        ctime: 1,
+        likes: 0,
+    })
+}
+
+fn complete(built_at: i64) -> IndexState {
+    IndexState {
+        schema: index::SCHEMA_VERSION,
+        complete: true,
+        positions: Default::default(),
+        built_at,
+    }
+}
+
+#[test]
+fn a_commit_is_known_by_its_mark_wherever_its_files_are() {
+    let root = tempfile::tempdir().unwrap();
+    let (first, _) = SearchIndex::open(&root.path().join("first"), 20_000_000).unwrap();
+    first
+        .apply(vec![article_change(1, "one")], &complete(1))
+        .unwrap();
+    let mark = first.committed().unwrap();
+
+    let copy_dir_path = root.path().join("copy");
+    copy_dir(first.dir(), &copy_dir_path);
+    let (copy, state) = SearchIndex::open(&copy_dir_path, 20_000_000).unwrap();
+    assert_eq!(state, Some(complete(1)));
+    assert_eq!(copy.committed(), Some(mark.clone()));
+
+    first
+        .apply(vec![article_change(2, "two")], &complete(1))
+        .unwrap();
+    assert_ne!(first.committed(), Some(mark.clone()), "a later commit");
+
+    // The same documents from another rebuild: another mark.
+    let (other, _) = SearchIndex::open(&root.path().join("other"), 20_000_000).unwrap();
+    other
+        .apply(vec![article_change(1, "one")], &complete(2))
+        .unwrap();
+    assert_ne!(other.committed(), Some(mark));
+}
+
+#[test]
+fn a_lost_directory_is_never_recreated_and_its_reader_still_answers() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("index");
+    let (lost, _) = SearchIndex::open(&dir, 20_000_000).unwrap();
+    lost.apply(vec![article_change(1, "one")], &complete(1))
+        .unwrap();
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(lost.count(index::ARTICLE).unwrap(), 1);
+    assert!(lost
+        .apply(vec![article_change(2, "two")], &complete(1))
+        .is_err());
+    lost.close_writer();
+    assert!(lost.reopen().is_err());
+    assert!(!dir.exists(), "reopen created the directory");
+
+    std::fs::create_dir(&dir).unwrap();
+    let (reopened, state) = lost.reopen().unwrap();
+    assert_eq!(state, None, "an empty directory is to be rebuilt");
+    reopened
+        .apply(vec![article_change(2, "two")], &complete(2))
+        .unwrap();
+    assert_eq!(reopened.count(index::ARTICLE).unwrap(), 1);
+    assert_eq!(lost.count(index::ARTICLE).unwrap(), 1);
+}
+
 crate::setup_tests!(
     chinese_substrings_english_and_mixed_queries_find_their_articles,
     hits_show_highlights_escaped_and_page_every_hit_once,
@@ -448,4 +677,7 @@ crate::setup_tests!(
     published_and_withdrawn_articles_show_within_two_seconds,
     email_and_phone_are_never_indexed_nor_answered,
     a_rebuild_from_the_database_gives_the_same_results,
+    a_lost_index_directory_degrades_search_until_it_is_back,
+    a_restored_copy_of_the_last_commit_is_taken_as_it_is,
+    an_index_rebuilt_since_the_failure_is_taken_as_it_is,
 );
