@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn causes_are_read_from_the_chain() {
-        let io = std::io::Error::new(std::io::ErrorKind::Other, "disk");
+        let io = std::io::Error::other("disk");
         assert_eq!(
             classify(&anyhow::Error::new(io).context("writing")),
             Failure::Transient
