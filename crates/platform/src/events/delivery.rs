@@ -80,6 +80,8 @@ pub struct DeliveryPolicy {
     /// is parked as `overflow` (100 000 rows, tens of MB): the bound on the outbox behind a
     /// stuck group. Redis Streams have their own (`RedisStreamOptions::max_len`).
     pub max_backlog: u64,
+    /// How often a transiently failing embedded group counts the rows behind it: 30 s.
+    pub backlog_check: Duration,
 }
 
 impl Default for DeliveryPolicy {
@@ -90,6 +92,7 @@ impl Default for DeliveryPolicy {
             unclassified_min_attempts: 10,
             stuck_after: Duration::from_secs(10),
             max_backlog: 100_000,
+            backlog_check: Duration::from_secs(30),
         }
     }
 }
@@ -458,7 +461,7 @@ impl Consumer {
             }
             self.log_failure(&err, failure, batch.len(), "event batch failed; retrying");
             if let Source::Outbox(ids) = source {
-                if backlog_checked.elapsed() >= BACKLOG_CHECK {
+                if backlog_checked.elapsed() >= self.policy.backlog_check {
                     backlog_checked = tokio::time::Instant::now();
                     if self.park_overflow(batch, ids, &err).await {
                         break batch.len();
@@ -601,11 +604,13 @@ impl Consumer {
     /// outbox rows wait behind it, parks the batch in hand as `overflow` (with its progress) so
     /// the outbox can be trimmed; returns whether it did.
     async fn park_overflow(&self, batch: &[Event], ids: &[i64], err: &anyhow::Error) -> bool {
-        let (Some(store), Some(&last)) = (self.store(), ids.last()) else {
+        let (Some(store), Some(&first)) = (self.store(), ids.first()) else {
             return false;
         };
+        // Rows behind the group's position: the batch in hand and what follows it.
+        let position = first - 1;
         let backlog =
-            match super::in_process::backlog(store, &self.topic, last, self.policy.max_backlog)
+            match super::in_process::backlog(store, &self.topic, position, self.policy.max_backlog)
                 .await
             {
                 Ok(backlog) => backlog,
@@ -732,6 +737,3 @@ impl Consumer {
         }
     }
 }
-
-/// How often a transiently failing embedded group counts the rows behind it.
-const BACKLOG_CHECK: Duration = Duration::from_secs(30);

@@ -69,6 +69,22 @@ pub fn transient(err: impl Into<anyhow::Error>) -> anyhow::Error {
     err.into().context(TransientMarker)
 }
 
+/// The text of `err` (`{:#}`) without the markers' prefixes, for an error rebuilt from its text
+/// with its [`Failure`] marked again.
+pub fn unmarked(err: &anyhow::Error) -> String {
+    let text = format!("{err:#}");
+    let mut rest = text.as_str();
+    loop {
+        let stripped = rest
+            .strip_prefix("permanent failure: ")
+            .or_else(|| rest.strip_prefix("transient failure: "));
+        match stripped {
+            Some(inner) => rest = inner,
+            None => return rest.to_owned(),
+        }
+    }
+}
+
 /// How `err` counts (module docs). A marker wins over what the cause chain says.
 pub fn classify(err: &anyhow::Error) -> Failure {
     // A context layer is found by downcasting to its type, however deep it lies.
@@ -130,6 +146,11 @@ mod tests {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "index dir gone");
         let marked = transient(anyhow::Error::new(io).context("committing")).context("search");
         assert_eq!(classify(&marked), Failure::Transient);
+        // Rebuilt from its text and marked again, it does not say so twice.
+        let rebuilt = transient(anyhow::Error::msg(unmarked(&transient(anyhow::anyhow!(
+            "x"
+        )))));
+        assert_eq!(format!("{rebuilt:#}"), "transient failure: x");
     }
 
     #[test]

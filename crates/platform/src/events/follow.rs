@@ -212,7 +212,10 @@ impl EventStream {
                             // failure stays one (never parked) and a permanent one is parked.
                             let outcome =
                                 handler(events, Positions::default()).await.map_err(|err| {
-                                    (super::failure::classify(&err), format!("{err:#}"))
+                                    (
+                                        super::failure::classify(&err),
+                                        super::failure::unmarked(&err),
+                                    )
                                 });
                             for reply in replies {
                                 let _ = reply.send(outcome.clone().map_err(|(failure, text)| {

@@ -479,6 +479,73 @@ async fn a_transiently_failing_group_heals_without_parking_and_holds_no_one_else
     stop.cancel();
 }
 
+/// Embedded: a group failing transiently for long keeps at most `max_backlog` outbox rows behind
+/// it — the batches it holds beyond that are parked as `overflow` (not lost), the outbox is
+/// trimmed behind the healthy group, and a replay after the fault applies them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_stuck_group_parks_its_overflow_and_the_outbox_stays_bounded() {
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        let test_db = TestDb::new(kind, &MIGRATIONS).await;
+        let db = &test_db.db;
+        let stop = CancellationToken::new();
+        let events = EventStream::in_process();
+        events.set_policy(DeliveryPolicy {
+            max_backlog: 5,
+            backlog_check: Duration::from_millis(100),
+            ..DeliveryPolicy::default()
+        });
+        let outbox = Outbox::new(db.clone(), events.clone());
+        let faults: Faults = Arc::new(Mutex::new(vec![("*".to_owned(), Fault::Transient)]));
+        let healthy = healthy(&events, &stop);
+        let sick = sick(&events, &stop, faults.clone());
+        relay(&outbox, &stop);
+        let all = keys(0..40);
+        publish(db, &outbox, &all).await;
+        wait_until("the healthy group to apply every event", || async {
+            healthy.count() >= all.len()
+        })
+        .await;
+        // The sick one parks what is beyond the bound, oldest first, and no more.
+        wait_until(
+            "the outbox behind the sick group to shrink to the bound",
+            || async { outbox_rows(db).await <= 5 },
+        )
+        .await;
+        let parked = parked_rows(db, "sick").await;
+        assert!(parked.len() >= 35, "{kind:?}: {}", parked.len());
+        assert!(
+            parked.iter().all(|row| row.failure == "overflow"),
+            "{kind:?}"
+        );
+        assert!(
+            parked[0].last_error.contains("index directory is gone"),
+            "{kind:?}: {}",
+            parked[0].last_error
+        );
+        assert_eq!(sick.count(), 0);
+
+        // The fault goes: the rest arrives, the overflow is replayed, each event once.
+        faults.lock().unwrap().clear();
+        let replayed = parked::replay(
+            db,
+            &Filter {
+                group: Some("sick".to_owned()),
+                ..Filter::default()
+            },
+            "operator@test",
+        )
+        .await
+        .unwrap();
+        assert_eq!(replayed as usize, parked.len());
+        wait_until("every event to reach the sick group", || async {
+            sick.count() >= all.len()
+        })
+        .await;
+        sick.assert_once(&all);
+        stop.cancel();
+    }
+}
+
 /// Embedded: each group's position is its own and durable. A restart finds the healthy group
 /// past every event and the sick one where it stopped, and hands the sick one only its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

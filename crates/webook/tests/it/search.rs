@@ -498,6 +498,87 @@ async fn a_lost_index_directory_degrades_search_until_it_is_back(setup: Setup) {
     visible(&app, "故障之后", &[after]).await;
 }
 
+/// The reproduction: with the search index gone (a full or failed index volume), every
+/// other consumer keeps flowing — a new article reaches a follower's feed, a read is counted, a
+/// paid reward is credited to the author — while `/readyz` names search. (Before consumer
+/// groups were isolated, the search group's retries held every other group in embedded mode.)
+async fn an_unwritable_index_leaves_feed_rewards_and_read_counts_flowing(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "sickauthor").await;
+    let reader = member(&app, "sickreader").await;
+    let followed = post(
+        &app,
+        "/follow/follow",
+        Some(&reader.token),
+        json!({ "followee": author.uid }),
+    )
+    .await;
+    assert_eq!(followed.code(), 0, "{}", followed.raw);
+    std::fs::remove_dir_all(index_dir(&app)).unwrap();
+
+    let id = publish(&app, &author, "索引坏了", "<p>别的照常</p>").await;
+    // The feed.
+    platform::testing::wait_until("the article to reach the follower's feed", || async {
+        let feed = get(&app, "/feed?limit=10", Some(&reader.token))
+            .await
+            .json();
+        feed["data"]["items"].as_array().is_some_and(|items| {
+            items
+                .iter()
+                .any(|item| item.to_string().contains(&id.to_string()))
+        })
+    })
+    .await;
+    // Read counts.
+    let read = get(&app, &format!("/articles/pub/{id}"), Some(&reader.token)).await;
+    assert_eq!(read.code(), 0, "{}", read.raw);
+    platform::testing::wait_until("the read to be counted", || async {
+        let read_cnt: Option<i64> = sqlx::query_scalar(
+            "SELECT read_cnt FROM interactives WHERE biz = 'article' AND biz_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(app.platform.db.pool())
+        .await
+        .unwrap();
+        read_cnt.is_some_and(|count| count >= 1)
+    })
+    .await;
+    // Rewards: paid on the fake provider's page, credited to the author by the consumer.
+    let ordered = post(
+        &app,
+        "/articles/pub/reward",
+        Some(&reader.token),
+        json!({ "id": id, "amt": 500 }),
+    )
+    .await;
+    assert_eq!(ordered.code(), 0, "{}", ordered.raw);
+    let code_url = ordered.json()["data"]["codeURL"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let trade_no = code_url.strip_prefix("/pay/fake/").unwrap().to_owned();
+    let paid = post(
+        &app,
+        &format!("/pay/fake/{trade_no}/confirm"),
+        None,
+        json!({ "result": "success" }),
+    )
+    .await;
+    assert_eq!(paid.code(), 0, "{}", paid.raw);
+    platform::testing::wait_until("the author to be credited", || async {
+        get(&app, "/account", Some(&author.token)).await.json()["data"]["balance"]
+            .as_i64()
+            .is_some_and(|balance| balance > 0)
+    })
+    .await;
+    // And search says what is wrong with it: nothing above waited for it.
+    platform::testing::wait_until("search reports degraded", || async {
+        search_status(&app).await.starts_with("degraded")
+    })
+    .await;
+}
+
 /// Copies the files of the index directory `from` into a new directory `to`.
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir(to).unwrap();
@@ -680,4 +761,5 @@ crate::setup_tests!(
     a_lost_index_directory_degrades_search_until_it_is_back,
     a_restored_copy_of_the_last_commit_is_taken_as_it_is,
     an_index_rebuilt_since_the_failure_is_taken_as_it_is,
+    an_unwritable_index_leaves_feed_rewards_and_read_counts_flowing,
 );
