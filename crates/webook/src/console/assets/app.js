@@ -18,6 +18,7 @@
 //   pages/me.js        #/me, #/me/articles, #/me/account
 //   pages/editor.js    #/write, #/write/:id
 //   pages/ops.js       #/ops/jobs, #/ops/findings, #/ops/instances (admins)
+//   pages/events.js    #/ops/events       event consumer groups, parked events: replay, discard (admins)
 //   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
 //
 // Routing is by location.hash (so no console path meets an API route). A page is
@@ -29,7 +30,7 @@
 // Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
 // performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag,
-// signup, login, me, my-articles, editor, account, jobs, findings, instances, move, notfound. Form
+// signup, login, me, my-articles, editor, account, jobs, findings, instances, events, move, notfound. Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
 // (stop a job, withdraw an article) are window.confirm() dialogs, and window.consoleProblems
@@ -58,6 +59,7 @@ const ROUTES = [
   [/^\/ops\/jobs$/, page("jobs", "ops.js", "jobs", { auth: true })],
   [/^\/ops\/findings$/, page("findings", "ops.js", "findings", { auth: true })],
   [/^\/ops\/instances$/, page("instances", "ops.js", "instances", { auth: true })],
+  [/^\/ops\/events$/, page("events", "events.js", "events", { auth: true })],
   [/^\/ops\/move$/, page("move", "move.js", "move", { auth: true })],
 ];
 

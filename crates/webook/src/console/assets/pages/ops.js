@@ -16,6 +16,7 @@ export const opsTabs = (current) => tabs([
   ["#/ops/jobs", t("ops.jobs")],
   ["#/ops/findings", t("ops.findings")],
   ["#/ops/instances", t("ops.instances")],
+  ["#/ops/events", t("ops.events")],
   ["#/ops/move", t("ops.move")],
 ], current);
 
