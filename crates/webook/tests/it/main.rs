@@ -22,6 +22,7 @@ mod console;
 mod db_move;
 mod event_groups;
 mod events;
+mod events_admin;
 mod feed;
 mod follow;
 mod full_disk;

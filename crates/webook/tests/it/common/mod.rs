@@ -1,5 +1,6 @@
 //! Helpers shared by the HTTP integration tests: the four setups ({SQLite, PostgreSQL} ×
-//! {embedded, Redis}), a request helper that keeps raw bodies, and user sign-up/login.
+//! {embedded, Redis}), a request helper that keeps raw bodies, user sign-up/login, and a
+//! withdrawal whose event no consumer can decode (for the parked-events tests).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -294,4 +295,61 @@ pub fn sorted_keys(value: &Value) -> Vec<String> {
         .collect();
     keys.sort_unstable();
     keys
+}
+
+/// The SQLite database of a `webook` process started with [`process::webook`] in `dir`, opened
+/// beside it as `webook jobs …` would open it.
+pub async fn embedded_db(dir: &std::path::Path) -> platform::db::Db {
+    let url = format!("sqlite://{}", dir.join("data").join("webook.db").display());
+    platform::db::Db::connect_url(&url, 2).await.unwrap()
+}
+
+/// Withdraws article `id` the way a writer with a bug would: both copies private and, in the
+/// same transaction, an `article_withdrawn` event whose payload is the JSON string
+/// `"not json"` instead of `{id, author, time}`. The relay of the process serving `db` finds the
+/// row by itself (it polls every 500 ms); the groups consuming the topic (`ranking`, `feed`)
+/// cannot decode it — a permanent failure — and park it after 3 tries (search skips it).
+pub async fn withdraw_with_a_garbled_event(db: &platform::db::Db, id: i64) {
+    let now = platform::db::now_millis();
+    let mut tx = db.writer().begin().await.unwrap();
+    for table in ["articles", "published_articles"] {
+        let changed = sqlx::query(&format!(
+            "UPDATE {table} SET status = 3, utime = $1 WHERE id = $2"
+        ))
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .unwrap()
+        .rows_affected();
+        assert_eq!(changed, 1, "article {id} in {table}");
+    }
+    platform::events::outbox::record(
+        &mut tx,
+        "article_withdrawn",
+        &id.to_string(),
+        &"not json",
+        now,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// The payload the garbled event of [`withdraw_with_a_garbled_event`] should have had.
+pub fn withdrawal_payload(id: i64, author: i64) -> String {
+    json!({"id": id, "author": author, "time": platform::db::now_millis()}).to_string()
+}
+
+/// "Fixes" parked event `parked_id` (a row of `event_parked`) by giving it `payload`: what an
+/// operator's repair of the writer's bug amounts to, before the replay.
+pub async fn repair_parked_payload(db: &platform::db::Db, parked_id: i64, payload: &str) {
+    let changed = sqlx::query("UPDATE event_parked SET payload = $1 WHERE id = $2")
+        .bind(payload)
+        .bind(parked_id)
+        .execute(db.writer())
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(changed, 1, "parked event {parked_id}");
 }
