@@ -5,6 +5,9 @@
 //!   shows, then no CSP violation or script error, and the layout at phone width;
 //! - an admin stops, resumes, edits and triggers a job from the dashboard, and sees the
 //!   instances and findings pages; a reader sees no operator pages;
+//! - an admin watches the events page show what two consumer groups parked (a withdrawal
+//!   whose event does not decode), sees a replay of it fail again, discards one with a reason
+//!   and, the payload repaired, replays the other's group: the article leaves the hot list;
 //! - cluster mode: two instances on PostgreSQL + Redis, a change made through one shows on the
 //!   other;
 //! - the console's assets: versioned, gzipped, cached, under the CSP;
@@ -503,6 +506,234 @@ async fn an_admin_stops_resumes_edits_and_triggers_a_job_from_the_dashboard() {
     browser.close().await;
 }
 
+/// The ids on the hot list (`GET /ranking/top`).
+async fn hot_ids(server: &Server) -> Vec<i64> {
+    let (status, body) = server.get_json("/ranking/top").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// The parked events of `group` in `state`, as `GET /admin/events/parked` lists them.
+async fn parked_events(server: &Server, token: &str, group: &str, state: &str) -> Vec<Value> {
+    api_get(
+        server,
+        token,
+        &format!("/admin/events/parked?group={group}&state={state}"),
+    )
+    .await
+    .as_array()
+    .unwrap()
+    .clone()
+}
+
+#[tokio::test]
+async fn an_admin_sees_parked_events_discards_one_and_replays_another_from_the_events_page() {
+    let dir = tempfile::tempdir().unwrap();
+    // The hot list is computed when the test triggers it, and only then: a recomputation would
+    // drop the withdrawn article by itself, whatever happened to its event.
+    let server = embedded(
+        dir.path(),
+        &[
+            ("WEBOOK_ADMINS", "[1]"),
+            ("WEBOOK_RANKING_SCHEDULE", "@every 1h"),
+        ],
+    );
+    let token = api_login(&server, "admin@example.com").await;
+    let publish = |title: &str| {
+        api_post(
+            &server,
+            &token,
+            "/articles/publish",
+            json!({"title": title, "content": format!("<p>{title}</p>")}),
+        )
+    };
+    let kept = publish("Stays on the hot list").await.as_i64().unwrap();
+    let withdrawn = publish("Withdrawn, its event garbled")
+        .await
+        .as_i64()
+        .unwrap();
+    let ranking = job_status(&server, &token, "ranking").await;
+    api_post(
+        &server,
+        &token,
+        &format!("/jobs/{}/trigger", ranking["id"]),
+        Value::Null,
+    )
+    .await;
+    platform::testing::wait_until("the hot list to show both articles", || async {
+        let hot = hot_ids(&server).await;
+        hot.contains(&kept) && hot.contains(&withdrawn)
+    })
+    .await;
+
+    let browser = Browser::start("events_page").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/jobs']").await;
+    browser.ready("jobs").await;
+    browser.click("a[href='#/ops/events']").await;
+    browser.ready("events").await;
+    let group_row =
+        "[data-test=events-groups] tr[data-group=ranking][data-topic=article_withdrawn]";
+    browser.wait_attr(group_row, "data-health", "ok").await;
+    browser.el("[data-test=no-parked]").await;
+
+    // The writer's bug: the withdrawal commits with an event nobody can decode. The page,
+    // polling, shows what the groups did with it.
+    let db = crate::common::embedded_db(dir.path()).await;
+    crate::common::withdraw_with_a_garbled_event(&db, withdrawn).await;
+    let ranking_event =
+        "[data-test=events-parked] tr[data-group=ranking][data-topic=article_withdrawn]";
+    let feed_event = "[data-test=events-parked] tr[data-group=feed][data-topic=article_withdrawn]";
+    for row in [ranking_event, feed_event] {
+        browser
+            .wait_text(&format!("{row} [data-test=last-error]"), "does not decode")
+            .await;
+        browser
+            .wait_text(&format!("{row} [data-test=failure]"), "permanent")
+            .await;
+        browser
+            .wait_text(&format!("{row} [data-test=attempts]"), "3")
+            .await;
+        browser
+            .wait_text(&format!("{row} [data-test=key]"), &withdrawn.to_string())
+            .await;
+        browser.wait_attr(row, "data-state", "parked").await;
+    }
+    browser.wait_attr(group_row, "data-parked", "1").await;
+    browser
+        .wait_attr(
+            "[data-test=events-groups] tr[data-group=feed][data-topic=article_withdrawn]",
+            "data-parked",
+            "1",
+        )
+        .await;
+    // The payload, on demand.
+    browser
+        .click(&format!("{ranking_event} [data-test=payload] summary"))
+        .await;
+    let payload = browser
+        .el(&format!("{ranking_event} pre.payload"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(payload, "\"not json\"");
+
+    // A replay cannot help a payload that does not decode: the group parks it again, and the
+    // row shows the new attempt where it was.
+    browser
+        .click(&format!("{ranking_event} [data-action=replay]"))
+        .await;
+    browser
+        .wait_text("[role=status]", "marked for replay")
+        .await;
+    browser
+        .wait_text(&format!("{ranking_event} [data-test=attempts]"), "4")
+        .await;
+    browser
+        .wait_attr(ranking_event, "data-state", "parked")
+        .await;
+
+    // Discard the feed's copy (the feed hides withdrawn articles by itself): a reason is
+    // required; given, the event leaves the open list and is kept as discarded.
+    browser
+        .click(&format!("{feed_event} [data-action=discard]"))
+        .await;
+    browser
+        .click("tr[data-discard] [data-action=discard-confirm]")
+        .await;
+    browser
+        .wait_text("tr[data-discard] [role=alert]", "say why")
+        .await;
+    let reason = "the feed hides withdrawn articles by itself";
+    browser
+        .fill("tr[data-discard] input[name=reason]", reason)
+        .await;
+    browser
+        .click("tr[data-discard] [data-action=discard-confirm]")
+        .await;
+    browser
+        .wait_text("[role=status]", "1 event discarded")
+        .await;
+    browser
+        .wait_js(
+            "the discarded event to leave the open list",
+            "return document.querySelector(arguments[0]) === null;",
+            vec![json!(feed_event)],
+        )
+        .await;
+    let discarded = parked_events(&server, &token, "feed", "discarded").await;
+    assert_eq!(discarded.len(), 1, "{discarded:?}");
+    assert_eq!(discarded[0]["note"], reason);
+    assert_eq!(discarded[0]["resolved_by"], "admin:1");
+    browser
+        .el("#events-state")
+        .await
+        .select_by_value("discarded")
+        .await
+        .unwrap();
+    browser
+        .wait_text(&format!("{feed_event} [data-test=state]"), "discarded")
+        .await;
+    browser
+        .wait_text(&format!("{feed_event} [data-test=resolution]"), reason)
+        .await;
+
+    // The writer's bug fixed (here: the row's payload repaired), the whole group replays: the
+    // event is applied at last and the withdrawn article leaves the hot list.
+    let parked = parked_events(&server, &token, "ranking", "parked").await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    crate::common::repair_parked_payload(
+        &db,
+        parked[0]["id"].as_i64().unwrap(),
+        &crate::common::withdrawal_payload(withdrawn, 1),
+    )
+    .await;
+    browser
+        .el("#events-state")
+        .await
+        .select_by_value("open")
+        .await
+        .unwrap();
+    browser.el(ranking_event).await;
+    // Until its withdrawal is applied, the article stays on the hot list.
+    assert!(hot_ids(&server).await.contains(&withdrawn));
+    browser
+        .click(&format!("{group_row} [data-action=replay-group]"))
+        .await;
+    browser.accept_dialog().await;
+    browser
+        .wait_js(
+            "the replayed event to leave the open list",
+            "return document.querySelector(arguments[0]) === null;",
+            vec![json!(ranking_event)],
+        )
+        .await;
+    browser
+        .wait_text(&format!("{group_row} [data-test=replayed]"), "1")
+        .await;
+    browser.wait_attr(group_row, "data-parked", "0").await;
+    browser.wait_attr(group_row, "data-health", "ok").await;
+    let replayed = parked_events(&server, &token, "ranking", "replayed").await;
+    assert_eq!(replayed.len(), 1, "{replayed:?}");
+    assert_eq!(replayed[0]["resolved_by"], "admin:1");
+    platform::testing::wait_until("the withdrawn article to leave the hot list", || async {
+        !hot_ids(&server).await.contains(&withdrawn)
+    })
+    .await;
+    assert!(hot_ids(&server).await.contains(&kept));
+    db.close().await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the page reported {problems:?}");
+    browser.close().await;
+}
+
 /// One instance of a two-instance cluster on `db` and `redis`.
 fn cluster_instance(dir: &Path, index: usize, db: &TestDb, redis: &RedisServer) -> Server {
     let data_dir = dir.join(format!("instance-{index}"));
@@ -644,6 +875,19 @@ async fn assets_are_versioned_gzipped_cached_and_under_a_strict_policy() {
         (StatusCode::OK, json!(4)),
         "{body}"
     );
+}
+
+/// `POST path` with `token` and `body` (none when `Null`): the envelope's `data`.
+async fn api_post(server: &Server, token: &str, path: &str, body: Value) -> Value {
+    let mut request = reqwest::Client::new()
+        .post(server.url(path))
+        .bearer_auth(token);
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    let answer: Value = request.send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer["code"], 0, "{path}: {answer}");
+    answer["data"].clone()
 }
 
 /// `GET path` with `token`: the envelope's `data`.
