@@ -41,7 +41,9 @@ pub enum EventsCommand {
         topic: Option<String>,
         /// Only this state: parked, replay, replaying, replayed, discarded (default: the open
         /// ones — parked, replay, replaying).
-        #[arg(long)]
+        #[arg(long, value_parser = [
+            parked::PARKED, parked::REPLAY, parked::REPLAYING, parked::REPLAYED, parked::DISCARDED,
+        ])]
         state: Option<String>,
         /// How many to show (1-500).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]

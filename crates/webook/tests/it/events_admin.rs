@@ -4,7 +4,8 @@
 //! `feed`; the command lists both groups and both events with their error, discards one with
 //! its reason, marks the other for replay — which the server takes and, the payload still
 //! garbled, parks again — and, once the payload is repaired, replays it for good. Selections
-//! that name nothing, and blank reasons, are refused with one line.
+//! that name nothing, and blank reasons, are refused with one line; an unknown state with
+//! the states there are.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -216,6 +217,15 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
         parked_of(&db, "feed").await.state,
         "parked",
         "nothing changed"
+    );
+    // A state that does not exist is a usage error (clap's), not an empty list.
+    let typo = events_command(dir, &["events", "parked", "--state", "parkd"]);
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert_eq!(typo.status.code(), Some(2), "{stderr}");
+    assert!(typo.stdout.is_empty());
+    assert!(
+        stderr.contains("invalid value 'parkd'") && stderr.contains("discarded"),
+        "{stderr}"
     );
 
     // Discard the feed's: the feed reads an article's visibility when it serves.
