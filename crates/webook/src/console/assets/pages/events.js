@@ -121,7 +121,7 @@ export async function events(ctx) {
       done.show(t("events.marked", { n: r?.count ?? 0 }));
       refresh();
     }, alert, { class: "small", "aria-label": t("events.replayGroupLabel", { group: g.group, topic: g.topic }) });
-    const show = h("a", { href: `#/ops/events?group=${encodeURIComponent(g.group)}`, dataset: { action: "show-parked" },
+    const show = h("a", { href: "#/ops/events", dataset: { action: "show-parked" },
       "aria-label": t("events.showParkedLabel", { group: g.group }) }, t("events.showParked"));
     const tr = h("tr", { dataset: { group: g.group, topic: g.topic } },
       h("td", { class: "mono" }, g.group),
@@ -159,7 +159,11 @@ export async function events(ctx) {
     set(cells.discarded, count(stored?.discarded));
     set(cells.handled, live ? `${live.handled} / ${live.failed}` : "—");
     entry.replayAll.hidden = !(stored?.parked > 0);
-    entry.show.hidden = !(parked + (stored?.replaying ?? 0) + (stored?.replayed ?? 0) + (stored?.discarded ?? 0) > 0);
+    // The group's open events, or, when it has none open, everything it ever parked.
+    const open = parked + (stored?.replaying ?? 0);
+    entry.show.hidden = !(open + (stored?.replayed ?? 0) + (stored?.discarded ?? 0) > 0);
+    const href = `#/ops/events?group=${encodeURIComponent(g.group)}${open > 0 ? "" : "&state=all"}`;
+    if (entry.show.getAttribute("href") !== href) entry.show.setAttribute("href", href);
   }
 
   function paintGroups(data) {
@@ -184,6 +188,7 @@ export async function events(ctx) {
   const noParked = h("p", { class: "empty muted", dataset: { test: "no-parked" } },
     state === "open" ? t("events.noOpen") : t("events.noParked"));
   const limited = h("p", { class: "meta", hidden: true }, t("events.limited", { n: LIMIT }));
+  const parkedTitle = h("h2", { id: "parked-title", tabindex: "-1" }, t("events.parkedTitle"));
 
   function parkedRow(p) {
     const alert = alertBox();
@@ -193,7 +198,7 @@ export async function events(ctx) {
       error: h("div", { dataset: { test: "last-error" } }),
       first: h("div", { class: "meta" }),
       parkedAt: h("time", { dataset: { test: "parked-at" } }),
-      state: h("span", { class: "badge", dataset: { test: "state" } }),
+      state: h("span", { class: "badge", tabindex: "-1", dataset: { test: "state" } }),
       resolution: h("td", { class: "note", dataset: { test: "resolution" } }),
       payload: h("pre", { class: "payload" }),
     };
@@ -201,7 +206,8 @@ export async function events(ctx) {
       const r = await api("/admin/events/replay", { method: "POST", body: { ids: [entry.p.id] } });
       if (r?.count) {
         entry.p.state = "replay";
-        paintParked(entry);
+        paintParked(entry); // hides the buttons: the focus goes to the state they changed
+        entry.cells.state.focus();
         done.show(t("events.marked", { n: r.count }));
       } else done.show(t("events.nothingChanged"));
       refresh();
@@ -288,7 +294,10 @@ export async function events(ctx) {
       paintParked(entry);
     }
     for (const [id, entry] of pRows) {
-      if (!seen.has(id)) { entry.tr.remove(); entry.formRow?.remove(); pRows.delete(id); }
+      if (seen.has(id)) continue;
+      const focused = entry.tr.contains(document.activeElement) || entry.formRow?.contains(document.activeElement);
+      entry.tr.remove(); entry.formRow?.remove(); pRows.delete(id);
+      if (focused) parkedTitle.focus(); // the row left the view (replayed, discarded)
     }
     // Keep the API's order (newest first); move rows only when it changed (moving blurs buttons).
     const want = list.map((p) => pRows.get(p.id).tr);
@@ -339,7 +348,7 @@ export async function events(ctx) {
       noGroups,
       h("p", { class: "meta" }, t("events.live"))),
     h("section", { class: "card", "aria-labelledby": "parked-title" },
-      h("h2", { id: "parked-title" }, t("events.parkedTitle")),
+      parkedTitle,
       h("div", { class: "filters" },
         h("div", { class: "field inline" }, h("label", { for: groupFilter.id }, t("events.filterGroup")), groupFilter),
         h("div", { class: "field inline" }, h("label", { for: stateFilter.id }, t("events.filterState")), stateFilter)),
