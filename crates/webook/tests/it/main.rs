@@ -20,6 +20,7 @@ mod cluster;
 mod comments;
 mod console;
 mod db_move;
+mod event_chaos;
 mod event_groups;
 mod events;
 mod events_admin;
