@@ -180,6 +180,19 @@ impl GroupHealth {
             Some((failure, format!("{err:#}")));
     }
 
+    /// A replay failed again: counted and remembered, but it is no run of failures of the
+    /// group (which goes on with its events): neither stuck nor lagging for it.
+    fn replay_failed(&self, failure: Failure, err: &anyhow::Error) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(EVENTS_FAILED_TOTAL, "topic" => self.topic.clone(), "group" => self.group.clone(), "failure" => failure.as_str())
+            .increment(1);
+        *self
+            .last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((failure, format!("replaying a parked event: {err:#}")));
+    }
+
     fn parked(&self) {
         self.parked.fetch_add(1, Ordering::Relaxed);
         self.counters.parked.increment(1);
@@ -687,10 +700,9 @@ impl Consumer {
             }
         };
         for parked in claimed {
-            let event = parked.event();
-            self.health.hold(std::slice::from_ref(&event));
-            let outcome = self.call_handler(handler, vec![event]).await;
-            self.health.release();
+            // Not held for the lag gauge: a replayed event is old by nature, and its age says
+            // nothing about how far behind the group is.
+            let outcome = self.call_handler(handler, vec![parked.event()]).await;
             let recorded = match outcome {
                 Ok(()) => {
                     self.health.handled(1);
@@ -704,7 +716,7 @@ impl Consumer {
                 }
                 Err(err) => {
                     let failure = classify(&err);
-                    self.health.failed(failure, &err);
+                    self.health.replay_failed(failure, &err);
                     tracing::warn!(
                         topic = self.topic,
                         group = self.group,

@@ -305,15 +305,10 @@ pub async fn replay(db: &Db, filter: &Filter, by: &str) -> sqlx::Result<u64> {
     let (clause, values) = filter.clause(3);
     let sql =
         format!("UPDATE event_parked SET state = '{REPLAY}', resolved_by = $1, note = $2{clause}");
-    let done = bind_all(
-        sqlx::query(&sql)
-            .bind(by)
-            .bind(format!("replay requested at {}", now_millis())),
-        values,
-    )
-    .execute(db.writer())
-    .await?
-    .rows_affected();
+    let done = bind_all(sqlx::query(&sql).bind(by).bind("replay requested"), values)
+        .execute(db.writer())
+        .await?
+        .rows_affected();
     if done > 0 {
         tracing::info!(count = done, by, "parked events marked for replay");
     }
@@ -414,7 +409,7 @@ pub async fn parked_again(db: &Db, id: i64, error: &str, transient: bool) -> sql
     let state = if transient { REPLAY } else { PARKED };
     sqlx::query(
         "UPDATE event_parked SET state = $1, attempts = attempts + 1, last_error = $2, \
-         last_failed_at = $3, claimed_until = 0 WHERE id = $4",
+         last_failed_at = $3, claimed_until = 0, note = 'replay failed' WHERE id = $4",
     )
     .bind(state)
     .bind(clip(error))

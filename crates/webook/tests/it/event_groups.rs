@@ -315,6 +315,36 @@ async fn a_poisoned_group_parks_exactly_its_poison_and_a_replay_applies_it_once(
     assert_eq!(sick_status.parked, 3, "{sick_status:?}");
     assert!(!sick_status.stuck, "parking is progress: {sick_status:?}");
 
+    // A replay before the fix fails again: parked again with the new attempt, and the group,
+    // which goes on with its events, is not reported failing for it (it was, until a replay's
+    // failure stopped counting as the group's).
+    let k3 = parked.iter().find(|row| row.key == "k3").unwrap().id;
+    let again = parked::replay(
+        db,
+        &Filter {
+            ids: vec![k3],
+            ..Filter::default()
+        },
+        "operator@test",
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, 1);
+    wait_until("the failed replay to be parked again", || async {
+        parked_rows(db, "sick")
+            .await
+            .iter()
+            .any(|row| row.id == k3 && row.state == "parked" && row.attempts > 3)
+    })
+    .await;
+    // Longer than the policy's stuck_after (300 ms): a false alarm would show by now.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let groups = events.groups();
+    let sick_status = groups.iter().find(|group| group.group == "sick").unwrap();
+    assert!(!sick_status.stuck, "{sick_status:?}");
+    assert_eq!(sick_status.failing_seconds, 0.0, "{sick_status:?}");
+    assert_eq!(sick_status.lag_seconds, 0.0, "{sick_status:?}");
+
     // Discarding is explicit and audited; a discarded event is never replayed.
     let discarded = parked::discard(
         db,

@@ -21,17 +21,22 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
     let app = TestApp::spawn(DatabaseKind::Sqlite).await;
     let (status, body) = app.get_json("/healthz").await;
     assert_eq!((status, body["code"].as_i64()), (StatusCode::OK, Some(0)));
-    // Features report on `details`: the search index, ready once its (empty) rebuild is done.
-    wait_until("the search index is ready", || async {
-        app.get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
-    })
+    // Features report on `details`: the search index, ready once its (empty) rebuild is done;
+    // the event consumer groups, `ok` while none is stuck or has parked events.
+    wait_until(
+        "the search index is ready and the groups reported",
+        || async {
+            let details = app.get_json("/readyz").await.1["data"]["details"].clone();
+            details["search"] == "ready" && details["events"] == "ok"
+        },
+    )
     .await;
     let (status, body) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body["data"],
         json!({"mode": "embedded", "database": "up", "redis": "not configured",
-               "details": {"search": "ready"}})
+               "details": {"events": "ok", "search": "ready"}})
     );
     app.stop().await.unwrap();
 }
@@ -40,16 +45,20 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
 async fn cluster_app_on_postgres_and_redis_is_ready() {
     let db = TestDb::postgres(&MIGRATIONS).await;
     let app = TestApp::spawn_with(db, |config| make_cluster(config, redis_url())).await;
-    wait_until("the search index is ready", || async {
-        app.get_json("/readyz").await.1["data"]["details"]["search"] == "ready"
-    })
+    wait_until(
+        "the search index is ready and the groups reported",
+        || async {
+            let details = app.get_json("/readyz").await.1["data"]["details"].clone();
+            details["search"] == "ready" && details["events"] == "ok"
+        },
+    )
     .await;
     let (status, body) = app.get_json("/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
         body["data"],
         json!({"mode": "cluster", "database": "up", "redis": "up",
-               "details": {"search": "ready"}})
+               "details": {"events": "ok", "search": "ready"}})
     );
     app.stop().await.unwrap();
 }
