@@ -19,7 +19,7 @@ use platform::{
 use serde_json::{json, Value};
 
 use crate::common::{
-    embedded_db,
+    self, embedded_db,
     process::{webook, Server},
     repair_parked_payload, withdraw_with_a_garbled_event, withdrawal_payload,
 };
@@ -38,38 +38,16 @@ fn events_command(dir: &Path, args: &[&str]) -> Output {
 /// Runs a command expected to succeed; returns its stdout.
 #[track_caller]
 fn succeeds(dir: &Path, args: &[&str]) -> String {
-    let output = events_command(dir, args);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{args:?} failed: {stderr}");
-    String::from_utf8(output.stdout).unwrap()
+    common::cli_succeeded(events_command(dir, args), args)
 }
 
 /// Runs a command expected to be refused; returns its one `error: …` line.
 #[track_caller]
 fn refused(dir: &Path, args: &[&str]) -> String {
-    let output = events_command(dir, args);
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one clear line, got: {stderr}");
-    assert!(lines[0].starts_with("error: "), "{stderr}");
-    stderr
+    common::cli_refused(events_command(dir, args), args)
 }
 
-/// A table's rows as cells (columns are at least two spaces apart; cells have single ones).
-fn cells(table: &str) -> Vec<Vec<String>> {
-    table
-        .lines()
-        .map(|line| {
-            line.split("  ")
-                .map(str::trim)
-                .filter(|cell| !cell.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .collect()
-}
+use common::table_cells as cells;
 
 /// The row of `rows` whose cells start with `first` and `second`.
 #[track_caller]

@@ -763,38 +763,16 @@ fn webook(dir: &Path, args: &[&str]) -> Output {
 /// Runs a command expected to succeed; returns its stdout.
 #[track_caller]
 fn succeeds(dir: &Path, args: &[&str]) -> String {
-    let output = webook(dir, args);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{args:?} failed: {stderr}");
-    String::from_utf8(output.stdout).unwrap()
+    common::cli_succeeded(webook(dir, args), args)
 }
 
 /// Runs a command expected to fail; returns its one-line stderr.
 #[track_caller]
 fn fails(dir: &Path, args: &[&str]) -> String {
-    let output = webook(dir, args);
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one clear line, got: {stderr}");
-    assert!(lines[0].starts_with("error: "), "{stderr}");
-    stderr
+    common::cli_refused(webook(dir, args), args)
 }
 
-/// The table's rows as cells (columns are at least two spaces apart; cells have single ones).
-fn cells(table: &str) -> Vec<Vec<String>> {
-    table
-        .lines()
-        .map(|line| {
-            line.split("  ")
-                .map(str::trim)
-                .filter(|cell| !cell.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .collect()
-}
+use common::table_cells as cells;
 
 #[test]
 fn the_jobs_command_manages_jobs_offline() {

@@ -353,3 +353,38 @@ pub async fn repair_parked_payload(db: &platform::db::Db, parked_id: i64, payloa
         .rows_affected();
     assert_eq!(changed, 1, "parked event {parked_id}");
 }
+
+/// A `webook` command's output, expected to succeed: its stdout.
+#[track_caller]
+pub fn cli_succeeded(output: std::process::Output, args: &[&str]) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?} failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// A `webook` command's output, expected to be refused: its one `error: …` line (exit code 1,
+/// nothing on stdout).
+#[track_caller]
+pub fn cli_refused(output: std::process::Output, args: &[&str]) -> String {
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(output.stdout.is_empty(), "{args:?} printed on stdout");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one clear line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    stderr
+}
+
+/// A CLI table's rows as cells (columns are at least two spaces apart; cells have single ones).
+pub fn table_cells(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
