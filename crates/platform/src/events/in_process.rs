@@ -165,6 +165,9 @@ pub(super) struct Consumer {
     pub(super) policy: DeliveryPolicy,
 }
 
+/// Longest time a group's durable outbox position lags behind what it handled.
+const POSITION_INTERVAL: Duration = Duration::from_millis(250);
+
 /// How often an embedded group looks at the outbox without being woken (rows the relay has
 /// not announced yet, e.g. recorded by `webook` commands of another process).
 const OUTBOX_POLL: Duration = Duration::from_secs(2);
@@ -210,6 +213,13 @@ impl Consumer {
             None => None,
         };
         let mut outbox_due = position.is_some();
+        // The position is recorded at most every POSITION_INTERVAL (a write on SQLite's single
+        // writer per batch cost likes a third of their rate); what a crash loses of it is
+        // handed over again.
+        let mut recorded = position.unwrap_or(0);
+        let mut recorded_at = Instant::now();
+        let mut flush = tokio::time::interval(POSITION_INTERVAL);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll = tokio::time::interval(OUTBOX_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut replays = tokio::time::interval(parked::REPLAY_POLL);
@@ -220,6 +230,10 @@ impl Consumer {
                     let (reached, more) = self.handle_outbox(at, &mut handler).await;
                     position = Some(reached);
                     outbox_due = more;
+                    if reached > recorded && recorded_at.elapsed() >= POSITION_INTERVAL {
+                        self.record_position_retrying(reached).await;
+                        (recorded, recorded_at) = (reached, Instant::now());
+                    }
                     continue;
                 }
             }
@@ -255,6 +269,12 @@ impl Consumer {
                     outbox_due = position.is_some();
                 }
                 _ = replays.tick() => self.replay_marked(&mut handler).await,
+                _ = flush.tick(), if position.is_some_and(|at| at > recorded) => {
+                    if let Some(at) = position {
+                        self.record_position_retrying(at).await;
+                        (recorded, recorded_at) = (at, Instant::now());
+                    }
+                }
             }
         }
         self.flush_local(queue, &mut handler).await;
@@ -263,10 +283,14 @@ impl Consumer {
             // for the next start.
             loop {
                 let (reached, more) = self.handle_outbox(at, &mut handler).await;
-                if !more || reached == at {
+                let done = !more || reached == at;
+                at = reached;
+                if done {
                     break;
                 }
-                at = reached;
+            }
+            if at > recorded {
+                self.record_position_retrying(at).await;
             }
         }
         tracing::debug!(
@@ -330,15 +354,12 @@ impl Consumer {
             return (position, false);
         };
         let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
-        let rows = sqlx::query(
-            "SELECT id, topic, event_key, payload, created_at FROM event_outbox \
-             WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
-        )
-        .bind(&self.topic)
-        .bind(position)
-        .bind(limit)
-        .fetch_all(db.writer())
-        .await
+        // On the readers (SQLite's writer is the writes' queue); when every reader is taken,
+        // on the writer, so events never wait behind exhausted reads.
+        let rows = match self.read_rows(db.pool(), position, limit).await {
+            Err(sqlx::Error::PoolTimedOut) => self.read_rows(db.writer(), position, limit).await,
+            other => other,
+        }
         .and_then(|rows| {
             rows.iter()
                 .map(super::outbox::OutboxRow::from_row)
@@ -369,11 +390,17 @@ impl Consumer {
         let Some(&reached) = settled.checked_sub(1).and_then(|last| ids.get(last)) else {
             return (position, false);
         };
-        // Progress after the effects (at-least-once: a crash in between hands the batch over
-        // again, with the same ids). A failure to record it is only that: the rows come again.
+        (reached, full && settled == ids.len())
+    }
+
+    /// Records `position` as the group's durable position (after the effects: at-least-once, a
+    /// crash in between hands those rows over again, with the same ids), retrying while the
+    /// database fails, until `stop`. A failure to record it is only that: the rows come again.
+    async fn record_position_retrying(&self, position: i64) {
+        let Some(db) = self.store() else { return };
         let mut pause = FIRST_RETRY_PAUSE;
         loop {
-            match self.record_position(db, reached).await {
+            match self.record_position(db, position).await {
                 Ok(()) => break,
                 Err(err) => {
                     tracing::warn!(
@@ -393,7 +420,24 @@ impl Consumer {
                 }
             }
         }
-        (reached, full && settled == ids.len())
+    }
+
+    /// Up to `limit` outbox rows of the topic after `position`, on `pool`.
+    async fn read_rows(
+        &self,
+        pool: &crate::db::DbPool,
+        position: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<sqlx::any::AnyRow>> {
+        sqlx::query(
+            "SELECT id, topic, event_key, payload, created_at FROM event_outbox \
+             WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(&self.topic)
+        .bind(position)
+        .bind(limit)
+        .fetch_all(pool)
+        .await
     }
 
     async fn record_position(&self, db: &Db, position: i64) -> sqlx::Result<()> {

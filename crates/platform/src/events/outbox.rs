@@ -370,11 +370,11 @@ impl Outbox {
     /// In-process: tells each topic's groups its newest row id past the last announced one.
     async fn announce(&self, local: &super::in_process::InProcess) -> sqlx::Result<()> {
         let after = self.announced().newest;
-        let heads: Vec<(String, i64)> =
-            sqlx::query_as("SELECT topic, MAX(id) FROM event_outbox WHERE id > $1 GROUP BY topic")
-                .bind(after)
-                .fetch_all(self.inner.db.writer())
-                .await?;
+        // On the readers, or the writer when every reader is taken (as the groups read).
+        let heads = match heads_after(self.inner.db.pool(), after).await {
+            Err(sqlx::Error::PoolTimedOut) => heads_after(self.inner.db.writer(), after).await,
+            other => other,
+        }?;
         let mut newest = after;
         for (topic, head) in heads {
             local.announce(&topic, head);
@@ -485,6 +485,14 @@ async fn delete(connection: &mut AnyConnection, ids: &[i64]) -> sqlx::Result<u64
         query = query.bind(*id);
     }
     Ok(query.execute(connection).await?.rows_affected())
+}
+
+/// Each topic's newest outbox row after `after`, on `pool`.
+async fn heads_after(pool: &crate::db::DbPool, after: i64) -> sqlx::Result<Vec<(String, i64)>> {
+    sqlx::query_as("SELECT topic, MAX(id) FROM event_outbox WHERE id > $1 GROUP BY topic")
+        .bind(after)
+        .fetch_all(pool)
+        .await
 }
 
 /// Age of the oldest row still in the outbox (ms), if any.
