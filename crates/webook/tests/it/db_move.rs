@@ -359,12 +359,15 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     // First every consumer group passes the last events and the relay trims them (embedded,
     // positions are recorded within 250 ms and trimmed within a second): their deletions are
     // changes to copy too.
-    wait_until("every group to pass its events and the outbox to be trimmed", || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM event_outbox")
-            .fetch_one(app.platform.db.pool())
-            .await
-            .is_ok_and(|rows| rows == 0)
-    })
+    wait_until(
+        "every group to pass its events and the outbox to be trimmed",
+        || async {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM event_outbox")
+                .fetch_one(app.platform.db.pool())
+                .await
+                .is_ok_and(|rows| rows == 0)
+        },
+    )
     .await;
     wait_until("the change logs to drain", || async {
         let status = move_status(&app, &admin).await;
