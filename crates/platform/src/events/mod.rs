@@ -1,5 +1,5 @@
 //! The event stream: `publish(topic, key, payload)` on one side, consumer groups that receive
-//! events in batches on the other (DESIGN.md §4). One type, [`EventStream`], with two backends
+//! events in batches on the other. One type, [`EventStream`], with two backends
 //! behind the same API; every event carries an [`Event::id`] that stays the same when the event
 //! is delivered again, so consumers that must not count twice can deduplicate.
 //!
