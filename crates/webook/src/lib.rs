@@ -2,7 +2,7 @@
 //! reads/likes/collects, a hot list, follows, a feed, comments, tags, search, rewards paid
 //! through WeChat Pay into a double-entry ledger) with its own job scheduler.
 //!
-//! One binary, two ways to run (see `docs/ARCHITECTURE.md` and `DESIGN.md` §1):
+//! One binary, two ways to run (see `docs/ARCHITECTURE.md`):
 //! - **embedded** (default): SQLite in the data dir, in-process cache/locks/queue;
 //! - **cluster**: PostgreSQL + Redis, any number of instances behind a load balancer.
 //!
