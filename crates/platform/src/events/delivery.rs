@@ -163,34 +163,33 @@ impl GroupHealth {
         self.failing_since.store(0, Ordering::Release);
     }
 
+    /// A handler call failed: counted and remembered, and the group's run of failures begins
+    /// (if it had not).
     fn failed(&self, failure: Failure, err: &anyhow::Error) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(EVENTS_FAILED_TOTAL, "topic" => self.topic.clone(), "group" => self.group.clone(), "failure" => failure.as_str())
-            .increment(1);
+        self.count_failure(failure, format!("{err:#}"));
         let _ = self.failing_since.compare_exchange(
             0,
             now_millis(),
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        *self
-            .last_failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((failure, format!("{err:#}")));
     }
 
-    /// A replay failed again: counted and remembered, but it is no run of failures of the
-    /// group (which goes on with its events): neither stuck nor lagging for it.
-    fn replay_failed(&self, failure: Failure, err: &anyhow::Error) {
+    /// Counts a failed call in this process and in `events_failed_total`, and keeps its text.
+    fn count_failure(&self, failure: Failure, text: String) {
         self.failed.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(EVENTS_FAILED_TOTAL, "topic" => self.topic.clone(), "group" => self.group.clone(), "failure" => failure.as_str())
             .increment(1);
         *self
             .last_failure
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((failure, format!("replaying a parked event: {err:#}")));
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((failure, text));
+    }
+
+    /// A replay failed again: counted and remembered, but it is no run of failures of the
+    /// group (which goes on with its events): neither stuck nor lagging for it.
+    fn replay_failed(&self, failure: Failure, err: &anyhow::Error) {
+        self.count_failure(failure, format!("replaying a parked event: {err:#}"));
     }
 
     fn parked(&self) {
@@ -654,7 +653,7 @@ impl Consumer {
     }
 
     /// Waits `pause` (or until `stop`) and doubles it up to the maximum; false if stopped.
-    async fn pause(&self, pause: &mut Duration) -> bool {
+    pub(super) async fn pause(&self, pause: &mut Duration) -> bool {
         let wait = *pause;
         *pause = (*pause * 2).min(MAX_RETRY_PAUSE);
         tokio::select! {

@@ -409,14 +409,9 @@ impl Consumer {
                         error = format!("{err:#}"),
                         "cannot record the group's outbox position; retrying"
                     );
-                    if self.stop.is_cancelled() {
+                    if !self.pause(&mut pause).await {
                         break;
                     }
-                    tokio::select! {
-                        () = tokio::time::sleep(pause) => {},
-                        () = self.stop.cancelled() => {},
-                    }
-                    pause = (pause * 2).min(MAX_RETRY_PAUSE);
                 }
             }
         }
