@@ -27,8 +27,8 @@ use crate::{
     redact_url,
 };
 
-/// The PostgreSQL advisory lock key of an embedded server ("webook" in ASCII).
-const POSTGRES_LOCK_KEY: i64 = 0x7765_626f_6f6b;
+/// The PostgreSQL advisory lock key of an embedded server.
+const POSTGRES_LOCK_KEY: i64 = crate::db::locks::INSTANCE;
 
 /// Held for the life of the process; dropping it releases the database to another process.
 #[derive(Debug)]

@@ -228,6 +228,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("wechatpay_timeout", "4s", r#""4s""#),
     ("reward_share_bps", "500", "500"),
     ("reward_long_poll", "5s", r#""5s""#),
+    ("db_move_pause_deadline", "3s", r#""3s""#),
 ];
 
 /// `--print-config`'s TOML, parsed.

@@ -26,6 +26,7 @@
 //! query waiting out the acquire timeout ([`pool`]).
 
 pub mod direct;
+pub mod locks;
 pub mod pool;
 mod route;
 
@@ -260,6 +261,11 @@ impl Db {
     /// through the stores and [`Db::route_to`] may send them elsewhere ([`route`]).
     pub async fn pause(&self, within: Duration) -> anyhow::Result<Paused> {
         self.routing.pause(within).await
+    }
+
+    /// Waits while this `Db` is paused (for code that takes raw pools, [`DbPool::any_pool`]).
+    pub async fn wait_until_open(&self) {
+        self.routing.wait_until_open().await;
     }
 
     /// Sends every later query to the database `other` is routed to now; allowed only while

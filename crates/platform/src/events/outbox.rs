@@ -60,10 +60,10 @@ pub const RELAY_BATCH: i64 = 500;
 /// How often the relay looks for rows without being woken.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// Key of the PostgreSQL advisory lock that makes one instance relay at a time.
-const RELAY_LOCK_KEY: i64 = 0x7765_626f_6f6b_0001;
+const RELAY_LOCK_KEY: i64 = crate::db::locks::OUTBOX_RELAY;
 /// Key of the PostgreSQL advisory lock that transactions recording events hold from their
 /// record to their commit in embedded mode ([`record_many`]).
-const ORDER_LOCK_KEY: i64 = 0x7765_626f_6f6b_0002;
+const ORDER_LOCK_KEY: i64 = crate::db::locks::OUTBOX_ORDER;
 /// Shortest time between two in-process relay passes (each announces new rows to the groups):
 /// a group waits its batch's `max_wait` (20 ms for the feed) before reading anyway.
 pub const ANNOUNCE_GAP: Duration = Duration::from_millis(10);

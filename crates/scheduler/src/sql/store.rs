@@ -199,11 +199,13 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
 
 /// Where the store's connections come from, asked at every operation: fixed pools, or pools an
 /// online database move re-routes while the process runs (then the engine can change too).
+#[async_trait::async_trait]
 pub trait PoolSource: Send + Sync + std::fmt::Debug {
-    /// The pool for reads.
-    fn reads(&self) -> AnyPool;
-    /// The pool for writes and transactions.
-    fn writes(&self) -> AnyPool;
+    /// The pool for reads, once queries may run (a source that can pause — an online database
+    /// move — makes the caller wait here).
+    async fn reads(&self) -> AnyPool;
+    /// The pool for writes and transactions, likewise.
+    async fn writes(&self) -> AnyPool;
     /// The engine the pools talk to now, when it can change; `None` keeps the clock's own.
     fn dialect(&self) -> Option<Dialect> {
         None
@@ -217,12 +219,13 @@ struct FixedPools {
     writes: AnyPool,
 }
 
+#[async_trait::async_trait]
 impl PoolSource for FixedPools {
-    fn reads(&self) -> AnyPool {
+    async fn reads(&self) -> AnyPool {
         self.reads.clone()
     }
 
-    fn writes(&self) -> AnyPool {
+    async fn writes(&self) -> AnyPool {
         self.writes.clone()
     }
 }
@@ -248,7 +251,7 @@ impl SqlJobStore {
 
     /// The current time (ms) by [`DbClock`].
     pub async fn now(&self) -> sqlx::Result<i64> {
-        let mut connection = self.pools.reads().acquire().await?;
+        let mut connection = self.pools.reads().await.acquire().await?;
         self.now_on(&mut connection).await
     }
 
@@ -290,7 +293,7 @@ impl SqlJobStore {
         .bind(job.misfire.as_str())
         .bind(job.overlap.as_str())
         .bind(job.timeout_ms)
-        .fetch_optional(&self.pools.writes())
+        .fetch_optional(&self.pools.writes().await)
         .await?;
         inserted.ok_or_else(|| StoreError::Duplicate(job.name.clone()))
     }
@@ -315,7 +318,7 @@ impl SqlJobStore {
         .bind(job.timeout_ms)
         .bind(next_time)
         .bind(now)
-        .execute(&self.pools.writes())
+        .execute(&self.pools.writes().await)
         .await?
         .rows_affected();
         if updated == 1 {
@@ -350,7 +353,7 @@ impl SqlJobStore {
     /// Every job, by id.
     pub async fn list(&self) -> sqlx::Result<Vec<JobRow>> {
         let rows = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY id"))
-            .fetch_all(&self.pools.reads())
+            .fetch_all(&self.pools.reads().await)
             .await?;
         rows.iter().map(job_from_row).collect()
     }
@@ -359,7 +362,7 @@ impl SqlJobStore {
     pub async fn get(&self, id: i64) -> sqlx::Result<Option<JobRow>> {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"))
             .bind(id)
-            .fetch_optional(&self.pools.reads())
+            .fetch_optional(&self.pools.reads().await)
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -373,7 +376,7 @@ impl SqlJobStore {
         }
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE name = $1"))
             .bind(id_or_name)
-            .fetch_optional(&self.pools.reads())
+            .fetch_optional(&self.pools.reads().await)
             .await?;
         row.as_ref().map(job_from_row).transpose()
     }
@@ -382,7 +385,7 @@ impl SqlJobStore {
     /// final write are refused), its running run recorded as fenced. Idempotent.
     pub async fn stop(&self, id: i64) -> Result<(), StoreError> {
         let now = self.now().await?;
-        let mut tx = self.pools.writes().begin().await?;
+        let mut tx = self.pools.writes().await.begin().await?;
         let exists = sqlx::query_scalar::<_, i64>("SELECT id FROM jobs WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -429,7 +432,7 @@ impl SqlJobStore {
         .bind(id)
         .bind(next_time)
         .bind(now)
-        .execute(&self.pools.writes())
+        .execute(&self.pools.writes().await)
         .await?;
         Ok(())
     }
@@ -445,7 +448,7 @@ impl SqlJobStore {
         sqlx::query("UPDATE jobs SET trigger_at = $2 WHERE id = $1 AND status <> 'paused'")
             .bind(id)
             .bind(now)
-            .execute(&self.pools.writes())
+            .execute(&self.pools.writes().await)
             .await?;
         Ok(())
     }
@@ -463,7 +466,7 @@ impl SqlJobStore {
             )
             .bind(before)
             .bind(batch)
-            .execute(&self.pools.writes())
+            .execute(&self.pools.writes().await)
             .await?
             .rows_affected();
             deleted += purged;
@@ -481,7 +484,7 @@ impl SqlJobStore {
         ))
         .bind(job_id)
         .bind(limit)
-        .fetch_all(&self.pools.reads())
+        .fetch_all(&self.pools.reads().await)
         .await?;
         rows.iter().map(run_from_row).collect()
     }
@@ -499,13 +502,13 @@ impl SqlJobStore {
         .bind(now)
         .bind(now - lease_ms)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pools.reads())
+        .fetch_all(&self.pools.reads().await)
         .await?;
         let jobs = rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?;
         let earliest_next = sqlx::query_scalar::<_, Option<i64>>(
             "SELECT MIN(next_time) FROM jobs WHERE status = 'waiting'",
         )
-        .fetch_one(&self.pools.reads())
+        .fetch_one(&self.pools.reads().await)
         .await?;
         Ok(Due {
             now,
@@ -526,7 +529,7 @@ impl SqlJobStore {
         now: i64,
         lease_ms: i64,
     ) -> sqlx::Result<Option<Claim>> {
-        let mut tx = self.pools.writes().begin().await?;
+        let mut tx = self.pools.writes().await.begin().await?;
         let running = plan.kind != ClaimKind::RecordOnly;
         let token = sqlx::query_scalar::<_, i64>(
             "UPDATE jobs SET status = $1, version = version + 1, owner = $2, utime = $3, \
@@ -628,7 +631,7 @@ impl SqlJobStore {
         .bind(claim.job_id)
         .bind(claim.token)
         .bind(now)
-        .execute(&self.pools.writes())
+        .execute(&self.pools.writes().await)
         .await?
         .rows_affected();
         Ok(updated == 1)
@@ -654,7 +657,7 @@ impl SqlJobStore {
         } else {
             passed_during_run(schedule, claim.next_time, now)
         };
-        let mut tx = self.pools.writes().begin().await?;
+        let mut tx = self.pools.writes().await.begin().await?;
         let released = sqlx::query(
             "UPDATE jobs SET status = 'waiting', owner = '', utime = $3, next_time = $4 \
              WHERE id = $1 AND version = $2 AND status = 'running'",

@@ -8,8 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use platform::{config::Config, db::Migration};
 
 use super::{
-    control::{switch, Phase},
-    control_of, open_mover, status, work,
+    control::Phase, control_of, open_mover, settings::MoveSettings, status, switch::Switcher, work,
 };
 
 #[derive(Debug, clap::Subcommand)]
@@ -31,10 +30,14 @@ pub enum DbMoveCommand {
     /// Print the phase, copy progress, replication backlog and last validation (JSON).
     Status,
     /// Switch every instance to the neighbouring phase (SrcOnly, SrcFirst, DstFirst, DstOnly).
+    /// If this command is stopped, the switch still ends: an instance aborts or completes it.
     Switch {
         /// The phase to switch to.
         phase: String,
     },
+    /// End the switch in progress now, whoever runs it: every instance keeps the phase it had
+    /// (a switch that already flipped is completed instead).
+    Abort,
     /// Compare both databases both ways; with --since only rows changed since then.
     Validate {
         /// Milliseconds since the epoch.
@@ -77,15 +80,29 @@ pub async fn run(
             let target = Phase::parse(&phase)
                 .context("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly")?;
             let mover = mover().await?;
-            switch(
-                &control,
-                &mover.source,
-                &mover.destination,
-                target,
-                mover.drain(),
-            )
+            let me = cli_name();
+            let switched = Switcher {
+                control: &control,
+                mover: &mover,
+                me: &me,
+                deadline: config.settings::<MoveSettings>()?.db_move_pause_deadline,
+            }
+            .switch(target)
             .await?;
-            println!("switched to {}", target.as_str());
+            println!("{switched}");
+        }
+        DbMoveCommand::Abort => {
+            let mover = mover().await?;
+            let me = cli_name();
+            let ended = Switcher {
+                control: &control,
+                mover: &mover,
+                me: &me,
+                deadline: config.settings::<MoveSettings>()?.db_move_pause_deadline,
+            }
+            .abort()
+            .await?;
+            println!("{ended}");
         }
         DbMoveCommand::Validate { since } => {
             let mover = mover().await?;
@@ -122,6 +139,11 @@ pub async fn run(
         println!("last task: {} {}: {}", task.kind, task.state, task.message);
     }
     Ok(())
+}
+
+/// This command's name as a switch's coordinator.
+fn cli_name() -> String {
+    format!("cli-{}", std::process::id())
 }
 
 fn progress_bar() -> ProgressBar {

@@ -4,23 +4,15 @@
 //! (`db_move_acks`). It survives restarts: an instance starting mid-move reads the phase and
 //! routes itself accordingly ([`super::instance`]).
 //!
-//! **A switch** ([`switch`]) moves every instance to the neighbouring phase together: the
-//! coordinator (CLI or admin API) raises the epoch with stage `pause`; every live instance
-//! pauses its queries, waits until its connections are back and acknowledges; the coordinator
-//! waits for every acknowledgement, for the change logs to be replicated empty and carries the
-//! sequences over, then sets the new phase with stage `flip`; the instances route to the new
-//! authority, open again and acknowledge. No two instances ever write with different
-//! authorities, and a request meanwhile waits instead of failing. An instance that does not
-//! acknowledge in time aborts the switch (nothing changed).
+//! **A switch** is a durable task recorded here (epoch, stage, target, members, coordinator
+//! and its lease); [`super::switch`] runs it and says how it is made safe against every crash.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use platform::db::{now_millis, Db};
-
-use super::tables::Side;
 
 /// The double-write patterns (the seed's 不停机数据迁移), in the order a move goes through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,7 +55,8 @@ impl Phase {
         matches!(self, Self::SrcFirst | Self::DstFirst)
     }
 
-    fn position(self) -> i32 {
+    /// Where the phase is in the order of a move.
+    pub fn position(self) -> i32 {
         match self {
             Self::SrcOnly => 0,
             Self::SrcFirst => 1,
@@ -105,6 +98,15 @@ pub struct Validation {
     pub since: Option<i64>,
     pub checked: i64,
     pub findings: i64,
+    /// The phase it ran in.
+    #[serde(default)]
+    pub phase: Option<Phase>,
+    /// Whether the copy had finished when it began.
+    #[serde(default)]
+    pub after_copy: bool,
+    /// Change-log entries waiting to be replicated when it began (both sides).
+    #[serde(default)]
+    pub backlog: i64,
 }
 
 /// The `db_move` row.
@@ -117,21 +119,48 @@ pub struct MoveState {
     pub task: Option<Task>,
     pub tables: Vec<TableProgress>,
     pub validation: Option<Validation>,
+    /// The phase the switch in progress goes to.
+    pub target: Phase,
+    /// The instances that must acknowledge the pause of this epoch (fixed when it began).
+    pub members: Vec<String>,
+    /// Who runs the switch in progress, and until when (ms) it counts as alive.
+    pub coordinator: String,
+    pub lease_until: i64,
+    /// When the pause of this epoch began (ms).
+    pub paused_at: i64,
+    /// How the last switch ended, for the operator.
+    pub outcome: String,
 }
 
-/// Stages of a switch.
+impl MoveState {
+    /// Whether a switch is in progress (paused, aborting or flipped but not yet done).
+    pub fn switching(&self) -> bool {
+        matches!(
+            self.stage.as_str(),
+            STAGE_PAUSE | STAGE_ABORTING | STAGE_FLIP
+        )
+    }
+
+    /// Whether a switch is in progress whose coordinator stopped renewing its lease.
+    pub fn orphaned(&self, now: i64) -> bool {
+        self.switching() && self.lease_until < now
+    }
+}
+
+/// Stages of a switch: none (""), pause → flip → none, or pause → aborting → abort.
+pub const STAGE_IDLE: &str = "";
 pub const STAGE_PAUSE: &str = "pause";
 pub const STAGE_FLIP: &str = "flip";
+pub const STAGE_ABORTING: &str = "aborting";
 pub const STAGE_ABORT: &str = "abort";
 /// Acknowledgements an instance writes.
 pub const ACK_PAUSED: &str = "paused";
 pub const ACK_FLIPPED: &str = "flipped";
 pub const ACK_OPEN: &str = "open";
 
-/// An instance counts as alive while its acknowledgement row is younger than this.
-pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
-/// How long a switch waits for every instance at each stage.
-const ACK_TIMEOUT: Duration = Duration::from_secs(10);
+/// An instance is a member of a switch (must acknowledge its pause) when its row was renewed
+/// within this: a stopped or killed instance drops out after it, and its writes meet the fence.
+pub const MEMBER_WITHIN: Duration = Duration::from_secs(10);
 
 /// The control plane on the source database.
 #[derive(Debug, Clone)]
@@ -141,6 +170,8 @@ pub struct Control {
 
 /// phase, destination, epoch, stage, task, tables, validation.
 type Row = (String, String, i64, String, String, String, String);
+/// target, members, coordinator, lease_until, paused_at, outcome.
+type SwitchRow = (String, String, String, i64, i64, String);
 
 impl Control {
     /// Control on `db`, which must stay on the source (a [`Db::detached`] one in instances).
@@ -150,13 +181,40 @@ impl Control {
 
     /// The move, if one was started.
     pub async fn load(&self) -> anyhow::Result<Option<MoveState>> {
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT phase, destination, epoch, stage, task, tables, validation \
+        let row: Option<(Row, SwitchRow)> = sqlx::query(
+            "SELECT phase, destination, epoch, stage, task, tables, validation, \
+             target, members, coordinator, lease_until, paused_at, outcome \
              FROM db_move WHERE id = 1",
         )
+        .try_map(|row: sqlx::any::AnyRow| {
+            use sqlx::Row as _;
+            Ok((
+                (
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                    row.try_get(4)?,
+                    row.try_get(5)?,
+                    row.try_get(6)?,
+                ),
+                (
+                    row.try_get(7)?,
+                    row.try_get(8)?,
+                    row.try_get(9)?,
+                    row.try_get(10)?,
+                    row.try_get(11)?,
+                    row.try_get(12)?,
+                ),
+            ))
+        })
         .fetch_optional(self.db.pool())
         .await?;
-        let Some((phase, destination, epoch, stage, task, tables, validation)) = row else {
+        let Some((
+            (phase, destination, epoch, stage, task, tables, validation),
+            (target, members, coordinator, lease_until, paused_at, outcome),
+        )) = row
+        else {
             return Ok(None);
         };
         let phase_of =
@@ -169,6 +227,12 @@ impl Control {
             task: serde_json::from_str(&task)?,
             tables: serde_json::from_str(&tables)?,
             validation: serde_json::from_str(&validation)?,
+            target: phase_of(&target)?,
+            members: serde_json::from_str(&members)?,
+            coordinator,
+            lease_until,
+            paused_at,
+            outcome,
         }))
     }
 
@@ -215,25 +279,112 @@ impl Control {
         Ok(())
     }
 
-    async fn set_stage(
+    /// Begins a switch to `target` if the move is still at `epoch` with no switch in progress:
+    /// the next epoch, stage pause, `members`, `coordinator` holding the lease until
+    /// `lease_until`. Whether it began (another coordinator may have been quicker).
+    pub async fn begin_switch(
         &self,
         epoch: i64,
-        stage: &str,
-        phase: Phase,
         target: Phase,
-    ) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE db_move SET epoch = $1, stage = $2, phase = $3, target = $4, utime = $5 \
-             WHERE id = 1",
+        members: &[String],
+        coordinator: &str,
+        lease_until: i64,
+    ) -> anyhow::Result<bool> {
+        let now = now_millis();
+        let begun = sqlx::query(
+            "UPDATE db_move SET epoch = epoch + 1, stage = $1, target = $2, members = $3, \
+             coordinator = $4, lease_until = $5, paused_at = $6, outcome = '', utime = $6 \
+             WHERE id = 1 AND epoch = $7 AND stage IN ($8, $9)",
         )
-        .bind(epoch)
-        .bind(stage)
-        .bind(phase.as_str())
+        .bind(STAGE_PAUSE)
         .bind(target.as_str())
-        .bind(now_millis())
+        .bind(serde_json::to_string(members)?)
+        .bind(coordinator)
+        .bind(lease_until)
+        .bind(now)
+        .bind(epoch)
+        .bind(STAGE_IDLE)
+        .bind(STAGE_ABORT)
         .execute(self.db.writer())
         .await?;
-        Ok(())
+        Ok(begun.rows_affected() == 1)
+    }
+
+    /// Moves the switch of `epoch` from one of `from` to `stage` with `phase` (and `outcome`,
+    /// when given), if `coordinator` still runs it. Whether it did.
+    pub async fn advance(
+        &self,
+        epoch: i64,
+        coordinator: &str,
+        from: &[&str],
+        stage: &str,
+        phase: Phase,
+        outcome: Option<&str>,
+    ) -> anyhow::Result<bool> {
+        let sql = format!(
+            "UPDATE db_move SET stage = $1, phase = $2, outcome = COALESCE($3, outcome), \
+             utime = $4 WHERE id = 1 AND epoch = $5 AND coordinator = $6 AND stage IN ({})",
+            platform::db::placeholders(7, from.len())
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(stage)
+            .bind(phase.as_str())
+            .bind(outcome)
+            .bind(now_millis())
+            .bind(epoch)
+            .bind(coordinator);
+        for from in from {
+            query = query.bind(*from);
+        }
+        Ok(query.execute(self.db.writer()).await?.rows_affected() == 1)
+    }
+
+    /// Renews `coordinator`'s lease on the switch of `epoch`; false when it no longer runs it.
+    pub async fn renew(
+        &self,
+        epoch: i64,
+        coordinator: &str,
+        lease_until: i64,
+    ) -> anyhow::Result<bool> {
+        let renewed = sqlx::query(
+            "UPDATE db_move SET lease_until = $1 WHERE id = 1 AND epoch = $2 \
+             AND coordinator = $3 AND stage IN ($4, $5, $6)",
+        )
+        .bind(lease_until)
+        .bind(epoch)
+        .bind(coordinator)
+        .bind(STAGE_PAUSE)
+        .bind(STAGE_ABORTING)
+        .bind(STAGE_FLIP)
+        .execute(self.db.writer())
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    /// Makes `coordinator` the one running the switch `seen` shows, if it is still exactly
+    /// that (same epoch, stage, coordinator and lease): an orphan's takeover, or an operator's
+    /// abort when `force`. Whether it did.
+    pub async fn take_over(
+        &self,
+        seen: &MoveState,
+        coordinator: &str,
+        lease_until: i64,
+    ) -> anyhow::Result<bool> {
+        let taken = sqlx::query(
+            "UPDATE db_move SET coordinator = $1, lease_until = $2, utime = $3 \
+             WHERE id = 1 AND epoch = $4 AND stage = $5 AND coordinator = $6 \
+             AND lease_until = $7",
+        )
+        .bind(coordinator)
+        .bind(lease_until)
+        .bind(now_millis())
+        .bind(seen.epoch)
+        .bind(&seen.stage)
+        .bind(&seen.coordinator)
+        .bind(seen.lease_until)
+        .execute(self.db.writer())
+        .await?;
+        Ok(taken.rows_affected() == 1)
     }
 
     /// Marks the move finished (it stays recorded: see [`super::STAGE_FINISHED`]).
@@ -271,132 +422,48 @@ impl Control {
         Ok(())
     }
 
-    /// Live instances that have not yet acknowledged `stage` of `epoch`.
-    async fn waiting_for(&self, epoch: i64, stage: &str) -> anyhow::Result<Vec<String>> {
-        let alive_since = now_millis() - i64::try_from(ALIVE_WITHIN.as_millis())?;
-        Ok(sqlx::query_scalar(
-            "SELECT instance FROM db_move_acks WHERE seen_at >= $1 \
-             AND NOT (epoch = $2 AND stage = $3) ORDER BY instance",
+    /// Renews `instance`'s sign of life (creating its row if it has none).
+    pub async fn heartbeat(&self, instance: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO db_move_acks (instance, epoch, stage, seen_at) VALUES ($1, 0, $2, $3) \
+             ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at",
         )
-        .bind(alive_since)
-        .bind(epoch)
-        .bind(stage)
+        .bind(instance)
+        .bind(ACK_OPEN)
+        .bind(now_millis())
+        .execute(self.db.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// Instances whose row was renewed within `within`, by name.
+    pub async fn alive(&self, within: Duration) -> anyhow::Result<Vec<String>> {
+        let since = now_millis() - i64::try_from(within.as_millis())?;
+        Ok(sqlx::query_scalar(
+            "SELECT instance FROM db_move_acks WHERE seen_at >= $1 ORDER BY instance",
+        )
+        .bind(since)
         .fetch_all(self.db.pool())
         .await?)
     }
 
-    /// Whether any instance is serving this move (acknowledged recently).
-    pub async fn any_instance_alive(&self) -> anyhow::Result<bool> {
-        let alive_since = now_millis() - i64::try_from(ALIVE_WITHIN.as_millis())?;
-        let alive: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM db_move_acks WHERE seen_at >= $1")
-                .bind(alive_since)
-                .fetch_one(self.db.pool())
+    /// Those of `members` that have not acknowledged `stage` of `epoch`.
+    pub async fn not_acknowledged(
+        &self,
+        members: &[String],
+        epoch: i64,
+        stage: &str,
+    ) -> anyhow::Result<Vec<String>> {
+        let acknowledged: Vec<String> =
+            sqlx::query_scalar("SELECT instance FROM db_move_acks WHERE epoch = $1 AND stage = $2")
+                .bind(epoch)
+                .bind(stage)
+                .fetch_all(self.db.pool())
                 .await?;
-        Ok(alive > 0)
-    }
-
-    async fn await_acks(&self, epoch: i64, stage: &str) -> anyhow::Result<()> {
-        let deadline = Instant::now() + ACK_TIMEOUT;
-        loop {
-            let waiting = self.waiting_for(epoch, stage).await?;
-            if waiting.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                anyhow::bail!(
-                    "instances {} did not acknowledge {stage} within {ACK_TIMEOUT:?}",
-                    waiting.join(", ")
-                );
-            }
-            // The acknowledgements are rows other processes write; polled.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-/// Moves every instance to `target`, a neighbour of the current phase (module docs). `drain`
-/// replicates what is left in the change logs when no instance is there to do it; `prepare`
-/// runs while everything is paused, before the flip (sequences).
-pub async fn switch(
-    control: &Control,
-    source: &Side,
-    destination: &Side,
-    target: Phase,
-    drain: impl std::future::Future<Output = anyhow::Result<()>>,
-) -> anyhow::Result<()> {
-    let state = control.load().await?.context("no move has been started")?;
-    if state.stage == super::STAGE_FINISHED {
-        anyhow::bail!("the move is finished");
-    }
-    if !state.stage.is_empty() && state.stage != STAGE_ABORT {
-        anyhow::bail!("another switch is in progress (stage {})", state.stage);
-    }
-    if (state.phase.position() - target.position()).abs() != 1 {
-        anyhow::bail!(
-            "from {} the move can only switch to a neighbouring phase (SrcOnly ↔ SrcFirst ↔ \
-             DstFirst ↔ DstOnly), not to {}",
-            state.phase.as_str(),
-            target.as_str()
-        );
-    }
-    if target == Phase::DstFirst
-        && !state.tables.is_empty()
-        && state.tables.iter().any(|table| !table.done)
-    {
-        anyhow::bail!("the copy has not finished: the destination is not complete yet");
-    }
-    if target == Phase::DstFirst && state.tables.is_empty() {
-        anyhow::bail!("nothing has been copied yet: run the copy first");
-    }
-    let epoch = state.epoch + 1;
-    control
-        .set_stage(epoch, STAGE_PAUSE, state.phase, target)
-        .await?;
-    let paused = async {
-        control.await_acks(epoch, ACK_PAUSED).await?;
-        if state.phase.replicates() {
-            // Everything written before the pause reaches the other side first.
-            if control.any_instance_alive().await? {
-                await_drained(source, destination).await?;
-            } else {
-                drain.await?;
-            }
-        }
-        if target.destination_authoritative() {
-            destination
-                .carry_sequences(&destination.tables().await?)
-                .await?;
-        } else {
-            source.carry_sequences(&source.tables().await?).await?;
-        }
-        anyhow::Ok(())
-    }
-    .await;
-    if let Err(err) = paused {
-        control
-            .set_stage(epoch, STAGE_ABORT, state.phase, state.phase)
-            .await?;
-        return Err(err.context("the switch was aborted; every instance kept the old phase"));
-    }
-    control.set_stage(epoch, STAGE_FLIP, target, target).await?;
-    let flipped = control.await_acks(epoch, ACK_FLIPPED).await;
-    control.set_stage(epoch, "", target, target).await?;
-    flipped.context("switched, but not every instance acknowledged it yet")
-}
-
-/// Waits until both change logs are empty (the instances' replicators drain them).
-async fn await_drained(source: &Side, destination: &Side) -> anyhow::Result<()> {
-    let deadline = Instant::now() + ACK_TIMEOUT;
-    loop {
-        let pending = source.pending_changes().await? + destination.pending_changes().await?;
-        if pending == 0 {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            anyhow::bail!("{pending} changes still not replicated after {ACK_TIMEOUT:?}");
-        }
-        // Drained by the instances' replicators; polled.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(members
+            .iter()
+            .filter(|member| !acknowledged.contains(member))
+            .cloned()
+            .collect())
     }
 }

@@ -1,6 +1,9 @@
 //! The admin API of the move (`/admin/db-move…`, admins only): status, start (then the copy
-//! in the background), switch, validate, fix, finish, and the findings in keyset pages. Long
-//! work runs as the move's one background task; its progress is in the status.
+//! in the background), switch, abort, validate, fix, finish, and the findings in keyset pages.
+//! Long work runs as the move's one background task; its progress is in the status. A switch
+//! runs in a task of its own, not in the request: the request waits for it (at most
+//! [`SWITCH_WAIT`]) and answers its outcome, but a closed tab or a proxy's timeout does not
+//! end it ([`super::switch`]).
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},
@@ -15,8 +18,10 @@ use axum::{
 use serde::{Deserialize, Serialize};
 
 use super::{
-    control::{switch, Control, Phase},
-    status, work, Mover, StatusView,
+    control::{Control, Phase},
+    status,
+    switch::Switcher,
+    work, Mover, StatusView,
 };
 use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
@@ -24,8 +29,19 @@ use platform::{
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
 };
 
+/// How long a switch request waits for the outcome before answering the status as it is.
+const SWITCH_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Who runs the switches this process starts, and the instances' pause deadline.
+#[derive(Debug, Clone)]
+pub struct Coordinator {
+    pub name: String,
+    pub deadline: std::time::Duration,
+}
+
 /// State of the routes.
 pub struct MoveRoutes {
+    coordinator: Coordinator,
     control: Control,
     source_url: String,
     auth: AuthService,
@@ -42,8 +58,10 @@ impl MoveRoutes {
         auth: AuthService,
         admins: Admins,
         schema: &'static [Migration],
+        coordinator: Coordinator,
     ) -> Self {
         Self {
+            coordinator,
             control,
             source_url,
             auth,
@@ -117,6 +135,7 @@ pub fn router(routes: MoveRoutes) -> Router {
         .route("/admin/db-move", get(show))
         .route("/admin/db-move/start", post(start))
         .route("/admin/db-move/switch", post(switch_phase))
+        .route("/admin/db-move/abort", post(abort))
         .route("/admin/db-move/validate", post(validate))
         .route("/admin/db-move/fix", post(fix))
         .route("/admin/db-move/finish", post(finish))
@@ -187,16 +206,43 @@ async fn switch_phase(
     let target = Phase::parse(&request.phase)
         .ok_or_else(|| invalid("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly"))?;
     let mover = routes.started_mover().await?;
-    switch(
-        &routes.control,
-        &mover.source,
-        &mover.destination,
-        target,
-        mover.drain(),
-    )
-    .await
-    .map_err(refused)?;
-    routes.status().await
+    let (control, coordinator) = (routes.control.clone(), routes.coordinator.clone());
+    let running = tokio::spawn(async move {
+        Switcher {
+            control: &control,
+            mover: &mover,
+            me: &coordinator.name,
+            deadline: coordinator.deadline,
+        }
+        .switch(target)
+        .await
+    });
+    match tokio::time::timeout(SWITCH_WAIT, running).await {
+        Ok(Ok(Ok(_))) | Err(_) => routes.status().await,
+        Ok(Ok(Err(err))) => Err(refused(err)),
+        Ok(Err(panicked)) => Err(refused(anyhow::anyhow!("the switch failed: {panicked}"))),
+    }
+}
+
+/// Aborts the switch in progress, whoever runs it (a flipped one is completed instead).
+async fn abort(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
+    let mover = routes.started_mover().await?;
+    let (control, coordinator) = (routes.control.clone(), routes.coordinator.clone());
+    let running = tokio::spawn(async move {
+        Switcher {
+            control: &control,
+            mover: &mover,
+            me: &coordinator.name,
+            deadline: coordinator.deadline,
+        }
+        .abort()
+        .await
+    });
+    match running.await {
+        Ok(Ok(_)) => routes.status().await,
+        Ok(Err(err)) => Err(refused(err)),
+        Err(panicked) => Err(refused(anyhow::anyhow!("the abort failed: {panicked}"))),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -16,9 +16,11 @@
 //! - **validate / fix** ([`work::Mover::validate`], [`work::Mover::fix`]): both directions in
 //!   keyset batches, all rows or those changed since a time; the fixer overwrites from the
 //!   authoritative side only rows unchanged since compared.
-//! - **DstFirst**: the switch ([`control::switch`]) pauses every instance, drains the logs,
-//!   carries the sequences, and routes every instance's [`platform::db::Db`] to the destination;
-//!   the replicator now copies changes back to the source, so falling back stays possible.
+//! - **DstFirst**: the switch ([`switch`]) pauses every instance, fences the source, drains
+//!   the logs, carries the sequences, and routes every instance's [`platform::db::Db`] to the
+//!   destination; the replicator now copies changes back to the source, so falling back stays
+//!   possible. It needs a clean full validation made in SrcFirst after the copy. A switch is a
+//!   durable task: whoever started it may go away, and it still ends flipped or aborted.
 //! - **DstOnly**, then **finish**: nothing is copied back; the triggers and logs go and the
 //!   operator restarts with the destination's URL ([`StatusView::restart_with`]).
 //!
@@ -30,6 +32,8 @@ mod cli;
 mod control;
 mod http;
 mod instance;
+mod settings;
+mod switch;
 mod tables;
 mod work;
 
@@ -38,6 +42,7 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use platform::{
+    config::SettingsSpec,
     db::{Db, Migration},
     feature::{CliCommands, Feature, Platform, Registry},
     redact_url,
@@ -66,6 +71,24 @@ fn describe_metrics() {
         REPLICATION_FAILURES_TOTAL,
         "Replication passes of an online database move that failed (retried)"
     );
+    metrics::describe_counter!(
+        switch::SWITCHES_TOTAL,
+        "Switches of an online database move run or taken over here, by outcome"
+    );
+    metrics::describe_histogram!(
+        switch::SWITCH_PAUSE_SECONDS,
+        metrics::Unit::Seconds,
+        "How long a switch coordinated here held the site paused (pause to flip)"
+    );
+    metrics::describe_counter!(
+        instance::PAUSE_EXPIRED_TOTAL,
+        "Switch pauses this instance ended by its own deadline"
+    );
+    metrics::describe_histogram!(
+        instance::INSTANCE_PAUSE_SECONDS,
+        metrics::Unit::Seconds,
+        "How long a switch paused this instance's queries"
+    );
 }
 
 /// The move feature.
@@ -78,12 +101,23 @@ impl Feature for DbMove {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            22,
-            "database move",
-            include_str!("../../migrations/0022_db_move.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                22,
+                "database move",
+                include_str!("../../migrations/0022_db_move.sql"),
+            ),
+            Migration::new(
+                24,
+                "database move fence",
+                include_str!("../../migrations/0024_db_move_fence.sql"),
+            ),
+        ];
         MIGRATIONS
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
     }
 
     fn metrics(&self) -> &'static [MetricsSpec] {
@@ -102,12 +136,18 @@ impl Feature for DbMove {
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let home = platform.db.detached();
         let control = Control::new(home.clone());
+        let deadline = platform
+            .config
+            .settings::<settings::MoveSettings>()?
+            .db_move_pause_deadline;
+        let name = registry.get::<crate::jobs::WorkerInstance>()?.0;
         let instance = instance::InstanceMove {
             control: control.clone(),
             home,
             app: platform.db.clone(),
-            instance: registry.get::<crate::jobs::WorkerInstance>()?.0,
+            instance: name.clone(),
             config: (*platform.config).clone(),
+            deadline,
         };
         instance.route_at_start().await?;
         registry.background("db_move", move |background| instance.run(background.stop));
@@ -117,6 +157,7 @@ impl Feature for DbMove {
             registry.get::<crate::auth::AuthService>()?,
             registry.get::<crate::auth::Admins>()?,
             &crate::schema::MIGRATIONS,
+            http::Coordinator { name, deadline },
         )));
         Ok(())
     }
@@ -131,12 +172,29 @@ struct StatusView {
     pub destination: Option<String>,
     pub epoch: i64,
     pub stage: String,
+    /// The switch in progress (or the last one): where to, who must acknowledge, who runs
+    /// it and until when its lease holds, when it paused, and how the last one ended.
+    pub target: Option<Phase>,
+    pub members: Vec<String>,
+    pub coordinator: String,
+    pub lease_until: i64,
+    pub paused_at: i64,
+    pub outcome: String,
     pub task: Option<Task>,
     pub tables: Vec<TableProgress>,
     pub pending: Pending,
+    /// Whether each side's write fence is closed (refuses application writes).
+    pub fenced: Fenced,
     pub validation: Option<Validation>,
     pub open_findings: i64,
     pub restart_with: Option<String>,
+}
+
+/// The write fences of both sides.
+#[derive(Debug, Serialize, Default)]
+struct Fenced {
+    pub source: bool,
+    pub destination: bool,
 }
 
 /// Change-log entries not yet replicated.
@@ -164,15 +222,22 @@ async fn status(
             destination: None,
             epoch: 0,
             stage: String::new(),
+            target: None,
+            members: Vec::new(),
+            coordinator: String::new(),
+            lease_until: 0,
+            paused_at: 0,
+            outcome: String::new(),
             task: None,
             tables: Vec::new(),
             pending: Pending::default(),
+            fenced: Fenced::default(),
             validation: None,
             open_findings: 0,
             restart_with: None,
         });
     };
-    let (pending, open_findings) = match mover {
+    let (pending, open_findings, fenced) = match mover {
         Some(mover) => (
             Pending {
                 source: mover.source.pending_changes().await?,
@@ -181,8 +246,12 @@ async fn status(
             sqlx::query_scalar("SELECT COUNT(*) FROM db_move_findings WHERE state = 'open'")
                 .fetch_one(&mover.source.pool)
                 .await?,
+            Fenced {
+                source: mover.source.fence_closed().await?,
+                destination: mover.destination.fence_closed().await?,
+            },
         ),
-        None => (Pending::default(), 0),
+        None => (Pending::default(), 0, Fenced::default()),
     };
     Ok(StatusView {
         restart_with: (state.stage == STAGE_FINISHED).then(|| restart_with(&state, show_secrets)),
@@ -191,6 +260,12 @@ async fn status(
         destination: Some(redact_url(&state.destination)),
         epoch: state.epoch,
         stage: state.stage,
+        target: Some(state.target),
+        members: state.members,
+        coordinator: state.coordinator,
+        lease_until: state.lease_until,
+        paused_at: state.paused_at,
+        outcome: state.outcome,
         task: state.task,
         tables: state
             .tables
@@ -201,6 +276,7 @@ async fn status(
             })
             .collect(),
         pending,
+        fenced,
         validation: state.validation,
         open_findings,
     })

@@ -9,7 +9,7 @@
 //! change to copy back); on SQLite foreign keys are off and a write batch removes the change
 //! entries its own writes logged (`work::QuietWrite`).
 
-use std::fmt::Write as _;
+use std::{fmt::Write as _, time::Duration};
 
 use anyhow::Context;
 use serde_json::Value as Json;
@@ -31,8 +31,17 @@ const NOT_MOVED: &[&str] = &[
     "db_move",
     "db_move_acks",
     "db_move_changes",
+    "db_move_fence",
     "db_move_findings",
 ];
+
+/// The mover's SQLite connections: a long busy wait, no foreign keys (rows arrive in any order).
+const SQLITE_SETUP: &str = "PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = OFF;";
+/// The busy wait of [`SQLITE_SETUP`], restored after a shorter one.
+const SQLITE_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 10000";
+/// The `seq` of the marker entry the mover writes first in each SQLite write transaction: it
+/// takes the write lock and lets the mover's writes pass a closed fence (`work::QuietWrite`).
+pub const MOVER_MARKER: i64 = -1;
 
 /// The largest number of bound values in one statement (SQLite allows 32 766).
 const MAX_PARAMETERS: usize = 30_000;
@@ -247,9 +256,7 @@ impl Side {
             .after_connect(move |connection, _meta| {
                 Box::pin(async move {
                     let setup = match kind {
-                        DatabaseKind::Sqlite => {
-                            "PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = OFF;"
-                        }
+                        DatabaseKind::Sqlite => SQLITE_SETUP,
                         DatabaseKind::Postgres => "SET session_replication_role = replica",
                     };
                     sqlx::Executor::execute(&mut *connection, setup).await?;
@@ -322,6 +329,20 @@ impl Side {
 
     /// Rows of `table` in key order after a key (module docs of [`Batch`]).
     pub async fn batch(&self, table: &Table, batch: Batch<'_>) -> anyhow::Result<Vec<TableRow>> {
+        self.batch_on(&mut *self.pool.acquire().await?, table, batch, false)
+            .await
+    }
+
+    /// [`Side::batch`] on `connection`; with `lock` (PostgreSQL) the rows read stay share-locked
+    /// until its transaction ends, so none of them changes or goes meanwhile (the bulk copy:
+    /// [`super::work::Mover::copy`]).
+    pub async fn batch_on(
+        &self,
+        connection: &mut AnyConnection,
+        table: &Table,
+        batch: Batch<'_>,
+        lock: bool,
+    ) -> anyhow::Result<Vec<TableRow>> {
         let mut sql = format!("SELECT {} FROM {}", table.column_list(), table.name);
         let mut conditions = Vec::new();
         let mut next = 1;
@@ -341,6 +362,9 @@ impl Side {
             write!(sql, " WHERE {}", conditions.join(" AND "))?;
         }
         write!(sql, " ORDER BY {} LIMIT {}", table.key_list(), batch.limit)?;
+        if lock && self.kind == DatabaseKind::Postgres {
+            sql.push_str(" FOR SHARE");
+        }
         let mut query = sqlx::query(&sql);
         for value in batch.after.into_iter().flatten() {
             query = value.clone().bind(query);
@@ -348,7 +372,7 @@ impl Side {
         if let Some(since) = batch.since {
             query = query.bind(since);
         }
-        read_rows(query.fetch_all(&self.pool).await?)
+        read_rows(query.fetch_all(connection).await?)
     }
 
     /// The rows of `table` with these keys (any order; absent keys have no row), on
@@ -484,13 +508,24 @@ pub async fn delete_rows(
     Ok(())
 }
 
-/// The PostgreSQL function every capture trigger calls: the changed row's key, as a JSON array
-/// of the key columns named in the trigger's arguments, into `db_move_changes`.
-const POSTGRES_CAPTURE_FUNCTION: &str = "CREATE OR REPLACE FUNCTION db_move_capture() \
+/// The message a fenced database answers an application write with.
+pub const FENCED: &str = "database move: this database is fenced, it is not the authority now";
+
+/// The PostgreSQL function every capture trigger calls. First the fence ([`Side::set_fence`]):
+/// the shared advisory lock [`platform::db::locks::DB_MOVE_FENCE`], held to the commit, then
+/// the fence row — a closed fence refuses the write. Then the changed row's key, as a JSON
+/// array of the key columns named in the trigger's arguments, into `db_move_changes`.
+fn postgres_capture_function() -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION db_move_capture() \
 RETURNS trigger LANGUAGE plpgsql AS $$ \
 DECLARE changed jsonb; previous jsonb; key_of_new jsonb := '[]'::jsonb; key_of_old jsonb := '[]'::jsonb; \
 column_name text; \
 BEGIN \
+  PERFORM pg_advisory_xact_lock_shared({lock}); \
+  IF EXISTS (SELECT 1 FROM db_move_fence WHERE id = 1 AND closed = 1) THEN \
+    RAISE EXCEPTION '{FENCED}' USING ERRCODE = '55000'; \
+  END IF; \
   IF TG_OP <> 'DELETE' THEN changed := to_jsonb(NEW); END IF; \
   IF TG_OP <> 'INSERT' THEN previous := to_jsonb(OLD); END IF; \
   FOREACH column_name IN ARRAY TG_ARGV LOOP \
@@ -504,14 +539,17 @@ BEGIN \
     INSERT INTO db_move_changes (tbl, pk) VALUES (TG_TABLE_NAME, key_of_old::text); \
   END IF; \
   RETURN NULL; \
-END $$";
+END $$",
+        lock = platform::db::locks::DB_MOVE_FENCE
+    )
+}
 
 impl Side {
     /// Installs the capture triggers on every table (idempotent).
     pub async fn install_capture(&self, tables: &[Table]) -> anyhow::Result<()> {
         let mut connection = self.pool.acquire().await?;
         if self.kind == DatabaseKind::Postgres {
-            sqlx::Executor::execute(&mut *connection, POSTGRES_CAPTURE_FUNCTION).await?;
+            sqlx::Executor::execute(&mut *connection, postgres_capture_function().as_str()).await?;
         }
         for table in tables {
             for statement in capture_triggers(self.kind, table) {
@@ -577,6 +615,79 @@ impl Side {
         Ok(())
     }
 
+    /// Creates this side's fence row, open or `closed`, unless it exists.
+    pub async fn init_fence(&self, closed: bool) -> anyhow::Result<()> {
+        sqlx::query(
+            "INSERT INTO db_move_fence (id, closed, epoch) VALUES (1, $1, 0) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(i64::from(closed))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Whether this side's fence is closed.
+    pub async fn fence_closed(&self) -> anyhow::Result<bool> {
+        let closed: Option<i64> =
+            sqlx::query_scalar("SELECT closed FROM db_move_fence WHERE id = 1")
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(closed == Some(1))
+    }
+
+    /// Closes (or opens) this side's fence for application writes, recording `epoch`. Closing
+    /// waits for every application write transaction already past its first captured change to
+    /// commit or roll back — PostgreSQL: the fence's advisory lock taken exclusively; SQLite:
+    /// the write lock — but at most `within`, then fails (and nothing changed). Once closed, no
+    /// application write commits here: the capture triggers refuse it ([`FENCED`]).
+    pub async fn set_fence(
+        &self,
+        closed: bool,
+        epoch: i64,
+        within: Duration,
+    ) -> anyhow::Result<()> {
+        let millis = within.as_millis().clamp(1, 60_000);
+        let update = "UPDATE db_move_fence SET closed = $1, epoch = $2 WHERE id = 1";
+        match self.kind {
+            DatabaseKind::Postgres => {
+                let mut tx = self.pool.begin().await?;
+                sqlx::Executor::execute(
+                    &mut *tx,
+                    format!("SET LOCAL lock_timeout = {millis}").as_str(),
+                )
+                .await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(platform::db::locks::DB_MOVE_FENCE)
+                    .execute(&mut *tx)
+                    .await
+                    .context("waiting for the writes in flight")?;
+                sqlx::query(update)
+                    .bind(i64::from(closed))
+                    .bind(epoch)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+            }
+            DatabaseKind::Sqlite => {
+                let mut connection = self.pool.acquire().await?;
+                sqlx::Executor::execute(
+                    &mut *connection,
+                    format!("PRAGMA busy_timeout = {millis}").as_str(),
+                )
+                .await?;
+                let result = sqlx::query(update)
+                    .bind(i64::from(closed))
+                    .bind(epoch)
+                    .execute(&mut *connection)
+                    .await;
+                sqlx::Executor::execute(&mut *connection, SQLITE_BUSY_TIMEOUT).await?;
+                result.context("waiting for the write in flight")?;
+            }
+        }
+        Ok(())
+    }
+
     /// Change entries not yet replicated.
     pub async fn pending_changes(&self) -> anyhow::Result<i64> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM db_move_changes")
@@ -599,13 +710,23 @@ fn capture_triggers(kind: DatabaseKind, table: &Table) -> Vec<String> {
                 )
             };
             let name = &table.name;
+            // The fence: refused while closed, unless the mover writes (its marker entry, seq
+            // -1, exists only inside its own write transaction: SQLite has one writer).
+            let fence = format!(
+                "SELECT RAISE(ABORT, '{FENCED}') \
+                 WHERE EXISTS (SELECT 1 FROM db_move_fence WHERE id = 1 AND closed = 1) \
+                 AND NOT EXISTS (SELECT 1 FROM db_move_changes WHERE seq = {MOVER_MARKER});"
+            );
             let log = |row: &str| {
                 format!(
-                    "INSERT INTO db_move_changes (tbl, pk) VALUES ('{name}', {});",
+                    "{fence} INSERT INTO db_move_changes (tbl, pk) VALUES ('{name}', {});",
                     key_of(row)
                 )
             };
             vec![
+                format!("DROP TRIGGER IF EXISTS db_move_{name}_insert"),
+                format!("DROP TRIGGER IF EXISTS db_move_{name}_update"),
+                format!("DROP TRIGGER IF EXISTS db_move_{name}_delete"),
                 format!(
                     "CREATE TRIGGER IF NOT EXISTS db_move_{name}_insert AFTER INSERT ON {name} \
                      BEGIN {} END",

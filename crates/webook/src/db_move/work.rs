@@ -16,16 +16,17 @@ use platform::{
 use super::{
     control::{Control, MoveState, Phase, TableProgress, Task, Validation},
     tables::{
-        delete_rows, key_text, parse_key, write_rows, Batch, Key, OnConflict, Side, Table, TableRow,
+        delete_rows, key_text, parse_key, write_rows, Batch, Key, OnConflict, Side, Table,
+        TableRow, MOVER_MARKER,
     },
 };
 
 /// Rows per copy or validation batch.
 pub const BATCH_ROWS: usize = 1_000;
 /// Change entries per replication pass.
-const CHANGES_PER_PASS: i64 = 500;
+pub const CHANGES_PER_PASS: i64 = 500;
 /// The advisory lock that lets one replicator at a time drain a PostgreSQL change log.
-const REPLICATION_LOCK: i64 = 0x7765_626f_6f6b;
+const REPLICATION_LOCK: i64 = platform::db::locks::DB_MOVE_REPLICATION;
 
 /// Progress reports of long work: (table, rows done in it, its rows).
 pub type Progress<'a> = &'a (dyn Fn(&str, i64, i64) + Send + Sync);
@@ -109,7 +110,8 @@ async fn common_tables(source: &Side, destination: &Side) -> anyhow::Result<Vec<
 }
 
 /// Starts a move to `destination_url`: migrates the destination to this schema, records the
-/// move (phase SrcOnly) and installs the capture triggers on both sides.
+/// move (phase SrcOnly), sets the fences (the source open, the destination closed) and
+/// installs the capture triggers on both sides.
 pub async fn start(
     control: &Control,
     source_url: &str,
@@ -136,6 +138,9 @@ pub async fn start(
     }
     let state = control.load().await?.context("the move vanished")?;
     let mover = Mover::open(control.clone(), source_url, &state).await?;
+    // The source serves; the destination takes no application write until a switch opens it.
+    mover.source.init_fence(false).await?;
+    mover.destination.init_fence(true).await?;
     mover.source.install_capture(&mover.tables).await?;
     mover.destination.install_capture(&mover.tables).await?;
     Ok(mover)
@@ -181,7 +186,11 @@ pub async fn as_task<T>(
 impl Mover {
     /// Copies every table from the source to the destination in keyset batches, resuming after
     /// the last key a previous copy recorded. Rows already on the destination are kept: the
-    /// replicator brings newer versions of whatever changed meanwhile.
+    /// replicator brings newer versions of whatever changed meanwhile. Each batch holds its
+    /// rows at the source until they are written (PostgreSQL: `FOR SHARE`; SQLite: the write
+    /// lock, taken by the marker entry), so a change or delete of one of them commits — and is
+    /// logged for the replicator — only after the copy wrote it: a deleted row is never
+    /// resurrected by a copy that read it just before.
     pub async fn copy(&self, progress: Progress<'_>) -> anyhow::Result<(i64, String)> {
         let state = self
             .control
@@ -223,15 +232,27 @@ impl Mover {
             };
             let mut after = tables[index].after.as_deref().map(parse_key).transpose()?;
             while !tables[index].done {
+                // The batch's rows cannot change or go at the source until they are on the
+                // destination (module docs of `copy`): a row deleted meanwhile is never
+                // brought back.
+                let mut hold = self.source.pool.begin().await?;
+                if self.source.kind == DatabaseKind::Sqlite {
+                    sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES ($1, '', '[]')")
+                        .bind(MOVER_MARKER)
+                        .execute(&mut *hold)
+                        .await?;
+                }
                 let rows = self
                     .source
-                    .batch(
+                    .batch_on(
+                        &mut hold,
                         table,
                         Batch {
                             after: after.as_ref(),
                             limit: table.batch_rows(BATCH_ROWS),
                             since: None,
                         },
+                        true,
                     )
                     .await?;
                 let count = i64::try_from(rows.len())?;
@@ -239,6 +260,8 @@ impl Mover {
                 let mut connection = self.destination.pool.acquire().await?;
                 write_rows(&mut connection, table, rows, OnConflict::Keep).await?;
                 drop(connection);
+                // Releases the locks (SQLite: the marker goes with the rollback).
+                hold.rollback().await?;
                 copied_now += count;
                 let entry = &mut tables[index];
                 entry.copied += count;
@@ -374,35 +397,41 @@ async fn apply(
 }
 
 /// A write transaction on one side that keeps the capture triggers' echo out of the change
-/// log. On SQLite it first takes the write lock with a marker entry, and removes every change
-/// entry from the marker on before it commits: those are its own writes, captured by the
-/// triggers (nobody else writes meanwhile), not changes to copy back. (The mover's PostgreSQL
-/// connections fire no triggers at all.)
+/// log. On SQLite it first takes the write lock with the marker entry ([`MOVER_MARKER`], which
+/// also lets its writes pass a closed fence) and notes the last entry; before it commits it
+/// removes the marker and every entry after the noted one: those are its own writes, captured
+/// by the triggers (nobody else writes meanwhile), not changes to copy back. (The mover's
+/// PostgreSQL connections fire no triggers at all.)
 struct QuietWrite {
     tx: sqlx::Transaction<'static, sqlx::Any>,
-    marker: Option<i64>,
+    last: Option<i64>,
 }
 
 impl QuietWrite {
     async fn begin(side: &Side) -> anyhow::Result<Self> {
         let mut tx = side.pool.begin().await?;
-        let marker = match side.kind {
-            DatabaseKind::Sqlite => Some(
-                sqlx::query_scalar(
-                    "INSERT INTO db_move_changes (tbl, pk) VALUES ('', '[]') RETURNING seq",
+        let last = match side.kind {
+            DatabaseKind::Sqlite => {
+                sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES ($1, '', '[]')")
+                    .bind(MOVER_MARKER)
+                    .execute(&mut *tx)
+                    .await?;
+                Some(
+                    sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM db_move_changes")
+                        .fetch_one(&mut *tx)
+                        .await?,
                 )
-                .fetch_one(&mut *tx)
-                .await?,
-            ),
+            }
             DatabaseKind::Postgres => None,
         };
-        Ok(Self { tx, marker })
+        Ok(Self { tx, last })
     }
 
     async fn commit(mut self) -> anyhow::Result<()> {
-        if let Some(marker) = self.marker {
-            sqlx::query("DELETE FROM db_move_changes WHERE seq >= $1")
-                .bind(marker)
+        if let Some(last) = self.last {
+            sqlx::query("DELETE FROM db_move_changes WHERE seq > $1 OR seq = $2")
+                .bind(last)
+                .bind(MOVER_MARKER)
                 .execute(&mut *self.tx)
                 .await?;
         }
@@ -441,6 +470,14 @@ impl Mover {
         progress: Progress<'_>,
     ) -> anyhow::Result<(Validation, String)> {
         let at = now_millis();
+        let state = self
+            .control
+            .load()
+            .await?
+            .context("no move has been started")?;
+        let after_copy = !state.tables.is_empty() && state.tables.iter().all(|table| table.done);
+        let backlog =
+            self.source.pending_changes().await? + self.destination.pending_changes().await?;
         sqlx::query("DELETE FROM db_move_findings WHERE state = 'open'")
             .execute(&self.source.pool)
             .await?;
@@ -484,6 +521,9 @@ impl Mover {
             since,
             checked,
             findings,
+            phase: Some(state.phase),
+            after_copy,
+            backlog,
         };
         let message = format!(
             "compared {checked} rows of {} tables both ways: {findings} differences",
@@ -575,6 +615,40 @@ impl Mover {
         Ok(())
     }
 
+    /// The rows a validation begun at `at` found different (fixed since or not), compared
+    /// again on both sides: those that still differ, as `table key`. Run inside a switch's
+    /// pause, after the drain, when nothing changes any more (Ghostferry's inline verifier):
+    /// rows that were merely in flight during the validation compare equal now.
+    pub async fn verify_findings(&self, at: i64) -> anyhow::Result<Vec<String>> {
+        let found: Vec<(String, String)> =
+            sqlx::query_as("SELECT tbl, pk FROM db_move_findings WHERE ctime >= $1 ORDER BY id")
+                .bind(at)
+                .fetch_all(&self.source.pool)
+                .await?;
+        let mut keys: BTreeMap<String, Vec<Key>> = BTreeMap::new();
+        for (table, key) in found {
+            keys.entry(table).or_default().push(parse_key(&key)?);
+        }
+        let mut differing = Vec::new();
+        for (name, keys) in keys {
+            let Some(table) = self.table(&name) else {
+                continue;
+            };
+            let source = index(table, self.source.rows_by_key(None, table, &keys).await?);
+            let destination = index(
+                table,
+                self.destination.rows_by_key(None, table, &keys).await?,
+            );
+            for key in keys {
+                let text = key_text(&key);
+                if source.get(&text) != destination.get(&text) {
+                    differing.push(format!("{name} {text}"));
+                }
+            }
+        }
+        Ok(differing)
+    }
+
     /// Fixes every open finding from the authoritative side, guarded: the row is locked there,
     /// read again, and written to the other side only if its fingerprint is still the one
     /// validation recorded (a row changed since is left to the replicator and reported as
@@ -644,7 +718,8 @@ impl Mover {
         let mut lock = authority.pool.begin().await?;
         match authority.kind {
             DatabaseKind::Sqlite => {
-                sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES (-1, '', '[]')")
+                sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES ($1, '', '[]')")
+                    .bind(MOVER_MARKER)
                     .execute(&mut *lock)
                     .await?;
             }

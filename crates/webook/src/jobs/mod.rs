@@ -183,16 +183,22 @@ pub fn store(db: &Db) -> SqlJobStore {
     )
 }
 
-/// The pools `db` routes to at the moment of asking.
+/// The pools `db` routes to at the moment of asking, once its routing is open: while an online
+/// database move pauses this process, the scheduler waits like every store does (a pause that
+/// begins just after the check waits for the connection to come back; a write that still
+/// reaches the old database after its fence is refused there).
 #[derive(Debug)]
 struct RoutedPools(Db);
 
+#[async_trait::async_trait]
 impl scheduler::sql::PoolSource for RoutedPools {
-    fn reads(&self) -> sqlx::AnyPool {
+    async fn reads(&self) -> sqlx::AnyPool {
+        self.0.wait_until_open().await;
         self.0.pool().any_pool()
     }
 
-    fn writes(&self) -> sqlx::AnyPool {
+    async fn writes(&self) -> sqlx::AnyPool {
+        self.0.wait_until_open().await;
         self.0.writer().any_pool()
     }
 

@@ -317,12 +317,23 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     );
     load.progress(50).await;
 
-    // Differences the copy raced with are found and fixed while the load goes on.
+    // The destination becomes authoritative only after a full validation in SrcFirst.
+    let refused = post(
+        &app,
+        "/admin/db-move/switch",
+        Some(&admin),
+        json!({"phase": "DstFirst"}),
+    )
+    .await;
+    assert_eq!(refused.code(), 4, "{}", refused.raw);
+    assert!(refused.raw.contains("no validation"), "{}", refused.raw);
+
+    // Differences the copy raced with are found and fixed while the load goes on; the switch
+    // compares them again in its pause.
     operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
     task_done(&app, &admin, "validate").await;
     operate(&app, &admin, "/admin/db-move/fix", json!({})).await;
     task_done(&app, &admin, "fix").await;
-
     // A skipped neighbour is refused.
     let refused = post(
         &app,
@@ -692,7 +703,8 @@ async fn injected_differences_are_found_and_fixed_without_overwriting_newer_rows
 
     operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
     let again = task_done(&app, &admin, "validate").await;
-    assert_eq!(again["validation"]["findings"], 0, "{again}");
+    let findings = get(&app, "/admin/db-move/findings", Some(&admin)).await;
+    assert_eq!(again["validation"]["findings"], 0, "{}", findings.raw);
     app.stop().await.unwrap();
 }
 
