@@ -46,6 +46,19 @@ use super::{
     work::Mover,
 };
 
+/// Fault injection for the chaos tests: a coordinator whose environment has
+/// `WEBOOK_DB_MOVE_STALL=<point>` stops at that point of every switch it runs and never goes on
+/// (it is killed, stopped or left hanging there). Points: `paused` (stage pause written),
+/// `acknowledged`, `fenced`, `drained`, `flipped` (before the members' acknowledgements).
+pub const STALL_ENV: &str = "WEBOOK_DB_MOVE_STALL";
+
+async fn stall_point(point: &str) {
+    if std::env::var(STALL_ENV).is_ok_and(|stall| stall == point) {
+        tracing::warn!(point, "database move: the coordinator stalls here ({STALL_ENV})");
+        std::future::pending::<()>().await;
+    }
+}
+
 /// How long a coordinator's lease lasts without renewal.
 pub const LEASE: Duration = Duration::from_secs(3);
 /// How often a running coordinator renews its lease.
@@ -126,19 +139,23 @@ impl Switcher<'_> {
         tracing::info!(epoch, target = target.as_str(), members = ?members, "database move: switch paused");
         let lost = CancellationToken::new();
         let renewing = CancellationToken::new();
+        let cutoff = began + self.deadline.saturating_sub(cutoff_margin(self.deadline));
+        // Renewed up to the cutoff only: a coordinator that hangs past it (alive, but stuck
+        // with the old authority fenced) loses the switch to a taker-over that aborts it.
         tokio::spawn(renew(
             self.control.clone(),
             epoch,
             self.me.to_owned(),
+            cutoff,
             renewing.clone(),
             lost.clone(),
         ));
-        let cutoff = began + self.deadline.saturating_sub(cutoff_margin(self.deadline));
         let paused = self
             .pause_to_flip(&state, target, epoch, &members, cutoff, &lost)
             .await;
         let result = match paused {
             Ok(steps) => {
+                stall_point("flipped").await;
                 let pause = began.elapsed();
                 metrics::histogram!(SWITCH_PAUSE_SECONDS).record(pause.as_secs_f64());
                 let message = format!(
@@ -176,6 +193,7 @@ impl Switcher<'_> {
         lost: &CancellationToken,
     ) -> anyhow::Result<String> {
         let remaining = || cutoff.saturating_duration_since(Instant::now());
+        stall_point("paused").await;
         let step = Instant::now();
         loop {
             let waiting = self
@@ -198,6 +216,7 @@ impl Switcher<'_> {
             tokio::time::sleep(ACK_POLL).await;
         }
         let acks = step.elapsed();
+        stall_point("acknowledged").await;
         let (old, new, authority_changes) = sides(self.mover, state.phase, target);
         let step = Instant::now();
         if authority_changes {
@@ -206,6 +225,7 @@ impl Switcher<'_> {
                 .context("closing the old authority's fence (a write transaction still running)")?;
         }
         let fence = step.elapsed();
+        stall_point("fenced").await;
         let step = Instant::now();
         if state.phase.replicates() {
             tokio::time::timeout(remaining(), self.mover.drain())
@@ -213,6 +233,7 @@ impl Switcher<'_> {
                 .map_err(|_| anyhow::anyhow!("the change logs did not drain in time"))??;
         }
         let drain = step.elapsed();
+        stall_point("drained").await;
         let step = Instant::now();
         if state.phase == Phase::SrcFirst && target == Phase::DstFirst {
             // The validation's differences compared again now that nothing changes: those
@@ -411,6 +432,7 @@ impl Switcher<'_> {
             self.control.clone(),
             state.epoch,
             self.me.to_owned(),
+            Instant::now() + FLIP_ACKS_WITHIN + ABORT_FENCE_WITHIN * 2,
             renewing.clone(),
             CancellationToken::new(),
         ));
@@ -497,12 +519,13 @@ fn check_switch(state: &MoveState, target: Phase) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Renews `coordinator`'s lease on `epoch` until `stop`; cancels `lost` when it no longer runs
-/// the switch.
+/// Renews `coordinator`'s lease on `epoch` until `stop`, but not past `until`; cancels `lost`
+/// when it no longer runs the switch.
 async fn renew(
     control: Control,
     epoch: i64,
     coordinator: String,
+    until: Instant,
     stop: CancellationToken,
     lost: CancellationToken,
 ) {
@@ -510,6 +533,9 @@ async fn renew(
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(RENEW_EVERY) => {}
+        }
+        if Instant::now() >= until {
+            return;
         }
         match control.renew(epoch, &coordinator, lease_from_now()).await {
             Ok(true) => {}
