@@ -54,7 +54,10 @@ pub const STALL_ENV: &str = "WEBOOK_DB_MOVE_STALL";
 
 async fn stall_point(point: &str) {
     if std::env::var(STALL_ENV).is_ok_and(|stall| stall == point) {
-        tracing::warn!(point, "database move: the coordinator stalls here ({STALL_ENV})");
+        tracing::warn!(
+            point,
+            "database move: the coordinator stalls here ({STALL_ENV})"
+        );
         std::future::pending::<()>().await;
     }
 }

@@ -418,6 +418,59 @@ async fn an_admin_moves_the_database_to_postgresql_from_the_move_page() {
     browser.close().await;
 }
 
+/// A switch whose coordinator hangs (a stall point holds it after every instance paused) is
+/// shown with its stage, members and coordinator, and the abort button ends it: the phase
+/// stays, the outcome says who aborted, writes are served again.
+#[tokio::test]
+async fn an_admin_aborts_a_stuck_switch_from_the_move_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(
+        dir.path(),
+        &[
+            ("WEBOOK_ADMINS", "[1]"),
+            ("WEBOOK_DB_MOVE_STALL", "acknowledged"),
+            // Long enough that neither the pause's deadline nor a takeover ends it first.
+            ("WEBOOK_DB_MOVE_PAUSE_DEADLINE", "60s"),
+        ],
+    );
+    let token = api_login(&server, "admin@example.com").await;
+    let destination = TestDb::empty_postgres().await;
+    let browser = Browser::start("db_move_abort").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/move']").await;
+    browser.ready("move").await;
+    browser
+        .fill("input[name=destination]", &destination.url)
+        .await;
+    browser.click("[data-action=move-start]").await;
+    browser
+        .wait_attr("[data-test=move-task]", "data-state", "done")
+        .await;
+
+    browser.click("[data-action=move-switch-SrcFirst]").await;
+    browser.accept_dialog().await;
+    browser.wait_text("[data-test=move-stage]", "pause").await;
+    browser
+        .wait_text("[data-test=move-coordinator]", "lease")
+        .await;
+    browser.el("[data-action=move-abort]:not([hidden])").await;
+    browser.click("[data-action=move-abort]").await;
+    browser.accept_dialog().await;
+    browser.wait_text("[data-test=move-stage]", "abort").await;
+    browser
+        .wait_text("[data-test=move-outcome]", "aborted by the operator")
+        .await;
+    browser.wait_text("[data-test=move-phase]", "SrcOnly").await;
+    // Served again: a write answers at once.
+    let answer = api_get(&server, &token, "/admin/db-move").await;
+    assert_eq!(answer["stage"], "abort", "{answer}");
+    api_login(&server, "after-the-abort@example.com").await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the page reported {problems:?}");
+    browser.close().await;
+}
+
 async fn destination_pool(url: &str) -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
     sqlx::AnyPool::connect(url).await.unwrap()

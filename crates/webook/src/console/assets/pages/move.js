@@ -2,8 +2,10 @@
 // Shows the phase (SrcOnly → SrcFirst → DstFirst → DstOnly), the background task, the copy
 // progress of every table, the replication backlog, the last validation and its findings; and
 // drives the move: start it with a destination URL, validate (full, or the rows changed in the
-// last minutes), fix findings, switch to a neighbouring phase and finish (each switch and the
-// finish after a window.confirm; the finish answers the configuration to restart with).
+// last minutes), fix findings, switch to a neighbouring phase, abort a switch in progress and
+// finish (each switch, the abort and the finish after a window.confirm; the finish answers the
+// configuration to restart with). A switch runs on the server, not in this page: closing the tab
+// does not stop it, and the page shows its stage, members, coordinator and outcome while polling.
 // Re-polled every 2 s while visible. The page is built once and updated in place, so a typed
 // URL, the focus and the findings pages already loaded stay.
 
@@ -66,6 +68,12 @@ export async function move(ctx) {
   const stageText = h("span", { class: "muted" });
   const stageDt = h("dt", null, t("move.stage"));
   const stageDd = h("dd", null, stageEl, " ", stageText);
+  const membersEl = h("dd", { dataset: { test: "move-members" } });
+  const coordinatorEl = h("dd", { dataset: { test: "move-coordinator" } });
+  const switchFacts = [h("dt", null, t("move.members")), membersEl, h("dt", null, t("move.coordinator")), coordinatorEl];
+  const outcomeEl = h("dd", { dataset: { test: "move-outcome" } });
+  const outcomeDt = h("dt", null, t("move.outcome"));
+  const fencedEl = h("dd", { dataset: { test: "move-fenced" } });
 
   // Start.
   const startAlert = alertBox();
@@ -193,6 +201,19 @@ export async function move(ctx) {
       return post("switch", { phase: p });
     }, (s) => t("move.switched", { phase: label("move.p", s.phase) }), p === "DstOnly" ? "danger" : null);
   }
+  // Not one of the one-at-a-time actions: it must work while the switch request still waits.
+  const abort = h("button", { type: "button", class: "danger", dataset: { action: "move-abort" }, hidden: true }, t("move.abort"));
+  abort.addEventListener("click", async () => {
+    if (abort.disabled || !confirm(t("move.confirmAbort"))) return;
+    abort.disabled = true;
+    actAlert.clear();
+    try {
+      paint(await post("abort", {}));
+      actStatus.show(t("move.aborted"));
+    } catch (err) {
+      if (!isAbort(err)) actAlert.show(errorText(err));
+    } finally { abort.disabled = false; }
+  });
   const finish = button(t("move.finish"), "move-finish", () => {
     if (!confirm(t("move.confirmFinish"))) return null;
     return post("finish", {});
@@ -263,6 +284,16 @@ export async function move(ctx) {
     stageDt.hidden = stageDd.hidden = !s.stage;
     set(stageEl, s.stage || "");
     set(stageText, s.stage ? label("move.st", s.stage) : "");
+    const switching = ["pause", "aborting", "flip"].includes(s.stage);
+    for (const el of switchFacts) el.hidden = !switching;
+    set(membersEl, (s.members || []).join(", ") || "—");
+    const lease = s.leaseUntil ? fmtDuration(Math.max(0, s.leaseUntil - serverNow())) : "";
+    set(coordinatorEl, s.coordinator ? `${s.coordinator} (${t("move.leaseLeft", { d: lease })})` : "—");
+    outcomeDt.hidden = outcomeEl.hidden = !s.outcome;
+    set(outcomeEl, s.outcome || "");
+    const fenced = ["source", "destination"].filter((side) => s.fenced?.[side]).map((side) => t(side === "source" ? "move.source" : "move.dest"));
+    set(fencedEl, fenced.length ? fenced.join(", ") : t("move.fencedNone"));
+    abort.hidden = !switching;
     startForm.hidden = !(s.phase === "SrcOnly" && !s.destination);
     paintTask(s.task);
     paintTables(s.tables || []);
@@ -276,7 +307,7 @@ export async function move(ctx) {
     set(openFindings, num(s.openFindings ?? 0));
     checks.hidden = !s.destination;
     const near = neighbours(s);
-    for (const p of PHASES) switches[p].hidden = !near.includes(p);
+    for (const p of PHASES) switches[p].hidden = switching || !near.includes(p);
     finish.hidden = s.phase !== "DstOnly" || !!s.restartWith;
     restartBox.hidden = !s.restartWith;
     set(restart, s.restartWith || "");
@@ -305,7 +336,9 @@ export async function move(ctx) {
         h("dt", null, t("move.source")), h("dd", null, sourceEl),
         h("dt", null, t("move.dest")), h("dd", null, destEl),
         h("dt", null, t("move.epoch")), epochEl,
-        stageDt, stageDd),
+        stageDt, stageDd, ...switchFacts,
+        outcomeDt, outcomeEl,
+        h("dt", null, t("move.fenced")), fencedEl),
       h("p", { class: "meta" }, t("jobs.live"))),
     startForm,
     h("section", { class: "card" }, h("h2", null, t("move.taskTitle")), taskEl),
@@ -326,7 +359,7 @@ export async function move(ctx) {
     h("section", { class: "card" },
       h("h2", null, t("move.actions")),
       checks,
-      h("div", { class: "actions" }, PHASES.map((p) => switches[p]), finish),
+      h("div", { class: "actions" }, PHASES.map((p) => switches[p]), abort, finish),
       actAlert, actStatus, restartBox),
     h("section", { class: "card" },
       h("div", { class: "title-row" }, h("h2", null, t("move.findingsTitle")), reload),
