@@ -916,3 +916,149 @@ async fn the_cli_moves_a_running_embedded_server_and_it_restarts_on_postgresql()
         assert_eq!(body["data"]["title"], title, "{body}");
     }
 }
+
+/// The write fence, on both engines: from the start the destination refuses every application
+/// write (captured tables only take the mover's), and a closed source refuses them too — in the
+/// database itself, whoever writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_database_refuses_application_writes_on_both_engines() {
+    let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
+    let app = embedded_on(db.clone()).await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (admin, _) = login(&app, ADMIN).await;
+    let destination = TestDb::empty_postgres().await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/start",
+        json!({"destination": destination.url}),
+    )
+    .await;
+    let status = task_done(&app, &admin, "copy").await;
+    assert_eq!(
+        status["fenced"],
+        json!({"source": false, "destination": true}),
+        "{status}"
+    );
+    let write = "UPDATE users SET nickname = 'fenced?' WHERE id = 1";
+    let on_destination = sqlx::query(write)
+        .execute(&pool(&destination.url).await)
+        .await
+        .unwrap_err();
+    assert!(
+        on_destination.to_string().contains("fenced"),
+        "{on_destination}"
+    );
+    let source = pool(&db.url).await;
+    sqlx::query(write).execute(&source).await.unwrap();
+    sqlx::query("UPDATE db_move_fence SET closed = 1")
+        .execute(&source)
+        .await
+        .unwrap();
+    let on_source = sqlx::query(write).execute(&source).await.unwrap_err();
+    assert!(on_source.to_string().contains("fenced"), "{on_source}");
+    // Through the application: refused, not acknowledged.
+    let answer = post(
+        &app,
+        "/users/edit",
+        Some(&admin),
+        json!({"nickname": "after", "birthday": "2000-01-01", "aboutMe": ""}),
+    )
+    .await;
+    assert_ne!(answer.code(), 0, "{}", answer.raw);
+    sqlx::query("UPDATE db_move_fence SET closed = 0")
+        .execute(&source)
+        .await
+        .unwrap();
+    sqlx::query(write).execute(&source).await.unwrap();
+}
+
+/// A switch whose coordinator went away (its lease ran out at stage pause) is ended by the
+/// serving instance on its own: aborted, every fence as before, writes served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_switch_is_aborted_by_the_instance() {
+    let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
+    let app = embedded_on(db.clone()).await;
+    assert_eq!(signup(&app, ADMIN).await.code(), 0);
+    let (admin, _) = login(&app, ADMIN).await;
+    let destination = TestDb::empty_postgres().await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/start",
+        json!({"destination": destination.url}),
+    )
+    .await;
+    task_done(&app, &admin, "copy").await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
+    // What a coordinator of the switch to DstFirst killed right after fencing leaves: stage
+    // pause, a lapsed lease, the source's fence closed.
+    let source = pool(&db.url).await;
+    sqlx::query(
+        "UPDATE db_move SET epoch = epoch + 1, stage = 'pause', target = 'DstFirst', \
+         members = '[]', coordinator = 'cli-gone', lease_until = 1, paused_at = 1",
+    )
+    .execute(&source)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE db_move_fence SET closed = 1")
+        .execute(&source)
+        .await
+        .unwrap();
+    wait_until("the orphaned switch to be aborted", || async {
+        move_status(&app, &admin).await["stage"] == "abort"
+    })
+    .await;
+    let status = move_status(&app, &admin).await;
+    assert_eq!(status["phase"], "SrcFirst", "{status}");
+    assert!(
+        status["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("the coordinator cli-gone went away at stage pause"),
+        "{status}"
+    );
+    assert_ne!(status["coordinator"], "cli-gone", "{status}");
+    assert_eq!(
+        status["fenced"],
+        json!({"source": false, "destination": true}),
+        "{status}"
+    );
+    // Served again.
+    assert_eq!(signup(&app, "after@example.com").await.code(), 0);
+    // And the operator's abort of nothing is refused with the reason.
+    let refused = post(&app, "/admin/db-move/abort", Some(&admin), json!({})).await;
+    assert_eq!(refused.code(), 4, "{}", refused.raw);
+    assert!(
+        refused.raw.contains("no switch is in progress"),
+        "{}",
+        refused.raw
+    );
+}
+
+/// The durable job store waits while the application's database is paused (it once took raw
+/// pools and kept writing to the old database during a switch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_store_waits_for_a_paused_database() {
+    let (app, _) = embedded_with_admin().await;
+    let store = webook::jobs::store(&app.platform.db);
+    let paused = app
+        .platform
+        .db
+        .pause(std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    let listing = tokio::spawn(async move { store.list().await.map(|jobs| jobs.len()) });
+    // Negative check: it has not answered while paused (nothing to await but time).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!listing.is_finished(), "the job store ran while paused");
+    drop(paused);
+    let jobs = listing.await.unwrap().unwrap();
+    assert!(jobs > 0, "no jobs listed after the pause");
+}
