@@ -179,6 +179,12 @@ impl Control {
         Self { db }
     }
 
+    /// The writer pool of the database the control row is on, as it is now (the mover's turn
+    /// to write to a SQLite source: [`super::tables::Side::gate`]).
+    pub fn writer_pool(&self) -> sqlx::AnyPool {
+        self.db.writer().any_pool()
+    }
+
     /// The move, if one was started.
     pub async fn load(&self) -> anyhow::Result<Option<MoveState>> {
         let row: Option<(Row, SwitchRow)> = sqlx::query(

@@ -232,7 +232,15 @@ impl Table {
 pub struct Side {
     pub pool: AnyPool,
     pub kind: DatabaseKind,
+    /// SQLite only: the writer pool of the process's own `Db` on this file (its one writer
+    /// connection). The mover holds a connection of it while it writes here ([`Side::turn`]),
+    /// so the application's writers queue for their turn in that pool instead of sleeping in
+    /// SQLite's busy handler, whose growing steps made the tail of every write long.
+    pub gate: Option<AnyPool>,
 }
+
+/// A turn at writing to a SQLite side ([`Side::turn`]); nothing on PostgreSQL.
+pub type Turn = Option<sqlx::pool::PoolConnection<sqlx::Any>>;
 
 /// Keyset batch reading: rows after `after` (or from the start), at most `limit`, optionally
 /// only those with `utime >= since`.
@@ -266,7 +274,11 @@ impl Side {
             .connect(&platform::db::connect_url(url)?)
             .await
             .with_context(|| format!("connecting to {}", redact_url(url)))?;
-        Ok(Self { pool, kind })
+        Ok(Self {
+            pool,
+            kind,
+            gate: None,
+        })
     }
 
     /// The tables of this database (less the move's own), with columns and keys.
@@ -615,6 +627,15 @@ impl Side {
         Ok(())
     }
 
+    /// Waits for this process's turn to write to a SQLite side and holds it while the result
+    /// lives ([`Side::gate`]).
+    pub async fn turn(&self) -> anyhow::Result<Turn> {
+        match &self.gate {
+            Some(gate) => Ok(Some(gate.acquire().await?)),
+            None => Ok(None),
+        }
+    }
+
     /// Creates this side's fence row, open or `closed`, unless it exists.
     pub async fn init_fence(&self, closed: bool) -> anyhow::Result<()> {
         sqlx::query(
@@ -670,6 +691,7 @@ impl Side {
                 tx.commit().await?;
             }
             DatabaseKind::Sqlite => {
+                let _turn = self.turn().await?;
                 let mut connection = self.pool.acquire().await?;
                 sqlx::Executor::execute(
                     &mut *connection,

@@ -47,7 +47,10 @@ impl Mover {
         source_url: &str,
         state: &MoveState,
     ) -> anyhow::Result<Self> {
-        let source = Side::connect(source_url).await?;
+        let mut source = Side::connect(source_url).await?;
+        if source.kind == DatabaseKind::Sqlite {
+            source.gate = Some(control.writer_pool());
+        }
         let destination = Side::connect(&state.destination).await?;
         let tables = common_tables(&source, &destination).await?;
         Ok(Self {
@@ -235,6 +238,7 @@ impl Mover {
                 // The batch's rows cannot change or go at the source until they are on the
                 // destination (module docs of `copy`): a row deleted meanwhile is never
                 // brought back.
+                let turn = self.source.turn().await?;
                 let mut hold = self.source.pool.begin().await?;
                 if self.source.kind == DatabaseKind::Sqlite {
                     sqlx::query("INSERT INTO db_move_changes (seq, tbl, pk) VALUES ($1, '', '[]')")
@@ -262,6 +266,7 @@ impl Mover {
                 drop(connection);
                 // Releases the locks (SQLite: the marker goes with the rollback).
                 hold.rollback().await?;
+                drop(turn);
                 copied_now += count;
                 let entry = &mut tables[index];
                 entry.copied += count;
@@ -300,7 +305,7 @@ impl Mover {
                     .bind(REPLICATION_LOCK)
                     .execute(&mut *log)
                     .await?;
-                let taken = self.replicate_entries(&mut log, to).await?;
+                let taken = self.replicate_entries(from, &mut log, to).await?;
                 log.commit().await?;
                 Ok(taken)
             }
@@ -309,13 +314,14 @@ impl Mover {
             // application writes.
             DatabaseKind::Sqlite => {
                 let mut log = from.pool.acquire().await?;
-                self.replicate_entries(&mut log, to).await
+                self.replicate_entries(from, &mut log, to).await
             }
         }
     }
 
     async fn replicate_entries(
         &self,
+        from: &Side,
         log: &mut sqlx::AnyConnection,
         to: &Side,
     ) -> anyhow::Result<usize> {
@@ -363,7 +369,9 @@ impl Mover {
         for seq in &taken {
             delete = delete.bind(*seq);
         }
+        let turn = from.turn().await?;
         delete.execute(&mut *log).await?;
+        drop(turn);
         Ok(entries.len())
     }
 
@@ -405,10 +413,12 @@ async fn apply(
 struct QuietWrite {
     tx: sqlx::Transaction<'static, sqlx::Any>,
     last: Option<i64>,
+    _turn: super::tables::Turn,
 }
 
 impl QuietWrite {
     async fn begin(side: &Side) -> anyhow::Result<Self> {
+        let turn = side.turn().await?;
         let mut tx = side.pool.begin().await?;
         let last = match side.kind {
             DatabaseKind::Sqlite => {
@@ -424,7 +434,11 @@ impl QuietWrite {
             }
             DatabaseKind::Postgres => None,
         };
-        Ok(Self { tx, last })
+        Ok(Self {
+            tx,
+            last,
+            _turn: turn,
+        })
     }
 
     async fn commit(mut self) -> anyhow::Result<()> {
@@ -715,6 +729,7 @@ impl Mover {
     ) -> anyhow::Result<bool> {
         // The authoritative row cannot change while it is locked: SQLite's write lock (taken
         // by a write of the marker kind, removed again), PostgreSQL's row lock.
+        let turn = authority.turn().await?;
         let mut lock = authority.pool.begin().await?;
         match authority.kind {
             DatabaseKind::Sqlite => {
@@ -748,6 +763,7 @@ impl Mover {
         write.commit().await?;
         // Releases the lock (and, on SQLite, removes nothing: the marker is rolled back).
         lock.rollback().await?;
+        drop(turn);
         Ok(true)
     }
 }
