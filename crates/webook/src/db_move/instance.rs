@@ -64,6 +64,8 @@ pub struct InstanceMove {
     pub config: Config,
     /// `db_move_pause_deadline`.
     pub deadline: Duration,
+    /// Where `/readyz` reads this process's part in the move (`details.db_move`).
+    pub status: platform::ops::StatusBoard,
 }
 
 /// The pause of one epoch, shared with its deadline timer.
@@ -79,6 +81,8 @@ struct Held {
     paused_epoch: i64,
     acknowledged: (i64, String),
     replicator: Option<CancellationToken>,
+    /// The replicator's last failure (ms since the epoch) and its message.
+    replication_failure: Arc<Mutex<Option<(i64, String)>>>,
 }
 
 impl InstanceMove {
@@ -237,6 +241,7 @@ impl InstanceMove {
             }
         }
         self.keep_replicating(held, state.phase.replicates());
+        self.status.set("db_move", describe(held, &state));
         Ok(true)
     }
 
@@ -285,7 +290,7 @@ impl InstanceMove {
                 };
                 let stop = CancellationToken::new();
                 held.replicator = Some(stop.clone());
-                tokio::spawn(replicate(mover, stop));
+                tokio::spawn(replicate(mover, stop, held.replication_failure.clone()));
             }
             (false, true) => {
                 if let Some(replicator) = held.replicator.take() {
@@ -349,8 +354,52 @@ async fn heartbeat(control: Control, instance: String, stop: CancellationToken) 
     }
 }
 
-/// Copies logged changes across, both ways, until `stop`.
-async fn replicate(mover: Mover, stop: CancellationToken) {
+/// How this process takes part in the move, for `/readyz`: `ok: …` or `degraded: …` (a pause
+/// that outlived its deadline while the switch still runs, a replicator failing now).
+fn describe(held: &Held, state: &MoveState) -> String {
+    let paused = lock(&held.paused)
+        .as_ref()
+        .map(|(epoch, _, since)| (*epoch, since.elapsed()));
+    if let Some((epoch, since)) = paused {
+        return format!(
+            "ok: paused by the switch to {} (epoch {epoch}) for {} ms",
+            state.target.as_str(),
+            since.as_millis()
+        );
+    }
+    if state.stage == STAGE_PAUSE && held.paused_epoch == state.epoch {
+        return format!(
+            "degraded: the switch to {} (epoch {}) outlived this instance's pause deadline; \
+             serving on {}",
+            state.target.as_str(),
+            state.epoch,
+            state.phase.as_str()
+        );
+    }
+    let failure = held
+        .replication_failure
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    match failure {
+        Some((at, error)) if state.phase.replicates() && now_millis() - at < 5_000 => {
+            format!("degraded: replication failing: {error}")
+        }
+        _ if state.switching() => format!(
+            "ok: switch to {} at stage {}",
+            state.target.as_str(),
+            state.stage
+        ),
+        _ => format!("ok: phase {}", state.phase.as_str()),
+    }
+}
+
+/// Copies logged changes across, both ways, until `stop`; records its last failure.
+async fn replicate(
+    mover: Mover,
+    stop: CancellationToken,
+    failure: Arc<Mutex<Option<(i64, String)>>>,
+) {
     let mut idle = REPLICATOR_IDLE;
     while !stop.is_cancelled() {
         let taken = async {
@@ -371,6 +420,10 @@ async fn replicate(mover: Mover, stop: CancellationToken) {
                 continue;
             }
             Err(err) => {
+                *failure
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some((now_millis(), format!("{err:#}")));
                 metrics::counter!(super::REPLICATION_FAILURES_TOTAL).increment(1);
                 tracing::warn!(error = %format!("{err:#}"), "database move: replication failed; retrying");
                 idle = (idle * 2).min(Duration::from_secs(1));

@@ -148,6 +148,7 @@ impl Feature for DbMove {
             instance: name.clone(),
             config: (*platform.config).clone(),
             deadline,
+            status: platform.status.clone(),
         };
         instance.route_at_start().await?;
         registry.background("db_move", move |background| instance.run(background.stop));

@@ -1030,8 +1030,16 @@ async fn an_orphaned_switch_is_aborted_by_the_instance() {
         json!({"source": false, "destination": true}),
         "{status}"
     );
-    // Served again.
+    // Served again, and `/readyz` says where this instance stands.
     assert_eq!(signup(&app, "after@example.com").await.code(), 0);
+    wait_until("readiness to show the phase", || async {
+        platform::ops::readiness(&app.platform)
+            .await
+            .details
+            .get("db_move")
+            == Some(&"ok: phase SrcFirst".to_owned())
+    })
+    .await;
     // And the operator's abort of nothing is refused with the reason.
     let refused = post(&app, "/admin/db-move/abort", Some(&admin), json!({})).await;
     assert_eq!(refused.code(), 4, "{}", refused.raw);
