@@ -371,10 +371,11 @@ impl IntoResponse for AppError {
 }
 
 /// A failure of the database itself (unreachable, disk full, …) is a dependency being down:
-/// answered 503, so clients and load balancers retry; anything else is a 500.
+/// answered 503, so clients and load balancers retry; so is a write refused by a database
+/// move's fence (the retry reaches the new authority). Anything else is a 500.
 impl From<anyhow::Error> for AppError {
     fn from(err: anyhow::Error) -> Self {
-        if crate::db::caused_by_unavailable_database(&err) {
+        if crate::db::caused_by_unavailable_database(&err) || crate::db::caused_by_fence(&err) {
             Self::Unavailable(err)
         } else {
             Self::Internal(err)

@@ -31,7 +31,7 @@ pub mod pool;
 mod route;
 
 pub use pool::{caused_by_unavailable_database, is_unavailable, DbPool};
-pub use route::Paused;
+pub use route::{caused_by_fence, Paused, FENCED_MESSAGE};
 
 use std::{
     borrow::Cow,

@@ -27,6 +27,24 @@ use tokio::sync::watch;
 use super::pool::Circuit;
 use crate::config::DatabaseKind;
 
+/// How a database fenced by an online move refuses an application write (the move's capture
+/// triggers raise it): the write reached the database that no longer serves — an instance that
+/// had not yet seen the switch. Answered 503 like an unavailable database, so the client
+/// retries and reaches the new authority ([`caused_by_fence`]).
+pub const FENCED_MESSAGE: &str =
+    "database move: this database is fenced, it is not the authority now";
+
+/// Whether `err`, or anything in its cause chain, is a write refused by a fence
+/// ([`FENCED_MESSAGE`]).
+pub fn caused_by_fence(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<sqlx::Error>()
+            .and_then(sqlx::Error::as_database_error)
+            .is_some_and(|db| db.message().contains(FENCED_MESSAGE))
+    })
+}
+
 /// Which of an engine's pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum PoolSide {

@@ -521,7 +521,7 @@ pub async fn delete_rows(
 }
 
 /// The message a fenced database answers an application write with.
-pub const FENCED: &str = "database move: this database is fenced, it is not the authority now";
+pub const FENCED: &str = platform::db::FENCED_MESSAGE;
 
 /// The PostgreSQL function every capture trigger calls. First the fence ([`Side::set_fence`]):
 /// the shared advisory lock [`platform::db::locks::DB_MOVE_FENCE`], held to the commit, then
