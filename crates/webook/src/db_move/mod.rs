@@ -32,6 +32,8 @@ mod cli;
 mod control;
 mod http;
 mod instance;
+#[cfg(test)]
+mod model;
 mod settings;
 mod switch;
 mod tables;
