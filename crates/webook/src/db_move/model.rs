@@ -21,11 +21,11 @@
 //!   first row change: the fence's shared lock, then the check of `closed` (refused: the client
 //!   gets an error). `WriteCommit` commits and is the acknowledgement; the capture triggers'
 //!   `db_move_changes` entry is the write counted on that side.
-//! - **Coordinator** (`Coordinate`/`GiveUp`, the CLI's `control::switch`, a taker-over's or the
-//!   operator's abort): `Begin` = step 1 (CAS Idle → Pause, epoch + 1, members := instances
-//!   running now); `AwaitPaused` = step 2 (`Control::await_acks`); `Fence` = step 3 (closing
-//!   the old authority: waits while any write holds the shared lock there); `Drain` = step 4
-//!   (the drain / `await_drained`: every write logged on Old is then on New); `OpenNew` =
+//! - **Coordinator** (`Coordinate`/`GiveUp`: the switch's coordinator in control.rs, run by the
+//!   CLI, a taker-over or the operator's abort): `Begin` = step 1 (CAS Idle → Pause, epoch + 1,
+//!   members := instances running now); `AwaitPaused` = step 2 (polling the acknowledgements);
+//!   `Fence` = step 3 (closing the old authority: waits while any write holds the shared lock
+//!   there); `Drain` = step 4 (every write logged on Old is then on New); `OpenNew` =
 //!   step 5 (sequences, open New); `Flip` = step 6 (CAS Pause → Flip, phase := New, only if
 //!   still coordinator and before the cutoff, else abort); `Complete` = step 7 (the bounded wait
 //!   for `flipped`, taken as any length, then Idle). Abort = `CloseNew`, `OpenOld`, `AbortCas`
@@ -90,7 +90,7 @@
 //!
 //! # Guards and what removing each finds
 //!
-//! | guard | invariant it protects | counterexample (shortest, slots as numbered before symmetry) |
+//! | guard | invariant it protects | counterexample (the shortest, found while writing the model) |
 //! | --- | --- | --- |
 //! | `fence` | 1 | a write begun on Old, its instance stopped (so no member); pause, drain, flip; SIGCONT; it commits on Old after the flip |
 //! | `instance_deadline` | 2 | pause, an instance pauses, ticks: nothing else bounds a pause (a slow or crashed coordinator) |
