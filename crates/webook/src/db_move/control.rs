@@ -130,6 +130,8 @@ pub struct MoveState {
     pub paused_at: i64,
     /// How the last switch ended, for the operator.
     pub outcome: String,
+    /// The fence token of whoever runs the switch (raised by every begin and takeover).
+    pub fence_token: i64,
 }
 
 impl MoveState {
@@ -170,8 +172,8 @@ pub struct Control {
 
 /// phase, destination, epoch, stage, task, tables, validation.
 type Row = (String, String, i64, String, String, String, String);
-/// target, members, coordinator, lease_until, paused_at, outcome.
-type SwitchRow = (String, String, String, i64, i64, String);
+/// target, members, coordinator, lease_until, paused_at, outcome, fence_token.
+type SwitchRow = (String, String, String, i64, i64, String, i64);
 
 impl Control {
     /// Control on `db`, which must stay on the source (a [`Db::detached`] one in instances).
@@ -189,7 +191,7 @@ impl Control {
     pub async fn load(&self) -> anyhow::Result<Option<MoveState>> {
         let row: Option<(Row, SwitchRow)> = sqlx::query(
             "SELECT phase, destination, epoch, stage, task, tables, validation, \
-             target, members, coordinator, lease_until, paused_at, outcome \
+             target, members, coordinator, lease_until, paused_at, outcome, fence_token \
              FROM db_move WHERE id = 1",
         )
         .try_map(|row: sqlx::any::AnyRow| {
@@ -211,6 +213,7 @@ impl Control {
                     row.try_get(10)?,
                     row.try_get(11)?,
                     row.try_get(12)?,
+                    row.try_get(13)?,
                 ),
             ))
         })
@@ -218,7 +221,7 @@ impl Control {
         .await?;
         let Some((
             (phase, destination, epoch, stage, task, tables, validation),
-            (target, members, coordinator, lease_until, paused_at, outcome),
+            (target, members, coordinator, lease_until, paused_at, outcome, fence_token),
         )) = row
         else {
             return Ok(None);
@@ -239,6 +242,7 @@ impl Control {
             lease_until,
             paused_at,
             outcome,
+            fence_token,
         }))
     }
 
@@ -285,22 +289,25 @@ impl Control {
         Ok(())
     }
 
-    /// Begins a switch to `target` if the move is still at `epoch` with no switch in progress:
-    /// the next epoch, stage pause, `members`, `coordinator` holding the lease until
-    /// `lease_until`. Whether it began (another coordinator may have been quicker).
+    /// Begins a switch to `target` if the move is still as `seen` (same epoch and fence token)
+    /// with no switch in progress: the next epoch, stage pause, `members`, `coordinator`
+    /// holding the lease until `lease_until`, the next fence token. The token, if it began
+    /// (another coordinator may have been quicker).
     pub async fn begin_switch(
         &self,
-        epoch: i64,
+        seen: &MoveState,
         target: Phase,
         members: &[String],
         coordinator: &str,
         lease_until: i64,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Option<i64>> {
         let now = now_millis();
+        let token = seen.fence_token + 1;
         let begun = sqlx::query(
             "UPDATE db_move SET epoch = epoch + 1, stage = $1, target = $2, members = $3, \
-             coordinator = $4, lease_until = $5, paused_at = $6, outcome = '', utime = $6 \
-             WHERE id = 1 AND epoch = $7 AND stage IN ($8, $9)",
+             coordinator = $4, lease_until = $5, paused_at = $6, outcome = '', utime = $6, \
+             fence_token = $10 \
+             WHERE id = 1 AND epoch = $7 AND stage IN ($8, $9) AND fence_token = $11",
         )
         .bind(STAGE_PAUSE)
         .bind(target.as_str())
@@ -308,12 +315,14 @@ impl Control {
         .bind(coordinator)
         .bind(lease_until)
         .bind(now)
-        .bind(epoch)
+        .bind(seen.epoch)
         .bind(STAGE_IDLE)
         .bind(STAGE_ABORT)
+        .bind(token)
+        .bind(seen.fence_token)
         .execute(self.db.writer())
         .await?;
-        Ok(begun.rows_affected() == 1)
+        Ok((begun.rows_affected() == 1).then_some(token))
     }
 
     /// Moves the switch of `epoch` from one of `from` to `stage` with `phase` (and `outcome`,
@@ -367,19 +376,20 @@ impl Control {
         Ok(renewed.rows_affected() == 1)
     }
 
-    /// Makes `coordinator` the one running the switch `seen` shows, if it is still exactly
-    /// that (same epoch, stage, coordinator and lease): an orphan's takeover, or an operator's
-    /// abort when `force`. Whether it did.
+    /// Makes `coordinator` the one running the switch `seen` shows, with the next fence
+    /// token, if it is still exactly that (same epoch, stage, coordinator, lease and token): an
+    /// orphan's takeover, or an operator's abort. The token, if it did.
     pub async fn take_over(
         &self,
         seen: &MoveState,
         coordinator: &str,
         lease_until: i64,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Option<i64>> {
+        let token = seen.fence_token + 1;
         let taken = sqlx::query(
-            "UPDATE db_move SET coordinator = $1, lease_until = $2, utime = $3 \
+            "UPDATE db_move SET coordinator = $1, lease_until = $2, utime = $3, fence_token = $8 \
              WHERE id = 1 AND epoch = $4 AND stage = $5 AND coordinator = $6 \
-             AND lease_until = $7",
+             AND lease_until = $7 AND fence_token = $9",
         )
         .bind(coordinator)
         .bind(lease_until)
@@ -388,9 +398,11 @@ impl Control {
         .bind(&seen.stage)
         .bind(&seen.coordinator)
         .bind(seen.lease_until)
+        .bind(token)
+        .bind(seen.fence_token)
         .execute(self.db.writer())
         .await?;
-        Ok(taken.rows_affected() == 1)
+        Ok((taken.rows_affected() == 1).then_some(token))
     }
 
     /// Marks the move finished (it stays recorded: see [`super::STAGE_FINISHED`]).

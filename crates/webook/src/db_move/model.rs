@@ -122,6 +122,10 @@
 //!   and the write is lost. Claiming the coordinator first (as a takeover does) closes that
 //!   race, and with fence tokens it checks clean; without tokens the coordinator, still running,
 //!   fences Old after the operator's abort (invariant 4).
+//!
+//! The code follows both findings: the control row's `fence_token` is raised by every begin and
+//! takeover and carried by every fence write (`tables::Side::set_fence` refuses an older one),
+//! and the operator's abort takes the switch over before it touches a fence (`switch.rs`).
 
 use std::collections::BTreeSet;
 

@@ -131,13 +131,13 @@ impl Switcher<'_> {
         check_switch(&state, target)?;
         let members = self.control.alive(MEMBER_WITHIN).await?;
         let began = Instant::now();
-        if !self
+        let Some(token) = self
             .control
-            .begin_switch(state.epoch, target, &members, self.me, lease_from_now())
+            .begin_switch(&state, target, &members, self.me, lease_from_now())
             .await?
-        {
+        else {
             anyhow::bail!("another switch began meanwhile: see the status");
-        }
+        };
         let epoch = state.epoch + 1;
         tracing::info!(epoch, target = target.as_str(), members = ?members, "database move: switch paused");
         let lost = CancellationToken::new();
@@ -154,7 +154,7 @@ impl Switcher<'_> {
             lost.clone(),
         ));
         let paused = self
-            .pause_to_flip(&state, target, epoch, &members, cutoff, &lost)
+            .pause_to_flip(&state, target, (epoch, token), &members, cutoff, &lost)
             .await;
         let result = match paused {
             Ok(steps) => {
@@ -172,7 +172,7 @@ impl Switcher<'_> {
             }
             Err(err) => {
                 let reason = format!("{err:#}");
-                self.abort_epoch(epoch, state.phase, target, &reason)
+                self.abort_epoch((epoch, token), state.phase, target, &reason)
                     .await?;
                 metrics::counter!(SWITCHES_TOTAL, "outcome" => "aborted").increment(1);
                 Err(anyhow::anyhow!(
@@ -190,7 +190,7 @@ impl Switcher<'_> {
         &self,
         state: &MoveState,
         target: Phase,
-        epoch: i64,
+        (epoch, token): (i64, i64),
         members: &[String],
         cutoff: Instant,
         lost: &CancellationToken,
@@ -223,7 +223,7 @@ impl Switcher<'_> {
         let (old, new, authority_changes) = sides(self.mover, state.phase, target);
         let step = Instant::now();
         if authority_changes {
-            old.set_fence(true, epoch, remaining())
+            old.set_fence(true, token, remaining())
                 .await
                 .context("closing the old authority's fence (a write transaction still running)")?;
         }
@@ -278,7 +278,7 @@ impl Switcher<'_> {
             .await
             .map_err(|_| anyhow::anyhow!("carrying the sequences did not finish in time"))??;
         if authority_changes {
-            new.set_fence(false, epoch, remaining())
+            new.set_fence(false, token, remaining())
                 .await
                 .context("opening the new authority's fence")?;
         }
@@ -339,18 +339,19 @@ impl Switcher<'_> {
         Ok(())
     }
 
-    /// Aborts the switch of `epoch` (from `phase` to `target`) that this coordinator runs:
-    /// stage aborting, fences restored, stage abort. If another took it over meanwhile and is
-    /// aborting it, the fences are restored all the same (idempotent).
+    /// Aborts the switch of `epoch` (from `phase` to `target`) that this coordinator runs with
+    /// fence token `token`: stage aborting (from then no flip can happen), fences restored,
+    /// stage abort. A coordinator deposed meanwhile touches nothing: its successor ends the
+    /// switch, and the fences would refuse its older token anyway.
     async fn abort_epoch(
         &self,
-        epoch: i64,
+        (epoch, token): (i64, i64),
         phase: Phase,
         target: Phase,
         reason: &str,
     ) -> anyhow::Result<()> {
         tracing::warn!(epoch, reason, "database move: aborting the switch");
-        let mine = self
+        if !self
             .control
             .advance(
                 epoch,
@@ -360,28 +361,22 @@ impl Switcher<'_> {
                 phase,
                 Some(reason),
             )
-            .await?;
-        let state = self.control.load().await?.context("the move vanished")?;
-        let aborting_elsewhere =
-            state.epoch == epoch && matches!(state.stage.as_str(), STAGE_ABORTING | STAGE_ABORT);
-        if !mine && !aborting_elsewhere {
-            // Flipped or cleared by whoever took it over: nothing of ours to undo.
+            .await?
+        {
             return Ok(());
         }
         let (old, new, authority_changes) = sides(self.mover, phase, target);
         if authority_changes {
-            new.set_fence(true, epoch, ABORT_FENCE_WITHIN)
+            new.set_fence(true, token, ABORT_FENCE_WITHIN)
                 .await
                 .context("closing the new authority's fence again")?;
-            old.set_fence(false, epoch, ABORT_FENCE_WITHIN)
+            old.set_fence(false, token, ABORT_FENCE_WITHIN)
                 .await
                 .context("opening the old authority's fence again")?;
         }
-        if mine {
-            self.control
-                .advance(epoch, self.me, &[STAGE_ABORTING], STAGE_ABORT, phase, None)
-                .await?;
-        }
+        self.control
+            .advance(epoch, self.me, &[STAGE_ABORTING], STAGE_ABORT, phase, None)
+            .await?;
         Ok(())
     }
 
@@ -389,20 +384,20 @@ impl Switcher<'_> {
     /// before the flip, completes it after. Returns what it did, or `None` when another was
     /// quicker.
     pub async fn resolve(&self, state: &MoveState) -> anyhow::Result<Option<String>> {
-        if !self
+        let Some(token) = self
             .control
             .take_over(state, self.me, lease_from_now())
             .await?
-        {
+        else {
             return Ok(None);
-        }
+        };
         metrics::counter!(SWITCHES_TOTAL, "outcome" => "taken_over").increment(1);
         let gone = if state.coordinator.is_empty() {
             "nobody".to_owned()
         } else {
             state.coordinator.clone()
         };
-        self.finish_taken(state, &format!("the coordinator {gone} went away"))
+        self.finish_taken(state, token, &format!("the coordinator {gone} went away"))
             .await
             .map(Some)
     }
@@ -418,17 +413,23 @@ impl Switcher<'_> {
         if !state.switching() {
             anyhow::bail!("no switch is in progress (stage {:?})", state.stage);
         }
-        if !self
+        let Some(token) = self
             .control
             .take_over(&state, self.me, lease_from_now())
             .await?
-        {
+        else {
             anyhow::bail!("the switch moved on meanwhile: see the status and try again");
-        }
-        self.finish_taken(&state, "aborted by the operator").await
+        };
+        self.finish_taken(&state, token, "aborted by the operator")
+            .await
     }
 
-    async fn finish_taken(&self, state: &MoveState, why: &str) -> anyhow::Result<String> {
+    async fn finish_taken(
+        &self,
+        state: &MoveState,
+        token: i64,
+        why: &str,
+    ) -> anyhow::Result<String> {
         // Keeps the lease while ending it.
         let renewing = CancellationToken::new();
         tokio::spawn(renew(
@@ -451,7 +452,7 @@ impl Switcher<'_> {
                 anyhow::Ok(message)
             } else {
                 let reason = format!("{why} at stage {}; aborted by {}", state.stage, self.me);
-                self.abort_epoch(state.epoch, state.phase, state.target, &reason)
+                self.abort_epoch((state.epoch, token), state.phase, state.target, &reason)
                     .await?;
                 Ok(format!(
                     "the switch to {} was aborted, every instance keeps {}: {reason}",

@@ -639,7 +639,7 @@ impl Side {
     /// Creates this side's fence row, open or `closed`, unless it exists.
     pub async fn init_fence(&self, closed: bool) -> anyhow::Result<()> {
         sqlx::query(
-            "INSERT INTO db_move_fence (id, closed, epoch) VALUES (1, $1, 0) \
+            "INSERT INTO db_move_fence (id, closed, token) VALUES (1, $1, 0) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(i64::from(closed))
@@ -657,20 +657,23 @@ impl Side {
         Ok(closed == Some(1))
     }
 
-    /// Closes (or opens) this side's fence for application writes, recording `epoch`. Closing
-    /// waits for every application write transaction already past its first captured change to
-    /// commit or roll back — PostgreSQL: the fence's advisory lock taken exclusively; SQLite:
-    /// the write lock — but at most `within`, then fails (and nothing changed). Once closed, no
-    /// application write commits here: the capture triggers refuse it ([`FENCED`]).
+    /// Closes (or opens) this side's fence for application writes, with fence token `token`
+    /// (a write carrying an older token than the fence's last one is refused: a deposed
+    /// coordinator cannot undo its successor's fence). Closing waits for every application
+    /// write transaction already past its first captured change to commit or roll back —
+    /// PostgreSQL: the fence's advisory lock taken exclusively; SQLite: the write lock — but at
+    /// most `within`, then fails (and nothing changed). Once closed, no application write
+    /// commits here: the capture triggers refuse it ([`FENCED`]).
     pub async fn set_fence(
         &self,
         closed: bool,
-        epoch: i64,
+        token: i64,
         within: Duration,
     ) -> anyhow::Result<()> {
         let millis = within.as_millis().clamp(1, 60_000);
-        let update = "UPDATE db_move_fence SET closed = $1, epoch = $2 WHERE id = 1";
-        match self.kind {
+        let update =
+            "UPDATE db_move_fence SET closed = $1, token = $2 WHERE id = 1 AND token <= $2";
+        let written = match self.kind {
             DatabaseKind::Postgres => {
                 let mut tx = self.pool.begin().await?;
                 sqlx::Executor::execute(
@@ -683,12 +686,14 @@ impl Side {
                     .execute(&mut *tx)
                     .await
                     .context("waiting for the writes in flight")?;
-                sqlx::query(update)
+                let written = sqlx::query(update)
                     .bind(i64::from(closed))
-                    .bind(epoch)
+                    .bind(token)
                     .execute(&mut *tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
                 tx.commit().await?;
+                written
             }
             DatabaseKind::Sqlite => {
                 let _turn = self.turn().await?;
@@ -700,12 +705,17 @@ impl Side {
                 .await?;
                 let result = sqlx::query(update)
                     .bind(i64::from(closed))
-                    .bind(epoch)
+                    .bind(token)
                     .execute(&mut *connection)
                     .await;
                 sqlx::Executor::execute(&mut *connection, SQLITE_BUSY_TIMEOUT).await?;
-                result.context("waiting for the write in flight")?;
+                result
+                    .context("waiting for the write in flight")?
+                    .rows_affected()
             }
+        };
+        if written != 1 {
+            anyhow::bail!("a newer coordinator has set this fence since: this one was deposed");
         }
         Ok(())
     }
@@ -787,6 +797,37 @@ fn capture_triggers(kind: DatabaseKind, table: &Table) -> Vec<String> {
                     table.name
                 ),
             ]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use platform::testing::TestDb;
+
+    use super::Side;
+
+    /// A fence write with an older token than the fence's last one is refused (a deposed
+    /// coordinator cannot undo its successor's fence), on both engines.
+    #[tokio::test]
+    async fn a_fence_refuses_an_older_token() {
+        let sqlite = TestDb::sqlite(&crate::schema::MIGRATIONS).await;
+        let postgres = TestDb::postgres(&crate::schema::MIGRATIONS).await;
+        for db in [&sqlite, &postgres] {
+            let side = Side::connect(&db.url).await.unwrap();
+            side.init_fence(false).await.unwrap();
+            let within = Duration::from_secs(1);
+            side.set_fence(true, 5, within).await.unwrap();
+            assert!(side.fence_closed().await.unwrap());
+            let deposed = side.set_fence(false, 4, within).await.unwrap_err();
+            assert!(deposed.to_string().contains("deposed"), "{deposed}");
+            assert!(side.fence_closed().await.unwrap(), "{}", db.url);
+            side.set_fence(false, 6, within).await.unwrap();
+            assert!(!side.fence_closed().await.unwrap());
         }
     }
 }

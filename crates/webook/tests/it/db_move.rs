@@ -965,7 +965,12 @@ async fn a_fenced_database_refuses_application_writes_on_both_engines() {
         json!({"nickname": "after", "birthday": "2000-01-01", "aboutMe": ""}),
     )
     .await;
-    assert_eq!(answer.status, axum::http::StatusCode::SERVICE_UNAVAILABLE, "{}", answer.raw);
+    assert_eq!(
+        answer.status,
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.raw
+    );
     assert_ne!(answer.code(), 0, "{}", answer.raw);
     sqlx::query("UPDATE db_move_fence SET closed = 0")
         .execute(&source)
