@@ -4,7 +4,9 @@
 # in scripts/bench.sh: nine reads of an article to one like/unlike). Prints the copy and
 # validation rates the CLI reports and wrk's latency before, during each step and after.
 #
-#   scripts/with-services.sh scripts/move-bench.sh [ARTICLES]   (default 1000000)
+#   scripts/with-services.sh scripts/move-bench.sh [ARTICLES] [SWITCHES]
+#       (defaults 1000000 and 10: the switch DstFirst ⇄ SrcFirst is made SWITCHES times each way
+#       under the load, for the pause's percentiles)
 #
 # Needs the release binary (cargo build --release), wrk (installed with apt when root) and the
 # PostgreSQL of scripts/with-services.sh (WEBOOK_TEST_DATABASE_URL), where it creates a fresh
@@ -12,6 +14,7 @@
 set -euo pipefail
 
 articles=${1:-1000000}
+switches=${2:-10}
 bin=${WEBOOK_BIN:-$PWD/target/release/webook}
 duration=${MOVE_BENCH_SECONDS:-20}
 [[ -x $bin ]] || { echo "no $bin: cargo build --release -p webook" >&2; exit 1; }
@@ -25,7 +28,11 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 destination_db=move_bench_$$
 psql -q "$WEBOOK_TEST_DATABASE_URL" -c "CREATE DATABASE $destination_db"
 destination=${WEBOOK_TEST_DATABASE_URL%/*}/$destination_db
+# The bench's own user (signed up after the seeded ones) is the admin: the copy is started
+# through the admin API, so it runs inside the server and takes its turns with the server's
+# writers on SQLite.
 export WEBOOK_DATA_DIR=$dir/data WEBOOK_AUTH_RATE_LIMIT=1000000 WEBOOK_WRITE_RATE_LIMIT=0 WEBOOK_LOG=warn
+export WEBOOK_ADMINS="[$((articles / 10 + 1))]"
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 step "seed: $articles articles"
@@ -88,10 +95,19 @@ timed() { # LABEL COMMAND...: runs it, prints its last line and wall time
 step "before the move"
 mixed before "$duration"
 
-step "start (migrate, capture, copy) under load"
+api() { # METHOD PATH [BODY]: the admin API's data
+  curl -fsS -X "$1" -A "$ua" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    ${3:+-d "$3"} "$base$2" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["code"] == 0, d; print(json.dumps(d["data"]))'
+}
+task() { python3 -c 'import json, sys; t = json.load(sys.stdin)["task"] or {}; print(t.get("kind"), t.get("state"), t.get("message", ""))'; }
+
+step "start (migrate, capture, copy in the server) under load"
 mixed during-copy "$duration" &
 load=$!
-timed start cli start --destination "$destination"
+started=$SECONDS
+api POST /admin/db-move/start "{\"destination\":\"$destination\"}" >/dev/null
+while [[ $(api GET /admin/db-move | task) == "copy running"* ]]; do sleep 1; done
+printf '%-16s %4d s  %s\n' start $((SECONDS - started)) "$(api GET /admin/db-move | task)"
 wait $load
 
 step "SrcFirst: replication under load"
@@ -105,12 +121,21 @@ timed validate cli validate
 wait $load
 timed fix cli fix
 
-step "switch to DstFirst under load"
-mixed during-switch 10 &
+step "switch DstFirst ⇄ SrcFirst $switches times each way under load"
+mixed during-switches $((switches * 4 + 10)) &
 load=$!
 sleep 3
-timed switch-DstFirst cli switch DstFirst
+for _ in $(seq "$switches"); do
+  for phase in DstFirst SrcFirst; do
+    cli switch "$phase" | grep '^switched' | tee -a "$dir/switches.txt"
+    sleep 1
+  done
+done
+cli switch DstFirst | grep '^switched' | tee -a "$dir/switches.txt"
 wait $load
+# The pause of every switch, as the coordinator measured it (pause → flip).
+grep -o 'paused [0-9]* ms' "$dir/switches.txt" | awk '{ print $2 }' | sort -n | awk '
+  { v[NR] = $1 } END { printf "switch pauses: %d, p50 %d ms, p99 %d ms, max %d ms\n", NR, v[int((NR + 1) / 2)], v[int(NR * 0.99 + 0.999)], v[NR] }'
 
 step "DstFirst: PostgreSQL authoritative"
 mixed dst-first "$duration"
