@@ -20,6 +20,7 @@ mod cluster;
 mod comments;
 mod console;
 mod db_move;
+mod db_move_chaos;
 mod event_chaos;
 mod event_groups;
 mod events;
