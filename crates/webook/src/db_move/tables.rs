@@ -664,6 +664,11 @@ impl Side {
     /// PostgreSQL: the fence's advisory lock taken exclusively; SQLite: the write lock — but at
     /// most `within`, then fails (and nothing changed). Once closed, no application write
     /// commits here: the capture triggers refuse it ([`FENCED`]).
+    ///
+    /// Opening waits for nothing on PostgreSQL: no write in flight needs to end for later ones
+    /// to be let in. (An exclusive request for the advisory lock would also queue every later
+    /// application write behind the transaction it waits for — a long one would hold the whole
+    /// site's writes for `within` each time an abort reopens the fence it could not close.)
     pub async fn set_fence(
         &self,
         closed: bool,
@@ -681,11 +686,13 @@ impl Side {
                     format!("SET LOCAL lock_timeout = {millis}").as_str(),
                 )
                 .await?;
-                sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                    .bind(platform::db::locks::DB_MOVE_FENCE)
-                    .execute(&mut *tx)
-                    .await
-                    .context("waiting for the writes in flight")?;
+                if closed {
+                    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                        .bind(platform::db::locks::DB_MOVE_FENCE)
+                        .execute(&mut *tx)
+                        .await
+                        .context("waiting for the writes in flight")?;
+                }
                 let written = sqlx::query(update)
                     .bind(i64::from(closed))
                     .bind(token)
