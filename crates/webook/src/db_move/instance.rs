@@ -81,6 +81,9 @@ struct Held {
     paused_epoch: i64,
     acknowledged: (i64, String),
     replicator: Option<CancellationToken>,
+    /// A takeover of an orphaned switch in progress: it runs beside the watcher, which must
+    /// keep acknowledging pauses meanwhile (a takeover may wait seconds for acknowledgements).
+    takeover: Option<tokio::task::JoinHandle<()>>,
     /// The replicator's last failure (ms since the epoch) and its message.
     replication_failure: Arc<Mutex<Option<(i64, String)>>>,
 }
@@ -176,6 +179,10 @@ impl InstanceMove {
             }
         }
         beating.cancel();
+        if let Some(takeover) = held.takeover.take() {
+            // Its switch is left to the other instances' (or the next start's) takeover.
+            takeover.abort();
+        }
         if let Some(replicator) = held.replicator.take() {
             replicator.cancel();
         }
@@ -234,15 +241,45 @@ impl InstanceMove {
             _ => {}
         }
         if state.orphaned(now_millis()) {
-            if let Some(mover) = &held.mover {
-                if let Some(done) = self.switcher(mover).resolve(&state).await? {
-                    tracing::warn!(outcome = %done, "database move: took over a switch whose coordinator went away");
-                }
-            }
+            self.take_over(held, state.clone());
         }
         self.keep_replicating(held, state.phase.replicates());
         self.status.set("db_move", describe(held, &state));
         Ok(true)
+    }
+
+    /// Ends the orphaned switch of `state` in a task of its own, unless one runs already.
+    fn take_over(&self, held: &mut Held, state: MoveState) {
+        if held
+            .takeover
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let Some(mover) = held.mover.clone() else {
+            return;
+        };
+        let (control, me, deadline) = (self.control.clone(), self.instance.clone(), self.deadline);
+        held.takeover = Some(tokio::spawn(async move {
+            let switcher = Switcher {
+                control: &control,
+                mover: &mover,
+                me: &me,
+                deadline,
+            };
+            match switcher.resolve(&state).await {
+                Ok(Some(done)) => tracing::warn!(
+                    outcome = %done,
+                    "database move: took over a switch whose coordinator went away"
+                ),
+                Ok(None) => {}
+                Err(err) => tracing::warn!(
+                    error = %format!("{err:#}"),
+                    "database move: taking over a switch whose coordinator went away"
+                ),
+            }
+        }));
     }
 
     /// Routes the application's database to the authority of `state.phase`, under the pause

@@ -310,6 +310,12 @@ impl Switcher<'_> {
         let until = Instant::now() + FLIP_ACKS_WITHIN;
         let mut outcome = message.to_owned();
         loop {
+            // The flip is made: this wait only reports who has not routed yet. It renews the
+            // lease itself (a coordinator that hangs here stops renewing), so that the others
+            // do not take over a switch that is only waiting — and deposed, it stops.
+            if !self.control.renew(epoch, self.me, lease_from_now()).await? {
+                return Ok(());
+            }
             let waiting = self
                 .control
                 .not_acknowledged(members, epoch, ACK_FLIPPED)

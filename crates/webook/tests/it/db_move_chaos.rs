@@ -1174,7 +1174,6 @@ async fn embedded(source: Source, tag: &str, points: &[&str]) {
     let api = Api::of(&server, 0);
     let (admin, users) = people(&api, &site).await;
     let watch = Watch::new(&site).await;
-    let name = watch.instance(server.child.id()).await;
     let ledger = Shared::default();
     base_articles(&api, &users, &ledger, tag).await;
     let targets = Targets::default();
@@ -1186,6 +1185,8 @@ async fn embedded(source: Source, tag: &str, points: &[&str]) {
         .cli(&["db-move", "start", "--destination", &site.destination.url])
         .await;
     assert!(started.contains("copied"), "{started}");
+    // (An older binary signs its instances' lives only once a move exists.)
+    let name = watch.instance(server.child.id()).await;
     cli_switch(&site, &watch, &ledger, "SrcFirst").await;
     progress(&ledger, 20).await;
     site.cli(&["db-move", "validate"]).await;
@@ -1346,10 +1347,6 @@ async fn three_cluster_instances_end_every_broken_switch() {
     let mut apis = vec![Api::of(&a, 0), Api::of(&b, 1), Api::of(&c, 2)];
     let (admin, users) = people(&apis[0], &site).await;
     let watch = Watch::new(&site).await;
-    let mut names = Vec::new();
-    for server in [&a, &b, &c] {
-        names.push(watch.instance(server.child.id()).await);
-    }
     let ledger = Shared::default();
     base_articles(&apis[0], &users, &ledger, tag).await;
     let targets = Targets::default();
@@ -1368,6 +1365,11 @@ async fn three_cluster_instances_end_every_broken_switch() {
         )
         .await;
     apis[0].task_done(&admin, "copy").await;
+    // (An older binary signs its instances' lives only once a move exists.)
+    let mut names = Vec::new();
+    for server in [&a, &b, &c] {
+        names.push(watch.instance(server.child.id()).await);
+    }
     clean_switch(&apis[1], &admin, &watch, &ledger, "SrcFirst").await;
     apis[2]
         .ok(

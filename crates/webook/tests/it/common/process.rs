@@ -2,7 +2,7 @@
 //! running server whose address is read from its "listening on" log line.
 
 use std::{
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     path::Path,
     process::{Child, Command, Stdio},
     sync::mpsc,
@@ -12,6 +12,10 @@ use std::{
 use platform::testing::WAIT_LIMIT;
 use reqwest::StatusCode;
 use serde_json::Value;
+
+/// Names a directory into which every server's log is copied (`<pid>.log`), for a failure
+/// that needs more than the assertion's message.
+pub const LOG_DIR_ENV: &str = "WEBOOK_TEST_LOG_DIR";
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_webook");
@@ -62,8 +66,16 @@ impl Server {
             .expect("spawn webook");
         let stderr = child.stderr.take().unwrap();
         let (lines_tx, lines) = mpsc::channel();
+        let mut copy = std::env::var_os(LOG_DIR_ENV).map(|dir| {
+            let path = Path::new(&dir).join(format!("{}.log", child.id()));
+            std::fs::File::create(&path)
+                .unwrap_or_else(|err| panic!("{LOG_DIR_ENV}: {}: {err}", path.display()))
+        });
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(file) = copy.as_mut() {
+                    let _ = writeln!(file, "{line}");
+                }
                 if lines_tx.send(line).is_err() {
                     break;
                 }
