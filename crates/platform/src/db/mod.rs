@@ -300,7 +300,9 @@ impl Db {
         &self.writer
     }
 
-    /// Which engine this is routed to.
+    /// Which engine this is routed to now. An online move may re-route before a query that
+    /// has not yet taken its connection runs: SQL written for an engine is chosen with
+    /// [`kind_of`] on the connection or transaction it runs on, not with this.
     pub fn kind(&self) -> DatabaseKind {
         self.routing.engine().kind
     }
@@ -577,6 +579,17 @@ pub fn id_set(kind: DatabaseKind, param: usize) -> String {
     match kind {
         DatabaseKind::Sqlite => format!("SELECT value FROM json_each(${param})"),
         DatabaseKind::Postgres => format!("SELECT unnest(${param}::text::bigint[])"),
+    }
+}
+
+/// The engine `connection` (or a transaction, through `Deref`) talks to: what SQL written for
+/// one engine must be chosen by, since a routed [`Db`] may change engines between asking
+/// [`Db::kind`] and taking a connection.
+pub fn kind_of(connection: &sqlx::AnyConnection) -> DatabaseKind {
+    if connection.backend_name() == "PostgreSQL" {
+        DatabaseKind::Postgres
+    } else {
+        DatabaseKind::Sqlite
     }
 }
 

@@ -45,7 +45,7 @@ use axum::body::Bytes;
 use super::{Backend, Event, EventStream, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE};
 use crate::{
     config::DatabaseKind,
-    db::{now_millis, Db},
+    db::{kind_of, now_millis, Db},
 };
 
 /// Counter: outbox rows published (handed over, in-process) by the relay, by `topic`.
@@ -327,11 +327,27 @@ impl Outbox {
     async fn pass(&self, stop: &CancellationToken) -> anyhow::Result<(usize, u64)> {
         let _one_pass = self.inner.pass.lock().await;
         let db = &self.inner.db;
-        match (&self.inner.events.backend, db.kind()) {
-            (Backend::Redis(_), DatabaseKind::Postgres) => {
+        let local = match &self.inner.events.backend {
+            Backend::InProcess(local) => local,
+            Backend::Redis(_) => return self.relay_pass(db).await,
+        };
+        // The groups read the rows themselves: announce what is new, trim what all have
+        // passed. Nothing here waits for a group.
+        let _ = stop;
+        self.announce(local).await?;
+        self.trim(local).await?;
+        Ok((0, 0))
+    }
+
+    /// One batch to Redis: (rows seen, rows relayed and deleted). The engine is the one of the
+    /// connection taken (an online move may re-route the `Db` before that).
+    async fn relay_pass(&self, db: &Db) -> anyhow::Result<(usize, u64)> {
+        let mut connection = db.writer().acquire().await?;
+        match kind_of(&connection) {
+            DatabaseKind::Postgres => {
                 // One relaying instance at a time (the others find the lock taken and skip), so
                 // the stream gets the rows in id order.
-                let mut tx = db.writer().begin().await?;
+                let mut tx = sqlx::Connection::begin(&mut *connection).await?;
                 let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
                     .bind(RELAY_LOCK_KEY)
                     .fetch_one(&mut *tx)
@@ -346,23 +362,16 @@ impl Outbox {
                 tx.commit().await?;
                 Ok((seen, deleted))
             }
-            (Backend::Redis(_), DatabaseKind::Sqlite) => {
+            DatabaseKind::Sqlite => {
                 // SQLite has one writer: never hold it across the network. One process per
                 // database file, so nothing else relays these rows. (Rows are read on the writer
                 // too: the relay is write-side work and must not queue behind readers.)
-                let rows = select_batch(&mut *db.writer().acquire().await?).await?;
+                let rows = select_batch(&mut connection).await?;
+                drop(connection);
                 let seen = rows.len();
                 let published = self.publish(rows).await?;
                 let deleted = delete(&mut *db.writer().acquire().await?, &published).await?;
                 Ok((seen, deleted))
-            }
-            (Backend::InProcess(local), _) => {
-                // The groups read the rows themselves: announce what is new, trim what all
-                // have passed. Nothing here waits for a group.
-                let _ = stop;
-                self.announce(local).await?;
-                self.trim(local).await?;
-                Ok((0, 0))
             }
         }
     }

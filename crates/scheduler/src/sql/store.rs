@@ -34,7 +34,8 @@ pub enum Dialect {
 /// Where "now" comes from.
 #[derive(Debug, Clone)]
 pub enum DbClock {
-    /// The database server's clock (ms since the epoch).
+    /// The database server's clock (ms since the epoch), read with the SQL of the engine each
+    /// connection is on (the dialect is for a connection of any other backend).
     Database(Dialect),
     /// A value the test sets (ms since the epoch).
     Manual(Arc<AtomicI64>),
@@ -206,10 +207,6 @@ pub trait PoolSource: Send + Sync + std::fmt::Debug {
     async fn reads(&self) -> AnyPool;
     /// The pool for writes and transactions, likewise.
     async fn writes(&self) -> AnyPool;
-    /// The engine the pools talk to now, when it can change; `None` keeps the clock's own.
-    fn dialect(&self) -> Option<Dialect> {
-        None
-    }
 }
 
 /// Two pools that never change.
@@ -260,7 +257,13 @@ impl SqlJobStore {
     async fn now_on(&self, connection: &mut sqlx::AnyConnection) -> sqlx::Result<i64> {
         let dialect = match &self.clock {
             DbClock::Manual(now) => return Ok(now.load(Ordering::SeqCst)),
-            DbClock::Database(dialect) => self.pools.dialect().unwrap_or(*dialect),
+            // The engine of this connection, which a source that re-routes may have changed
+            // since the store was made.
+            DbClock::Database(dialect) => match connection.backend_name() {
+                "PostgreSQL" => Dialect::Postgres,
+                "SQLite" => Dialect::Sqlite,
+                _ => *dialect,
+            },
         };
         let sql = match dialect {
             Dialect::Postgres => {

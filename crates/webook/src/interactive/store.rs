@@ -18,7 +18,7 @@ use crate::{
     },
 };
 use platform::{
-    db::{bulk_row_placeholders, id_set, id_set_value, Db},
+    db::{bulk_row_placeholders, id_set, id_set_value, kind_of, Db},
     events::{dedup, outbox},
 };
 
@@ -209,12 +209,13 @@ impl InteractiveStore {
         now: i64,
     ) -> sqlx::Result<Vec<((Biz, i64), i64)>> {
         let mut tx = self.db.writer().begin().await?;
+        let kind = kind_of(&tx);
         let fresh: Vec<&(Biz, i64, String)> = match dedup_group {
             None => reads.iter().collect(),
             Some(group) => {
                 dedup::first_deliveries(
                     &mut tx,
-                    self.db.kind(),
+                    kind,
                     group,
                     reads.iter().collect(),
                     |(_, _, id)| id.as_str(),
@@ -232,7 +233,7 @@ impl InteractiveStore {
         let mut applied: Vec<((Biz, i64), i64)> = per_object.into_iter().collect();
         applied.sort_unstable();
         for chunk in applied.chunks(1000) {
-            let placeholders = bulk_row_placeholders(self.db.kind(), chunk.len(), 5);
+            let placeholders = bulk_row_placeholders(kind, chunk.len(), 5);
             let sql = format!(
                 "INSERT INTO interactives (biz, biz_id, read_cnt, ctime, utime) VALUES {placeholders} \
                  ON CONFLICT (biz, biz_id) DO UPDATE SET read_cnt = interactives.read_cnt + excluded.read_cnt, \
@@ -287,7 +288,9 @@ impl InteractiveStore {
         }
         // One statement text for any number of ids (prepared once): the read counter asks for a
         // thousand or more after every batch.
-        let kind = self.db.kind();
+        // The engine of the connection it runs on: a move may re-route before one is taken.
+        let mut connection = self.db.pool().acquire().await?;
+        let kind = kind_of(&connection);
         let sql = format!(
             "SELECT biz_id, read_cnt, like_cnt, collect_cnt, comment_cnt FROM interactives \
              WHERE biz = $1 AND biz_id IN ({})",
@@ -296,7 +299,7 @@ impl InteractiveStore {
         sqlx::query(&sql)
             .bind(biz)
             .bind(id_set_value(kind, ids))
-            .fetch_all(self.db.pool())
+            .fetch_all(&mut *connection)
             .await?
             .iter()
             .map(|row| {

@@ -201,8 +201,4 @@ impl scheduler::sql::PoolSource for RoutedPools {
         self.0.wait_until_open().await;
         self.0.writer().any_pool()
     }
-
-    fn dialect(&self) -> Option<Dialect> {
-        Some(dialect(self.0.kind()))
-    }
 }

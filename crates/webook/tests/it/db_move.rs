@@ -1076,3 +1076,40 @@ async fn the_job_store_waits_for_a_paused_database() {
     let jobs = listing.await.unwrap().unwrap();
     assert!(jobs > 0, "no jobs listed after the pause");
 }
+
+/// A query whose SQL depends on the engine, begun while a move pauses the routing and run once
+/// it has been re-routed to the other engine, is written for the engine it runs on. (It chose
+/// its SQL by the engine it was routed to before it took a connection: a move's benchmark saw
+/// SQLite refuse PostgreSQL's array syntax about 18 times per switch under load.)
+#[tokio::test]
+async fn an_engine_specific_query_that_waits_out_a_pause_runs_on_the_new_engine() {
+    use webook::{biz::Biz, interactive::store::InteractiveStore};
+    let sqlite = TestDb::sqlite(&MIGRATIONS).await;
+    let postgres = TestDb::postgres(&MIGRATIONS).await;
+    sqlx::query(
+        "INSERT INTO interactives (biz, biz_id, read_cnt, like_cnt, collect_cnt, ctime, utime) \
+         VALUES ('article', 7, 3, 2, 1, 0, 0)",
+    )
+    .execute(postgres.db.writer())
+    .await
+    .unwrap();
+    let app = sqlite.db.clone();
+    let store = InteractiveStore::new(app.clone());
+    let paused = app.pause(std::time::Duration::from_secs(5)).await.unwrap();
+    let mut counts = std::pin::pin!(store.batch_counts(Biz::Article, &[7]));
+    assert!(
+        futures_util::poll!(counts.as_mut()).is_pending(),
+        "the query waits while the routing is paused"
+    );
+    app.route_to(&paused, &postgres.db);
+    drop(paused);
+    let counts = counts.await.expect("the query runs on PostgreSQL");
+    assert_eq!(
+        (
+            counts[&7].read_cnt,
+            counts[&7].like_cnt,
+            counts[&7].collect_cnt
+        ),
+        (3, 2, 1)
+    );
+}
