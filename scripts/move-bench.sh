@@ -143,3 +143,5 @@ cli switch DstOnly | tail -1
 step "DstOnly"
 mixed dst-only "$duration"
 printf 'server errors logged: %s\n' "$(grep -c ERROR "$dir/server.log" || true)"
+# The kinds of error, most frequent first (timestamps cut).
+grep ERROR "$dir/server.log" | cut -d' ' -f2- | sort | uniq -c | sort -rn | head -5 || true

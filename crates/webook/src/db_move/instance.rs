@@ -9,7 +9,9 @@
 //! timer drops the pause whatever the watcher is waiting for. The process serves again on the
 //! phase it was in; should the switch flip after all, the old authority's fence refuses its
 //! writes until it sees the flip a poll later. A sign of life is written by a task of its own,
-//! so a long pause or a slow control query never makes a live process look dead.
+//! so a long pause or a slow control query never makes a live process look dead. Likewise a
+//! takeover runs in a task of its own: completing an orphaned switch may wait seconds for
+//! acknowledgements, and a watcher busy with it would miss the next switch's pause.
 //!
 //! **Starting during a switch.** [`InstanceMove::route_at_start`] registers the process (so a
 //! switch beginning now counts it as a member) and, when a switch is in progress, waits for
