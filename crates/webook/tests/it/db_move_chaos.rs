@@ -94,6 +94,9 @@ const MARGIN: Duration = Duration::from_secs(2);
 const MEMBER_WITHIN_MS: i64 = 10_500;
 /// The pause between two writes of one load worker.
 const LOAD_PAUSE: Duration = Duration::from_millis(30);
+/// How long a CLI command may take (a copy and a validation of the tests' small data take
+/// seconds).
+const CLI_LIMIT: Duration = Duration::from_secs(60);
 /// How long the direct transaction of scenario (d) stays open.
 const LONG_TRANSACTION: Duration = Duration::from_secs(10);
 
@@ -229,12 +232,14 @@ impl Site {
         command
     }
 
-    /// Runs `webook ARGS…` to its end; its stdout (it must succeed).
+    /// Runs `webook ARGS…` to its end, at most [`CLI_LIMIT`] (a command that hangs fails the
+    /// test); its stdout (it must succeed).
     async fn cli(&self, args: &[&str]) -> String {
-        let mut command = self.cli_command(args, None);
-        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
-        let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        let mut command = tokio::process::Command::from(self.cli_command(args, None));
+        command.kill_on_drop(true);
+        let output = tokio::time::timeout(CLI_LIMIT, command.output())
             .await
+            .unwrap_or_else(|_| panic!("webook {args:?} did not finish within {CLI_LIMIT:?}"))
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         assert!(
