@@ -138,6 +138,7 @@ impl Switcher<'_> {
         else {
             anyhow::bail!("another switch began meanwhile: see the status");
         };
+        let begin = began.elapsed();
         let epoch = state.epoch + 1;
         tracing::info!(epoch, target = target.as_str(), members = ?members, "database move: switch paused");
         let lost = CancellationToken::new();
@@ -162,9 +163,10 @@ impl Switcher<'_> {
                 let pause = began.elapsed();
                 metrics::histogram!(SWITCH_PAUSE_SECONDS).record(pause.as_secs_f64());
                 let message = format!(
-                    "switched to {} (epoch {epoch}): paused {} ms ({steps})",
+                    "switched to {} (epoch {epoch}): paused {} ms (begin {} ms, {steps})",
                     target.as_str(),
-                    pause.as_millis()
+                    pause.as_millis(),
+                    begin.as_millis()
                 );
                 self.complete(epoch, &members, &message).await?;
                 metrics::counter!(SWITCHES_TOTAL, "outcome" => "flipped").increment(1);
@@ -283,6 +285,7 @@ impl Switcher<'_> {
                 .context("opening the new authority's fence")?;
         }
         let sequences = step.elapsed();
+        let step = Instant::now();
         if remaining().is_zero() {
             anyhow::bail!("the pause reached its deadline before the flip");
         }
@@ -295,12 +298,14 @@ impl Switcher<'_> {
             anyhow::bail!("this coordinator lost the switch to another");
         }
         Ok(format!(
-            "acknowledgements {} ms, fence {} ms, drain {} ms, verify {} ms, sequences {} ms",
+            "acknowledgements {} ms, fence {} ms, drain {} ms, verify {} ms, sequences {} ms, \
+             flip {} ms",
             acks.as_millis(),
             fence.as_millis(),
             drain.as_millis(),
             verify.as_millis(),
-            sequences.as_millis()
+            sequences.as_millis(),
+            step.elapsed().as_millis()
         ))
     }
 
