@@ -121,16 +121,44 @@ pub struct RedisConnection {
     round_trips: metrics::Counter,
 }
 
+/// A probe in flight: dropped before its command ended (its future cancelled), it ends
+/// without a verdict, so the next command after the pause probes again — else the circuit
+/// would stay open for good.
+struct Probe {
+    circuit: Option<Arc<Circuit>>,
+}
+
+impl Probe {
+    fn new(circuit: &Arc<Circuit>, probe: bool) -> Self {
+        Self {
+            circuit: probe.then(|| circuit.clone()),
+        }
+    }
+
+    /// Records how the command ended (`probe` as admitted).
+    fn record<T>(mut self, circuit: &Circuit, result: &Result<T, RedisError>) {
+        circuit.record(self.circuit.take().is_some(), result);
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(circuit) = self.circuit.take() {
+            circuit.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let probe = match self.circuit.admit() {
-            Ok(probe) => probe,
+            Ok(probe) => Probe::new(&self.circuit, probe),
             Err(err) => return Box::pin(async move { Err(err) }),
         };
         self.round_trips.increment(1);
         Box::pin(async move {
             let result = self.inner.req_packed_command(cmd).await;
-            self.circuit.record(probe, &result);
+            probe.record(&self.circuit, &result);
             result
         })
     }
@@ -142,7 +170,7 @@ impl ConnectionLike for RedisConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let probe = match self.circuit.admit() {
-            Ok(probe) => probe,
+            Ok(probe) => Probe::new(&self.circuit, probe),
             Err(err) => return Box::pin(async move { Err(err) }),
         };
         self.round_trips.increment(1);
@@ -151,7 +179,7 @@ impl ConnectionLike for RedisConnection {
                 .inner
                 .req_packed_commands(pipeline, offset, count)
                 .await;
-            self.circuit.record(probe, &result);
+            probe.record(&self.circuit, &result);
             result
         })
     }
@@ -221,5 +249,28 @@ impl Redis {
                 .context("redis did not answer in time")??;
         anyhow::ensure!(pong == "PONG", "redis answered PING with {pong:?}");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_dropped_before_its_end_lets_the_next_command_probe() {
+        let circuit = Arc::new(Circuit::default());
+        circuit.open_until.store(1, Ordering::Release);
+        while monotonic_millis() < 1 {
+            std::thread::yield_now();
+        }
+        let probe = Probe::new(&circuit, circuit.admit().unwrap());
+        assert!(
+            probe.circuit.is_some(),
+            "the first command after the pause probes"
+        );
+        assert!(circuit.admit().is_err(), "only one probe at a time");
+        // Its future is dropped mid-flight: nothing recorded.
+        drop(probe);
+        assert!(circuit.admit().unwrap(), "the next command probes");
     }
 }

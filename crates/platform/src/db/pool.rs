@@ -74,7 +74,7 @@ impl DbPool {
         loop {
             self.routing.wait_until_open().await;
             let engine = self.routing.engine();
-            let admission = engine.circuit.admit()?;
+            let pass = engine.circuit.pass()?;
             let pool = engine.pool(self.side);
             // SQLite's writer takes the write lock when it begins: a transaction that reads
             // before it writes could otherwise not turn into a writer after another process
@@ -84,7 +84,7 @@ impl DbPool {
             } else {
                 pool.begin().await
             };
-            engine.circuit.record(admission, result.as_ref().err());
+            pass.record(result.as_ref().err());
             let transaction = result?;
             if self.routing.still_routes_to(&engine) {
                 return Ok(transaction);
@@ -99,9 +99,9 @@ impl DbPool {
         loop {
             self.routing.wait_until_open().await;
             let engine = self.routing.engine();
-            let admission = engine.circuit.admit()?;
+            let pass = engine.circuit.pass()?;
             let result = engine.pool(self.side).acquire().await;
-            engine.circuit.record(admission, result.as_ref().err());
+            pass.record(result.as_ref().err());
             let connection = result?;
             if self.routing.still_routes_to(&engine) {
                 return Ok(connection);
@@ -199,7 +199,47 @@ pub(super) enum Admission {
     Probe,
 }
 
+/// A query's way through the gate ([`Circuit::pass`]): records how its acquisition ended. A
+/// probe dropped before that — its future cancelled, e.g. a `try_join!` sibling failed fast —
+/// ends without a verdict, so the next query after the pause probes again (before, the circuit
+/// stayed open for good: every later query failed fast and none could probe).
+#[must_use = "record how the query ended"]
+pub(super) struct Pass<'c> {
+    circuit: &'c Circuit,
+    admission: Option<Admission>,
+}
+
+impl Pass<'_> {
+    /// Records how the admitted acquisition ended: `failure` is its error, if any.
+    pub(super) fn record(mut self, failure: Option<&sqlx::Error>) {
+        if let Some(admission) = self.admission.take() {
+            self.circuit.record(admission, failure);
+        }
+    }
+}
+
+impl Drop for Pass<'_> {
+    fn drop(&mut self) {
+        if self.admission.take() == Some(Admission::Probe) {
+            self.circuit.probing.store(false, Ordering::Release);
+        }
+    }
+}
+
 impl Circuit {
+    /// Lets a query through (a [`Pass`] to record its end with), or refuses it at once while
+    /// the circuit is open.
+    pub(super) fn pass(&self) -> Result<Pass<'_>, sqlx::Error> {
+        self.pass_at(monotonic_millis())
+    }
+
+    fn pass_at(&self, now: u64) -> Result<Pass<'_>, sqlx::Error> {
+        Ok(Pass {
+            circuit: self,
+            admission: Some(self.admit_at(now)?),
+        })
+    }
+
     /// A closed circuit for a database of `kind`.
     pub(super) fn new(kind: DatabaseKind) -> Self {
         Self {
@@ -207,11 +247,6 @@ impl Circuit {
             probing: AtomicBool::new(false),
             pool_timeout_opens: kind == DatabaseKind::Postgres,
         }
-    }
-
-    /// Lets a query through, or refuses it at once while the circuit is open.
-    pub(super) fn admit(&self) -> Result<Admission, sqlx::Error> {
-        self.admit_at(monotonic_millis())
     }
 
     fn admit_at(&self, now: u64) -> Result<Admission, sqlx::Error> {
@@ -370,6 +405,32 @@ mod tests {
         );
         circuit.record_at(103 + PAUSE, probe, None);
         assert_eq!(circuit.admit_at(104 + PAUSE).unwrap(), Admission::Normal);
+    }
+
+    #[test]
+    fn a_probe_dropped_before_its_end_lets_the_next_query_probe() {
+        let circuit = Circuit::new(DatabaseKind::Postgres);
+        circuit.record_at(0, Admission::Normal, Some(&refused()));
+        let probe = circuit.pass_at(1 + PAUSE).unwrap();
+        assert_eq!(probe.admission, Some(Admission::Probe));
+        // Its future is dropped mid-flight: nothing recorded.
+        drop(probe);
+        assert!(
+            !circuit.probing.load(Ordering::Acquire),
+            "the dropped probe is over"
+        );
+        let next = circuit.pass_at(2 + PAUSE).unwrap();
+        assert_eq!(
+            next.admission,
+            Some(Admission::Probe),
+            "the next query probes"
+        );
+        next.record(None);
+        assert_eq!(
+            circuit.pass_at(3 + PAUSE).unwrap().admission,
+            Some(Admission::Normal),
+            "closed by the probe that answered"
+        );
     }
 
     #[test]
