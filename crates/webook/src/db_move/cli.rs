@@ -62,6 +62,14 @@ pub async fn run(
             .await?
             .context("no move has been started (webook db-move start --destination …)")
     };
+    let switcher = || async {
+        anyhow::Ok(Switcher {
+            control: control.clone(),
+            mover: mover().await?,
+            me: cli_name(),
+            deadline: config.settings::<MoveSettings>()?.db_move_pause_deadline,
+        })
+    };
     match command {
         DbMoveCommand::Start { destination } => {
             let mover = work::start(&control, &source_url, &destination, schema).await?;
@@ -79,29 +87,11 @@ pub async fn run(
         DbMoveCommand::Switch { phase } => {
             let target = Phase::parse(&phase)
                 .context("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly")?;
-            let mover = mover().await?;
-            let me = cli_name();
-            let switched = Switcher {
-                control: &control,
-                mover: &mover,
-                me: &me,
-                deadline: config.settings::<MoveSettings>()?.db_move_pause_deadline,
-            }
-            .switch(target)
-            .await?;
+            let switched = switcher().await?.switch(target).await?;
             println!("{switched}");
         }
         DbMoveCommand::Abort => {
-            let mover = mover().await?;
-            let me = cli_name();
-            let ended = Switcher {
-                control: &control,
-                mover: &mover,
-                me: &me,
-                deadline: config.settings::<MoveSettings>()?.db_move_pause_deadline,
-            }
-            .abort()
-            .await?;
+            let ended = switcher().await?.abort().await?;
             println!("{ended}");
         }
         DbMoveCommand::Validate { since } => {

@@ -81,6 +81,16 @@ impl MoveRoutes {
         Ok(mover.clone())
     }
 
+    /// A switcher of this process (its coordinator's name and deadline) with `mover`.
+    fn switcher(&self, mover: Mover) -> Switcher {
+        Switcher {
+            control: self.control.clone(),
+            mover,
+            me: self.coordinator.name.clone(),
+            deadline: self.coordinator.deadline,
+        }
+    }
+
     /// The mover, or the refusal that no move has been started.
     async fn started_mover(&self) -> Result<Mover, AppError> {
         self.mover()
@@ -206,17 +216,8 @@ async fn switch_phase(
     let target = Phase::parse(&request.phase)
         .ok_or_else(|| invalid("phase must be SrcOnly, SrcFirst, DstFirst or DstOnly"))?;
     let mover = routes.started_mover().await?;
-    let (control, coordinator) = (routes.control.clone(), routes.coordinator.clone());
-    let running = tokio::spawn(async move {
-        Switcher {
-            control: &control,
-            mover: &mover,
-            me: &coordinator.name,
-            deadline: coordinator.deadline,
-        }
-        .switch(target)
-        .await
-    });
+    let switcher = routes.switcher(mover);
+    let running = tokio::spawn(async move { switcher.switch(target).await });
     match tokio::time::timeout(SWITCH_WAIT, running).await {
         Ok(Ok(Ok(_))) | Err(_) => routes.status().await,
         Ok(Ok(Err(err))) => Err(refused(err)),
@@ -227,17 +228,8 @@ async fn switch_phase(
 /// Aborts the switch in progress, whoever runs it (a flipped one is completed instead).
 async fn abort(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
     let mover = routes.started_mover().await?;
-    let (control, coordinator) = (routes.control.clone(), routes.coordinator.clone());
-    let running = tokio::spawn(async move {
-        Switcher {
-            control: &control,
-            mover: &mover,
-            me: &coordinator.name,
-            deadline: coordinator.deadline,
-        }
-        .abort()
-        .await
-    });
+    let switcher = routes.switcher(mover);
+    let running = tokio::spawn(async move { switcher.abort().await });
     match running.await {
         Ok(Ok(_)) => routes.status().await,
         Ok(Err(err)) => Err(refused(err)),

@@ -103,7 +103,7 @@ impl InstanceMove {
             if state.orphaned(now_millis()) {
                 let source_url = self.config.database_url();
                 let mover = Mover::open(self.control.clone(), &source_url, &state).await?;
-                let switcher = self.switcher(&mover);
+                let switcher = self.switcher(mover);
                 if let Some(done) = switcher.resolve(&state).await? {
                     tracing::warn!(outcome = %done, "database move: ended a switch at start");
                 }
@@ -136,11 +136,11 @@ impl InstanceMove {
         Ok(())
     }
 
-    fn switcher<'a>(&'a self, mover: &'a Mover) -> Switcher<'a> {
+    fn switcher(&self, mover: Mover) -> Switcher {
         Switcher {
-            control: &self.control,
+            control: self.control.clone(),
             mover,
-            me: &self.instance,
+            me: self.instance.clone(),
             deadline: self.deadline,
         }
     }
@@ -262,14 +262,8 @@ impl InstanceMove {
         let Some(mover) = held.mover.clone() else {
             return;
         };
-        let (control, me, deadline) = (self.control.clone(), self.instance.clone(), self.deadline);
+        let switcher = self.switcher(mover);
         held.takeover = Some(tokio::spawn(async move {
-            let switcher = Switcher {
-                control: &control,
-                mover: &mover,
-                me: &me,
-                deadline,
-            };
             match switcher.resolve(&state).await {
                 Ok(Some(done)) => tracing::warn!(
                     outcome = %done,

@@ -92,12 +92,13 @@ fn lease_from_now() -> i64 {
     now_millis() + platform::db::duration_millis(LEASE)
 }
 
-/// Runs, aborts and takes over switches for one process.
-pub struct Switcher<'a> {
-    pub control: &'a Control,
-    pub mover: &'a Mover,
+/// Runs, aborts and takes over switches for one process; owns what it needs, so a switch can
+/// run in a task of its own (a request or a watcher only starts it).
+pub struct Switcher {
+    pub control: Control,
+    pub mover: Mover,
     /// Who this coordinator is (an instance's name, or the CLI's).
-    pub me: &'a str,
+    pub me: String,
     /// The instances' pause deadline (`db_move_pause_deadline`).
     pub deadline: Duration,
 }
@@ -114,7 +115,7 @@ fn sides(
     (old, other, changes)
 }
 
-impl Switcher<'_> {
+impl Switcher {
     /// Switches every instance to `target`, a neighbour of the current phase. Returns what
     /// happened (for the operator); an error when it was refused or aborted — then every
     /// instance keeps the old phase and the site serves again.
@@ -133,7 +134,7 @@ impl Switcher<'_> {
         let began = Instant::now();
         let Some(token) = self
             .control
-            .begin_switch(&state, target, &members, self.me, lease_from_now())
+            .begin_switch(&state, target, &members, &self.me, lease_from_now())
             .await?
         else {
             anyhow::bail!("another switch began meanwhile: see the status");
@@ -222,7 +223,7 @@ impl Switcher<'_> {
         }
         let acks = step.elapsed();
         stall_point("acknowledged").await;
-        let (old, new, authority_changes) = sides(self.mover, state.phase, target);
+        let (old, new, authority_changes) = sides(&self.mover, state.phase, target);
         let step = Instant::now();
         if authority_changes {
             old.set_fence(true, token, remaining())
@@ -292,7 +293,7 @@ impl Switcher<'_> {
         if lost.is_cancelled()
             || !self
                 .control
-                .advance(epoch, self.me, &[STAGE_PAUSE], STAGE_FLIP, target, None)
+                .advance(epoch, &self.me, &[STAGE_PAUSE], STAGE_FLIP, target, None)
                 .await?
         {
             anyhow::bail!("this coordinator lost the switch to another");
@@ -318,7 +319,11 @@ impl Switcher<'_> {
             // The flip is made: this wait only reports who has not routed yet. It renews the
             // lease itself (a coordinator that hangs here stops renewing), so that the others
             // do not take over a switch that is only waiting — and deposed, it stops.
-            if !self.control.renew(epoch, self.me, lease_from_now()).await? {
+            if !self
+                .control
+                .renew(epoch, &self.me, lease_from_now())
+                .await?
+            {
                 return Ok(());
             }
             let waiting = self
@@ -340,7 +345,7 @@ impl Switcher<'_> {
         self.control
             .advance(
                 epoch,
-                self.me,
+                &self.me,
                 &[STAGE_FLIP],
                 STAGE_IDLE,
                 state.phase,
@@ -366,7 +371,7 @@ impl Switcher<'_> {
             .control
             .advance(
                 epoch,
-                self.me,
+                &self.me,
                 &[STAGE_PAUSE, STAGE_ABORTING],
                 STAGE_ABORTING,
                 phase,
@@ -376,7 +381,7 @@ impl Switcher<'_> {
         {
             return Ok(());
         }
-        let (old, new, authority_changes) = sides(self.mover, phase, target);
+        let (old, new, authority_changes) = sides(&self.mover, phase, target);
         if authority_changes {
             new.set_fence(true, token, ABORT_FENCE_WITHIN)
                 .await
@@ -386,7 +391,7 @@ impl Switcher<'_> {
                 .context("opening the old authority's fence again")?;
         }
         self.control
-            .advance(epoch, self.me, &[STAGE_ABORTING], STAGE_ABORT, phase, None)
+            .advance(epoch, &self.me, &[STAGE_ABORTING], STAGE_ABORT, phase, None)
             .await?;
         Ok(())
     }
@@ -397,7 +402,7 @@ impl Switcher<'_> {
     pub async fn resolve(&self, state: &MoveState) -> anyhow::Result<Option<String>> {
         let Some(token) = self
             .control
-            .take_over(state, self.me, lease_from_now())
+            .take_over(state, &self.me, lease_from_now())
             .await?
         else {
             return Ok(None);
@@ -426,7 +431,7 @@ impl Switcher<'_> {
         }
         let Some(token) = self
             .control
-            .take_over(&state, self.me, lease_from_now())
+            .take_over(&state, &self.me, lease_from_now())
             .await?
         else {
             anyhow::bail!("the switch moved on meanwhile: see the status and try again");

@@ -28,6 +28,7 @@ use std::{
 use axum::{extract::Query, http::HeaderMap, routing::post, Router};
 use scheduler::sql::{Misfire, NewJob, OverlapPolicy, RunStatus};
 
+use crate::common::Lcg;
 use platform::testing::{wait_until, TestDb};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_webook");
@@ -146,19 +147,6 @@ fn signal(worker: &Worker, name: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "kill -{name} failed");
-}
-
-/// A small deterministic generator, so a failing run can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {

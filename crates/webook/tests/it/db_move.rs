@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use sqlx::{any::AnyPoolOptions, AnyPool, Row};
 
 use crate::common::{self, get, login, members, post, publish, signup, Member};
-use platform::testing::{redis_url, wait_until, TestDb};
+use platform::testing::{redis_url, wait_until, EmptyPostgres, TestDb};
 use webook::{
     schema::MIGRATIONS,
     testing::{make_cluster, TestApp},
@@ -917,11 +917,9 @@ async fn the_cli_moves_a_running_embedded_server_and_it_restarts_on_postgresql()
     }
 }
 
-/// The write fence, on both engines: from the start the destination refuses every application
-/// write (captured tables only take the mover's), and a closed source refuses them too — in the
-/// database itself, whoever writes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_database_refuses_application_writes_on_both_engines() {
+/// An embedded app on SQLite with its admin logged in, whose move to an empty PostgreSQL has
+/// been started (the copy runs): (source, app, admin token, destination).
+async fn copying_to_postgresql() -> (Arc<TestDb>, TestApp, String, EmptyPostgres) {
     let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
     let app = embedded_on(db.clone()).await;
     assert_eq!(signup(&app, ADMIN).await.code(), 0);
@@ -934,6 +932,15 @@ async fn a_fenced_database_refuses_application_writes_on_both_engines() {
         json!({"destination": destination.url}),
     )
     .await;
+    (db, app, admin, destination)
+}
+
+/// The write fence, on both engines: from the start the destination refuses every application
+/// write (captured tables only take the mover's), and a closed source refuses them too — in the
+/// database itself, whoever writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_database_refuses_application_writes_on_both_engines() {
+    let (db, app, admin, destination) = copying_to_postgresql().await;
     let status = task_done(&app, &admin, "copy").await;
     assert_eq!(
         status["fenced"],
@@ -983,18 +990,7 @@ async fn a_fenced_database_refuses_application_writes_on_both_engines() {
 /// serving instance on its own: aborted, every fence as before, writes served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphaned_switch_is_aborted_by_the_instance() {
-    let db = Arc::new(TestDb::sqlite(&MIGRATIONS).await);
-    let app = embedded_on(db.clone()).await;
-    assert_eq!(signup(&app, ADMIN).await.code(), 0);
-    let (admin, _) = login(&app, ADMIN).await;
-    let destination = TestDb::empty_postgres().await;
-    operate(
-        &app,
-        &admin,
-        "/admin/db-move/start",
-        json!({"destination": destination.url}),
-    )
-    .await;
+    let (db, app, admin, _destination) = copying_to_postgresql().await;
     task_done(&app, &admin, "copy").await;
     operate(
         &app,

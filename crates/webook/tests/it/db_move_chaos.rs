@@ -62,7 +62,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead, BufReader},
     process::{Child, Command, Stdio},
     sync::{mpsc, Arc, Mutex},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
@@ -76,8 +75,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{
-    process::{webook_at, Server, BINARY},
-    PASSWORD, UA,
+    process::{stderr_lines, webook_at, Server, BINARY},
+    Lcg, PASSWORD, UA,
 };
 
 /// Names another `webook` binary to run these tests against.
@@ -265,15 +264,7 @@ impl Background {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn webook");
-        let stderr = child.stderr.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stderr_lines(&mut child);
         Self { child, lines }
     }
 
@@ -804,23 +795,6 @@ impl Targets {
     fn pick(&self, random: &mut Lcg) -> Api {
         let targets = self.0.lock().unwrap();
         targets[random.pick(targets.len())].clone()
-    }
-}
-
-/// A small deterministic generator.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
-
-    fn pick(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).unwrap()
     }
 }
 

@@ -46,7 +46,7 @@ use webook::schema::MIGRATIONS;
 
 use crate::common::{
     process::{webook_at, Server, BINARY},
-    PASSWORD, UA,
+    Lcg, PASSWORD, UA,
 };
 
 /// Names another `webook` binary to run these tests against.
@@ -332,23 +332,6 @@ async fn user(api: &Api, name: &str) -> User {
         email,
         uid: profile["Id"].as_i64().unwrap(),
         token,
-    }
-}
-
-/// A small deterministic generator, so a failing run can be replayed.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % n
-    }
-
-    fn pick(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).unwrap()
     }
 }
 

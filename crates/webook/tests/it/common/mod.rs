@@ -20,6 +20,25 @@ use webook::testing::{make_cluster, TestApp};
 pub const UA: &str = "Mozilla/5.0 (webook tests)";
 pub const PASSWORD: &str = "hello#world1";
 
+/// A small deterministic generator, so a failing chaos run can be replayed.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next value below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+
+    /// The next index below `len`.
+    pub fn pick(&mut self, len: usize) -> usize {
+        usize::try_from(self.below(len as u64)).unwrap()
+    }
+}
+
 /// Which database and which session store / rate limiter a test runs on.
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {

@@ -42,6 +42,29 @@ pub fn webook_at(binary: &str, data_dir: &Path) -> Command {
     command
 }
 
+/// The lines `child` writes to its piped stderr, read by a thread of their own (and copied to
+/// [`LOG_DIR_ENV`]'s directory when it is set).
+pub fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (lines_tx, lines) = mpsc::channel();
+    let mut copy = std::env::var_os(LOG_DIR_ENV).map(|dir| {
+        let path = Path::new(&dir).join(format!("{}.log", child.id()));
+        std::fs::File::create(&path)
+            .unwrap_or_else(|err| panic!("{LOG_DIR_ENV}: {}: {err}", path.display()))
+    });
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(file) = copy.as_mut() {
+                let _ = writeln!(file, "{line}");
+            }
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A running `webook serve`, its address read from its "listening on" log line.
 pub struct Server {
     /// The process.
@@ -64,23 +87,7 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn webook");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        let mut copy = std::env::var_os(LOG_DIR_ENV).map(|dir| {
-            let path = Path::new(&dir).join(format!("{}.log", child.id()));
-            std::fs::File::create(&path)
-                .unwrap_or_else(|err| panic!("{LOG_DIR_ENV}: {}: {err}", path.display()))
-        });
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(file) = copy.as_mut() {
-                    let _ = writeln!(file, "{line}");
-                }
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stderr_lines(&mut child);
         let mut seen = Vec::new();
         let base = loop {
             let line = lines.recv_timeout(limit).unwrap_or_else(|_| {
