@@ -396,10 +396,21 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
     let (sqlite, postgres) = (pool(&sqlite_url).await, pool(&destination.url).await);
     let tables = moved_tables(&sqlite).await;
     assert!(tables.len() > 20, "{tables:?}");
-    let (left, right) = (
-        every_row(&sqlite, &tables).await,
-        every_row(&postgres, &tables).await,
-    );
+    // The process keeps writing on its own (its `instances` row, every 10 s): a write that
+    // lands between reading one side and the other is a difference until it is replicated, a
+    // few ms later. So the sides are read until they agree (at most WAIT_LIMIT); a difference
+    // that stays fails below, naming its table.
+    let limit = std::time::Instant::now() + platform::testing::WAIT_LIMIT;
+    let (left, right) = loop {
+        let sides = (
+            every_row(&sqlite, &tables).await,
+            every_row(&postgres, &tables).await,
+        );
+        if sides.0 == sides.1 || std::time::Instant::now() >= limit {
+            break sides;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     for (table, rows) in &left {
         assert_eq!(Some(rows), right.get(table), "table {table} differs");
     }
