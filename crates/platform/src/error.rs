@@ -252,6 +252,10 @@ pub enum AppError {
         /// When the client may try again.
         retry_after: Duration,
     },
+    /// A capability this site has not turned on, e.g. WeChat sign-in without an app (HTTP 200,
+    /// code 5): a fact about the site, not a dependency being down, so nothing should retry it.
+    #[error("{0}")]
+    Disabled(Msg),
     /// A dependency is down and nothing safe can be served (HTTP 503).
     #[error("service unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -274,7 +278,8 @@ impl AppError {
             | Self::WrongCredentials
             | Self::Forbidden(_)
             | Self::NotFound(_)
-            | Self::Conflict(_) => StatusCode::OK,
+            | Self::Conflict(_)
+            | Self::Disabled(_) => StatusCode::OK,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::WrongClient => StatusCode::FORBIDDEN,
@@ -299,7 +304,8 @@ impl AppError {
             | Self::BadRequest(msg)
             | Self::Forbidden(msg)
             | Self::NotFound(msg)
-            | Self::Conflict(msg) => Cow::Borrowed(msg.text(lang)),
+            | Self::Conflict(msg)
+            | Self::Disabled(msg) => Cow::Borrowed(msg.text(lang)),
             Self::Unauthorized => fixed("not logged in", "未登录或登录已失效"),
             Self::WrongCredentials => fixed("wrong email or password", "邮箱或密码错误"),
             Self::WrongClient => fixed("token used from another client", "登录凭证来自其他客户端"),
@@ -357,9 +363,11 @@ impl AppError {
             Self::NotFound(_) | Self::NoRoute => CODE_NOT_FOUND,
             Self::Conflict(_) => CODE_CONFLICT,
             Self::RateLimited { .. } => CODE_RATE_LIMITED,
-            Self::Unavailable(_) | Self::Timeout | Self::Panic(_) | Self::Internal(_) => {
-                CODE_SYSTEM
-            }
+            Self::Disabled(_)
+            | Self::Unavailable(_)
+            | Self::Timeout
+            | Self::Panic(_)
+            | Self::Internal(_) => CODE_SYSTEM,
         }
     }
 }
@@ -537,6 +545,11 @@ mod tests {
                 5,
             ),
             (AppError::Timeout, StatusCode::SERVICE_UNAVAILABLE, 5),
+            (
+                AppError::Disabled(Msg::new("WeChat login is not enabled", "未开启微信登录")),
+                StatusCode::OK,
+                5,
+            ),
             (
                 AppError::Panic("boom".into()),
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -88,6 +88,29 @@ pub fn with_middleware(router: Router, config: &Config) -> anyhow::Result<Router
     Ok(Router::new().fallback_service(outer))
 }
 
+/// The answers of the course's routes, for the course's web frontend.
+///
+/// That frontend reads the body of 2xx answers only: anything else shows the person an empty
+/// page or "undefined". The course's backend answered a refusal a person should read (a code
+/// sent too recently, …) with HTTP 200 and a non-zero `code`; so do the course's routes here:
+/// a rate-limit refusal keeps its code (429001), its message and its `Retry-After` header and
+/// is sent with HTTP 200. What a client or a proxy acts on without reading keeps its status:
+/// 401 and 403001 (the frontend signs in again), 400, 404, 405, and 503 when a dependency is
+/// down. webook's own routes (feed, comments, tags, search, the console) answer HTTP 429.
+///
+/// A feature puts it on the routes it serves for the course: `router.layer(course_answers())`.
+/// It is a plain response map (no boxed future), cheap on hot reads.
+pub fn course_answers() -> tower::util::MapResponseLayer<fn(Response) -> Response> {
+    tower::util::MapResponseLayer::new(course_answer as fn(Response) -> Response)
+}
+
+fn course_answer(mut response: Response) -> Response {
+    if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
+}
+
 /// Builds [`Observe`] around each route.
 #[derive(Clone)]
 pub struct ObserveLayer {

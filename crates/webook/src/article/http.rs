@@ -57,6 +57,7 @@ pub fn router(routes: ArticleRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/articles/pub/like", post(like))
         .route("/articles/pub/collect", post(collect))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 /// The `biz` of articles in the interactive tables.

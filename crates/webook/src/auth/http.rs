@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::auth::service::{AuthService, AuthUser, TokenPair};
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
-    error::{ApiJson, ApiResult, AppError, Reply},
+    error::{ApiJson, AppError, Msg, ReplyWithMsg},
     http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
 };
 
@@ -66,6 +66,7 @@ pub fn router(routes: SignInRoutes) -> Router {
         .route("/users/refresh_token", post(refresh_token))
         .route("/users/logout", post(logout))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 #[derive(Deserialize)]
@@ -80,13 +81,13 @@ async fn signup(
     State(state): State<Arc<SignInRoutes>>,
     ClientIp(ip): ClientIp,
     ApiJson(request): ApiJson<SignupRequest>,
-) -> ApiResult<()> {
+) -> Result<ReplyWithMsg<()>, AppError> {
     state.auth.check_auth_rate(&ip.to_string()).await?;
     state
         .auth
         .signup(&request.email, request.password, &request.confirm_password)
         .await?;
-    Ok(Reply(()))
+    Ok(ReplyWithMsg(Msg::new("signed up", "注册成功"), ()))
 }
 
 #[derive(Deserialize)]
@@ -115,7 +116,7 @@ async fn refresh_token(
 ) -> Result<Response, AppError> {
     let token = bearer_token(&headers).ok_or(AppError::Unauthorized)?;
     let tokens = state.auth.refresh(token, user_agent(&headers)).await?;
-    with_tokens(&tokens)
+    tokens_reply(&tokens, Msg::new("tokens refreshed", "登录已续期"))
 }
 
 async fn logout(
@@ -134,14 +135,19 @@ async fn logout(
                 HeaderValue::from_static(""),
             ),
         ],
-        Reply(()),
+        ReplyWithMsg(Msg::new("logged out", "已退出登录"), ()),
     )
         .into_response())
 }
 
 /// The answer of a successful sign-in: the token pair in `x-jwt-token` / `x-refresh-token` and
-/// `{code: 0}`.
+/// `{code: 0, msg: "logged in"}` ("登录成功" to a Chinese caller, as the course said).
 pub fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
+    tokens_reply(tokens, Msg::new("logged in", "登录成功"))
+}
+
+/// The token pair in `x-jwt-token` / `x-refresh-token` and `{code: 0, msg}`.
+fn tokens_reply(tokens: &TokenPair, msg: Msg) -> Result<Response, AppError> {
     let header = |value: &str| {
         HeaderValue::from_str(value)
             .map_err(|err| AppError::Internal(anyhow::anyhow!("token header: {err}")))
@@ -157,7 +163,7 @@ pub fn with_tokens(tokens: &TokenPair) -> Result<Response, AppError> {
                 header(&tokens.refresh)?,
             ),
         ],
-        Reply(()),
+        ReplyWithMsg(msg, ()),
     )
         .into_response())
 }

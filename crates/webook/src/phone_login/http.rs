@@ -36,6 +36,7 @@ pub fn router(routes: PhoneLoginRoutes) -> Router {
         .route("/users/login_sms/code/send", post(send_code))
         .route("/users/login_sms", post(login))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 #[derive(Deserialize)]

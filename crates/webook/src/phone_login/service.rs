@@ -129,8 +129,9 @@ impl PhoneLoginService {
     pub async fn send_code(&self, phone: &str, client_ip: &str) -> Result<Delivery, AppError> {
         let phone = normalize_phone(phone)?;
         if !self.delivery.is_configured() {
-            return Err(AppError::Unavailable(anyhow::anyhow!(
-                "SMS sign-in is not configured (no sms_providers)"
+            return Err(AppError::Disabled(Msg::new(
+                "SMS sign-in is not enabled on this site",
+                "本站未开启短信登录",
             )));
         }
         self.limits.per_ip.check(client_ip).await?;

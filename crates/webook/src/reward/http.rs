@@ -45,6 +45,7 @@ pub fn router(routes: RewardRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/reward/detail", post(detail))
         .route("/rewards", get(list))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 #[derive(Deserialize)]

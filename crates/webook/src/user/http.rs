@@ -15,7 +15,9 @@ use crate::{
     auth::{AuthService, AuthUser, Authenticates, Writer},
     user::{model::ProfileEdit, UserService},
 };
-use platform::error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Reply};
+use platform::error::{
+    positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply, ReplyWithMsg,
+};
 
 /// What the profile handlers reach.
 pub struct UserRoutes {
@@ -38,6 +40,7 @@ pub fn router(routes: UserRoutes) -> Router {
         .route("/users/edit", post(edit))
         .route("/users/{id}", get(public_profile))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 /// The course frontend reads the profile as a bare object, not an envelope.
@@ -60,11 +63,11 @@ async fn edit(
     State(state): State<Arc<UserRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<EditRequest>,
-) -> ApiResult<()> {
+) -> Result<ReplyWithMsg<()>, AppError> {
     let today = crate::user::model::latest_today(chrono::Utc::now());
     let edit = ProfileEdit::parse(request.nickname, request.birthday, request.about_me, today)?;
     state.users.edit_profile(user.uid, &edit).await?;
-    Ok(Reply(()))
+    Ok(ReplyWithMsg(Msg::new("profile saved", "资料已保存"), ()))
 }
 
 /// What anyone logged in sees of a user (`GET /users/:id`): never the email, phone or birthday.

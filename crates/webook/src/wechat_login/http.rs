@@ -8,7 +8,9 @@
 //! - `GET /oauth2/wechat/callback?code&state`: on success 302 to `wechat_frontend_url` with the
 //!   token headers, the state cookie cleared; a bad state or code answers `{code: 4}`.
 //!
-//! Both answer 503, code 5, "WeChat login is not configured" while it is off.
+//! Both answer HTTP 200, code 5, "WeChat login is not enabled on this site" while it is off (a
+//! fact about the site, not an outage: nothing should retry it, and the course's frontend shows
+//! the message).
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,7 +20,7 @@ use axum::{
     http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
-    Json, Router,
+    Router,
 };
 use serde::Deserialize;
 
@@ -31,7 +33,7 @@ use crate::{
 };
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
-    error::{ApiQuery, AppError, Envelope, Lang, Msg, Reply, CODE_SYSTEM},
+    error::{ApiQuery, AppError, Msg, Reply},
     http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
 };
 
@@ -58,6 +60,7 @@ pub fn router(routes: WechatRoutes) -> Router {
         .route("/oauth2/wechat/authurl", get(authurl))
         .route("/oauth2/wechat/callback", get(callback))
         .with_state(Arc::new(routes))
+        .layer(platform::http::course_answers())
 }
 
 async fn authurl(State(routes): State<Arc<WechatRoutes>>) -> Result<Response, WechatLoginError> {
@@ -183,18 +186,11 @@ fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
 impl IntoResponse for WechatLoginError {
     fn into_response(self) -> Response {
         match self {
-            Self::NotConfigured => {
-                let msg = Msg::new("WeChat login is not configured", "未配置微信登录");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(Envelope::<()> {
-                        code: CODE_SYSTEM,
-                        msg: msg.text(Lang::current()),
-                        data: None,
-                    }),
-                )
-                    .into_response()
-            }
+            Self::NotConfigured => AppError::Disabled(Msg::new(
+                "WeChat login is not enabled on this site",
+                "本站未开启微信登录",
+            ))
+            .into_response(),
             Self::BadState => AppError::InvalidInput(Msg::field(
                 "state",
                 "missing, expired or not this browser's; sign in with WeChat again",
