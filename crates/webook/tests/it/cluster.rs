@@ -6,7 +6,8 @@
 //! - a withdrawal committed while Redis is down is not served once Redis returns with its old data;
 //! - a logout (and refresh-token reuse detection) survives a Redis restart;
 //! - reads, likes, publishes, profile, logout keep answering code 0 while Redis is down;
-//! - PostgreSQL unreachable: 503 in under a second, what needs no database goes on;
+//! - PostgreSQL unreachable: 503 in under a second, what needs no database goes on; once it is
+//!   back every instance serves again within seconds, though probes were dropped mid-flight;
 //! - an `Idempotency-Key` publish retried five times across instances creates one article;
 //! - the reads a killed instance held are counted within 5 s;
 //! - a rolling restart (SIGTERM one by one) skips no tick of an `@every 1s` job;
@@ -33,7 +34,7 @@ use std::{
 use webook::schema::MIGRATIONS;
 
 use axum::{http::HeaderMap, routing::any, Router};
-use common::process::{webook, Server};
+use common::process::{binary_under_test, webook, webook_at, Server};
 use platform::testing::{wait_until, RedisServer, TcpProxy, TestDb};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -83,7 +84,7 @@ impl Cluster {
     fn spawn(&self, index: usize) -> Server {
         let data_dir = self.dir.path().join(format!("instance-{index}"));
         std::fs::create_dir_all(&data_dir).unwrap();
-        let mut command = webook(Path::new(&data_dir));
+        let mut command = webook_at(&binary_under_test(), Path::new(&data_dir));
         command
             .env("WEBOOK_DATABASE_URL", &self.database_url)
             .env("WEBOOK_REDIS_URL", self.redis.url())
@@ -538,6 +539,110 @@ async fn with_postgres_unreachable_writes_answer_503_in_under_a_second() {
             == 0
     })
     .await;
+}
+
+/// PostgreSQL unreachable for a few seconds while every instance serves reader views of articles
+/// nobody has read. A reader view runs its lookups together and stops at the first failure, so
+/// a lookup that is the database circuit's probe is often dropped mid-flight when a sibling fails
+/// fast. Once PostgreSQL is back, every instance — not only one — must report the database up,
+/// read and write again within a few seconds (issue 46, item 13: a dropped probe once left its
+/// circuit open for good). The unit tests of the circuits (`platform::db::pool`,
+/// `platform::redis`) drop a probe deterministically; this one checks the whole on real
+/// processes, where a background query may well be the probe instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_postgres_returns_every_instance_recovers_though_probes_were_dropped() {
+    const OUTAGE: Duration = Duration::from_secs(10);
+    const READERS_PER_INSTANCE: usize = 4;
+    /// From PostgreSQL answering again to an instance serving again: a circuit's pause (1 s)
+    /// and a probe, with room for a busy two-core machine.
+    const RECOVERY: Duration = Duration::from_secs(8);
+
+    // The scheduler's default poll, so that the readers' queries, not its own, probe the circuit.
+    let cluster = Cluster::start_with(
+        RedisServer::start().await,
+        vec![("WEBOOK_JOB_POLL_MAX", "5s".to_owned())],
+    )
+    .await;
+    let (author, _) = cluster.user("prober@example.com").await;
+    let (reader, _) = cluster.user("reader@example.com").await;
+    let mut unread = Vec::new();
+    for n in 0..90 {
+        unread.push(
+            cluster
+                .publish(n % 3, &author, None, &format!("unread {n}"))
+                .await,
+        );
+    }
+    let (before, after) = unread.split_at(60);
+
+    cluster.proxy.cut();
+    let until = Instant::now() + OUTAGE;
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let readers = (0..3).flat_map(|index| {
+        let (cluster, reader, refused) = (&cluster, &reader, refused.clone());
+        before
+            .chunks(before.len() / (3 * READERS_PER_INSTANCE))
+            .skip(index * READERS_PER_INSTANCE)
+            .take(READERS_PER_INSTANCE)
+            .map(move |ids| {
+                let refused = refused.clone();
+                async move {
+                    for id in ids.iter().cycle() {
+                        if Instant::now() >= until {
+                            break;
+                        }
+                        let (status, answer) = cluster
+                            .get(index, &format!("/articles/pub/{id}"), reader)
+                            .await;
+                        if status == StatusCode::SERVICE_UNAVAILABLE {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        } else {
+                            assert_eq!(status, StatusCode::OK, "{answer}");
+                        }
+                        // Pacing, so twelve readers leave the two cores to the servers.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            })
+    });
+    futures_util::future::join_all(readers).await;
+    assert!(
+        refused.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the outage was not seen by the readers"
+    );
+
+    cluster.proxy.restore().await;
+    let back = Instant::now();
+    for (index, id) in after.iter().take(3).enumerate() {
+        let recovered = tokio::time::timeout(RECOVERY.saturating_sub(back.elapsed()), async {
+            loop {
+                let ready = cluster.instance(index).get_json("/readyz").await.1;
+                let read = cluster
+                    .get(index, &format!("/articles/pub/{id}"), &reader)
+                    .await;
+                let wrote = cluster
+                    .post(
+                        index,
+                        "/articles/pub/like",
+                        &reader,
+                        json!({"id": id, "like": true}),
+                    )
+                    .await;
+                if ready["data"]["database"] == "up" && read.1["code"] == 0 && wrote.1["code"] == 0
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        let readyz = cluster.instance(index).get_json("/readyz").await.1;
+        assert!(
+            recovered.is_ok(),
+            "instance {index} still fails {:?} after PostgreSQL came back: /readyz {readyz}",
+            back.elapsed()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

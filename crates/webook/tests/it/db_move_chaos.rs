@@ -75,12 +75,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::common::{
-    process::{stderr_lines, webook_at, Server, BINARY},
+    process::{binary_under_test as binary, stderr_lines, webook_at, Server, TEST_BINARY_ENV},
     Lcg, PASSWORD, UA,
 };
 
-/// Names another `webook` binary to run these tests against.
-const TEST_BINARY_ENV: &str = "WEBOOK_TEST_BINARY";
 const ACCESS_SECRET: &str = "db-move-chaos-access-secret-0123456789";
 const REFRESH_SECRET: &str = "db-move-chaos-refresh-secret-0123456789";
 /// The instances' pause deadline (`db_move_pause_deadline`), short to keep the runs short.
@@ -101,11 +99,6 @@ const LONG_TRANSACTION: Duration = Duration::from_secs(10);
 
 /// One test at a time: their bounds are about time, on a machine with two cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The binary under test.
-fn binary() -> String {
-    std::env::var(TEST_BINARY_ENV).unwrap_or_else(|_| BINARY.to_owned())
-}
 
 /// Whether another binary than this crate's is under test (it may lack the stall points).
 fn other_binary() -> bool {

@@ -45,12 +45,10 @@ use tokio_util::sync::CancellationToken;
 use webook::schema::MIGRATIONS;
 
 use crate::common::{
-    process::{webook_at, Server, BINARY},
+    process::{binary_under_test as binary, webook_at, Server},
     Lcg, PASSWORD, UA,
 };
 
-/// Names another `webook` binary to run these tests against.
-const TEST_BINARY_ENV: &str = "WEBOOK_TEST_BINARY";
 const ACCESS_SECRET: &str = "event-chaos-access-secret-0123456789";
 const REFRESH_SECRET: &str = "event-chaos-refresh-secret-0123456789";
 /// The group and topic the faults are injected into.
@@ -63,11 +61,6 @@ const MAX_SAMPLES: usize = 1500;
 const LAG_BOUND_SECONDS: f64 = 1.0;
 /// Pages a listing may take before a test gives up on it (a loop that stops by itself).
 const MAX_PAGES: usize = 100;
-
-/// The binary under test.
-fn binary() -> String {
-    std::env::var(TEST_BINARY_ENV).unwrap_or_else(|_| BINARY.to_owned())
-}
 
 macro_rules! chaos_tests {
     ($($module:ident: $db:ident, $redis:expr, $seed:expr, $wait_stuck:expr;)+) => {

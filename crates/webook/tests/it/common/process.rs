@@ -17,8 +17,17 @@ use serde_json::Value;
 /// that needs more than the assertion's message.
 pub const LOG_DIR_ENV: &str = "WEBOOK_TEST_LOG_DIR";
 
-/// The binary under test.
+/// This crate's `webook` binary.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_webook");
+
+/// Names another `webook` binary for the tests of faults between processes to run (e.g. an
+/// older build, to see a test fail before its fix).
+pub const TEST_BINARY_ENV: &str = "WEBOOK_TEST_BINARY";
+
+/// The binary under test: [`TEST_BINARY_ENV`]'s, else this crate's [`BINARY`].
+pub fn binary_under_test() -> String {
+    std::env::var(TEST_BINARY_ENV).unwrap_or_else(|_| BINARY.to_owned())
+}
 
 /// A `webook` command with a clean environment: no inherited `WEBOOK_*` settings.
 pub fn webook(data_dir: &Path) -> Command {
