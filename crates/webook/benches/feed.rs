@@ -624,23 +624,25 @@ async fn plans(world: &World) {
         ),
     )
     .await;
+    // What the reader may see, with the reader spelled out.
+    let visible = webook::feed::store::VISIBLE.replace("$1", &READER_BIG.to_string());
     plan(
         &world.db,
         "inbox_heads (page 11)",
         &format!(
-            "SELECT ctime, event_id FROM feed_inbox WHERE uid = {READER_BIG} \
-             AND (ctime < {time} OR (ctime = {time} AND event_id < {id})) \
-             ORDER BY ctime DESC, event_id DESC LIMIT 21"
+            "SELECT b.ctime, b.event_id FROM feed_inbox b JOIN feed_events e ON e.id = b.event_id \
+             WHERE b.uid = {READER_BIG} AND (b.ctime < {time} OR (b.ctime = {time} AND b.event_id < {id})) \
+             AND {visible} ORDER BY b.ctime DESC, b.event_id DESC LIMIT 21"
         ),
     )
     .await;
     let parts: Vec<String> = (0..2)
         .map(|n| {
             format!(
-                "SELECT * FROM (SELECT {n} AS part, ctime, id FROM feed_events \
-                 WHERE actor = {} AND kind = 'article' AND delivery = 2 \
-                 AND (ctime < {time} OR (ctime = {time} AND id < {id})) \
-                 ORDER BY ctime DESC, id DESC LIMIT 21) AS h{n}",
+                "SELECT * FROM (SELECT {n} AS part, e.ctime, e.id FROM feed_events e \
+                 WHERE e.actor = {} AND e.kind = 'article' AND e.delivery = 2 \
+                 AND (e.ctime < {time} OR (e.ctime = {time} AND e.id < {id})) AND {visible} \
+                 ORDER BY e.ctime DESC, e.id DESC LIMIT 21) AS h{n}",
                 BIG_FIRST + n
             )
         })
@@ -655,18 +657,14 @@ async fn plans(world: &World) {
         &world.db,
         "visible_items (3 ids)",
         &format!(
-            "SELECT e.id, e.kind, a.nickname, p.title, w.nickname, COALESCE(i.like_cnt, 0), \
-             CASE WHEN e.kind = 'article' THEN \
-               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = {READER_BIG} AND f.followee = e.actor AND f.status = 1) THEN 1 ELSE 0 END) \
-             WHEN e.kind = 'follow' THEN \
-               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = e.actor AND f.followee = {READER_BIG} AND f.status = 1) THEN 1 ELSE 0 END) \
-             ELSE 1 END AS related \
+            "SELECT e.id, e.kind, cm.content, a.nickname, p.title, w.nickname, COALESCE(i.like_cnt, 0) \
              FROM feed_events e \
              LEFT JOIN users a ON a.id = e.actor \
              LEFT JOIN published_articles p ON p.id = e.article_id \
              LEFT JOIN users w ON w.id = p.author_id \
              LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = e.article_id \
-             WHERE e.id IN (1, 2, 3)"
+             LEFT JOIN comments cm ON cm.id = e.comment_id AND e.kind = 'comment' \
+             WHERE e.id IN (1, 2, 3) AND {visible}"
         ),
     )
     .await;

@@ -52,11 +52,18 @@ impl Feature for Feed {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            11,
-            "follows and feed",
-            include_str!("../../migrations/0011_feed.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                11,
+                "follows and feed",
+                include_str!("../../migrations/0011_feed.sql"),
+            ),
+            Migration::new(
+                25,
+                "feed items by article",
+                include_str!("../../migrations/0025_feed_by_article.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

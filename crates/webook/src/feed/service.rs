@@ -13,16 +13,25 @@
 //! The choice is made once per article, when its event is handled, and recorded on the item, so
 //! an author crossing the threshold either way leaves every earlier item where it was: no item is
 //! in two places (duplicate) or none (gap). Likes, follows and comments have one recipient each
-//! and are always pushed.
+//! and are always pushed. A withdrawal takes the article's item out of every inbox and outbox
+//! and the `like` and `comment` items about it out of their recipients' inboxes (the items stay,
+//! so that a republication puts back those whose like or comment still stands).
 //!
 //! **Reading ([`FeedService::page`]).** One total order, (time, item id) descending; the cursor
-//! is the last item served. A page takes the reader's inbox heads and the outbox heads of the
-//! pull authors they follow (found by probing from the smaller side: the reader's followees or
-//! the pull authors site-wide) — at most the page size (+1) from each — merges them by that order
-//! (k-way, duplicates dropped), loads the winners in one query and drops what the reader may no
-//! longer see (withdrawn articles, unfollowed authors, cancelled follows, so these take effect on
-//! the next page even before the consumers clean up). If that left the page short it looks
-//! further, a few rounds at most.
+//! is the last item served. The feed shows only what the source tables show now
+//! ([`store::VISIBLE`](crate::feed::store::VISIBLE): published articles of authors the reader
+//! follows, likes that are on, follows that hold, comments not deleted and not under a withdrawn
+//! article), whether or not the consumers caught up. A page takes the reader's inbox heads and
+//! the outbox heads of the pull authors they follow (found by probing from the smaller side: the
+//! reader's followees or the pull authors site-wide) — at most the page size (+1) from each,
+//! visible ones only: the database skips hidden rows inside the same index range scan, however
+//! many there are (a withdrawn article's 40 likes cost no extra round trip) — merges them by that
+//! order (k-way, duplicates dropped) and loads the winners in one query, checking visibility
+//! again. Only what changed between those two statements can come up short; the page then looks
+//! further, and after `MAX_ROUNDS` (4) rounds it stops only if it holds an item: **a page is
+//! empty only at the end**. The statements one page took are counted ([`PageCost`], histogram
+//! `feed_page_statements`): one round is two, plus one per 50 pull authors followed, after one
+//! to three that find the pull authors.
 //!
 //! **Read-your-writes.** A follow back-fills the followee's newest pushed articles into the
 //! follower's inbox in the follow's transaction, and their pulled articles are merged from the
@@ -46,7 +55,7 @@ use crate::{
     comment::{CommentEvent, TOPIC_COMMENT_CHANGED},
     feed::{
         model::{Cursor, FeedItem, FollowEvent, Page},
-        store::FeedStore,
+        store::{FeedStore, AUTHORS_PER_QUERY},
         TOPIC_FOLLOW_CHANGED,
     },
     interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
@@ -64,8 +73,19 @@ pub const FANOUT_BATCH: i64 = 1000;
 const EVENT_BATCH: usize = 100;
 /// Longest an event waits for its batch.
 const EVENT_MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
-/// Most rounds a page looks further when hidden items left it short.
+/// Rounds after which a page that has items stops looking further (one without goes on: a
+/// page is empty only at the end). Rounds after the first happen only when items read as
+/// visible were hidden by the time they were loaded.
 const MAX_ROUNDS: usize = 4;
+
+/// What reading one page cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageCost {
+    /// Rounds of reading the sources' heads and loading them.
+    pub rounds: usize,
+    /// SQL statements run.
+    pub statements: usize,
+}
 
 /// Inbox rows written by fan-outs.
 pub const FEED_FANOUT_ROWS_TOTAL: &str = "feed_fanout_rows_total";
@@ -73,10 +93,18 @@ pub const FEED_FANOUT_ROWS_TOTAL: &str = "feed_fanout_rows_total";
 pub const FEED_FANOUT_LAG_SECONDS: &str = "feed_fanout_lag_seconds";
 /// Articles by delivery: `push` or `pull`.
 pub const FEED_ARTICLES_TOTAL: &str = "feed_articles_total";
+/// SQL statements run to read one feed page.
+pub const FEED_PAGE_STATEMENTS: &str = "feed_page_statements";
+
+/// Buckets of [`FEED_PAGE_STATEMENTS`].
+const STATEMENT_BUCKETS: &[f64] = &[2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 12.0, 20.0, 50.0];
 
 /// The feed's metrics.
 pub const METRICS: MetricsSpec = MetricsSpec {
-    histogram_buckets: &[(FEED_FANOUT_LAG_SECONDS, JOB_DURATION_BUCKETS)],
+    histogram_buckets: &[
+        (FEED_FANOUT_LAG_SECONDS, JOB_DURATION_BUCKETS),
+        (FEED_PAGE_STATEMENTS, STATEMENT_BUCKETS),
+    ],
     describe: describe_metrics,
 };
 
@@ -90,6 +118,10 @@ fn describe_metrics() {
     metrics::describe_counter!(
         FEED_ARTICLES_TOTAL,
         "Published articles by delivery: push (inboxes) or pull (author's outbox)"
+    );
+    metrics::describe_histogram!(
+        FEED_PAGE_STATEMENTS,
+        "SQL statements run to read one feed page"
     );
 }
 
@@ -142,6 +174,18 @@ impl FeedService {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page<FeedItem>, platform::error::AppError> {
+        let (page, cost) = self.page_with_cost(reader, cursor, limit).await?;
+        metrics::histogram!(FEED_PAGE_STATEMENTS).record(cost.statements as f64);
+        Ok(page)
+    }
+
+    /// [`FeedService::page`], and what reading it cost.
+    pub async fn page_with_cost(
+        &self,
+        reader: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Page<FeedItem>, PageCost), platform::error::AppError> {
         let mut before = match cursor {
             Some(cursor) => Cursor::decode(cursor)?,
             None => Cursor {
@@ -149,21 +193,27 @@ impl FeedService {
                 id: i64::MAX,
             },
         };
-        let pull_authors = self.followed_pull_authors(reader).await?;
+        let mut cost = PageCost::default();
+        let pull_authors = self.followed_pull_authors(reader, &mut cost).await?;
         // One more than the page, to know whether another page follows.
         let wanted = limit + 1;
         let mut items: Vec<FeedItem> = Vec::with_capacity(wanted);
-        let mut exhausted = false;
-        for _ in 0..MAX_ROUNDS {
+        let mut exhausted;
+        loop {
+            cost.rounds += 1;
             let fetch = wanted - items.len();
+            // Both sources skip hidden items in the database, so what they answer is visible
+            // unless it changed since; the rounds after the first only make up for that.
             let inbox = self.store.inbox_heads(reader, before, fetch).await?;
+            cost.statements += 1;
             let mut sources = vec![inbox];
             if !pull_authors.is_empty() {
                 sources.extend(
                     self.store
-                        .outbox_heads(&pull_authors, before, fetch)
+                        .outbox_heads(reader, &pull_authors, before, fetch)
                         .await?,
                 );
+                cost.statements += pull_authors.len().div_ceil(AUTHORS_PER_QUERY);
             }
             let candidates = merge_newest(sources, fetch);
             exhausted = candidates.len() < fetch;
@@ -172,9 +222,14 @@ impl FeedService {
             };
             let ids: Vec<i64> = candidates.iter().map(|c| c.id).collect();
             let mut visible = self.store.visible_items(reader, &ids).await?;
+            cost.statements += 1;
             items.extend(ids.iter().filter_map(|id| visible.remove(id)));
             before = last;
-            if items.len() >= wanted || exhausted {
+            // Never an empty page before the end: past `MAX_ROUNDS`, stop only with items.
+            if items.len() >= wanted
+                || exhausted
+                || (cost.rounds >= MAX_ROUNDS && !items.is_empty())
+            {
                 break;
             }
         }
@@ -184,22 +239,33 @@ impl FeedService {
         } else if exhausted {
             None
         } else {
-            // Out of rounds: everything up to `before` was looked at and is hidden.
+            // Out of rounds: everything after the last item up to `before` was hidden.
             Some(before)
         };
-        Ok(Page {
-            items,
-            next: next.map(Cursor::encode),
-        })
+        Ok((
+            Page {
+                items,
+                next: next.map(Cursor::encode),
+            },
+            cost,
+        ))
     }
 
     /// The pull authors `reader` follows, probed from the smaller side: the reader's followees
     /// or the pull authors site-wide (their count is cached for [`PULL_AUTHORS_RECOUNT`]; a stale
     /// count only picks the slower probe, never other authors).
-    async fn followed_pull_authors(&self, reader: i64) -> anyhow::Result<Vec<i64>> {
-        let site_wide = self.pull_author_count().await?;
+    async fn followed_pull_authors(
+        &self,
+        reader: i64,
+        cost: &mut PageCost,
+    ) -> anyhow::Result<Vec<i64>> {
+        let site_wide = self.pull_author_count(cost).await?;
         // With at most one pull author, probing them is at most one lookup: nothing to count.
-        let from_followees = site_wide > 1 && self.store.followee_count(reader).await? < site_wide;
+        let from_followees = site_wide > 1 && {
+            cost.statements += 1;
+            self.store.followee_count(reader).await? < site_wide
+        };
+        cost.statements += 1;
         Ok(self
             .store
             .followed_pull_authors(reader, from_followees)
@@ -208,12 +274,13 @@ impl FeedService {
 
     /// [`FeedStore::pull_author_count`], counted again when older than
     /// [`PULL_AUTHORS_RECOUNT`].
-    async fn pull_author_count(&self) -> anyhow::Result<i64> {
+    async fn pull_author_count(&self, cost: &mut PageCost) -> anyhow::Result<i64> {
         let now = platform::db::now_millis();
         let counted_at = self.pull_authors.counted_at.load(Ordering::Relaxed);
         if now - counted_at < PULL_AUTHORS_RECOUNT.as_millis() as i64 {
             return Ok(self.pull_authors.count.load(Ordering::Relaxed));
         }
+        cost.statements += 1;
         let count = self.store.pull_author_count().await?;
         self.pull_authors.count.store(count, Ordering::Relaxed);
         self.pull_authors.counted_at.store(now, Ordering::Relaxed);
@@ -233,6 +300,8 @@ impl FeedService {
                     self.push_threshold,
                 )
                 .await?;
+            // A republication: the notices about it that still stand return to the inboxes.
+            self.store.restore_notices(published.id).await?;
             match pending {
                 Some(item) => {
                     metrics::counter!(FEED_ARTICLES_TOTAL, "delivery" => "push").increment(1);

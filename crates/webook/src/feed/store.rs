@@ -7,6 +7,9 @@
 //! redelivered, late or reordered event (a withdrawal handled after the next publish, say)
 //! cannot leave a wrong item behind.
 //!
+//! Reads show only what [`VISIBLE`] allows — the source tables as they are now — so an item the
+//! consumers have yet to remove is skipped by the database inside the same statement.
+//!
 //! An article's fan-out is resumable: each batch is one transaction that writes up to
 //! `batch` inbox rows (`INSERT … SELECT` from the follower list, in its (utime, id) order) and
 //! moves the item's cursor past them; a consumer killed between batches resumes from the
@@ -42,7 +45,47 @@ struct Notice {
 }
 
 /// Authors merged per outbox query.
-const AUTHORS_PER_QUERY: usize = 50;
+pub const AUTHORS_PER_QUERY: usize = 50;
+
+/// SQL: item `e`'s article is published.
+macro_rules! article_published {
+    () => {
+        "EXISTS (SELECT 1 FROM published_articles p WHERE p.id = e.article_id AND p.status = 2)"
+    };
+}
+
+/// SQL: the like or comment notice `e` still stands: its article is published (a comment not
+/// under an article has `article_id` 0) and its like is on, or its comment not deleted.
+macro_rules! notice_stands {
+    () => {
+        concat!(
+            "((e.kind = 'like' AND ",
+            article_published!(),
+            " AND EXISTS (SELECT 1 FROM user_likes l WHERE l.uid = e.actor AND l.biz = 'article' \
+             AND l.biz_id = e.article_id AND l.status = 1)) \
+             OR (e.kind = 'comment' AND EXISTS (SELECT 1 FROM comments c WHERE c.id = e.comment_id \
+             AND c.deleted = 0) AND (e.article_id = 0 OR ",
+            article_published!(),
+            ")))"
+        )
+    };
+}
+
+/// SQL: whether reader `$1` may see item `e` now, by the source tables — what they no longer
+/// show, the feed never shows, whether or not the consumers caught up: an article while it is
+/// published and the reader follows its author, a like while it is on and its article
+/// published, a follow while it holds, a comment while it is not deleted and its article (if
+/// any) published.
+pub const VISIBLE: &str = concat!(
+    "((e.kind = 'article' AND ",
+    article_published!(),
+    " AND EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1)) \
+     OR (e.kind = 'follow' AND EXISTS (SELECT 1 FROM follows f WHERE f.follower = e.actor \
+     AND f.followee = $1 AND f.status = 1)) \
+     OR ",
+    notice_stands!(),
+    ")"
+);
 
 /// Reads and writes the feed.
 #[derive(Debug, Clone)]
@@ -192,8 +235,10 @@ impl FeedStore {
         })
     }
 
-    /// Removes article `article_id`'s item from every inbox and outbox — unless it is
-    /// published (again) by now. Returns whether it removed one.
+    /// Removes article `article_id`'s item from every inbox and outbox, and the like and
+    /// comment notices about it from their recipients' inboxes — unless it is published
+    /// (again) by now. The notices themselves stay, for [`FeedStore::restore_notices`] should
+    /// it come back. Returns whether it removed the article's item.
     pub async fn remove_article(&self, article_id: i64) -> sqlx::Result<bool> {
         let mut tx = self.db.writer().begin().await?;
         let published = "EXISTS (SELECT 1 FROM published_articles WHERE id = $2 AND status = $3)";
@@ -203,8 +248,34 @@ impl FeedStore {
             Some((published, article_id, 2)),
         )
         .await?;
+        sqlx::query(
+            "DELETE FROM feed_inbox WHERE event_id IN \
+             (SELECT id FROM feed_events WHERE article_id = $1 AND kind IN ('like', 'comment')) \
+             AND NOT EXISTS (SELECT 1 FROM published_articles WHERE id = $1 AND status = 2)",
+        )
+        .bind(article_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(removed)
+    }
+
+    /// Puts the like and comment notices about article `article_id` that still stand back
+    /// into their recipients' inboxes — while it is published (a republication after
+    /// [`FeedStore::remove_article`]; nothing to do after a first publication). Returns the
+    /// inbox rows written.
+    pub async fn restore_notices(&self, article_id: i64) -> sqlx::Result<u64> {
+        Ok(sqlx::query(concat!(
+            "INSERT INTO feed_inbox (uid, event_id, actor, kind, ctime) \
+             SELECT e.recipient, e.id, e.actor, e.kind, e.ctime FROM feed_events e \
+             WHERE e.article_id = $1 AND e.kind IN ('like', 'comment') AND ",
+            notice_stands!(),
+            " ON CONFLICT (uid, event_id) DO NOTHING"
+        ))
+        .bind(article_id)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected())
     }
 
     /// Makes the feed agree with `liker`'s like of article `article_id`: while it is on (and the
@@ -366,35 +437,40 @@ impl FeedStore {
             .await
     }
 
-    /// The newest `limit` items of `reader`'s inbox strictly before `before`.
+    /// The newest `limit` items of `reader`'s inbox strictly before `before` that the reader
+    /// may see now ([`VISIBLE`]): the database skips hidden rows in the same index range scan,
+    /// so hidden items never cost a round trip.
     pub async fn inbox_heads(
         &self,
         reader: i64,
         before: Cursor,
         limit: usize,
     ) -> sqlx::Result<Vec<Cursor>> {
-        let rows: Vec<(i64, i64)> = sqlx::query_as(
-            "SELECT ctime, event_id FROM feed_inbox WHERE uid = $1 \
-             AND (ctime < $2 OR (ctime = $2 AND event_id < $3)) \
-             ORDER BY ctime DESC, event_id DESC LIMIT $4",
-        )
-        .bind(reader)
-        .bind(before.time)
-        .bind(before.id)
-        .bind(limit as i64)
-        .fetch_all(self.db.pool())
-        .await?;
+        let sql = format!(
+            "SELECT b.ctime, b.event_id FROM feed_inbox b JOIN feed_events e ON e.id = b.event_id \
+             WHERE b.uid = $1 AND (b.ctime < $2 OR (b.ctime = $2 AND b.event_id < $3)) AND {VISIBLE} \
+             ORDER BY b.ctime DESC, b.event_id DESC LIMIT $4"
+        );
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&sql)
+            .bind(reader)
+            .bind(before.time)
+            .bind(before.id)
+            .bind(limit as i64)
+            .fetch_all(self.db.pool())
+            .await?;
         Ok(rows
             .into_iter()
             .map(|(time, id)| Cursor { time, id })
             .collect())
     }
 
-    /// The newest `limit` pulled items of each of `authors` strictly before `before` — one
-    /// `UNION ALL` of per-author index range scans per [`AUTHORS_PER_QUERY`] authors. Each
-    /// author's part is in feed order; parts follow each other in `authors`' order.
+    /// The newest `limit` pulled items of each of `authors` strictly before `before` that
+    /// `reader` may see now ([`VISIBLE`]) — one `UNION ALL` of per-author index range scans per
+    /// [`AUTHORS_PER_QUERY`] authors. Each author's part is in feed order; parts follow each
+    /// other in `authors`' order.
     pub async fn outbox_heads(
         &self,
+        reader: i64,
         authors: &[i64],
         before: Cursor,
         limit: usize,
@@ -404,16 +480,17 @@ impl FeedStore {
             let parts: Vec<String> = (0..chunk.len())
                 .map(|n| {
                     format!(
-                        "SELECT * FROM (SELECT {n} AS part, ctime, id FROM feed_events \
-                         WHERE actor = ${} AND kind = 'article' AND delivery = 2 \
-                         AND (ctime < $1 OR (ctime = $1 AND id < $2)) \
-                         ORDER BY ctime DESC, id DESC LIMIT $3) AS h{n}",
-                        n + 4
+                        "SELECT * FROM (SELECT {n} AS part, e.ctime, e.id FROM feed_events e \
+                         WHERE e.actor = ${} AND e.kind = 'article' AND e.delivery = 2 \
+                         AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) AND {VISIBLE} \
+                         ORDER BY e.ctime DESC, e.id DESC LIMIT $4) AS h{n}",
+                        n + 5
                     )
                 })
                 .collect();
             let sql = parts.join(" UNION ALL ");
             let mut query = sqlx::query_as::<_, (i64, i64, i64)>(&sql)
+                .bind(reader)
                 .bind(before.time)
                 .bind(before.id)
                 .bind(limit as i64);
@@ -435,9 +512,8 @@ impl FeedStore {
         Ok(heads)
     }
 
-    /// The items `ids` as `reader` may see them now, in one query: article items only while the
-    /// article is published and the reader still follows its author, likes while the article
-    /// is published, follows while the follow holds. Items not visible are absent.
+    /// The items `ids` as `reader` may see them now ([`VISIBLE`]), in one query. Items not
+    /// visible are absent; a comment shows its text as the `comments` table has it.
     pub async fn visible_items(
         &self,
         reader: i64,
@@ -447,21 +523,17 @@ impl FeedStore {
             return Ok(HashMap::new());
         }
         let sql = format!(
-            "SELECT e.id, e.kind, e.actor, e.article_id, e.comment_id, e.detail, e.ctime, \
+            "SELECT e.id, e.kind, e.actor, e.article_id, e.comment_id, cm.content AS comment_content, e.ctime, \
              a.nickname AS actor_nickname, p.title, p.abstract, p.author_id, p.status AS article_status, \
              p.ctime AS article_ctime, w.nickname AS author_nickname, COALESCE(i.like_cnt, 0) AS like_cnt, \
-             COALESCE(i.comment_cnt, 0) AS comment_cnt, \
-             CASE WHEN e.kind = 'article' THEN \
-               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1) THEN 1 ELSE 0 END) \
-             WHEN e.kind = 'follow' THEN \
-               (CASE WHEN EXISTS (SELECT 1 FROM follows f WHERE f.follower = e.actor AND f.followee = $1 AND f.status = 1) THEN 1 ELSE 0 END) \
-             ELSE 1 END AS related \
+             COALESCE(i.comment_cnt, 0) AS comment_cnt \
              FROM feed_events e \
              LEFT JOIN users a ON a.id = e.actor \
              LEFT JOIN published_articles p ON p.id = e.article_id \
              LEFT JOIN users w ON w.id = p.author_id \
              LEFT JOIN interactives i ON i.biz = 'article' AND i.biz_id = e.article_id \
-             WHERE e.id IN ({})",
+             LEFT JOIN comments cm ON cm.id = e.comment_id AND e.kind = 'comment' \
+             WHERE e.id IN ({}) AND {VISIBLE}",
             placeholders(2, ids.len())
         );
         let mut query = sqlx::query(&sql).bind(reader);
@@ -497,12 +569,15 @@ impl FeedStore {
 
     /// Deletes `like`, `follow` and `comment` items older than `before` that no inbox holds
     /// any more (pruned), at most `limit`; returns how many. Articles stay: they are their
-    /// author's outbox, back-filled to new followers.
+    /// author's outbox, back-filled to new followers. So do the notices of a withdrawn article
+    /// (out of the inboxes only while it is withdrawn: [`FeedStore::restore_notices`]).
     pub async fn purge_orphan_notices(&self, before: i64, limit: i64) -> sqlx::Result<u64> {
         Ok(sqlx::query(
             "DELETE FROM feed_events WHERE id IN ( \
                SELECT e.id FROM feed_events e WHERE e.kind <> 'article' AND e.ctime < $1 \
-               AND NOT EXISTS (SELECT 1 FROM feed_inbox b WHERE b.event_id = e.id) LIMIT $2)",
+               AND NOT EXISTS (SELECT 1 FROM feed_inbox b WHERE b.event_id = e.id) \
+               AND NOT EXISTS (SELECT 1 FROM published_articles p WHERE p.id = e.article_id AND p.status <> 2) \
+               LIMIT $2)",
         )
         .bind(before)
         .bind(limit)
@@ -576,9 +651,6 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
     let Some(kind) = FeedKind::parse(&kind) else {
         return Ok(None);
     };
-    if row.try_get::<i64, _>("related")? != 1 {
-        return Ok(None);
-    }
     let article_status: Option<i64> = row.try_get("article_status")?;
     let article = match article_status {
         Some(2) => {
@@ -603,10 +675,15 @@ fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
     let actor: i64 = row.try_get("actor")?;
     let actor_nickname: Option<String> = row.try_get("actor_nickname")?;
     let comment = match kind {
-        FeedKind::Comment => Some(ItemComment {
-            id: row.try_get("comment_id")?,
-            content: platform::text::escape_html(&row.try_get::<String, _>("detail")?),
-        }),
+        FeedKind::Comment => {
+            let Some(content) = row.try_get::<Option<String>, _>("comment_content")? else {
+                return Ok(None);
+            };
+            Some(ItemComment {
+                id: row.try_get("comment_id")?,
+                content: platform::text::escape_html(&content),
+            })
+        }
         _ => None,
     };
     Ok(Some(FeedItem {

@@ -530,12 +530,179 @@ async fn unfollow_withdrawal_and_follow_take_effect_on_the_next_page(setup: Setu
     .await;
 }
 
+/// `who`'s inbox rows (pushed items), whatever they show.
+async fn inbox_rows(app: &TestApp, who: &Member) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM feed_inbox WHERE uid = $1")
+        .bind(who.uid)
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap()
+}
+
+async fn like(app: &TestApp, who: &Member, article: i64, on: bool) {
+    let answer = post(
+        app,
+        "/articles/pub/like",
+        Some(&who.token),
+        json!({"id": article, "like": on}),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+}
+
+async fn withdraw(app: &TestApp, author: &Member, article: i64) {
+    let answer = post(
+        app,
+        "/articles/withdraw",
+        Some(&author.token),
+        json!({ "id": article }),
+    )
+    .await;
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+}
+
+/// How many items of `kind` `items` has.
+fn count_of(items: &[Value], kind: &str) -> usize {
+    items.iter().filter(|item| item["type"] == kind).count()
+}
+
+/// 40 likes of an article, then its withdrawal: the author's first page of 5 is the older
+/// `follow` item at once (not an empty page with a cursor), the consumer then deletes the like
+/// items from the inbox, and republishing the article brings them back.
+async fn a_withdrawn_liked_article_leaves_no_empty_page(setup: Setup) {
+    let app = app_with_threshold(setup, 1000).await;
+    let writer = member(&app, "writer").await;
+    let fan = member(&app, "fan").await;
+    assert_eq!(follow(&app, &fan, writer.uid, true).await, 0);
+    let article = publish(&app, &writer, "liked, then withdrawn").await;
+    let likers = members(&app, "liker", 40).await;
+    for liker in &likers {
+        like(&app, liker, article, true).await;
+    }
+    wait_until("the likes and the follow to reach the writer", || async {
+        let items = whole_feed(&app, &writer, 100).await;
+        count_of(&items, "like") == 40 && count_of(&items, "follow") == 1
+    })
+    .await;
+
+    withdraw(&app, &writer, article).await;
+    // No waiting: the page is read before or after the consumer ran, and must be right either way.
+    let page = feed_page(&app, &writer, None, 5).await;
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["type"], "follow", "{page}");
+    assert_eq!(items[0]["actor"]["id"], fan.uid, "{page}");
+    assert!(page["next"].is_null(), "the end: {page}");
+
+    wait_until(
+        "the consumer to delete the like items from the inbox",
+        || async { inbox_rows(&app, &writer).await == 1 },
+    )
+    .await;
+    assert_eq!(whole_feed(&app, &writer, 5).await.len(), 1);
+
+    // Republished, the article is liked 40 times again: the notices come back.
+    let republish = post(
+        &app,
+        "/articles/publish",
+        Some(&writer.token),
+        json!({"id": article, "title": "back", "content": "<p>back</p>"}),
+    )
+    .await;
+    assert_eq!(republish.code(), 0, "{}", republish.raw);
+    wait_until("the like items to return with the article", || async {
+        count_of(&whole_feed(&app, &writer, 7).await, "like") == 40
+    })
+    .await;
+}
+
+/// Deleting a comment, undoing a like and withdrawing the article each take the items they
+/// caused out of the feed on the very next read (before the consumers ran), and the consumers
+/// then delete them from the inboxes.
+async fn comments_and_likes_leave_the_feed_with_their_source(setup: Setup) {
+    let app = app_with_threshold(setup, 1000).await;
+    let writer = member(&app, "writer").await;
+    let fan = member(&app, "fan").await;
+    let first = member(&app, "first").await;
+    let second = member(&app, "second").await;
+    assert_eq!(follow(&app, &fan, writer.uid, true).await, 0);
+    let article = publish(&app, &writer, "commented").await;
+    let comment = |who: &Member, content: &str| {
+        let (app, token) = (&app, who.token.clone());
+        let body = json!({"biz": "article", "bizId": article, "content": content});
+        async move {
+            let answer = post(app, "/comments", Some(&token), body).await;
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            answer.json()["data"].as_i64().unwrap()
+        }
+    };
+    let gone = comment(&first, "words to be deleted").await;
+    comment(&second, "words under a withdrawn article").await;
+    like(&app, &first, article, true).await;
+    wait_until("the comments and the like to reach the writer", || async {
+        let items = whole_feed(&app, &writer, 100).await;
+        count_of(&items, "comment") == 2 && count_of(&items, "like") == 1
+    })
+    .await;
+
+    let deleted = common::call(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/comments/{gone}"),
+        Some(&first.token),
+        common::UA,
+        None,
+    )
+    .await;
+    assert_eq!(deleted.code(), 0, "{}", deleted.raw);
+    let items = whole_feed(&app, &writer, 100).await;
+    assert!(
+        !Value::from(items.clone())
+            .to_string()
+            .contains("to be deleted"),
+        "{items:?}"
+    );
+    assert_eq!(count_of(&items, "comment"), 1);
+
+    like(&app, &first, article, false).await;
+    assert_eq!(count_of(&whole_feed(&app, &writer, 100).await, "like"), 0);
+    wait_until(
+        "the consumers to delete the comment and like items",
+        || async { inbox_rows(&app, &writer).await == 2 },
+    )
+    .await;
+
+    withdraw(&app, &writer, article).await;
+    let comments = get(
+        &app,
+        &format!("/comments?biz=article&bizId={article}"),
+        Some(&writer.token),
+    )
+    .await;
+    assert_eq!(comments.code(), 404_001, "{}", comments.raw);
+    let items = whole_feed(&app, &writer, 100).await;
+    assert!(
+        !Value::from(items.clone())
+            .to_string()
+            .contains("withdrawn article"),
+        "{items:?}"
+    );
+    assert_eq!(count_of(&items, "follow"), 1);
+    assert_eq!(items.len(), 1, "{items:?}");
+    wait_until("the consumer to delete the comment item", || async {
+        inbox_rows(&app, &writer).await == 1
+    })
+    .await;
+}
+
 setup_tests!(
     follows_are_idempotent_and_counts_exact_under_concurrency,
     lists_page_with_cursors_and_show_whom_the_caller_follows,
     a_reader_sees_every_item_once_in_order_while_authors_publish,
     authors_crossing_the_threshold_both_ways_leave_no_duplicate_or_gap,
     unfollow_withdrawal_and_follow_take_effect_on_the_next_page,
+    a_withdrawn_liked_article_leaves_no_empty_page,
+    comments_and_likes_leave_the_feed_with_their_source,
 );
 
 /// Users 1..=`count` and `followers` following user 1 (bulk SQL: the fan-out reads rows, not
@@ -720,11 +887,283 @@ async fn both_probes_find_the_same_pull_authors(database: TestDb) {
     assert_eq!(store.pull_author_count().await.unwrap(), 4);
 }
 
+/// Users 1..=`users`; article 1 by user 1, published; user 2 following user 1, with its
+/// `follow` item (dated 1500) in user 1's inbox. Reading user 1's feed through the service,
+/// with no consumer running, shows what a reader sees before the consumers catch up.
+async fn seed_author(db: &platform::db::Db, users: i64) -> FeedService {
+    let values: Vec<String> = (1..=users)
+        .map(|id| format!("({id}, 'u{id}@x', 'x', 0, 0)"))
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO users (id, email, password, ctime, utime) VALUES {}",
+        values.join(", ")
+    ))
+    .execute(db.writer())
+    .await
+    .unwrap();
+    for table in ["articles", "published_articles"] {
+        sqlx::query(&format!(
+            "INSERT INTO {table} (id, author_id, title, content, abstract, status, ctime, utime) \
+             VALUES (1, 1, 't', 'c', 'a', 2, 1000, 1000)"
+        ))
+        .execute(db.writer())
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO follows (follower, followee, status, ctime, utime) VALUES (2, 1, 1, 1500, 1500)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    let store = webook::feed::store::FeedStore::new(db.clone());
+    store.sync_follow(2, 1, 1500).await.unwrap();
+    FeedService::new(store, 1000)
+}
+
+/// `uid` likes article 1 at `time`, and the like consumer ran.
+async fn seed_like(db: &platform::db::Db, feed: &FeedService, uid: i64, time: i64) {
+    sqlx::query(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, 'article', 1, 1, $2, $2)",
+    )
+    .bind(uid)
+    .bind(time)
+    .execute(db.writer())
+    .await
+    .unwrap();
+    feed.store().sync_like(uid, 1, time).await.unwrap();
+}
+
+/// `uid` comments `content` on article 1 at `time`, and the comment consumer ran; returns the
+/// comment's id.
+async fn seed_comment(
+    db: &platform::db::Db,
+    feed: &FeedService,
+    uid: i64,
+    content: &str,
+    time: i64,
+) -> i64 {
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO comments (biz, biz_id, uid, root_id, parent_id, content, deleted, child_cnt, \
+         reply_cnt, ctime, utime) VALUES ('article', 1, $1, 0, 0, $2, 0, 0, 0, $3, $3) RETURNING id",
+    )
+    .bind(uid)
+    .bind(content)
+    .bind(time)
+    .fetch_one(db.writer())
+    .await
+    .unwrap();
+    let event = webook::comment::CommentEvent {
+        id,
+        uid,
+        recipient: 1,
+        article_id: 1,
+        content: content.to_owned(),
+        on: true,
+        time,
+    };
+    feed.store().sync_comment(&event).await.unwrap();
+    id
+}
+
+async fn set_article_status(db: &platform::db::Db, status: i64) {
+    for table in ["articles", "published_articles"] {
+        sqlx::query(&format!("UPDATE {table} SET status = $1 WHERE id = 1"))
+            .bind(status)
+            .execute(db.writer())
+            .await
+            .unwrap();
+    }
+}
+
+fn article_event(topic: &str, time: i64) -> platform::events::Event {
+    platform::events::Event {
+        id: format!("outbox-{time}"),
+        topic: topic.to_owned(),
+        key: "1".to_owned(),
+        payload: serde_json::to_vec(&json!({"id": 1, "author": 1, "time": time}))
+            .unwrap()
+            .into(),
+        time,
+    }
+}
+
+/// (type, actor) of each item of a page, newest first.
+fn kinds_and_actors(
+    page: &webook::feed::model::Page<webook::feed::model::FeedItem>,
+) -> Vec<(&str, i64)> {
+    page.items
+        .iter()
+        .map(|item| (item.kind, item.actor.id))
+        .collect()
+}
+
+/// 300 likes of an article, then its withdrawal, before the withdrawal's consumer ran: the
+/// author's first page of 5 is the older `follow` item and the end — however many hidden items
+/// lie before it. Then the consumer deletes the like items from the inbox; republishing brings
+/// them back.
+async fn hidden_items_never_leave_a_page_empty_before_the_end(database: TestDb) {
+    let db = &database.db;
+    let feed = seed_author(db, 302).await;
+    for uid in 3..=302 {
+        seed_like(db, &feed, uid, 2000 + uid).await;
+    }
+    let page = feed.page(1, None, 5).await.unwrap();
+    assert_eq!(page.items.len(), 5);
+    assert!(page.items.iter().all(|item| item.kind == "like"));
+
+    set_article_status(db, 3).await;
+    let (page, cost) = feed.page_with_cost(1, None, 5).await.unwrap();
+    assert_eq!(kinds_and_actors(&page), vec![("follow", 2)]);
+    assert_eq!(page.next, None, "the end");
+    // The database skips the 300 hidden items within one statement: one round, three
+    // statements (the pull authors followed — their site-wide count is cached from the first
+    // page —, the inbox's heads, their items).
+    assert_eq!(
+        cost,
+        webook::feed::service::PageCost {
+            rounds: 1,
+            statements: 3
+        }
+    );
+
+    // The withdrawal's consumer takes the like items out of the inbox; the purge keeps them
+    // while the article may come back, and a republication brings them back.
+    feed.apply_withdrawn(&[article_event(webook::article::TOPIC_WITHDRAWN, 9000)])
+        .await
+        .unwrap();
+    let inbox = |db: &platform::db::Db| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM feed_inbox WHERE uid = 1")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(inbox(db).await, 1);
+    assert_eq!(
+        feed.store()
+            .purge_orphan_notices(i64::MAX, 1000)
+            .await
+            .unwrap(),
+        0
+    );
+    set_article_status(db, 2).await;
+    feed.apply_published(&[article_event(webook::article::TOPIC_PUBLISHED, 9100)])
+        .await
+        .unwrap();
+    assert_eq!(inbox(db).await, 301);
+    let page = feed.page(1, None, 5).await.unwrap();
+    assert_eq!(
+        kinds_and_actors(&page),
+        (298..=302)
+            .rev()
+            .map(|uid| ("like", uid))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A pull author's 30 newest articles withdrawn, before the consumer ran: a follower's first
+/// page of 5 is the author's older article, and the end.
+async fn hidden_pulled_articles_never_leave_a_page_empty_before_the_end(database: TestDb) {
+    let db = &database.db;
+    let feed = seed_author(db, 3).await;
+    sqlx::query(
+        "INSERT INTO follows (follower, followee, status, ctime, utime) VALUES (2, 3, 1, 1500, 1500)",
+    )
+    .execute(db.writer())
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO follow_counts (uid, followers, followees, utime) VALUES (3, 1, 0, 0)")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    for id in 99..=129 {
+        let time = 5000 + id;
+        for table in ["articles", "published_articles"] {
+            sqlx::query(&format!(
+                "INSERT INTO {table} (id, author_id, title, content, abstract, status, ctime, utime) \
+                 VALUES ($1, 3, 't', 'c', 'a', 2, $2, $2)"
+            ))
+            .bind(id)
+            .bind(time)
+            .execute(db.writer())
+            .await
+            .unwrap();
+        }
+        // Pulled: the author has more followers (1) than the threshold (0).
+        assert_eq!(
+            feed.store().add_article(id, 3, time, 0).await.unwrap(),
+            None
+        );
+    }
+    for table in ["articles", "published_articles"] {
+        sqlx::query(&format!("UPDATE {table} SET status = 3 WHERE id >= 100"))
+            .execute(db.writer())
+            .await
+            .unwrap();
+    }
+    let page = feed.page(2, None, 5).await.unwrap();
+    assert_eq!(kinds_and_actors(&page), vec![("article", 3)]);
+    assert_eq!(page.items[0].article.as_ref().unwrap().id, 99);
+    assert_eq!(page.next, None, "the end");
+}
+
+/// A deleted comment, an undone like, a withdrawn article's comments and a cancelled follow are
+/// out of the very next page, before any consumer ran: the feed shows only what the source
+/// tables show.
+async fn what_the_source_tables_no_longer_show_the_feed_never_shows(database: TestDb) {
+    let db = &database.db;
+    let feed = seed_author(db, 5).await;
+    seed_like(db, &feed, 3, 2000).await;
+    let gone = seed_comment(db, &feed, 4, "words to be deleted", 3000).await;
+    let kept = seed_comment(db, &feed, 5, "words under a withdrawn article", 3100).await;
+    let page = feed.page(1, None, 10).await.unwrap();
+    assert_eq!(
+        kinds_and_actors(&page),
+        vec![("comment", 5), ("comment", 4), ("like", 3), ("follow", 2)]
+    );
+
+    sqlx::query("UPDATE comments SET deleted = 1, content = '' WHERE id = $1")
+        .bind(gone)
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let page = feed.page(1, None, 10).await.unwrap();
+    assert_eq!(
+        kinds_and_actors(&page),
+        vec![("comment", 5), ("like", 3), ("follow", 2)]
+    );
+    assert_eq!(page.items[0].comment.as_ref().unwrap().id, kept);
+
+    sqlx::query("UPDATE user_likes SET status = 0 WHERE uid = 3")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let page = feed.page(1, None, 10).await.unwrap();
+    assert_eq!(kinds_and_actors(&page), vec![("comment", 5), ("follow", 2)]);
+
+    set_article_status(db, 3).await;
+    let page = feed.page(1, None, 10).await.unwrap();
+    assert_eq!(kinds_and_actors(&page), vec![("follow", 2)]);
+
+    sqlx::query("UPDATE follows SET status = 0 WHERE follower = 2")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let page = feed.page(1, None, 10).await.unwrap();
+    assert!(page.items.is_empty() && page.next.is_none(), "{page:?}");
+}
+
 platform::backend_tests!(webook::schema::MIGRATIONS;
     a_fan_out_killed_mid_way_resumes_without_duplicates,
     a_fan_out_of_exactly_one_batch_takes_one_transaction,
     inboxes_are_pruned_to_the_cap,
     both_probes_find_the_same_pull_authors,
+    hidden_items_never_leave_a_page_empty_before_the_end,
+    hidden_pulled_articles_never_leave_a_page_empty_before_the_end,
+    what_the_source_tables_no_longer_show_the_feed_never_shows,
 );
 
 /// Two instances behind a load balancer (one PostgreSQL, one Redis): follows made on one count
