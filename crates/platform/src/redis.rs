@@ -8,7 +8,8 @@
 //! handles given out ([`RedisConnection`]) fail at once for [`RETRY_AFTER`] after a connection
 //! failure, then let one command through to probe — the circuit of the SQL pool
 //! (`db::pool`), for Redis. Every Redis use already treats an error as "Redis is away"
-//! and degrades (the database answers, events go to the in-process queue, limits allow).
+//! and degrades (the database answers, events go to the in-process queue, rate limits count on
+//! the instance).
 
 use std::{
     sync::{

@@ -114,6 +114,7 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         crate::redis::REDIS_ROUND_TRIPS_TOTAL,
         "Requests sent to Redis on the shared connection (a pipeline or script call counts once)"
     );
+    crate::rate_limit::describe_metrics();
     scheduler::describe_job_metrics();
     scheduler::sql::describe_metrics();
     for spec in features {

@@ -115,45 +115,32 @@ async fn build_service(
 ) -> anyhow::Result<AuthService> {
     let (config, db, redis) = (&platform.config, &platform.db, platform.redis.as_ref());
     let tokens = Tokens::new(jwt, settings.access_token_ttl, settings.refresh_token_ttl)?;
-    let (sessions, auth_limiter, write_limiter) = match redis {
-        Some(redis) => (
-            SessionStore::cluster(
-                db.clone(),
-                redis.clone(),
-                &config.redis_prefix,
-                settings.refresh_token_ttl,
-            ),
-            RateLimiter::redis(
-                "auth",
-                redis.clone(),
-                &config.redis_prefix,
-                settings.auth_rate_limit,
-                settings.auth_rate_window,
-            ),
-            (settings.write_rate_limit > 0).then(|| {
-                RateLimiter::redis(
-                    "write",
-                    redis.clone(),
-                    &config.redis_prefix,
-                    settings.write_rate_limit,
-                    settings.write_rate_window,
-                )
-            }),
+    let sessions = match redis {
+        Some(redis) => SessionStore::cluster(
+            db.clone(),
+            redis.clone(),
+            &config.redis_prefix,
+            settings.refresh_token_ttl,
         ),
-        None => (
-            SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
-            RateLimiter::local("auth", settings.auth_rate_limit, settings.auth_rate_window)?,
-            (settings.write_rate_limit > 0)
-                .then(|| {
-                    RateLimiter::local(
-                        "write",
-                        settings.write_rate_limit,
-                        settings.write_rate_window,
-                    )
-                })
-                .transpose()?,
-        ),
+        None => SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
     };
+    let shared = platform.redis_with_prefix();
+    let auth_limiter = RateLimiter::of_mode(
+        "auth",
+        shared,
+        settings.auth_rate_limit,
+        settings.auth_rate_window,
+    )?;
+    let write_limiter = (settings.write_rate_limit > 0)
+        .then(|| {
+            RateLimiter::of_mode(
+                "write",
+                shared,
+                settings.write_rate_limit,
+                settings.write_rate_window,
+            )
+        })
+        .transpose()?;
     Ok(AuthService::new(
         UserStore::new(db.clone()),
         PasswordHasher::new()?,

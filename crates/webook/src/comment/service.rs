@@ -85,17 +85,9 @@ impl CommentService {
         redis: Option<(&Redis, &str)>,
     ) -> anyhow::Result<Self> {
         let (limit, window) = (settings.comment_rate_limit, settings.comment_rate_window);
-        let limiter = match (limit, redis) {
-            (0, _) => None,
-            (_, Some((redis, prefix))) => Some(RateLimiter::redis(
-                "comment",
-                redis.clone(),
-                prefix,
-                limit,
-                window,
-            )),
-            (_, None) => Some(RateLimiter::local("comment", limit, window)?),
-        };
+        let limiter = (limit > 0)
+            .then(|| RateLimiter::of_mode("comment", redis, limit, window))
+            .transpose()?;
         Ok(Self {
             store,
             interactive,

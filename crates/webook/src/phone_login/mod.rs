@@ -123,8 +123,8 @@ fn build(
             (
                 CodeStore::redis(redis.clone(), &config.redis_prefix),
                 SendLimits {
-                    per_phone: limiter("sms_code_phone", settings.sms_code_daily_limit_per_phone),
-                    per_ip: limiter("sms_code_ip", settings.sms_code_daily_limit_per_ip),
+                    per_phone: limiter("sms_code_phone", settings.sms_code_daily_limit_per_phone)?,
+                    per_ip: limiter("sms_code_ip", settings.sms_code_daily_limit_per_ip)?,
                 },
             )
         }

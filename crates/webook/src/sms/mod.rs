@@ -100,21 +100,16 @@ pub fn build(config: &Config, redis: Option<&Redis>) -> anyhow::Result<SmsDelive
         providers.push(provider);
     }
     let limit = settings.sms_provider_rate_limit;
-    let rate_limit = match (limit, redis) {
-        (0, _) => None,
-        (_, Some(redis)) => Some(RateLimiter::redis(
-            "sms_provider",
-            redis.clone(),
-            &config.redis_prefix,
-            limit,
-            settings.sms_provider_rate_window,
-        )),
-        (_, None) => Some(RateLimiter::local(
-            "sms_provider",
-            limit,
-            settings.sms_provider_rate_window,
-        )?),
-    };
+    let rate_limit = (limit > 0)
+        .then(|| {
+            RateLimiter::of_mode(
+                "sms_provider",
+                redis.map(|redis| (redis, config.redis_prefix.as_str())),
+                limit,
+                settings.sms_provider_rate_window,
+            )
+        })
+        .transpose()?;
     Ok(SmsDelivery::new(
         providers,
         settings.sms_strategy == Strategy::RoundRobin,

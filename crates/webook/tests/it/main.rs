@@ -38,6 +38,7 @@ mod outbox;
 mod phone_login;
 mod process;
 mod ranking;
+mod rate_limits;
 mod readiness;
 mod rewards;
 mod search;
