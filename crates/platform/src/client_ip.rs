@@ -1,11 +1,16 @@
-//! The client's IP address, for rate limits and logs.
+//! The client's address, as rate limits and per-client accounting count it.
 //!
 //! It is the TCP peer, unless the peer is a trusted proxy (`trusted_proxies`): then the
 //! `X-Forwarded-For` chain is walked from the right (the entry our proxy appended) past every
 //! trusted hop, and the first untrusted address is the client. Entries left of it were written
 //! by the client itself and are never believed.
+//!
+//! An IPv4 client is its address. An IPv6 client is its network of `client_ipv6_prefix` bits
+//! (default 64): one subscriber usually holds a whole /64 and can rotate through its addresses at
+//! will, so limits keyed on the full address would not hold. The grouping is done here, once,
+//! when the extractor [`ClientIp`] is built, so every limit keyed on the client gets it.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use axum::{
     extract::{ConnectInfo, FromRequestParts},
@@ -15,13 +20,34 @@ use ipnet::IpNet;
 
 use crate::error::AppError;
 
-/// Proxies whose `X-Forwarded-For` is believed.
-#[derive(Debug, Clone, Default)]
-pub struct TrustedProxies(pub Vec<IpNet>);
+/// The default of `client_ipv6_prefix`: one subscriber's network.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
+/// How the client of a request is found: the proxies whose `X-Forwarded-For` is believed, and
+/// how many leading bits of an IPv6 address name one client.
+#[derive(Debug, Clone)]
+pub struct TrustedProxies {
+    networks: Vec<IpNet>,
+    ipv6_prefix: u8,
+}
+
+impl Default for TrustedProxies {
+    fn default() -> Self {
+        Self::new(Vec::new(), DEFAULT_IPV6_PREFIX)
+    }
+}
 
 impl TrustedProxies {
+    /// Believes `networks`; an IPv6 client is its network of `ipv6_prefix` bits (at most 128).
+    pub fn new(networks: Vec<IpNet>, ipv6_prefix: u8) -> Self {
+        Self {
+            networks,
+            ipv6_prefix: ipv6_prefix.min(128),
+        }
+    }
+
     fn contains(&self, ip: &IpAddr) -> bool {
-        self.0.iter().any(|net| net.contains(ip))
+        self.networks.iter().any(|net| net.contains(ip))
     }
 
     /// The client address for a request from `peer` carrying `forwarded_for` headers.
@@ -44,9 +70,28 @@ impl TrustedProxies {
             .copied()
             .unwrap_or(peer)
     }
+
+    /// The client `ip` stands for: itself (IPv4), or the first address of its IPv6 network of
+    /// `ipv6_prefix` bits. An IPv4-mapped IPv6 address is its IPv4 address.
+    pub fn client_of(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    let bits = u128::from(v6);
+                    let mask = u128::MAX
+                        .checked_shl(128 - u32::from(self.ipv6_prefix))
+                        .unwrap_or(0);
+                    IpAddr::V6(Ipv6Addr::from(bits & mask))
+                }
+            },
+        }
+    }
 }
 
-/// Extracts the client IP (see the module docs).
+/// Extracts the client (see the module docs): an IPv4 address, or the first address of an IPv6
+/// client's network. Rate limits key on its `to_string()`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientIp(pub IpAddr);
 
@@ -84,7 +129,8 @@ impl<S: KnowsProxies> FromRequestParts<S> for ClientIp {
             .get_all("x-forwarded-for")
             .iter()
             .filter_map(|value| value.to_str().ok());
-        Ok(Self(state.trusted_proxies().client_ip(peer, forwarded)))
+        let proxies = state.trusted_proxies();
+        Ok(Self(proxies.client_of(proxies.client_ip(peer, forwarded))))
     }
 }
 
@@ -98,7 +144,7 @@ mod tests {
 
     #[test]
     fn untrusted_peers_are_the_client_whatever_they_claim() {
-        let proxies = TrustedProxies(vec!["10.0.0.0/8".parse().unwrap()]);
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()], DEFAULT_IPV6_PREFIX);
         assert_eq!(
             proxies.client_ip(ip("203.0.113.9"), ["1.2.3.4"].into_iter()),
             ip("203.0.113.9")
@@ -107,7 +153,7 @@ mod tests {
 
     #[test]
     fn trusted_proxies_are_skipped_from_the_right() {
-        let proxies = TrustedProxies(vec!["10.0.0.0/8".parse().unwrap()]);
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()], DEFAULT_IPV6_PREFIX);
         // The client forged "6.6.6.6"; our two proxies appended the real client and each other.
         let header = "6.6.6.6, 198.51.100.7, 10.0.0.2";
         assert_eq!(
@@ -129,5 +175,28 @@ mod tests {
             proxies.client_ip(ip("10.0.0.1"), ["nonsense, 198.51.100.8"].into_iter()),
             ip("198.51.100.8")
         );
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_network_and_an_ipv4_client_its_address() {
+        let by_64 = TrustedProxies::default();
+        assert_eq!(
+            by_64.client_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(by_64.client_of(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_ne!(by_64.client_of(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+        assert_eq!(by_64.client_of(ip("198.51.100.7")), ip("198.51.100.7"));
+        assert_eq!(
+            by_64.client_of(ip("::ffff:198.51.100.7")),
+            ip("198.51.100.7")
+        );
+        let by_48 = TrustedProxies::new(Vec::new(), 48);
+        assert_eq!(
+            by_48.client_of(ip("2001:db8:1:ffff::9")),
+            ip("2001:db8:1::")
+        );
+        let whole = TrustedProxies::new(Vec::new(), 128);
+        assert_eq!(whole.client_of(ip("2001:db8::9")), ip("2001:db8::9"));
     }
 }

@@ -111,6 +111,9 @@ pub struct Config {
     /// Proxies (IPs or CIDRs) whose `X-Forwarded-For` is believed when finding the client IP.
     #[serde(deserialize_with = "list_or_comma_separated")]
     pub trusted_proxies: Vec<String>,
+    /// Leading bits of an IPv6 client address that name one client for rate limits (a
+    /// subscriber holds a whole /64); IPv4 clients are their full address.
+    pub client_ipv6_prefix: u8,
     /// Mounts `/debug/*` routes (slow and panicking handlers) used by the process tests.
     /// Never enable in production.
     pub debug_endpoints: bool,
@@ -175,6 +178,7 @@ impl Default for Config {
             database_max_connections: 16,
             database_acquire_timeout: crate::db::DEFAULT_ACQUIRE_TIMEOUT,
             trusted_proxies: Vec::new(),
+            client_ipv6_prefix: crate::client_ip::DEFAULT_IPV6_PREFIX,
             debug_endpoints: false,
             purge_schedule: "@every 10m".to_owned(),
             cache_memory_bytes: 32 * 1024 * 1024,
@@ -205,6 +209,7 @@ pub const KEYS: &[&str] = &[
     "database_max_connections",
     "database_acquire_timeout",
     "trusted_proxies",
+    "client_ipv6_prefix",
     "debug_endpoints",
     "purge_schedule",
     "cache_memory_bytes",
@@ -352,6 +357,12 @@ impl Config {
                     parsed.scheme()
                 );
             }
+        }
+        if !(32..=128).contains(&self.client_ipv6_prefix) {
+            bail!(
+                "invalid client_ipv6_prefix (WEBOOK_CLIENT_IPV6_PREFIX): 32 to 128 (the leading \
+                 bits of an IPv6 address that name one client; 64 is one subscriber)"
+            );
         }
         tracing_subscriber::EnvFilter::try_new(&self.log)
             .map_err(|err| anyhow::anyhow!("invalid log (WEBOOK_LOG) {:?}: {err}", self.log))?;

@@ -137,7 +137,8 @@ impl App {
             Some(url) => Some(Redis::connect(url).await?),
             None => None,
         };
-        let trusted_proxies = TrustedProxies(config.trusted_proxy_networks()?);
+        let trusted_proxies =
+            TrustedProxies::new(config.trusted_proxy_networks()?, config.client_ipv6_prefix);
         let events = match (&redis, &config.redis_url) {
             (Some(redis), Some(url)) => EventStream::redis(
                 redis.clone(),

@@ -56,6 +56,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("database_max_connections", "5", "5"),
     ("database_acquire_timeout", "400ms", r#""400ms""#),
     ("trusted_proxies", "10.0.0.0/8", r#"["10.0.0.0/8"]"#),
+    ("client_ipv6_prefix", "56", "56"),
     ("debug_endpoints", "true", "true"),
     ("purge_schedule", "@every 11m", r#""@every 11m""#),
     ("cache_memory_bytes", "2097152", "2097152"),
@@ -543,6 +544,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_WECHAT_FRONTEND_URL",
             "localhost:3000",
             &["wechat_frontend_url", "http"],
+        );
+        refused(
+            jail,
+            "WEBOOK_CLIENT_IPV6_PREFIX",
+            "16",
+            &["client_ipv6_prefix", "WEBOOK_CLIENT_IPV6_PREFIX", "32 to 128"],
         );
         refused(
             jail,

@@ -365,7 +365,63 @@ async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
     assert_eq!(attempt().await.code(), 401002);
 }
 
+/// Logs in (with a wrong password: HTTP 200, code 401002) as `client`, in `X-Forwarded-For`;
+/// the status (429 when limited).
+async fn login_from(app: &TestApp, client: &str) -> StatusCode {
+    app.client
+        .post(app.url("/users/login"))
+        .header("x-forwarded-for", client)
+        .json(&json!({"email": "v6@example.com", "password": "x"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Issue 46, item 3: a client rotating through the addresses of its IPv6 /64 is one client to
+/// the limits (`client_ipv6_prefix`, 64 by default); IPv4 clients are their full address.
+async fn rotating_ipv6_addresses_of_one_64_share_one_limit(setup: Setup) {
+    let spawn = |prefix: u8| {
+        setup.spawn(move |config| {
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .auth_rate_limit = 2;
+            config.trusted_proxies = vec!["127.0.0.1/32".into()];
+            config.client_ipv6_prefix = prefix;
+        })
+    };
+    let app = spawn(64).await;
+    assert_eq!(login_from(&app, "2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(
+        login_from(&app, "2001:db8:1:2:ffff:ffff:ffff:fffe").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        login_from(&app, "2001:db8:1:2::3").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a third address of the same /64"
+    );
+    assert_eq!(
+        login_from(&app, "2001:db8:1:3::1").await,
+        StatusCode::OK,
+        "the next /64 is another client"
+    );
+    assert_eq!(login_from(&app, "198.51.100.1").await, StatusCode::OK);
+    assert_eq!(login_from(&app, "198.51.100.1").await, StatusCode::OK);
+    assert_eq!(login_from(&app, "198.51.100.2").await, StatusCode::OK);
+
+    // The prefix is configurable: by /48, the next /64 is the same client.
+    let by_48 = spawn(48).await;
+    assert_eq!(login_from(&by_48, "2001:db8:1:2::1").await, StatusCode::OK);
+    assert_eq!(login_from(&by_48, "2001:db8:1:3::1").await, StatusCode::OK);
+    assert_eq!(
+        login_from(&by_48, "2001:db8:1:4::1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
 setup_tests!(
+    rotating_ipv6_addresses_of_one_64_share_one_limit,
     lifecycle_signup_login_profile_edit_logout,
     duplicate_signups_yield_one_account,
     invalid_signups_are_refused_and_store_nothing,
