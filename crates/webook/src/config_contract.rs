@@ -186,6 +186,9 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("sms_code_max_attempts", "5", "5"),
     ("sms_code_daily_limit_per_phone", "7", "7"),
     ("sms_code_daily_limit_per_ip", "70", "70"),
+    ("sms_code_daily_limit_per_ip_phone", "2", "2"),
+    ("sms_code_budget", "150", "150"),
+    ("sms_code_budget_window", "2m", r#""2m""#),
     ("sms_retry_schedule", "@every 7s", r#""@every 7s""#),
     ("pay_provider", "fake", r#""fake""#),
     ("pay_allow_fake", "true", "true"),
@@ -550,6 +553,18 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_CLIENT_IPV6_PREFIX",
             "16",
             &["client_ipv6_prefix", "WEBOOK_CLIENT_IPV6_PREFIX", "32 to 128"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SMS_CODE_DAILY_LIMIT_PER_IP_PHONE",
+            "11",
+            &["sms_code_daily_limit_per_ip_phone", "at most"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SMS_CODE_BUDGET_WINDOW",
+            "0s",
+            &["sms_code_budget_window"],
         );
         refused(
             jail,

@@ -49,8 +49,8 @@ const METRICS: MetricsSpec = MetricsSpec {
 fn describe_metrics() {
     metrics::describe_counter!(
         service::SMS_LOGIN_EVENTS_TOTAL,
-        "SMS login events, by event (sent, queued, too_soon, accepted, refused, retry_sent, \
-         retry_postponed, dropped_expired, dropped_superseded, signup)"
+        "SMS login events, by event (sent, queued, too_soon, over_limit, over_budget, accepted, \
+         refused, retry_sent, retry_postponed, dropped_expired, dropped_superseded, signup)"
     );
 }
 
@@ -115,34 +115,29 @@ fn build(
     delivery: SmsDelivery,
 ) -> anyhow::Result<PhoneLoginService> {
     let settings = config.settings::<PhoneLoginSettings>()?;
-    let (codes, limits) = match platform.redis.as_ref() {
-        Some(redis) => {
-            let limiter = |name, limit| {
-                RateLimiter::redis(name, redis.clone(), &config.redis_prefix, limit, DAY)
-            };
-            (
-                CodeStore::redis(redis.clone(), &config.redis_prefix),
-                SendLimits {
-                    per_phone: limiter("sms_code_phone", settings.sms_code_daily_limit_per_phone)?,
-                    per_ip: limiter("sms_code_ip", settings.sms_code_daily_limit_per_ip)?,
-                },
-            )
-        }
-        None => (
-            CodeStore::sql(platform.db.clone()),
-            SendLimits {
-                per_phone: RateLimiter::local(
-                    "sms_code_phone",
-                    settings.sms_code_daily_limit_per_phone,
-                    DAY,
-                )?,
-                per_ip: RateLimiter::local(
-                    "sms_code_ip",
-                    settings.sms_code_daily_limit_per_ip,
-                    DAY,
-                )?,
-            },
-        ),
+    let codes = match platform.redis.as_ref() {
+        Some(redis) => CodeStore::redis(redis.clone(), &config.redis_prefix),
+        None => CodeStore::sql(platform.db.clone()),
+    };
+    let shared = platform.redis_with_prefix();
+    let daily = |name, limit| RateLimiter::of_mode(name, shared, limit, DAY);
+    let limits = SendLimits {
+        per_ip_phone: daily(
+            "sms_code_ip_phone",
+            settings.sms_code_daily_limit_per_ip_phone,
+        )?,
+        per_ip: daily("sms_code_ip", settings.sms_code_daily_limit_per_ip)?,
+        per_phone: daily("sms_code_phone", settings.sms_code_daily_limit_per_phone)?,
+        budget: (settings.sms_code_budget > 0)
+            .then(|| {
+                RateLimiter::of_mode(
+                    service::BUDGET_LIMITER,
+                    shared,
+                    settings.sms_code_budget,
+                    settings.sms_code_budget_window,
+                )
+            })
+            .transpose()?,
     };
     Ok(PhoneLoginService::new(
         codes,

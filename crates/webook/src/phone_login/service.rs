@@ -1,11 +1,20 @@
 //! The rules of signing in by SMS code: sending a code and signing in with it, and retrying
 //! sends no provider took. No HTTP, no SQL text.
 //!
-//! Sending: the phone is checked, the per-IP and per-phone daily limits count the attempt, a
-//! code is drawn and its keyed digest stored — refused with 429001 if the last code to that phone
-//! went out less than the resend interval ago — and the message goes through the SMS delivery.
-//! If no provider takes it, the send is queued (durably, before answering) and the answer says
-//! "queued"; nothing here ever logs a code or answers "sent" for a failure.
+//! Sending: the phone is checked; the limits count the send — per client and phone, per client,
+//! per phone (daily) and the site's budget (per minute) —, a code is drawn and its keyed digest
+//! stored — refused with 429001 if the last code to that phone went out less than the resend
+//! interval ago — and the message goes through the SMS delivery. If no provider takes it, the
+//! send is queued (durably, before answering) and the answer says "queued"; nothing here ever
+//! logs a code or answers "sent" for a failure.
+//!
+//! Only sends that happen are charged: a request refused by one limit gives back what the
+//! others counted, and one refused as too soon (or failing to store its code) gives back all.
+//! The per-phone limit protects the phone's owner from being flooded with messages; the
+//! per-client-and-phone limit, well below it, keeps one client (an IPv4 address, an IPv6 /64)
+//! from using up the phone's sends and so locking its owner out of an account that may have no
+//! password. The budget caps what the site pays when many clients ask at once;
+//! its refusals are counted as `over_budget`.
 //!
 //! Signing in: the code's digest is checked and consumed atomically (the store); a wrong,
 //! expired, used or dead code gets one answer (code 4); the account of the phone is found or
@@ -16,7 +25,7 @@ use std::time::Duration;
 use platform::{
     db::{duration_millis, now_millis},
     error::{AppError, Msg},
-    rate_limit::RateLimiter,
+    rate_limit::{Charge, RateLimiter},
 };
 
 use super::{
@@ -33,9 +42,13 @@ use crate::{
 /// The purpose of login codes (a code for one purpose never serves another).
 pub const LOGIN: &str = "login";
 
-/// Counter: SMS login events by `event` (`sent`, `queued`, `too_soon`, `accepted`, `refused`,
-/// `retry_sent`, `retry_postponed`, `dropped_expired`, `dropped_superseded`, `signup`).
+/// Counter: SMS login events by `event` (`sent`, `queued`, `too_soon`, `over_limit`,
+/// `over_budget`, `accepted`, `refused`, `retry_sent`, `retry_postponed`, `dropped_expired`,
+/// `dropped_superseded`, `signup`).
 pub const SMS_LOGIN_EVENTS_TOTAL: &str = "sms_login_events_total";
+
+/// The name of the site's budget of codes (`rate_limited_total{limiter}`).
+pub const BUDGET_LIMITER: &str = "sms_code_budget";
 
 fn count(event: &'static str) {
     metrics::counter!(SMS_LOGIN_EVENTS_TOTAL, "event" => event).increment(1);
@@ -61,13 +74,56 @@ pub struct CodePolicy {
     pub max_attempts: u32,
 }
 
-/// The daily limits on sending.
+/// The limits on sending (module docs).
 #[derive(Debug, Clone)]
 pub struct SendLimits {
-    /// Per phone.
-    pub per_phone: RateLimiter,
-    /// Per client IP.
+    /// Per client and phone, daily.
+    pub per_ip_phone: RateLimiter,
+    /// Per client, daily.
     pub per_ip: RateLimiter,
+    /// Per phone, daily.
+    pub per_phone: RateLimiter,
+    /// The whole site's, per its window; `None` when turned off.
+    pub budget: Option<RateLimiter>,
+}
+
+impl SendLimits {
+    /// Counts one send of a code to `phone` asked for by `client`: every charge, or none and
+    /// the refusal of the first limit that refused.
+    async fn charge(&self, phone: &str, client: &str) -> Result<Vec<Charge<'_>>, AppError> {
+        let ip_phone = format!("{phone}@{client}");
+        let mut wanted: Vec<(&RateLimiter, &str)> = vec![
+            (&self.per_ip_phone, &ip_phone),
+            (&self.per_ip, client),
+            (&self.per_phone, phone),
+        ];
+        if let Some(budget) = &self.budget {
+            wanted.push((budget, "site"));
+        }
+        let mut charges = Vec::with_capacity(wanted.len());
+        for (limiter, key) in wanted {
+            match limiter.acquire(key).await {
+                Ok(charge) => charges.push(charge),
+                Err(refused) => {
+                    refund(charges).await;
+                    if limiter.name() == BUDGET_LIMITER {
+                        tracing::warn!("SMS code refused: the site's budget is used up");
+                        count("over_budget");
+                    } else {
+                        count("over_limit");
+                    }
+                    return Err(refused);
+                }
+            }
+        }
+        Ok(charges)
+    }
+}
+
+async fn refund(charges: Vec<Charge<'_>>) {
+    for charge in charges {
+        charge.refund().await;
+    }
 }
 
 /// SMS-code sign-in; cheap to clone.
@@ -134,9 +190,14 @@ impl PhoneLoginService {
                 "本站未开启短信登录",
             )));
         }
-        self.limits.per_ip.check(client_ip).await?;
-        self.limits.per_phone.check(&phone).await?;
-        let code = draw_code().map_err(AppError::Internal)?;
+        let charges = self.limits.charge(&phone, client_ip).await?;
+        let code = match draw_code() {
+            Ok(code) => code,
+            Err(err) => {
+                refund(charges).await;
+                return Err(AppError::Internal(err));
+            }
+        };
         let generation = uuid::Uuid::new_v4().simple().to_string();
         let now = now_millis();
         let key = CodeKey {
@@ -157,9 +218,17 @@ impl PhoneLoginService {
                     resend_interval: self.policy.resend_interval,
                 },
             )
-            .await
-            .map_err(AppError::Unavailable)?;
-        if let Issued::TooSoon(wait) = issued {
+            .await;
+        let wait = match issued {
+            Ok(Issued::Stored) => None,
+            Ok(Issued::TooSoon(wait)) => Some(wait),
+            Err(err) => {
+                refund(charges).await;
+                return Err(AppError::Unavailable(err));
+            }
+        };
+        if let Some(wait) = wait {
+            refund(charges).await;
             count("too_soon");
             return Err(AppError::RateLimited {
                 retry_after: wait.max(Duration::from_secs(1)),

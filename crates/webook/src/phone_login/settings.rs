@@ -1,5 +1,6 @@
 //! The settings of signing in by SMS code: how long a code lives, how often one may be sent, how
-//! many wrong tries kill it, the daily limits, and how often undelivered codes are retried.
+//! many wrong tries kill it, the daily limits (per phone, per client, per client and phone), the
+//! site's budget of codes, and how often undelivered codes are retried.
 //! Loaded by the configuration core ([`platform::config`]); documented in `docs/CONFIG.md`.
 
 use std::time::Duration;
@@ -25,8 +26,18 @@ pub struct PhoneLoginSettings {
     pub sms_code_max_attempts: u32,
     /// Codes one phone may be sent per day (sliding 24 h).
     pub sms_code_daily_limit_per_phone: u32,
-    /// Codes one client IP may ask for per day (sliding 24 h).
+    /// Codes sent at the request of one client (IPv4 address or IPv6 network) per day (sliding
+    /// 24 h).
     pub sms_code_daily_limit_per_ip: u32,
+    /// Codes sent to one phone at the request of one client per day (sliding 24 h): well below
+    /// the per-phone limit, so that a stranger cannot use up a phone's codes.
+    pub sms_code_daily_limit_per_ip_phone: u32,
+    /// Codes the whole site may send per `sms_code_budget_window` (shared by every instance in
+    /// cluster mode); 0 turns the budget off.
+    pub sms_code_budget: u32,
+    /// The window of `sms_code_budget`.
+    #[serde(with = "humantime_serde")]
+    pub sms_code_budget_window: Duration,
     /// When the durable `sms_code_retries` job retries codes no provider took (created with
     /// this schedule; operators may change the job afterwards).
     pub sms_retry_schedule: String,
@@ -40,6 +51,9 @@ impl Default for PhoneLoginSettings {
             sms_code_max_attempts: 3,
             sms_code_daily_limit_per_phone: 10,
             sms_code_daily_limit_per_ip: 100,
+            sms_code_daily_limit_per_ip_phone: 3,
+            sms_code_budget: 200,
+            sms_code_budget_window: Duration::from_secs(60),
             sms_retry_schedule: "@every 5s".to_owned(),
         }
     }
@@ -52,6 +66,9 @@ impl Settings for PhoneLoginSettings {
         "sms_code_max_attempts",
         "sms_code_daily_limit_per_phone",
         "sms_code_daily_limit_per_ip",
+        "sms_code_daily_limit_per_ip_phone",
+        "sms_code_budget",
+        "sms_code_budget_window",
         "sms_retry_schedule",
     ];
 
@@ -75,6 +92,19 @@ impl Settings for PhoneLoginSettings {
                 "invalid sms_code_daily_limit_per_phone / _per_ip \
                  (WEBOOK_SMS_CODE_DAILY_LIMIT_PER_PHONE, …_PER_IP): above 0"
             );
+        }
+        if self.sms_code_daily_limit_per_ip_phone == 0
+            || self.sms_code_daily_limit_per_ip_phone > self.sms_code_daily_limit_per_phone
+        {
+            bail!(
+                "invalid sms_code_daily_limit_per_ip_phone \
+                 (WEBOOK_SMS_CODE_DAILY_LIMIT_PER_IP_PHONE): above 0 and at most \
+                 sms_code_daily_limit_per_phone ({})",
+                self.sms_code_daily_limit_per_phone
+            );
+        }
+        if self.sms_code_budget > 0 && self.sms_code_budget_window < Duration::from_millis(1) {
+            bail!("invalid sms_code_budget_window (WEBOOK_SMS_CODE_BUDGET_WINDOW): at least 1ms");
         }
         if let Err(err) = scheduler::Schedule::parse(&self.sms_retry_schedule) {
             bail!(

@@ -1,7 +1,9 @@
 //! Signing in by SMS code on {SQLite, PostgreSQL} × {embedded, Redis}, with codes delivered
 //! through the loopback Tencent and Alibaba fakes (which verify the real request signatures):
 //! a code signs in once and makes one account per phone; the resend interval, three wrong tries,
-//! expiry (answered like a wrong code) and the daily limits hold; fifty concurrent checks of one
+//! expiry (answered like a wrong code), the daily limits and the site's budget hold, count only
+//! codes that are sent, and leave a phone's owner able to get a code whatever a stranger asks
+//! for (also from rotating IPv6 addresses of one /64); fifty concurrent checks of one
 //! code sign in once; the code is never stored in clear; and delivery fails over to the second
 //! provider, queues the message when every provider is down and delivers it when one recovers,
 //! drops it once the code would have expired, and skips a provider whose circuit is open until
@@ -184,7 +186,10 @@ async fn a_second_code_within_a_minute_is_refused_with_retry_after(setup: Setup)
     let rig = rig(setup, |_| {}).await;
     let first = code_for(&rig, PHONE).await;
     let again = send(&rig.app, PHONE).await;
-    assert_eq!(again.status_and_code(), (reqwest::StatusCode::OK, 429001));
+    assert_eq!(
+        again.status_and_code(),
+        (reqwest::StatusCode::OK, 429001)
+    );
     let retry_after: u64 = again.header("retry-after").parse().unwrap();
     assert!(
         (55..=60).contains(&retry_after),
@@ -312,17 +317,166 @@ async fn daily_limits_hold_per_phone_and_per_client(setup: Setup) {
         let login = config.settings_mut::<PhoneLoginSettings>();
         login.sms_code_resend_interval = Duration::from_millis(1);
         login.sms_code_daily_limit_per_phone = 2;
+        login.sms_code_daily_limit_per_ip_phone = 2;
         login.sms_code_daily_limit_per_ip = 3;
     })
     .await;
     code_for(&rig, PHONE).await;
     code_for(&rig, PHONE).await;
     let third = send(&rig.app, PHONE).await;
-    assert_eq!(third.status_and_code(), (reqwest::StatusCode::OK, 429001));
-    // That refusal still counted for the client: one more phone, then the client is done.
-    let other = send(&rig.app, "13900139000").await;
-    assert_eq!(other.status_and_code(), (reqwest::StatusCode::OK, 429001));
+    assert_eq!(
+        third.status_and_code(),
+        (reqwest::StatusCode::OK, 429001)
+    );
+    // That refusal sent nothing and cost the client nothing: one more phone, then the client
+    // is done.
+    code_for(&rig, "13900139000").await;
+    let fourth = send(&rig.app, "13900139001").await;
+    assert_eq!(
+        fourth.status_and_code(),
+        (reqwest::StatusCode::OK, 429001)
+    );
+    assert_eq!(deliveries(&rig), 3);
+}
+
+/// Sends a code to `phone` as asked for by `client` (in `X-Forwarded-For`, believed from the
+/// tests' address when `trusted_proxies` lists it).
+async fn send_from(app: &TestApp, client: &str, phone: &str) -> Answer {
+    let response = app
+        .client
+        .post(app.url("/users/login_sms/code/send"))
+        .header("user-agent", UA)
+        .header("x-forwarded-for", client)
+        .json(&json!({ "phone": phone }))
+        .send()
+        .await
+        .unwrap();
+    Answer {
+        status: response.status(),
+        headers: response.headers().clone(),
+        raw: response.text().await.unwrap(),
+    }
+}
+
+fn believing_the_tests(config: &mut Config, resend_interval: Duration) {
+    config.trusted_proxies = vec!["127.0.0.1/32".into()];
+    config
+        .settings_mut::<PhoneLoginSettings>()
+        .sms_code_resend_interval = resend_interval;
+}
+
+/// Issue 46, item 2: ten quick requests from a stranger used to spend the phone's whole daily
+/// limit (one code sent, nine refused as too soon, all ten counted), locking the owner of a
+/// password-less account out. Now only sends count, and one client may use only
+/// `sms_code_daily_limit_per_ip_phone` (3) of the phone's 10 — also when it rotates through the
+/// addresses of its IPv6 /64 (item 3).
+async fn a_strangers_requests_leave_the_owner_able_to_get_a_code(setup: Setup) {
+    let resend = Duration::from_secs(1);
+    let rig = rig(setup, |config| believing_the_tests(config, resend)).await;
+    let mut address = 0;
+    let mut stranger = || {
+        address += 1;
+        format!("2001:db8:bad:1::{address:x}")
+    };
+    let mut sent = 0;
+    for round in 0..5 {
+        for _ in 0..10 {
+            let answer = send_from(&rig.app, &stranger(), PHONE).await;
+            match answer.code() {
+                0 => sent += 1,
+                429001 => assert_eq!(answer.status, reqwest::StatusCode::OK),
+                other => panic!("round {round}: code {other}: {}", answer.raw),
+            }
+        }
+        // The resend interval is the behaviour here: wait it out.
+        tokio::time::sleep(resend + Duration::from_millis(50)).await;
+    }
+    assert!(sent <= 3, "one client's share of the phone's codes: {sent}");
+
+    let answer = send_from(&rig.app, "198.51.100.20", PHONE).await;
+    assert_eq!(answer.code(), 0, "the owner is locked out: {}", answer.raw);
+    assert_eq!(answer.json()["data"]["delivery"], "sent");
+    let code = last_code(&rig, PHONE).unwrap();
+    assert_eq!(sign_in(&rig.app, PHONE, &code).await.code(), 0);
+    // The stranger did get its whole share: the limits refused only what was beyond it.
+    assert_eq!(sent, 3);
+    assert_eq!(deliveries(&rig), 4);
+}
+
+/// A request refused because the last code went out less than the resend interval ago sends
+/// nothing, so it counts against no limit.
+async fn a_request_refused_as_too_soon_is_not_charged(setup: Setup) {
+    let resend = Duration::from_secs(1);
+    let rig = rig(setup, |config| {
+        believing_the_tests(config, resend);
+        let login = config.settings_mut::<PhoneLoginSettings>();
+        login.sms_code_daily_limit_per_phone = 2;
+        login.sms_code_daily_limit_per_ip_phone = 2;
+        login.sms_code_daily_limit_per_ip = 2;
+        login.sms_code_budget = 2;
+    })
+    .await;
+    let client = "198.51.100.30";
+    assert_eq!(send_from(&rig.app, client, PHONE).await.code(), 0);
+    for _ in 0..5 {
+        let early = send_from(&rig.app, client, PHONE).await;
+        assert_eq!(early.code(), 429001, "{}", early.raw);
+        let retry_after: u64 = early.header("retry-after").parse().unwrap();
+        assert_eq!(retry_after, 1, "refused as too soon, not by a daily limit");
+    }
+    tokio::time::sleep(resend + Duration::from_millis(50)).await;
+    let second = send_from(&rig.app, client, PHONE).await;
+    assert_eq!(second.code(), 0, "{}", second.raw);
     assert_eq!(deliveries(&rig), 2);
+    // Two sends were all the limits allowed: now they refuse, for the day.
+    tokio::time::sleep(resend + Duration::from_millis(50)).await;
+    let third = send_from(&rig.app, client, PHONE).await;
+    assert_eq!(third.code(), 429001, "{}", third.raw);
+    let retry_after: u64 = third.header("retry-after").parse().unwrap();
+    assert!(retry_after > 3600, "Retry-After {retry_after}");
+    assert_eq!(deliveries(&rig), 2);
+}
+
+/// The site's budget of codes (`sms_code_budget` per `sms_code_budget_window`) refuses codes
+/// beyond it, whoever asks, and counts the refusals for alerts; a refusal by one limit costs
+/// the others nothing.
+async fn the_sites_budget_refuses_codes_beyond_it_and_counts_them(setup: Setup) {
+    let rig = rig(setup, |config| {
+        believing_the_tests(config, Duration::from_secs(1));
+        let login = config.settings_mut::<PhoneLoginSettings>();
+        login.sms_code_budget = 3;
+        login.sms_code_budget_window = Duration::from_secs(3600);
+    })
+    .await;
+    let mut refused = 0;
+    for i in 0..6 {
+        let answer = send_from(
+            &rig.app,
+            &format!("198.51.100.{i}"),
+            &format!("1390000000{i}"),
+        )
+        .await;
+        match answer.code() {
+            0 => {}
+            429001 => {
+                refused += 1;
+                assert_eq!(answer.status, reqwest::StatusCode::OK);
+                let retry_after: u64 = answer.header("retry-after").parse().unwrap();
+                assert!(retry_after >= 1, "Retry-After {retry_after}");
+            }
+            other => panic!("code {other}: {}", answer.raw),
+        }
+    }
+    assert_eq!((deliveries(&rig), refused), (3, 3));
+    let metrics = rig.app.metrics_text().await;
+    assert!(
+        metrics.contains("sms_login_events_total{event=\"over_budget\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rate_limited_total{limiter=\"sms_code_budget\"}"),
+        "{metrics}"
+    );
 }
 
 async fn invalid_phones_are_refused_and_nothing_is_sent(setup: Setup) {
@@ -458,6 +612,9 @@ crate::setup_tests!(
     fifty_concurrent_checks_of_one_code_sign_in_once,
     codes_are_stored_only_as_keyed_digests,
     daily_limits_hold_per_phone_and_per_client,
+    a_strangers_requests_leave_the_owner_able_to_get_a_code,
+    a_request_refused_as_too_soon_is_not_charged,
+    the_sites_budget_refuses_codes_beyond_it_and_counts_them,
     invalid_phones_are_refused_and_nothing_is_sent,
     delivery_fails_over_to_the_second_provider,
     when_every_provider_is_down_the_code_is_queued_and_delivered_on_recovery,
