@@ -232,6 +232,8 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("wechatpay_timeout", "4s", r#""4s""#),
     ("reward_share_bps", "500", "500"),
     ("reward_long_poll", "5s", r#""5s""#),
+    ("reward_rate_limit", "6", "6"),
+    ("reward_rate_window", "2m", r#""2m""#),
     ("db_move_pause_deadline", "3s", r#""3s""#),
 ];
 
@@ -552,7 +554,11 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             jail,
             "WEBOOK_CLIENT_IPV6_PREFIX",
             "16",
-            &["client_ipv6_prefix", "WEBOOK_CLIENT_IPV6_PREFIX", "32 to 128"],
+            &[
+                "client_ipv6_prefix",
+                "WEBOOK_CLIENT_IPV6_PREFIX",
+                "32 to 128",
+            ],
         );
         refused(
             jail,
@@ -565,6 +571,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_SMS_CODE_BUDGET_WINDOW",
             "0s",
             &["sms_code_budget_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_REWARD_RATE_WINDOW",
+            "0s",
+            &["reward_rate_window", "WEBOOK_REWARD_RATE_WINDOW"],
         );
         refused(
             jail,

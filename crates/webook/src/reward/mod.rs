@@ -25,6 +25,7 @@ use platform::{
     config::SettingsSpec,
     db::Migration,
     feature::{Feature, Platform, Registry},
+    rate_limit::RateLimiter,
 };
 
 use crate::{
@@ -70,6 +71,16 @@ impl Feature for RewardsFeature {
             http::RewardRoutes {
                 rewards: rewards.clone(),
                 auth: registry.get::<AuthService>()?,
+                limiter: (settings.reward_rate_limit > 0)
+                    .then(|| {
+                        RateLimiter::of_mode(
+                            "reward",
+                            platform.redis_with_prefix(),
+                            settings.reward_rate_limit,
+                            settings.reward_rate_window,
+                        )
+                    })
+                    .transpose()?,
             },
             registry.get::<Arc<Idempotency>>()?,
         ));

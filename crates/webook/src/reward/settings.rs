@@ -1,4 +1,5 @@
-//! The settings of rewards: the platform's share and how long a status request waits.
+//! The settings of rewards: the platform's share, how long a status request waits, and how many
+//! rewards (each an order at the payment provider) a user may create per window.
 //! Loaded by the configuration core ([`platform::config`]); documented in `docs/CONFIG.md`.
 //!
 //! The share is at most [`MAX_SHARE_BPS`], derived from the smallest reward ([`MIN_AMT`]): a
@@ -27,6 +28,12 @@ pub struct RewardSettings {
     /// than `request_timeout` in any case).
     #[serde(with = "humantime_serde")]
     pub reward_long_poll: Duration,
+    /// Rewards a user may create per `reward_rate_window` (each creates an order at the payment
+    /// provider), on top of `write_rate_limit`; 0 turns the limit off.
+    pub reward_rate_limit: u32,
+    /// The window of `reward_rate_limit`.
+    #[serde(with = "humantime_serde")]
+    pub reward_rate_window: Duration,
 }
 
 impl Default for RewardSettings {
@@ -34,6 +41,8 @@ impl Default for RewardSettings {
         Self {
             reward_share_bps: 1_000,
             reward_long_poll: Duration::from_secs(10),
+            reward_rate_limit: 10,
+            reward_rate_window: Duration::from_secs(60),
         }
     }
 }
@@ -51,7 +60,12 @@ impl RewardSettings {
 }
 
 impl Settings for RewardSettings {
-    const KEYS: &'static [&'static str] = &["reward_share_bps", "reward_long_poll"];
+    const KEYS: &'static [&'static str] = &[
+        "reward_share_bps",
+        "reward_long_poll",
+        "reward_rate_limit",
+        "reward_rate_window",
+    ];
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if !(0..=MAX_SHARE_BPS).contains(&self.reward_share_bps) {
@@ -62,6 +76,9 @@ impl Settings for RewardSettings {
         }
         if self.reward_long_poll > Duration::from_secs(30) {
             bail!("invalid reward_long_poll (WEBOOK_REWARD_LONG_POLL): at most 30s");
+        }
+        if self.reward_rate_limit > 0 && self.reward_rate_window < Duration::from_secs(1) {
+            bail!("invalid reward_rate_window (WEBOOK_REWARD_RATE_WINDOW): at least 1s");
         }
         Ok(())
     }

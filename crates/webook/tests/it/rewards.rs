@@ -928,7 +928,61 @@ async fn rewards_are_paid_through_wechat_pay_end_to_end(setup: Setup) {
     assert_ledger_sound(&app).await;
 }
 
+/// Issue 46, item 4: a burst of reward orders from one user is cut at `reward_rate_limit`
+/// (default 10 per minute): the rest are answered 429001 with `Retry-After`, and no reward,
+/// payment or provider order is made for them (150 orders in 0.3 s all reached WeChat Pay).
+async fn a_burst_of_reward_orders_from_one_user_is_cut_at_the_limit(setup: Setup) {
+    let wechat = crate::common::fake_wechatpay::FakeWechatPay::start().await;
+    let settings = wechat.settings();
+    let app = setup
+        .spawn(|config| *config.settings_mut::<webook::payment::PaymentSettings>() = settings)
+        .await;
+    let (_, reader, article) = author_and_reader(&app).await;
+    // Another amount each: none is the same open order offered again.
+    let orders = (0..40).map(|i| {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/articles/pub/reward"),
+            reader.token.clone(),
+        );
+        tokio::spawn(async move {
+            let response = client
+                .post(url)
+                .header("user-agent", crate::common::UA)
+                .bearer_auth(token)
+                .json(&json!({"id": article, "amt": 100 + i}))
+                .send()
+                .await
+                .unwrap();
+            let (status, retry_after) = (
+                response.status(),
+                response.headers().get("retry-after").is_some(),
+            );
+            let body: Value = response.json().await.unwrap();
+            (status, body["code"].as_i64().unwrap(), retry_after)
+        })
+    });
+    let answers: Vec<(StatusCode, i64, bool)> = futures_util::future::join_all(orders)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let created = answers.iter().filter(|(_, code, _)| *code == 0).count();
+    let refused = answers
+        .iter()
+        .filter(|answer| **answer == (StatusCode::TOO_MANY_REQUESTS, 429001, true))
+        .count();
+    assert_eq!((created, refused), (10, 30), "{answers:?}");
+    assert_eq!(wechat.order_count(), 10, "provider orders");
+    let rewards: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM rewards")
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(rewards, 10);
+}
+
 crate::setup_tests!(
+    a_burst_of_reward_orders_from_one_user_is_cut_at_the_limit,
     rewards_are_paid_through_wechat_pay_end_to_end,
     the_course_frontends_reward_flow_reaches_payed_and_credits_the_author,
     the_pages_form_buttons_pay_and_fail,
