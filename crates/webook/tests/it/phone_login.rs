@@ -186,10 +186,7 @@ async fn a_second_code_within_a_minute_is_refused_with_retry_after(setup: Setup)
     let rig = rig(setup, |_| {}).await;
     let first = code_for(&rig, PHONE).await;
     let again = send(&rig.app, PHONE).await;
-    assert_eq!(
-        again.status_and_code(),
-        (reqwest::StatusCode::OK, 429001)
-    );
+    assert_eq!(again.status_and_code(), (reqwest::StatusCode::OK, 429001));
     let retry_after: u64 = again.header("retry-after").parse().unwrap();
     assert!(
         (55..=60).contains(&retry_after),
@@ -324,18 +321,12 @@ async fn daily_limits_hold_per_phone_and_per_client(setup: Setup) {
     code_for(&rig, PHONE).await;
     code_for(&rig, PHONE).await;
     let third = send(&rig.app, PHONE).await;
-    assert_eq!(
-        third.status_and_code(),
-        (reqwest::StatusCode::OK, 429001)
-    );
+    assert_eq!(third.status_and_code(), (reqwest::StatusCode::OK, 429001));
     // That refusal sent nothing and cost the client nothing: one more phone, then the client
     // is done.
     code_for(&rig, "13900139000").await;
     let fourth = send(&rig.app, "13900139001").await;
-    assert_eq!(
-        fourth.status_and_code(),
-        (reqwest::StatusCode::OK, 429001)
-    );
+    assert_eq!(fourth.status_and_code(), (reqwest::StatusCode::OK, 429001));
     assert_eq!(deliveries(&rig), 3);
 }
 
