@@ -4,7 +4,7 @@
 //! A route opts in with `route_layer(axum::middleware::from_fn_with_state(idempotency,
 //! idempotency::layer))`, where `idempotency` is the [`Idempotency`] the users feature provides. For a request carrying the header, the layer (after authenticating the
 //! caller, as the handler would) claims `(user, key)` in table `idempotency_keys` together with a
-//! hash of the method, path and body, runs the handler, and stores its answer (status and body):
+//! hash of the method, path, query string and body, runs the handler, and stores its answer (status and body):
 //! - the same key with the same request later gets that answer again, with header
 //!   `Idempotent-Replayed: true`, for [`RETENTION`] (24 h, then the `purge_idempotency_keys` job
 //!   deletes it);
@@ -138,6 +138,13 @@ async fn with_key(
     hasher.update(parts.method.as_str());
     hasher.update(b" ");
     hasher.update(parts.uri.path());
+    // The query is part of the request (a path never holds a `?`, so the two cannot run into
+    // each other). A request without one hashes as before the query counted, so keys claimed
+    // then still replay.
+    if let Some(query) = parts.uri.query() {
+        hasher.update(b"?");
+        hasher.update(query);
+    }
     hasher.update(b"\n");
     hasher.update(&body);
     let hash = hex::encode(hasher.finalize());

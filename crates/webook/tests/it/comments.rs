@@ -804,6 +804,45 @@ async fn comments_reach_the_feeds_of_the_author_and_the_user_replied_to(setup: S
     .await;
 }
 
+/// An `Idempotency-Key` names one request: the same key on the same route with another query
+/// string is another request (code 4, nothing written), not a replay of the first answer.
+async fn an_idempotency_key_covers_the_query_string(setup: Setup) {
+    let app = app(setup).await;
+    let [author, reader] =
+        <[Member; 2]>::try_from(members(&app, "idem", 2).await).unwrap_or_else(|_| unreachable!());
+    let article = publish(&app, &author, "keyed").await;
+    let keyed = |path: &str| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(&reader.token)
+            .header("user-agent", common::UA)
+            .header("idempotency-key", "query-1")
+            .json(&comment_body(article, None, "once"))
+    };
+    let first = keyed("/comments").send().await.unwrap();
+    assert!(!first.headers().contains_key("idempotent-replayed"));
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["code"], 0, "{first}");
+    // The same request again: a replay.
+    let again = keyed("/comments").send().await.unwrap();
+    assert!(again.headers().contains_key("idempotent-replayed"));
+    assert_eq!(again.json::<Value>().await.unwrap(), first);
+    // Another query string: another request, refused like another body.
+    let other = keyed("/comments?x=1").send().await.unwrap();
+    assert!(!other.headers().contains_key("idempotent-replayed"));
+    let other: Value = other.json().await.unwrap();
+    assert_eq!(other["code"], 4, "{other}");
+    assert!(
+        other["msg"].as_str().unwrap().contains("Idempotency-Key"),
+        "{other}"
+    );
+    assert_eq!(
+        total(&app, &author, article).await,
+        1,
+        "one comment written"
+    );
+}
+
 setup_tests!(
     a_thread_of_ten_thousand_pages_every_comment_once_while_comments_arrive,
     deleting_a_parent_keeps_its_replies_reachable,
@@ -812,4 +851,5 @@ setup_tests!(
     input_objects_and_parents_are_checked,
     each_user_may_write_only_so_many_comments_per_window,
     comments_reach_the_feeds_of_the_author_and_the_user_replied_to,
+    an_idempotency_key_covers_the_query_string,
 );
