@@ -1,4 +1,5 @@
-//! Administrators: who may manage durable jobs (`/jobs…`).
+//! Administrators: who may use the admin areas — durable jobs (`/jobs…`), the database move,
+//! the instances, payment discrepancies, event consumer groups.
 //!
 //! A user is an admin when config `admins` lists their id or an operator granted them the right
 //! in the database (`webook admin grant EMAIL_OR_ID`, stored in `admins`). Rights follow the user
@@ -6,8 +7,8 @@
 //! whoever signed up with it first.
 //!
 //! Handlers take an [`Admin`] argument: a logged-in caller (401 otherwise) with admin rights
-//! (403002 otherwise), checked before any other extractor so a non-admin learns nothing about ids
-//! or bodies.
+//! (403002 otherwise, with a message naming the [`AdminArea`] the routes' state guards), checked
+//! before any other extractor so a non-admin learns nothing about ids or bodies.
 
 use anyhow::Context;
 use axum::{extract::FromRequestParts, http::request::Parts};
@@ -52,15 +53,63 @@ impl Admins {
     }
 }
 
+/// What a set of admin routes guards: the refusal a non-admin gets names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminArea {
+    /// Durable jobs (`/jobs…`).
+    Jobs,
+    /// The database move (`/admin/db-move…`).
+    DatabaseMove,
+    /// The instances and their readiness (`/admin/instances`).
+    Instances,
+    /// What payment reconciliation found (`/payments/discrepancies…`).
+    Discrepancies,
+    /// Event consumer groups and parked events (`/admin/events/…`).
+    Events,
+}
+
+impl AdminArea {
+    /// The 403002 a non-admin gets from this area's routes.
+    pub fn refusal(self) -> AppError {
+        let (english, chinese) = match self {
+            Self::Jobs => ("only admins may manage jobs", "只有管理员可以管理任务"),
+            Self::DatabaseMove => (
+                "only admins may move the database",
+                "只有管理员可以迁移数据库",
+            ),
+            Self::Instances => (
+                "only admins may see the instances",
+                "只有管理员可以查看实例",
+            ),
+            Self::Discrepancies => (
+                "only admins may see payment discrepancies",
+                "只有管理员可以查看支付差异",
+            ),
+            Self::Events => (
+                "only admins may manage event consumer groups",
+                "只有管理员可以管理事件消费组",
+            ),
+        };
+        AppError::Forbidden(Msg::new(english, chinese))
+    }
+}
+
 /// The state of routes that take an [`Admin`].
 pub trait ChecksAdmins: Authenticates {
     /// Who has admin rights.
     fn admins(&self) -> &Admins;
+
+    /// What these routes guard (named in the refusal of a non-admin).
+    fn admin_area(&self) -> AdminArea;
 }
 
 impl<T: ChecksAdmins> ChecksAdmins for Arc<T> {
     fn admins(&self) -> &Admins {
         (**self).admins()
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        (**self).admin_area()
     }
 }
 
@@ -72,10 +121,7 @@ impl<S: ChecksAdmins> FromRequestParts<S> for Admin {
         if state.admins().contains(user.uid).await? {
             Ok(Self { uid: user.uid })
         } else {
-            Err(AppError::Forbidden(Msg::new(
-                "only admins may manage jobs",
-                "只有管理员可以管理任务",
-            )))
+            Err(state.admin_area().refusal())
         }
     }
 }
@@ -83,7 +129,7 @@ impl<S: ChecksAdmins> FromRequestParts<S> for Admin {
 /// The auth feature's subcommand of `webook`.
 #[derive(Debug, clap::Subcommand)]
 pub enum AdminCli {
-    /// Grant, revoke and list admin rights (who may manage jobs over the API), in the database.
+    /// Grant, revoke and list admin rights (who may use the admin API), in the database.
     Admin {
         /// What to do.
         #[command(subcommand)]

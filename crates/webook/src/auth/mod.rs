@@ -22,7 +22,7 @@ pub mod session;
 pub mod settings;
 pub mod token;
 
-pub use admin::{Admin, Admins, ChecksAdmins};
+pub use admin::{Admin, AdminArea, Admins, ChecksAdmins};
 pub use http::{user_agent, with_tokens, Authenticates, Writer};
 pub use jobs::PurgeExpiredSessions;
 pub use password::PasswordHasher;

@@ -22,7 +22,7 @@ use super::{
     assets::{Asset, Bundle},
     instances::{InstanceRegistry, InstanceView},
 };
-use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     error::{ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     http::{accepts_gzip, etag_matches},
@@ -60,6 +60,10 @@ impl Authenticates for ConsoleRoutes {
 impl ChecksAdmins for ConsoleRoutes {
     fn admins(&self) -> &Admins {
         &self.admins
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        AdminArea::Instances
     }
 }
 

@@ -23,7 +23,7 @@ use super::{
     switch::Switcher,
     work, Mover, StatusView,
 };
-use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::Migration,
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -136,6 +136,10 @@ impl Authenticates for MoveRoutes {
 impl ChecksAdmins for MoveRoutes {
     fn admins(&self) -> &Admins {
         &self.admins
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        AdminArea::DatabaseMove
     }
 }
 

@@ -17,7 +17,7 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::Db,
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -44,6 +44,10 @@ impl Authenticates for EventRoutes {
 impl ChecksAdmins for EventRoutes {
     fn admins(&self) -> &Admins {
         &self.admins
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        AdminArea::Events
     }
 }
 

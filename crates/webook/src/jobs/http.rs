@@ -17,7 +17,7 @@ use scheduler::sql::{Executors, JobRow, JobStatus, RunRow, SqlJobStore, StoreErr
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins},
+    auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins},
     idempotency::Idempotency,
     jobs::service::{self, JobEdit, JobSpec},
 };
@@ -51,6 +51,10 @@ impl Authenticates for JobRoutes {
 impl ChecksAdmins for JobRoutes {
     fn admins(&self) -> &Admins {
         &self.admins
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        AdminArea::Jobs
     }
 }
 

@@ -22,7 +22,7 @@ use super::{
     service::Payments,
     store::Discrepancy,
 };
-use crate::auth::{Admin, Admins, AuthService, Authenticates, ChecksAdmins};
+use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::now_millis,
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -50,6 +50,10 @@ impl Authenticates for PaymentRoutes {
 impl ChecksAdmins for PaymentRoutes {
     fn admins(&self) -> &Admins {
         &self.admins
+    }
+
+    fn admin_area(&self) -> AdminArea {
+        AdminArea::Discrepancies
     }
 }
 

@@ -29,6 +29,7 @@ setup_tests!(
     http_jobs_never_call_internal_addresses_unless_allowed,
     an_admin_edits_a_job_and_sees_its_policies_and_lease,
     admins_see_every_instance_and_its_readiness,
+    a_non_admin_is_told_what_each_admin_area_guards,
 );
 
 /// `POST /jobs/:id/edit` changes the schedule (the next fire time follows), time zone, `cfg`,
@@ -406,6 +407,85 @@ async fn only_admins_may_manage_jobs(setup: Setup) {
     let jobs = list_jobs(&app, &admin).await;
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0]["status"], "waiting");
+}
+
+/// Every admin area refuses a non-admin with 403002 and a message naming what it guards, in
+/// English and Chinese (not the jobs' message everywhere).
+async fn a_non_admin_is_told_what_each_admin_area_guards(setup: Setup) {
+    let (app, _admin) = admin_app(setup).await;
+    assert_eq!(signup(&app, "nosy@example.com").await.code(), 0);
+    let (user, _) = login(&app, "nosy@example.com").await;
+    let areas: [(&str, bool, &str, &str); 8] = [
+        (
+            "/jobs",
+            false,
+            "only admins may manage jobs",
+            "只有管理员可以管理任务",
+        ),
+        (
+            "/admin/db-move",
+            false,
+            "only admins may move the database",
+            "只有管理员可以迁移数据库",
+        ),
+        (
+            "/admin/db-move/abort",
+            true,
+            "only admins may move the database",
+            "只有管理员可以迁移数据库",
+        ),
+        (
+            "/admin/instances",
+            false,
+            "only admins may see the instances",
+            "只有管理员可以查看实例",
+        ),
+        (
+            "/payments/discrepancies",
+            false,
+            "only admins may see payment discrepancies",
+            "只有管理员可以查看支付差异",
+        ),
+        (
+            "/payments/discrepancies/1/resolve",
+            true,
+            "only admins may see payment discrepancies",
+            "只有管理员可以查看支付差异",
+        ),
+        (
+            "/admin/events/groups",
+            false,
+            "only admins may manage event consumer groups",
+            "只有管理员可以管理事件消费组",
+        ),
+        (
+            "/admin/events/replay",
+            true,
+            "only admins may manage event consumer groups",
+            "只有管理员可以管理事件消费组",
+        ),
+    ];
+    for (path, is_post, english, chinese) in areas {
+        for (language, msg) in [("en", english), ("zh-CN", chinese)] {
+            let url = app.url(path);
+            let request = if is_post {
+                app.client.post(url).json(&json!({}))
+            } else {
+                app.client.get(url)
+            };
+            let response = request
+                .bearer_auth(&user)
+                .header("user-agent", common::UA)
+                .header("accept-language", language)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["code"], 403002, "{path}: {body}");
+            assert_eq!(body["msg"], msg, "{path} ({language})");
+        }
+    }
 }
 
 async fn invalid_jobs_are_refused_with_the_reason(setup: Setup) {
