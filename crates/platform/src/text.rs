@@ -2,7 +2,10 @@
 //! characters (line breaks and tabs only where a field is multi-line), no bidirectional
 //! overrides or isolates (they make text display differently from what it says, e.g. a name that
 //! reads as someone else's), and, where a field needs a value, at least one visible character
-//! (a title of zero-width spaces would show as nothing). A failure is code 4 naming the field.
+//! (a title of zero-width spaces would show as nothing). Names (nicknames, tag names) also bound
+//! the combining marks stacked on one character ([`limit_combining_marks`]: "Zalgo" text of
+//! hundreds of marks draws over the lines around it, while real scripts stack at most a few).
+//! A failure is code 4 naming the field.
 //! Plain text shown to clients that may insert it as HTML goes out escaped ([`escape_html`]).
 
 use crate::error::{AppError, Msg};
@@ -48,6 +51,40 @@ pub fn require_visible(field: &str, value: &str) -> Result<(), AppError> {
         )));
     }
     Ok(())
+}
+
+/// Most combining marks allowed in a row on one base character ([`limit_combining_marks`]).
+/// Real writing stacks at most about three (Vietnamese decomposed: 2, Thai: 2, Hebrew with
+/// points and a cantillation mark: 3); "Zalgo" text stacks dozens to hundreds.
+pub const MAX_COMBINING_MARKS: usize = 4;
+
+/// Refuses a `value` where more than [`MAX_COMBINING_MARKS`] combining marks (Unicode general
+/// category M: Mn, Mc, Me) follow one another, as they are written (a precomposed letter is not
+/// a mark).
+pub fn limit_combining_marks(field: &str, value: &str) -> Result<(), AppError> {
+    let mut run = 0;
+    for c in value.chars() {
+        if unicode_normalization::char::is_combining_mark(c) {
+            run += 1;
+            if run > MAX_COMBINING_MARKS {
+                return Err(AppError::InvalidInput(Msg::field(
+                    field,
+                    format!("at most {MAX_COMBINING_MARKS} combining marks on one character"),
+                    format!("每个字符最多 {MAX_COMBINING_MARKS} 个组合符号"),
+                )));
+            }
+        } else {
+            run = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `c` is a format or filler character that draws nothing and is not white space or a
+/// control: zero-width spaces, joiners and marks, the BOM, soft hyphens, fillers, variation
+/// selectors, tags (the characters [`is_visible`] names beyond white space and controls).
+pub fn is_invisible_format(c: char) -> bool {
+    !c.is_whitespace() && !c.is_control() && !is_visible(c)
 }
 
 /// Appends `c` to `out` escaped for HTML text and attribute values (`&`, `<`, `>`, `"`, `'`).
@@ -155,6 +192,51 @@ mod tests {
             );
         }
         check("title", "שלום\u{200F} abc", Lines::Single).unwrap();
+    }
+
+    #[test]
+    fn combining_marks_are_bounded_per_character_but_real_scripts_pass() {
+        for name in [
+            "Nguyễn Thị Ánh",
+            // Vietnamese decomposed: two marks on one letter.
+            "Nguye\u{0302}\u{0303}n",
+            "สมชาย ใจดี",
+            "น้ำผึ้ง",
+            "กี้",
+            "देवनागरी",
+            "क्षत्रिय",
+            "שָׁלוֹם",
+            "José",
+            "❤\u{FE0F}",
+        ] {
+            limit_combining_marks("nickname", name).unwrap();
+        }
+        let four = format!("a{}", "\u{0301}".repeat(MAX_COMBINING_MARKS));
+        limit_combining_marks("nickname", &four).unwrap();
+        for zalgo in [
+            format!("a{}", "\u{0301}".repeat(MAX_COMBINING_MARKS + 1)),
+            format!("a{}", "\u{0301}".repeat(63)),
+            format!("a{}", "\u{0301}".repeat(255)),
+            // Marks without a base count the same.
+            "\u{0301}".repeat(5),
+        ] {
+            assert_eq!(
+                message(limit_combining_marks("nickname", &zalgo)),
+                "nickname: at most 4 combining marks on one character"
+            );
+        }
+    }
+
+    #[test]
+    fn invisible_format_characters_are_told_apart_from_spaces_and_controls() {
+        for c in [
+            '\u{200B}', '\u{200D}', '\u{00AD}', '\u{FEFF}', '\u{2060}', '\u{FE0F}',
+        ] {
+            assert!(is_invisible_format(c), "{c:?}");
+        }
+        for c in [' ', '\u{3000}', '\u{0}', '\n', 'a', '标', '\u{0301}'] {
+            assert!(!is_invisible_format(c), "{c:?}");
+        }
     }
 
     #[test]

@@ -97,7 +97,8 @@ pub struct ProfileEdit {
 
 impl ProfileEdit {
     /// Validates raw input: lengths in characters, the text rules of [`platform::text`] (a
-    /// nickname is one line with something visible, or empty), a real calendar date not in the
+    /// nickname is one line with something visible and few combining marks on a character, or
+    /// empty), a real calendar date not in the
     /// future.
     pub fn parse(
         nickname: Option<String>,
@@ -116,6 +117,7 @@ impl ProfileEdit {
             }
             text::check("nickname", nickname, Lines::Single)?;
             text::require_visible("nickname", nickname)?;
+            text::limit_combining_marks("nickname", nickname)?;
         }
         if let Some(about_me) = &about_me {
             if about_me.chars().count() > MAX_ABOUT_ME_CHARS {

@@ -552,6 +552,15 @@ async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
             json!({"nickname": "\u{3164}\u{200B}"}),
             "nickname: must contain visible characters",
         ),
+        (
+            // 64 characters: one letter under 63 combining marks ("Zalgo").
+            json!({"nickname": format!("a{}", "\u{0301}".repeat(63))}),
+            "nickname: at most 4 combining marks on one character",
+        ),
+        (
+            json!({"nickname": format!("a{}", "\u{0301}".repeat(255))}),
+            "nickname: at most 64 characters",
+        ),
     ] {
         let answer = post(&app, "/users/edit", Some(&token), body.clone()).await;
         assert_eq!(
@@ -575,6 +584,26 @@ async fn profile_text_refuses_nul_controls_and_overrides(setup: Setup) {
         (profile["Nickname"].as_str(), profile["AboutMe"].as_str()),
         (Some("小明"), Some("line one\nline two"))
     );
+    // Real names with combining marks pass: Vietnamese (precomposed and decomposed), Thai,
+    // Devanagari, Hebrew with points.
+    for name in [
+        "Nguyễn Thị Ánh",
+        "Nguye\u{0302}\u{0303}n",
+        "น้ำผึ้ง ใจดี",
+        "देवनागरी क्षत्रिय",
+        "שָׁלוֹם",
+    ] {
+        let answer = post(
+            &app,
+            "/users/edit",
+            Some(&token),
+            json!({ "nickname": name }),
+        )
+        .await;
+        assert_eq!(answer.code(), 0, "{name}: {}", answer.raw);
+        let profile = get(&app, "/users/profile", Some(&token)).await.json();
+        assert_eq!(profile["Nickname"], name);
+    }
 }
 
 /// A refresh whose write could not be saved (the database's write lock held elsewhere) answers
