@@ -193,8 +193,8 @@ impl IntoResponse for WechatLoginError {
             .into_response(),
             Self::BadState => AppError::InvalidInput(Msg::field(
                 "state",
-                "missing, expired or not this browser's; sign in with WeChat again",
-                "缺失、已过期或不属于此浏览器，请重新用微信登录",
+                "missing, expired, already used or not this browser's; sign in with WeChat again",
+                "缺失、已过期、已使用或不属于此浏览器，请重新用微信登录",
             ))
             .into_response(),
             Self::NoCode => AppError::InvalidInput(Msg::field(

@@ -5,7 +5,7 @@
 //! ([`service`]) makes a random `state`, signs it short-lived for a cookie, and answers WeChat's
 //! QR-connect URL carrying it. The person scans the code; WeChat sends the browser back to
 //! `GET /oauth2/wechat/callback?code&state`, where the service checks the state against the
-//! cookie, trades the code for the WeChat identity ([`client`]: one call to WeChat's API),
+//! cookie, marks it used ([`store`]: a state signs in once, on any instance), trades the code for the WeChat identity ([`client`]: one call to WeChat's API),
 //! finds or creates the account of that identity (the users feature's store, one transaction)
 //! and opens a session (the auth feature); the handler redirects to the frontend with the token
 //! headers. [`settings`] holds the application's id, secret and URLs; without an id and secret
@@ -15,6 +15,7 @@ pub mod client;
 mod http;
 pub mod service;
 pub mod settings;
+pub mod store;
 
 pub use http::STATE_COOKIE;
 pub use service::{WechatLoginError, WechatLoginService};
@@ -23,6 +24,7 @@ pub use settings::{WechatApp, WechatSettings};
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
+    db::Migration,
     feature::{Feature, Platform, Registry},
 };
 
@@ -42,6 +44,15 @@ impl Feature for WechatLogin {
         &[settings::SETTINGS]
     }
 
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            26,
+            "wechat used states",
+            include_str!("../../migrations/0026_wechat_used_states.sql"),
+        )];
+        MIGRATIONS
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let app = platform.config.settings::<WechatSettings>()?.app()?;
         if app.is_none() {
@@ -53,6 +64,7 @@ impl Feature for WechatLogin {
         let login = WechatLoginService::new(
             app,
             UserStore::new(platform.db.clone()),
+            store::UsedStates::new(platform.db.clone()),
             registry.get::<AuthService>()?,
         )?;
         registry.routes(http::router(http::WechatRoutes {

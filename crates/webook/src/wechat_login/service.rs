@@ -5,7 +5,10 @@
 //! ([`AuthService::sign_state`]) for the browser to keep in a cookie.
 //! [`WechatLoginService::finish`] takes what the browser brings back to the callback: it
 //! refuses (before anything else happens) a state that is missing, unsigned, expired or not
-//! the one its cookie carries (compared in constant time); then it trades the code with WeChat
+//! the one its cookie carries (compared in constant time), and one already used: a state signs
+//! in once ([`UsedStates::consume`], in the database, so on every instance; it is used up
+//! before WeChat is called, so two callbacks racing with one state cannot both go on, and a
+//! callback that then fails needs a new login); then it trades the code with WeChat
 //! ([`WechatClient`]), finds or creates the account of that WeChat identity (by `unionid`, else
 //! `openid`: [`UserStore::find_or_create_by_wechat`], one transaction) and opens a session
 //! ([`AuthService::open_session`]). Callbacks count against the sign-in limit per client IP.
@@ -23,6 +26,7 @@ use crate::{
     wechat_login::{
         client::{ExchangeError, WechatClient},
         settings::WechatApp,
+        store::UsedStates,
     },
 };
 use platform::{db::now_millis, error::AppError};
@@ -42,8 +46,9 @@ pub enum WechatLoginError {
     /// `wechat_app_id` / `wechat_app_secret` are not set.
     #[error("WeChat login is not configured")]
     NotConfigured,
-    /// The callback's `state` is missing, or no valid, unexpired state cookie carries it.
-    #[error("missing, expired or foreign state")]
+    /// The callback's `state` is missing, or no valid, unexpired state cookie carries it, or
+    /// a callback used it already.
+    #[error("missing, expired, foreign or used state")]
     BadState,
     /// The callback has no `code` (the person cancelled or refused in WeChat).
     #[error("no code")]
@@ -104,14 +109,17 @@ struct Configured {
     app: WechatApp,
     wechat: WechatClient,
     users: UserStore,
+    used_states: UsedStates,
     auth: AuthService,
 }
 
 impl WechatLoginService {
-    /// The service for `app` (`None`: WeChat login is off).
+    /// The service for `app` (`None`: WeChat login is off), recording used states in
+    /// `used_states`.
     pub fn new(
         app: Option<WechatApp>,
         users: UserStore,
+        used_states: UsedStates,
         auth: AuthService,
     ) -> anyhow::Result<Self> {
         let configured = app
@@ -120,6 +128,7 @@ impl WechatLoginService {
                     wechat: WechatClient::new(&app)?,
                     app,
                     users,
+                    used_states,
                     auth,
                 }))
             })
@@ -182,6 +191,19 @@ impl Configured {
             .code
             .filter(|code| !code.is_empty())
             .ok_or(WechatLoginError::NoCode)?;
+        let now = now_millis();
+        let expires_at =
+            now.saturating_add(i64::try_from(self.app.state_ttl.as_millis()).unwrap_or(i64::MAX));
+        if !self
+            .used_states
+            .consume(state, expires_at, now)
+            .await
+            .map_err(AppError::from)?
+        {
+            count("wechat_state_reused");
+            tracing::info!("a WeChat login state was presented again");
+            return Err(WechatLoginError::BadState);
+        }
         let identity = self
             .wechat
             .identity_for_code(code)

@@ -447,6 +447,95 @@ async fn a_first_login_creates_the_account_and_later_ones_find_it(setup: Setup) 
     }
 }
 
+/// A state signs in once: the same cookie and state again with a fresh code — also racing the
+/// first, and (cluster mode) on another instance — are refused with code 4 before WeChat is
+/// called, and no session is opened.
+async fn a_state_signs_in_once_on_every_instance(setup: Setup) {
+    let wechat = FakeWechat::start().await;
+    let db = setup.database().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let configure = |config: &mut platform::config::Config| {
+        config
+            .settings_mut::<webook::auth::settings::AuthSettings>()
+            .auth_rate_limit = 1_000_000;
+        wechat.configure(config);
+    };
+    let app = setup.spawn_on(db.clone(), &prefix, configure).await;
+    let begun = begin(&app).await;
+    let first = wechat.issue_code("open-once", Some("union-once"));
+    let response = callback(
+        &app,
+        Some(&begun.cookie()),
+        Some(&first),
+        Some(&begun.state),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert_eq!(wechat.calls(), 1);
+
+    let fresh = wechat.issue_code("open-once", Some("union-once"));
+    let replay = callback(
+        &app,
+        Some(&begun.cookie()),
+        Some(&fresh),
+        Some(&begun.state),
+    )
+    .await;
+    let (status, code, msg) = refusal(replay).await;
+    assert_eq!((status, code), (StatusCode::OK, 4), "{msg}");
+    assert!(msg.starts_with("state"), "{msg}");
+    assert_eq!(wechat.calls(), 1, "refused before WeChat is called");
+
+    // Two callbacks with one state at once: one signs in, the other is refused.
+    let begun = begin(&app).await;
+    let codes = [
+        wechat.issue_code("open-once", Some("union-once")),
+        wechat.issue_code("open-once", Some("union-once")),
+    ];
+    let cookie = begun.cookie();
+    let (left, right) = tokio::join!(
+        callback(&app, Some(&cookie), Some(&codes[0]), Some(&begun.state)),
+        callback(&app, Some(&cookie), Some(&codes[1]), Some(&begun.state)),
+    );
+    let mut statuses = [left.status(), right.status()];
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::FOUND],
+        "one of the two"
+    );
+    let refused = if left.status() == StatusCode::OK {
+        left
+    } else {
+        right
+    };
+    assert_eq!(refusal(refused).await.1, 4);
+
+    if setup.cluster {
+        // Another instance of the same site knows the state was used.
+        let other = setup.spawn_on(db, &prefix, configure).await;
+        let begun = begin(&app).await;
+        let code = wechat.issue_code("open-once", Some("union-once"));
+        let response = callback(&app, Some(&begun.cookie()), Some(&code), Some(&begun.state)).await;
+        assert_eq!(response.status(), StatusCode::FOUND);
+        let fresh = wechat.issue_code("open-once", Some("union-once"));
+        let replay = callback(
+            &other,
+            Some(&begun.cookie()),
+            Some(&fresh),
+            Some(&begun.state),
+        )
+        .await;
+        assert_eq!(refusal(replay).await.1, 4, "refused on the other instance");
+    }
+    assert_eq!(user_count(&app).await, 1);
+    assert_eq!(
+        wechat.calls(),
+        if setup.cluster { 3 } else { 2 },
+        "WeChat is asked once per state"
+    );
+}
+
 async fn an_open_id_account_learns_its_union_id_later(setup: Setup) {
     let wechat = FakeWechat::start().await;
     let app = app(setup, &wechat).await;
@@ -611,4 +700,5 @@ setup_tests!(
     a_code_wechat_refuses_creates_nothing,
     a_wechat_that_never_answers_is_given_up_on_in_time,
     without_an_app_both_routes_say_it_is_not_enabled,
+    a_state_signs_in_once_on_every_instance,
 );
