@@ -134,6 +134,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("feed_inbox_cap", "2000", "2000"),
     ("comment_rate_limit", "5", "5"),
     ("comment_rate_window", "2m", r#""2m""#),
+    ("tag_max_per_user", "50", "50"),
     (
         "search_dir",
         "/tmp/contract-search",
@@ -584,6 +585,14 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "0s",
             &["comment_rate_window"],
         );
+        for bad in ["0", "100001"] {
+            refused(
+                jail,
+                "WEBOOK_TAG_MAX_PER_USER",
+                bad,
+                &["tag_max_per_user", "1-100000"],
+            );
+        }
         refused(
             jail,
             "WEBOOK_SEARCH_WRITER_HEAP",

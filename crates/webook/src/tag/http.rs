@@ -67,8 +67,18 @@ async fn create(
     Ok(Reply(state.tags.create(user.uid, &request.name).await?))
 }
 
-async fn owned_tags(State(state): State<Arc<TagRoutes>>, user: AuthUser) -> ApiResult<Vec<Tag>> {
-    Ok(Reply(state.tags.owned_by(user.uid).await?))
+async fn owned_tags(
+    State(state): State<Arc<TagRoutes>>,
+    user: AuthUser,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Page<Tag>> {
+    let limit = page_limit(query.limit)?;
+    Ok(Reply(
+        state
+            .tags
+            .owned_by(user.uid, query.cursor.as_deref(), limit)
+            .await?,
+    ))
 }
 
 #[derive(Deserialize)]

@@ -1,9 +1,10 @@
-//! Tags: each user's own labels (a tag belongs to its creator, unique per creator whatever the
-//! case and surrounding spaces), put by an object's owner on their objects (articles today, any
+//! Tags: each user's own labels (a tag belongs to its creator, unique per creator by its
+//! normalised name: [`model`]; at most `tag_max_per_user` of them: [`settings`]), put by an object's owner on their objects (articles today, any
 //! [`Biz`](crate::biz::Biz) tomorrow), and the published articles carrying a tag.
 //!
 //! Data flow: `/tags*` ([`http`]) call [`TagService`] ([`service`]: the rules, the cached tag
-//! list of each owner) over [`store`] (SQL: one upsert per create, one transaction per replace
+//! list of each owner, served in pages) over [`store`] (SQL: one insert-or-nothing under the
+//! cap per create, the start-up re-key of keys made by older rules, one transaction per replace
 //! of an object's tags, with its `tags_changed` event in the outbox, one statement per page of
 //! a tag's articles). The search feature is to consume [`TOPIC_TAGS_CHANGED`] ([`TagsEvent`]:
 //! the object's tag names after each replace). [`model`] holds the names' rules and shapes.
@@ -11,15 +12,18 @@
 mod http;
 pub mod model;
 pub mod service;
+pub mod settings;
 pub mod store;
 
 pub use model::{tag_key, Tag, TagName, TagsEvent, TOPIC_TAGS_CHANGED};
 pub use service::TagService;
+pub use settings::TagSettings;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use platform::{
+    config::SettingsSpec,
     db::Migration,
     feature::{Feature, Platform, Registry},
 };
@@ -33,6 +37,10 @@ pub struct Tags;
 impl Feature for Tags {
     fn name(&self) -> &'static str {
         "tags"
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
     }
 
     fn migrations(&self) -> &'static [Migration] {
@@ -50,7 +58,10 @@ impl Feature for Tags {
             platform.outbox.clone(),
             platform.redis_with_prefix(),
             platform.config.cache_memory_bytes,
+            platform.config.settings::<TagSettings>()?,
         );
+        // Before the routes serve: keys made by older rules (the service's docs).
+        tags.rekey().await?;
         registry.routes(http::router(
             http::TagRoutes {
                 tags: tags.clone(),

@@ -1,9 +1,21 @@
 //! The tags' vocabulary: what a valid tag name is and the key that makes two spellings one tag
 //! ([`TagName`], [`tag_key`]), the limits of the routes, the `tags_changed` event the search
-//! feature will index ([`TagsEvent`]), the opaque cursor of a tag's article list, and the shapes
-//! the routes answer with.
+//! feature will index ([`TagsEvent`]), the opaque cursors of the owner's list and of a tag's
+//! article list, and the shapes the routes answer with.
+//!
+//! **Names and keys.** A name is taken in Unicode NFKC (compatibility forms fold: full-width
+//! `Ｒｕｓｔ` is `Rust`, a decomposed `ü` is the composed one), trimmed, and its runs of spaces
+//! collapse to one; that is the name stored and shown. It is refused (code 4) when
+//! it holds a control or bidi character, or an invisible format character — zero-width spaces,
+//! the soft hyphen, the BOM, word joiners, fillers, tag characters — rather than stripped
+//! silently: a name that renders like another must not be a different tag, and a name that
+//! looks like nothing is no name. Emoji keep working: a variation selector (U+FE0E, U+FE0F)
+//! right after a visible character and a zero-width joiner between two visible characters are
+//! allowed. The key ([`tag_key`]) is the name lower-cased (Unicode), with every invisible format
+//! character dropped, in NFKC again: what makes two names one tag of their owner.
 
 use serde::{Deserialize, Serialize};
+use unicode_normalization::UnicodeNormalization;
 
 use crate::{biz::Biz, user::Person};
 use platform::{
@@ -14,22 +26,36 @@ use platform::{
 /// Topic of tag replacements, recorded in the replace's transaction: the object's tags as they
 /// are after it, for the search feature to index.
 pub const TOPIC_TAGS_CHANGED: &str = "tags_changed";
-/// Longest tag name, in characters (not bytes), after trimming.
+/// Longest tag name, in characters (not bytes), after normalising.
 pub const MAX_TAG_NAME_CHARS: usize = 32;
 /// Most tags on one object, after duplicates collapse.
 pub const MAX_TAGS_PER_OBJECT: usize = 20;
+/// The version of [`tag_key`]'s rules that stored keys follow (the start-up re-key records it).
+pub const TAG_KEY_RULES: &str = "nfkc-1";
 
-/// The key under which an owner's tag names are unique: the name trimmed and lower-cased
-/// (Unicode), so `" Rust "`, `"rust"` and `"RUST"` name one tag.
-pub fn tag_key(name: &str) -> String {
-    name.trim().to_lowercase()
+/// `text` with its white space runs collapsed to one space and trimmed.
+fn collapse_spaces(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// A tag name a caller may create: trimmed, 1–[`MAX_TAG_NAME_CHARS`] characters, one line, no
-/// control or bidi characters, something visible; with its [`tag_key`].
+/// The key under which an owner's tag names are unique (module docs): NFKC, invisible format
+/// characters dropped, white space collapsed and trimmed, lower-cased, NFKC again. So
+/// `" Rust "`, `"rust"`, `"RUST"`, `"Ｒｕｓｔ"` and `"a  b"`/`"a b"` each name one tag. Total: it
+/// keys any stored name, also one written before these rules (the start-up re-key).
+pub fn tag_key(name: &str) -> String {
+    let visible: String = name
+        .nfkc()
+        .filter(|c| !text::is_invisible_format(*c))
+        .collect();
+    collapse_spaces(&visible).to_lowercase().nfkc().collect()
+}
+
+/// A tag name a caller may create (module docs): normalised, 1–[`MAX_TAG_NAME_CHARS`]
+/// characters, one line, no control, bidi or invisible format characters, few combining marks
+/// on a character, something visible; with its [`tag_key`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagName {
-    /// As written, trimmed: what lists show.
+    /// Normalised (NFKC, white space collapsed, trimmed): what lists show.
     pub name: String,
     /// Its [`tag_key`]: what makes it unique per owner.
     pub key: String,
@@ -38,7 +64,12 @@ pub struct TagName {
 impl TagName {
     /// Checks `raw` (field `name`); code 4 naming the field otherwise.
     pub fn parse(raw: &str) -> Result<Self, AppError> {
-        let name = raw.trim();
+        // Surrounding white space goes first (tabs and line breaks included, as ever); inside,
+        // only spaces are white space a single-line name may hold.
+        let normal: String = raw.trim().nfkc().collect();
+        text::check("name", &normal, Lines::Single)?;
+        refuse_invisible_format(&normal)?;
+        let name = collapse_spaces(&normal);
         if name.is_empty() {
             return Err(AppError::InvalidInput(Msg::field(
                 "name",
@@ -53,13 +84,41 @@ impl TagName {
                 format!("最多 {MAX_TAG_NAME_CHARS} 个字符"),
             )));
         }
-        text::check("name", name, Lines::Single)?;
-        text::require_visible("name", name)?;
-        Ok(Self {
-            name: name.to_owned(),
-            key: tag_key(name),
-        })
+        text::require_visible("name", &name)?;
+        text::limit_combining_marks("name", &name)?;
+        let key = tag_key(&name);
+        Ok(Self { name, key })
     }
+}
+
+/// Refuses an invisible format character in a name, except the two emoji need: a variation
+/// selector right after a visible character, a zero-width joiner between two visible ones.
+fn refuse_invisible_format(name: &str) -> Result<(), AppError> {
+    let chars: Vec<char> = name.chars().collect();
+    let visible_at = |index: Option<usize>| {
+        index
+            .and_then(|index| chars.get(index))
+            .is_some_and(|c| text::is_visible(*c))
+    };
+    for (index, &c) in chars.iter().enumerate() {
+        if !text::is_invisible_format(c) {
+            continue;
+        }
+        let before = visible_at(index.checked_sub(1));
+        let allowed = match c {
+            '\u{FE0E}' | '\u{FE0F}' => before,
+            '\u{200D}' => before && visible_at(index.checked_add(1)),
+            _ => false,
+        };
+        if !allowed {
+            return Err(AppError::InvalidInput(Msg::field(
+                "name",
+                "must not contain invisible characters (zero-width spaces, soft hyphens, …)",
+                "不能包含不可见字符（零宽空格、软连字符等）",
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Tag ids a replace may put on an object: each positive, duplicates collapsed (sorted), at
@@ -109,6 +168,30 @@ pub struct TagsEvent {
     pub tags: Vec<String>,
     /// When (ms).
     pub time: i64,
+}
+
+/// A position in an owner's tag list (`GET /tags`): the last tag of a page, by id (lists go on
+/// strictly above it). Sent to clients as an opaque string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagCursor {
+    /// The last tag id served.
+    pub tag_id: i64,
+}
+
+impl TagCursor {
+    /// The opaque spelling ([`platform::page`]).
+    pub fn encode(self) -> String {
+        platform::page::encode_cursor(&[self.tag_id])
+    }
+
+    /// Parses what [`TagCursor::encode`] wrote; anything else is invalid input naming `cursor`.
+    pub fn decode(value: &str) -> Result<Self, AppError> {
+        let [tag_id] = platform::page::decode_cursor(value)?;
+        if tag_id <= 0 {
+            return Err(platform::page::invalid_cursor());
+        }
+        Ok(Self { tag_id })
+    }
 }
 
 /// A position in a tag's article list: the last article of a page (lists go on strictly below
@@ -176,6 +259,11 @@ mod tests {
     #[test]
     fn names_are_trimmed_and_keyed_case_insensitively() {
         let rust = TagName::parse("  Rust \t").unwrap();
+        assert_eq!(
+            TagName::parse("Ru\tst").unwrap_err().code(),
+            4,
+            "a tab inside"
+        );
         assert_eq!((rust.name.as_str(), rust.key.as_str()), ("Rust", "rust"));
         for same in ["rust", "RUST", " rUsT "] {
             assert_eq!(TagName::parse(same).unwrap().key, rust.key, "{same:?}");
@@ -188,12 +276,61 @@ mod tests {
         assert_ne!(tag_key("machine learning"), tag_key("machinelearning"));
     }
 
+    /// The look-alikes of issue 46: each is the same tag as its plain spelling, or refused.
+    #[test]
+    fn look_alikes_are_one_tag_or_refused() {
+        let rust = TagName::parse("Rust").unwrap();
+        // Full-width letters fold (NFKC); the name shown is the folded one.
+        let wide = TagName::parse("Ｒｕｓｔ").unwrap();
+        assert_eq!((wide.name.as_str(), wide.key.as_str()), ("Rust", "rust"));
+        for invisible in [
+            "Rust\u{200B}",
+            "\u{200B}Rust",
+            "Ru\u{00AD}st",
+            "Ru\u{2060}st",
+            "\u{FEFF}Rust",
+            "Rust\u{200D}",
+        ] {
+            let err = TagName::parse(invisible).unwrap_err();
+            assert_eq!(err.code(), 4, "{invisible:?}");
+            assert!(
+                err.to_string()
+                    .starts_with("name: must not contain invisible"),
+                "{invisible:?}: {err}"
+            );
+            // A name stored before the rules keys like its plain spelling (the re-key).
+            assert_eq!(tag_key(invisible), rust.key, "{invisible:?}");
+        }
+        // Composed and decomposed: one tag, shown composed.
+        let composed = TagName::parse("R\u{00FC}st").unwrap();
+        let decomposed = TagName::parse("Ru\u{0308}st").unwrap();
+        assert_eq!(composed, decomposed);
+        assert_eq!(composed.name, "R\u{00FC}st");
+        // White space runs collapse, of any kind (NFKC turns the ideographic space into one).
+        let spaced = TagName::parse("a b").unwrap();
+        for same in ["a  b", "a\u{3000}b", "a \u{00A0} b", "A B"] {
+            assert_eq!(TagName::parse(same).unwrap().key, spaced.key, "{same:?}");
+        }
+        assert_eq!(TagName::parse("a  b").unwrap().name, "a b");
+        // Emoji: a variation selector and a joiner between visible characters pass, and key
+        // like the sequence without them.
+        let heart = TagName::parse("\u{2764}\u{FE0F}").unwrap();
+        assert_eq!(heart.key, TagName::parse("\u{2764}").unwrap().key);
+        assert!(TagName::parse("\u{1F468}\u{200D}\u{1F4BB}").is_ok());
+        assert!(TagName::parse("\u{FE0F}x").is_err());
+        // Zalgo is refused (counted in NFKC: the first acute composes with the a).
+        assert!(TagName::parse(&format!("a{}", "\u{0301}".repeat(5))).is_ok());
+        assert!(TagName::parse(&format!("a{}", "\u{0301}".repeat(6))).is_err());
+        assert!(TagName::parse("Nguye\u{0302}\u{0303}n").is_ok());
+    }
+
     #[test]
     fn names_are_refused_when_empty_too_long_or_invisible() {
         for bad in [
             "",
             "   ",
             "\u{200B}\u{200B}",
+            "\u{3164}",
             "a\u{0000}b",
             "a\nb",
             "a\u{202E}b",
@@ -206,8 +343,9 @@ mod tests {
         // 32 characters of 3 bytes each: counted in characters.
         assert!(TagName::parse(&"标".repeat(32)).is_ok());
         assert!(TagName::parse(&"标".repeat(33)).is_err());
-        // Trimmed before counting.
+        // Trimmed and collapsed before counting.
         assert!(TagName::parse(&format!("  {}  ", "x".repeat(32))).is_ok());
+        assert!(TagName::parse(&format!("{}   {}", "x".repeat(15), "y".repeat(16))).is_ok());
     }
 
     #[test]
@@ -228,6 +366,10 @@ mod tests {
     fn cursors_round_trip_and_refuse_anything_else() {
         let cursor = ArticleCursor { article_id: 42 };
         assert_eq!(ArticleCursor::decode(&cursor.encode()).unwrap(), cursor);
+        let tags = TagCursor { tag_id: 7 };
+        assert_eq!(TagCursor::decode(&tags.encode()).unwrap(), tags);
+        assert!(TagCursor::decode(&platform::page::encode_cursor(&[0])).is_err());
+        assert!(TagCursor::decode("nope").is_err());
         for bad in [
             "",
             "abc",

@@ -14,8 +14,18 @@
 //! committed. As elsewhere, it is recorded only where a consumer can receive it
 //! ([`Outbox::wants`]), and the relay is woken after the commit.
 //!
+//! The list is served in pages (by id, a [`TagCursor`] after the last one) cut from that cached
+//! whole list: an owner has at most `tag_max_per_user` tags ([`TagSettings`]), so the entry is
+//! bounded, and a create beyond the cap is code 4.
+//!
 //! Writes run to completion even when the caller goes away ([`to_completion`]): a committed
 //! create always invalidates its owner's cached list.
+//!
+//! **Keys made by older rules** are computed again once per database at start-up
+//! ([`TagService::rekey`], before the routes serve; see [`store`](super::store)): an owner's
+//! tags that now share a key merge into the oldest, and the owners' cached lists are dropped.
+//! The search index keeps the merged tags' names on their objects until the objects' next tag
+//! change or `webook search reindex`.
 
 use std::time::Duration;
 
@@ -32,8 +42,12 @@ use platform::{
 use crate::{
     biz::Biz,
     tag::{
-        model::{distinct_tag_ids, ArticleCursor, Tag, TagName, TaggedArticle, TOPIC_TAGS_CHANGED},
-        store::{ReplaceError, TagStore},
+        model::{
+            distinct_tag_ids, ArticleCursor, Tag, TagCursor, TagName, TaggedArticle,
+            TOPIC_TAGS_CHANGED,
+        },
+        settings::TagSettings,
+        store::{Created, ReplaceError, TagStore},
     },
 };
 
@@ -46,6 +60,7 @@ pub struct TagService {
     store: TagStore,
     outbox: Outbox,
     owner_tags: VersionedCache,
+    max_per_user: u32,
 }
 
 fn owner_key(uid: i64) -> String {
@@ -56,15 +71,18 @@ impl TagService {
     /// The service over `store`, recording events in `outbox`; owners' tag lists are cached
     /// in-process, or in `redis` (under its prefix) with a near cache. `memory_bytes` is the
     /// process's whole cache budget (`cache_memory_bytes`): the tag lists take a 32nd of it.
+    /// An owner may have `settings.tag_max_per_user` tags.
     pub fn new(
         store: TagStore,
         outbox: Outbox,
         redis: Option<(&Redis, &str)>,
         memory_bytes: u64,
+        settings: &TagSettings,
     ) -> Self {
         Self {
             store,
             outbox,
+            max_per_user: settings.tag_max_per_user,
             owner_tags: VersionedCache::new(
                 "tag_owner_lists",
                 memory_bytes / 32,
@@ -74,27 +92,72 @@ impl TagService {
         }
     }
 
-    /// The id of `uid`'s tag named `name` (trimmed; case-insensitive), created if needed.
+    /// The id of `uid`'s tag named like `name` (by its key, see [`TagName`]), created if needed;
+    /// code 4 for an invalid name, or a new one beyond `tag_max_per_user`.
     pub async fn create(&self, uid: i64, name: &str) -> Result<i64, AppError> {
         let name = TagName::parse(name)?;
         let service = self.clone();
         to_completion(async move {
-            let (id, created) = service.store.create(uid, &name, now_millis()).await?;
-            if created {
-                service.owner_tags.invalidate(&owner_key(uid)).await;
-                tracing::debug!(uid, tag = id, "tag created");
+            let cap = service.max_per_user;
+            match service.store.create(uid, &name, cap, now_millis()).await? {
+                Created::New(id) => {
+                    service.owner_tags.invalidate(&owner_key(uid)).await;
+                    tracing::debug!(uid, tag = id, "tag created");
+                    Ok(id)
+                }
+                Created::Existing(id) => Ok(id),
+                Created::CapReached => Err(AppError::InvalidInput(Msg::owned(
+                    format!("at most {cap} tags per user"),
+                    format!("每个用户最多 {cap} 个标签"),
+                ))),
             }
-            Ok(id)
         })
         .await
     }
 
+    /// A page of `uid`'s tags, by id, after `cursor` (cut from the cached whole list, see the
+    /// module docs).
+    pub async fn owned_by(
+        &self,
+        uid: i64,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<Tag>, AppError> {
+        let after = cursor.map(TagCursor::decode).transpose()?;
+        let tags = self.all_owned_by(uid).await?;
+        let items: Vec<Tag> = tags
+            .iter()
+            .filter(|tag| after.is_none_or(|after| tag.id > after.tag_id))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        Ok(Page::from_overfetched(items, limit, |tag| vec![tag.id]))
+    }
+
     /// Every tag of `uid`, by id (cached, see the module docs).
-    pub async fn owned_by(&self, uid: i64) -> Result<Vec<Tag>, AppError> {
+    async fn all_owned_by(&self, uid: i64) -> Result<Vec<Tag>, AppError> {
         Ok(self
             .owner_tags
             .get_or_load(&owner_key(uid), self.store.owned_by(uid), |_| true)
             .await?)
+    }
+
+    /// Computes the stored keys again if older rules made them (module docs), then drops the
+    /// cached lists of the owners concerned.
+    pub async fn rekey(&self) -> anyhow::Result<()> {
+        let Some(report) = self.store.rekey(now_millis()).await? else {
+            return Ok(());
+        };
+        for uid in &report.owners {
+            self.owner_tags.invalidate(&owner_key(*uid)).await;
+        }
+        tracing::info!(
+            rekeyed = report.rekeyed,
+            merged = report.merged,
+            owners = report.owners.len(),
+            "tag keys follow the current rules"
+        );
+        Ok(())
     }
 
     /// Replaces `uid`'s tags on object `biz`/`biz_id` with `tids` (duplicates collapse; empty

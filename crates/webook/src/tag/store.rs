@@ -1,10 +1,20 @@
 //! SQL for tags (`tags`), the tags on objects (`tag_bizs`) and the per-object lock row of a
 //! replace (`tagged_objects`), one implementation for SQLite and PostgreSQL.
 //!
-//! - **Create** is one upsert on the owner's unique `(uid, name_key)`: a new name inserts, a
-//!   known one does nothing and its id is read back. Two concurrent creates of one name end with
-//!   one row (the second waits on the unique index, then does nothing); tags are never deleted,
-//!   so the id read back is always there.
+//! - **Create** is one insert-or-nothing on the owner's unique `(uid, name_key)`, made only
+//!   while the owner has fewer tags than the cap: a new name inserts, a known one does nothing
+//!   and its id is read back (none: the cap is reached). Two concurrent creates of one name end
+//!   with one row (the second waits on the unique index, then does nothing); tags are deleted
+//!   only by the start-up re-key, before the routes serve, so the id read back is there. The
+//!   cap's count runs in the insert's statement: creates of one owner at the same instant on
+//!   PostgreSQL may each see the count below the cap and pass it by their number (the write rate
+//!   limit bounds that).
+//! - **Re-key** ([`TagStore::rekey`]): once per database, at start-up, every stored key is
+//!   computed again by the current rules ([`tag_key`], [`TAG_KEY_RULES`] in `meta`), in one
+//!   transaction that first claims the `meta` row (a second instance starting at the same time
+//!   waits for it, then finds the work done). An owner's tags whose names now share a key merge
+//!   into the oldest: its objects get the oldest tag instead (once each), the others are
+//!   deleted.
 //! - **Replace** ([`TagStore::replace`]) is one transaction: it first upserts the object's
 //!   `tagged_objects` row — a write first, which on PostgreSQL locks the row until the commit, so
 //!   a second replace of the same object waits there and then sees the first one's rows — then
@@ -16,11 +26,16 @@
 //!   the page being `tag_bizs` by the `(tid, biz, biz_id)` index joined to the published reader
 //!   copies, their authors and counters.
 
+use std::collections::HashMap;
+
 use sqlx::{any::AnyRow, Row};
 
 use crate::{
     biz::Biz,
-    tag::model::{ArticleCursor, Tag, TagName, TaggedArticle, TagsEvent, TOPIC_TAGS_CHANGED},
+    tag::model::{
+        tag_key, ArticleCursor, Tag, TagName, TaggedArticle, TagsEvent, TAG_KEY_RULES,
+        TOPIC_TAGS_CHANGED,
+    },
     user::Person,
 };
 use platform::{
@@ -45,6 +60,31 @@ pub enum ReplaceError {
     Db(#[from] sqlx::Error),
 }
 
+/// What a create found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// A new tag, with this id.
+    New(i64),
+    /// The owner's tag of that key, already there.
+    Existing(i64),
+    /// No such tag, and the owner has as many as the cap allows.
+    CapReached,
+}
+
+/// What the start-up re-key did ([`TagStore::rekey`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rekeyed {
+    /// Tags whose key changed.
+    pub rekeyed: usize,
+    /// Tags merged into an older one of the same owner and key (deleted).
+    pub merged: usize,
+    /// The owners concerned (their cached lists are stale).
+    pub owners: Vec<i64>,
+}
+
+/// Rows of the re-key's scan per statement.
+const REKEY_BATCH: i64 = 1000;
+
 /// Reads and writes tags.
 #[derive(Debug, Clone)]
 pub struct TagStore {
@@ -57,29 +97,102 @@ impl TagStore {
         Self { db }
     }
 
-    /// The id of `uid`'s tag named like `name` (by key), created now if there is none; and
-    /// whether it was created by this call.
-    pub async fn create(&self, uid: i64, name: &TagName, now: i64) -> sqlx::Result<(i64, bool)> {
+    /// `uid`'s tag named like `name` (by key): created now if there is none and `uid` owns
+    /// fewer than `cap` tags.
+    pub async fn create(
+        &self,
+        uid: i64,
+        name: &TagName,
+        cap: u32,
+        now: i64,
+    ) -> sqlx::Result<Created> {
         let inserted: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO tags (uid, name, name_key, ctime, utime) VALUES ($1, $2, $3, $4, $4) \
+            "INSERT INTO tags (uid, name, name_key, ctime, utime) \
+             SELECT $1, $2, $3, $4, $4 WHERE (SELECT COUNT(*) FROM tags WHERE uid = $1) < $5 \
              ON CONFLICT (uid, name_key) DO NOTHING RETURNING id",
         )
         .bind(uid)
         .bind(&name.name)
         .bind(&name.key)
         .bind(now)
+        .bind(i64::from(cap))
         .fetch_optional(self.db.writer())
         .await?;
         if let Some(id) = inserted {
-            return Ok((id, true));
+            return Ok(Created::New(id));
         }
-        // The conflicting row is committed (the insert waited for it) and never deleted.
-        let existing = sqlx::query_scalar("SELECT id FROM tags WHERE uid = $1 AND name_key = $2")
-            .bind(uid)
-            .bind(&name.key)
-            .fetch_one(self.db.writer())
+        // A conflicting row is committed (the insert waited for it) and stays.
+        let existing: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM tags WHERE uid = $1 AND name_key = $2")
+                .bind(uid)
+                .bind(&name.key)
+                .fetch_optional(self.db.writer())
+                .await?;
+        Ok(existing.map_or(Created::CapReached, Created::Existing))
+    }
+
+    /// Computes every stored key again by the current rules, merging an owner's tags that now
+    /// share a key (module docs); `None` when this database's keys follow them already.
+    pub async fn rekey(&self, now: i64) -> sqlx::Result<Option<Rekeyed>> {
+        let mut tx = self.db.writer().begin().await?;
+        let claimed = sqlx::query(
+            "INSERT INTO meta (name, value, utime) VALUES ('tag_key_rules', $1, $2) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(TAG_KEY_RULES)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if claimed == 0 {
+            let rules: Option<String> =
+                sqlx::query_scalar("SELECT value FROM meta WHERE name = 'tag_key_rules'")
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if rules.as_deref() == Some(TAG_KEY_RULES) {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            sqlx::query("UPDATE meta SET value = $1, utime = $2 WHERE name = 'tag_key_rules'")
+                .bind(TAG_KEY_RULES)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let mut report = Rekeyed::default();
+        let mut owner: Vec<(i64, String, String)> = Vec::new();
+        let mut owner_uid = 0;
+        let (mut after_uid, mut after_id) = (i64::MIN, i64::MIN);
+        loop {
+            let rows = sqlx::query(
+                "SELECT id, uid, name, name_key FROM tags \
+                 WHERE uid > $1 OR (uid = $1 AND id > $2) ORDER BY uid, id LIMIT $3",
+            )
+            .bind(after_uid)
+            .bind(after_id)
+            .bind(REKEY_BATCH)
+            .fetch_all(&mut *tx)
             .await?;
-        Ok((existing, false))
+            let done = (rows.len() as i64) < REKEY_BATCH;
+            for row in &rows {
+                let (id, uid): (i64, i64) = (row.try_get("id")?, row.try_get("uid")?);
+                if uid != owner_uid && !owner.is_empty() {
+                    rekey_owner(&mut tx, owner_uid, &owner, &mut report).await?;
+                    owner.clear();
+                }
+                owner_uid = uid;
+                owner.push((id, row.try_get("name")?, row.try_get("name_key")?));
+                (after_uid, after_id) = (uid, id);
+            }
+            if done {
+                break;
+            }
+        }
+        if !owner.is_empty() {
+            rekey_owner(&mut tx, owner_uid, &owner, &mut report).await?;
+        }
+        tx.commit().await?;
+        Ok(Some(report))
     }
 
     /// Every tag of `uid`, by id.
@@ -259,6 +372,73 @@ impl TagStore {
         articles.truncate(limit);
         Ok(Some((articles, more)))
     }
+}
+
+/// The re-key of one owner's tags (`tags`: id, name, stored key; by id): the oldest of each new
+/// key keeps it, the others merge into it; changed keys go through a placeholder first, so no
+/// two rows hold one key at any moment (the unique index checks each statement).
+async fn rekey_owner(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    uid: i64,
+    tags: &[(i64, String, String)],
+    report: &mut Rekeyed,
+) -> sqlx::Result<()> {
+    let mut keepers: HashMap<String, i64> = HashMap::new();
+    let mut merges = Vec::new();
+    let mut changes = Vec::new();
+    for (id, name, stored) in tags {
+        let key = tag_key(name);
+        match keepers.get(&key) {
+            Some(&keeper) => merges.push((*id, keeper)),
+            None => {
+                keepers.insert(key.clone(), *id);
+                if *stored != key {
+                    changes.push((*id, key));
+                }
+            }
+        }
+    }
+    if merges.is_empty() && changes.is_empty() {
+        return Ok(());
+    }
+    for (merged, keeper) in &merges {
+        sqlx::query(
+            "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) \
+             SELECT $1, uid, biz, biz_id, ctime FROM tag_bizs WHERE tid = $2 \
+             ON CONFLICT (biz, biz_id, tid) DO NOTHING",
+        )
+        .bind(keeper)
+        .bind(merged)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query("DELETE FROM tag_bizs WHERE tid = $1")
+            .bind(merged)
+            .execute(&mut **tx)
+            .await?;
+        sqlx::query("DELETE FROM tags WHERE id = $1")
+            .bind(merged)
+            .execute(&mut **tx)
+            .await?;
+    }
+    for (id, _) in &changes {
+        // U+0001 cannot start a key: keys hold no control characters.
+        sqlx::query("UPDATE tags SET name_key = $1 WHERE id = $2")
+            .bind(format!("\u{1}{id}"))
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    for (id, key) in &changes {
+        sqlx::query("UPDATE tags SET name_key = $1 WHERE id = $2")
+            .bind(key)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    report.rekeyed += changes.len();
+    report.merged += merges.len();
+    report.owners.push(uid);
+    Ok(())
 }
 
 fn tag_of(row: &AnyRow) -> sqlx::Result<Tag> {

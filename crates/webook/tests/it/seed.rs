@@ -26,7 +26,10 @@ use webook::{
     feed::{store::FeedStore, FeedService, FeedSettings},
     interactive::store::InteractiveStore,
     seed::{seed, Plan, Report},
-    tag::{store::TagStore, TagName},
+    tag::{
+        store::{Created, TagStore},
+        TagName,
+    },
     user::store::UserStore,
 };
 
@@ -908,10 +911,13 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
         .unwrap();
     assert_eq!(written.id, second.first_comment_id + second.comments as i64);
     let tag = TagStore::new(test.db.clone())
-        .create(after, &TagName::parse("later").unwrap(), UNTIL)
+        .create(after, &TagName::parse("later").unwrap(), 1000, UNTIL)
         .await
         .unwrap();
-    assert_eq!(tag, ((first.tags.tags + second.tags.tags) as i64 + 1, true));
+    assert_eq!(
+        tag,
+        Created::New((first.tags.tags + second.tags.tags) as i64 + 1)
+    );
 }
 
 async fn an_impossible_plan_writes_nothing(test: TestDb) {

@@ -21,7 +21,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use webook::{
     biz::Biz,
-    tag::{store::TagStore, TagName, TOPIC_TAGS_CHANGED},
+    tag::{
+        store::{Created, TagStore},
+        TagName, TOPIC_TAGS_CHANGED,
+    },
     testing::TestApp,
 };
 
@@ -63,11 +66,24 @@ async fn tag(app: &TestApp, who: &Member, name: &str) -> i64 {
     id.as_i64().unwrap()
 }
 
-/// `GET /tags` of `who`: (id, name) by id.
+/// `GET /tags` of `who`, every page: (id, name) by id.
 async fn own_tags(app: &TestApp, who: &Member) -> Vec<(i64, String)> {
-    let answer = get(app, "/tags", Some(&who.token)).await;
-    assert_eq!(answer.code(), 0, "{}", answer.raw);
-    pairs(&answer.json()["data"])
+    let mut tags = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/tags?limit=100&cursor={cursor}"),
+            None => "/tags?limit=100".to_owned(),
+        };
+        let answer = get(app, &path, Some(&who.token)).await;
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+        let page = answer.json()["data"].clone();
+        tags.extend(pairs(&page["items"]));
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return tags,
+        }
+    }
 }
 
 fn pairs(tags: &Value) -> Vec<(i64, String)> {
@@ -273,6 +289,267 @@ async fn creating_is_idempotent_case_and_space_insensitive_and_per_owner(setup: 
         401
     );
     assert_eq!(get(&app, "/tags", None).await.status, 401);
+}
+
+/// The look-alikes of issue 46 — full-width letters, zero-width spaces before and after, a soft
+/// hyphen, composed and decomposed letters, doubled spaces — each name the plain spelling's tag
+/// or are refused with code 4 naming `name`; nothing else is created.
+async fn look_alike_names_are_one_tag_or_refused(setup: Setup) {
+    let app = app(setup).await;
+    let alice = member(&app, "alice").await;
+    let rust = tag(&app, &alice, "Rust").await;
+    assert_eq!(tag(&app, &alice, "Ｒｕｓｔ").await, rust);
+    assert_eq!(tag(&app, &alice, "ＲＵＳＴ").await, rust);
+    for invisible in [
+        "Rust\u{200B}",
+        "\u{200B}Rust",
+        "Ru\u{00AD}st",
+        "Rust\u{FEFF}",
+        "Ru\u{2060}st",
+    ] {
+        let (code, _) = create(&app, &alice, invisible).await;
+        assert_eq!(code, 4, "{invisible:?}");
+        let answer = post(
+            &app,
+            "/tags",
+            Some(&alice.token),
+            json!({ "name": invisible }),
+        )
+        .await;
+        assert!(
+            answer.json()["msg"]
+                .as_str()
+                .unwrap()
+                .starts_with("name: must not contain invisible"),
+            "{}",
+            answer.raw
+        );
+    }
+    let composed = tag(&app, &alice, "R\u{00FC}st").await;
+    assert_eq!(tag(&app, &alice, "Ru\u{0308}st").await, composed);
+    let spaced = tag(&app, &alice, "a b").await;
+    assert_eq!(tag(&app, &alice, "a  b").await, spaced);
+    assert_eq!(tag(&app, &alice, "a\u{3000}b").await, spaced);
+    assert_eq!(
+        own_tags(&app, &alice).await,
+        [
+            (rust, "Rust".to_owned()),
+            (composed, "R\u{00FC}st".to_owned()),
+            (spaced, "a b".to_owned()),
+        ]
+    );
+    // Zalgo is refused too.
+    let zalgo = format!("a{}", "\u{0301}".repeat(20));
+    assert_eq!(create(&app, &alice, &zalgo).await.0, 4);
+}
+
+/// An owner has at most `tag_max_per_user` tags: a new name beyond it is code 4 and creates
+/// nothing, an existing name still answers its id, other owners are not concerned.
+async fn an_owner_has_at_most_the_configured_number_of_tags(setup: Setup) {
+    let app = setup
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .auth_rate_limit = 1_000_000;
+            config
+                .settings_mut::<webook::tag::TagSettings>()
+                .tag_max_per_user = 3;
+        })
+        .await;
+    let alice = member(&app, "alice").await;
+    let bob = member(&app, "bob").await;
+    let ids = [
+        tag(&app, &alice, "one").await,
+        tag(&app, &alice, "two").await,
+        tag(&app, &alice, "three").await,
+    ];
+    let answer = post(&app, "/tags", Some(&alice.token), json!({"name": "four"})).await;
+    assert_eq!(answer.code(), 4, "{}", answer.raw);
+    assert_eq!(answer.json()["msg"], "at most 3 tags per user");
+    assert_eq!(
+        tag(&app, &alice, "TWO").await,
+        ids[1],
+        "an existing one is found"
+    );
+    assert_eq!(own_tags(&app, &alice).await.len(), 3);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tags WHERE uid = $1")
+        .bind(alice.uid)
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 3);
+    tag(&app, &bob, "four").await;
+}
+
+/// `GET /tags` is paged like every list: `limit` 1–100 (default 20), `next` until the last
+/// page, by id, each tag once; a tag created meanwhile shows on a later page.
+async fn the_owner_list_is_paged_by_id(setup: Setup) {
+    let app = app(setup).await;
+    let alice = member(&app, "alice").await;
+    let mut ids = Vec::new();
+    for n in 0..25 {
+        ids.push(tag(&app, &alice, &format!("tag {n}")).await);
+    }
+    let first = get(&app, "/tags", Some(&alice.token)).await.json()["data"].clone();
+    assert_eq!(sorted_keys(&first), ["items", "next"]);
+    assert_eq!(pairs(&first["items"]).len(), 20, "the default page");
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/tags?limit=7&cursor={cursor}"),
+            None => "/tags?limit=7".to_owned(),
+        };
+        let page = get(&app, &path, Some(&alice.token)).await.json()["data"].clone();
+        seen.extend(pairs(&page["items"]).into_iter().map(|(id, _)| id));
+        pages += 1;
+        if pages == 2 {
+            ids.push(tag(&app, &alice, "late").await);
+        }
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "each once, by id, the late one at the end");
+    assert_eq!(pages, 4);
+    for bad in [
+        "/tags?limit=0",
+        "/tags?limit=101",
+        "/tags?cursor=nope",
+        "/tags?limit=x",
+    ] {
+        let answer = get(&app, bad, Some(&alice.token)).await;
+        assert_eq!(answer.json()["code"], 4, "{bad}: {}", answer.raw);
+    }
+}
+
+/// Tags stored before the rules (by hand here, as an older release wrote them: keys only
+/// trimmed and lower-cased) are keyed again at start-up: look-alikes of one owner merge into
+/// the oldest, which takes over their objects (once each); other owners' tags stay apart; the
+/// next create of a look-alike finds the merged tag. Done once per database: a restart keeps
+/// what later creates made.
+async fn tags_stored_under_older_rules_merge_at_start_up(setup: Setup) {
+    let db = setup.database().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let configure = |config: &mut platform::config::Config| {
+        config
+            .settings_mut::<webook::auth::settings::AuthSettings>()
+            .auth_rate_limit = 1_000_000;
+    };
+    let app = setup.spawn_on(db.clone(), &prefix, configure).await;
+    let alice = member(&app, "alice").await;
+    let bob = member(&app, "bob").await;
+    let first = publish(&app, &alice, "first").await;
+    let second = publish(&app, &alice, "second").await;
+    app.stop().await.unwrap();
+
+    // As the older release stored them: name trimmed, key lower-cased.
+    let mut ids = Vec::new();
+    for (uid, name) in [
+        (alice.uid, "Rust"),
+        (alice.uid, "Ｒｕｓｔ"),
+        (alice.uid, "Rust\u{200B}"),
+        (alice.uid, "Ru\u{0308}st"),
+        (alice.uid, "R\u{00FC}st"),
+        (alice.uid, "a  b"),
+        (bob.uid, "ＲＵＳＴ"),
+    ] {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO tags (uid, name, name_key, ctime, utime) VALUES ($1, $2, $3, 0, 0) \
+             RETURNING id",
+        )
+        .bind(uid)
+        .bind(name)
+        .bind(name.trim().to_lowercase())
+        .fetch_one(db.db.writer())
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    // "Rust" on the first article, "Ｒｕｓｔ" on both (the first would carry it twice).
+    for (tid, article) in [
+        (ids[0], first),
+        (ids[1], first),
+        (ids[1], second),
+        (ids[2], second),
+    ] {
+        sqlx::query(
+            "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) VALUES ($1, $2, 'article', $3, 0)",
+        )
+        .bind(tid)
+        .bind(alice.uid)
+        .bind(article)
+        .execute(db.db.writer())
+        .await
+        .unwrap();
+    }
+    sqlx::query("DELETE FROM meta WHERE name = 'tag_key_rules'")
+        .execute(db.db.writer())
+        .await
+        .unwrap();
+
+    let app = setup.spawn_on(db.clone(), &prefix, configure).await;
+    let alice = Member {
+        token: login(&app, "alice@tags.test").await.0,
+        uid: alice.uid,
+    };
+    let bob = Member {
+        token: login(&app, "bob@tags.test").await.0,
+        uid: bob.uid,
+    };
+    assert_eq!(
+        own_tags(&app, &alice).await,
+        [
+            (ids[0], "Rust".to_owned()),
+            (ids[3], "Ru\u{0308}st".to_owned()),
+            (ids[5], "a  b".to_owned()),
+        ]
+    );
+    assert_eq!(
+        own_tags(&app, &bob).await,
+        [(ids[6], "ＲＵＳＴ".to_owned())]
+    );
+    assert_eq!(stored_tags(&app, first).await, [ids[0]]);
+    assert_eq!(stored_tags(&app, second).await, [ids[0]]);
+    assert_eq!(tag(&app, &alice, "rust").await, ids[0]);
+    assert_eq!(tag(&app, &alice, "R\u{00FC}st").await, ids[3]);
+    assert_eq!(tag(&app, &alice, "a b").await, ids[5]);
+    assert_eq!(tag(&app, &bob, "Rust").await, ids[6]);
+    let articles = get(
+        &app,
+        &format!("/tags/{}/articles", ids[0]),
+        Some(&bob.token),
+    )
+    .await;
+    assert_eq!(
+        ids_of(articles.json()["data"]["items"].as_array().unwrap()),
+        [second, first]
+    );
+    let gone = get(
+        &app,
+        &format!("/tags/{}/articles", ids[1]),
+        Some(&bob.token),
+    )
+    .await;
+    assert_eq!(gone.code(), 404001);
+
+    // Once per database: a restart does not run it again (a row keyed by hand stays).
+    let new = tag(&app, &alice, "New").await;
+    app.stop().await.unwrap();
+    sqlx::query("UPDATE tags SET name_key = 'by hand' WHERE id = $1")
+        .bind(new)
+        .execute(db.db.writer())
+        .await
+        .unwrap();
+    let app = setup.spawn_on(db.clone(), &prefix, configure).await;
+    let key: String = sqlx::query_scalar("SELECT name_key FROM tags WHERE id = $1")
+        .bind(new)
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(key, "by hand");
 }
 
 /// Sum of the tag-list cache's hits across layers, from `/metrics` (process-wide: compared
@@ -710,6 +987,10 @@ setup_tests!(
     concurrent_replaces_end_with_one_set_never_a_union,
     a_tags_articles_page_each_published_one_once_newest_first,
     each_committed_replace_sends_its_event_and_refusals_none,
+    look_alike_names_are_one_tag_or_refused,
+    an_owner_has_at_most_the_configured_number_of_tags,
+    the_owner_list_is_paged_by_id,
+    tags_stored_under_older_rules_merge_at_start_up,
 );
 
 /// Many replaces of one object's tags at once, straight through the store (no HTTP in between,
@@ -736,7 +1017,10 @@ async fn concurrent_store_replaces_of_one_object_serialise(database: TestDb) {
         let mut set = Vec::new();
         for part in ["a", "b"] {
             let name = TagName::parse(&format!("{part}{n}")).unwrap();
-            set.push(store.create(1, &name, 0).await.unwrap().0);
+            let Created::New(id) = store.create(1, &name, 1000, 0).await.unwrap() else {
+                panic!("{name:?} is new");
+            };
+            set.push(id);
         }
         sets.push(set);
     }
