@@ -22,6 +22,7 @@ use crate::{
     jobs::settings::JobSettings,
     payment::settings::{PaymentSettings, ProviderName},
     schema::MIGRATIONS,
+    search::SearchSettings,
 };
 
 /// A config for a test app: port 0, data dir `data_dir`, the given database, fixed secrets (so
@@ -39,6 +40,8 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
     auth.jwt_refresh_secret = Some(Secret::new("test-refresh-secret-0123456789abcdef"));
     // Tests write in bursts from one user; the write limit has a test of its own.
     auth.write_rate_limit = 1_000_000;
+    // Tests poll search until a change shows; the search limit has a test of its own.
+    config.settings_mut::<SearchSettings>().search_rate_limit = 0;
     // Tests' job receivers listen on loopback, which production refuses by default.
     config
         .settings_mut::<JobSettings>()

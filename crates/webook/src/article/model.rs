@@ -538,6 +538,22 @@ pub fn text_of(html: &str) -> String {
     text
 }
 
+/// The first `max_chars` characters of [`text_of`]`(html)`: what a search hit's highlight
+/// looks through, without reading past it.
+pub fn text_prefix_of(html: &str, max_chars: usize) -> String {
+    let mut text = String::with_capacity(max_chars.min(html.len()));
+    let mut left = max_chars;
+    for_each_text_char(html, |c| {
+        if left == 0 {
+            return ControlFlow::Break(());
+        }
+        text.push(c);
+        left -= 1;
+        ControlFlow::Continue(())
+    });
+    text
+}
+
 /// Whether `html` has any visible text (not only whitespace or zero-width characters).
 pub fn has_visible_text(html: &str) -> bool {
     let mut visible = false;

@@ -2,12 +2,22 @@
 //! rest HTML-escaped, cut on character boundaries.
 //!
 //! Matching is on characters, case-insensitive (each character lowercased on its own, so
-//! positions never shift), against the query's terms and the jieba words inside them — what
-//! made the document match. Overlapping matches merge into one mark.
+//! positions never shift), against the query's terms, the jieba words and the character pairs
+//! inside them — what made the document match. Overlapping matches merge into one mark.
+//!
+//! Cost: one request's highlights are bounded whatever the query and the hits. A
+//! [`Highlighter`] is built once per request: every fragment of the query (up to ~150 for 100
+//! characters) goes into one Aho-Corasick automaton, so each text is scanned once, not once
+//! per fragment; and the request has [`REQUEST_WORK_BUDGET`] work units to spend (a character
+//! scanned, a fragment of the automaton, a match found). A hit whose scan the budget cannot
+//! pay, and every hit after it, shows the start of its body unmarked and no title highlight —
+//! never an error. Only the first [`SCAN_CHARS`] characters of a body are looked through, and
+//! only those are taken out of its markup.
 
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use platform::text::push_html_escaped;
 
-use super::{query::ParsedQuery, tokens};
+use super::{query::ParsedQuery, service::Highlight, tokens};
 
 /// Characters of body text shown around the first match.
 pub const BODY_WINDOW_CHARS: usize = 120;
@@ -15,7 +25,10 @@ pub const BODY_WINDOW_CHARS: usize = 120;
 const LEAD_CHARS: usize = 30;
 /// Characters of a body looked through for matches (a long article's highlight comes from its
 /// first part).
-const SCAN_CHARS: usize = 50_000;
+pub const SCAN_CHARS: usize = 50_000;
+/// Work units one request's highlighting may spend: twenty bodies of [`SCAN_CHARS`] characters
+/// with a match at every second one (a few milliseconds).
+pub const REQUEST_WORK_BUDGET: u64 = 2_000_000;
 
 fn lower(c: char) -> char {
     let mut lower = c.to_lowercase();
@@ -25,8 +38,8 @@ fn lower(c: char) -> char {
     }
 }
 
-/// What to look for: the terms and their words, lowercased, longest first, each at least one
-/// letter or digit.
+/// What to look for: the terms, their words and their character pairs, lowercased, longest
+/// first, each at least one letter or digit.
 pub fn needles(parsed: &ParsedQuery) -> Vec<Vec<char>> {
     let mut needles: Vec<Vec<char>> = Vec::new();
     for term in &parsed.terms {
@@ -42,31 +55,6 @@ pub fn needles(parsed: &ParsedQuery) -> Vec<Vec<char>> {
     needles.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     needles.dedup();
     needles
-}
-
-/// Marked character ranges of `text` (sorted, merged).
-fn matches(text: &[char], needles: &[Vec<char>]) -> Vec<(usize, usize)> {
-    let lowered: Vec<char> = text.iter().copied().map(lower).collect();
-    let mut ranges = Vec::new();
-    for needle in needles {
-        if needle.is_empty() || needle.len() > lowered.len() {
-            continue;
-        }
-        for start in 0..=lowered.len() - needle.len() {
-            if lowered[start..start + needle.len()] == needle[..] {
-                ranges.push((start, start + needle.len()));
-            }
-        }
-    }
-    ranges.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
-    for (start, end) in ranges {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
 }
 
 fn render(text: &[char], from: usize, to: usize, marks: &[(usize, usize)]) -> String {
@@ -105,47 +93,203 @@ fn render(text: &[char], from: usize, to: usize, marks: &[(usize, usize)]) -> St
     out
 }
 
-/// `text` escaped with its matches marked, whole (titles, names); `None` when nothing matches.
-pub fn whole(text: &str, needles: &[Vec<char>]) -> Option<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let marks = matches(&chars, needles);
-    (!marks.is_empty()).then(|| render(&chars, 0, chars.len(), &marks))
+/// Work units left to a request.
+#[derive(Debug)]
+struct Budget {
+    left: u64,
+    spent: u64,
 }
 
-/// About [`BODY_WINDOW_CHARS`] characters of `text` around its first match, escaped, matches
-/// marked, `…` where it was cut; `None` when nothing matches.
-pub fn excerpt(text: &str, needles: &[Vec<char>]) -> Option<String> {
-    let chars: Vec<char> = text.chars().take(SCAN_CHARS).collect();
-    let marks = matches(&chars, needles);
-    let first = marks.first()?.0;
-    let from = first.saturating_sub(LEAD_CHARS);
-    let to = (from + BODY_WINDOW_CHARS)
-        .min(chars.len())
-        .max(marks[0].1.min(chars.len()));
-    Some(render(&chars, from, to, &marks))
+impl Budget {
+    /// Takes `units`; false (and nothing left from now on) when they are not there.
+    fn take(&mut self, units: usize) -> bool {
+        let units = u64::try_from(units).unwrap_or(u64::MAX);
+        if units > self.left {
+            self.left = 0;
+            return false;
+        }
+        self.left -= units;
+        self.spent += units;
+        true
+    }
+}
+
+/// The highlights of one request's hits, within one budget (see the module docs).
+#[derive(Debug)]
+pub struct Highlighter {
+    /// The query's fragments, lowercased; `None` when there are none.
+    automaton: Option<AhoCorasick>,
+    budget: Budget,
+}
+
+impl Highlighter {
+    /// The highlighter of a request for `parsed`, with [`REQUEST_WORK_BUDGET`].
+    pub fn new(parsed: &ParsedQuery) -> Self {
+        Self::with_budget(parsed, REQUEST_WORK_BUDGET)
+    }
+
+    /// The highlighter of a request for `parsed` that may spend `budget` work units.
+    pub fn with_budget(parsed: &ParsedQuery, budget: u64) -> Self {
+        let mut budget = Budget {
+            left: budget,
+            spent: 0,
+        };
+        let patterns: Vec<String> = needles(parsed)
+            .into_iter()
+            .map(|needle| needle.into_iter().collect())
+            .collect();
+        let size: usize = patterns.iter().map(|pattern| pattern.chars().count()).sum();
+        let automaton = if patterns.is_empty() || !budget.take(size) {
+            None
+        } else {
+            // A DFA: a few hundred patterns of a few bytes build in well under a millisecond,
+            // and a DFA scans a text several times faster than the NFA chosen by default.
+            AhoCorasick::builder()
+                .match_kind(MatchKind::Standard)
+                .kind(Some(AhoCorasickKind::DFA))
+                .build(&patterns)
+                .map_err(|err| tracing::warn!(%err, "search highlights: no automaton"))
+                .ok()
+        };
+        Self { automaton, budget }
+    }
+
+    /// Work units spent so far.
+    pub fn work(&self) -> u64 {
+        self.budget.spent
+    }
+
+    /// Whether the budget is spent: the hits from now on are shown unmarked.
+    pub fn exhausted(&self) -> bool {
+        self.budget.left == 0
+    }
+
+    /// Marked character ranges of `text` (sorted, merged); `None` when the budget cannot pay
+    /// for them.
+    fn marks(&mut self, text: &[char]) -> Option<Vec<(usize, usize)>> {
+        if !self.budget.take(text.len()) {
+            return None;
+        }
+        let Some(automaton) = &self.automaton else {
+            return Some(Vec::new());
+        };
+        // The lowercased text, and the byte offset of each character in it (and of its end).
+        let mut lowered = String::with_capacity(text.len());
+        let mut offsets: Vec<u32> = Vec::with_capacity(text.len() + 1);
+        for &c in text {
+            offsets.push(u32::try_from(lowered.len()).ok()?);
+            lowered.push(lower(c));
+        }
+        offsets.push(u32::try_from(lowered.len()).ok()?);
+        // Where the matches starting at each byte reach (the longest of them): the union of
+        // the matches without sorting them.
+        let mut reach: Vec<u32> = vec![0; lowered.len() + 1];
+        // Standard semantics report every match of every fragment, overlapping ones too.
+        let found = automaton.try_find_overlapping_iter(lowered.as_str()).ok()?;
+        for found in found {
+            if !self.budget.take(1) {
+                return None;
+            }
+            let end = u32::try_from(found.end()).ok()?;
+            let slot = &mut reach[found.start()];
+            *slot = (*slot).max(end);
+        }
+        // Covered characters, grouped into runs.
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        let mut covered_to = 0u32;
+        for (at, &byte) in offsets[..text.len()].iter().enumerate() {
+            covered_to = covered_to.max(reach[byte as usize]);
+            if covered_to > byte {
+                match merged.last_mut() {
+                    Some(last) if last.1 == at => last.1 = at + 1,
+                    _ => merged.push((at, at + 1)),
+                }
+            }
+        }
+        Some(merged)
+    }
+
+    /// `text` escaped with its matches marked, whole (titles); `None` when nothing matches or
+    /// the budget is spent.
+    pub fn title(&mut self, text: &str) -> Option<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let marks = self.marks(&chars)?;
+        (!marks.is_empty()).then(|| render(&chars, 0, chars.len(), &marks))
+    }
+
+    /// About [`BODY_WINDOW_CHARS`] characters of `text` around its first match (within its
+    /// first [`SCAN_CHARS`]), escaped, matches marked, `…` where it was cut; `None` when
+    /// nothing matches. Once the budget is spent: its first [`BODY_WINDOW_CHARS`] characters,
+    /// escaped, unmarked (from its first visible one).
+    pub fn content(&mut self, text: &str) -> Option<String> {
+        let chars: Vec<char> = text.chars().take(SCAN_CHARS).collect();
+        let Some(marks) = self.marks(&chars) else {
+            return Some(plain(&chars));
+        };
+        let (first, first_end) = *marks.first()?;
+        let from = first.saturating_sub(LEAD_CHARS);
+        let to = (from + BODY_WINDOW_CHARS)
+            .min(chars.len())
+            .max(first_end.min(chars.len()));
+        Some(render(&chars, from, to, &marks))
+    }
+
+    /// The highlights of an article hit with `title` and body `html`; only as much of the
+    /// body's text is taken out of its markup as is looked through (or shown).
+    pub fn article(&mut self, title: &str, html: &str) -> Highlight {
+        let title = self.title(title);
+        let wanted = if self.exhausted() {
+            // What is shown, past white space at its start, and whether it goes on.
+            2 * BODY_WINDOW_CHARS + 1
+        } else {
+            SCAN_CHARS
+        };
+        let text = crate::article::model::text_prefix_of(html, wanted);
+        Highlight {
+            title,
+            content: self.content(&text),
+        }
+    }
+}
+
+/// The first [`BODY_WINDOW_CHARS`] characters of `text` without the white space around it,
+/// escaped, `…` where it was cut.
+fn plain(text: &[char]) -> String {
+    let start = text
+        .iter()
+        .position(|c| !c.is_whitespace())
+        .unwrap_or(text.len());
+    let end = text
+        .iter()
+        .rposition(|c| !c.is_whitespace())
+        .map_or(start, |last| last + 1);
+    let text = &text[start..end];
+    render(text, 0, BODY_WINDOW_CHARS.min(text.len()), &[])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn needles_of(q: &str) -> Vec<Vec<char>> {
-        needles(&ParsedQuery::parse(q))
+    fn highlighter(q: &str) -> Highlighter {
+        Highlighter::new(&ParsedQuery::parse(q))
     }
 
     #[test]
     fn marks_matches_case_insensitively_and_escapes_the_rest() {
         assert_eq!(
-            whole("Rust <b>安装</b>简单", &needles_of("rust 简单")).as_deref(),
+            highlighter("rust 简单")
+                .title("Rust <b>安装</b>简单")
+                .as_deref(),
             Some("<em>Rust</em> &lt;b&gt;安装&lt;/b&gt;<em>简单</em>")
         );
-        assert_eq!(whole("nothing here", &needles_of("rust")), None);
+        assert_eq!(highlighter("rust").title("nothing here"), None);
     }
 
     #[test]
     fn overlapping_matches_merge() {
         assert_eq!(
-            whole("安装简单", &needles_of("安装 装简")).as_deref(),
+            highlighter("安装 装简").title("安装简单").as_deref(),
             Some("<em>安装简</em>单")
         );
     }
@@ -153,7 +297,7 @@ mod tests {
     #[test]
     fn excerpts_cut_on_characters_around_the_first_match() {
         let text = format!("{}关键词{}", "前".repeat(200), "后".repeat(200));
-        let excerpt = excerpt(&text, &needles_of("关键词")).unwrap();
+        let excerpt = highlighter("关键词").content(&text).unwrap();
         assert!(
             excerpt.starts_with('…') && excerpt.ends_with('…'),
             "{excerpt}"
@@ -162,8 +306,152 @@ mod tests {
         assert_eq!(excerpt.chars().filter(|c| *c == '前').count(), LEAD_CHARS);
         // A short text is shown whole.
         assert_eq!(
-            super::excerpt("a & b", &needles_of("b")).as_deref(),
+            highlighter("b").content("a & b").as_deref(),
             Some("a &amp; <em>b</em>")
         );
+        assert_eq!(highlighter("rust").content("nothing here"), None);
+    }
+
+    /// What matching was before the automaton: every needle looked for at every position.
+    fn naive_marks(text: &[char], needles: &[Vec<char>]) -> Vec<(usize, usize)> {
+        let lowered: Vec<char> = text.iter().copied().map(lower).collect();
+        let mut ranges = Vec::new();
+        for needle in needles {
+            if needle.len() > lowered.len() {
+                continue;
+            }
+            for start in 0..=lowered.len() - needle.len() {
+                if lowered[start..start + needle.len()] == needle[..] {
+                    ranges.push((start, start + needle.len()));
+                }
+            }
+        }
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (start, end) in ranges {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+    }
+
+    #[test]
+    fn one_scan_marks_what_a_scan_per_fragment_marked() {
+        let texts = [
+            "Rust 安装非常简单，RUST 的安装也简单；rustacean 们说：安装简单！",
+            "ΩΩ Ω ω: the Ohm sign \u{2126} lowercases to a shorter ω; İstanbul keeps its İ",
+            "数据库索引的数据库，据库数，库数据",
+            "",
+            "a",
+        ];
+        let queries = [
+            "rust 安装简单",
+            "ω ohm İstanbul",
+            "数据库 据库 库数据",
+            "\"安装 简单\" rust",
+            "a",
+        ];
+        let same = |q: &str, text: &str| {
+            let parsed = ParsedQuery::parse(q);
+            let chars: Vec<char> = text.chars().collect();
+            let marks = Highlighter::new(&parsed).marks(&chars).unwrap();
+            assert_eq!(
+                marks,
+                naive_marks(&chars, &needles(&parsed)),
+                "{q:?} in {text:?}"
+            );
+        };
+        for q in queries {
+            for text in texts {
+                same(q, text);
+            }
+        }
+        // And on texts and queries drawn from a few characters, so that matches overlap,
+        // touch and nest in every way.
+        let alphabet: Vec<char> = "abA安装简单Ω ".chars().collect();
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut draw = |len: usize| -> String {
+            (0..len)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    alphabet[(state >> 33) as usize % alphabet.len()]
+                })
+                .collect()
+        };
+        for _ in 0..300 {
+            let q = draw(6);
+            let text = draw(40);
+            if !ParsedQuery::parse(&q).is_empty() {
+                same(&q, &text);
+            }
+        }
+    }
+
+    /// A query of 99 characters made to have as many fragments as it can: ten terms of nine
+    /// distinct Chinese characters, each term its own needle, its jieba words and its eight
+    /// character pairs.
+    fn crafted_query() -> String {
+        let chars: Vec<char> = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手用主行方又如前所本见经头面公同三已老从动两长知民样现分将外但身些与高意进把法此实回二理美点月明其种声全工己话儿者向情部正名定女问力机给等几很业最间新什打便位因重被走电四第门相次东政海口使教西再平真听世气信北少关并内加化由却代军产入先山五太水万市眼体别处总才场师书比住员九笑性通目华报立马命张活难神数件安表原车白应路期叫死常提感金何更反合放做系计或司利受光王果亲界及今京务制解各任至清物台象记边共风战干接它许八特觉望直服毛林题建南度统色字请交爱让认算论百吃义科怎元社术结六功指思非流每青管夫连远资队跑".chars().collect();
+        let terms: Vec<String> = chars
+            .chunks(9)
+            .take(10)
+            .map(|chunk| chunk.iter().collect())
+            .collect();
+        let q = terms.join(" ");
+        assert_eq!(q.chars().count(), 99);
+        q
+    }
+
+    /// Issue 46, item 5: the work of one request is bounded, not the work per hit — 25 hits of
+    /// 50 000 characters that match the crafted query at every position.
+    #[test]
+    fn one_request_s_highlighting_is_bounded_whatever_the_query() {
+        let q = crafted_query();
+        let parsed = ParsedQuery::parse(&q);
+        assert!(needles(&parsed).len() > 100, "{}", needles(&parsed).len());
+        let query_chars: Vec<char> = q.chars().filter(|c| !c.is_whitespace()).collect();
+        let body: String = (0..SCAN_CHARS)
+            .map(|n| query_chars[n % query_chars.len()])
+            .collect();
+        let html = format!("<p>{body}</p>");
+        let title: String = body.chars().take(100).collect();
+        let mut highlighter = Highlighter::new(&parsed);
+        let mut marked = 0;
+        let mut plain = 0;
+        for _ in 0..25 {
+            let shown = highlighter.article(&title, &html);
+            // Every hit gets a snippet: highlighted while the budget lasts, plain after.
+            let content = shown.content.expect("a snippet for every hit");
+            if content.contains("<em>") {
+                assert!(shown.title.is_some());
+                marked += 1;
+            } else {
+                assert!(highlighter.exhausted());
+                let start: String = body.chars().take(BODY_WINDOW_CHARS).collect();
+                assert_eq!(content, format!("{start}…"));
+                plain += 1;
+            }
+        }
+        assert!(marked >= 1 && plain >= 1, "{marked} marked, {plain} plain");
+        assert_eq!(marked + plain, 25);
+        assert!(
+            highlighter.work() <= REQUEST_WORK_BUDGET,
+            "work {} > budget {REQUEST_WORK_BUDGET}",
+            highlighter.work()
+        );
+    }
+
+    #[test]
+    fn a_budget_too_small_for_the_query_shows_every_hit_plain() {
+        let parsed = ParsedQuery::parse("rust");
+        let mut highlighter = Highlighter::with_budget(&parsed, 2);
+        let shown = highlighter.article("Rust", "<p>rust &amp; more</p>");
+        assert_eq!(shown.title, None);
+        assert_eq!(shown.content.as_deref(), Some("rust &amp; more"));
+        assert!(highlighter.work() <= 2);
     }
 }

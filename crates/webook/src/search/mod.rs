@@ -5,10 +5,12 @@
 //! Data flow: [`feeder`] rebuilds the [`index`] from the database when it is empty or outdated
 //! and follows the outbox events of articles, tags, likes and profiles, writing each changed
 //! object's current document and committing with the stream positions reached, so a restart
-//! resumes where it left off. `GET /search` ([`http`]) → [`SearchService`] ([`service`]) parses
-//! and runs the query ([`query`]: jieba words and character pairs from [`tokens`], BM25 with
-//! field weights, freshness and popularity nudges, keyset-style cursors) on a blocking thread,
-//! then shows the hits from the database ([`store`]) with [`highlight`]s. A worker-only
+//! resumes where it left off. `GET /search` ([`http`], limited per client address) →
+//! [`SearchService`] ([`service`]) parses and runs the query ([`query`]: jieba words and
+//! character pairs from [`tokens`], BM25 with field weights, freshness and popularity nudges,
+//! keyset-style cursors that keep the time their list is ranked at) on a blocking thread, then
+//! shows the hits from the database ([`store`]) with [`highlight`]s, within one work budget
+//! per request. A worker-only
 //! instance has no index. While the first rebuild runs, `/search` answers 503 and `/readyz`
 //! reports the progress under `details.search`; everything else is served. An index that
 //! cannot be written makes `details.search` say `degraded: <reason>` while queries are
@@ -36,6 +38,7 @@ use clap::FromArgMatches;
 use platform::{
     config::SettingsSpec,
     feature::{CliCommands, Feature, Platform, Registry},
+    rate_limit::RateLimiter,
     telemetry::MetricsSpec,
 };
 
@@ -128,7 +131,23 @@ impl Feature for Search {
         registry.background("search feeder", move |background| {
             feeder.run(events, opened, interval, background.stop)
         });
-        registry.routes(http::router(search.clone()));
+        let (limit, window) = (settings.search_rate_limit, settings.search_rate_window);
+        let limiter = match (limit, &platform.redis) {
+            (0, _) => None,
+            (_, Some(redis)) => Some(RateLimiter::redis(
+                "search",
+                redis.clone(),
+                &platform.config.redis_prefix,
+                limit,
+                window,
+            )),
+            (_, None) => Some(RateLimiter::local("search", limit, window)?),
+        };
+        registry.routes(http::router(http::SearchRoutes {
+            search: search.clone(),
+            limiter,
+            trusted_proxies: platform.trusted_proxies.clone(),
+        }));
         registry.provide(search);
         Ok(())
     }

@@ -9,7 +9,9 @@
 //! finds "database"; a longer Chinese term already matches anywhere).
 //! Fields weigh differently: for articles tags ×4, title ×3, author ×1.5, body ×1; for users
 //! nickname ×3, about-me ×1. BM25 scores are then nudged by freshness and popularity (at most
-//! +30%, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow.
+//! +30%, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow —
+//! for one reference time: freshness is age at the `now_ms` [`search`] is given, which the
+//! pages of one list share (the service keeps it in their cursors).
 
 use tantivy::{
     collector::TopDocs,
@@ -288,7 +290,7 @@ pub fn search(
                 let score = if article {
                     let ctime = ctimes.as_ref().map_or(now_ms, |c| c.get_val(doc));
                     let likes = likes.as_ref().map_or(0, |l| l.get_val(doc));
-                    tweak(score, now_ms - ctime, likes)
+                    tweak(score, now_ms.saturating_sub(ctime), likes)
                 } else {
                     score
                 };

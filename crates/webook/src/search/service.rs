@@ -1,8 +1,14 @@
 //! Answering `/search`: checks the request, runs the query on a blocking thread against the
 //! latest commit, then shows the hits from the database — so a hit withdrawn since it was
-//! indexed is dropped rather than shown — with highlights. While search is degraded (the
-//! index cannot be written, or is being reopened or rebuilt after that) queries are answered
-//! from the last good commit.
+//! indexed is dropped rather than shown — with highlights, whose work per request is bounded
+//! ([`highlight::Highlighter`]). While search is degraded (the index cannot be written, or is
+//! being reopened or rebuilt after that) queries are answered from the last good commit.
+//!
+//! Cursors: scores carry a freshness nudge that shrinks as time passes, so a list is ranked at
+//! one reference time — the first page's — which its cursors carry (`[list, score bits, id,
+//! ranked at]`); each later page is ranked at it and continues exactly after the last hit. A
+//! cursor's time is checked against this instance's clock (at most [`CURSOR_LIFETIME_MS`] old,
+//! at most a few minutes ahead); anything else is code 4.
 
 use std::{sync::Arc, time::Instant};
 
@@ -119,13 +125,45 @@ pub struct SearchResults {
 const ARTICLE_CURSOR: i64 = 1;
 const USER_CURSOR: i64 = 2;
 
+/// How long a cursor continues its list: pages are ranked at the time of the first one (the
+/// freshness nudge moves every score as time passes), and a list ranked a day ago is stale.
+pub const CURSOR_LIFETIME_MS: i64 = 24 * 3_600_000;
+/// How far in the future a cursor's ranking time may be: another instance's clock may run
+/// ahead of this one's.
+const CURSOR_CLOCK_SKEW_MS: i64 = 5 * 60_000;
+
 fn invalid_query(en: &str, zh: &str) -> AppError {
     AppError::InvalidInput(Msg::field("q", en, zh))
 }
 
-fn cursor_of(kind: i64, hit: &Hit) -> String {
+/// The cursor after `hit` of a list ranked at `ranked_at` (ms).
+fn cursor_of(kind: i64, hit: &Hit, ranked_at: i64) -> String {
     let after = hit.after();
-    encode_cursor(&[kind, i64::from(after.score_bits), after.id as i64])
+    encode_cursor(&[
+        kind,
+        i64::from(after.score_bits),
+        after.id as i64,
+        ranked_at,
+    ])
+}
+
+/// Where a cursor continues: its list, its last hit and the time its list is ranked at, which
+/// must lie within [`CURSOR_LIFETIME_MS`] before `now_ms` and a clock's skew after it.
+fn decode_search_cursor(cursor: &str, now_ms: i64) -> Result<(i64, After, i64), AppError> {
+    let [list, bits, id, ranked_at] = decode_cursor::<4>(cursor)?;
+    let score_bits = u32::try_from(bits).map_err(|_| invalid_cursor())?;
+    let id = u64::try_from(id).map_err(|_| invalid_cursor())?;
+    if ranked_at > now_ms.saturating_add(CURSOR_CLOCK_SKEW_MS) || ranked_at <= 0 {
+        return Err(invalid_cursor());
+    }
+    if ranked_at < now_ms.saturating_sub(CURSOR_LIFETIME_MS) {
+        return Err(AppError::InvalidInput(Msg::field(
+            "cursor",
+            "has expired: search again from the first page",
+            "已过期，请从第一页重新搜索",
+        )));
+    }
+    Ok((list, After { score_bits, id }, ranked_at))
 }
 
 /// Search over this process's index.
@@ -167,6 +205,18 @@ impl SearchService {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<SearchResults, AppError> {
+        self.search_at(q, kind, cursor, limit, now_millis()).await
+    }
+
+    /// [`SearchService::search`] as if asked at `now_ms` (tests move the clock with it).
+    pub async fn search_at(
+        &self,
+        q: &str,
+        kind: SearchType,
+        cursor: Option<&str>,
+        limit: usize,
+        now_ms: i64,
+    ) -> Result<SearchResults, AppError> {
         let started = Instant::now();
         if q.chars().count() > MAX_QUERY_CHARS {
             return Err(invalid_query(
@@ -185,18 +235,19 @@ impl SearchService {
             SearchType::Article => (true, false),
             SearchType::User => (false, true),
         };
+        // The first page ranks at `now_ms`; the pages after it at the same time, which their
+        // cursors carry, so each continues the order the ones before it followed.
         let mut after = None;
+        let mut ranked_at = now_ms;
         if let Some(cursor) = cursor {
-            let [list, bits, id] = decode_cursor::<3>(cursor)?;
-            let bad = invalid_cursor;
-            let score_bits = u32::try_from(bits).map_err(|_| bad())?;
-            let id = u64::try_from(id).map_err(|_| bad())?;
+            let (list, last, at) = decode_search_cursor(cursor, now_ms)?;
             match list {
                 ARTICLE_CURSOR if want_articles => want_users = false,
                 USER_CURSOR if want_users => want_articles = false,
-                _ => return Err(bad()),
+                _ => return Err(invalid_cursor()),
             }
-            after = Some(After { score_bits, id });
+            after = Some(last);
+            ranked_at = at;
         }
         let parsed = ParsedQuery::parse(q);
         if parsed.is_empty() {
@@ -214,11 +265,10 @@ impl SearchService {
         let query_terms = parsed.clone();
         let (article_hits, user_hits) = tokio::task::spawn_blocking(move || {
             let searcher = index.reader().searcher();
-            let now = now_millis();
             let fields = index.fields();
             let run = |kind: &str| -> tantivy::Result<Vec<Hit>> {
                 let query = query::build(fields, kind, &query_terms);
-                query::search(&searcher, query.as_ref(), kind, after, limit + 1, now)
+                query::search(&searcher, query.as_ref(), kind, after, limit + 1, ranked_at)
             };
             let articles = if want_articles {
                 run(ARTICLE)?
@@ -231,9 +281,10 @@ impl SearchService {
         .await
         .map_err(|err| AppError::Internal(err.into()))?
         .map_err(|err| AppError::Internal(err.into()))?;
-        let needles = highlight::needles(&parsed);
-        let articles = self.article_page(article_hits, limit, &needles).await?;
-        let users = self.user_page(user_hits, limit).await?;
+        let articles = self
+            .article_page(article_hits, limit, &parsed, ranked_at)
+            .await?;
+        let users = self.user_page(user_hits, limit, ranked_at).await?;
         metrics::histogram!(SEARCH_QUERY_SECONDS, "type" => kind.label())
             .record(started.elapsed().as_secs_f64());
         Ok(SearchResults { articles, users })
@@ -243,11 +294,13 @@ impl SearchService {
         &self,
         mut hits: Vec<Hit>,
         limit: usize,
-        needles: &[Vec<char>],
+        parsed: &ParsedQuery,
+        ranked_at: i64,
     ) -> Result<Page<ArticleHit>, AppError> {
         let next = (hits.len() > limit).then(|| {
             hits.truncate(limit);
-            hits.last().map(|hit| cursor_of(ARTICLE_CURSOR, hit))
+            hits.last()
+                .map(|hit| cursor_of(ARTICLE_CURSOR, hit, ranked_at))
         });
         let ids: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
         let store = &self.inner.store;
@@ -261,7 +314,7 @@ impl SearchService {
             .map_err(|err| AppError::Internal(err.into()))?;
         let mut rows: std::collections::HashMap<i64, _> =
             rows.into_iter().map(|row| (row.id, row)).collect();
-        let needles = needles.to_vec();
+        let mut highlighter = highlight::Highlighter::new(parsed);
         let ordered: Vec<_> = ids
             .iter()
             .filter_map(|id| {
@@ -273,21 +326,15 @@ impl SearchService {
         let items = tokio::task::spawn_blocking(move || {
             ordered
                 .into_iter()
-                .map(|(row, tags)| {
-                    let text = crate::article::text_of(&row.content);
-                    ArticleHit {
-                        id: row.id,
-                        highlight: Highlight {
-                            title: highlight::whole(&row.title, &needles),
-                            content: highlight::excerpt(&text, &needles),
-                        },
-                        title: row.title,
-                        abstract_text: row.abstract_text,
-                        author: Person::new(row.author_id, Some(&row.author_nickname)),
-                        tags,
-                        like_cnt: row.likes,
-                        ctime: row.ctime,
-                    }
+                .map(|(row, tags)| ArticleHit {
+                    id: row.id,
+                    highlight: highlighter.article(&row.title, &row.content),
+                    title: row.title,
+                    abstract_text: row.abstract_text,
+                    author: Person::new(row.author_id, Some(&row.author_nickname)),
+                    tags,
+                    like_cnt: row.likes,
+                    ctime: row.ctime,
                 })
                 .collect()
         })
@@ -299,10 +346,16 @@ impl SearchService {
         })
     }
 
-    async fn user_page(&self, mut hits: Vec<Hit>, limit: usize) -> Result<Page<UserHit>, AppError> {
+    async fn user_page(
+        &self,
+        mut hits: Vec<Hit>,
+        limit: usize,
+        ranked_at: i64,
+    ) -> Result<Page<UserHit>, AppError> {
         let next = (hits.len() > limit).then(|| {
             hits.truncate(limit);
-            hits.last().map(|hit| cursor_of(USER_CURSOR, hit))
+            hits.last()
+                .map(|hit| cursor_of(USER_CURSOR, hit, ranked_at))
         });
         let ids: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
         let rows = self

@@ -1,5 +1,5 @@
-//! The settings of search: where the index lives, how much memory its writer takes and how
-//! quickly changes become searchable. Loaded by the configuration core
+//! The settings of search: where the index lives, how much memory its writer takes, how
+//! quickly changes become searchable and how many searches a client address may make. Loaded by the configuration core
 //! ([`platform::config`]); documented in `docs/CONFIG.md`.
 
 use std::{path::PathBuf, time::Duration};
@@ -27,6 +27,12 @@ pub struct SearchSettings {
     /// delay. (Embedded mode applies each relay pass at once, within 20 ms.)
     #[serde(with = "humantime_serde")]
     pub search_commit_interval: Duration,
+    /// Searches a client address may make within `search_rate_window`; beyond it, 429001. 0
+    /// turns the limit off (load tests).
+    pub search_rate_limit: u32,
+    /// The window of `search_rate_limit`.
+    #[serde(with = "humantime_serde")]
+    pub search_rate_window: Duration,
 }
 
 impl Default for SearchSettings {
@@ -35,6 +41,8 @@ impl Default for SearchSettings {
             search_dir: PathBuf::new(),
             search_writer_heap: 32 * 1024 * 1024,
             search_commit_interval: Duration::from_millis(200),
+            search_rate_limit: 120,
+            search_rate_window: Duration::from_secs(60),
         }
     }
 }
@@ -51,8 +59,13 @@ impl SearchSettings {
 }
 
 impl Settings for SearchSettings {
-    const KEYS: &'static [&'static str] =
-        &["search_dir", "search_writer_heap", "search_commit_interval"];
+    const KEYS: &'static [&'static str] = &[
+        "search_dir",
+        "search_writer_heap",
+        "search_commit_interval",
+        "search_rate_limit",
+        "search_rate_window",
+    ];
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if self.search_writer_heap < MIN_WRITER_HEAP {
@@ -66,6 +79,9 @@ impl Settings for SearchSettings {
             bail!(
                 "invalid search_commit_interval (WEBOOK_SEARCH_COMMIT_INTERVAL): above 0 and at most 1s (changes must be searchable within a second)"
             );
+        }
+        if self.search_rate_window.is_zero() {
+            bail!("invalid search_rate_window (WEBOOK_SEARCH_RATE_WINDOW): must be above 0");
         }
         Ok(())
     }

@@ -93,6 +93,8 @@ impl Cluster {
             .env("WEBOOK_JWT_REFRESH_SECRET", REFRESH_SECRET)
             .env("WEBOOK_AUTH_RATE_LIMIT", "100000")
             .env("WEBOOK_WRITE_RATE_LIMIT", "100000")
+            // The search tests poll every 20 ms, every instance from 127.0.0.1.
+            .env("WEBOOK_SEARCH_RATE_LIMIT", "0")
             // "listening on" is the app's info line; the rest only when it goes wrong.
             .env("WEBOOK_LOG", "warn,webook::app=info")
             .env("WEBOOK_JOB_POLL_MAX", "200ms")

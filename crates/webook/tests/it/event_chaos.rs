@@ -135,6 +135,7 @@ impl Backend {
             .env("WEBOOK_AUTH_RATE_LIMIT", "100000")
             .env("WEBOOK_WRITE_RATE_LIMIT", "100000")
             .env("WEBOOK_COMMENT_RATE_LIMIT", "100000")
+            .env("WEBOOK_SEARCH_RATE_LIMIT", "0")
             .env("WEBOOK_RANKING_SCHEDULE", "@yearly");
         if let Some(db) = &self.postgres {
             command.env("WEBOOK_DATABASE_URL", &db.url);

@@ -27,6 +27,7 @@ use webook::{
         index::{self, ArticleDoc, Change, IndexState, SearchIndex},
         query::{self, ParsedQuery},
         store::SearchStore,
+        SearchService, SearchType,
     },
     testing::TestApp,
 };
@@ -232,6 +233,133 @@ async fn hits_show_highlights_escaped_and_page_every_hit_once(setup: Setup) {
     assert_eq!(sorted.len(), seen.len(), "a hit came twice: {seen:?}");
     paged.sort_unstable();
     assert_eq!(sorted, paged);
+}
+
+/// Issue 46, item 6: the freshness nudge moves every score as time passes; a cursor keeps the
+/// time its first page was ranked at, so pages asked for an hour apart each still continue
+/// where the last one stopped.
+async fn pages_asked_for_as_time_passes_show_every_hit_once(setup: Setup) {
+    let app = app(setup).await;
+    search_ready(&app).await;
+    let author = member(&app, "pager").await;
+    let mut published = Vec::new();
+    for n in 0..6 {
+        published.push(publish(&app, &author, &format!("翻页时钟 {n}"), "<p>正文</p>").await);
+    }
+    visible(&app, "翻页时钟", &published).await;
+    let search: SearchService = app.service();
+    let start = platform::db::now_millis();
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    // Six hits in pages of two: three pages, and a few more asked for only if pages repeat.
+    for page in 0..8 {
+        let now = start + page * 3_600_000;
+        let results = search
+            .search_at("翻页时钟", SearchType::Article, cursor.as_deref(), 2, now)
+            .await
+            .unwrap();
+        seen.push(
+            results
+                .articles
+                .items
+                .iter()
+                .map(|hit| hit.id)
+                .collect::<Vec<_>>(),
+        );
+        match results.articles.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut all: Vec<i64> = seen.iter().flatten().copied().collect();
+    all.sort_unstable();
+    published.sort_unstable();
+    assert_eq!(all, published, "pages {seen:?}");
+
+    // A cursor whose time was edited is refused (code 4), never a 5xx.
+    let first = get(
+        &app,
+        &format!("/search?q={}&type=article&limit=2", escape("翻页时钟")),
+        None,
+    )
+    .await;
+    let next = first.json()["data"]["articles"]["next"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let [list, bits, id, _at] = platform::page::decode_cursor::<4>(&next).unwrap();
+    let now = platform::db::now_millis();
+    for at in [
+        i64::MIN,
+        -1,
+        0,
+        now - 2 * 86_400_000,
+        now + 3_600_000,
+        i64::MAX,
+    ] {
+        let edited = platform::page::encode_cursor(&[list, bits, id, at]);
+        let answer = get(
+            &app,
+            &format!(
+                "/search?q={}&type=article&limit=2&cursor={edited}",
+                escape("翻页时钟")
+            ),
+            None,
+        )
+        .await;
+        assert_eq!(
+            answer.status_and_code(),
+            (reqwest::StatusCode::OK, 4),
+            "{at}: {}",
+            answer.raw
+        );
+    }
+}
+
+/// Issue 46, item 5: `/search` is limited per client address (in cluster mode through Redis).
+async fn searches_beyond_the_per_address_limit_answer_429(setup: Setup) {
+    let app = setup
+        .spawn(|config| {
+            let search = config.settings_mut::<webook::search::SearchSettings>();
+            search.search_rate_limit = 3;
+            search.search_rate_window = Duration::from_secs(60);
+            // The tests connect from 127.0.0.1: as a proxy, each forwarded client counts apart.
+            config.trusted_proxies = vec!["127.0.0.1/32".into()];
+        })
+        .await;
+    search_ready(&app).await;
+    let search_from = |client: &'static str, q: &'static str| {
+        let request = app
+            .client
+            .get(app.url(&format!("/search?q={q}")))
+            .header("x-forwarded-for", client);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|value| value.to_str().unwrap().parse::<u64>().unwrap());
+            let body: Value = response.json().await.unwrap();
+            (status, body["code"].as_i64().unwrap(), retry_after)
+        }
+    };
+    // Refused input counts too: the limit is on what an address asks.
+    assert_eq!(search_from("198.51.100.7", "rust").await.1, 0);
+    assert_eq!(search_from("198.51.100.7", "%21%21").await.1, 4);
+    assert_eq!(search_from("198.51.100.7", "rust").await.1, 0);
+    let (status, code, retry_after) = search_from("198.51.100.7", "rust").await;
+    assert_eq!(
+        (status, code),
+        (reqwest::StatusCode::TOO_MANY_REQUESTS, 429001)
+    );
+    let retry_after = retry_after.expect("a Retry-After header");
+    assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+    // Another address has its own allowance.
+    assert_eq!(
+        search_from("198.51.100.8", "rust").await,
+        (reqwest::StatusCode::OK, 0, None)
+    );
 }
 
 async fn bad_input_is_code_4_and_odd_syntax_is_text(setup: Setup) {
@@ -753,6 +881,8 @@ fn a_lost_directory_is_never_recreated_and_its_reader_still_answers() {
 crate::setup_tests!(
     chinese_substrings_english_and_mixed_queries_find_their_articles,
     hits_show_highlights_escaped_and_page_every_hit_once,
+    pages_asked_for_as_time_passes_show_every_hit_once,
+    searches_beyond_the_per_address_limit_answer_429,
     bad_input_is_code_4_and_odd_syntax_is_text,
     tag_matches_outrank_body_matches,
     published_and_withdrawn_articles_show_within_two_seconds,
