@@ -21,7 +21,14 @@
 //!   times), and what counting it in `cache_requests_total` costs: the series looked up by name
 //!   and labels (as every lookup did before 2026-12-04) against a handle taken once;
 //! - `event_publish/*`: publishing a read event on the in-process stream with no consumer group
-//!   (serialising it and counting it: what every article read adds besides the queueing).
+//!   (serialising it and counting it: what every article read adds besides the queueing);
+//! - `search_highlight/*`: the highlights of one search answer of 20 article hits whose bodies
+//!   are 50 000 characters of generated Chinese text ([`Highlighter::article`], as
+//!   `GET /search` runs it after the query): for a plain query (`数据库`, the baseline), for a
+//!   crafted one (99 characters: ten terms of nine distinct characters, ~135 fragments to look
+//!   for) inserted after every paragraph (of at most 1 000 characters), and for the crafted
+//!   query over bodies made of nothing but its characters (a match at every position); figures
+//!   in docs/PERFORMANCE.md → Search.
 //!
 //! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
 
@@ -44,6 +51,7 @@ use webook::{
         model::{ScoreFormula, Signals, TopN},
         store::SharedList,
     },
+    search::{highlight::Highlighter, query::ParsedQuery},
     seed::{
         random::{Rng, Stream},
         text::{self, Language},
@@ -356,6 +364,87 @@ fn event_publish(c: &mut Criterion) {
     group.finish();
 }
 
+/// A query of 99 characters with as many fragments as it can have: ten terms of nine distinct
+/// Chinese characters (each term, its jieba words and its eight character pairs are looked for).
+fn crafted_query() -> String {
+    const CHARS: &str = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手用主行方又如前所本见经头面公同三已老从动两";
+    let chars: Vec<char> = CHARS.chars().collect();
+    let terms: Vec<String> = chars
+        .chunks(9)
+        .take(10)
+        .map(|chunk| chunk.iter().collect())
+        .collect();
+    terms.join(" ")
+}
+
+/// Hits of one answer: 20 bodies of 50 000 characters of generated Chinese text in paragraphs
+/// (of at most 1 000 characters), with `insert` after each.
+fn highlight_bodies(insert: &str) -> Vec<String> {
+    (0..20u64)
+        .map(|hit| {
+            let mut html = String::new();
+            let mut chars = 0;
+            let mut index = hit * 1_000;
+            while chars < 50_000 {
+                let article = text::article(
+                    &mut Rng::new(1, Stream::ArticleText, index),
+                    Language::Chinese,
+                );
+                index += 1;
+                let text = webook::article::text_of(&article.content);
+                for piece in text.split_whitespace() {
+                    let piece: String = piece.chars().take(1_000).collect();
+                    chars += piece.chars().count() + insert.chars().count();
+                    html.push_str("<p>");
+                    html.push_str(&piece);
+                    html.push_str(insert);
+                    html.push_str("</p>");
+                }
+            }
+            html
+        })
+        .collect()
+}
+
+fn search_highlight(c: &mut Criterion) {
+    let crafted = crafted_query();
+    assert_eq!(crafted.chars().count(), 99);
+    let dense: String = {
+        let chars: Vec<char> = crafted.chars().filter(|c| !c.is_whitespace()).collect();
+        let body: String = (0..50_000).map(|n| chars[n % chars.len()]).collect();
+        format!("<p>{body}</p>")
+    };
+    let cases = [
+        (
+            "plain_20x50k",
+            "数据库".to_owned(),
+            highlight_bodies("数据库"),
+        ),
+        (
+            "crafted_20x50k",
+            crafted.clone(),
+            highlight_bodies(&crafted),
+        ),
+        ("crafted_dense_20x50k", crafted.clone(), vec![dense; 20]),
+    ];
+    let mut group = c.benchmark_group("search_highlight");
+    group.sample_size(20);
+    for (name, q, bodies) in &cases {
+        let parsed = ParsedQuery::parse(q);
+        let title = "数据库的索引与缓存";
+        group.bench_function(*name, |b| {
+            b.iter(|| {
+                let mut highlighter = Highlighter::new(&parsed);
+                for body in bodies {
+                    black_box(highlighter.article(title, black_box(body)));
+                }
+                highlighter.work()
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     kernels,
     scores,
@@ -365,6 +454,7 @@ criterion_group!(
     nested_html,
     response_gzip,
     cache_lookup,
-    event_publish
+    event_publish,
+    search_highlight
 );
 criterion_main!(kernels);
