@@ -132,16 +132,17 @@ impl Feature for Search {
             feeder.run(events, opened, interval, background.stop)
         });
         let (limit, window) = (settings.search_rate_limit, settings.search_rate_window);
-        let limiter = match (limit, &platform.redis) {
-            (0, _) => None,
-            (_, Some(redis)) => Some(RateLimiter::redis(
+        let limiter = match limit {
+            0 => None,
+            _ => Some(RateLimiter::of_mode(
                 "search",
-                redis.clone(),
-                &platform.config.redis_prefix,
+                platform
+                    .redis
+                    .as_ref()
+                    .map(|redis| (redis, platform.config.redis_prefix.as_str())),
                 limit,
                 window,
-            )),
-            (_, None) => Some(RateLimiter::local("search", limit, window)?),
+            )?),
         };
         registry.routes(http::router(http::SearchRoutes {
             search: search.clone(),
