@@ -1,16 +1,28 @@
 //! Logs and metrics.
 //!
 //! Logs: `tracing` to stderr, filtered by `log` (`WEBOOK_LOG`, EnvFilter syntax), as text or JSON
-//! (`log_format`). Metrics: one process-wide Prometheus recorder ([`install_metrics`], then
+//! (`log_format`). Logging never fails or stalls the code that logs: a formatted line goes into a
+//! bounded queue ([`LOG_QUEUE_LINES`]) and one thread of its own writes the queue to stderr. A
+//! line that finds the queue full (the output is slower than the logging, or blocked: a pipe
+//! nobody reads) or that the output refuses (a full disk, a closed pipe) is dropped and counted
+//! in [`LOG_LINES_DROPPED_TOTAL`]; the server keeps answering either way. [`flush_logs`] waits
+//! (bounded) for the queue to be written, at the end of the process. Metrics: one process-wide Prometheus recorder ([`install_metrics`], then
 //! [`metrics_handle`]); any module records with the `metrics` macros and `GET /metrics` renders
 //! the registry. This module names no feature: a feature hands its histogram buckets and metric
 //! descriptions over as a [`MetricsSpec`] when the app installs the recorder.
 
-use std::{io::IsTerminal, sync::OnceLock};
+use std::{
+    io::{IsTerminal, Write},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        OnceLock,
+    },
+    time::Duration,
+};
 
 use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{fmt::MakeWriter, EnvFilter};
 
 use crate::config::{Config, LogFormat};
 
@@ -20,6 +32,13 @@ pub const HTTP_REQUESTS_TOTAL: &str = "http_requests_total";
 pub const HTTP_REQUEST_DURATION: &str = "http_request_duration_seconds";
 /// Gauge: HTTP requests being served right now.
 pub const HTTP_REQUESTS_IN_FLIGHT: &str = "http_requests_in_flight";
+
+/// Counter: log lines dropped instead of written: the queue to the log writer was full, or the
+/// output (stderr) refused the write (a full disk, a closed pipe).
+pub const LOG_LINES_DROPPED_TOTAL: &str = "log_lines_dropped_total";
+
+/// Log lines queued for the writer thread at most; beyond it lines are dropped (and counted).
+pub const LOG_QUEUE_LINES: usize = 8_192;
 
 /// Latency buckets (seconds): fine below 10 ms where cached reads live, coarse above.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -36,19 +55,139 @@ pub const JOB_DURATION_BUCKETS: &[f64] = &[
 /// beyond that, a takeover (≤ lease) or a backlog.
 const SCHEDULE_LAG_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
 
-/// Installs the global log subscriber. A second call (tests start many apps) keeps the first.
+/// Installs the global log subscriber, writing through the log queue (module docs). A second
+/// call (tests start many apps) keeps the first.
 pub fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&config.log).context("invalid log (WEBOOK_LOG)")?;
     let ansi = std::io::stderr().is_terminal();
+    let writer = LogQueue::get().context("starting the log writer")?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
+        // Our writer never fails; tracing's own report of a failed write goes to stderr with
+        // `eprintln!`, which panics when stderr cannot be written.
+        .log_internal_errors(false)
         .with_ansi(ansi);
     let _already_installed = match config.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     Ok(())
+}
+
+/// Waits up to `limit` until every log line queued so far is written (or dropped): the end of
+/// the process, whose last lines would otherwise be lost with the writer thread.
+pub fn flush_logs(limit: Duration) {
+    let Some(queue) = LOG_QUEUE.get() else {
+        return;
+    };
+    let (done, flushed) = flume::bounded(1);
+    if queue.lines.send_timeout(Message::Flush(done), limit).is_ok() {
+        let _ = flushed.recv_timeout(limit);
+    }
+}
+
+/// Log lines dropped since the process started ([`LOG_LINES_DROPPED_TOTAL`]).
+pub fn log_lines_dropped() -> u64 {
+    DROPPED_LINES.load(Ordering::Relaxed)
+}
+
+static LOG_QUEUE: OnceLock<LogQueue> = OnceLock::new();
+static DROPPED_LINES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one dropped line. The counter is set from the process-wide count rather than
+/// incremented, so lines dropped before the recorder was installed are in it too.
+fn line_dropped() {
+    let dropped = DROPPED_LINES.fetch_add(1, Ordering::Relaxed) + 1;
+    metrics::counter!(LOG_LINES_DROPPED_TOTAL).absolute(dropped);
+}
+
+enum Message {
+    Line(Vec<u8>),
+    Flush(flume::Sender<()>),
+}
+
+/// The sending end of the log queue: what the subscriber writes formatted lines to.
+#[derive(Clone)]
+struct LogQueue {
+    lines: flume::Sender<Message>,
+}
+
+impl LogQueue {
+    /// The process's queue, its writer thread started by the first call.
+    fn get() -> anyhow::Result<Self> {
+        if let Some(queue) = LOG_QUEUE.get() {
+            return Ok(queue.clone());
+        }
+        let (lines, queued) = flume::bounded(LOG_QUEUE_LINES);
+        // Two first callers at once each start a writer on a channel of their own; the loser's
+        // channel loses its sender below, so its thread ends at once.
+        std::thread::Builder::new()
+            .name("log-writer".to_owned())
+            .spawn(move || write_lines(&queued))
+            .context("spawning the log writer thread")?;
+        Ok(LOG_QUEUE.get_or_init(|| Self { lines }).clone())
+    }
+}
+
+/// The writer thread: writes each queued line to stderr; a line stderr refuses is dropped and
+/// counted. Stderr is locked per line only, so the rest of the process may write to it too (the
+/// panic hook, the exit's last line).
+fn write_lines(queued: &flume::Receiver<Message>) {
+    let stderr = std::io::stderr();
+    for message in queued.iter() {
+        match message {
+            Message::Line(line) => {
+                if stderr.lock().write_all(&line).is_err() {
+                    line_dropped();
+                }
+            }
+            Message::Flush(done) => {
+                let _ = stderr.lock().flush();
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogQueue {
+    type Writer = QueuedLine<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        QueuedLine {
+            queue: self,
+            line: Vec::new(),
+        }
+    }
+}
+
+/// One event's formatted text, queued whole when the subscriber is done with it.
+struct QueuedLine<'a> {
+    queue: &'a LogQueue,
+    line: Vec<u8>,
+}
+
+impl Write for QueuedLine<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for QueuedLine<'_> {
+    fn drop(&mut self) {
+        if self.line.is_empty() {
+            return;
+        }
+        let line = std::mem::take(&mut self.line);
+        if self.queue.lines.try_send(Message::Line(line)).is_err() {
+            line_dropped();
+        }
+    }
 }
 
 /// What a feature tells the recorder about its metrics: histogram buckets by full metric name
@@ -110,6 +249,12 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         "HTTP request latency"
     );
     metrics::describe_gauge!(HTTP_REQUESTS_IN_FLIGHT, "HTTP requests being served");
+    metrics::describe_counter!(
+        LOG_LINES_DROPPED_TOTAL,
+        "Log lines dropped: the log queue was full or stderr refused them (a full disk)"
+    );
+    // Shown from the start (0 until a line is dropped), with any dropped before this point.
+    metrics::counter!(LOG_LINES_DROPPED_TOTAL).absolute(log_lines_dropped());
     metrics::describe_counter!(
         crate::redis::REDIS_ROUND_TRIPS_TOTAL,
         "Requests sent to Redis on the shared connection (a pipeline or script call counts once)"

@@ -1,9 +1,14 @@
 //! The `webook` binary: parses the command line and runs the chosen subcommand.
 //!
 //! Every start-up failure ends here as one line on stderr (`error: …` with its cause chain) and
-//! exit code 1 — never a panic or a backtrace — so operators see which setting is wrong.
+//! exit code 1 — never a panic or a backtrace — so operators see which setting is wrong. The log
+//! lines still queued are written first ([`platform::telemetry::flush_logs`]); a stderr that
+//! cannot be written (a full disk) loses the line, not the exit code.
 
-use std::process::ExitCode;
+use std::{io::Write, process::ExitCode, time::Duration};
+
+/// How long the end of the process waits for queued log lines to be written.
+const LOG_FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
 /// mimalloc instead of the system allocator: glibc malloc's arena locks and consolidation were
 /// a tenth of the server's CPU time under load (measured with `perf` on `GET /ranking/top`).
@@ -18,15 +23,20 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("error: cannot start the async runtime: {err}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: cannot start the async runtime: {err}"
+            );
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli.run()) {
+    let outcome = runtime.block_on(cli.run());
+    platform::telemetry::flush_logs(LOG_FLUSH_LIMIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // `{:#}` prints the whole cause chain on one line: "context: cause: root cause".
-            eprintln!("error: {err:#}");
+            let _ = writeln!(std::io::stderr(), "error: {err:#}");
             ExitCode::FAILURE
         }
     }

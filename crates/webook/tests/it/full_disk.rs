@@ -10,6 +10,10 @@
 //! root, and without it the tests fail saying so), with a ballast file that is deleted to free
 //! space. SQLite lives on it directly; PostgreSQL gets a tablespace on it for the test's
 //! database, so a full disk is PostgreSQL's own "could not extend file" error.
+//!
+//! The server's own output on a full disk (its database on a healthy one) costs no answer either:
+//! the log lines that cannot be written are dropped and counted, and writing resumes once space
+//! is freed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -24,11 +28,12 @@ use std::{
 };
 use webook::schema::MIGRATIONS;
 
+use common::process::{webook, Server};
 use common::{get, login, post, signup, Answer};
 use platform::db::Db;
 use platform::testing::{wait_until, TestDb};
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection, Row, SqliteConnection};
 use webook::testing::TestApp;
 
@@ -464,4 +469,79 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
         .await
         .unwrap();
     admin.close().await.unwrap();
+}
+
+/// Appends to `file` until the disk refuses a byte: the last page of a file that a full disk
+/// still holds has room for a few lines, which would otherwise be written.
+fn fill_last_page(file: &Path) {
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(file)
+        .unwrap();
+    for _ in 0..64 * 1024 {
+        if file.write_all(b"\n").is_err() {
+            return;
+        }
+    }
+    panic!("the disk never filled up");
+}
+
+/// Issue 46, item 1: with the server's output on a full disk, every request is still answered
+/// (before, the first line that could not be written panicked the request's task and its
+/// connection was closed without an answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_log_disk_costs_no_answer() {
+    let disk = SmallDisk::mount(MIB);
+    let data = tempfile::tempdir().unwrap();
+    let log = disk.path().join("webook.log");
+    let server = Server::start_with_output(webook(data.path()), &log);
+    let ballast = disk.ballast(2 * MIB);
+    fill_last_page(&log);
+    let full = std::fs::metadata(&log).unwrap().len();
+
+    // Each code request logs a line (the `log` SMS provider writes the code there).
+    let client = reqwest::Client::new();
+    let send = |n: usize| {
+        let client = client.clone();
+        let url = server.url("/users/login_sms/code/send");
+        async move {
+            let answer = client
+                .post(url)
+                .json(&json!({ "phone": format!("1380013{n:04}") }))
+                .send()
+                .await
+                .unwrap_or_else(|err| panic!("request {n} got no answer: {err}"));
+            let status = answer.status();
+            let body: Value = answer.json().await.unwrap();
+            assert!(
+                matches!(
+                    (status, body["code"].as_i64()),
+                    (StatusCode::OK, Some(0)) | (StatusCode::SERVICE_UNAVAILABLE, Some(5))
+                ),
+                "request {n}: {status} {body}"
+            );
+        }
+    };
+    for n in 0..30 {
+        send(n).await;
+    }
+    let (status, _) = server.get_json("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    let dropped = server.metric("log_lines_dropped_total").await;
+    assert!(dropped >= 30.0, "{dropped} log lines counted as dropped");
+    assert_eq!(
+        std::fs::metadata(&log).unwrap().len(),
+        full,
+        "the disk was full"
+    );
+
+    // Space again: the next lines are written.
+    std::fs::remove_file(ballast).unwrap();
+    send(30).await;
+    wait_until("a log line once space is freed", || async {
+        std::fs::metadata(&log).unwrap().len() > full
+    })
+    .await;
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
 }

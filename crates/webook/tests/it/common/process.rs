@@ -118,6 +118,43 @@ impl Server {
         }
     }
 
+    /// Runs `command` (which serves) with its stdout and stderr appended to the file `output`,
+    /// and waits for the "listening on" line there. Its log lines are not read
+    /// ([`Self::new_log_lines`] answers none).
+    pub fn start_with_output(mut command: Command, output: &Path) -> Self {
+        let file = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(output)
+                .unwrap()
+        };
+        let child = command
+            .arg("serve")
+            .stdout(file())
+            .stderr(file())
+            .spawn()
+            .expect("spawn webook");
+        let deadline = std::time::Instant::now() + WAIT_LIMIT;
+        let base = loop {
+            let text = std::fs::read_to_string(output).unwrap_or_default();
+            if let Some(rest) = text.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no 'listening on' line; output so far:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Self {
+            child,
+            base,
+            stderr_lines: mpsc::channel().1,
+            startup_lines: Vec::new(),
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
