@@ -82,7 +82,11 @@ pub fn flush_logs(limit: Duration) {
         return;
     };
     let (done, flushed) = flume::bounded(1);
-    if queue.lines.send_timeout(Message::Flush(done), limit).is_ok() {
+    if queue
+        .lines
+        .send_timeout(Message::Flush(done), limit)
+        .is_ok()
+    {
         let _ = flushed.recv_timeout(limit);
     }
 }

@@ -22,6 +22,14 @@
 //! that either writes durably or fails too (until space is freed). `/readyz` probes the writer
 //! with a real write ([`Db::probe_writer`]).
 //!
+//! **A write outside a transaction that returns rows (`RETURNING`) is read to its end**
+//! (`fetch_all`), never with `fetch_one` or `fetch_optional`. Such a statement commits when it
+//! finishes, and SQLite reports a commit that fails (a full disk) only then — after its first
+//! row was already handed out; sqlx's `fetch_one`/`fetch_optional` stop at that row and reset
+//! the statement, which loses the error: the caller sees the row of a write that was rolled
+//! back (a refresh answered with new tokens while the session stayed at its old generation).
+//! Inside a transaction the commit is its own statement, checked by its caller.
+//!
 //! Pools are [`DbPool`]s: while the database is unreachable they fail at once instead of each
 //! query waiting out the acquire timeout ([`pool`]).
 

@@ -296,9 +296,14 @@ impl SqlJobStore {
         .bind(job.misfire.as_str())
         .bind(job.overlap.as_str())
         .bind(job.timeout_ms)
-        .fetch_optional(&self.pools.writes().await)
+        // To completion (`fetch_all`, not `fetch_optional`): SQLite reports a failed autocommit
+        // (a full disk) only when the statement finishes, after its row was read.
+        .fetch_all(&self.pools.writes().await)
         .await?;
-        inserted.ok_or_else(|| StoreError::Duplicate(job.name.clone()))
+        inserted
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Duplicate(job.name.clone()))
     }
 
     /// Changes a job's schedule, time zone, executor configuration, misfire policy and timeout

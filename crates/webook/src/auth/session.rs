@@ -366,17 +366,19 @@ pub async fn rotate_in_db(
     .execute(db.writer())
     .await
     .context("saving session state")?;
-    let rotated: Option<i64> = sqlx::query_scalar(
+    // Run to completion (`fetch_all`): its commit's failure (a full disk) is reported only then,
+    // and a rotation answered but never saved would leave the used token working too.
+    let rotated: Vec<i64> = sqlx::query_scalar(
         "UPDATE sessions SET generation = generation + 1, expires_at = $3 \
          WHERE ssid = $1 AND revoked = 0 AND generation = $2 RETURNING generation",
     )
     .bind(ssid)
     .bind(presented)
     .bind(expires_at)
-    .fetch_optional(db.writer())
+    .fetch_all(db.writer())
     .await
     .context("saving session state")?;
-    if let Some(generation) = rotated {
+    if let Some(&generation) = rotated.first() {
         return Ok(Rotation::Rotated {
             generation: u64::try_from(generation).context("negative session generation")?,
         });

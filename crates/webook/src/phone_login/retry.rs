@@ -92,7 +92,7 @@ impl RetryQueue {
         error: &str,
         now: i64,
     ) -> sqlx::Result<i64> {
-        sqlx::query_scalar(
+        let ids: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO sms_code_retries \
              (phone, purpose, generation, expires_at, next_attempt_at, attempts, last_error, ctime) \
              VALUES ($1, $2, $3, $4, $5, 0, $6, $7) RETURNING id",
@@ -104,8 +104,10 @@ impl RetryQueue {
         .bind(now + duration_millis(FIRST_PAUSE))
         .bind(error)
         .bind(now)
-        .fetch_one(self.db.writer())
-        .await
+        // To completion: an autocommit's failed commit is reported only then (platform::db).
+        .fetch_all(self.db.writer())
+        .await?;
+        ids.first().copied().ok_or(sqlx::Error::RowNotFound)
     }
 
     /// Up to [`BATCH`] sends due at `now` with ids above `after`, by id.

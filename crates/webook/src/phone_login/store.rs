@@ -153,7 +153,7 @@ impl CodeStore {
         match self {
             Self::Sql(db) => {
                 let resend_before = code.now - duration_millis(code.resend_interval);
-                let stored: Option<String> = sqlx::query_scalar(
+                let stored: Vec<String> = sqlx::query_scalar(
                     "INSERT INTO sms_codes \
                      (phone, purpose, code_hash, generation, attempts_left, sent_at, expires_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -170,9 +170,11 @@ impl CodeStore {
                 .bind(code.now)
                 .bind(code.now + duration_millis(code.ttl))
                 .bind(resend_before)
-                .fetch_optional(db.writer())
+                // To completion: an autocommit's failed commit is reported only then
+                // (platform::db).
+                .fetch_all(db.writer())
                 .await?;
-                if stored.is_some() {
+                if !stored.is_empty() {
                     return Ok(Issued::Stored);
                 }
                 let sent_at: Option<i64> = sqlx::query_scalar(

@@ -106,7 +106,7 @@ impl TagStore {
         cap: u32,
         now: i64,
     ) -> sqlx::Result<Created> {
-        let inserted: Option<i64> = sqlx::query_scalar(
+        let inserted: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO tags (uid, name, name_key, ctime, utime) \
              SELECT $1, $2, $3, $4, $4 WHERE (SELECT COUNT(*) FROM tags WHERE uid = $1) < $5 \
              ON CONFLICT (uid, name_key) DO NOTHING RETURNING id",
@@ -116,9 +116,10 @@ impl TagStore {
         .bind(&name.key)
         .bind(now)
         .bind(i64::from(cap))
-        .fetch_optional(self.db.writer())
+        // To completion: an autocommit's failed commit is reported only then (platform::db).
+        .fetch_all(self.db.writer())
         .await?;
-        if let Some(id) = inserted {
+        if let Some(&id) = inserted.first() {
             return Ok(Created::New(id));
         }
         // A conflicting row is committed (the insert waited for it) and stays.

@@ -53,10 +53,12 @@ impl UserStore {
         .bind(email)
         .bind(password_hash)
         .bind(now)
-        .fetch_one(self.db.writer())
+        // To completion: an autocommit's failed commit is reported only then (platform::db).
+        .fetch_all(self.db.writer())
         .await;
-        match inserted {
-            Ok(id) => Ok(id),
+        match inserted.map(|ids: Vec<i64>| ids.first().copied()) {
+            Ok(Some(id)) => Ok(id),
+            Ok(None) => Err(sqlx::Error::RowNotFound.into()),
             Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
                 Err(InsertError::Duplicate)
             }
@@ -89,15 +91,16 @@ impl UserStore {
         if let Some(id) = Self::id_where(self.db.pool(), "phone", phone).await? {
             return Ok((id, false));
         }
-        let inserted: Option<i64> = sqlx::query_scalar(
+        let inserted: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO users (phone, ctime, utime) VALUES ($1, $2, $2) \
              ON CONFLICT DO NOTHING RETURNING id",
         )
         .bind(phone)
         .bind(now)
-        .fetch_optional(self.db.writer())
+        // To completion: an autocommit's failed commit is reported only then (platform::db).
+        .fetch_all(self.db.writer())
         .await?;
-        match inserted {
+        match inserted.first().copied() {
             Some(id) => Ok((id, true)),
             None => {
                 let id = Self::id_where(self.db.writer(), "phone", phone).await?;

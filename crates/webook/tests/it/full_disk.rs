@@ -29,7 +29,7 @@ use std::{
 use webook::schema::MIGRATIONS;
 
 use common::process::{webook, Server};
-use common::{get, login, post, signup, Answer};
+use common::{get, login, post, refresh, signup, Answer};
 use platform::db::Db;
 use platform::testing::{wait_until, TestDb};
 use reqwest::StatusCode;
@@ -421,39 +421,81 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     drop(db);
 }
 
+/// A PostgreSQL test database in a tablespace of its own on a small disk.
+struct PgOnSmallDisk {
+    disk: SmallDisk,
+    db: Arc<TestDb>,
+    tablespace: String,
+    admin: PgConnection,
+}
+
+impl PgOnSmallDisk {
+    /// A disk of `bytes`, `ballast` of it taken before the database is created on it; the
+    /// database and the ballast file's path.
+    async fn create(bytes: u64, ballast: u64) -> (Self, PathBuf) {
+        let disk = SmallDisk::mount(bytes);
+        let location = disk.path().join("tablespace");
+        std::fs::create_dir(&location).unwrap();
+        let admin_url = std::env::var(platform::testing::TEST_DATABASE_URL_ENV)
+            .expect("WEBOOK_TEST_DATABASE_URL: run the tests through scripts/test.sh");
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap();
+        // The server's own OS user must own a tablespace's directory.
+        let data_directory: String = sqlx::query_scalar("SHOW data_directory")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        let owner =
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&data_directory).unwrap());
+        std::os::unix::fs::chown(&location, Some(owner), None).unwrap();
+        let tablespace = format!("webook_small_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .execute(
+                format!(
+                    "CREATE TABLESPACE {tablespace} LOCATION '{}'",
+                    location.display()
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+        let ballast = disk.ballast(ballast);
+        let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, &MIGRATIONS).await);
+        (
+            Self {
+                disk,
+                db,
+                tablespace,
+                admin,
+            },
+            ballast,
+        )
+    }
+
+    /// Drops the database (every app on it must be stopped), then its tablespace.
+    async fn remove(self) {
+        let Self {
+            disk,
+            db,
+            tablespace,
+            mut admin,
+        } = self;
+        drop(db);
+        admin
+            .execute(format!("DROP TABLESPACE {tablespace}").as_str())
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        drop(disk);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     // The database copies its template (about 7.5 MiB) into the tablespace, then every
     // feature's empty tables and indexes take their first pages.
-    let disk = SmallDisk::mount(14 * MIB);
-    let location = disk.path().join("tablespace");
-    std::fs::create_dir(&location).unwrap();
-    let admin_url = std::env::var(platform::testing::TEST_DATABASE_URL_ENV)
-        .expect("WEBOOK_TEST_DATABASE_URL: run the tests through scripts/test.sh");
-    let mut admin = PgConnection::connect(&admin_url).await.unwrap();
-    // The server's own OS user must own a tablespace's directory.
-    let data_directory: String = sqlx::query_scalar("SHOW data_directory")
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&data_directory).unwrap());
-    std::os::unix::fs::chown(&location, Some(owner), None).unwrap();
-    let tablespace = format!("webook_small_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .execute(
-            format!(
-                "CREATE TABLESPACE {tablespace} LOCATION '{}'",
-                location.display()
-            )
-            .as_str(),
-        )
-        .await
-        .unwrap();
-
-    let ballast = disk.ballast(3 * MIB);
-    let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, &MIGRATIONS).await);
-    let url = db.url.clone();
-    let app = TestApp::spawn_shared(db.clone(), |config| {
+    let (pg, ballast) = PgOnSmallDisk::create(14 * MIB, 3 * MIB).await;
+    let url = pg.db.url.clone();
+    let app = TestApp::spawn_shared(pg.db.clone(), |config| {
         config
             .settings_mut::<webook::auth::settings::AuthSettings>()
             .auth_rate_limit = 1_000
@@ -462,22 +504,102 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
     let filled = Filled::fill(&app).await;
     std::fs::remove_file(ballast).unwrap();
     filled.recover_and_verify(app, &url).await;
+    pg.remove().await;
+}
 
+/// Issue 46, item 14: a refresh the full disk cannot take is refused (503, code 5) and the token
+/// it presented still works once space is back; a refresh it took is saved, and its token then
+/// works once. Never both — two live token branches of one session. (SQLite answered 200 with
+/// new tokens for a rotation its failed commit had rolled back.)
+async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) -> (StatusCode, i64) {
+    expect_ok(&signup(app, "writer@example.com").await, "sign-up");
+    let (token, rt0) = login(app, "writer@example.com").await;
+    // A refresh while there is space creates the session's row: the one on the full disk only
+    // moves its generation.
+    let first = refresh(app, &rt0).await;
+    expect_ok(&first, "a refresh while there is space");
+    let rt1 = first.header("x-refresh-token");
+    let outcomes = publish_until_full(app, &token, 16, 40).await;
+    assert!(
+        outcomes.failures.len() >= 16,
+        "the disk never filled up: {} publishes succeeded",
+        outcomes.acknowledged.len()
+    );
+    let on_full = refresh(app, &rt1).await;
+    // A sign-up (another autocommit write with `RETURNING`): saved if acknowledged.
+    let signed_up = signup(app, "late@example.com").await;
+
+    std::fs::remove_file(ballast).unwrap();
+    wait_until("readyz to recover once space is freed", || async {
+        app.get_json("/readyz").await.0 == StatusCode::OK
+    })
+    .await;
+    let replayed = refresh(app, &rt1).await;
+    match on_full.status_and_code() {
+        (StatusCode::SERVICE_UNAVAILABLE, 5) => expect_ok(
+            &replayed,
+            "the token of a refresh refused on the full disk, once space is back",
+        ),
+        (StatusCode::OK, 0) => {
+            assert_eq!(
+                replayed.status,
+                StatusCode::UNAUTHORIZED,
+                "a refresh answered 200 on the full disk was not saved: the token it used still \
+                 works ({})",
+                replayed.raw
+            );
+            let rt2 = on_full.header("x-refresh-token");
+            assert_eq!(
+                refresh(app, &rt2).await.status,
+                StatusCode::UNAUTHORIZED,
+                "the replay revoked the session"
+            );
+        }
+        other => panic!(
+            "a refresh on a full disk answered {other:?}: {}",
+            on_full.raw
+        ),
+    }
+    match signed_up.status_and_code() {
+        (StatusCode::SERVICE_UNAVAILABLE, 5) => {}
+        (StatusCode::OK, 0) => {
+            login(app, "late@example.com").await;
+        }
+        other => panic!(
+            "a sign-up on a full disk answered {other:?}: {}",
+            signed_up.raw
+        ),
+    }
+    on_full.status_and_code()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_a_refresh_it_cannot_save() {
+    let disk = SmallDisk::mount(16 * MIB);
+    let ballast = disk.ballast(4 * MIB);
+    let db =
+        Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), &MIGRATIONS).await);
+    let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    let answered = refresh_on_a_full_disk(&app, &ballast).await;
+    // SQLite cannot save it: its write fails at commit, like every write on the full disk.
+    assert_eq!(answered, (StatusCode::SERVICE_UNAVAILABLE, 5));
+    app.stop().await.unwrap();
     drop(db);
-    admin
-        .execute(format!("DROP TABLESPACE {tablespace}").as_str())
-        .await
-        .unwrap();
-    admin.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_never_leaves_two_live_refresh_tokens_on_a_full_disk() {
+    let (pg, ballast) = PgOnSmallDisk::create(14 * MIB, 3 * MIB).await;
+    let app = TestApp::spawn_shared(pg.db.clone(), |_| {}).await;
+    refresh_on_a_full_disk(&app, &ballast).await;
+    app.stop().await.unwrap();
+    pg.remove().await;
 }
 
 /// Appends to `file` until the disk refuses a byte: the last page of a file that a full disk
 /// still holds has room for a few lines, which would otherwise be written.
 fn fill_last_page(file: &Path) {
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(file)
-        .unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(file).unwrap();
     for _ in 0..64 * 1024 {
         if file.write_all(b"\n").is_err() {
             return;
