@@ -46,7 +46,8 @@ impl TrustedProxies {
         }
     }
 
-    fn contains(&self, ip: &IpAddr) -> bool {
+    /// Whether `ip` is a trusted proxy.
+    pub fn contains(&self, ip: &IpAddr) -> bool {
         self.networks.iter().any(|net| net.contains(ip))
     }
 

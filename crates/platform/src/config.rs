@@ -56,6 +56,12 @@ pub const DEFAULT_CONFIG_FILE: &str = "webook.toml";
 pub const ENV_PREFIX: &str = "WEBOOK_";
 /// Smallest accepted `cache_memory_bytes`.
 pub const MIN_CACHE_MEMORY_BYTES: u64 = 1024 * 1024;
+/// Shortest accepted `metrics_token`, in bytes.
+pub const MIN_METRICS_TOKEN_LEN: usize = 16;
+/// Longest accepted `request_timeout`, `http_header_timeout` and `shutdown_timeout`.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// Longest accepted `http_idle_timeout`.
+pub const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The effective configuration of one webook process.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,10 +101,19 @@ pub struct Config {
     /// Most client connections open at once; beyond it new connections wait in the listen
     /// backlog until one closes.
     pub http_max_connections: usize,
+    /// Most connections open at once from one client address (an IPv6 client is its /64); over
+    /// it a new connection is closed at once. 0: no such cap. Trusted proxies are exempt.
+    pub http_max_connections_per_client: usize,
     /// Serve `/healthz`, `/readyz` and `/metrics` on this address instead of `listen` (which
     /// then no longer serves `/metrics`). Unset: everything on `listen`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ops_listen: Option<SocketAddr>,
+    /// Networks (IPs or CIDRs) whose clients may read `/metrics` on `listen`.
+    #[serde(deserialize_with = "list_or_comma_separated")]
+    pub metrics_allowed_networks: Vec<String>,
+    /// A bearer token that opens `/metrics` on `listen` to any client presenting it; empty:
+    /// none.
+    pub metrics_token: Secret,
     /// On SIGINT/SIGTERM, how long in-flight work may take to drain before the process exits.
     #[serde(with = "humantime_serde")]
     pub shutdown_timeout: Duration,
@@ -173,7 +188,10 @@ impl Default for Config {
             http_header_timeout: Duration::from_secs(10),
             http_idle_timeout: Duration::from_secs(60),
             http_max_connections: 10_000,
+            http_max_connections_per_client: 256,
             ops_listen: None,
+            metrics_allowed_networks: vec!["127.0.0.0/8".to_owned(), "::1/128".to_owned()],
+            metrics_token: Secret::default(),
             shutdown_timeout: Duration::from_secs(30),
             database_max_connections: 16,
             database_acquire_timeout: crate::db::DEFAULT_ACQUIRE_TIMEOUT,
@@ -204,7 +222,10 @@ pub const KEYS: &[&str] = &[
     "http_header_timeout",
     "http_idle_timeout",
     "http_max_connections",
+    "http_max_connections_per_client",
     "ops_listen",
+    "metrics_allowed_networks",
+    "metrics_token",
     "shutdown_timeout",
     "database_max_connections",
     "database_acquire_timeout",
@@ -328,9 +349,23 @@ impl Config {
         database_kind(&self.database_url())
     }
 
-    /// `trusted_proxies` parsed; a bare IP is a single-address network.
+    /// `trusted_proxies` parsed; a bare IP is a single-address network. A network of every
+    /// address (`0.0.0.0/0`, `::/0`) is refused: any client could then name its own address.
     pub fn trusted_proxy_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
-        networks("trusted_proxies", &self.trusted_proxies)
+        let parsed = networks("trusted_proxies", &self.trusted_proxies)?;
+        if let Some(every) = parsed.iter().find(|net| net.prefix_len() == 0) {
+            bail!(
+                "invalid trusted_proxies (WEBOOK_TRUSTED_PROXIES) entry \"{every}\": it trusts \
+                 every address, so any client could forge X-Forwarded-For and choose the address \
+                 its rate limits count against; list your proxies' addresses or networks"
+            );
+        }
+        Ok(parsed)
+    }
+
+    /// `metrics_allowed_networks` parsed; a bare IP is a single-address network.
+    pub fn metrics_networks(&self) -> anyhow::Result<Vec<ipnet::IpNet>> {
+        networks("metrics_allowed_networks", &self.metrics_allowed_networks)
     }
 
     /// `purge_schedule` parsed.
@@ -371,16 +406,38 @@ impl Config {
                 "invalid cache_memory_bytes (WEBOOK_CACHE_MEMORY_BYTES): at least {MIN_CACHE_MEMORY_BYTES} (1 MiB)"
             );
         }
-        for (name, value) in [
-            ("request_timeout", self.request_timeout),
-            ("http_header_timeout", self.http_header_timeout),
-            ("http_idle_timeout", self.http_idle_timeout),
-            ("database_acquire_timeout", self.database_acquire_timeout),
-            ("shutdown_timeout", self.shutdown_timeout),
+        for (name, value, max, max_text) in [
+            ("request_timeout", self.request_timeout, MAX_TIMEOUT, "1h"),
+            (
+                "http_header_timeout",
+                self.http_header_timeout,
+                MAX_TIMEOUT,
+                "1h",
+            ),
+            (
+                "http_idle_timeout",
+                self.http_idle_timeout,
+                MAX_IDLE_TIMEOUT,
+                "1d",
+            ),
+            // Bounded by request_timeout below.
+            (
+                "database_acquire_timeout",
+                self.database_acquire_timeout,
+                MAX_TIMEOUT,
+                "1h",
+            ),
+            ("shutdown_timeout", self.shutdown_timeout, MAX_TIMEOUT, "1h"),
         ] {
             if value.is_zero() {
                 bail!(
                     "invalid {name} (WEBOOK_{}): must be above 0",
+                    name.to_uppercase()
+                );
+            }
+            if value > max {
+                bail!(
+                    "invalid {name} (WEBOOK_{}): at most {max_text}",
                     name.to_uppercase()
                 );
             }
@@ -411,6 +468,14 @@ impl Config {
             );
         }
         self.trusted_proxy_networks()?;
+        self.metrics_networks()?;
+        let token = self.metrics_token.expose();
+        if !token.is_empty() && token.len() < MIN_METRICS_TOKEN_LEN {
+            bail!(
+                "invalid metrics_token (WEBOOK_METRICS_TOKEN): use at least \
+                 {MIN_METRICS_TOKEN_LEN} bytes"
+            );
+        }
         self.purge_schedule()?;
         if self.role == Role::Api && !self.is_cluster() {
             bail!(

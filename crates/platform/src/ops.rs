@@ -1,23 +1,43 @@
 //! Operations endpoints: liveness (`/healthz`), readiness (`/readyz`: the database answers and
 //! takes a write, and, in cluster mode, Redis answers) and Prometheus metrics (`/metrics`, on
-//! `ops_listen` instead of the API port when that is set). With `debug_endpoints` on,
+//! `ops_listen` instead of the API port when that is set).
+//!
+//! On the API port `/metrics` is not public ([`MetricsAccess::Guarded`]): it answers a client in
+//! `metrics_allowed_networks` (default: loopback) or one presenting `metrics_token` as a bearer
+//! token, and anyone else as if there were no such route (404). The client is the address
+//! [`crate::client_ip`] finds — the TCP peer, or, behind a trusted proxy, the address that proxy
+//! names; a request that a proxy not in `trusted_proxies` forwarded (it carries
+//! `X-Forwarded-For`, `Forwarded` or `X-Real-IP`) has no known client and needs the token, so a
+//! reverse proxy on the same host does not open the metrics to the internet. On `ops_listen` it
+//! answers everyone who can reach that address ([`MetricsAccess::Anyone`]).
+//!
+//! With `debug_endpoints` on,
 //! also `/debug/sleep` and `/debug/panic`, which the process tests use to observe graceful
 //! shutdown and panic handling in a real binary, and `/debug/event-faults` (GET, POST a list of
 //! `{group, topic, keys, failure}`), which makes event handlers fail for chosen keys.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 
 use axum::{
-    extract::{Query, State},
-    http::{header, StatusCode},
+    extract::{ConnectInfo, Query, State},
+    http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     routing::get,
     Json, Router,
 };
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
 
 use crate::{
-    error::{Envelope, Reply, CODE_OK, CODE_SYSTEM},
+    client_ip::TrustedProxies,
+    config::{Config, Secret},
+    error::{AppError, Envelope, Reply, CODE_OK, CODE_SYSTEM},
     feature::Platform,
 };
 
@@ -51,12 +71,71 @@ impl StatusBoard {
 }
 
 /// Which operations routes a listener serves beside `/healthz` and `/readyz`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Endpoints {
-    /// `/metrics` (off on the API port when `ops_listen` serves it).
-    pub metrics: bool,
+    /// Who may read `/metrics` there.
+    pub metrics: MetricsAccess,
     /// `/debug/*` (config `debug_endpoints`).
     pub debug: bool,
+}
+
+/// Who may read `/metrics` on a listener (module docs).
+#[derive(Debug, Clone)]
+pub enum MetricsAccess {
+    /// Not served (the API port when `ops_listen` serves it).
+    Off,
+    /// Everyone who reaches the listener (`ops_listen`).
+    Anyone,
+    /// Clients in these networks, or presenting the token (the API port).
+    Guarded {
+        /// `metrics_allowed_networks`.
+        networks: Vec<IpNet>,
+        /// `metrics_token` (empty: none).
+        token: Secret,
+    },
+}
+
+impl MetricsAccess {
+    /// The guard of the API port, from `metrics_allowed_networks` and `metrics_token`.
+    pub fn guarded(config: &Config) -> anyhow::Result<Self> {
+        Ok(Self::Guarded {
+            networks: config.metrics_networks()?,
+            token: config.metrics_token.clone(),
+        })
+    }
+
+    /// Whether a request from `peer` with `headers` may read the metrics.
+    fn allows(&self, peer: IpAddr, headers: &HeaderMap, proxies: &TrustedProxies) -> bool {
+        let (networks, token) = match self {
+            Self::Off => return false,
+            Self::Anyone => return true,
+            Self::Guarded { networks, token } => (networks, token.expose()),
+        };
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::trim);
+        if let Some(presented) = presented {
+            if !token.is_empty() && bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+                return true;
+            }
+        }
+        let forwarded = ["x-forwarded-for", "forwarded", "x-real-ip"]
+            .iter()
+            .any(|name| headers.contains_key(*name));
+        if forwarded && !proxies.contains(&peer) {
+            return false;
+        }
+        let client = proxies.client_ip(
+            peer,
+            headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .filter_map(|value| value.to_str().ok()),
+        );
+        networks.iter().any(|net| net.contains(&client))
+    }
 }
 
 /// The operations routes on `platform`'s backends.
@@ -64,8 +143,30 @@ pub fn router(endpoints: Endpoints, platform: Arc<Platform>) -> Router {
     let mut router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
-    if endpoints.metrics {
-        router = router.route("/metrics", get(render_metrics));
+    if !matches!(endpoints.metrics, MetricsAccess::Off) {
+        let access = Arc::new(endpoints.metrics);
+        router = router.route(
+            "/metrics",
+            get(
+                move |state: State<Arc<Platform>>, request: axum::extract::Request| {
+                    let access = access.clone();
+                    async move {
+                        let peer = request
+                            .extensions()
+                            .get::<ConnectInfo<SocketAddr>>()
+                            .map(|ConnectInfo(peer)| peer.ip());
+                        let allowed = peer.is_some_and(|peer| {
+                            access.allows(peer, request.headers(), &state.trusted_proxies)
+                        });
+                        if allowed {
+                            render_metrics(state).await
+                        } else {
+                            AppError::NoRoute.into_response()
+                        }
+                    }
+                },
+            ),
+        );
     }
     if endpoints.debug {
         router = router
@@ -204,4 +305,73 @@ async fn debug_set_event_faults(
 
 async fn debug_panic() -> Reply<()> {
     panic!("debug panic requested");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn guarded(token: &str) -> MetricsAccess {
+        MetricsAccess::Guarded {
+            networks: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            token: Secret::new(token),
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(*name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn metrics_on_the_api_port_answer_allowed_networks_and_the_token_only() {
+        let none = TrustedProxies::default();
+        let access = guarded("metrics-token-0123456789");
+        assert!(access.allows(ip("127.0.0.1"), &headers(&[]), &none));
+        assert!(access.allows(ip("::1"), &headers(&[]), &none));
+        assert!(!access.allows(ip("203.0.113.5"), &headers(&[]), &none));
+        let bearer = [("authorization", "Bearer metrics-token-0123456789")];
+        assert!(access.allows(ip("203.0.113.5"), &headers(&bearer), &none));
+        let wrong = [("authorization", "Bearer metrics-token-0123456780")];
+        assert!(!access.allows(ip("203.0.113.5"), &headers(&wrong), &none));
+        // Without a token configured, no bearer opens it (an empty one least of all).
+        let empty = [("authorization", "Bearer ")];
+        assert!(!guarded("").allows(ip("203.0.113.5"), &headers(&empty), &none));
+        assert!(!MetricsAccess::Off.allows(ip("127.0.0.1"), &headers(&[]), &none));
+        assert!(MetricsAccess::Anyone.allows(ip("203.0.113.5"), &headers(&[]), &none));
+    }
+
+    #[test]
+    fn a_forwarded_request_is_judged_by_the_client_a_trusted_proxy_names() {
+        // A reverse proxy on the same host that is not trusted: its clients look like loopback.
+        let none = TrustedProxies::default();
+        let access = guarded("");
+        for forwarded in [
+            ("x-forwarded-for", "203.0.113.5"),
+            ("forwarded", "for=203.0.113.5"),
+            ("x-real-ip", "203.0.113.5"),
+        ] {
+            assert!(
+                !access.allows(ip("127.0.0.1"), &headers(&[forwarded]), &none),
+                "{forwarded:?}"
+            );
+        }
+        // Trusted: the client it names counts.
+        let trusted = TrustedProxies(vec!["127.0.0.1/32".parse().unwrap()]);
+        let public = [("x-forwarded-for", "203.0.113.5")];
+        assert!(!access.allows(ip("127.0.0.1"), &headers(&public), &trusted));
+        let local = [("x-forwarded-for", "127.0.0.9")];
+        assert!(access.allows(ip("127.0.0.1"), &headers(&local), &trusted));
+    }
 }

@@ -13,7 +13,14 @@
 //!   (backpressure rather than failure), and it says so in one log line, repeated at most once a
 //!   minute. The cap is kept below the process's file-descriptor limit (raised to its hard limit
 //!   when needed) with room left for the database, Redis and files, so accepting can never take
-//!   the descriptors the rest of the process needs.
+//!   the descriptors the rest of the process needs;
+//! - **per-client cap**: at most `http_max_connections_per_client` of them from one client (and
+//!   never more than half the connection cap in effect), so one address cannot take every socket
+//!   and lock everybody else out. A client is its address — for IPv6 its /64, which one host
+//!   usually has whole. A connection over it is closed at once (counted in
+//!   [`HTTP_CONNECTIONS_CLOSED_TOTAL`] with reason `per_client_cap`; one log line at most once a
+//!   minute). Trusted proxies (`trusted_proxies`) are exempt: every client behind them shares
+//!   their address.
 //!
 //! Each connection's watch looks at it every half of the shorter timeout, so a connection is
 //! closed between one and one and a half timeouts after it expired; a timer re-armed on every
@@ -25,7 +32,8 @@
 //! asks every connection to finish its request in progress and close, and returns when all have.
 
 use std::{
-    net::SocketAddr,
+    collections::HashMap,
+    net::{IpAddr, Ipv6Addr, SocketAddr},
     pin::Pin,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -40,6 +48,7 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
+use ipnet::IpNet;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
@@ -58,8 +67,9 @@ const CAP_LOG_INTERVAL: Duration = Duration::from_secs(60);
 /// the one connection.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// Counter: connections closed by the server for idling or for sending their header too
-/// slowly, by `reason`.
+/// Counter: connections closed by the server, by `reason`: idling (`idle_timeout`), sending their
+/// header too slowly (`header_timeout`), or over the per-client cap (`per_client_cap`, closed
+/// as soon as accepted).
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "http_connections_closed_total";
 /// Gauge: client connections open.
 pub const HTTP_CONNECTIONS_OPEN: &str = "http_connections_open";
@@ -73,6 +83,9 @@ pub struct ServeOptions {
     pub idle_timeout: Duration,
     /// Most connections at once (before the descriptor limit lowers it).
     pub max_connections: usize,
+    /// Most connections at once from one client (0: no such cap); at most half of the cap in
+    /// effect.
+    pub max_connections_per_client: usize,
 }
 
 impl ServeOptions {
@@ -89,22 +102,30 @@ impl ServeOptions {
             header_timeout: config.http_header_timeout,
             idle_timeout: config.http_idle_timeout,
             max_connections: config.http_max_connections,
+            max_connections_per_client: config.http_max_connections_per_client,
         }
     }
 }
 
 /// Serves `served` on `listener` until `stop` is cancelled, then lets the connections finish
 /// their requests in progress and returns once all are closed (callers bound that wait).
+/// Connections from `exempt` networks (the trusted proxies) are not held to the per-client cap.
 pub async fn serve(
     listener: TcpListener,
     served: Served,
     options: ServeOptions,
+    exempt: Vec<IpNet>,
     stop: CancellationToken,
 ) {
     let cap = connection_cap(options.max_connections);
+    let per_client = Arc::new(PerClient::new(
+        per_client_cap(options.max_connections_per_client, cap),
+        exempt,
+    ));
     let permits = Arc::new(Semaphore::new(cap));
     let connections = TaskTracker::new();
     let mut cap_log = CapLog::default();
+    let mut client_cap_log = CapLog::default();
     loop {
         let permit = match permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
@@ -129,10 +150,18 @@ pub async fn serve(
             },
             () = stop.cancelled() => break,
         };
+        let Some(client) = per_client.admit(peer.ip()) else {
+            metrics::counter!(HTTP_CONNECTIONS_CLOSED_TOTAL, "reason" => "per_client_cap")
+                .increment(1);
+            client_cap_log.client_reached(per_client.cap, peer.ip());
+            drop(stream);
+            continue;
+        };
         without_nagle(&stream);
         let (served, stop) = (served.clone(), stop.clone());
         connections.spawn(async move {
             serve_connection(stream, peer, served, options, stop).await;
+            drop(client);
             drop(permit);
         });
     }
@@ -191,23 +220,141 @@ fn connection_cap(wanted: usize) -> usize {
     allowed
 }
 
-/// Logs reaching the connection cap at most once per [`CAP_LOG_INTERVAL`].
+/// The per-client cap in effect: `wanted` (0: none), at most half of the connection cap in
+/// effect `cap`, so other clients always have room.
+fn per_client_cap(wanted: usize, cap: usize) -> usize {
+    if wanted == 0 {
+        return 0;
+    }
+    let allowed = wanted.min((cap / 2).max(1));
+    if allowed < wanted {
+        tracing::info!(
+            http_max_connections_per_client = wanted,
+            effective = allowed,
+            "serving at most {allowed} connections per client: half the connection cap in effect"
+        );
+    }
+    allowed
+}
+
+/// The client a connection is counted against: its address, for IPv6 its /64 (an IPv4 address
+/// mapped into IPv6 is that IPv4 address).
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mask = !0u128 << 64;
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        },
+    }
+}
+
+/// Connections open per client, for the per-client cap (module docs).
+struct PerClient {
+    /// Most per client; 0: no cap.
+    cap: usize,
+    exempt: Vec<IpNet>,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerClient {
+    fn new(cap: usize, exempt: Vec<IpNet>) -> Self {
+        Self {
+            cap,
+            exempt,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A connection from `peer`, counted until the returned slot drops; `None` when its client
+    /// has `cap` open already.
+    fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ClientSlot> {
+        if self.cap == 0 || self.exempt.iter().any(|net| net.contains(&peer)) {
+            return Some(ClientSlot(None));
+        }
+        let key = client_key(peer);
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot(Some((self.clone(), key))))
+    }
+
+    /// Connections counted against `peer`'s client now.
+    #[cfg(test)]
+    fn open_for(&self, peer: IpAddr) -> usize {
+        self.open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&client_key(peer))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// One connection counted against its client (none for an exempt one); uncounted on drop.
+struct ClientSlot(Option<(Arc<PerClient>, IpAddr)>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let Some((per_client, key)) = self.0.take() else {
+            return;
+        };
+        let mut open = per_client
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&key);
+            }
+        }
+    }
+}
+
+/// Logs reaching a connection cap at most once per [`CAP_LOG_INTERVAL`].
 #[derive(Default)]
 struct CapLog {
     last: Option<Instant>,
 }
 
 impl CapLog {
-    fn reached(&mut self, cap: usize) {
-        if self
+    fn due(&mut self) -> bool {
+        let due = self
             .last
-            .is_none_or(|last| last.elapsed() >= CAP_LOG_INTERVAL)
-        {
+            .is_none_or(|last| last.elapsed() >= CAP_LOG_INTERVAL);
+        if due {
             self.last = Some(Instant::now());
+        }
+        due
+    }
+
+    fn reached(&mut self, cap: usize) {
+        if self.due() {
             tracing::warn!(
                 http_max_connections = cap,
                 "connection limit reached; new connections wait in the listen backlog until \
                  one closes (logged at most once a minute)"
+            );
+        }
+    }
+
+    fn client_reached(&mut self, cap: usize, peer: IpAddr) {
+        if self.due() {
+            tracing::warn!(
+                http_max_connections_per_client = cap,
+                client = %client_key(peer),
+                "a client reached the per-client connection cap; its further connections are \
+                 closed at once (logged at most once a minute)"
             );
         }
     }
@@ -453,7 +600,47 @@ mod tests {
         header_timeout: Duration::from_millis(100),
         idle_timeout: Duration::from_millis(300),
         max_connections: 10,
+        max_connections_per_client: 4,
     };
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn one_client_holds_at_most_its_cap_and_gets_room_back() {
+        let per_client = Arc::new(PerClient::new(2, vec!["10.0.0.0/8".parse().unwrap()]));
+        let first = per_client.admit(ip("192.0.2.1")).unwrap();
+        let _second = per_client.admit(ip("192.0.2.1")).unwrap();
+        assert!(per_client.admit(ip("192.0.2.1")).is_none(), "over the cap");
+        assert!(
+            per_client.admit(ip("192.0.2.2")).is_some(),
+            "another client"
+        );
+        // IPv6: one /64 is one client; an IPv4-mapped address is the IPv4 client.
+        let _a = per_client.admit(ip("2001:db8:0:1::1")).unwrap();
+        let _b = per_client.admit(ip("2001:db8:0:1:ffff::2")).unwrap();
+        assert!(per_client.admit(ip("2001:db8:0:1::3")).is_none());
+        assert!(per_client.admit(ip("2001:db8:0:2::1")).is_some());
+        assert!(per_client.admit(ip("::ffff:192.0.2.1")).is_none());
+        // Trusted proxies carry many clients: not capped, not counted.
+        let proxied: Vec<_> = (0..5)
+            .map(|_| per_client.admit(ip("10.1.2.3")).unwrap())
+            .collect();
+        assert_eq!(per_client.open_for(ip("10.1.2.3")), 0);
+        drop(proxied);
+        drop(first);
+        assert_eq!(per_client.open_for(ip("192.0.2.1")), 1);
+        assert!(per_client.admit(ip("192.0.2.1")).is_some(), "room again");
+    }
+
+    #[test]
+    fn the_per_client_cap_stays_below_the_connection_cap() {
+        assert_eq!(per_client_cap(64, 10_000), 64);
+        assert_eq!(per_client_cap(64, 20), 10);
+        assert_eq!(per_client_cap(64, 1), 1);
+        assert_eq!(per_client_cap(0, 20), 0, "off");
+    }
 
     #[tokio::test]
     async fn accepted_connections_have_nagle_off() {
@@ -515,6 +702,7 @@ mod tests {
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1,
+            max_connections_per_client: 1,
         };
         assert_eq!(defaults.check_every(), Duration::from_secs(5));
     }

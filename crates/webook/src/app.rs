@@ -243,7 +243,11 @@ impl App {
         let shared = Arc::new(platform.clone());
         let ops_routes = ops::router(
             ops::Endpoints {
-                metrics: !separate_ops,
+                metrics: if separate_ops {
+                    ops::MetricsAccess::Off
+                } else {
+                    ops::MetricsAccess::guarded(&config)?
+                },
                 debug: config.debug_endpoints,
             },
             shared.clone(),
@@ -261,7 +265,7 @@ impl App {
             with_middleware(
                 ops::router(
                     ops::Endpoints {
-                        metrics: true,
+                        metrics: ops::MetricsAccess::Anyone,
                         debug: false,
                     },
                     shared,
@@ -322,6 +326,8 @@ impl App {
             "listening on http://{addr}"
         );
         let options = ServeOptions::from_config(&config);
+        // Every client behind a trusted proxy shares its address: not held to the per-client cap.
+        let exempt = platform.trusted_proxies.0.clone();
         let ops_server = ops_listener.map(|ops_listener| {
             if let Ok(ops_addr) = ops_listener.local_addr() {
                 tracing::info!("operations endpoints on http://{ops_addr}");
@@ -330,10 +336,11 @@ impl App {
                 ops_listener,
                 ops_served,
                 options,
+                exempt.clone(),
                 stopping.clone(),
             ))
         });
-        let server = http_server::serve(listener, served, options, stopping.clone());
+        let server = http_server::serve(listener, served, options, exempt, stopping.clone());
         tokio::pin!(server);
 
         tokio::select! {

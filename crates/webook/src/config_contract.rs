@@ -51,7 +51,18 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("http_header_timeout", "11s", r#""11s""#),
     ("http_idle_timeout", "2m", r#""2m""#),
     ("http_max_connections", "77", "77"),
+    ("http_max_connections_per_client", "9", "9"),
     ("ops_listen", "127.0.0.1:9998", r#""127.0.0.1:9998""#),
+    (
+        "metrics_allowed_networks",
+        "10.1.0.0/16, 192.0.2.7",
+        r#"["10.1.0.0/16", "192.0.2.7"]"#,
+    ),
+    (
+        "metrics_token",
+        "metrics-token-0123456789",
+        r#""<redacted>""#,
+    ),
     ("shutdown_timeout", "29s", r#""29s""#),
     ("database_max_connections", "5", "5"),
     ("database_acquire_timeout", "400ms", r#""400ms""#),
@@ -620,6 +631,61 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             &["job_http_allowed_networks", "CIDR"],
         );
         refused(jail, "WEBOOK_OPS_LISTEN", "127.0.0.1:8080", &["ops_listen"]);
+        // Absurd values (issue 46, item 16): a timeout that would overflow the clock, one
+        // secret for both token kinds, a proxy list that trusts everybody.
+        refused(
+            jail,
+            "WEBOOK_REQUEST_TIMEOUT",
+            "99999999999999d",
+            &["request_timeout", "WEBOOK_REQUEST_TIMEOUT", "at most 1h"],
+        );
+        refused(
+            jail,
+            "WEBOOK_HTTP_IDLE_TIMEOUT",
+            "2d",
+            &["http_idle_timeout", "at most 1d"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SHUTDOWN_TIMEOUT",
+            "2h",
+            &["shutdown_timeout", "at most 1h"],
+        );
+        refused(
+            jail,
+            "WEBOOK_TRUSTED_PROXIES",
+            "10.0.0.1, 0.0.0.0/0",
+            &["trusted_proxies", "0.0.0.0/0", "every address"],
+        );
+        refused(
+            jail,
+            "WEBOOK_TRUSTED_PROXIES",
+            "::/0",
+            &["trusted_proxies", "::/0"],
+        );
+        jail.set_env(
+            "WEBOOK_JWT_ACCESS_SECRET",
+            "one-secret-for-both-0123456789abcdef",
+        );
+        refused(
+            jail,
+            "WEBOOK_JWT_REFRESH_SECRET",
+            "one-secret-for-both-0123456789abcdef",
+            &["jwt_refresh_secret", "jwt_access_secret", "different"],
+        );
+        std::env::remove_var("WEBOOK_JWT_ACCESS_SECRET");
+        refused(
+            jail,
+            "WEBOOK_METRICS_ALLOWED_NETWORKS",
+            "10.0.0.0/33",
+            &["metrics_allowed_networks", "CIDR"],
+        );
+        refused(
+            jail,
+            "WEBOOK_METRICS_TOKEN",
+            "short",
+            &["metrics_token", "16 bytes"],
+        );
         // Values that would make a consumer or a job fail on every try (issue 44).
         refused(
             jail,

@@ -133,6 +133,15 @@ impl Settings for AuthSettings {
                 _ => {}
             }
         }
+        if let (Some(access), Some(refresh)) = (&self.jwt_access_secret, &self.jwt_refresh_secret) {
+            if access == refresh {
+                bail!(
+                    "invalid jwt_refresh_secret (WEBOOK_JWT_REFRESH_SECRET): it is the same as \
+                     jwt_access_secret; use two different secrets, so a token of one kind can \
+                     never be checked as the other"
+                );
+            }
+        }
         Ok(())
     }
 

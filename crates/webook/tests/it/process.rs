@@ -1,7 +1,8 @@
 //! The real `webook` binary as a separate process: the README's run command as written, first
 //! start, cluster mode, bad configuration, graceful shutdown on SIGTERM, one embedded server per
-//! data dir, connection limits (idle, slow-header and surplus clients), and the
-//! `migrate`/`version`/`--print-config` commands.
+//! data dir, connection limits (idle, slow-header and surplus clients, one client holding many),
+//! who may read `/metrics` on the API port, and the `migrate`/`version`/`--print-config`
+//! commands.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -482,7 +483,9 @@ async fn idle_slow_and_surplus_connections_cannot_hold_the_server() {
     command
         .env("WEBOOK_HTTP_HEADER_TIMEOUT", "1s")
         .env("WEBOOK_HTTP_IDLE_TIMEOUT", "2s")
-        .env("WEBOOK_HTTP_MAX_CONNECTIONS", "20");
+        .env("WEBOOK_HTTP_MAX_CONNECTIONS", "20")
+        // The surplus here all comes from one address; the per-client cap has its own test.
+        .env("WEBOOK_HTTP_MAX_CONNECTIONS_PER_CLIENT", "0");
     let server = Server::start(command);
     let address = server.address();
 
@@ -552,6 +555,150 @@ async fn idle_slow_and_surplus_connections_cannot_hold_the_server() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+/// A client bound to `source` (another loopback address than 127.0.0.1).
+fn client_from(source: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(source.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// Issue 46, item 15: one address cannot take every socket. Its connections over the per-client
+/// cap are closed at once, while another address is still served, and it gets room again as its
+/// own connections close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_take_every_connection() {
+    const CAP: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command.env("WEBOOK_HTTP_MAX_CONNECTIONS_PER_CLIENT", CAP.to_string());
+    let server = Server::start(command);
+    let address = server.address();
+
+    let mut held = Vec::new();
+    for _ in 0..CAP {
+        held.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    let mut surplus = Vec::new();
+    for _ in 0..3 {
+        surplus.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    for connection in &mut surplus {
+        assert!(
+            closed_within(connection, Duration::from_secs(5))
+                .await
+                .is_some(),
+            "a connection over the per-client cap stayed open"
+        );
+    }
+    // The held ones are served.
+    held[0]
+        .write_all(
+            b"GET /healthz HTTP/1.1
+Host: x
+
+",
+        )
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 1024];
+    let read = held[0].read(&mut answer).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer[..read]).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer[..read])
+    );
+    // Another address is served meanwhile; this one is not.
+    let other = client_from("127.0.0.2")
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+    assert!(
+        client_from("127.0.0.1")
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .is_err(),
+        "a fifth connection from the capped address was served"
+    );
+    // Room again once its own connections close.
+    drop(held);
+    wait_until("the capped address is served again", || async {
+        client_from("127.0.0.1")
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|answer| answer.status() == StatusCode::OK)
+    })
+    .await;
+    assert!(
+        server
+            .metric(r#"http_connections_closed_total{reason="per_client_cap"}"#)
+            .await
+            >= 4.0
+    );
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+/// Issue 46, item 16: `/metrics` on the API port answers allowed networks and the bearer of the
+/// metrics token; anyone else gets the answer of an unknown route (404), so do requests a proxy
+/// that is not trusted forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_on_the_api_port_answer_allowed_networks_and_the_token_only() {
+    const TOKEN: &str = "process-metrics-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command
+        .env("WEBOOK_METRICS_ALLOWED_NETWORKS", "127.0.0.1/32")
+        .env("WEBOOK_METRICS_TOKEN", TOKEN);
+    let server = Server::start(command);
+    let metrics = |client: reqwest::Client, token: Option<&'static str>| {
+        let mut request = client.get(server.url("/metrics"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    let allowed = metrics(client_from("127.0.0.1"), None).await;
+    assert_eq!(allowed.status(), StatusCode::OK);
+    assert!(allowed
+        .text()
+        .await
+        .unwrap()
+        .contains("log_lines_dropped_total"));
+
+    let outsider = metrics(client_from("127.0.0.2"), None).await;
+    assert_eq!(outsider.status(), StatusCode::NOT_FOUND);
+    let body: Value = outsider.json().await.unwrap();
+    assert!(
+        body.to_string().find("log_lines_dropped_total").is_none(),
+        "{body}"
+    );
+    let wrong = metrics(client_from("127.0.0.2"), Some("not-the-metrics-token-0123")).await;
+    assert_eq!(wrong.status(), StatusCode::NOT_FOUND);
+    let bearer = metrics(client_from("127.0.0.2"), Some(TOKEN)).await;
+    assert_eq!(bearer.status(), StatusCode::OK);
+    assert!(bearer
+        .text()
+        .await
+        .unwrap()
+        .contains("log_lines_dropped_total"));
+
+    // Through a reverse proxy on this host that is not in trusted_proxies.
+    let proxied = client_from("127.0.0.1")
+        .get(server.url("/metrics"))
+        .header("x-forwarded-for", "203.0.113.5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxied.status(), StatusCode::NOT_FOUND);
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 }
