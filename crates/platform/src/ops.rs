@@ -368,7 +368,7 @@ mod tests {
             );
         }
         // Trusted: the client it names counts.
-        let trusted = TrustedProxies(vec!["127.0.0.1/32".parse().unwrap()]);
+        let trusted = TrustedProxies::new(vec!["127.0.0.1/32".parse().unwrap()], 64);
         let public = [("x-forwarded-for", "203.0.113.5")];
         assert!(!access.allows(ip("127.0.0.1"), &headers(&public), &trusted));
         let local = [("x-forwarded-for", "127.0.0.9")];

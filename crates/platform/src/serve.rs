@@ -16,8 +16,8 @@
 //!   the descriptors the rest of the process needs;
 //! - **per-client cap**: at most `http_max_connections_per_client` of them from one client (and
 //!   never more than half the connection cap in effect), so one address cannot take every socket
-//!   and lock everybody else out. A client is its address — for IPv6 its /64, which one host
-//!   usually has whole. A connection over it is closed at once (counted in
+//!   and lock everybody else out. A client is the one the rate limits count: its address, for
+//!   IPv6 its network of `client_ipv6_prefix` bits (a /64, which one host usually has whole). A connection over it is closed at once (counted in
 //!   [`HTTP_CONNECTIONS_CLOSED_TOTAL`] with reason `per_client_cap`; one log line at most once a
 //!   minute). Trusted proxies (`trusted_proxies`) are exempt: every client behind them shares
 //!   their address.
@@ -33,7 +33,7 @@
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, Ipv6Addr, SocketAddr},
+    net::{IpAddr, SocketAddr},
     pin::Pin,
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
@@ -48,7 +48,6 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
 };
-use ipnet::IpNet;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
@@ -56,7 +55,7 @@ use tokio::{
 };
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::{config::Config, fast_path::Served};
+use crate::{client_ip::TrustedProxies, config::Config, fast_path::Served};
 
 /// File descriptors kept free for everything but client connections (pools, Redis, logs,
 /// the SQLite files, outgoing job calls).
@@ -109,18 +108,20 @@ impl ServeOptions {
 
 /// Serves `served` on `listener` until `stop` is cancelled, then lets the connections finish
 /// their requests in progress and returns once all are closed (callers bound that wait).
-/// Connections from `exempt` networks (the trusted proxies) are not held to the per-client cap.
+/// A connection counts against its client as the rate limits see it
+/// ([`TrustedProxies::client_of`]: an IPv6 client is its network of `client_ipv6_prefix` bits);
+/// connections from the trusted proxies themselves are not held to the per-client cap.
 pub async fn serve(
     listener: TcpListener,
     served: Served,
     options: ServeOptions,
-    exempt: Vec<IpNet>,
+    proxies: TrustedProxies,
     stop: CancellationToken,
 ) {
     let cap = connection_cap(options.max_connections);
     let per_client = Arc::new(PerClient::new(
         per_client_cap(options.max_connections_per_client, cap),
-        exempt,
+        proxies,
     ));
     let permits = Arc::new(Semaphore::new(cap));
     let connections = TaskTracker::new();
@@ -237,34 +238,19 @@ fn per_client_cap(wanted: usize, cap: usize) -> usize {
     allowed
 }
 
-/// The client a connection is counted against: its address, for IPv6 its /64 (an IPv4 address
-/// mapped into IPv6 is that IPv4 address).
-fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mask = !0u128 << 64;
-                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
-            }
-        },
-    }
-}
-
 /// Connections open per client, for the per-client cap (module docs).
 struct PerClient {
     /// Most per client; 0: no cap.
     cap: usize,
-    exempt: Vec<IpNet>,
+    proxies: TrustedProxies,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl PerClient {
-    fn new(cap: usize, exempt: Vec<IpNet>) -> Self {
+    fn new(cap: usize, proxies: TrustedProxies) -> Self {
         Self {
             cap,
-            exempt,
+            proxies,
             open: Mutex::new(HashMap::new()),
         }
     }
@@ -272,10 +258,10 @@ impl PerClient {
     /// A connection from `peer`, counted until the returned slot drops; `None` when its client
     /// has `cap` open already.
     fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<ClientSlot> {
-        if self.cap == 0 || self.exempt.iter().any(|net| net.contains(&peer)) {
+        if self.cap == 0 || self.proxies.contains(&peer) {
             return Some(ClientSlot(None));
         }
-        let key = client_key(peer);
+        let key = self.proxies.client_of(peer);
         let mut open = self
             .open
             .lock()
@@ -294,7 +280,7 @@ impl PerClient {
         self.open
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&client_key(peer))
+            .get(&self.proxies.client_of(peer))
             .copied()
             .unwrap_or(0)
     }
@@ -352,7 +338,7 @@ impl CapLog {
         if self.due() {
             tracing::warn!(
                 http_max_connections_per_client = cap,
-                client = %client_key(peer),
+                client = %peer,
                 "a client reached the per-client connection cap; its further connections are \
                  closed at once (logged at most once a minute)"
             );
@@ -609,7 +595,8 @@ mod tests {
 
     #[test]
     fn one_client_holds_at_most_its_cap_and_gets_room_back() {
-        let per_client = Arc::new(PerClient::new(2, vec!["10.0.0.0/8".parse().unwrap()]));
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()], 64);
+        let per_client = Arc::new(PerClient::new(2, proxies));
         let first = per_client.admit(ip("192.0.2.1")).unwrap();
         let _second = per_client.admit(ip("192.0.2.1")).unwrap();
         assert!(per_client.admit(ip("192.0.2.1")).is_none(), "over the cap");

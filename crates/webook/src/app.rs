@@ -327,7 +327,7 @@ impl App {
         );
         let options = ServeOptions::from_config(&config);
         // Every client behind a trusted proxy shares its address: not held to the per-client cap.
-        let exempt = platform.trusted_proxies.0.clone();
+        let proxies = platform.trusted_proxies.clone();
         let ops_server = ops_listener.map(|ops_listener| {
             if let Ok(ops_addr) = ops_listener.local_addr() {
                 tracing::info!("operations endpoints on http://{ops_addr}");
@@ -336,11 +336,11 @@ impl App {
                 ops_listener,
                 ops_served,
                 options,
-                exempt.clone(),
+                proxies.clone(),
                 stopping.clone(),
             ))
         });
-        let server = http_server::serve(listener, served, options, exempt, stopping.clone());
+        let server = http_server::serve(listener, served, options, proxies, stopping.clone());
         tokio::pin!(server);
 
         tokio::select! {
