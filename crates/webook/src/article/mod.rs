@@ -15,7 +15,8 @@ pub mod service;
 pub mod store;
 
 pub use model::{
-    abstract_of_text, text_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED, TOPIC_WITHDRAWN,
+    abstract_of_text, text_of, text_prefix_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED,
+    TOPIC_WITHDRAWN,
 };
 pub use service::ArticleService;
 

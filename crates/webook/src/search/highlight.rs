@@ -244,7 +244,7 @@ impl Highlighter {
         } else {
             SCAN_CHARS
         };
-        let text = crate::article::model::text_prefix_of(html, wanted);
+        let text = crate::article::text_prefix_of(html, wanted);
         Highlight {
             title,
             content: self.content(&text),
