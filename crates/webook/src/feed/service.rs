@@ -412,8 +412,12 @@ impl FeedService {
             .collect();
         async move {
             for consumer in consumers {
-                if let Err(err) = consumer.await {
-                    tracing::error!(%err, "a feed consumer panicked");
+                match consumer.await {
+                    Err(err) if err.is_panic() => {
+                        tracing::error!(%err, "a feed consumer panicked");
+                    }
+                    // Cancelled with the runtime at shutdown: no failure to report.
+                    _ => {}
                 }
             }
         }
