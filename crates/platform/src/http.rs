@@ -88,6 +88,16 @@ pub fn with_middleware(router: Router, config: &Config) -> anyhow::Result<Router
     Ok(Router::new().fallback_service(outer))
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case), if any.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
 /// The answers of the course's routes, for the course's web frontend.
 ///
 /// That frontend reads the body of 2xx answers only: anything else shows the person an empty

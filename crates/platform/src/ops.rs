@@ -111,12 +111,7 @@ impl MetricsAccess {
             Self::Anyone => return true,
             Self::Guarded { networks, token } => (networks, token.expose()),
         };
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim);
-        if let Some(presented) = presented {
+        if let Some(presented) = crate::http::bearer_token(headers) {
             if !token.is_empty() && bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
                 return true;
             }

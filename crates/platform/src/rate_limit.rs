@@ -189,6 +189,18 @@ impl RateLimiter {
         }
     }
 
+    /// [`RateLimiter::of_mode`] for a limit a setting may turn off: `None` when `limit` is 0.
+    pub fn unless_off(
+        name: &'static str,
+        redis: Option<(&Redis, &str)>,
+        limit: u32,
+        window: Duration,
+    ) -> anyhow::Result<Option<Self>> {
+        (limit > 0)
+            .then(|| Self::of_mode(name, redis, limit, window))
+            .transpose()
+    }
+
     /// The limiter's name (its metrics label).
     pub fn name(&self) -> &'static str {
         self.name

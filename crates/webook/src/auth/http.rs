@@ -17,7 +17,7 @@ use crate::auth::service::{AuthService, AuthUser, TokenPair};
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},
-    http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
+    http::{bearer_token, ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
 };
 
 /// What the sign-in handlers reach.
@@ -174,15 +174,6 @@ pub fn user_agent(headers: &HeaderMap) -> &str {
         .get(header::USER_AGENT)
         .and_then(|value| value.to_str().ok())
         .unwrap_or("")
-}
-
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|token| !token.is_empty())
 }
 
 /// A logged-in caller about to write (publish, like, edit a profile, …): an [`AuthUser`] within

@@ -131,16 +131,12 @@ async fn build_service(
         settings.auth_rate_limit,
         settings.auth_rate_window,
     )?;
-    let write_limiter = (settings.write_rate_limit > 0)
-        .then(|| {
-            RateLimiter::of_mode(
-                "write",
-                shared,
-                settings.write_rate_limit,
-                settings.write_rate_window,
-            )
-        })
-        .transpose()?;
+    let write_limiter = RateLimiter::unless_off(
+        "write",
+        shared,
+        settings.write_rate_limit,
+        settings.write_rate_window,
+    )?;
     Ok(AuthService::new(
         UserStore::new(db.clone()),
         PasswordHasher::new()?,

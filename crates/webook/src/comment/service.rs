@@ -85,9 +85,7 @@ impl CommentService {
         redis: Option<(&Redis, &str)>,
     ) -> anyhow::Result<Self> {
         let (limit, window) = (settings.comment_rate_limit, settings.comment_rate_window);
-        let limiter = (limit > 0)
-            .then(|| RateLimiter::of_mode("comment", redis, limit, window))
-            .transpose()?;
+        let limiter = RateLimiter::unless_off("comment", redis, limit, window)?;
         Ok(Self {
             store,
             interactive,

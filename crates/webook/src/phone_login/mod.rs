@@ -128,16 +128,12 @@ fn build(
         )?,
         per_ip: daily("sms_code_ip", settings.sms_code_daily_limit_per_ip)?,
         per_phone: daily("sms_code_phone", settings.sms_code_daily_limit_per_phone)?,
-        budget: (settings.sms_code_budget > 0)
-            .then(|| {
-                RateLimiter::of_mode(
-                    service::BUDGET_LIMITER,
-                    shared,
-                    settings.sms_code_budget,
-                    settings.sms_code_budget_window,
-                )
-            })
-            .transpose()?,
+        budget: RateLimiter::unless_off(
+            service::BUDGET_LIMITER,
+            shared,
+            settings.sms_code_budget,
+            settings.sms_code_budget_window,
+        )?,
     };
     Ok(PhoneLoginService::new(
         codes,

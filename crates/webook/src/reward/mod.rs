@@ -71,16 +71,12 @@ impl Feature for RewardsFeature {
             http::RewardRoutes {
                 rewards: rewards.clone(),
                 auth: registry.get::<AuthService>()?,
-                limiter: (settings.reward_rate_limit > 0)
-                    .then(|| {
-                        RateLimiter::of_mode(
-                            "reward",
-                            platform.redis_with_prefix(),
-                            settings.reward_rate_limit,
-                            settings.reward_rate_window,
-                        )
-                    })
-                    .transpose()?,
+                limiter: RateLimiter::unless_off(
+                    "reward",
+                    platform.redis_with_prefix(),
+                    settings.reward_rate_limit,
+                    settings.reward_rate_window,
+                )?,
             },
             registry.get::<Arc<Idempotency>>()?,
         ));

@@ -131,19 +131,12 @@ impl Feature for Search {
         registry.background("search feeder", move |background| {
             feeder.run(events, opened, interval, background.stop)
         });
-        let (limit, window) = (settings.search_rate_limit, settings.search_rate_window);
-        let limiter = match limit {
-            0 => None,
-            _ => Some(RateLimiter::of_mode(
-                "search",
-                platform
-                    .redis
-                    .as_ref()
-                    .map(|redis| (redis, platform.config.redis_prefix.as_str())),
-                limit,
-                window,
-            )?),
-        };
+        let limiter = RateLimiter::unless_off(
+            "search",
+            platform.redis_with_prefix(),
+            settings.search_rate_limit,
+            settings.search_rate_window,
+        )?;
         registry.routes(http::router(http::SearchRoutes {
             search: search.clone(),
             limiter,

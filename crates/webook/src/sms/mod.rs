@@ -99,17 +99,12 @@ pub fn build(config: &Config, redis: Option<&Redis>) -> anyhow::Result<SmsDelive
         };
         providers.push(provider);
     }
-    let limit = settings.sms_provider_rate_limit;
-    let rate_limit = (limit > 0)
-        .then(|| {
-            RateLimiter::of_mode(
-                "sms_provider",
-                redis.map(|redis| (redis, config.redis_prefix.as_str())),
-                limit,
-                settings.sms_provider_rate_window,
-            )
-        })
-        .transpose()?;
+    let rate_limit = RateLimiter::unless_off(
+        "sms_provider",
+        redis.map(|redis| (redis, config.redis_prefix.as_str())),
+        settings.sms_provider_rate_limit,
+        settings.sms_provider_rate_window,
+    )?;
     Ok(SmsDelivery::new(
         providers,
         settings.sms_strategy == Strategy::RoundRobin,
