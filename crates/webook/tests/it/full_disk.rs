@@ -421,18 +421,26 @@ async fn sqlite_on_a_full_disk_loses_no_acknowledged_write() {
     drop(db);
 }
 
+/// One full tablespace at a time: a checkpoint is cluster-wide, so while any tablespace is full
+/// every checkpoint fails — and `DROP DATABASE` requests one. Two of these tests overlapping made
+/// the first to finish unable to drop its database ("checkpoint request failed"), then its
+/// tablespace ("is not empty").
+static FULL_TABLESPACE_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A PostgreSQL test database in a tablespace of its own on a small disk.
 struct PgOnSmallDisk {
     disk: SmallDisk,
     db: Arc<TestDb>,
     tablespace: String,
-    admin: PgConnection,
+    admin_url: String,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl PgOnSmallDisk {
     /// A disk of `bytes`, `ballast` of it taken before the database is created on it; the
     /// database and the ballast file's path.
     async fn create(bytes: u64, ballast: u64) -> (Self, PathBuf) {
+        let turn = FULL_TABLESPACE_TURN.lock().await;
         let disk = SmallDisk::mount(bytes);
         let location = disk.path().join("tablespace");
         std::fs::create_dir(&location).unwrap();
@@ -458,6 +466,7 @@ impl PgOnSmallDisk {
             )
             .await
             .unwrap();
+        admin.close().await.unwrap();
         let ballast = disk.ballast(ballast);
         let db = Arc::new(TestDb::postgres_in_tablespace(&tablespace, &MIGRATIONS).await);
         (
@@ -465,26 +474,50 @@ impl PgOnSmallDisk {
                 disk,
                 db,
                 tablespace,
-                admin,
+                admin_url,
+                _turn: turn,
             },
             ballast,
         )
     }
 
-    /// Drops the database (every app on it must be stopped), then its tablespace.
+    /// Drops the database (every app on it must be stopped), then its tablespace. A checkpoint
+    /// the server started while the disk was full may still be failing: the drop is retried
+    /// until it goes through.
     async fn remove(self) {
         let Self {
             disk,
             db,
             tablespace,
-            mut admin,
+            admin_url,
+            _turn,
         } = self;
+        let name = url::Url::parse(&db.url)
+            .unwrap()
+            .path()
+            .trim_start_matches('/')
+            .to_owned();
         drop(db);
-        admin
-            .execute(format!("DROP TABLESPACE {tablespace}").as_str())
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
+        wait_until("the test database and its tablespace to be dropped", || {
+            let (admin_url, name, tablespace) =
+                (admin_url.clone(), name.clone(), tablespace.clone());
+            async move {
+                let Ok(mut admin) = PgConnection::connect(&admin_url).await else {
+                    return false;
+                };
+                let dropped = admin
+                    .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                    .await
+                    .is_ok()
+                    && admin
+                        .execute(format!("DROP TABLESPACE IF EXISTS {tablespace}").as_str())
+                        .await
+                        .is_ok();
+                admin.close().await.ok();
+                dropped
+            }
+        })
+        .await;
         drop(disk);
     }
 }
