@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# HTTP load benchmark of the release binary, embedded mode (SQLite, in-process everything).
+# HTTP load benchmark of the shipped binary (`--profile dist`), embedded mode (SQLite, in-process everything).
 #
 #   scripts/bench.sh [--duration SECS] [--rounds N] [--dataset ARTICLES]
 #                    [--database-url URL [--redis-url URL]] [SCENARIO...]
 #       scenarios: healthz login reads browse likes mixed ranking (default: all)
 #
-# Builds `cargo build --release`, seeds a dataset into a fresh temp data dir (or the database
+# Builds `cargo build --profile dist`, seeds a dataset into a fresh temp data dir (or the database
 # given) with `webook seed --articles N --users N/10 --likes 5N --collects N/2 --reads 100N
 # --days 30 --seed 1` (--dataset N, default 100000), starts `webook serve` on it on a free local
 # port (auth rate limit lifted so the limiter does not answer instead of the handler), and
@@ -127,10 +127,10 @@ if [[ " ${scenarios[*]} " == *' ranking '* ]]; then
 fi
 
 # --- build ---------------------------------------------------------------------------------------
-note "cargo build --release"
-cargo build --release >&2
+note "cargo build --profile dist"
+cargo build --profile dist -p webook --bin webook >&2
 target_dir=${CARGO_TARGET_DIR:-target}
-bin=$(cd "$target_dir/release" && pwd)/webook
+bin=$(cd "$target_dir/dist" && pwd)/webook
 [[ -x $bin ]] || die "no binary at $bin after the build"
 
 # --- start the server ----------------------------------------------------------------------------

@@ -8,16 +8,16 @@
 #       (defaults 1000000 and 10: the switch DstFirst ⇄ SrcFirst is made SWITCHES times each way
 #       under the load, for the pause's percentiles)
 #
-# Needs the release binary (cargo build --release), wrk (installed with apt when root) and the
+# Needs the release binary (cargo build --profile dist), wrk (installed with apt when root) and the
 # PostgreSQL of scripts/with-services.sh (WEBOOK_TEST_DATABASE_URL), where it creates a fresh
 # database for the destination.
 set -euo pipefail
 
 articles=${1:-1000000}
 switches=${2:-10}
-bin=${WEBOOK_BIN:-$PWD/target/release/webook}
+bin=${WEBOOK_BIN:-$PWD/target/dist/webook}
 duration=${MOVE_BENCH_SECONDS:-20}
-[[ -x $bin ]] || { echo "no $bin: cargo build --release -p webook" >&2; exit 1; }
+[[ -x $bin ]] || { echo "no $bin: cargo build --profile dist -p webook" >&2; exit 1; }
 [[ -n ${WEBOOK_TEST_DATABASE_URL:-} ]] || { echo "run under scripts/with-services.sh" >&2; exit 1; }
 if ! command -v wrk >/dev/null; then
   apt-get install -y wrk >&2 || { apt-get update >&2 && apt-get install -y wrk >&2; }

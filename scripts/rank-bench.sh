@@ -12,13 +12,13 @@
 #   - python:    wall time of scripts/bench/rank_keyset.py, the scan as a 30-line script would
 #                do it (keyset batches of 1 000, the score, a bounded heap);
 # and prints each run and the medians with webook / floor and webook / python.
-# Uses target/release/webook (WEBOOK_BIN to override); build it first.
+# Uses target/dist/webook (WEBOOK_BIN to override); build it first.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 articles=${1:-1000000}
 rounds=${2:-5}
-bin=${WEBOOK_BIN:-$PWD/target/release/webook}
-[[ -x $bin ]] || { echo "rank-bench: no $bin (cargo build --release -p webook)" >&2; exit 1; }
+bin=${WEBOOK_BIN:-$PWD/target/dist/webook}
+[[ -x $bin ]] || { echo "rank-bench: no $bin (cargo build --profile dist -p webook)" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export WEBOOK_DATA_DIR=$dir/data WEBOOK_LOG=warn
