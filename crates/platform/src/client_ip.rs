@@ -20,8 +20,7 @@ use ipnet::IpNet;
 
 use crate::error::AppError;
 
-/// The default of `client_ipv6_prefix`: one subscriber's network.
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+pub use crate::config::DEFAULT_IPV6_PREFIX;
 
 /// How the client of a request is found: the proxies whose `X-Forwarded-For` is believed, and
 /// how many leading bits of an IPv6 address name one client.

@@ -22,6 +22,11 @@ use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize};
 
 use crate::redact_url;
 
+/// Default of `database_acquire_timeout`: how long a query waits for a pooled connection.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The default of `client_ipv6_prefix`: one subscriber's network.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// Configuration flags, the highest-precedence layer. Every flag also has a `WEBOOK_*`
 /// environment variable and a `webook.toml` key of the same name (see `docs/CONFIG.md`).
 #[derive(Debug, Clone, Default, clap::Args, Serialize)]
@@ -194,9 +199,9 @@ impl Default for Config {
             metrics_token: Secret::default(),
             shutdown_timeout: Duration::from_secs(30),
             database_max_connections: 16,
-            database_acquire_timeout: crate::db::DEFAULT_ACQUIRE_TIMEOUT,
+            database_acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             trusted_proxies: Vec::new(),
-            client_ipv6_prefix: crate::client_ip::DEFAULT_IPV6_PREFIX,
+            client_ipv6_prefix: DEFAULT_IPV6_PREFIX,
             debug_endpoints: false,
             purge_schedule: "@every 10m".to_owned(),
             cache_memory_bytes: 32 * 1024 * 1024,

@@ -14,7 +14,7 @@ use axum::{
     response::Response,
 };
 
-use crate::http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
+use crate::headers::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
 
 /// Which origins may call the API from a browser, and what they may send and read.
 #[derive(Debug, Clone)]

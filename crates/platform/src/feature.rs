@@ -34,7 +34,7 @@ use crate::{
     events::{outbox::Outbox, EventStream, Subscription},
     fast_path::FastPath,
     jobs::JobRegistry,
-    ops::StatusBoard,
+    status::StatusBoard,
     redis::Redis,
     telemetry::MetricsSpec,
 };

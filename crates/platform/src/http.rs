@@ -63,10 +63,7 @@ use crate::{
     telemetry,
 };
 
-/// Response header carrying a new access token (login, refresh).
-pub const ACCESS_TOKEN_HEADER: &str = "x-jwt-token";
-/// Response header carrying a new refresh token (login, refresh).
-pub const REFRESH_TOKEN_HEADER: &str = "x-refresh-token";
+pub use crate::headers::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
 /// Request and response header carrying the request id.
 pub const REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 

@@ -40,6 +40,7 @@ pub mod error;
 pub mod events;
 pub mod fast_path;
 pub mod feature;
+pub mod headers;
 pub mod http;
 pub mod instance_lock;
 pub mod jobs;
@@ -50,6 +51,7 @@ pub mod rate_limit;
 pub mod redis;
 pub mod redis_probe;
 pub mod serve;
+pub mod status;
 pub mod telemetry;
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -34,6 +34,8 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+pub use crate::status::StatusBoard;
+
 use crate::{
     client_ip::TrustedProxies,
     config::{Config, Secret},
@@ -45,30 +47,6 @@ use crate::{
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest sleep `/debug/sleep` accepts.
 const MAX_DEBUG_SLEEP: Duration = Duration::from_secs(60);
-
-/// What features report about themselves on `/readyz` (`data.details`), by name — e.g. the
-/// search index being rebuilt: the process is ready and serves everything else meanwhile.
-/// Cheap to clone; a short lock, never held across an await.
-#[derive(Debug, Clone, Default)]
-pub struct StatusBoard(Arc<std::sync::Mutex<BTreeMap<&'static str, String>>>);
-
-impl StatusBoard {
-    /// Sets what `name` reports.
-    pub fn set(&self, name: &'static str, status: impl Into<String>) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name, status.into());
-    }
-
-    /// Everything reported, by name.
-    pub fn snapshot(&self) -> BTreeMap<&'static str, String> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
 
 /// Which operations routes a listener serves beside `/healthz` and `/readyz`.
 #[derive(Debug, Clone)]

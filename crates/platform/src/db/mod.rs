@@ -141,8 +141,7 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5
 
 /// How long the first, direct connection at start-up may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default of `database_acquire_timeout`: how long a query waits for a pooled connection.
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
+pub use crate::config::DEFAULT_ACQUIRE_TIMEOUT;
 /// How long a write waits for SQLite's single writer connection: writers queue there by design
 /// (see [`Db`]), so the wait is the queue, not an outage.
 const SQLITE_WRITER_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);

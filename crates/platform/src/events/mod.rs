@@ -374,7 +374,7 @@ impl EventStream {
     /// the `events` line of `status` (`ok`, or `degraded: …` naming the stuck groups and those
     /// with parked events); every [`PARKED_REFRESH`] reads the open parked events per group from
     /// the store ([`delivery::EVENTS_PARKED`]).
-    pub async fn monitor(self, status: crate::ops::StatusBoard, stop: CancellationToken) {
+    pub async fn monitor(self, status: crate::status::StatusBoard, stop: CancellationToken) {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut parked_read = None::<tokio::time::Instant>;
