@@ -8,8 +8,11 @@
 //! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what it
 //! runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
 //! executors, background tasks (event consumers, refreshers), and the services later features build
-//! on ([`Registry::provide`], [`Registry::get`]). The application then serves the merged routes and
-//! starts the jobs and tasks; nothing outside the feature's folder names its parts.
+//! on ([`Registry::provide`], [`Registry::get`]). The feature that owns sign-in installs how
+//! callers are resolved ([`Registry::resolve_callers`]); every route then finds it in its
+//! requests' extensions ([`crate::caller`]), and composing routes without one is refused
+//! ([`Registry::into_parts`]). The application then serves the merged routes and starts the jobs
+//! and tasks; nothing outside the feature's folder names its parts.
 
 use std::{
     any::{Any, TypeId},
@@ -28,14 +31,16 @@ use scheduler::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    caller::{Callers, ResolvesCallers},
     client_ip::TrustedProxies,
     config::{Config, SettingsSpec},
     db::{Db, Migration},
     events::{outbox::Outbox, EventStream, Subscription},
     fast_path::FastPath,
+    idempotency::Idempotency,
     jobs::JobRegistry,
-    status::StatusBoard,
     redis::Redis,
+    status::StatusBoard,
     telemetry::MetricsSpec,
 };
 
@@ -140,6 +145,10 @@ pub struct Platform {
     pub trusted_proxies: TrustedProxies,
     /// What features report on `/readyz`.
     pub status: StatusBoard,
+    /// Every migration the database was brought to: the platform's and every feature's.
+    pub schema: &'static [Migration],
+    /// `Idempotency-Key` for creating routes ([`crate::idempotency`]).
+    pub idempotency: Arc<Idempotency>,
 }
 
 impl Platform {
@@ -176,6 +185,7 @@ pub struct Registry {
     background: Vec<(&'static str, BackgroundTask)>,
     durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
     services: Services,
+    callers: Option<Callers>,
 }
 
 /// The services features provide to each other (and to tests), by type.
@@ -214,7 +224,14 @@ impl Registry {
             background: Vec::new(),
             durable_jobs: None,
             services: Services::default(),
+            callers: None,
         }
+    }
+
+    /// How every route's callers are resolved ([`crate::caller`]); installed once, by the
+    /// feature that owns sign-in.
+    pub fn resolve_callers(&mut self, resolver: Arc<dyn ResolvesCallers>) {
+        self.callers = Some(Callers::new(resolver));
     }
 
     /// Serves `routes` (with their state already given) beside the other features' routes.
@@ -282,17 +299,24 @@ impl Registry {
         self.services.get()
     }
 
-    /// Everything collected.
-    pub fn into_parts(self) -> Installed {
-        Installed {
-            routes: self.routes,
+    /// Everything collected, the routes given the caller resolver; an error when no feature
+    /// installed one (every authenticated request would otherwise fail).
+    pub fn into_parts(self) -> anyhow::Result<Installed> {
+        let callers = self.callers.ok_or_else(|| {
+            anyhow::anyhow!(
+                "no feature resolves callers (Registry::resolve_callers): install the sign-in \
+                 feature"
+            )
+        })?;
+        Ok(Installed {
+            routes: self.routes.layer(axum::Extension(callers)),
             fast_paths: self.fast_paths,
             jobs: self.jobs,
             executors: self.executors,
             background: self.background,
             durable_jobs: self.durable_jobs,
             services: Arc::new(self.services),
-        }
+        })
     }
 }
 

@@ -6,14 +6,17 @@
 //! - events: the stream (in-process or Redis Streams), the transactional outbox that feeds it
 //!   and the consumers' deduplication ([`events`]);
 //! - HTTP conventions: the `{code, msg, data}` envelope and [`error::AppError`], the middleware
-//!   stack with its `Observe` layer ([`http`]), [`cors`], client IPs ([`client_ip`]), rate
+//!   stack with its `Observe` layer ([`http`]), who is calling ([`caller`]: anonymous, user,
+//!   writer, admin, resolved through the one resolver sign-in installs), `Idempotency-Key`
+//!   ([`idempotency`]), [`cors`] and the contract's header names ([`headers`]), client IPs
+//!   ([`client_ip`]), rate
 //!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]), answers
 //!   whose constant part is serialised and gzipped once ([`prerendered`]), answers served from
 //!   memory ahead of the middleware ([`fast_path`]);
 //! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
 //!   outlive their request ([`detached`]), one embedded server per database
 //!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
-//!   free-text fields ([`text`]);
+//!   free-text fields ([`text`]), what features report on `/readyz` ([`status`]);
 //! - the configuration core ([`config`]): layering, one-line errors, secrets, and the
 //!   [`config::Settings`] sections features bring;
 //! - `testing` (feature `test-support`): fresh databases per backend, private Redis servers,
@@ -30,6 +33,7 @@
 )]
 
 pub mod cache;
+pub mod caller;
 pub mod client_ip;
 pub mod config;
 pub mod cors;
@@ -42,6 +46,7 @@ pub mod fast_path;
 pub mod feature;
 pub mod headers;
 pub mod http;
+pub mod idempotency;
 pub mod instance_lock;
 pub mod jobs;
 pub mod ops;

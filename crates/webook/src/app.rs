@@ -1,7 +1,6 @@
-//! Wiring: the list of features, and turning a [`Config`] into a running service.
+//! Wiring: turning a [`Config`] into a running service, with every feature of [`FEATURES`].
 //!
-//! [`FEATURES`] is the one place that names the features; adding one is its folder and a line
-//! there (`docs/ARCHITECTURE.md` → Adding a feature). [`App::build`] takes the embedded-mode
+//! [`App::build`] takes the embedded-mode
 //! instance lock ([`InstanceLock`]), opens the backends (SQL pool + every feature's migrations,
 //! Redis in cluster mode, the event stream and its outbox), binds the listeners (the API, and
 //! the operations endpoints when `ops_listen` is set) and installs each feature in list order
@@ -28,8 +27,9 @@ use platform::{
     db::Db,
     events::{outbox::Outbox, EventStream, RedisStreamOptions, Subscription},
     fast_path::Served,
-    feature::{Background, Feature, Installed, Platform, Registry, Services},
+    feature::{Background, Installed, Platform, Registry, Services},
     http::with_middleware,
+    idempotency::{Idempotency, PurgeIdempotencyKeys},
     instance_lock::InstanceLock,
     jobs::JobRegistry,
     ops,
@@ -38,35 +38,7 @@ use platform::{
     telemetry::{self, MetricsSpec},
 };
 
-use crate::{
-    account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    payment, phone_login, ranking, reward, search, sms, tag, user, wechat_login,
-};
-
-/// Every feature, in install order: a feature comes after those whose services it uses.
-pub const FEATURES: &[&dyn Feature] = &[
-    &auth::Auth,
-    &user::Users,
-    &sms::Sms,
-    &phone_login::PhoneLogin,
-    &wechat_login::WechatLogin,
-    &interactive::Interactive,
-    &article::Articles,
-    &ranking::Ranking,
-    &feed::Feed,
-    &comment::Comments,
-    &tag::Tags,
-    &search::Search,
-    &account::Accounts,
-    &payment::PaymentsFeature,
-    &reward::RewardsFeature,
-    // After every feature with executors: it checks new jobs against every one registered.
-    &jobs::Jobs,
-    &events_admin::EventsAdmin,
-    &console::Console,
-    // Last: it routes the database every other feature uses during an online move.
-    &db_move::DbMove,
-];
+use crate::features::FEATURES;
 
 /// Every feature's settings sections.
 pub fn settings() -> Vec<SettingsSpec> {
@@ -149,6 +121,7 @@ impl App {
             _ => EventStream::in_process(),
         };
         let outbox = Outbox::new(db.clone(), events.clone());
+        let (db_for_keys, body_limit) = (db.clone(), config.body_limit_bytes);
         let platform = Platform {
             config: Arc::new(config),
             db,
@@ -157,7 +130,9 @@ impl App {
             outbox,
             metrics,
             trusted_proxies,
-            status: ops::StatusBoard::default(),
+            status: platform::status::StatusBoard::default(),
+            schema: &crate::schema::MIGRATIONS,
+            idempotency: Idempotency::new(db_for_keys, body_limit),
         };
         let mut registry = Registry::new(JobRegistry::for_mode(
             &platform.config,
@@ -166,6 +141,10 @@ impl App {
         registry.maintenance(
             &platform.config,
             platform::events::dedup::PurgeConsumedEvents::new(platform.db.clone()),
+        )?;
+        registry.maintenance(
+            &platform.config,
+            PurgeIdempotencyKeys::new(platform.db.clone()),
         )?;
         for feature in FEATURES {
             feature
@@ -188,7 +167,7 @@ impl App {
         };
         Ok(Self {
             platform,
-            installed: registry.into_parts(),
+            installed: registry.into_parts()?,
             listener,
             ops_listener,
             _instance_lock: instance_lock,

@@ -44,92 +44,7 @@ pub enum Command {
     /// reads, likes, collects, follows and comment threads, the feed built from them, and
     /// authors' tags), for
     /// benchmarks and demos. Adds to what is there.
-    Seed(SeedArgs),
-}
-
-/// Flags of `webook seed` (see `docs/PERFORMANCE.md` → Datasets).
-#[derive(Debug, Args)]
-pub struct SeedArgs {
-    /// Users to create (seed1@example.com, seed2@example.com, …; they sign in with --password).
-    #[arg(long, default_value_t = 1_000)]
-    pub users: u64,
-    /// Articles to create: 90 % published, 6 % drafts, 4 % withdrawn.
-    #[arg(long, default_value_t = 10_000)]
-    pub articles: u64,
-    /// Likes across the published articles, Zipf-distributed (one per user and article).
-    #[arg(long, default_value_t = 50_000)]
-    pub likes: u64,
-    /// Collects across the published articles, Zipf-distributed like the likes.
-    #[arg(long, default_value_t = 5_000)]
-    pub collects: u64,
-    /// Reads across the published articles, Zipf-distributed (counters only).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub reads: u64,
-    /// Follows between the users, followers per user Zipf-distributed (the most prolific
-    /// authors the most followed); the feed is built to match, for feed_push_threshold and
-    /// feed_inbox_cap of the config.
-    #[arg(long, default_value_t = 0)]
-    pub follows: u64,
-    /// Comments across the published articles, Zipf-distributed like the likes (threads of
-    /// top-level comments and nested replies).
-    #[arg(long, default_value_t = 20_000)]
-    pub comments: u64,
-    /// The N most popular articles get --hot-thread-comments more comments each (huge threads).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub hot_threads: u64,
-    /// Comments added to each hot thread.
-    #[arg(long, default_value_t = 100_000)]
-    pub hot_thread_comments: u64,
-    /// Articles were created over the last D days (before --until).
-    #[arg(long, default_value_t = 30)]
-    pub days: u64,
-    /// Seed of every random choice: the same seed, sizes and --until give the same data.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// End of the time window, RFC 3339 (e.g. 2026-11-30T00:00:00Z). Default: now.
-    #[arg(long, value_name = "TIME")]
-    pub until: Option<String>,
-    /// Zipf exponent of popularity: rank r gets a share proportional to r^-s.
-    #[arg(long = "zipf", value_name = "S", default_value_t = 1.0)]
-    pub zipf_exponent: f64,
-    /// Password of every seeded user.
-    #[arg(long, default_value = "seed-Password-1!", env = "WEBOOK_SEED_PASSWORD")]
-    pub password: String,
-    /// Tags of each author's own; each published article carries 0-3 of its author's.
-    #[arg(long, default_value_t = 5)]
-    pub tags_per_author: u64,
-}
-
-impl SeedArgs {
-    /// The plan these flags describe.
-    pub fn plan(&self) -> anyhow::Result<crate::seed::Plan> {
-        let until = match &self.until {
-            Some(text) => chrono::DateTime::parse_from_rfc3339(text)
-                .with_context(|| format!("--until {text}: not an RFC 3339 time"))?
-                .timestamp_millis(),
-            None => platform::db::now_millis(),
-        };
-        Ok(crate::seed::Plan {
-            users: self.users,
-            articles: self.articles,
-            likes: self.likes,
-            collects: self.collects,
-            reads: self.reads,
-            follows: self.follows,
-            comments: self.comments,
-            hot_threads: self.hot_threads,
-            hot_thread_comments: self.hot_thread_comments,
-            // The config's (seed::cli::run); these are its defaults.
-            feed: crate::feed::FeedSettings::default(),
-            days: self.days,
-            seed: self.seed,
-            until,
-            zipf_exponent: self.zipf_exponent,
-            password: self.password.clone(),
-            likes_per_pass: crate::seed::LIKES_PER_PASS,
-            tags_per_author: self.tags_per_author,
-        })
-    }
+    Seed(crate::seed::SeedArgs),
 }
 
 /// Flags of `webook serve`.
@@ -176,7 +91,7 @@ pub fn command() -> clap::Command {
     let own = Cli::command();
     // A feature's `Subcommand` enum brings its doc comment as the command's about: keep ours.
     let (about, long_about) = (own.get_about().cloned(), own.get_long_about().cloned());
-    let command = app::FEATURES
+    let command = crate::features::FEATURES
         .iter()
         .filter_map(|feature| feature.cli())
         .fold(own, |command, feature| (feature.augment)(command))
@@ -200,7 +115,7 @@ where
 {
     let matches = command().try_get_matches_from(args)?;
     let feature = matches.subcommand_name().and_then(|name| {
-        app::FEATURES
+        crate::features::FEATURES
             .iter()
             .filter_map(|feature| feature.cli())
             .find(|commands| (commands.handles)(name))
@@ -261,7 +176,7 @@ impl Cli {
                 // The seed assumes no concurrent writer: not beside an embedded server.
                 let _lock =
                     platform::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
-                crate::seed::cli::run(&config, &args).await
+                crate::seed::run(&config, &args).await
             }
             Command::Migrate => {
                 let config = app::load_config(&self.config)?;

@@ -9,7 +9,7 @@ use std::{path::PathBuf, time::Duration};
 use figment::Jail;
 use platform::config::{Config, ConfigArgs, KEYS};
 
-use crate::{app::load_config, auth::settings::AuthSettings};
+use crate::{app::load_config, auth::AuthSettings};
 
 fn load_in_jail(flags: &ConfigArgs) -> Result<Config, figment::Error> {
     load_config(flags).map_err(|err| err.to_string().into())
@@ -370,7 +370,7 @@ fn every_section_serialises_exactly_its_keys() {
         wechat.wechat_redirect_uri = Some("https://example.com/oauth2/wechat/callback".to_owned());
         config
             .settings_mut::<crate::payment::PaymentSettings>()
-            .pay_provider = Some(crate::payment::settings::ProviderName::Fake);
+            .pay_provider = Some(crate::payment::ProviderName::Fake);
         config
     });
     let mut shown_keys: Vec<&str> = shown.keys().map(String::as_str).collect();

@@ -9,7 +9,7 @@
 //! The switch is configuration only. Data flows from [`cli`] (parse the command line) through the
 //! configuration core of the `platform` crate (defaults → `webook.toml` → `WEBOOK_*` env →
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
-//! backends, installs every feature of [`app::FEATURES`] — [`auth`], [`user`], [`interactive`],
+//! backends, installs every feature of [`features::FEATURES`] — [`auth`], [`user`], [`interactive`],
 //! [`article`], [`ranking`], [`feed`], [`comment`], [`tag`], [`search`], [`account`],
 //! [`payment`], [`reward`], [`jobs`], [`events_admin`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
@@ -34,8 +34,8 @@ mod config_contract;
 pub mod console;
 pub mod db_move;
 pub mod events_admin;
+pub mod features;
 pub mod feed;
-pub mod idempotency;
 pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
@@ -50,6 +50,7 @@ pub mod search;
 pub mod seed;
 pub mod sms;
 pub mod tag;
+pub mod terminal;
 pub mod user;
 pub mod wechat_login;
 

@@ -7,12 +7,20 @@
 
 use std::sync::LazyLock;
 
-use platform::db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION};
+use platform::{
+    db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION},
+    idempotency::IDEMPOTENCY_MIGRATION,
+};
 
 /// Every migration, in version order; [`platform::db::Db::migrate`] applies the missing ones.
 pub static MIGRATIONS: LazyLock<Vec<Migration>> = LazyLock::new(|| {
-    let mut migrations = vec![META_MIGRATION, OUTBOX_MIGRATION, EVENT_GROUPS_MIGRATION];
-    for feature in crate::app::FEATURES {
+    let mut migrations = vec![
+        META_MIGRATION,
+        IDEMPOTENCY_MIGRATION,
+        OUTBOX_MIGRATION,
+        EVENT_GROUPS_MIGRATION,
+    ];
+    for feature in crate::features::FEATURES {
         migrations.extend_from_slice(feature.migrations());
     }
     migrations.sort_by_key(|migration| migration.version);

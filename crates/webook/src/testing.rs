@@ -18,9 +18,9 @@ use tokio::{sync::oneshot, task::JoinHandle};
 
 use crate::{
     app::App,
-    auth::settings::AuthSettings,
-    jobs::settings::JobSettings,
-    payment::settings::{PaymentSettings, ProviderName},
+    auth::AuthSettings,
+    jobs::JobSettings,
+    payment::{PaymentSettings, ProviderName},
     schema::MIGRATIONS,
     search::SearchSettings,
 };

@@ -1,12 +1,12 @@
 //! `GET /account`: the caller's balance and entries, newest first, in keyset pages.
 
+use platform::caller::AuthUser;
 use std::sync::Arc;
 
 use axum::{extract::State, routing::get, Router};
 use serde::Deserialize;
 
 use super::{AccountView, Ledger};
-use crate::auth::{AuthService, AuthUser, Authenticates};
 use platform::{
     error::{ApiQuery, ApiResult, Reply},
     page::page_limit,
@@ -16,14 +16,6 @@ use platform::{
 pub struct AccountRoutes {
     /// The ledger.
     pub ledger: Ledger,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for AccountRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The routes.

@@ -26,8 +26,6 @@ use platform::{
     page::{decode_cursor, overfetch, Page},
 };
 
-use crate::auth::AuthService;
-
 /// The accounts feature: provides [`Ledger`].
 pub struct Accounts;
 
@@ -50,7 +48,6 @@ impl Feature for Accounts {
         let ledger = Ledger::new(platform.db.clone());
         registry.routes(http::router(http::AccountRoutes {
             ledger: ledger.clone(),
-            auth: registry.get::<AuthService>()?,
         }));
         registry.provide(ledger);
         Ok(())

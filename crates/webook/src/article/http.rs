@@ -7,6 +7,8 @@ use axum::{
     routing::{get, post},
     Router,
 };
+use platform::caller::{AuthUser, Writer};
+use platform::idempotency::Idempotency;
 use serde::Deserialize;
 
 use std::sync::Arc;
@@ -17,8 +19,6 @@ use crate::{
         service::existing_id,
         ArticleService,
     },
-    auth::{AuthService, AuthUser, Authenticates, Writer},
-    idempotency::Idempotency,
     interactive::InteractiveService,
 };
 use platform::{
@@ -33,19 +33,12 @@ pub struct ArticleRoutes {
     pub articles: ArticleService,
     /// Reads, likes and collects of the reader view.
     pub interactive: InteractiveService,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for ArticleRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The `/articles` routes; saving and publishing honour `Idempotency-Key`.
 pub fn router(routes: ArticleRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         .route("/articles/edit", post(edit).route_layer(idempotent.clone()))
         .route("/articles/publish", post(publish).route_layer(idempotent))

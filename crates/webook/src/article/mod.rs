@@ -20,15 +20,13 @@ pub use model::{
 };
 pub use service::ArticleService;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use platform::{
     db::Migration,
     feature::{Feature, Platform, Registry},
 };
 
-use crate::{auth::AuthService, idempotency::Idempotency, interactive::InteractiveService};
+use crate::interactive::InteractiveService;
 use cache::ArticleCache;
 use store::ArticleStore;
 
@@ -71,9 +69,8 @@ impl Feature for Articles {
             http::ArticleRoutes {
                 articles: articles.clone(),
                 interactive: registry.get::<InteractiveService>()?,
-                auth: registry.get::<AuthService>()?,
             },
-            registry.get::<Arc<Idempotency>>()?,
+            platform.idempotency.clone(),
         ));
         registry.provide(articles);
         Ok(())

@@ -6,29 +6,19 @@
 //! id, never an email address: an admin email that nobody had registered yet could be claimed by
 //! whoever signed up with it first.
 //!
-//! Handlers take an [`Admin`] argument: a logged-in caller (401 otherwise) with admin rights
-//! (403002 otherwise, with a message naming the [`AdminArea`] the routes' state guards), checked
-//! before any other extractor so a non-admin learns nothing about ids or bodies.
+//! [`Admins`] answers whether a user has the right; handlers ask through `platform::caller::Admin`
+//! (auth's [`super::SessionCallers`] resolves it), never through this module.
 
 use anyhow::Context;
-use axum::{extract::FromRequestParts, http::request::Parts};
 use serde::Serialize;
 
 use std::sync::Arc;
 
-use crate::auth::{http::Authenticates, AuthUser};
 use platform::{
     config::Config,
     db::{now_millis, Db, Migration},
-    error::{AppError, Msg},
+    error::AppError,
 };
-
-/// An authenticated caller with admin rights (module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admin {
-    /// The admin's user id.
-    pub uid: i64,
-}
 
 /// Who has admin rights: the ids of config `admins`, and the grants in the database; cheap to
 /// clone.
@@ -50,79 +40,6 @@ impl Admins {
     /// Whether user `uid` has admin rights.
     pub async fn contains(&self, uid: i64) -> Result<bool, AppError> {
         Ok(self.configured.contains(&uid) || self.store.is_admin(uid).await?)
-    }
-}
-
-/// What a set of admin routes guards: the refusal a non-admin gets names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminArea {
-    /// Durable jobs (`/jobs…`).
-    Jobs,
-    /// The database move (`/admin/db-move…`).
-    DatabaseMove,
-    /// The instances and their readiness (`/admin/instances`).
-    Instances,
-    /// What payment reconciliation found (`/payments/discrepancies…`).
-    Discrepancies,
-    /// Event consumer groups and parked events (`/admin/events/…`).
-    Events,
-}
-
-impl AdminArea {
-    /// The 403002 a non-admin gets from this area's routes.
-    pub fn refusal(self) -> AppError {
-        let (english, chinese) = match self {
-            Self::Jobs => ("only admins may manage jobs", "只有管理员可以管理任务"),
-            Self::DatabaseMove => (
-                "only admins may move the database",
-                "只有管理员可以迁移数据库",
-            ),
-            Self::Instances => (
-                "only admins may see the instances",
-                "只有管理员可以查看实例",
-            ),
-            Self::Discrepancies => (
-                "only admins may see payment discrepancies",
-                "只有管理员可以查看支付差异",
-            ),
-            Self::Events => (
-                "only admins may manage event consumer groups",
-                "只有管理员可以管理事件消费组",
-            ),
-        };
-        AppError::Forbidden(Msg::new(english, chinese))
-    }
-}
-
-/// The state of routes that take an [`Admin`].
-pub trait ChecksAdmins: Authenticates {
-    /// Who has admin rights.
-    fn admins(&self) -> &Admins;
-
-    /// What these routes guard (named in the refusal of a non-admin).
-    fn admin_area(&self) -> AdminArea;
-}
-
-impl<T: ChecksAdmins> ChecksAdmins for Arc<T> {
-    fn admins(&self) -> &Admins {
-        (**self).admins()
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        (**self).admin_area()
-    }
-}
-
-impl<S: ChecksAdmins> FromRequestParts<S> for Admin {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let user = AuthUser::from_request_parts(parts, state).await?;
-        if state.admins().contains(user.uid).await? {
-            Ok(Self { uid: user.uid })
-        } else {
-            Err(state.admin_area().refusal())
-        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! The sign-in routes under `/users/*` (API.md → Users: signup, login, refresh_token, logout):
-//! thin handlers that parse, call [`AuthService`] and answer; and the extractors every feature's
-//! handlers authenticate their caller with ([`AuthUser`], [`Writer`]).
+//! thin handlers that parse, call [`AuthService`] and answer. (Every feature's handlers find their
+//! caller through `platform::caller`, which [`super::SessionCallers`] resolves.)
 
 use axum::{
-    extract::{FromRequestParts, State},
-    http::{header, request::Parts, HeaderMap, HeaderName, HeaderValue},
+    extract::State,
+    http::{HeaderMap, HeaderName, HeaderValue},
     response::{IntoResponse, Response},
     routing::post,
     Router,
@@ -13,8 +13,9 @@ use serde::Deserialize;
 
 use std::sync::Arc;
 
-use crate::auth::service::{AuthService, AuthUser, TokenPair};
+use crate::auth::service::{AuthService, TokenPair};
 use platform::{
+    caller::{user_agent, AuthUser},
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},
     http::{bearer_token, ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
@@ -31,30 +32,6 @@ pub struct SignInRoutes {
 impl KnowsProxies for SignInRoutes {
     fn trusted_proxies(&self) -> &TrustedProxies {
         &self.trusted_proxies
-    }
-}
-
-/// The state of routes whose handlers authenticate their caller ([`AuthUser`], [`Writer`]).
-pub trait Authenticates: Send + Sync {
-    /// The sessions that check tokens.
-    fn auth(&self) -> &AuthService;
-}
-
-impl Authenticates for AuthService {
-    fn auth(&self) -> &AuthService {
-        self
-    }
-}
-
-impl Authenticates for SignInRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl<T: Authenticates> Authenticates for Arc<T> {
-    fn auth(&self) -> &AuthService {
-        (**self).auth()
     }
 }
 
@@ -168,46 +145,10 @@ fn tokens_reply(tokens: &TokenPair, msg: Msg) -> Result<Response, AppError> {
         .into_response())
 }
 
-/// The request's User-Agent ("" when absent), which sessions are bound to.
-pub fn user_agent(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::USER_AGENT)
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-}
-
-/// A logged-in caller about to write (publish, like, edit a profile, …): an [`AuthUser`] within
-/// the per-user write rate limit (`write_rate_limit`; 429001 beyond it, with `Retry-After`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Writer(pub AuthUser);
-
-impl<S: Authenticates> FromRequestParts<S> for Writer {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let user = AuthUser::from_request_parts(parts, state).await?;
-        state.auth().check_write_rate(user.uid).await?;
-        Ok(Self(user))
-    }
-}
-
-/// Handlers that take an [`AuthUser`] only run for a valid, unrevoked access token presented
-/// from the User-Agent it was issued to (401 / 403001 otherwise).
-impl<S: Authenticates> FromRequestParts<S> for AuthUser {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
-        state
-            .auth()
-            .authenticate(token, user_agent(&parts.headers))
-            .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     #[test]
     fn bearer_tokens_are_parsed_strictly() {

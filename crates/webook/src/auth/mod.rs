@@ -1,5 +1,6 @@
-//! Signing in: sign-up, login, token refresh with rotation, logout, sessions, the sign-in and
-//! write rate limits, admin rights (and, to come, SMS and WeChat login).
+//! Signing in with an email and password: sign-up, login, token refresh with rotation, logout,
+//! sessions, the sign-in and write rate limits, admin rights. (SMS and WeChat sign-in are the
+//! `phone_login` and `wechat_login` features; they open sessions through [`AuthService`].)
 //!
 //! Data flow: [`http`] parses requests (rate-limiting sign-up and login per client IP) and calls
 //! [`AuthService`], which validates credentials (the account rules of
@@ -8,10 +9,10 @@
 //! session state — revocation and refresh generations — in the [`session`] store (in-process +
 //! SQL when embedded, Redis in cluster mode).
 //!
-//! Other features authenticate requests by taking an [`AuthUser`] (or a [`Writer`], within the
-//! write rate limit) argument in their handlers, whose state implements
-//! [`http::Authenticates`]; admin-only routes take an [`admin::Admin`] (rights by user id:
-//! config `admins` or `webook admin grant`).
+//! Other features never name this one to know their caller: they take `platform::caller`'s
+//! extractors (`Caller`, `AuthUser`, `Writer`, `Admin`), which this feature backs by installing
+//! [`SessionCallers`] as the platform's caller resolver — tokens checked by [`AuthService`],
+//! admin rights (by user id: config `admins` or `webook admin grant`) by [`Admins`].
 
 pub mod admin;
 pub mod http;
@@ -22,31 +23,33 @@ pub mod session;
 pub mod settings;
 pub mod token;
 
-pub use admin::{Admin, AdminArea, Admins, ChecksAdmins};
-pub use http::{user_agent, with_tokens, Authenticates, Writer};
+pub use admin::Admins;
+pub use http::with_tokens;
 pub use jobs::PurgeExpiredSessions;
 pub use password::PasswordHasher;
-pub use service::{AuthService, AuthUser, TokenPair, AUTH_EVENTS_TOTAL};
+pub use service::{AuthService, TokenPair, AUTH_EVENTS_TOTAL};
+pub use settings::AuthSettings;
 
 use async_trait::async_trait;
 use clap::FromArgMatches;
 use platform::{
+    caller::{AuthUser, ResolvesCallers},
     config::SettingsSpec,
     db::Migration,
+    error::AppError,
     feature::{CliCommands, Feature, Platform, Registry},
     rate_limit::RateLimiter,
 };
 
-use crate::idempotency::{Idempotency, PurgeIdempotencyKeys};
 use crate::user::UserStore;
 use service::Limits;
 use session::SessionStore;
-use settings::{AuthSettings, JwtSecrets};
+use settings::JwtSecrets;
 use token::Tokens;
 
-/// The auth feature: sign-in, sessions, admin rights and `Idempotency-Key`. It provides
-/// [`AuthService`] (authentication for every other feature's handlers), [`Admins`] and
-/// [`Idempotency`] to the features installed after it.
+/// The auth feature: sign-in, sessions and admin rights. It installs the platform's caller
+/// resolver ([`SessionCallers`]) and provides [`AuthService`] (sessions for the other sign-in
+/// features) and [`Admins`] to the features installed after it.
 pub struct Auth;
 
 #[async_trait]
@@ -60,18 +63,11 @@ impl Feature for Auth {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[
-            Migration::new(
-                7,
-                "admins",
-                include_str!("../../migrations/0007_admins.sql"),
-            ),
-            Migration::new(
-                8,
-                "idempotency",
-                include_str!("../../migrations/0008_idempotency.sql"),
-            ),
-        ];
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            7,
+            "admins",
+            include_str!("../../migrations/0007_admins.sql"),
+        )];
         MIGRATIONS
     }
 
@@ -91,19 +87,44 @@ impl Feature for Auth {
         let jwt = JwtSecrets::resolve(settings, config)?;
         let auth = build_service(platform, settings, &jwt).await?;
         registry.maintenance(config, PurgeExpiredSessions::new(auth.clone()))?;
-        registry.maintenance(config, PurgeIdempotencyKeys::new(platform.db.clone()))?;
         registry.routes(http::router(http::SignInRoutes {
             auth: auth.clone(),
             trusted_proxies: platform.trusted_proxies.clone(),
         }));
-        registry.provide(Admins::new(&settings.admins, platform.db.clone()));
-        registry.provide(Idempotency::new(
-            auth.clone(),
-            platform.db.clone(),
-            config.body_limit_bytes,
-        ));
+        let admins = Admins::new(&settings.admins, platform.db.clone());
+        registry.resolve_callers(std::sync::Arc::new(SessionCallers {
+            auth: auth.clone(),
+            admins: admins.clone(),
+        }));
+        registry.provide(admins);
         registry.provide(auth);
         Ok(())
+    }
+}
+
+/// How the platform learns who is calling: access tokens checked against sessions, the write
+/// limit, admin rights.
+pub struct SessionCallers {
+    auth: AuthService,
+    admins: Admins,
+}
+
+#[async_trait]
+impl ResolvesCallers for SessionCallers {
+    async fn authenticate(
+        &self,
+        access_token: &str,
+        user_agent: &str,
+    ) -> Result<AuthUser, AppError> {
+        self.auth.authenticate(access_token, user_agent).await
+    }
+
+    async fn check_write_rate(&self, uid: i64) -> Result<(), AppError> {
+        self.auth.check_write_rate(uid).await
+    }
+
+    async fn is_admin(&self, uid: i64) -> Result<bool, AppError> {
+        self.admins.contains(uid).await
     }
 }
 

@@ -11,6 +11,7 @@ use crate::{
     user::{check_password_strength, normalize_email, InsertError, UserStore},
 };
 use platform::{
+    caller::AuthUser,
     db::now_millis,
     error::{AppError, Msg},
     rate_limit::RateLimiter,
@@ -26,15 +27,6 @@ pub struct TokenPair {
     pub access: String,
     /// Goes in `x-refresh-token`.
     pub refresh: String,
-}
-
-/// The caller of an authenticated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthUser {
-    /// User id.
-    pub uid: i64,
-    /// Session id.
-    pub ssid: String,
 }
 
 /// The rate limits of sign-in and writes.

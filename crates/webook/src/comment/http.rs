@@ -1,6 +1,8 @@
 //! `/comments` (API.md → Comments): thin handlers over [`CommentService`]. Every route needs a
 //! logged-in caller; writing honours `Idempotency-Key`.
 
+use platform::caller::{AuthUser, Writer};
+use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
 use axum::{
@@ -11,13 +13,11 @@ use axum::{
 use serde::Deserialize;
 
 use crate::{
-    auth::{AuthService, AuthUser, Authenticates, Writer},
     biz::Biz,
     comment::{
         model::{CommentView, NewComment, ThreadPage},
         CommentService,
     },
-    idempotency::Idempotency,
 };
 use platform::{
     error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, Reply},
@@ -28,19 +28,12 @@ use platform::{
 pub struct CommentRoutes {
     /// Comments.
     pub comments: CommentService,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for CommentRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The routes.
 pub fn router(routes: CommentRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         .route(
             "/comments",

@@ -20,8 +20,6 @@ pub use service::CommentService;
 pub use settings::CommentSettings;
 pub use store::CommentStore;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
@@ -30,7 +28,7 @@ use platform::{
     telemetry::MetricsSpec,
 };
 
-use crate::{auth::AuthService, idempotency::Idempotency, interactive::InteractiveService};
+use crate::interactive::InteractiveService;
 
 /// The comments feature: it provides [`CommentService`] and the `/comments` routes, and
 /// records `comment_changed` events for the feed.
@@ -71,9 +69,8 @@ impl Feature for Comments {
         registry.routes(http::router(
             http::CommentRoutes {
                 comments: comments.clone(),
-                auth: registry.get::<AuthService>()?,
             },
-            registry.get::<Arc<Idempotency>>()?,
+            platform.idempotency.clone(),
         ));
         registry.provide(comments);
         Ok(())

@@ -7,6 +7,7 @@
 //! requests from this origin only; no inline script, no framing), is sent gzipped from the copy
 //! made at start-up when the client accepts it, and answers `If-None-Match` with 304.
 
+use platform::caller::{Admin, AdminArea};
 use std::sync::Arc;
 
 use axum::{
@@ -22,7 +23,6 @@ use super::{
     assets::{Asset, Bundle},
     instances::{InstanceRegistry, InstanceView},
 };
-use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     error::{ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     http::{accepts_gzip, etag_matches},
@@ -45,27 +45,13 @@ pub struct ConsoleRoutes {
     pub bundle: Bundle,
     /// Instances and their readiness.
     pub instances: InstanceRegistry,
-    /// Authentication.
-    pub auth: AuthService,
-    /// Who may see the instances.
-    pub admins: Admins,
 }
 
-impl Authenticates for ConsoleRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl ChecksAdmins for ConsoleRoutes {
-    fn admins(&self) -> &Admins {
-        &self.admins
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        AdminArea::Instances
-    }
-}
+/// What these routes guard: The instances and their readiness (`/admin/instances`); a non-admin's refusal names it.
+const ADMIN_AREA: AdminArea = AdminArea::new(
+    "only admins may see the instances",
+    "只有管理员可以查看实例",
+);
 
 /// The routes.
 pub fn router(routes: ConsoleRoutes) -> Router {
@@ -75,6 +61,7 @@ pub fn router(routes: ConsoleRoutes) -> Router {
         .route("/console/qr.svg", get(qr))
         .route("/admin/instances", get(instances))
         .with_state(Arc::new(routes))
+        .layer(axum::Extension(ADMIN_AREA))
 }
 
 async fn index(State(routes): State<Arc<ConsoleRoutes>>, request: Request) -> Response {

@@ -15,7 +15,6 @@ mod instances;
 
 use async_trait::async_trait;
 
-use crate::auth::{Admins, AuthService};
 use platform::{
     db::Migration,
     feature::{Feature, Platform, Registry},
@@ -56,12 +55,7 @@ impl Feature for Console {
         registry.background("instance_reports", move |background| {
             reporter.run(reporting, background.stop)
         });
-        registry.routes(http::router(http::ConsoleRoutes {
-            bundle,
-            instances,
-            auth: registry.get::<AuthService>()?,
-            admins: registry.get::<Admins>()?,
-        }));
+        registry.routes(http::router(http::ConsoleRoutes { bundle, instances }));
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! [`SWITCH_WAIT`]) and answers its outcome, but a closed tab or a proxy's timeout does not
 //! end it ([`super::switch`]).
 
+use platform::caller::{Admin, AdminArea};
 use std::sync::{
     atomic::{AtomicBool, Ordering},
     Arc,
@@ -23,7 +24,6 @@ use super::{
     switch::Switcher,
     work, Mover, StatusView,
 };
-use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::Migration,
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -44,8 +44,6 @@ pub struct MoveRoutes {
     coordinator: Coordinator,
     control: Control,
     source_url: String,
-    auth: AuthService,
-    admins: Admins,
     schema: &'static [Migration],
     mover: tokio::sync::Mutex<Option<Mover>>,
     busy: AtomicBool,
@@ -55,8 +53,6 @@ impl MoveRoutes {
     pub fn new(
         control: Control,
         source_url: String,
-        auth: AuthService,
-        admins: Admins,
         schema: &'static [Migration],
         coordinator: Coordinator,
     ) -> Self {
@@ -64,8 +60,6 @@ impl MoveRoutes {
             coordinator,
             control,
             source_url,
-            auth,
-            admins,
             schema,
             mover: tokio::sync::Mutex::new(None),
             busy: AtomicBool::new(false),
@@ -127,21 +121,11 @@ impl MoveRoutes {
     }
 }
 
-impl Authenticates for MoveRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl ChecksAdmins for MoveRoutes {
-    fn admins(&self) -> &Admins {
-        &self.admins
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        AdminArea::DatabaseMove
-    }
-}
+/// What these routes guard: The database move (`/admin/db-move…`); a non-admin's refusal names it.
+const ADMIN_AREA: AdminArea = AdminArea::new(
+    "only admins may move the database",
+    "只有管理员可以迁移数据库",
+);
 
 /// The routes.
 pub fn router(routes: MoveRoutes) -> Router {
@@ -155,6 +139,7 @@ pub fn router(routes: MoveRoutes) -> Router {
         .route("/admin/db-move/finish", post(finish))
         .route("/admin/db-move/findings", get(findings))
         .with_state(Arc::new(routes))
+        .layer(axum::Extension(ADMIN_AREA))
 }
 
 fn invalid(message: &str) -> AppError {

@@ -157,9 +157,7 @@ impl Feature for DbMove {
         registry.routes(http::router(http::MoveRoutes::new(
             control,
             platform.config.database_url(),
-            registry.get::<crate::auth::AuthService>()?,
-            registry.get::<crate::auth::Admins>()?,
-            &crate::schema::MIGRATIONS,
+            platform.schema,
             http::Coordinator { name, deadline },
         )));
         Ok(())

@@ -7,7 +7,7 @@
 use anyhow::Context;
 use clap::Subcommand;
 
-use crate::jobs::cli::{table, time_text};
+use crate::terminal::{table, time_text};
 use platform::{
     config::Config,
     db::{Db, Migration},

@@ -8,6 +8,7 @@
 //! - `POST /admin/events/discard` `{ids?, group?, topic?, reason}`: discards them, recording the
 //!   admin and the reason; `{count}`.
 
+use platform::caller::{Admin, AdminArea};
 use std::sync::Arc;
 
 use axum::{
@@ -17,7 +18,6 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::Db,
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -31,25 +31,13 @@ use platform::{
 pub struct EventRoutes {
     pub db: Db,
     pub events: EventStream,
-    pub auth: AuthService,
-    pub admins: Admins,
 }
 
-impl Authenticates for EventRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl ChecksAdmins for EventRoutes {
-    fn admins(&self) -> &Admins {
-        &self.admins
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        AdminArea::Events
-    }
-}
+/// What these routes guard: Event consumer groups and parked events (`/admin/events/…`); a non-admin's refusal names it.
+const ADMIN_AREA: AdminArea = AdminArea::new(
+    "only admins may manage event consumer groups",
+    "只有管理员可以管理事件消费组",
+);
 
 /// The routes.
 pub fn router(routes: EventRoutes) -> Router {
@@ -59,6 +47,7 @@ pub fn router(routes: EventRoutes) -> Router {
         .route("/admin/events/replay", post(replay))
         .route("/admin/events/discard", post(discard))
         .with_state(Arc::new(routes))
+        .layer(axum::Extension(ADMIN_AREA))
 }
 
 /// Most parked events one request lists.

@@ -16,7 +16,6 @@ mod http;
 use async_trait::async_trait;
 use clap::FromArgMatches;
 
-use crate::auth::{Admins, AuthService};
 use platform::feature::{CliCommands, Feature, Platform, Registry};
 
 /// The consumer-groups operator feature.
@@ -42,8 +41,6 @@ impl Feature for EventsAdmin {
         registry.routes(http::router(http::EventRoutes {
             db: platform.db.clone(),
             events: platform.events.clone(),
-            auth: registry.get::<AuthService>()?,
-            admins: registry.get::<Admins>()?,
         }));
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! [`FollowService`] and [`FeedService`]. Every route needs a logged-in caller; following
 //! honours `Idempotency-Key`.
 
+use platform::caller::{AuthUser, Writer};
+use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
 use axum::{
@@ -11,14 +13,10 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    auth::{AuthService, AuthUser, Authenticates, Writer},
-    feed::{
-        follow_store::Side,
-        model::{page_limit, FeedItem, FollowCounts, FollowUser, Page},
-        FeedService, FollowService,
-    },
-    idempotency::Idempotency,
+use crate::feed::{
+    follow_store::Side,
+    model::{page_limit, FeedItem, FollowCounts, FollowUser, Page},
+    FeedService, FollowService,
 };
 use platform::error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Reply};
 
@@ -28,19 +26,12 @@ pub struct FeedRoutes {
     pub follows: FollowService,
     /// Feeds.
     pub feed: FeedService,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for FeedRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The routes.
 pub fn router(routes: FeedRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         .route("/follow/follow", post(follow).route_layer(idempotent))
         .route("/follow/cancel", post(cancel))

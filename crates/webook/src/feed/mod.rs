@@ -24,8 +24,6 @@ pub use model::{Delivery, FeedKind, FollowEvent, TOPIC_FOLLOW_CHANGED};
 pub use service::FeedService;
 pub use settings::FeedSettings;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
@@ -33,8 +31,6 @@ use platform::{
     feature::{Feature, Platform, Registry},
     telemetry::MetricsSpec,
 };
-
-use crate::{auth::AuthService, idempotency::Idempotency};
 
 /// The feed feature: follow relations and feeds. It consumes the article, like and follow
 /// events, provides [`FollowService`] and [`FeedService`], and prunes inboxes on
@@ -91,9 +87,8 @@ impl Feature for Feed {
             http::FeedRoutes {
                 follows: follows.clone(),
                 feed: feed.clone(),
-                auth: registry.get::<AuthService>()?,
             },
-            registry.get::<Arc<Idempotency>>()?,
+            platform.idempotency.clone(),
         ));
         registry.provide(follows);
         registry.provide(feed);

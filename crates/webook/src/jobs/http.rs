@@ -11,16 +11,14 @@ use axum::{
     routing::{get, post},
     Router,
 };
+use platform::caller::{Admin, AdminArea};
+use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
 use scheduler::sql::{Executors, JobRow, JobStatus, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins},
-    idempotency::Idempotency,
-    jobs::service::{self, JobEdit, JobSpec},
-};
+use crate::jobs::service::{self, JobEdit, JobSpec};
 use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
 
 /// Runs listed when `limit` is not given.
@@ -34,33 +32,18 @@ pub struct JobRoutes {
     pub job_store: SqlJobStore,
     /// The executors jobs may name (creation is checked against them).
     pub job_executors: Executors,
-    /// Authentication.
-    pub auth: AuthService,
-    /// Who may manage jobs.
-    pub admins: Admins,
     /// How long a running owner's claim lasts past its last heartbeat (config `job_lease`).
     pub lease: std::time::Duration,
 }
 
-impl Authenticates for JobRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl ChecksAdmins for JobRoutes {
-    fn admins(&self) -> &Admins {
-        &self.admins
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        AdminArea::Jobs
-    }
-}
+/// What these routes guard: Durable jobs (`/jobs…`); a non-admin's refusal names it.
+const ADMIN_AREA: AdminArea =
+    AdminArea::new("only admins may manage jobs", "只有管理员可以管理任务");
 
 /// The `/jobs` routes; creating a job honours `Idempotency-Key`.
 pub fn router(routes: JobRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         .route(
             "/jobs",
@@ -72,6 +55,7 @@ pub fn router(routes: JobRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/jobs/{id}/edit", post(edit))
         .route("/jobs/{id}/runs", get(runs))
         .with_state(Arc::new(routes))
+        .layer(axum::Extension(ADMIN_AREA))
 }
 
 const NO_SUCH_JOB: AppError = AppError::NotFound(Msg::new("no such job", "任务不存在"));

@@ -34,10 +34,6 @@ use scheduler::sql::{
     RUNS_RETENTION_SCHEMA, SCHEMA,
 };
 
-use crate::{
-    auth::{Admins, AuthService},
-    idempotency::Idempotency,
-};
 use platform::{
     config::{Config, DatabaseKind, SettingsSpec},
     db::{Db, Migration},
@@ -45,7 +41,7 @@ use platform::{
 };
 
 pub use purge::PurgeJobRuns;
-use settings::JobSettings;
+pub use settings::JobSettings;
 
 /// The durable-jobs feature: the SQL scheduler's worker on every instance that runs work, the
 /// `http` executor and the admin API. Install it after every feature that registers executors:
@@ -109,11 +105,9 @@ impl Feature for Jobs {
             http::JobRoutes {
                 job_store,
                 job_executors: registry.executors().clone(),
-                auth: registry.get::<AuthService>()?,
-                admins: registry.get::<Admins>()?,
                 lease: settings.job_lease,
             },
-            registry.get::<Arc<Idempotency>>()?,
+            platform.idempotency.clone(),
         ));
         Ok(())
     }

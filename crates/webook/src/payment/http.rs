@@ -3,6 +3,7 @@
 //! buttons (`POST /pay/fake/:tradeNo/confirm`), and the admins' view of reconciliation findings
 //! (`GET /payments/discrepancies`, `POST /payments/discrepancies/:id/resolve`).
 
+use platform::caller::{Admin, AdminArea};
 use std::sync::Arc;
 
 use axum::{
@@ -22,7 +23,6 @@ use super::{
     service::Payments,
     store::Discrepancy,
 };
-use crate::auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins};
 use platform::{
     db::now_millis,
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -35,27 +35,13 @@ pub struct PaymentRoutes {
     pub payments: Payments,
     /// The fake provider, when it is the one in use.
     pub fake: Option<FakePay>,
-    /// Authentication.
-    pub auth: AuthService,
-    /// Who may see discrepancies.
-    pub admins: Admins,
 }
 
-impl Authenticates for PaymentRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
-impl ChecksAdmins for PaymentRoutes {
-    fn admins(&self) -> &Admins {
-        &self.admins
-    }
-
-    fn admin_area(&self) -> AdminArea {
-        AdminArea::Discrepancies
-    }
-}
+/// What these routes guard: What payment reconciliation found (`/payments/discrepancies…`); a non-admin's refusal names it.
+const ADMIN_AREA: AdminArea = AdminArea::new(
+    "only admins may see payment discrepancies",
+    "只有管理员可以查看支付差异",
+);
 
 /// The routes.
 pub fn router(routes: PaymentRoutes) -> Router {
@@ -66,6 +52,7 @@ pub fn router(routes: PaymentRoutes) -> Router {
         .route("/payments/discrepancies", get(discrepancies))
         .route("/payments/discrepancies/{id}/resolve", post(resolve))
         .with_state(Arc::new(routes))
+        .layer(axum::Extension(ADMIN_AREA))
 }
 
 async fn notify(

@@ -31,7 +31,7 @@ pub use fake::FakePay;
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
 pub use service::{Applied, Payments};
-pub use settings::PaymentSettings;
+pub use settings::{PaymentSettings, ProviderName};
 pub use store::{
     NewPayment, Payment, PaymentEvent, PaymentStatus, PaymentStore, TOPIC_PAYMENT_FAILED,
     TOPIC_PAYMENT_SUCCEEDED,
@@ -50,11 +50,7 @@ use platform::{
     telemetry::MetricsSpec,
 };
 
-use crate::{
-    account::Ledger,
-    auth::{Admins, AuthService},
-};
-use settings::ProviderName;
+use crate::account::Ledger;
 
 /// Counter: payment notifications by `outcome` (settled, duplicate, open, recorded,
 /// unverified, malformed, mismatch, failed).
@@ -162,8 +158,6 @@ impl Feature for PaymentsFeature {
         registry.routes(http::router(http::PaymentRoutes {
             payments: payments.clone(),
             fake: fake.clone(),
-            auth: registry.get::<AuthService>()?,
-            admins: registry.get::<Admins>()?,
         }));
         if let Some(fake) = fake {
             registry.provide(fake);

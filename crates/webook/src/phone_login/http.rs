@@ -8,7 +8,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::service::{Delivery, PhoneLoginService};
-use crate::auth::{user_agent, with_tokens, AuthService};
+use crate::auth::{with_tokens, AuthService};
+use platform::caller::user_agent;
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},

@@ -5,6 +5,8 @@
 //! `write_rate_limit`) under a tighter limit of its own (`reward_rate_limit` per user), both
 //! checked before anything is created: a flood is answered 429001 and reaches no provider.
 
+use platform::caller::{AuthUser, Writer};
+use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
 use axum::{
@@ -18,10 +20,6 @@ use super::{
     service::{RewardCreated, RewardView, Rewards},
     store::{RewardStatus, Role},
 };
-use crate::{
-    auth::{AuthService, AuthUser, Authenticates, Writer},
-    idempotency::Idempotency,
-};
 use platform::{
     error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
     page::{page_limit, Page},
@@ -32,21 +30,14 @@ use platform::{
 pub struct RewardRoutes {
     /// Rewards.
     pub rewards: Rewards,
-    /// Authentication.
-    pub auth: AuthService,
     /// Rewards created per user (`reward_rate_limit`); `None` when turned off.
     pub limiter: Option<RateLimiter>,
 }
 
-impl Authenticates for RewardRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
-}
-
 /// The routes.
 pub fn router(routes: RewardRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         .route("/articles/pub/reward", post(create).route_layer(idempotent))
         .route("/reward/detail", post(detail))

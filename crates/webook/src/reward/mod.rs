@@ -18,8 +18,6 @@ pub use service::{RewardCreated, RewardView, Rewards, MAX_AMT, MIN_AMT, REWARD_B
 pub use settings::RewardSettings;
 pub use store::{Reward, RewardStatus, RewardStore, Role};
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
@@ -28,9 +26,7 @@ use platform::{
     rate_limit::RateLimiter,
 };
 
-use crate::{
-    article::ArticleService, auth::AuthService, idempotency::Idempotency, payment::Payments,
-};
+use crate::{article::ArticleService, payment::Payments};
 
 /// The rewards feature: provides [`Rewards`].
 pub struct RewardsFeature;
@@ -70,7 +66,6 @@ impl Feature for RewardsFeature {
         registry.routes(http::router(
             http::RewardRoutes {
                 rewards: rewards.clone(),
-                auth: registry.get::<AuthService>()?,
                 limiter: RateLimiter::unless_off(
                     "reward",
                     platform.redis_with_prefix(),
@@ -78,7 +73,7 @@ impl Feature for RewardsFeature {
                     settings.reward_rate_window,
                 )?,
             },
-            registry.get::<Arc<Idempotency>>()?,
+            platform.idempotency.clone(),
         ));
         registry.provide(rewards);
         Ok(())

@@ -74,6 +74,8 @@ pub mod store;
 pub mod tags;
 pub mod text;
 
+pub use cli::{run, SeedArgs};
+
 use std::{collections::BinaryHeap, time::Instant};
 
 use anyhow::Context;

@@ -2,6 +2,8 @@
 //! caller; the writes (`POST /tags`, `POST /tags/attach`) go through the write rate limit, and
 //! creating a tag honours `Idempotency-Key`.
 
+use platform::caller::{AuthUser, Writer};
+use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
 use axum::{
@@ -12,9 +14,7 @@ use axum::{
 use serde::Deserialize;
 
 use crate::{
-    auth::{AuthService, AuthUser, Authenticates, Writer},
     biz::Biz,
-    idempotency::Idempotency,
     tag::{
         model::{Tag, TaggedArticle},
         TagService,
@@ -29,19 +29,12 @@ use platform::{
 pub struct TagRoutes {
     /// Tags.
     pub tags: TagService,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for TagRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The routes.
 pub fn router(routes: TagRoutes, idempotency: Arc<Idempotency>) -> Router {
-    let idempotent = axum::middleware::from_fn_with_state(idempotency, crate::idempotency::layer);
+    let idempotent =
+        axum::middleware::from_fn_with_state(idempotency, platform::idempotency::layer);
     Router::new()
         // The idempotency layer wraps the POST only: it is added before the GET.
         .route(

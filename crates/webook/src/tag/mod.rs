@@ -19,16 +19,12 @@ pub use model::{tag_key, Tag, TagName, TagsEvent, TOPIC_TAGS_CHANGED};
 pub use service::TagService;
 pub use settings::TagSettings;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
     db::Migration,
     feature::{Feature, Platform, Registry},
 };
-
-use crate::{auth::AuthService, idempotency::Idempotency};
 
 /// The tags feature: provides [`TagService`] and serves `/tags*`.
 pub struct Tags;
@@ -63,11 +59,8 @@ impl Feature for Tags {
         // Before the routes serve: keys made by older rules (the service's docs).
         tags.rekey().await?;
         registry.routes(http::router(
-            http::TagRoutes {
-                tags: tags.clone(),
-                auth: registry.get::<AuthService>()?,
-            },
-            registry.get::<Arc<Idempotency>>()?,
+            http::TagRoutes { tags: tags.clone() },
+            platform.idempotency.clone(),
         ));
         registry.provide(tags);
         Ok(())

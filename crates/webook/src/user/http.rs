@@ -1,6 +1,7 @@
 //! The profile routes under `/users/*` (API.md → Users: profile, edit, and the public profile
 //! `GET /users/:id` others see): thin handlers that parse, call [`UserService`] and answer.
 
+use platform::caller::{AuthUser, Writer};
 use std::sync::Arc;
 
 use axum::{
@@ -11,10 +12,7 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    auth::{AuthService, AuthUser, Authenticates, Writer},
-    user::{model::ProfileEdit, UserService},
-};
+use crate::user::{model::ProfileEdit, UserService};
 use platform::error::{
     positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply, ReplyWithMsg,
 };
@@ -23,14 +21,6 @@ use platform::error::{
 pub struct UserRoutes {
     /// Profiles.
     pub users: UserService,
-    /// Authentication.
-    pub auth: AuthService,
-}
-
-impl Authenticates for UserRoutes {
-    fn auth(&self) -> &AuthService {
-        &self.auth
-    }
 }
 
 /// The profile routes.

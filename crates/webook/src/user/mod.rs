@@ -24,8 +24,6 @@ use platform::{
     feature::{Feature, Platform, Registry},
 };
 
-use crate::auth::AuthService;
-
 /// The users feature: profiles. Installed after auth, whose extractors its handlers use; it
 /// provides [`UserService`] to the features installed after it.
 pub struct Users;
@@ -53,7 +51,6 @@ impl Feature for Users {
         let users = UserService::new(UserStore::new(platform.db.clone()), platform.outbox.clone());
         registry.routes(http::router(http::UserRoutes {
             users: users.clone(),
-            auth: registry.get::<AuthService>()?,
         }));
         registry.provide(users);
         Ok(())

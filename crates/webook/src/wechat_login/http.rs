@@ -98,7 +98,7 @@ async fn callback(
             signed_states: &signed_states,
             state: query.state.as_deref(),
             code: query.code.as_deref(),
-            user_agent: crate::auth::user_agent(&headers),
+            user_agent: platform::caller::user_agent(&headers),
         })
         .await?;
     if wants_json(&headers) {

@@ -334,20 +334,21 @@ async fn refresh_rotates_and_reuse_revokes_the_session(setup: Setup) {
 /// this test used, so the fourth was allowed), and recovery is asserted only after a short
 /// window has certainly passed — a slower machine only lets more of it pass.
 async fn login_rate_limit_triggers_and_recovers(setup: Setup) {
-    let spawn = |window: Duration| {
-        setup.spawn(move |config| {
-            let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
-            auth.auth_rate_limit = 3;
-            auth.auth_rate_window = window;
-        })
-    };
-    let attempt = |app: &TestApp| {
+    async fn attempt(app: &TestApp) -> common::Answer {
         post(
             app,
             "/users/login",
             None,
             json!({"email": "h@example.com", "password": "x"}),
         )
+        .await
+    }
+    let spawn = |window: Duration| {
+        setup.spawn(move |config| {
+            let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+            auth.auth_rate_limit = 3;
+            auth.auth_rate_window = window;
+        })
     };
 
     let window = Duration::from_secs(600);

@@ -2,8 +2,9 @@
 //! it never saw gets the first answer again instead of a second article.
 //!
 //! A route opts in with `route_layer(axum::middleware::from_fn_with_state(idempotency,
-//! idempotency::layer))`, where `idempotency` is the [`Idempotency`] the users feature provides. For a request carrying the header, the layer (after authenticating the
-//! caller, as the handler would) claims `(user, key)` in table `idempotency_keys` together with a
+//! idempotency::layer))`, where `idempotency` is the platform's [`Idempotency`]
+//! ([`crate::feature::Platform::idempotency`]). For a request carrying the header, the layer
+//! (after authenticating the caller, as the handler would: [`crate::caller`]) claims `(user, key)` in table `idempotency_keys` together with a
 //! hash of the method, path, query string and body, runs the handler, and stores its answer (status and body):
 //! - the same key with the same request later gets that answer again, with header
 //!   `Idempotent-Replayed: true`, for [`RETENTION`] (24 h, then the `purge_idempotency_keys` job
@@ -33,11 +34,18 @@ use axum::{
 use scheduler::{Job, JobContext};
 use sha2::Digest;
 
-use crate::auth::{AuthService, AuthUser, Authenticates};
-use platform::{
-    db::{now_millis, Db},
+use crate::{
+    caller::AuthUser,
+    db::{now_millis, Db, Migration},
     error::{AppError, Msg},
 };
+
+/// The key table.
+pub const IDEMPOTENCY_MIGRATION: Migration = Migration::new(
+    8,
+    "idempotency",
+    include_str!("../migrations/0008_idempotency.sql"),
+);
 
 /// The request header.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -67,29 +75,20 @@ enum Claim {
     Running,
 }
 
-/// What the middleware needs: the accounts (it authenticates the caller as the handler would),
-/// the key table and the body limit.
+/// What the middleware needs: the key table and the body limit.
 #[derive(Debug)]
 pub struct Idempotency {
-    auth: AuthService,
     store: Store,
     body_limit: usize,
 }
 
 impl Idempotency {
-    /// Keys in `db`, callers authenticated by `users`, bodies up to `body_limit` bytes.
-    pub fn new(auth: AuthService, db: Db, body_limit: usize) -> Arc<Self> {
+    /// Keys in `db`, bodies up to `body_limit` bytes.
+    pub fn new(db: Db, body_limit: usize) -> Arc<Self> {
         Arc::new(Self {
-            auth,
             store: Store(db),
             body_limit,
         })
-    }
-}
-
-impl Authenticates for Idempotency {
-    fn auth(&self) -> &AuthService {
-        &self.auth
     }
 }
 
@@ -128,7 +127,7 @@ async fn with_key(
         })?
         .to_owned();
     let (mut parts, body) = request.into_parts();
-    let user = AuthUser::from_request_parts(&mut parts, state)
+    let user = AuthUser::from_request_parts(&mut parts, &())
         .await
         .map_err(IntoResponse::into_response)?;
     let body = to_bytes(body, state.body_limit).await.map_err(|_| {

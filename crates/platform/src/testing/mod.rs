@@ -6,11 +6,15 @@
 //!   turns one test body into a SQLite and a PostgreSQL test, so every store test is written once.
 //! - [`redis_url`]: the shared test Redis (`WEBOOK_TEST_REDIS_URL`); [`RedisServer`]: a private
 //!   `redis-server` a test may stop and restart; [`TcpProxy`]: a link a test can cut.
+//! - [`imports`]: the import graph of a crate's modules, for the tests that hold its structure
+//!   (no circles, features reached only through their front door).
 //!
 //! `scripts/test.sh` starts the servers and exports the variables. A test that needs one when it
 //! is missing panics with a message saying so: nothing skips silently.
 
 #![allow(clippy::expect_used)] // test support fails loudly by design
+
+pub mod imports;
 
 use std::{
     net::SocketAddr,

@@ -1,0 +1,412 @@
+//! The import graph of a crate, read from its source: what the structure tests hold.
+//!
+//! A crate's *rooms* are its top-level modules — each file `src/x.rs` and folder `src/x/` (the
+//! crate roots `lib.rs` and `main.rs` are the house itself, not a room). A file *reaches* room
+//! `x` when it names a path `crate::x…`, written out or inside a `use crate::{…}` group; its
+//! own room does not count, and neither does its test module (from a `#[cfg(test)] mod` on:
+//! tests may reach anything they check). Comments are ignored, doc links included.
+//!
+//! [`ImportGraph::cycles`] finds the circles (strongly connected groups of rooms): each is a
+//! set of rooms that cannot be understood, tested or changed one without the others.
+//! [`front_door_violations`] finds paths that reach into another room's submodules
+//! (`crate::x::inner::…`) instead of through the room's own re-exports.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+/// Which rooms each room reaches, and from which files.
+#[derive(Debug, Default)]
+pub struct ImportGraph {
+    rooms: BTreeSet<String>,
+    /// room → reached room → the files (relative to `src/`) that reach it.
+    edges: BTreeMap<String, BTreeMap<String, BTreeSet<PathBuf>>>,
+}
+
+impl ImportGraph {
+    /// The graph of the crate whose sources are under `src` (panics when they cannot be read:
+    /// it is for tests).
+    pub fn of_crate(src: &Path) -> Self {
+        let rooms = rooms_of(src);
+        let mut graph = Self {
+            rooms: rooms.clone(),
+            edges: BTreeMap::new(),
+        };
+        for (file, room) in source_files(src) {
+            let source = std::fs::read_to_string(src.join(&file))
+                .unwrap_or_else(|err| panic!("read {}: {err}", file.display()));
+            for reached in rooms_reached(&source, &rooms) {
+                if reached != room {
+                    graph
+                        .edges
+                        .entry(room.clone())
+                        .or_default()
+                        .entry(reached)
+                        .or_default()
+                        .insert(file.clone());
+                }
+            }
+        }
+        graph
+    }
+
+    /// Every room.
+    pub fn rooms(&self) -> &BTreeSet<String> {
+        &self.rooms
+    }
+
+    /// The rooms `room` reaches.
+    pub fn reached_from(&self, room: &str) -> BTreeSet<&str> {
+        self.edges
+            .get(room)
+            .map(|reached| reached.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// The circles: groups of two or more rooms that all reach each other, each sorted, and
+    /// described with the edges inside it (`a → b (a/x.rs, a/y.rs)`).
+    pub fn cycles(&self) -> Vec<String> {
+        let mut tarjan = Tarjan::default();
+        for room in &self.rooms {
+            if !tarjan.index.contains_key(room.as_str()) {
+                tarjan.visit(self, room);
+            }
+        }
+        tarjan
+            .groups
+            .into_iter()
+            .filter(|group| group.len() > 1)
+            .map(|group| {
+                let members: BTreeSet<&str> = group.iter().map(String::as_str).collect();
+                let mut lines = vec![format!("circle {members:?}:")];
+                for from in &members {
+                    for (to, files) in self.edges.get(*from).into_iter().flatten() {
+                        if members.contains(to.as_str()) {
+                            lines.push(format!("  {from} → {to} ({files:?})"));
+                        }
+                    }
+                }
+                lines.join("\n")
+            })
+            .collect()
+    }
+}
+
+/// Tarjan's strongly connected components over the room graph.
+#[derive(Default)]
+struct Tarjan {
+    next: usize,
+    index: BTreeMap<String, usize>,
+    low: BTreeMap<String, usize>,
+    stack: Vec<String>,
+    on_stack: BTreeSet<String>,
+    groups: Vec<Vec<String>>,
+}
+
+impl Tarjan {
+    fn visit(&mut self, graph: &ImportGraph, room: &str) {
+        self.index.insert(room.to_owned(), self.next);
+        self.low.insert(room.to_owned(), self.next);
+        self.next += 1;
+        self.stack.push(room.to_owned());
+        self.on_stack.insert(room.to_owned());
+        for reached in graph.reached_from(room) {
+            if !self.index.contains_key(reached) {
+                self.visit(graph, reached);
+                let low = self.low[reached].min(self.low[room]);
+                self.low.insert(room.to_owned(), low);
+            } else if self.on_stack.contains(reached) {
+                let low = self.index[reached].min(self.low[room]);
+                self.low.insert(room.to_owned(), low);
+            }
+        }
+        if self.low[room] == self.index[room] {
+            let mut group = Vec::new();
+            while let Some(member) = self.stack.pop() {
+                self.on_stack.remove(&member);
+                let done = member == room;
+                group.push(member);
+                if done {
+                    break;
+                }
+            }
+            group.sort();
+            self.groups.push(group);
+        }
+    }
+}
+
+/// The rooms of the crate under `src`: its top-level files and folders, crate roots aside.
+pub fn rooms_of(src: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(src)
+        .unwrap_or_else(|err| panic!("read {}: {err}", src.display()))
+        .map(|entry| entry.unwrap_or_else(|err| panic!("read {}: {err}", src.display())))
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().is_dir() {
+                Some(name)
+            } else {
+                name.strip_suffix(".rs").map(str::to_owned)
+            }
+        })
+        .filter(|room| room != "lib" && room != "main")
+        .collect()
+}
+
+/// The folders under `src` (the rooms that have insides), sorted.
+pub fn folders_of(src: &Path) -> Vec<String> {
+    let mut folders: Vec<String> = rooms_of(src)
+        .into_iter()
+        .filter(|room| src.join(room).is_dir())
+        .collect();
+    folders.sort();
+    folders
+}
+
+/// Every `.rs` file under `src` (relative to it) with its room; crate roots aside.
+pub fn source_files(src: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
+        {
+            let path = entry
+                .unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
+                .path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|ext| ext != "rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).unwrap_or(&path).to_path_buf();
+            let first = relative
+                .components()
+                .next()
+                .map(|part| part.as_os_str().to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let room = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+            if room != "lib" && room != "main" {
+                files.push((relative, room));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `source` without its comments and without its test module (from `#[cfg(test)]` followed by
+/// a `mod` on).
+pub fn code_of(source: &str) -> String {
+    let mut code = String::with_capacity(source.len());
+    let mut lines = source.lines();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            // Skip the item's other attributes (`#[allow(…)]`) to see whether it is a module.
+            let mut ahead = lines.clone();
+            let next = loop {
+                match ahead.next().map(str::trim_start) {
+                    Some(attribute) if attribute.starts_with("#[") => continue,
+                    other => break other.unwrap_or(""),
+                }
+            };
+            if next.starts_with("mod ") || next.starts_with("pub mod ") {
+                break;
+            }
+        }
+        let without_comment = match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        };
+        code.push_str(without_comment);
+        code.push('\n');
+    }
+    code
+}
+
+/// The rooms among `rooms` that `source` names (`crate::room…`, or `room` at the top level of a
+/// `use crate::{…}` group).
+pub fn rooms_reached(source: &str, rooms: &BTreeSet<String>) -> BTreeSet<String> {
+    let code = code_of(source);
+    let mut reached = BTreeSet::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let after = &rest[at + "crate::".len()..];
+        if let Some(group) = after.strip_prefix('{') {
+            for item in top_level_items(group) {
+                let name = leading_ident(item.trim_start());
+                if rooms.contains(name) {
+                    reached.insert(name.to_owned());
+                }
+            }
+        } else {
+            let name = leading_ident(after);
+            if rooms.contains(name) {
+                reached.insert(name.to_owned());
+            }
+        }
+        rest = after;
+    }
+    reached
+}
+
+/// `crate::room::inner::` paths in `source` (outside comments and test modules) that reach into
+/// another room's submodule `inner` instead of through `room`'s re-exports; `own` is the room
+/// the source belongs to.
+pub fn front_door_violations(source: &str, own: &str, rooms: &BTreeSet<String>) -> Vec<String> {
+    let code = code_of(source);
+    let mut found = Vec::new();
+    let mut paths = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let after = &rest[at + "crate::".len()..];
+        if let Some(group) = after.strip_prefix('{') {
+            paths.extend(top_level_items(group).into_iter().map(str::trim_start));
+        } else {
+            paths.push(after);
+        }
+        rest = after;
+    }
+    for path in paths {
+        let room = leading_ident(path);
+        if room == own || !rooms.contains(room) {
+            continue;
+        }
+        let Some(inner) = path[room.len()..].strip_prefix("::") else {
+            continue;
+        };
+        let segment = leading_ident(inner);
+        let lower = !segment.is_empty()
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if lower && inner[segment.len()..].starts_with("::") {
+            found.push(format!("{room}::{segment}::"));
+        }
+    }
+    found
+}
+
+/// The comma-separated items at the top level of a `{…}` group whose opening brace has been
+/// consumed (up to its closing brace).
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..at]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[start..]);
+    items
+}
+
+/// The identifier `text` starts with.
+fn leading_ident(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rooms(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn written_out_and_grouped_paths_are_seen_and_comments_and_tests_are_not() {
+        let rooms = rooms(&["article", "auth", "user", "feed"]);
+        let source = "use crate::article::Article;\n\
+                      use crate::{\n    auth::{AuthService, Tokens},\n    user::UserStore,\n};\n\
+                      // crate::feed::Feed in a comment\n\
+                      /// [`crate::feed`] in a doc link\n\
+                      #[cfg(test)]\n#[allow(clippy::unwrap_used)]\nmod tests {\n    use crate::feed::Feed;\n}\n";
+        assert_eq!(
+            rooms_reached(source, &rooms),
+            ["article", "auth", "user"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        );
+    }
+
+    #[test]
+    fn reaching_into_a_submodule_is_a_violation_and_the_front_door_is_not() {
+        let rooms = rooms(&["article", "auth"]);
+        assert_eq!(
+            front_door_violations("use crate::article::model::X;", "feed", &rooms),
+            ["article::model::"]
+        );
+        assert_eq!(
+            front_door_violations(
+                "use crate::{auth::{AuthService}, article::store::S};",
+                "feed",
+                &rooms
+            ),
+            ["article::store::"]
+        );
+        assert!(front_door_violations(
+            "use crate::article::{ArticleEvent, ArticleStatus};",
+            "feed",
+            &rooms
+        )
+        .is_empty());
+        // Its own insides are a room's business.
+        assert!(
+            front_door_violations("use crate::article::model::X;", "article", &rooms).is_empty()
+        );
+        assert!(front_door_violations(
+            "platform::jobs::JobRegistry; scheduler::sql::x",
+            "feed",
+            &rooms
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_circle_is_found_and_named_with_its_edges() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        std::fs::write(src.join("lib.rs"), "pub mod a; pub mod b; pub mod c;").unwrap();
+        std::fs::write(src.join("a.rs"), "use crate::b::B;").unwrap();
+        std::fs::create_dir(src.join("b")).unwrap();
+        std::fs::write(src.join("b/mod.rs"), "pub use inner::B; mod inner;").unwrap();
+        std::fs::write(src.join("b/inner.rs"), "use crate::a::A;").unwrap();
+        std::fs::write(src.join("c.rs"), "use crate::a::A;").unwrap();
+        let graph = ImportGraph::of_crate(src);
+        let cycles = graph.cycles();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert!(
+            cycles[0].starts_with("circle {\"a\", \"b\"}"),
+            "{}",
+            cycles[0]
+        );
+        assert!(
+            cycles[0].contains("b → a ({\"b/inner.rs\"})"),
+            "{}",
+            cycles[0]
+        );
+        // Break it: no circle left.
+        std::fs::write(src.join("b/inner.rs"), "pub struct B;").unwrap();
+        assert!(ImportGraph::of_crate(src).cycles().is_empty());
+        assert_eq!(folders_of(src), ["b"]);
+    }
+}

@@ -1,0 +1,20 @@
+//! The platform's own structure, checked from its imports ([`platform::testing::imports`]): no
+//! circle between any two of its modules, so each stands on the ones below it — the
+//! configuration core and the error envelope at the bottom, the feature registry and the
+//! operations routes at the top.
+
+use std::path::Path;
+
+use platform::testing::imports::ImportGraph;
+
+#[test]
+fn no_circle_between_the_platforms_modules() {
+    let graph = ImportGraph::of_crate(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(
+        graph.rooms().len() > 20,
+        "implausibly few modules: {:?}",
+        graph.rooms()
+    );
+    let cycles = graph.cycles();
+    assert!(cycles.is_empty(), "\n{}", cycles.join("\n"));
+}

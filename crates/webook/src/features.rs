@@ -1,0 +1,35 @@
+//! The install list: the one place that names the features. Adding one is its folder and a line
+//! here (`docs/ARCHITECTURE.md` → Adding a feature); [`crate::app`] builds the service from it,
+//! [`crate::schema`] the migrations and [`crate::cli`] the commands.
+
+use platform::feature::Feature;
+
+use crate::{
+    account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
+    payment, phone_login, ranking, reward, search, sms, tag, user, wechat_login,
+};
+
+/// Every feature, in install order: a feature comes after those whose services it uses.
+pub const FEATURES: &[&dyn Feature] = &[
+    &auth::Auth,
+    &user::Users,
+    &sms::Sms,
+    &phone_login::PhoneLogin,
+    &wechat_login::WechatLogin,
+    &interactive::Interactive,
+    &article::Articles,
+    &ranking::Ranking,
+    &feed::Feed,
+    &comment::Comments,
+    &tag::Tags,
+    &search::Search,
+    &account::Accounts,
+    &payment::PaymentsFeature,
+    &reward::RewardsFeature,
+    // After every feature with executors: it checks new jobs against every one registered.
+    &jobs::Jobs,
+    &events_admin::EventsAdmin,
+    &console::Console,
+    // Last: it routes the database every other feature uses during an online move.
+    &db_move::DbMove,
+];
