@@ -218,77 +218,14 @@ impl App {
         } = installed;
         let config = platform.config.clone();
         let role = config.role;
-        let separate_ops = ops_listener.is_some();
-        let shared = Arc::new(platform.clone());
-        let ops_routes = ops::router(
-            ops::Endpoints {
-                metrics: if separate_ops {
-                    ops::MetricsAccess::Off
-                } else {
-                    ops::MetricsAccess::guarded(&config)?
-                },
-                debug: config.debug_endpoints,
-            },
-            shared.clone(),
-        );
-        let served = if role.serves_api() {
-            Served::new(
-                with_middleware(ops_routes.merge(routes), &config)?,
-                fast_paths,
-                &config,
-            )?
-        } else {
-            Served::new(with_middleware(ops_routes, &config)?, Vec::new(), &config)?
-        };
-        let ops_served = Served::new(
-            with_middleware(
-                ops::router(
-                    ops::Endpoints {
-                        metrics: ops::MetricsAccess::Anyone,
-                        debug: false,
-                    },
-                    shared,
-                ),
-                &config,
-            )?,
-            Vec::new(),
-            &config,
-        )?;
+        let (served, ops_served) =
+            what_listeners_serve(&platform, routes, fast_paths, ops_listener.is_some())?;
         // Two stages: `stopping` ends HTTP (no new requests, in-flight ones finish); only then
         // `background_stop` ends background work, so the events those last requests published
         // are still consumed and flushed.
         let stopping = CancellationToken::new();
-        let background = TaskTracker::new();
         let background_stop = CancellationToken::new();
-        background.spawn(metrics_upkeep(
-            platform.metrics.clone(),
-            background_stop.clone(),
-        ));
-        // A process that does not consume the streams still takes what it published to its
-        // own in-process queues while Redis refused it (platform::events).
-        let context = Background {
-            stop: background_stop.clone(),
-            subscription: if role.runs_work() {
-                Subscription::Stream
-            } else {
-                Subscription::FallbackOnly
-            },
-            runs_work: role.runs_work(),
-        };
-        for (name, task) in tasks {
-            tracing::debug!(task = name, "starting background task");
-            background.spawn(task(context.clone()));
-        }
-        // After the consumers above registered: in-process, the relay hands each row to the
-        // groups that exist when it relays it.
-        background.spawn(platform.outbox.clone().run(background_stop.clone()));
-        // Every group's lag, failures and parked events: metrics and `/readyz` details.
-        background.spawn(
-            platform
-                .events
-                .clone()
-                .monitor(platform.status.clone(), background_stop.clone()),
-        );
+        let background = start_background(&platform, tasks, &background_stop);
         let mut cron_jobs = None;
         let mut durable = None;
         if role.runs_work() {
@@ -327,26 +264,155 @@ impl App {
             () = shutdown => {
                 tracing::info!(grace = ?config.shutdown_timeout, "shutting down: draining in-flight requests");
                 stopping.cancel();
-                if tokio::time::timeout(config.shutdown_timeout, &mut server).await.is_err() {
-                    tracing::warn!("in-flight requests outlived shutdown_timeout; abandoning them");
-                }
+                bounded(config.shutdown_timeout, "in-flight requests", "abandoning them", &mut server).await;
             }
         }
         stopping.cancel();
-        if let Some(ops_server) = ops_server {
-            if tokio::time::timeout(config.shutdown_timeout, ops_server)
-                .await
-                .is_err()
-            {
-                tracing::warn!("operations requests outlived shutdown_timeout; abandoning them");
-            }
+        Draining {
+            limit: config.shutdown_timeout,
+            ops_server,
+            durable,
+            cron_jobs,
+            platform: &platform,
+            background,
+            background_stop,
         }
-        // Jobs next: they may still publish events, which the consumers below then flush.
+        .drain()
+        .await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// What the API listener serves (the operations routes, and in roles that serve the API every
+/// feature's routes and fast paths, behind the middleware) and what the operations listener
+/// serves when `ops_listen` is set (metrics to anyone who reaches it, no debug routes).
+fn what_listeners_serve(
+    platform: &Platform,
+    routes: axum::Router,
+    fast_paths: Vec<platform::fast_path::FastPath>,
+    separate_ops: bool,
+) -> anyhow::Result<(Served, Served)> {
+    let config = &platform.config;
+    let shared = Arc::new(platform.clone());
+    let ops_routes = ops::router(
+        ops::Endpoints {
+            metrics: if separate_ops {
+                ops::MetricsAccess::Off
+            } else {
+                ops::MetricsAccess::guarded(config)?
+            },
+            debug: config.debug_endpoints,
+        },
+        shared.clone(),
+    );
+    let served = if config.role.serves_api() {
+        Served::new(
+            with_middleware(ops_routes.merge(routes), config)?,
+            fast_paths,
+            config,
+        )?
+    } else {
+        Served::new(with_middleware(ops_routes, config)?, Vec::new(), config)?
+    };
+    let ops_served = Served::new(
+        with_middleware(
+            ops::router(
+                ops::Endpoints {
+                    metrics: ops::MetricsAccess::Anyone,
+                    debug: false,
+                },
+                shared,
+            ),
+            config,
+        )?,
+        Vec::new(),
+        config,
+    )?;
+    Ok((served, ops_served))
+}
+
+/// Starts the metrics upkeep, every feature's background task, the outbox relay and the event
+/// groups' monitor, all until `stop`.
+fn start_background(
+    platform: &Platform,
+    tasks: Vec<(&'static str, platform::feature::BackgroundTask)>,
+    stop: &CancellationToken,
+) -> TaskTracker {
+    let role = platform.config.role;
+    let background = TaskTracker::new();
+    background.spawn(metrics_upkeep(platform.metrics.clone(), stop.clone()));
+    // A process that does not consume the streams still takes what it published to its
+    // own in-process queues while Redis refused it (platform::events).
+    let context = Background {
+        stop: stop.clone(),
+        subscription: if role.runs_work() {
+            Subscription::Stream
+        } else {
+            Subscription::FallbackOnly
+        },
+        runs_work: role.runs_work(),
+    };
+    for (name, task) in tasks {
+        tracing::debug!(task = name, "starting background task");
+        background.spawn(task(context.clone()));
+    }
+    // After the consumers above registered: in-process, the relay hands each row to the
+    // groups that exist when it relays it.
+    background.spawn(platform.outbox.clone().run(stop.clone()));
+    // Every group's lag, failures and parked events: metrics and `/readyz` details.
+    background.spawn(
+        platform
+            .events
+            .clone()
+            .monitor(platform.status.clone(), stop.clone()),
+    );
+    background
+}
+
+/// What is left to stop once HTTP stopped accepting, stopped in [`Draining::drain`]'s order.
+struct Draining<'a> {
+    /// How long each stage may take (`shutdown_timeout`).
+    limit: Duration,
+    ops_server: Option<tokio::task::JoinHandle<()>>,
+    durable: Option<scheduler::sql::RunningSqlScheduler>,
+    cron_jobs: Option<scheduler::RunningScheduler>,
+    platform: &'a Platform,
+    background: TaskTracker,
+    background_stop: CancellationToken,
+}
+
+impl Draining<'_> {
+    /// The drain, one stage after another, each bounded by `shutdown_timeout` (a stage that
+    /// outlives it is logged with what that costs, and the next one starts):
+    /// 1. the operations listener's requests;
+    /// 2. jobs — they may still publish events, which the consumers below then flush;
+    /// 3. the event publish buffer — while this process's consumers still run, since its
+    ///    in-process fallback needs them;
+    /// 4. the outbox — what the last writes recorded goes out while the consumers still run
+    ///    (in-process, they must handle it before its rows go); anything left waits for the next
+    ///    start;
+    /// 5. background tasks (consumers, refreshers);
+    /// 6. writes whose callers left (timeouts, disconnects), before the pool closes;
+    /// 7. the pool.
+    async fn drain(self) {
+        let Self {
+            limit,
+            ops_server,
+            durable,
+            cron_jobs,
+            platform,
+            background,
+            background_stop,
+        } = self;
+        if let Some(ops_server) = ops_server {
+            bounded(limit, "operations requests", "abandoning them", ops_server).await;
+        }
         if let Some(durable) = durable {
-            durable.stop(config.shutdown_timeout).await;
+            durable.stop(limit).await;
         }
         if let Some(cron_jobs) = cron_jobs {
-            let interrupted = cron_jobs.stop(config.shutdown_timeout).await;
+            let interrupted = cron_jobs.stop(limit).await;
             if interrupted > 0 {
                 tracing::warn!(
                     interrupted,
@@ -354,49 +420,56 @@ impl App {
                 );
             }
         }
-        // Events published by the last requests and jobs (reads) leave the publish buffer
-        // while this process's consumers still run: its in-process fallback needs them.
-        if tokio::time::timeout(config.shutdown_timeout, platform.events.flush())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "the event publish buffer outlived shutdown_timeout; its events are lost"
-            );
-        }
-        // What the last writes recorded in the outbox goes out while the consumers still run
-        // (in-process, they must handle it before its rows go); anything left waits for the
-        // next start.
-        match tokio::time::timeout(
-            config.shutdown_timeout,
+        bounded(
+            limit,
+            "the event publish buffer",
+            "its events are lost",
+            platform.events.flush(),
+        )
+        .await;
+        let relayed = bounded(
+            limit,
+            "the outbox relay",
+            "the rest waits for the next start",
             platform.outbox.relay_pending(&CancellationToken::new()),
         )
-        .await
-        {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => tracing::warn!(
+        .await;
+        if let Some(Err(err)) = relayed {
+            tracing::warn!(
                 error = format!("{err:#}"),
                 "cannot relay the outbox before stopping; its events wait for the next start"
-            ),
-            Err(_) => tracing::warn!(
-                "the outbox relay outlived shutdown_timeout; the rest waits for the next start"
-            ),
+            );
         }
         background_stop.cancel();
         background.close();
-        if tokio::time::timeout(config.shutdown_timeout, background.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("background tasks outlived shutdown_timeout; abandoning them");
-        }
-        // Writes whose callers left (timeouts, disconnects) finish before the pool closes.
-        if !platform::detached::drain(config.shutdown_timeout).await {
+        bounded(
+            limit,
+            "background tasks",
+            "abandoning them",
+            background.wait(),
+        )
+        .await;
+        if !platform::detached::drain(limit).await {
             tracing::warn!("detached writes outlived shutdown_timeout; abandoning them");
         }
         platform.db.close().await;
-        tracing::info!("stopped");
-        Ok(())
+    }
+}
+
+/// `stage`'s outcome, or `None` when it outlived `limit` — logged as "`what` outlived
+/// shutdown_timeout; `cost`".
+async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    cost: &str,
+    stage: impl Future<Output = T>,
+) -> Option<T> {
+    match tokio::time::timeout(limit, stage).await {
+        Ok(outcome) => Some(outcome),
+        Err(_) => {
+            tracing::warn!("{what} outlived shutdown_timeout; {cost}");
+            None
+        }
     }
 }
 

@@ -33,12 +33,14 @@
 //! Pools are [`DbPool`]s: while the database is unreachable they fail at once instead of each
 //! query waiting out the acquire timeout ([`pool`]).
 
+pub mod circuit;
 pub mod direct;
 pub mod locks;
 pub mod pool;
 mod route;
 
-pub use pool::{caused_by_unavailable_database, is_unavailable, DbPool};
+pub use circuit::{caused_by_unavailable_database, is_unavailable};
+pub use pool::DbPool;
 pub use route::{caused_by_fence, Paused, FENCED_MESSAGE};
 
 use std::{
@@ -55,7 +57,7 @@ use sqlx::{
     AnyConnection, Connection,
 };
 
-use pool::Circuit;
+use circuit::Circuit;
 use route::{Engine, PoolSide, Routing};
 
 use crate::{

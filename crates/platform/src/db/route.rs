@@ -24,7 +24,7 @@ use arc_swap::ArcSwap;
 use sqlx::AnyPool;
 use tokio::sync::watch;
 
-use super::pool::Circuit;
+use super::circuit::Circuit;
 use crate::config::DatabaseKind;
 
 /// How a database fenced by an online move refuses an application write (the move's capture

@@ -3,7 +3,7 @@
 //! [`classify`] about every error a handler returns.
 //!
 //! - **Transient** — the infrastructure failing: the database unreachable, busy, out of disk or
-//!   failing I/O ([`crate::db::pool::is_unavailable`]), Redis unreachable, any `std::io::Error`
+//!   failing I/O ([`crate::db::circuit::is_unavailable`]), Redis unreachable, any `std::io::Error`
 //!   in the cause chain (an index directory gone), or an error a handler marked with
 //!   [`transient`]. Retried with a growing pause and never parked: it heals when the fault does.
 //! - **Permanent** — the event itself can never be applied: a handler marked it with
@@ -97,7 +97,7 @@ pub fn classify(err: &anyhow::Error) -> Failure {
     let mut failure = Failure::Unclassified;
     for cause in err.chain() {
         if let Some(sql) = cause.downcast_ref::<sqlx::Error>() {
-            if crate::db::pool::is_unavailable(sql) {
+            if crate::db::circuit::is_unavailable(sql) {
                 return Failure::Transient;
             }
             if is_constraint(sql) {

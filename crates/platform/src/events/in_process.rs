@@ -362,7 +362,7 @@ impl Consumer {
         }
         .and_then(|rows| {
             rows.iter()
-                .map(super::outbox::OutboxRow::from_row)
+                .map(super::outbox_row::OutboxRow::from_row)
                 .collect::<sqlx::Result<Vec<_>>>()
         });
         let rows = match rows {
@@ -384,7 +384,7 @@ impl Consumer {
         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
         let events: Vec<Event> = rows
             .into_iter()
-            .map(super::outbox::OutboxRow::into_event)
+            .map(super::outbox_row::OutboxRow::into_event)
             .collect();
         let settled = self.settle(handler, &events, Source::Outbox(&ids)).await;
         let Some(&reached) = settled.checked_sub(1).and_then(|last| ids.get(last)) else {

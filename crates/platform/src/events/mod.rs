@@ -632,6 +632,7 @@ pub mod failure;
 pub mod follow;
 mod in_process;
 pub mod outbox;
+mod outbox_row;
 pub mod parked;
 mod redis_streams;
 

@@ -36,13 +36,12 @@
 use std::{sync::Arc, time::Duration};
 
 use serde::Serialize;
-use sqlx::{any::AnyRow, AnyConnection, Row};
+use sqlx::AnyConnection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use axum::body::Bytes;
-
-use super::{Backend, Event, EventStream, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE};
+pub use super::outbox_row::event_id;
+use super::{outbox_row::OutboxRow, Backend, EventStream, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE};
 use crate::{
     config::DatabaseKind,
     db::{kind_of, now_millis, Db},
@@ -124,42 +123,6 @@ pub async fn record(
     now: i64,
 ) -> sqlx::Result<()> {
     record_many(tx, topic, &[(key.to_owned(), payload)], now).await
-}
-
-/// The event id of outbox row `id`.
-pub fn event_id(id: i64) -> String {
-    format!("outbox-{id}")
-}
-
-/// One row of `event_outbox`.
-pub(super) struct OutboxRow {
-    pub(super) id: i64,
-    topic: String,
-    key: String,
-    payload: String,
-    created_at: i64,
-}
-
-impl OutboxRow {
-    pub(super) fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            topic: row.try_get("topic")?,
-            key: row.try_get("event_key")?,
-            payload: row.try_get("payload")?,
-            created_at: row.try_get("created_at")?,
-        })
-    }
-
-    pub(super) fn into_event(self) -> Event {
-        Event {
-            id: event_id(self.id),
-            topic: self.topic,
-            key: self.key,
-            payload: Bytes::from(self.payload.into_bytes()),
-            time: self.created_at,
-        }
-    }
 }
 
 /// What the in-process relay remembers between passes.

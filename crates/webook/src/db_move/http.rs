@@ -313,23 +313,17 @@ async fn findings(
             next: None,
         }));
     };
-    let rows: Vec<(i64, String, String, String, String, String)> = sqlx::query_as(
-        "SELECT id, tbl, pk, kind, state, detail FROM db_move_findings \
-         WHERE id > $1 ORDER BY id LIMIT $2",
-    )
-    .bind(after)
-    .bind(limit + 1)
-    .fetch_all(&mover.source.pool)
-    .await?;
-    let mut items: Vec<FindingView> = rows
+    let mut items: Vec<FindingView> = mover
+        .findings_after(after, limit + 1)
+        .await?
         .into_iter()
-        .map(|(id, table, key, kind, state, detail)| FindingView {
-            id,
-            table,
-            key,
-            kind,
-            state,
-            detail,
+        .map(|finding| FindingView {
+            id: finding.id,
+            table: finding.table,
+            key: finding.key,
+            kind: finding.kind,
+            state: finding.state,
+            detail: finding.detail,
         })
         .collect();
     let next = (items.len() > usize::try_from(limit).unwrap_or(usize::MAX)).then(|| {

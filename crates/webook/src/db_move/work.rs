@@ -40,7 +40,33 @@ pub struct Mover {
     pub tables: Vec<Table>,
 }
 
+/// One thing verification found (a row differing between the sides), as `db_move_findings`
+/// records it.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Finding {
+    pub id: i64,
+    #[sqlx(rename = "tbl")]
+    pub table: String,
+    #[sqlx(rename = "pk")]
+    pub key: String,
+    pub kind: String,
+    pub state: String,
+    pub detail: String,
+}
+
 impl Mover {
+    /// Up to `limit` findings with ids above `after`, in id order.
+    pub async fn findings_after(&self, after: i64, limit: i64) -> sqlx::Result<Vec<Finding>> {
+        sqlx::query_as(
+            "SELECT id, tbl, pk, kind, state, detail FROM db_move_findings \
+             WHERE id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.source.pool)
+        .await
+    }
+
     /// The mover of the started move whose control is `control` on `source_url`.
     pub async fn open(
         control: Control,

@@ -11,6 +11,7 @@
 
 pub mod code;
 pub mod http;
+pub mod jobs;
 pub mod retry;
 pub mod service;
 pub mod settings;
@@ -87,9 +88,9 @@ impl Feature for PhoneLogin {
             auth.clone(),
             registry.get::<SmsDelivery>()?,
         )?;
-        registry.executor(retry::RetryJob::new(service.clone()));
+        registry.executor(jobs::RetryJob::new(service.clone()));
         if config.role.runs_work() {
-            retry::ensure_job(
+            jobs::ensure_job(
                 &crate::jobs::store(&platform.db),
                 &settings.sms_retry_schedule,
             )

@@ -544,7 +544,7 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
 /// it presented still works once space is back; a refresh it took is saved, and its token then
 /// works once. Never both — two live token branches of one session. (SQLite answered 200 with
 /// new tokens for a rotation its failed commit had rolled back.)
-async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) -> (StatusCode, i64) {
+async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) {
     expect_ok(&signup(app, "writer@example.com").await, "sign-up");
     let (token, rt0) = login(app, "writer@example.com").await;
     // A refresh while there is space creates the session's row: the one on the full disk only
@@ -603,7 +603,6 @@ async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) -> (StatusCode, i
             signed_up.raw
         ),
     }
-    on_full.status_and_code()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -613,9 +612,11 @@ async fn sqlite_refuses_a_refresh_it_cannot_save() {
     let db =
         Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), &MIGRATIONS).await);
     let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
-    let answered = refresh_on_a_full_disk(&app, &ballast).await;
-    // SQLite cannot save it: its write fails at commit, like every write on the full disk.
-    assert_eq!(answered, (StatusCode::SERVICE_UNAVAILABLE, 5));
+    // Usually the write fails at commit, like every write on the full disk; but a commit that
+    // fits in WAL space SQLite already holds (the log restarts from its beginning after a
+    // checkpoint) needs no new byte and is saved. Either way the answer must match what was
+    // saved, which `refresh_on_a_full_disk` checks for both.
+    refresh_on_a_full_disk(&app, &ballast).await;
     app.stop().await.unwrap();
     drop(db);
 }
