@@ -9,7 +9,7 @@
 //!
 //! Every folder and file under `src/` is covered: the rooms are read from the file system, not
 //! listed here. (The platform crate cannot name a feature at all: the compiler holds that; its
-//! own rooms are checked the same way by its `tests/structure.rs`.)
+//! own rooms are checked the same way by its `tests/it/structure.rs`.)
 
 use std::path::Path;
 

@@ -13,8 +13,8 @@
 #[macro_use]
 mod common;
 
+mod account;
 mod articles;
-mod cache;
 mod chaos;
 mod cluster;
 mod comments;
@@ -23,18 +23,16 @@ mod db_move;
 mod db_move_chaos;
 mod event_chaos;
 mod event_groups;
-mod events;
 mod events_admin;
 mod feed;
-mod follow;
 mod full_disk;
 mod http_conventions;
 mod interactive;
 mod jobs;
 mod jobs_admin;
-mod ledger;
 mod migrations;
 mod outbox;
+mod payment;
 mod phone_login;
 mod process;
 mod ranking;
@@ -49,4 +47,3 @@ mod statement_counts;
 mod tags;
 mod users;
 mod wechat_login;
-mod wechat_pay;

@@ -1,0 +1,12 @@
+//! The platform crate's integration tests, in one test binary: the pieces every feature stands on,
+//! tested on their own — the versioned cache (`cache`), the event stream and its consumer groups
+//! (`events`), following topics from one's own positions (`follow`), and the crate's structure
+//! (`structure`: no import circle between its modules).
+//!
+//! Run one module with a name filter, with the services up:
+//! `scripts/with-services.sh cargo test -p platform --test it events::`.
+
+mod cache;
+mod events;
+mod follow;
+mod structure;
