@@ -43,6 +43,7 @@ pub mod feature;
 pub mod http;
 pub mod instance_lock;
 pub mod jobs;
+pub mod openapi;
 pub mod ops;
 pub mod page;
 pub mod prerendered;
