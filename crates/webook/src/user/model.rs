@@ -54,7 +54,7 @@ pub struct User {
 }
 
 /// `GET /users/profile`: the bare object the course frontend reads (no envelope).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "PascalCase")]
 pub struct Profile {
     /// Id.
