@@ -236,7 +236,7 @@ impl GroupHealth {
 }
 
 /// A consumer group as this process sees it (the operators' views, `/readyz`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GroupStatus {
     /// The topic it consumes.
     pub topic: String,

@@ -15,13 +15,17 @@ use std::sync::Arc;
 
 use scheduler::sql::{Executors, JobRow, JobStatus, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     auth::{Admin, AdminArea, Admins, AuthService, Authenticates, ChecksAdmins},
     idempotency::Idempotency,
     jobs::service::{self, JobEdit, JobSpec},
 };
-use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
+use platform::{
+    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    openapi::{Envelope, Null},
+};
 
 /// Runs listed when `limit` is not given.
 const DEFAULT_RUNS_LIMIT: i64 = 50;
@@ -91,7 +95,8 @@ fn store_error(err: StoreError) -> AppError {
     }
 }
 
-#[derive(Serialize)]
+/// A durable job.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct JobView {
     id: i64,
@@ -138,6 +143,14 @@ impl JobView {
     }
 }
 
+/// Every durable job **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/jobs",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The jobs; 403002 for anyone but an admin.",
+               body = Envelope<Vec<JobView>>))
+)]
 async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<Vec<JobView>> {
     let jobs = state.job_store.list().await?;
     Ok(Reply(
@@ -147,21 +160,40 @@ async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<V
     ))
 }
 
-#[derive(Deserialize)]
+/// A new job (an unknown field is HTTP 400).
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = NewJob)]
 struct CreateRequest {
+    /// 1–64 of `A-Za-z0-9._-`, unique.
     name: String,
+    /// Cron with seconds, `@every …` or a descriptor.
     cron: String,
+    /// `http`, or another registered executor.
     executor: String,
     /// A JSON object, or a string holding one.
     #[serde(default)]
     cfg: Option<serde_json::Value>,
+    /// IANA time zone (default `UTC`).
     timezone: Option<String>,
+    /// `fire_once` (the default), `skip` or `catch_up`.
     misfire: Option<String>,
+    /// `forbid` (the default and only policy).
     overlap: Option<String>,
+    /// The run timeout, at least 1000 (default 600000).
     timeout_ms: Option<i64>,
 }
 
+/// Creates a durable job **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/jobs",
+    security(("access_token" = [])),
+    params(crate::openapi::IdempotencyKey),
+    request_body = CreateRequest,
+    responses((status = 200, description = "`data`: the job's id. Code 4 names an invalid \
+               field; 409001: the name is taken.", body = Envelope<i64>))
+)]
 async fn create(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -184,8 +216,10 @@ async fn create(
     Ok(Reply(id))
 }
 
-#[derive(Deserialize)]
+/// What to change in a job (an unknown field is HTTP 400).
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = JobChange)]
 struct EditRequest {
     cron: Option<String>,
     timezone: Option<String>,
@@ -198,6 +232,15 @@ struct EditRequest {
 
 /// `POST /jobs/:id/edit` **(webook)**: changes a job's schedule, time zone, `cfg`, misfire
 /// policy or timeout; refused (code 4) while it runs.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/edit",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    request_body = EditRequest,
+    responses((status = 200, description = "Changed, checked like a new job (code 4 naming \
+               the problem, also while it runs); 404001: no such job.", body = Envelope<Null>))
+)]
 async fn edit(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -231,6 +274,15 @@ fn cfg_text(cfg: Option<serde_json::Value>) -> Result<Option<String>, AppError> 
     }
 }
 
+/// Stops a job before its next fire **(admins)**; idempotent.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/stop",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Stopped; 404001: no such job.",
+               body = Envelope<Null>))
+)]
 async fn stop(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -240,6 +292,15 @@ async fn stop(
     Ok(Reply(()))
 }
 
+/// Resumes a stopped job **(admins)**; idempotent.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/resume",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Resumed; 404001: no such job.",
+               body = Envelope<Null>))
+)]
 async fn resume(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -249,6 +310,15 @@ async fn resume(
     Ok(Reply(()))
 }
 
+/// Runs a job once now **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/trigger",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Triggered; code 4 for a stopped job; 404001: no \
+               such job.", body = Envelope<Null>))
+)]
 async fn trigger(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -258,12 +328,15 @@ async fn trigger(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RunsQuery {
+    /// 1–500 (default 50).
     limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+/// A run of a job.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct RunView {
     id: i64,
@@ -291,6 +364,15 @@ impl From<RunRow> for RunView {
     }
 }
 
+/// A job's runs, newest first **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/runs",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job."), RunsQuery),
+    responses((status = 200, description = "The runs (status ok, failed, timeout, skipped, \
+               misfired or fenced); 404001: no such job.", body = Envelope<Vec<RunView>>))
+)]
 async fn runs(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -316,3 +398,8 @@ async fn runs_of(store: &SqlJobStore, id: i64, limit: i64) -> Result<Vec<RunRow>
     }
     Ok(store.runs(id, limit).await?)
 }
+
+/// The `/jobs` routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, create, edit, stop, resume, trigger, runs))]
+pub struct JobsApi;
