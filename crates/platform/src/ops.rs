@@ -194,7 +194,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     <OpsApi as utoipa::OpenApi>::openapi()
 }
 
-/// `/metrics`, served by a closure in [`router`]: described here.
+/// Prometheus metrics.
+// Served by a closure in `router`: described here.
 #[utoipa::path(
     get,
     path = "/metrics",

@@ -349,7 +349,8 @@ fn positive(id: i64) -> Result<i64, AppError> {
     positive_id("id", id)
 }
 
-/// The reader view as it goes out ([`crate::article::reader_page`] writes it in two parts).
+/// The reader view: the published copy with its counts and the caller's flags.
+// Describes the answer `crate::article::reader_page` writes in two parts.
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
 #[allow(dead_code)] // describes the prerendered answer; never built

@@ -157,7 +157,49 @@ pub fn document(features: &[&dyn Feature]) -> anyhow::Result<serde_json::Value> 
     let doc = compose(features)?;
     let mut value = serde_json::to_value(&doc).context("serialising the OpenAPI document")?;
     reference_inlined_components(&mut value);
+    plain_doc_links(&mut value);
     Ok(sorted(value))
+}
+
+/// Rustdoc's links in descriptions taken from doc comments (`` [`X`] ``) as plain code
+/// (`` `X` ``): they lead nowhere in the document.
+fn plain_doc_links(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                match child {
+                    Value::String(text) if key == "description" || key == "summary" => {
+                        *text = without_doc_links(text);
+                    }
+                    _ => plain_doc_links(child),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(plain_doc_links),
+        _ => {}
+    }
+}
+
+fn without_doc_links(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[`") {
+        let Some(end) = rest[start..].find("`]").map(|end| start + end) else {
+            break;
+        };
+        let after = &rest[end + 2..];
+        plain.push_str(&rest[..start]);
+        if after.starts_with('(') || after.starts_with('[') {
+            // A Markdown link with a target: kept.
+            plain.push_str(&rest[start..end + 2]);
+        } else {
+            plain.push_str(&rest[start + 1..end + 1]);
+        }
+        rest = after;
+    }
+    plain.push_str(rest);
+    plain
 }
 
 /// `document` as pretty JSON ending with a newline: the bytes of `docs/openapi.json`,
@@ -320,6 +362,14 @@ mod tests {
         assert_eq!(doc["openapi"], "3.1.0");
         assert_eq!(doc["info"]["title"], "webook");
         assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn doc_links_become_plain_code() {
+        assert_eq!(
+            without_doc_links("see [`Page`] and [`x::y`], not [`z`](http://z) or [a]"),
+            "see `Page` and `x::y`, not [`z`](http://z) or [a]"
+        );
     }
 
     #[test]

@@ -34,6 +34,7 @@ mod jobs;
 mod jobs_admin;
 mod ledger;
 mod migrations;
+mod openapi;
 mod outbox;
 mod phone_login;
 mod process;
