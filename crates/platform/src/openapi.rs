@@ -280,3 +280,82 @@ pub fn apply_conventions(doc: &mut OpenApi) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeSet;
+
+    use axum::{body::to_bytes, response::IntoResponse};
+
+    use super::*;
+    use crate::error::{AppError, Msg, Reply};
+
+    async fn keys_of(response: axum::response::Response) -> BTreeSet<String> {
+        let body = to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        body.as_object().unwrap().keys().cloned().collect()
+    }
+
+    fn properties_of(schema: RefOr<Schema>) -> (BTreeSet<String>, BTreeSet<String>) {
+        let schema = serde_json::to_value(schema).unwrap();
+        let names = |value: &serde_json::Value| -> BTreeSet<String> {
+            match value {
+                serde_json::Value::Object(map) => map.keys().cloned().collect(),
+                serde_json::Value::Array(items) => items
+                    .iter()
+                    .map(|item| item.as_str().unwrap().to_owned())
+                    .collect(),
+                _ => BTreeSet::new(),
+            }
+        };
+        (names(&schema["properties"]), names(&schema["required"]))
+    }
+
+    #[tokio::test]
+    async fn the_envelope_schemas_have_every_field_replies_and_errors_render() {
+        let reply = keys_of(Reply(7).into_response()).await;
+        let (properties, required) = properties_of(<Envelope<i64> as PartialSchema>::schema());
+        assert_eq!(properties, reply);
+        assert_eq!(required, reply);
+        let error = keys_of(AppError::NotFound(Msg::new("no", "无")).into_response()).await;
+        let (properties, required) = properties_of(ErrorEnvelope::schema());
+        assert_eq!(properties, error);
+        assert_eq!(required, error);
+    }
+
+    #[test]
+    fn operations_get_the_shared_error_answers_by_what_they_declare() {
+        use utoipa::openapi::{
+            path::{HttpMethod, OperationBuilder, ParameterBuilder, PathItem},
+            security::SecurityRequirement,
+            PathsBuilder,
+        };
+        let item = |operation: OperationBuilder| PathItem::new(HttpMethod::Get, operation);
+        let mut doc = utoipa::openapi::OpenApiBuilder::new()
+            .paths(
+                PathsBuilder::new()
+                    .path("/public", item(OperationBuilder::new()))
+                    .path(
+                        "/secured",
+                        item(
+                            OperationBuilder::new()
+                                .security(SecurityRequirement::new(ACCESS_TOKEN, [""; 0]))
+                                .parameter(ParameterBuilder::new().name("id")),
+                        ),
+                    ),
+            )
+            .build();
+        apply_conventions(&mut doc);
+        let statuses = |path: &str| -> Vec<String> {
+            let item = doc.paths.paths[path].clone();
+            item.get.unwrap().responses.responses.into_keys().collect()
+        };
+        assert_eq!(statuses("/public"), ["500", "503"]);
+        assert_eq!(statuses("/secured"), ["400", "401", "403", "500", "503"]);
+        let components = doc.components.unwrap();
+        assert!(components.schemas.contains_key("Error"));
+        assert!(components.security_schemes.contains_key(ACCESS_TOKEN));
+    }
+}
