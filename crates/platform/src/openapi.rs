@@ -39,8 +39,8 @@ pub const REFRESH_TOKEN: &str = "refresh_token";
 /// `metrics_allowed_networks`: `Authorization: Bearer <metrics_token>`.
 pub const METRICS_TOKEN: &str = "metrics_token";
 
-/// A successful JSON answer: the envelope with `code` 0 and the handler's `data` (what
-/// `Reply<T>` and `ReplyWithMsg<T>` render).
+/// A successful JSON answer: the envelope with `code` 0 and the route's `data`.
+// What `Reply<T>` and `ReplyWithMsg<T>` render (a test compares the fields).
 #[derive(ToSchema)]
 #[schema(bound = "T: ToSchema")]
 pub struct Envelope<T> {
@@ -108,21 +108,23 @@ pub fn course_routes(mut doc: OpenApi) -> OpenApi {
     doc
 }
 
-/// Lets every success body of `doc`'s operations (HTTP 200, an `Envelope<T>`) also be an
-/// [`ErrorEnvelope`]: a business outcome (invalid input, not allowed, no such object, …)
-/// answers HTTP 200 with a non-zero code. For every fragment but the operations routes', which
-/// answer none.
+/// Lets every JSON success body of `doc`'s operations (HTTP 200: an `Envelope<T>`, or the bare
+/// object of `GET /users/profile`) also be an [`ErrorEnvelope`]: a business outcome (invalid
+/// input, not allowed, no such object, …) answers HTTP 200 with a non-zero code. For every
+/// fragment but the operations routes', which answer none.
 pub fn business_errors_in_200(doc: &mut OpenApi) {
     for item in doc.paths.paths.values_mut() {
         for operation in operations_mut(item) {
             let Some(RefOr::T(response)) = operation.responses.responses.get_mut("200") else {
                 continue;
             };
-            for content in response.content.values_mut() {
-                let enveloped = matches!(&content.schema,
-                    Some(RefOr::Ref(reference))
-                        if reference.ref_location.starts_with("#/components/schemas/Envelope_"));
-                if let (true, Some(success)) = (enveloped, content.schema.take()) {
+            let Some(content) = response.content.get_mut("application/json") else {
+                continue;
+            };
+            let named = matches!(&content.schema, Some(RefOr::Ref(reference))
+                    if reference.ref_location.starts_with("#/components/schemas/"));
+            {
+                if let (true, Some(success)) = (named, content.schema.take()) {
                     content.schema = Some(
                         AnyOfBuilder::new()
                             .item(success)
