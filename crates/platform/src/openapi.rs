@@ -123,15 +123,16 @@ pub fn business_errors_in_200(doc: &mut OpenApi) {
             };
             let named = matches!(&content.schema, Some(RefOr::Ref(reference))
                     if reference.ref_location.starts_with("#/components/schemas/"));
-            {
-                if let (true, Some(success)) = (named, content.schema.take()) {
-                    content.schema = Some(
-                        AnyOfBuilder::new()
-                            .item(success)
-                            .item(utoipa::openapi::Ref::from_schema_name(ErrorEnvelope::name()))
-                            .into(),
-                    );
-                }
+            if !named {
+                continue;
+            }
+            if let Some(success) = content.schema.take() {
+                content.schema = Some(
+                    AnyOfBuilder::new()
+                        .item(success)
+                        .item(utoipa::openapi::Ref::from_schema_name(ErrorEnvelope::name()))
+                        .into(),
+                );
             }
         }
     }
@@ -359,5 +360,49 @@ mod tests {
         let components = doc.components.unwrap();
         assert!(components.schemas.contains_key("Error"));
         assert!(components.security_schemes.contains_key(ACCESS_TOKEN));
+    }
+
+    #[test]
+    fn a_named_success_body_may_also_be_a_business_error_and_an_inline_one_stays() {
+        use utoipa::openapi::{
+            path::{HttpMethod, OperationBuilder, PathItem},
+            PathsBuilder,
+        };
+        let answering = |schema: RefOr<Schema>| {
+            let response = ResponseBuilder::new()
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(schema)).build(),
+                )
+                .build();
+            PathItem::new(
+                HttpMethod::Get,
+                OperationBuilder::new().response("200", response),
+            )
+        };
+        let mut doc = utoipa::openapi::OpenApiBuilder::new()
+            .paths(
+                PathsBuilder::new()
+                    .path(
+                        "/named",
+                        answering(utoipa::openapi::Ref::from_schema_name("Envelope_i64").into()),
+                    )
+                    .path("/inline", answering(String::schema())),
+            )
+            .build();
+        business_errors_in_200(&mut doc);
+        let schema = |path: &str| {
+            let doc = serde_json::to_value(&doc).unwrap();
+            doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+                .clone()
+        };
+        assert_eq!(
+            schema("/named"),
+            serde_json::json!({"anyOf": [
+                {"$ref": "#/components/schemas/Envelope_i64"},
+                {"$ref": "#/components/schemas/Error"},
+            ]})
+        );
+        assert_eq!(schema("/inline"), serde_json::json!({"type": "string"}));
     }
 }
