@@ -10,6 +10,10 @@
 //! documented as `{rest}`. What the reader does not understand — a path that is not a string
 //! literal, `nest`, `on(…)`, a method router it does not know — fails the check with the place,
 //! so the check is taught rather than silently passed by.
+//!
+//! Beside it, each handler's `#[utoipa::path]` says `security(("access_token" = []))` exactly
+//! when its signature takes an extractor that authenticates the caller (`AuthUser`, `Writer`,
+//! `Admin`): the document's auth requirement follows the code.
 
 use std::{
     collections::BTreeSet,
@@ -314,6 +318,56 @@ fn skip_space(source: &str, from: usize) -> usize {
         .unwrap_or(source.len() - from)
 }
 
+/// The extractors that authenticate a handler's caller with the access token.
+const AUTHENTICATING: [&str; 3] = ["AuthUser", "Writer", "Admin"];
+
+/// Handlers of `source` whose `#[utoipa::path]` and signature disagree about the access
+/// token: one takes an authenticating extractor ([`AUTHENTICATING`]) and the other does not
+/// say `security(("access_token" = []))`, or the reverse.
+fn security_mismatches(source: &str) -> Vec<String> {
+    let code = code_mask(source);
+    let mut problems = Vec::new();
+    for (at, _) in source.match_indices("#[utoipa::path(") {
+        if !code[at] {
+            continue;
+        }
+        let open = at + "#[utoipa::path".len();
+        let Some(close) = matching(source, &code, open) else {
+            continue;
+        };
+        let attribute = &source[open..close];
+        let Some(function) = source[close..].find("fn ").map(|found| close + found) else {
+            continue;
+        };
+        let name_end = function
+            + 3
+            + source[function + 3..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or_default();
+        let name = &source[function + 3..name_end];
+        let Some(params_end) = matching(source, &code, name_end) else {
+            continue;
+        };
+        let authenticates = source[name_end..params_end]
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|word| AUTHENTICATING.contains(&word));
+        let says = attribute.contains("\"access_token\"");
+        if authenticates != says {
+            problems.push(format!(
+                "{name}: {}",
+                if authenticates {
+                    "authenticates its caller but its #[utoipa::path] has no \
+                     security((\"access_token\" = []))"
+                } else {
+                    "its #[utoipa::path] asks for the access token but it takes no AuthUser, \
+                     Writer or Admin"
+                }
+            ));
+        }
+    }
+    problems
+}
+
 /// What differs between the routes `registered` and the operations `documented`.
 fn differences(
     registered: &BTreeSet<(String, String)>,
@@ -391,6 +445,46 @@ fn every_route_is_documented_and_every_documented_operation_is_routed() {
     let documented = super::operations(&crate::app::openapi().unwrap());
     let problems = differences(&registered, &documented);
     assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn a_handler_says_it_needs_the_access_token_exactly_when_it_authenticates() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    let mut described = 0;
+    for file in rust_files(&manifest.join("src")) {
+        let source = std::fs::read_to_string(&file).unwrap();
+        described += source.matches("#[utoipa::path(").count();
+        problems.extend(
+            security_mismatches(&source)
+                .into_iter()
+                .map(|problem| format!("{}: {problem}", file.display())),
+        );
+    }
+    assert!(described > 60, "only {described} handlers described");
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    let source = r#"
+        #[utoipa::path(get, path = "/a", security(("access_token" = [])))]
+        async fn a(State(s): State<S>, user: AuthUser) -> R {}
+        #[utoipa::path(post, path = "/b")]
+        async fn b(Writer(user): Writer, ApiJson(x): ApiJson<X>) -> R {}
+        #[utoipa::path(get, path = "/c", security(("access_token" = [])))]
+        async fn c(ApiQuery(q): ApiQuery<Q>) -> R {}
+        #[utoipa::path(get, path = "/d")]
+        async fn d(_admin: Admin, area: AdminArea) -> R {}
+    "#;
+    assert_eq!(
+        security_mismatches(source),
+        [
+            "b: authenticates its caller but its #[utoipa::path] has no \
+             security((\"access_token\" = []))",
+            "c: its #[utoipa::path] asks for the access token but it takes no AuthUser, Writer \
+             or Admin",
+            "d: authenticates its caller but its #[utoipa::path] has no \
+             security((\"access_token\" = []))",
+        ]
+    );
 }
 
 #[test]
