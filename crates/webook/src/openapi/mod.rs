@@ -10,9 +10,9 @@
 //! become references to the components they equal, and every object's keys are sorted.
 //! [`render`] writes that as pretty JSON: what `GET /openapi.json` ([`router`]) serves and
 //! `webook openapi` prints, and what `docs/openapi.json` holds (a test compares them). The checks that keep it complete live
-//! beside it: [`routes`] (every route the routers register is documented, and nothing else;
+//! beside it, as tests: `routes.rs` (every route the routers register is documented, and nothing else;
 //! a handler needs the access token in the document exactly when it authenticates) and
-//! [`console`] (every call of the web console is a documented route).
+//! `console.rs` (every call of the web console is a documented route).
 
 use std::collections::{BTreeMap, BTreeSet};
 
