@@ -3,16 +3,20 @@
 //! Every feature describes its routes in a fragment of its own (a `utoipa::OpenApi` derive in its
 //! `http.rs`, handed over by [`Feature::openapi`]); the platform describes its operations routes
 //! ([`platform::ops::openapi`]). [`compose`] merges them — each operation tagged with its
-//! fragment's name and its `operationId` prefixed with it, refusing two fragments that describe
-//! one route or give one schema name two meanings — and adds the conventions every route shares
-//! ([`platform::openapi::apply_conventions`]). [`document`] turns it into JSON: the schemas
-//! utoipa inlines as generic arguments (the `data` of `Envelope<T>`, the items of `Page<T>`)
-//! become references to the components they equal, and every object's keys are sorted.
-//! [`render`] writes that as pretty JSON: what `GET /openapi.json` ([`router`]) serves and
-//! `webook openapi` prints, and what `docs/openapi.json` holds (a test compares them). The checks that keep it complete live
-//! beside it, as tests: `routes.rs` (every route the routers register is documented, and nothing else;
-//! a handler needs the access token in the document exactly when it authenticates) and
-//! `console.rs` (every call of the web console is a documented route).
+//! fragment's name and its `operationId` prefixed with it, a feature's successes allowed to be
+//! business errors too ([`platform::openapi::business_errors_in_200`]), two fragments that
+//! describe one route or give one schema name two meanings refused — and adds the conventions
+//! every route shares ([`platform::openapi::apply_conventions`]). [`document`] turns it into
+//! JSON: the schemas utoipa inlines as generic arguments (the `data` of `Envelope<T>`, the items
+//! of `Page<T>`) become references to the components they equal, rustdoc links in descriptions
+//! become plain code, and every object's keys are sorted. [`render`] writes that as pretty JSON:
+//! what `GET /openapi.json` ([`router`]) serves and `webook openapi` prints, and what
+//! `docs/openapi.json` holds (a test compares them).
+//!
+//! The checks that keep it complete live beside it, as tests: `routes.rs` (every route the
+//! routers register is documented, and nothing else; a handler needs the access token in the
+//! document exactly when it authenticates) and `console.rs` (every call of the web console is a
+//! documented route).
 
 use std::collections::{BTreeMap, BTreeSet};
 
