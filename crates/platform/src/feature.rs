@@ -4,7 +4,8 @@
 //! Start-up runs in two passes over the list. Before anything opens, the application collects
 //! what each feature declares — its settings sections ([`Feature::settings`]), its tables
 //! ([`Feature::migrations`]) and its metrics ([`Feature::metrics`]) — to load the configuration,
-//! migrate the database and install the metrics recorder. Then, with the backends open
+//! migrate the database and install the metrics recorder; the description of its routes
+//! ([`Feature::openapi`]) goes into the API's OpenAPI document. Then, with the backends open
 //! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what it
 //! runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
 //! executors, background tasks (event consumers, refreshers), and the services later features build
@@ -80,6 +81,13 @@ pub trait Feature: Send + Sync {
     /// Its subcommands of the application's command line, if any.
     fn cli(&self) -> Option<CliCommands> {
         None
+    }
+
+    /// The OpenAPI description of the routes it serves: a `utoipa::OpenApi` derive listing its
+    /// handlers ([`crate::openapi`]); the application merges every feature's into one
+    /// document. Empty for a feature without routes.
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        utoipa::openapi::OpenApi::default()
     }
 
     /// Builds its services on `platform` and registers what it runs into `registry`.

@@ -63,6 +63,20 @@ const MAX_KEY_LEN: usize = 255;
 /// Largest answer stored (creating POSTs answer small envelopes).
 const MAX_STORED_ANSWER: usize = 64 * 1024;
 
+/// The `Idempotency-Key` request header of the creating POSTs that honour it
+/// (`params(platform::idempotency::IdempotencyKey)`; this module).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // describes a header; never built
+pub struct IdempotencyKey {
+    /// 1–255 visible ASCII characters, per user: a repeat of the same request with the same
+    /// key within 24 h replays the first answer (header `Idempotent-Replayed: true`); the same
+    /// key with another request is code 4; a repeat while the first still runs waits up to
+    /// 20 s, then answers 409001.
+    #[param(rename = "Idempotency-Key", nullable = false)]
+    idempotency_key: Option<String>,
+}
+
 /// What the claim found.
 enum Claim {
     /// Ours: run the request.

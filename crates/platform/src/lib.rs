@@ -49,6 +49,7 @@ pub mod http;
 pub mod idempotency;
 pub mod instance_lock;
 pub mod jobs;
+pub mod openapi;
 pub mod ops;
 pub mod page;
 pub mod prerendered;

@@ -153,12 +153,58 @@ pub fn router(endpoints: Endpoints, platform: Arc<Platform>) -> Router {
     router.with_state(platform)
 }
 
+/// The OpenAPI description of the operations routes ([`crate::openapi`]); `/metrics` and
+/// `/debug/*` are served only where [`Endpoints`] says.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    healthz,
+    readyz,
+    metrics,
+    debug_sleep,
+    debug_panic,
+    debug_event_faults,
+    debug_set_event_faults
+))]
+pub struct OpsApi;
+
+/// [`OpsApi`] as a document fragment.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    <OpsApi as utoipa::OpenApi>::openapi()
+}
+
+/// Prometheus metrics.
+// Served by a closure in `router`: described here.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    security((), ("metrics_token" = [])),
+    responses(
+        (status = 200, description = "Prometheus text exposition format (version 0.0.4).",
+         content_type = "text/plain; version=0.0.4", body = String),
+        (status = 404, description = "On the API port, to a client neither in \
+          `metrics_allowed_networks` nor presenting `metrics_token` (the answer of an unknown \
+          route, code 404001); not served there at all when `ops_listen` is set.",
+         body = crate::openapi::ErrorEnvelope),
+    )
+)]
+#[allow(dead_code)]
+fn metrics() {}
+
+/// Liveness: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`data` is `alive`.",
+               body = crate::openapi::Envelope<String>))
+)]
 async fn healthz() -> Reply<&'static str> {
     Reply("alive")
 }
 
 /// What `/readyz` answers: this process's mode and how its dependencies answered.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Readiness {
     /// `embedded` or `cluster`.
     pub mode: &'static str,
@@ -178,6 +224,18 @@ impl Readiness {
     }
 }
 
+/// Readiness: the database answers and takes a write, and, in cluster mode, Redis answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready (`msg` `ready`).",
+         body = crate::openapi::Envelope<Readiness>),
+        (status = 503, description = "Not ready (code 5, `msg` `not ready`): `data` says \
+          which dependency.", body = crate::openapi::Envelope<Readiness>),
+    )
+)]
 async fn readyz(State(state): State<Arc<Platform>>) -> Response {
     let data = readiness(&state).await;
     let (status, code, msg) = if data.ready() {
@@ -245,11 +303,23 @@ async fn render_metrics(State(state): State<Arc<Platform>>) -> Response {
         .into_response()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct SleepParams {
+    /// How long to sleep, in milliseconds (at most a minute).
     ms: u64,
 }
 
+/// Sleeps, then answers `ms` (graceful-shutdown tests).
+#[utoipa::path(
+    get,
+    path = "/debug/sleep",
+    tag = "debug",
+    description = "Only with `debug_endpoints` on.",
+    params(SleepParams),
+    responses((status = 200, description = "`data`: the `ms` asked for.",
+               body = crate::openapi::Envelope<u64>))
+)]
 async fn debug_sleep(Query(params): Query<SleepParams>) -> Reply<u64> {
     let duration = Duration::from_millis(params.ms).min(MAX_DEBUG_SLEEP);
     tokio::time::sleep(duration).await;
@@ -257,6 +327,14 @@ async fn debug_sleep(Query(params): Query<SleepParams>) -> Reply<u64> {
 }
 
 /// The faults injected into this process's event handlers.
+#[utoipa::path(
+    get,
+    path = "/debug/event-faults",
+    tag = "debug",
+    description = "Only with `debug_endpoints` on.",
+    responses((status = 200, description = "The faults in force.",
+               body = crate::openapi::Envelope<Vec<crate::events::delivery::InjectedFault>>))
+)]
 async fn debug_event_faults(
     State(state): State<Arc<Platform>>,
 ) -> Reply<Vec<crate::events::delivery::InjectedFault>> {
@@ -264,6 +342,15 @@ async fn debug_event_faults(
 }
 
 /// Replaces them (`[]` clears): `[{group, topic, keys, failure}]`.
+#[utoipa::path(
+    post,
+    path = "/debug/event-faults",
+    tag = "debug",
+    description = "Only with `debug_endpoints` on.",
+    request_body = Vec<crate::events::delivery::InjectedFault>,
+    responses((status = 200, description = "`data`: how many faults are now in force.",
+               body = crate::openapi::Envelope<usize>))
+)]
 async fn debug_set_event_faults(
     State(state): State<Arc<Platform>>,
     crate::error::ApiJson(faults): crate::error::ApiJson<
@@ -276,6 +363,15 @@ async fn debug_set_event_faults(
     Reply(count)
 }
 
+/// Panics in the handler (the panic catcher answers 500, code 5).
+#[utoipa::path(
+    get,
+    path = "/debug/panic",
+    tag = "debug",
+    description = "Only with `debug_endpoints` on.",
+    responses((status = 500, description = "Always: the handler panics (code 5).",
+               body = crate::openapi::ErrorEnvelope))
+)]
 async fn debug_panic() -> Reply<()> {
     panic!("debug panic requested");
 }

@@ -31,12 +31,13 @@ pub fn page_limit(limit: Option<i64>) -> Result<usize, AppError> {
 }
 
 /// A page of a list, and where the next one starts (absent at the end).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Page<T> {
     /// The items.
     pub items: Vec<T>,
-    /// The cursor of the next page.
+    /// The cursor of the next page: opaque, absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub next: Option<String>,
 }
 

@@ -61,6 +61,12 @@ pub fn metrics() -> Vec<MetricsSpec> {
         .collect()
 }
 
+/// The OpenAPI document of the API, as JSON: the platform's operations routes and every
+/// feature's ([`crate::openapi`]).
+pub fn openapi() -> anyhow::Result<serde_json::Value> {
+    crate::openapi::document(FEATURES)
+}
+
 /// The durable-job executors every feature offers, for commands that check jobs without
 /// serving (`webook jobs add`).
 pub fn offline_executors(config: &Config, db: &Db) -> anyhow::Result<Executors> {
@@ -307,8 +313,9 @@ fn what_listeners_serve(
         shared.clone(),
     );
     let served = if config.role.serves_api() {
+        let document = crate::openapi::router(crate::openapi::render(&openapi()?)?);
         Served::new(
-            with_middleware(ops_routes.merge(routes), config)?,
+            with_middleware(ops_routes.merge(routes).merge(document), config)?,
             fast_paths,
             config,
         )?

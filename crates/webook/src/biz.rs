@@ -13,7 +13,19 @@ use serde::{Deserialize, Serialize};
 use platform::error::{AppError, Msg};
 
 /// A kind of object others can read, like, collect (and later comment on, tag, reward).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Biz {
     /// A published article (`published_articles.id`).

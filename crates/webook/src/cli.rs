@@ -1,5 +1,5 @@
 //! Command-line interface: the application's own subcommands (`webook serve | migrate | version
-//! | seed`) and those the features bring ([`platform::feature::Feature::cli`]: `jobs …`,
+//! | openapi | seed`) and those the features bring ([`platform::feature::Feature::cli`]: `jobs …`,
 //! `admin …`, `rank`).
 //!
 //! The global flags (`--config`, `--listen`, `--data-dir`, `--database-url`, `--redis-url`) are the
@@ -40,6 +40,8 @@ pub enum Command {
     Migrate,
     /// Print the version and exit.
     Version,
+    /// Print the OpenAPI document of the HTTP API (JSON; `docs/openapi.json`) and exit.
+    Openapi,
     /// Fill the database with a realistic, reproducible dataset (users, articles, Zipf-distributed
     /// reads, likes, collects, follows and comment threads, the feed built from them, and
     /// authors' tags), for
@@ -161,6 +163,10 @@ impl Cli {
                 println!("webook {}", env!("CARGO_PKG_VERSION"));
                 Ok(())
             }
+            Command::Openapi => {
+                print!("{}", crate::openapi::render(&app::openapi()?)?);
+                Ok(())
+            }
             Command::Serve(serve) => {
                 let config = serve.load(&self.config)?;
                 if serve.print_config {
@@ -230,7 +236,7 @@ mod tests {
         let help = command().render_help().to_string();
         assert!(help.starts_with("webook: the backend"), "{help}");
         for name in [
-            "serve", "migrate", "version", "seed", "jobs", "admin", "rank",
+            "serve", "migrate", "version", "openapi", "seed", "jobs", "admin", "rank",
         ] {
             assert!(
                 help.contains(&format!("  {name} ")),

@@ -40,6 +40,7 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod openapi;
 pub mod outside_http;
 pub mod payment;
 pub mod phone_login;

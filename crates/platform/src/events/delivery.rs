@@ -236,7 +236,7 @@ impl GroupHealth {
 }
 
 /// A consumer group as this process sees it (the operators' views, `/readyz`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct GroupStatus {
     /// The topic it consumes.
     pub topic: String,
@@ -337,7 +337,7 @@ impl Failures {
 /// A failure injected into a group's handler for some keys (tests of the real binary, through
 /// `/debug/event-faults` with `debug_endpoints` on): a batch holding one of `keys` fails with
 /// `failure` before the handler sees it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct InjectedFault {
     /// The group whose handler fails.
     pub group: String,

@@ -134,7 +134,7 @@ pub(super) async fn advance(
 }
 
 /// One parked event, as the console, the admin API and the CLI show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Parked {
     /// Row id in the store (what replay and discard take).
     pub id: i64,
@@ -451,7 +451,7 @@ pub async fn purge_resolved_before(db: &Db, before: i64) -> sqlx::Result<u64> {
 
 /// A consumer group as the database knows it, without a running process: its outbox position
 /// and what waits behind it (embedded mode), and its parked events by state.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, utoipa::ToSchema)]
 pub struct StoredGroup {
     /// The topic.
     pub topic: String,

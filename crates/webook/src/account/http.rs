@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use axum::{extract::State, routing::get, Router};
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use super::{AccountView, Ledger};
 use platform::{
     error::{ApiQuery, ApiResult, Reply},
+    openapi::Envelope,
     page::page_limit,
 };
 
@@ -25,12 +27,23 @@ pub fn router(routes: AccountRoutes) -> Router {
         .with_state(Arc::new(routes))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// The `next` of the previous page of entries.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// The caller's account: its balance and a page of its entries, newest first (amounts in fen).
+#[utoipa::path(
+    get,
+    path = "/account",
+    security(("access_token" = [])),
+    params(PageQuery),
+    responses((status = 200, description = "The account.", body = Envelope<AccountView>))
+)]
 async fn account(
     State(routes): State<Arc<AccountRoutes>>,
     user: AuthUser,
@@ -44,3 +57,8 @@ async fn account(
             .await?,
     ))
 }
+
+/// The account route's description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(account))]
+pub struct AccountApi;

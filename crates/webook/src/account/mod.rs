@@ -44,6 +44,10 @@ impl Feature for Accounts {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::AccountApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let ledger = Ledger::new(platform.db.clone());
         registry.routes(http::router(http::AccountRoutes {
@@ -55,7 +59,7 @@ impl Feature for Accounts {
 }
 
 /// An entry as its account's owner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryView {
     /// Entry id.
@@ -73,11 +77,12 @@ pub struct EntryView {
 }
 
 /// A user's account: balance and a page of entries, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AccountView {
     /// Fen.
     pub balance: i64,
     /// Always `CNY`.
+    #[schema(value_type = String, example = "CNY")]
     pub currency: &'static str,
     /// Newest first.
     pub entries: Page<EntryView>,

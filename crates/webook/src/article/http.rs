@@ -10,6 +10,7 @@ use axum::{
 use platform::caller::{AuthUser, Writer};
 use platform::idempotency::Idempotency;
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use crate::{
 use platform::{
     error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     http::accepts_gzip,
+    openapi::{Envelope, Null},
     page::{page_limit, Page},
 };
 
@@ -56,13 +58,28 @@ pub fn router(routes: ArticleRoutes, idempotency: Arc<Idempotency>) -> Router {
 /// The `biz` of articles in the interactive tables.
 pub const BIZ: crate::biz::Biz = crate::biz::Biz::Article;
 
-#[derive(Deserialize)]
+/// A draft to save or publish.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = ArticleEdit)]
 struct EditRequest {
+    /// The article; absent or 0: a new one.
     id: Option<i64>,
+    /// At most 256 characters; not empty to publish.
     title: String,
+    /// HTML, sanitised on save (at most 512 KiB, nested at most 256 deep, 50 000 elements).
     content: String,
 }
 
+/// Saves the caller's draft (a new article without `id`).
+#[utoipa::path(
+    post,
+    path = "/articles/edit",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = EditRequest,
+    responses((status = 200, description = "`data`: the article's id. 403002 when the id is \
+               someone else's, 404001 when there is no such article.", body = Envelope<i64>))
+)]
 async fn edit(
     State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
@@ -77,6 +94,15 @@ async fn edit(
     ))
 }
 
+/// Saves and publishes (a new article without `id`).
+#[utoipa::path(
+    post,
+    path = "/articles/publish",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = EditRequest,
+    responses((status = 200, description = "`data`: the article's id.", body = Envelope<i64>))
+)]
 async fn publish(
     State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
@@ -91,11 +117,21 @@ async fn publish(
     ))
 }
 
-#[derive(Deserialize)]
+/// The article to withdraw.
+#[derive(Deserialize, ToSchema)]
 struct WithdrawRequest {
+    /// The article.
     id: i64,
 }
 
+/// Withdraws an article: status 3 on both copies; readers get 404001 afterwards.
+#[utoipa::path(
+    post,
+    path = "/articles/withdraw",
+    security(("access_token" = [])),
+    request_body = WithdrawRequest,
+    responses((status = 200, description = "Withdrawn.", body = Envelope<Null>))
+)]
 async fn withdraw(
     State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
@@ -107,13 +143,25 @@ async fn withdraw(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+/// A page of the caller's articles.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = ArticleListRequest)]
 struct ListRequest {
+    /// 0…10000 (default 0).
     #[serde(default)]
     offset: i64,
+    /// 1…100.
     limit: i64,
 }
 
+/// The caller's own articles, newest update first.
+#[utoipa::path(
+    post,
+    path = "/articles/list",
+    security(("access_token" = [])),
+    request_body = ListRequest,
+    responses((status = 200, description = "The page.", body = Envelope<Vec<ListItem>>))
+)]
 async fn list(
     State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
@@ -127,15 +175,27 @@ async fn list(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct PublishedQuery {
+    /// Only this author's articles.
     author: Option<i64>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
 /// `GET /articles/pub?author&cursor&limit` **(webook)**: the latest published articles, or one
 /// author's.
+#[utoipa::path(
+    get,
+    path = "/articles/pub",
+    security(("access_token" = [])),
+    params(PublishedQuery),
+    responses((status = 200, description = "Newest first publication first; withdrawn \
+               articles are not listed.", body = Envelope<Page<PublishedItem>>))
+)]
 async fn published(
     State(state): State<Arc<ArticleRoutes>>,
     _user: AuthUser,
@@ -150,6 +210,15 @@ async fn published(
     ))
 }
 
+/// The caller's own draft.
+#[utoipa::path(
+    get,
+    path = "/articles/detail/{id}",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The article.")),
+    responses((status = 200, description = "The author's copy; 403002 for another's.",
+               body = Envelope<Article>))
+)]
 async fn detail(
     State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
@@ -162,6 +231,16 @@ async fn detail(
 /// The reader view: the published copy with its counters and the caller's flags, answered from
 /// the page rendered for that copy ([`crate::article::reader_page`]; gzipped there when the
 /// client accepts it).
+#[utoipa::path(
+    get,
+    path = "/articles/pub/{id}",
+    summary = "The reader view of a published article; counts one read.",
+    description = "",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The article.")),
+    responses((status = 200, description = "404001 when it is not published.",
+               body = Envelope<ReaderView>))
+)]
 async fn reader_view(
     State(state): State<Arc<ArticleRoutes>>,
     user: AuthUser,
@@ -186,12 +265,24 @@ async fn reader_view(
     Ok(page.respond(&counts, &flags, accepts_gzip(request.headers())))
 }
 
-#[derive(Deserialize)]
+/// A like or an unlike.
+#[derive(Deserialize, ToSchema)]
 struct LikeRequest {
+    /// The published article.
     id: i64,
+    /// `true` to like, `false` to unlike.
     like: bool,
 }
 
+/// Likes or unlikes a published article; idempotent.
+#[utoipa::path(
+    post,
+    path = "/articles/pub/like",
+    security(("access_token" = [])),
+    request_body = LikeRequest,
+    responses((status = 200, description = "Done; 404001 when it is not published.",
+               body = Envelope<Null>))
+)]
 async fn like(
     State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
@@ -207,11 +298,15 @@ async fn like(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+/// A collect or an uncollect.
+#[derive(Deserialize, ToSchema)]
 struct CollectRequest {
+    /// The published article.
     id: i64,
+    /// The caller's collection; 0 (the default) is the default collection.
     #[serde(default)]
     cid: i64,
+    /// `true` (the default) to add, `false` to remove.
     #[serde(default = "collect_by_default")]
     collect: bool,
 }
@@ -220,6 +315,15 @@ fn collect_by_default() -> bool {
     true
 }
 
+/// Adds a published article to the caller's collection, or removes it; idempotent.
+#[utoipa::path(
+    post,
+    path = "/articles/pub/collect",
+    security(("access_token" = [])),
+    request_body = CollectRequest,
+    responses((status = 200, description = "Done; 404001 when it is not published.",
+               body = Envelope<Null>))
+)]
 async fn collect(
     State(state): State<Arc<ArticleRoutes>>,
     Writer(user): Writer,
@@ -237,3 +341,49 @@ async fn collect(
 fn positive(id: i64) -> Result<i64, AppError> {
     positive_id("id", id)
 }
+
+/// The reader view: the published copy with its counts and the caller's flags.
+// Describes the answer `crate::article::reader_page` writes in two parts.
+#[derive(ToSchema)]
+#[schema(rename_all = "camelCase")]
+#[allow(dead_code)] // describes the prerendered answer; never built
+struct ReaderView {
+    id: i64,
+    title: String,
+    /// Sanitised HTML.
+    content: String,
+    /// The first 128 characters of the text, HTML-escaped.
+    #[schema(rename = "abstract")]
+    abstract_text: String,
+    author: crate::user::Person,
+    status: crate::article::ArticleStatus,
+    /// First publication (ms).
+    ctime: i64,
+    /// Last publish (ms).
+    utime: i64,
+    /// Reads (applied in batches: may lag by moments).
+    read_cnt: i64,
+    like_cnt: i64,
+    collect_cnt: i64,
+    /// Comments not deleted, exact.
+    comment_cnt: i64,
+    /// Whether the caller likes it.
+    liked: bool,
+    /// Whether the caller collected it.
+    collected: bool,
+}
+
+/// The `/articles` routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    edit,
+    publish,
+    withdraw,
+    list,
+    published,
+    detail,
+    reader_view,
+    like,
+    collect
+))]
+pub struct ArticlesApi;

@@ -56,6 +56,10 @@ impl Feature for Articles {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::ArticlesApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let articles = ArticleService::new(
             ArticleStore::new(platform.db.clone()),

@@ -57,6 +57,22 @@ pub enum ArticleStatus {
     Private = 3,
 }
 
+/// Its number in the API, described for the OpenAPI document.
+impl utoipa::PartialSchema for ArticleStatus {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::Integer)
+            .enum_values(Some([1, 2, 3]))
+            .description(Some(
+                "1 unpublished (never published, or edited since the last publish), 2 \
+                 published, 3 private (withdrawn).",
+            ))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for ArticleStatus {}
+
 impl From<ArticleStatus> for i64 {
     fn from(status: ArticleStatus) -> Self {
         status as i64
@@ -77,7 +93,7 @@ impl TryFrom<i64> for ArticleStatus {
 }
 
 /// The author's copy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Article {
     /// Id (shared with the reader copy).
     pub id: i64,
@@ -97,7 +113,7 @@ pub struct Article {
 }
 
 /// One row of the author's list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ListItem {
     /// Id.
     pub id: i64,
@@ -115,7 +131,7 @@ pub struct ListItem {
 }
 
 /// One published article of `GET /articles/pub` (the latest, or one author's), with its counts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedItem {
     /// Id.

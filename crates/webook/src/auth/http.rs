@@ -10,6 +10,7 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::ToSchema;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},
     http::{bearer_token, ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
+    openapi::{Envelope, Null},
 };
 
 /// What the sign-in handlers reach.
@@ -46,14 +48,27 @@ pub fn router(routes: SignInRoutes) -> Router {
         .layer(platform::http::course_answers())
 }
 
-#[derive(Deserialize)]
+/// A new account.
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct SignupRequest {
+    /// Trimmed and lower-cased before it is stored or compared.
     email: String,
+    /// At least 8 characters with a letter, a digit and a symbol; at most 256 bytes.
     password: String,
+    /// The same password again.
     confirm_password: String,
 }
 
+/// Signs up with an email and a password (`msg`: `signed up`).
+#[utoipa::path(
+    post,
+    path = "/users/signup",
+    request_body = SignupRequest,
+    responses((status = 200, description = "Signed up. Code 4: an invalid email, passwords \
+               that differ, a weak password; 409001: the email is taken; 429001: the sign-in \
+               limit per client.", body = Envelope<Null>))
+)]
 async fn signup(
     State(state): State<Arc<SignInRoutes>>,
     ClientIp(ip): ClientIp,
@@ -67,12 +82,27 @@ async fn signup(
     Ok(ReplyWithMsg(Msg::new("signed up", "注册成功"), ()))
 }
 
-#[derive(Deserialize)]
+/// An email and its password.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = EmailLogin)]
 struct LoginRequest {
     email: String,
     password: String,
 }
 
+/// Signs in with an email and a password (`msg`: `logged in`).
+#[utoipa::path(
+    post,
+    path = "/users/login",
+    request_body = LoginRequest,
+    responses((status = 200, description = "Signed in: the tokens are in the headers. Code \
+               401002: wrong email or password (the same answer for both); 429001: the \
+               sign-in limit per client.", body = Envelope<Null>,
+               headers(
+                   ("x-jwt-token" = String, description = "The access token."),
+                   ("x-refresh-token" = String, description = "The refresh token."),
+               )))
+)]
 async fn login(
     State(state): State<Arc<SignInRoutes>>,
     ClientIp(ip): ClientIp,
@@ -87,6 +117,22 @@ async fn login(
     with_tokens(&tokens)
 }
 
+/// New tokens for the refresh token presented as the bearer (`msg`: `tokens refreshed`).
+#[utoipa::path(
+    post,
+    path = "/users/refresh_token",
+    security(("refresh_token" = [])),
+    responses(
+        (status = 200, description = "Both tokens anew (rotation: reusing an old refresh \
+         token revokes the session).", body = Envelope<Null>,
+         headers(
+             ("x-jwt-token" = String, description = "The new access token."),
+             ("x-refresh-token" = String, description = "The new refresh token."),
+         )),
+        (status = 401, description = "A missing, invalid, expired, revoked or already used \
+         refresh token (code 401001).", body = platform::openapi::ErrorEnvelope),
+    )
+)]
 async fn refresh_token(
     State(state): State<Arc<SignInRoutes>>,
     headers: HeaderMap,
@@ -96,6 +142,18 @@ async fn refresh_token(
     tokens_reply(&tokens, Msg::new("tokens refreshed", "登录已续期"))
 }
 
+/// Revokes the session: both of its tokens stop working at once (`msg`: `logged out`).
+#[utoipa::path(
+    post,
+    path = "/users/logout",
+    security(("access_token" = [])),
+    responses((status = 200, description = "Logged out; both token headers are sent empty.",
+               body = Envelope<Null>,
+               headers(
+                   ("x-jwt-token" = String, description = "Empty."),
+                   ("x-refresh-token" = String, description = "Empty."),
+               )))
+)]
 async fn logout(
     State(state): State<Arc<SignInRoutes>>,
     user: AuthUser,
@@ -144,6 +202,11 @@ fn tokens_reply(tokens: &TokenPair, msg: Msg) -> Result<Response, AppError> {
     )
         .into_response())
 }
+
+/// The sign-in routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(signup, login, refresh_token, logout))]
+pub struct SignInApi;
 
 #[cfg(test)]
 mod tests {

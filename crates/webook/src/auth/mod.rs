@@ -81,6 +81,10 @@ impl Feature for Auth {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::SignInApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<AuthSettings>()?;

@@ -11,6 +11,7 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     biz::Biz,
@@ -21,6 +22,7 @@ use crate::{
 };
 use platform::{
     error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, Reply},
+    openapi::{Envelope, Null},
     page::{page_limit, Page},
 };
 
@@ -44,15 +46,33 @@ pub fn router(routes: CommentRoutes, idempotency: Arc<Idempotency>) -> Router {
         .with_state(Arc::new(routes))
 }
 
-#[derive(Deserialize)]
+/// A new comment.
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = NewCommentRequest)]
 struct CreateRequest {
+    /// The kind of object.
     biz: Biz,
+    /// The object (a published article's id).
     biz_id: i64,
+    /// Plain text, 1–2 000 characters with something visible; line breaks and tabs allowed.
     content: String,
+    /// The comment answered, on the same object and not deleted (absent, `null` or 0: a
+    /// top-level comment).
     parent_id: Option<i64>,
 }
 
+/// Comments on an object, or answers a comment.
+#[utoipa::path(
+    post,
+    path = "/comments",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = CreateRequest,
+    responses((status = 200, description = "`data`: the new comment's id. Code 4 names an \
+               invalid field; 404001: no such object, not published, or no such parent; \
+               429001 (HTTP 429) beyond `comment_rate_limit`.", body = Envelope<i64>))
+)]
 async fn create(
     State(state): State<Arc<CommentRoutes>>,
     Writer(user): Writer,
@@ -68,6 +88,15 @@ async fn create(
     Ok(Reply(state.comments.create(comment).await?))
 }
 
+/// Deletes a comment (its author, or the author of the object commented on).
+#[utoipa::path(
+    delete,
+    path = "/comments/{id}",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The comment.")),
+    responses((status = 200, description = "Deleted: a tombstone when it has replies. \
+               403002: anyone else; 404001: no such comment.", body = Envelope<Null>))
+)]
 async fn remove(
     State(state): State<Arc<CommentRoutes>>,
     Writer(user): Writer,
@@ -78,15 +107,30 @@ async fn remove(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ThreadQuery {
+    /// The kind of object.
     biz: Biz,
+    /// The object.
     biz_id: i64,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// An object's top-level comments, newest first, each with its first 3 replies.
+#[utoipa::path(
+    get,
+    path = "/comments",
+    security(("access_token" = [])),
+    params(ThreadQuery),
+    responses((status = 200, description = "A page, with `total`: the object's comments at \
+               every level, not deleted. 404001 when the object is not published.",
+               body = Envelope<ThreadPage>))
+)]
 async fn thread_page(
     State(state): State<Arc<CommentRoutes>>,
     _user: AuthUser,
@@ -102,12 +146,24 @@ async fn thread_page(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RepliesQuery {
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// Every reply in the thread of a top-level comment, oldest first.
+#[utoipa::path(
+    get,
+    path = "/comments/{id}/replies",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The top-level comment."), RepliesQuery),
+    responses((status = 200, description = "A page. 404001 when `id` is not a top-level \
+               comment or its object is not published.", body = Envelope<Page<CommentView>>))
+)]
 async fn replies(
     State(state): State<Arc<CommentRoutes>>,
     _user: AuthUser,
@@ -123,3 +179,8 @@ async fn replies(
             .await?,
     ))
 }
+
+/// The comment routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(create, remove, thread_page, replies))]
+pub struct CommentsApi;

@@ -57,6 +57,10 @@ impl Feature for Comments {
         &[service::METRICS]
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::CommentsApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<CommentSettings>()?;
         let comments = CommentService::new(

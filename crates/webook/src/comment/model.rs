@@ -98,7 +98,7 @@ impl NewComment {
 }
 
 /// A comment as the API shows it (API.md → Comments).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CommentView {
     /// Comment id.
@@ -119,6 +119,7 @@ pub struct CommentView {
     pub ctime: i64,
     /// Top-level only: its first [`PREVIEW_REPLIES`] replies, oldest first.
     #[serde(skip_serializing_if = "Option::is_none", default)]
+    #[schema(no_recursion)]
     pub replies: Option<Vec<CommentView>>,
     /// Top-level only: how many replies it has (not deleted).
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -126,7 +127,7 @@ pub struct CommentView {
 }
 
 /// A page of top-level comments with the thread's total (API.md: `{items, next, total}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ThreadPage {
     /// Top-level comments, newest first, each with its first replies.
     pub items: Vec<CommentView>,

@@ -18,6 +18,7 @@ use axum::{
     Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     assets::{Asset, Bundle},
@@ -26,6 +27,7 @@ use super::{
 use platform::{
     error::{ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     http::{accepts_gzip, etag_matches},
+    openapi::Envelope,
 };
 
 /// What the console's pages may load and call: this origin only.
@@ -64,11 +66,38 @@ pub fn router(routes: ConsoleRoutes) -> Router {
         .layer(axum::Extension(ADMIN_AREA))
 }
 
+/// The web console's page (its pages are `#/…` fragments of this one document).
+#[utoipa::path(
+    get,
+    path = "/",
+    responses(
+        (status = 200, description = "The page, under a strict Content-Security-Policy; \
+         `Cache-Control: no-cache`, an `ETag`, gzipped for clients that accept it.",
+         content_type = "text/html", body = String),
+        (status = 304, description = "`If-None-Match` named its ETag."),
+    )
+)]
 async fn index(State(routes): State<Arc<ConsoleRoutes>>, request: Request) -> Response {
     let etag = format!("\"{}\"", routes.bundle.version);
     send(&routes.bundle.index, &etag, REVALIDATE, request.headers())
 }
 
+/// A file of the console under the version the page names (a hash of every file).
+#[utoipa::path(
+    get,
+    path = "/assets/{version}/{path}",
+    params(
+        ("version" = String, Path, description = "The version the page names."),
+        ("path" = String, Path, description = "The file, e.g. `app.js` or `pages/home.js`."),
+    ),
+    responses(
+        (status = 200, description = "The file (`Cache-Control: public, max-age=31536000, \
+         immutable`), gzipped for clients that accept it.", content_type = "*/*"),
+        (status = 304, description = "`If-None-Match` named its ETag."),
+        (status = 404, description = "Another version, or no such file (code 404001).",
+         body = platform::openapi::ErrorEnvelope),
+    )
+)]
 async fn file(
     State(routes): State<Arc<ConsoleRoutes>>,
     ApiPath((version, path)): ApiPath<(String, String)>,
@@ -130,13 +159,22 @@ fn send(asset: &Asset, etag: &str, cache_control: &'static str, request: &Header
     (headers, body).into_response()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct QrQuery {
+    /// 1–512 bytes (a reward's `codeURL`).
     text: String,
 }
 
 /// `GET /console/qr.svg?text=` **(webook)**: the QR code of `text` (a payment's `codeURL`) as
 /// SVG, for the reward dialog; the page shows it with `<img>` (allowed by `img-src 'self'`).
+#[utoipa::path(
+    get,
+    path = "/console/qr.svg",
+    params(QrQuery),
+    responses((status = 200, description = "The QR code (SVG); an envelope with code 4 for \
+               an empty or too long `text`.", content_type = "image/svg+xml", body = String))
+)]
 async fn qr(ApiQuery(query): ApiQuery<QrQuery>) -> Result<Response, AppError> {
     if query.text.is_empty() || query.text.len() > MAX_QR_TEXT {
         return Err(AppError::InvalidInput(Msg::field(
@@ -169,7 +207,8 @@ async fn qr(ApiQuery(query): ApiQuery<QrQuery>) -> Result<Response, AppError> {
         .into_response())
 }
 
-#[derive(Serialize)]
+/// Every instance that reported within the last minute.
+#[derive(Serialize, ToSchema)]
 struct InstancesView {
     /// The instance that answered.
     #[serde(rename = "self")]
@@ -179,6 +218,13 @@ struct InstancesView {
 
 /// `GET /admin/instances` **(webook, admins)**: every instance that reported recently, with the
 /// readiness it last saw.
+#[utoipa::path(
+    get,
+    path = "/admin/instances",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The instances; 403002 for anyone but an admin.",
+               body = Envelope<InstancesView>))
+)]
 async fn instances(
     _admin: Admin,
     State(routes): State<Arc<ConsoleRoutes>>,
@@ -188,3 +234,8 @@ async fn instances(
         instances: routes.instances.recent().await?,
     }))
 }
+
+/// The console's routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(index, file, qr, instances))]
+pub struct ConsoleApi;

@@ -25,7 +25,7 @@ pub const SEEN_WITHIN: Duration = Duration::from_secs(60);
 const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
 
 /// One instance as listed.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceView {
     /// `<host>-<pid>-<random>`, as in the jobs' `owner`.

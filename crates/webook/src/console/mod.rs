@@ -40,6 +40,10 @@ impl Feature for Console {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::ConsoleApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let bundle = Bundle::load()?;
         tracing::debug!(version = %bundle.version, files = bundle.files.len(), "console loaded");

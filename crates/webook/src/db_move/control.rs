@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use platform::db::{now_millis, Db};
 
 /// The double-write patterns (the seed's 不停机数据迁移), in the order a move goes through them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = MovePhase)]
 pub enum Phase {
     /// Only the source, as before the move.
     SrcOnly,
@@ -67,8 +68,9 @@ impl Phase {
 }
 
 /// A long piece of work of the move and how it went.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MoveTask)]
 pub struct Task {
     pub kind: String,
     pub state: String,
@@ -78,7 +80,7 @@ pub struct Task {
 }
 
 /// Copy progress of one table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TableProgress {
     pub name: String,
@@ -91,8 +93,9 @@ pub struct TableProgress {
 }
 
 /// The last validation.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MoveValidation)]
 pub struct Validation {
     pub at: i64,
     pub since: Option<i64>,

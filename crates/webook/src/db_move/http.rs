@@ -17,6 +17,7 @@ use axum::{
     Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     control::{Control, Phase},
@@ -27,6 +28,7 @@ use super::{
 use platform::{
     db::Migration,
     error::{ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
+    openapi::Envelope,
 };
 
 /// How long a switch request waits for the outcome before answering the status as it is.
@@ -152,15 +154,33 @@ fn refused(err: anyhow::Error) -> AppError {
     invalid(&format!("{err:#}"))
 }
 
+/// The move's status **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/admin/db-move",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The status; 403002 for anyone but an admin.", body = Envelope<StatusView>))
+)]
 async fn show(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
     routes.status().await
 }
 
-#[derive(Debug, Deserialize)]
+/// Where to move.
+#[derive(Debug, Deserialize, ToSchema)]
 struct StartRequest {
+    /// `postgres://…`
     destination: String,
 }
 
+/// Starts the move to a PostgreSQL **(admins)**: migrates the destination, installs change
+/// capture and starts the copy in the background (resumes a stopped one).
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/start",
+    security(("access_token" = [])),
+    request_body = StartRequest,
+    responses((status = 200, description = "The status. Code 4 with the reason: not a PostgreSQL URL, the source itself, another destination, a task running.", body = Envelope<StatusView>))
+)]
 async fn start(
     _admin: Admin,
     State(routes): State<Arc<MoveRoutes>>,
@@ -192,11 +212,22 @@ async fn start(
     routes.status().await
 }
 
-#[derive(Debug, Deserialize)]
+/// The neighbouring phase to switch every instance to.
+#[derive(Debug, Deserialize, ToSchema)]
 struct SwitchRequest {
+    /// `SrcOnly`, `SrcFirst`, `DstFirst` or `DstOnly`.
     phase: String,
 }
 
+/// Switches every instance to the neighbouring phase together **(admins)**; waits for the
+/// outcome at most 60 s.
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/switch",
+    security(("access_token" = [])),
+    request_body = SwitchRequest,
+    responses((status = 200, description = "The status. Code 4 with the reason when refused or aborted.", body = Envelope<StatusView>))
+)]
 async fn switch_phase(
     _admin: Admin,
     State(routes): State<Arc<MoveRoutes>>,
@@ -215,6 +246,14 @@ async fn switch_phase(
 }
 
 /// Aborts the switch in progress, whoever runs it (a flipped one is completed instead).
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/abort",
+    summary = "Ends the switch in progress now (admins): aborted before the flip, completed after it.",
+    description = "",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The status; code 4 when no switch is in progress.", body = Envelope<StatusView>))
+)]
 async fn abort(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
     let mover = routes.started_mover().await?;
     let switcher = routes.switcher(mover);
@@ -226,11 +265,21 @@ async fn abort(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResul
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// What to validate.
+#[derive(Debug, Deserialize, ToSchema)]
 struct ValidateRequest {
+    /// Only rows with `utime >= since` (ms; tables without `utime` in full); absent: every row.
     since: Option<i64>,
 }
 
+/// Compares both databases in both directions in the background **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/validate",
+    security(("access_token" = [])),
+    request_body = ValidateRequest,
+    responses((status = 200, description = "The status; code 4 while another task runs or before a start.", body = Envelope<StatusView>))
+)]
 async fn validate(
     _admin: Admin,
     State(routes): State<Arc<MoveRoutes>>,
@@ -250,6 +299,13 @@ async fn validate(
     routes.status().await
 }
 
+/// Writes each open finding's row from the authoritative side to the other **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/fix",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The status; code 4 while another task runs or before a start.", body = Envelope<StatusView>))
+)]
 async fn fix(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
     let mover = routes.started_mover().await?;
     let control = routes.control.clone();
@@ -260,6 +316,13 @@ async fn fix(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<
     routes.status().await
 }
 
+/// In `DstOnly`: removes change capture and logs; `restartWith` is set **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/admin/db-move/finish",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The status; code 4 with the reason when refused.", body = Envelope<StatusView>))
+)]
 async fn finish(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResult<StatusView> {
     let mover = routes.started_mover().await?;
     if routes.busy.load(Ordering::Acquire) {
@@ -271,14 +334,17 @@ async fn finish(_admin: Admin, State(routes): State<Arc<MoveRoutes>>) -> ApiResu
     routes.status().await
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct FindingsQuery {
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–200 (default 50).
     limit: Option<i64>,
 }
 
 /// One finding.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct FindingView {
     id: i64,
     table: String,
@@ -288,12 +354,24 @@ struct FindingView {
     detail: String,
 }
 
-#[derive(Debug, Serialize)]
+/// A page of findings, by id.
+#[derive(Debug, Serialize, ToSchema)]
 struct FindingsPage {
     items: Vec<FindingView>,
     next: Option<String>,
 }
 
+/// The validation's findings, in keyset pages by id **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/admin/db-move/findings",
+    security(("access_token" = [])),
+    params(FindingsQuery),
+    responses((status = 200, description = "A page (`key`: the JSON array of the row's \
+               primary key; `kind` `missing_in_destination`, `extra_in_destination` or \
+               `different`; `state` `open`, `fixed` or `skipped`).",
+               body = Envelope<FindingsPage>))
+)]
 async fn findings(
     _admin: Admin,
     State(routes): State<Arc<MoveRoutes>>,
@@ -335,3 +413,8 @@ async fn findings(
         next: next.flatten(),
     }))
 }
+
+/// The `/admin/db-move` routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(show, start, switch_phase, abort, validate, fix, finish, findings))]
+pub struct DbMoveApi;

@@ -135,6 +135,10 @@ impl Feature for DbMove {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::DbMoveApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let home = platform.db.detached();
         let control = Control::new(home.clone());
@@ -165,8 +169,9 @@ impl Feature for DbMove {
 }
 
 /// The move as the CLI prints it and the admin API answers it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = MoveStatus)]
 struct StatusView {
     pub phase: Phase,
     pub source: String,
@@ -192,14 +197,16 @@ struct StatusView {
 }
 
 /// The write fences of both sides.
-#[derive(Debug, Serialize, Default)]
+#[derive(Debug, Serialize, Default, utoipa::ToSchema)]
+#[schema(as = MoveFences)]
 struct Fenced {
     pub source: bool,
     pub destination: bool,
 }
 
 /// Change-log entries not yet replicated.
-#[derive(Debug, Serialize, Default)]
+#[derive(Debug, Serialize, Default, utoipa::ToSchema)]
+#[schema(as = MovePending)]
 struct Pending {
     pub source: i64,
     pub destination: i64,

@@ -17,6 +17,7 @@ use axum::{
     Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use platform::{
     db::Db,
@@ -25,6 +26,7 @@ use platform::{
         parked::{self, Parked, StoredGroup},
         EventStream, GroupStatus,
     },
+    openapi::Envelope,
 };
 
 /// What the handlers reach.
@@ -53,7 +55,8 @@ pub fn router(routes: EventRoutes) -> Router {
 /// Most parked events one request lists.
 const MAX_LIMIT: i64 = 500;
 
-#[derive(Serialize)]
+/// The consumer groups, live and stored.
+#[derive(Serialize, ToSchema)]
 struct Groups {
     /// This instance's consumer groups, live.
     live: Vec<GroupStatus>,
@@ -61,6 +64,14 @@ struct Groups {
     stored: Vec<StoredGroup>,
 }
 
+/// This instance's live consumer groups and every group the database knows **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/admin/events/groups",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The groups; 403002 for anyone but an admin.",
+               body = Envelope<Groups>))
+)]
 async fn groups(_admin: Admin, State(state): State<Arc<EventRoutes>>) -> ApiResult<Groups> {
     Ok(Reply(Groups {
         live: state.events.groups(),
@@ -68,11 +79,17 @@ async fn groups(_admin: Admin, State(state): State<Arc<EventRoutes>>) -> ApiResu
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only this group's.
     group: Option<String>,
+    /// Only this topic's.
     topic: Option<String>,
+    /// `parked`, `replay`, `replaying`, `replayed` or `discarded`.
+    #[param(pattern = "^(parked|replay|replaying|replayed|discarded)$")]
     state: Option<String>,
+    /// 1–500 (default 100).
     limit: Option<i64>,
 }
 
@@ -84,6 +101,15 @@ const STATES: [&str; 5] = [
     parked::DISCARDED,
 ];
 
+/// Parked events, newest first **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/admin/events/parked",
+    security(("access_token" = [])),
+    params(ListQuery),
+    responses((status = 200, description = "The events; code 4 for an invalid state or \
+               limit.", body = Envelope<Vec<Parked>>))
+)]
 async fn list(
     _admin: Admin,
     State(state): State<Arc<EventRoutes>>,
@@ -114,18 +140,22 @@ fn invalid(en: &'static str, zh: &'static str) -> AppError {
     AppError::InvalidInput(Msg::new(en, zh))
 }
 
-#[derive(Deserialize)]
+/// Which parked events: by id (at most 500), a group (and topic), or all of them.
+#[derive(Deserialize, ToSchema)]
 struct Selection {
     #[serde(default)]
     ids: Vec<i64>,
     group: Option<String>,
     topic: Option<String>,
+    /// Replay only: every parked event.
     #[serde(default)]
     all: bool,
+    /// Discard only, required: why (1–500 characters).
     reason: Option<String>,
 }
 
-#[derive(Serialize)]
+/// How many events it applied to.
+#[derive(Serialize, ToSchema)]
 struct Count {
     count: u64,
 }
@@ -148,6 +178,16 @@ fn selection(body: &Selection) -> Result<parked::Filter, AppError> {
     })
 }
 
+/// Marks the matching parked events for replay **(admins)**: their group's consumers apply
+/// each within a few seconds.
+#[utoipa::path(
+    post,
+    path = "/admin/events/replay",
+    security(("access_token" = [])),
+    request_body = Selection,
+    responses((status = 200, description = "How many; code 4 when nothing names the events or \
+               for more than 500 ids.", body = Envelope<Count>))
+)]
 async fn replay(
     admin: Admin,
     State(state): State<Arc<EventRoutes>>,
@@ -158,6 +198,15 @@ async fn replay(
     Ok(Reply(Count { count }))
 }
 
+/// Discards the matching parked events **(admins)**: never applied, kept with the reason.
+#[utoipa::path(
+    post,
+    path = "/admin/events/discard",
+    security(("access_token" = [])),
+    request_body = Selection,
+    responses((status = 200, description = "How many; code 4 without a reason or for `all`.",
+               body = Envelope<Count>))
+)]
 async fn discard(
     admin: Admin,
     State(state): State<Arc<EventRoutes>>,
@@ -181,3 +230,8 @@ async fn discard(
         parked::discard(&state.db, &filter, &format!("admin:{}", admin.uid), reason).await?;
     Ok(Reply(Count { count }))
 }
+
+/// The `/admin/events` routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(groups, list, replay, discard))]
+pub struct EventsAdminApi;

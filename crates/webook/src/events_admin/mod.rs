@@ -37,6 +37,10 @@ impl Feature for EventsAdmin {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::EventsAdminApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         registry.routes(http::router(http::EventRoutes {
             db: platform.db.clone(),

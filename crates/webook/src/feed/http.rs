@@ -12,13 +12,17 @@ use axum::{
     Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::feed::{
     follow_store::Side,
     model::{page_limit, FeedItem, FollowCounts, FollowUser, Page},
     FeedService, FollowService,
 };
-use platform::error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Reply};
+use platform::{
+    error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Reply},
+    openapi::{Envelope, Null},
+};
 
 /// What the follow and feed handlers reach.
 pub struct FeedRoutes {
@@ -43,11 +47,23 @@ pub fn router(routes: FeedRoutes, idempotency: Arc<Idempotency>) -> Router {
         .with_state(Arc::new(routes))
 }
 
-#[derive(Deserialize)]
+/// Whom to follow or stop following.
+#[derive(Deserialize, ToSchema)]
 struct FollowRequest {
+    /// The user.
     followee: i64,
 }
 
+/// Follows a user; idempotent.
+#[utoipa::path(
+    post,
+    path = "/follow/follow",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = FollowRequest,
+    responses((status = 200, description = "Following. Code 4: yourself or a non-positive id; \
+               404001: no such user.", body = Envelope<Null>))
+)]
 async fn follow(
     State(state): State<Arc<FeedRoutes>>,
     Writer(user): Writer,
@@ -56,6 +72,14 @@ async fn follow(
     set_follow(&state, user.uid, request, true).await
 }
 
+/// Stops following a user; idempotent (cancelling what was never followed is `{code: 0}`).
+#[utoipa::path(
+    post,
+    path = "/follow/cancel",
+    security(("access_token" = [])),
+    request_body = FollowRequest,
+    responses((status = 200, description = "Not following.", body = Envelope<Null>))
+)]
 async fn cancel(
     State(state): State<Arc<FeedRoutes>>,
     Writer(user): Writer,
@@ -74,10 +98,14 @@ async fn set_follow(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Whose list (default: the caller).
     uid: Option<i64>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
@@ -102,6 +130,15 @@ async fn list(
     ))
 }
 
+/// Whom a user follows, newest follow first.
+#[utoipa::path(
+    get,
+    path = "/follow/followees",
+    security(("access_token" = [])),
+    params(ListQuery),
+    responses((status = 200, description = "A page; `followed`: whether the caller follows \
+               that user.", body = Envelope<Page<FollowUser>>))
+)]
 async fn followees(
     State(state): State<Arc<FeedRoutes>>,
     user: AuthUser,
@@ -110,6 +147,15 @@ async fn followees(
     list(&state, user.uid, query, Side::Followees).await
 }
 
+/// Who follows a user, newest follow first.
+#[utoipa::path(
+    get,
+    path = "/follow/followers",
+    security(("access_token" = [])),
+    params(ListQuery),
+    responses((status = 200, description = "A page; `followed`: whether the caller follows \
+               that user.", body = Envelope<Page<FollowUser>>))
+)]
 async fn followers(
     State(state): State<Arc<FeedRoutes>>,
     user: AuthUser,
@@ -118,11 +164,21 @@ async fn followers(
     list(&state, user.uid, query, Side::Followers).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct UidQuery {
+    /// Whose counts (default: the caller).
     uid: Option<i64>,
 }
 
+/// A user's follower and followee counts, exact.
+#[utoipa::path(
+    get,
+    path = "/follow/static",
+    security(("access_token" = [])),
+    params(UidQuery),
+    responses((status = 200, description = "The counts.", body = Envelope<FollowCounts>))
+)]
 async fn counts(
     State(state): State<Arc<FeedRoutes>>,
     user: AuthUser,
@@ -132,16 +188,27 @@ async fn counts(
     Ok(Reply(state.follows.counts(uid).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct CheckQuery {
+    /// The user.
     followee: i64,
 }
 
-#[derive(Serialize)]
+/// Whether the caller follows a user.
+#[derive(Serialize, ToSchema)]
 struct Followed {
     followed: bool,
 }
 
+/// Whether the caller follows a user.
+#[utoipa::path(
+    get,
+    path = "/follow/check",
+    security(("access_token" = [])),
+    params(CheckQuery),
+    responses((status = 200, description = "`followed`.", body = Envelope<Followed>))
+)]
 async fn check(
     State(state): State<Arc<FeedRoutes>>,
     user: AuthUser,
@@ -152,12 +219,24 @@ async fn check(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct FeedQuery {
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// The caller's feed, newest first by (`ctime`, `id`).
+#[utoipa::path(
+    get,
+    path = "/feed",
+    security(("access_token" = [])),
+    params(FeedQuery),
+    responses((status = 200, description = "A page: empty only at the end.",
+               body = Envelope<Page<FeedItem>>))
+)]
 async fn feed(
     State(state): State<Arc<FeedRoutes>>,
     user: AuthUser,
@@ -171,3 +250,8 @@ async fn feed(
             .await?,
     ))
 }
+
+/// The follow and feed routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(follow, cancel, followees, followers, counts, check, feed))]
+pub struct FeedApi;

@@ -67,6 +67,10 @@ impl Feature for Feed {
         &[service::METRICS]
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::FeedApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<FeedSettings>()?;
         let follows = FollowService::new(

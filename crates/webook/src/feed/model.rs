@@ -92,7 +92,7 @@ impl Cursor {
 }
 
 /// A user as lists show them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FollowUser {
     /// User id.
@@ -106,7 +106,7 @@ pub struct FollowUser {
 }
 
 /// Follower and followee counts (exact).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FollowCounts {
     /// How many follow the user.
     pub followers: i64,
@@ -115,7 +115,7 @@ pub struct FollowCounts {
 }
 
 /// The article a feed item is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemArticle {
     /// Article id.
@@ -136,7 +136,7 @@ pub struct ItemArticle {
 }
 
 /// The comment a feed item is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct ItemComment {
     /// Comment id.
     pub id: i64,
@@ -145,12 +145,13 @@ pub struct ItemComment {
 }
 
 /// One feed item (API.md → Follows and the feed).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FeedItem {
     /// Unique per item.
     pub id: i64,
     /// `article`, `like`, `follow` or `comment`.
     #[serde(rename = "type")]
+    #[schema(value_type = String, example = "article")]
     pub kind: &'static str,
     /// When it happened (ms).
     pub ctime: i64,

@@ -17,9 +17,13 @@ use std::sync::Arc;
 
 use scheduler::sql::{Executors, JobRow, JobStatus, RunRow, SqlJobStore, StoreError};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::jobs::service::{self, JobEdit, JobSpec};
-use platform::error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply};
+use platform::{
+    error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    openapi::{Envelope, Null},
+};
 
 /// Runs listed when `limit` is not given.
 const DEFAULT_RUNS_LIMIT: i64 = 50;
@@ -75,7 +79,8 @@ fn store_error(err: StoreError) -> AppError {
     }
 }
 
-#[derive(Serialize)]
+/// A durable job.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct JobView {
     id: i64,
@@ -122,6 +127,14 @@ impl JobView {
     }
 }
 
+/// Every durable job **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/jobs",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The jobs; 403002 for anyone but an admin.",
+               body = Envelope<Vec<JobView>>))
+)]
 async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<Vec<JobView>> {
     let jobs = state.job_store.list().await?;
     Ok(Reply(
@@ -131,21 +144,40 @@ async fn list(_admin: Admin, State(state): State<Arc<JobRoutes>>) -> ApiResult<V
     ))
 }
 
-#[derive(Deserialize)]
+/// A new job (an unknown field is HTTP 400).
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = NewJob)]
 struct CreateRequest {
+    /// 1–64 of `A-Za-z0-9._-`, unique.
     name: String,
+    /// Cron with seconds, `@every …` or a descriptor.
     cron: String,
+    /// `http`, or another registered executor.
     executor: String,
     /// A JSON object, or a string holding one.
     #[serde(default)]
     cfg: Option<serde_json::Value>,
+    /// IANA time zone (default `UTC`).
     timezone: Option<String>,
+    /// `fire_once` (the default), `skip` or `catch_up`.
     misfire: Option<String>,
+    /// `forbid` (the default and only policy).
     overlap: Option<String>,
+    /// The run timeout, at least 1000 (default 600000).
     timeout_ms: Option<i64>,
 }
 
+/// Creates a durable job **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/jobs",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = CreateRequest,
+    responses((status = 200, description = "`data`: the job's id. Code 4 names an invalid \
+               field; 409001: the name is taken.", body = Envelope<i64>))
+)]
 async fn create(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -168,8 +200,10 @@ async fn create(
     Ok(Reply(id))
 }
 
-#[derive(Deserialize)]
+/// What to change in a job (an unknown field is HTTP 400).
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = JobChange)]
 struct EditRequest {
     cron: Option<String>,
     timezone: Option<String>,
@@ -182,6 +216,15 @@ struct EditRequest {
 
 /// `POST /jobs/:id/edit` **(webook)**: changes a job's schedule, time zone, `cfg`, misfire
 /// policy or timeout; refused (code 4) while it runs.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/edit",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    request_body = EditRequest,
+    responses((status = 200, description = "Changed, checked like a new job (code 4 naming \
+               the problem, also while it runs); 404001: no such job.", body = Envelope<Null>))
+)]
 async fn edit(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -215,6 +258,15 @@ fn cfg_text(cfg: Option<serde_json::Value>) -> Result<Option<String>, AppError> 
     }
 }
 
+/// Stops a job before its next fire **(admins)**; idempotent.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/stop",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Stopped; 404001: no such job.",
+               body = Envelope<Null>))
+)]
 async fn stop(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -224,6 +276,15 @@ async fn stop(
     Ok(Reply(()))
 }
 
+/// Resumes a stopped job **(admins)**; idempotent.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/resume",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Resumed; 404001: no such job.",
+               body = Envelope<Null>))
+)]
 async fn resume(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -233,6 +294,15 @@ async fn resume(
     Ok(Reply(()))
 }
 
+/// Runs a job once now **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/jobs/{id}/trigger",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job.")),
+    responses((status = 200, description = "Triggered; code 4 for a stopped job; 404001: no \
+               such job.", body = Envelope<Null>))
+)]
 async fn trigger(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -242,12 +312,15 @@ async fn trigger(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RunsQuery {
+    /// 1–500 (default 50).
     limit: Option<i64>,
 }
 
-#[derive(Serialize)]
+/// A run of a job.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct RunView {
     id: i64,
@@ -275,6 +348,15 @@ impl From<RunRow> for RunView {
     }
 }
 
+/// A job's runs, newest first **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/jobs/{id}/runs",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The job."), RunsQuery),
+    responses((status = 200, description = "The runs (status ok, failed, timeout, skipped, \
+               misfired or fenced); 404001: no such job.", body = Envelope<Vec<RunView>>))
+)]
 async fn runs(
     _admin: Admin,
     State(state): State<Arc<JobRoutes>>,
@@ -300,3 +382,8 @@ async fn runs_of(store: &SqlJobStore, id: i64, limit: i64) -> Result<Vec<RunRow>
     }
     Ok(store.runs(id, limit).await?)
 }
+
+/// The `/jobs` routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, create, edit, stop, resume, trigger, runs))]
+pub struct JobsApi;

@@ -87,6 +87,10 @@ impl Feature for Jobs {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::JobsApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<JobSettings>()?;
         let job_store = store(&platform.db);

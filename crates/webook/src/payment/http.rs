@@ -15,6 +15,7 @@ use axum::{
     Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     fake::FakePay,
@@ -26,6 +27,7 @@ use super::{
 use platform::{
     db::now_millis,
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
+    openapi::{Envelope, Null},
     page::{decode_cursor, overfetch, page_limit, Page},
 };
 
@@ -55,6 +57,32 @@ pub fn router(routes: PaymentRoutes) -> Router {
         .layer(axum::Extension(ADMIN_AREA))
 }
 
+/// WeChat Pay's refusal of a notification, in WeChat's format (not enveloped).
+#[derive(ToSchema)]
+#[allow(dead_code)] // describes the answer; never built
+struct NotifyFailure {
+    /// Always `FAIL`.
+    code: String,
+    /// Why (never our internals).
+    message: String,
+}
+
+/// WeChat Pay v3's payment notification: verified and decrypted as WeChat specifies.
+#[utoipa::path(
+    post,
+    path = "/pay/wechat/notify",
+    request_body(content = Object, description = "WeChat Pay v3's notification, signed in the \
+                 `Wechatpay-*` headers, its resource encrypted with the APIv3 key."),
+    responses(
+        (status = 200, description = "The outcome is durable (also for a repeated \
+         notification): an empty body."),
+        (status = 400, description = "Unreadable, or not matching our payment (recorded as a \
+         discrepancy).", body = NotifyFailure),
+        (status = 401, description = "Signature, timestamp or serial refused.",
+         body = NotifyFailure),
+        (status = 500, description = "Our failure: WeChat retries.", body = NotifyFailure),
+    )
+)]
 async fn notify(
     State(routes): State<Arc<PaymentRoutes>>,
     headers: HeaderMap,
@@ -93,6 +121,15 @@ pub fn yuan(fen: i64) -> String {
     format!("{}.{:02}", fen / 100, (fen % 100).abs())
 }
 
+/// The fake provider's payment page of an order, with "pay" and "fail" buttons.
+#[utoipa::path(
+    get,
+    path = "/pay/fake/{trade_no}",
+    params(("trade_no" = String, Path, description = "The order (`codeURL` names it).")),
+    responses((status = 200, description = "The page (HTML); an envelope with 404001 for an \
+               unknown order or without the fake provider.", content_type = "text/html",
+               body = String))
+)]
 async fn fake_page(
     State(routes): State<Arc<PaymentRoutes>>,
     ApiPath(trade_no): ApiPath<String>,
@@ -139,12 +176,16 @@ async fn fake_page(
     Ok(([(header::CACHE_CONTROL, "no-store")], Html(page)).into_response())
 }
 
-#[derive(Deserialize)]
+/// The payer's decision.
+#[derive(Deserialize, ToSchema)]
 struct Decision {
+    /// `success` or `fail`.
+    #[schema(pattern = "^(success|fail)$")]
     result: String,
 }
 
-#[derive(Serialize)]
+/// What the fake provider recorded.
+#[derive(Serialize, ToSchema)]
 struct Decided {
     /// The order's state at the fake provider: `SUCCESS` or `PAYERROR`.
     state: TradeState,
@@ -152,6 +193,23 @@ struct Decided {
 
 /// The payer's decision: JSON `{result}` answers an envelope; the page's form (urlencoded)
 /// is sent back to the page.
+#[utoipa::path(
+    post,
+    path = "/pay/fake/{trade_no}/confirm",
+    summary = "Records the payer's decision at the fake provider and notifies as WeChat would.",
+    description = "",
+    params(("trade_no" = String, Path, description = "The order.")),
+    request_body(content(
+        (Decision = "application/json"),
+        (Decision = "application/x-www-form-urlencoded"),
+    )),
+    responses(
+        (status = 200, description = "To JSON: the order's state. Code 4 once it is paid, \
+         failed, closed or expired; 404001 for an unknown order.", body = Envelope<Decided>),
+        (status = 303, description = "To the page's form: back to the page.",
+         headers(("Location" = String, description = "`/pay/fake/{trade_no}`."))),
+    )
+)]
 async fn fake_confirm(
     State(routes): State<Arc<PaymentRoutes>>,
     ApiPath(trade_no): ApiPath<String>,
@@ -210,13 +268,27 @@ async fn fake_confirm(
     Ok(Reply(Decided { state }).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct DiscrepancyQuery {
+    /// `open`, `fixed`, `resolved` or `all` (the default).
+    #[param(pattern = "^(open|fixed|resolved|all)$")]
     status: Option<String>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// What reconciliation found, newest first **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/payments/discrepancies",
+    security(("access_token" = [])),
+    params(DiscrepancyQuery),
+    responses((status = 200, description = "A page; 403002 for anyone but an admin.",
+               body = Envelope<Page<Discrepancy>>))
+)]
 async fn discrepancies(
     State(routes): State<Arc<PaymentRoutes>>,
     _admin: Admin,
@@ -247,11 +319,23 @@ async fn discrepancies(
     })))
 }
 
-#[derive(Deserialize)]
+/// How a person resolved a discrepancy.
+#[derive(Deserialize, ToSchema)]
 struct Resolution {
+    /// What was done, 1–1000 characters.
     note: String,
 }
 
+/// Marks an open discrepancy resolved by a person **(admins)**.
+#[utoipa::path(
+    post,
+    path = "/payments/discrepancies/{id}/resolve",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The discrepancy.")),
+    request_body = Resolution,
+    responses((status = 200, description = "Resolved; 404001 when there is no open one of \
+               that id; 403002 for anyone but an admin.", body = Envelope<Null>))
+)]
 async fn resolve(
     State(routes): State<Arc<PaymentRoutes>>,
     admin: Admin,
@@ -280,3 +364,8 @@ async fn resolve(
         )))
     }
 }
+
+/// The payment routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(notify, fake_page, fake_confirm, discrepancies, resolve))]
+pub struct PaymentsApi;

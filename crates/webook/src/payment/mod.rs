@@ -107,6 +107,10 @@ impl Feature for PaymentsFeature {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::PaymentsApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<PaymentSettings>()?;

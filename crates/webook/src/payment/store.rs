@@ -200,7 +200,7 @@ pub struct NewDiscrepancy {
 }
 
 /// A recorded discrepancy, as the admin route shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Discrepancy {
     /// Id.

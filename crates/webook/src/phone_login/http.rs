@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::{extract::State, http::HeaderMap, response::Response, routing::post, Router};
 use serde::Deserialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
 use super::service::{Delivery, PhoneLoginService};
 use crate::auth::{with_tokens, AuthService};
@@ -13,6 +14,7 @@ use platform::caller::user_agent;
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiJson, AppError, Msg, ReplyWithMsg},
+    openapi::{Envelope, Null},
 };
 
 /// What the handlers reach.
@@ -40,11 +42,40 @@ pub fn router(routes: PhoneLoginRoutes) -> Router {
         .layer(platform::http::course_answers())
 }
 
-#[derive(Deserialize)]
+/// Where to send a sign-in code.
+#[derive(Deserialize, ToSchema)]
 struct SendCodeRequest {
+    /// A mainland mobile number, `1[3-9]` and 9 digits (a `+86` prefix is accepted).
     phone: String,
 }
 
+/// How a code went out.
+#[derive(ToSchema)]
+#[allow(dead_code)] // describes the answer; never built
+struct CodeDelivery {
+    delivery: DeliveryKind,
+}
+
+/// `sent`: a provider accepted the message; `queued`: none could take it now, and it is
+/// retried until the code would expire (`msg` says which).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)] // describes the answer; never built
+enum DeliveryKind {
+    Sent,
+    Queued,
+}
+
+/// Sends a sign-in code by SMS (`msg`: `code sent`, or that it will arrive shortly).
+#[utoipa::path(
+    post,
+    path = "/users/login_sms/code/send",
+    request_body = SendCodeRequest,
+    responses((status = 200, description = "Sent or queued. Code 4: an invalid phone; \
+               429001: a code was sent to it less than 60 s ago, or a daily limit or the \
+               site's budget is reached (`Retry-After`); code 5: SMS sign-in is not enabled.",
+               body = Envelope<CodeDelivery>))
+)]
 async fn send_code(
     State(state): State<Arc<PhoneLoginRoutes>>,
     ClientIp(ip): ClientIp,
@@ -69,12 +100,28 @@ async fn send_code(
     })
 }
 
-#[derive(Deserialize)]
+/// A phone and the code sent to it.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = SmsLogin)]
 struct LoginRequest {
     phone: String,
+    /// The 6 digits sent.
     code: String,
 }
 
+/// Signs in with an SMS code, creating the user on the first sign-in (`msg`: `logged in`).
+#[utoipa::path(
+    post,
+    path = "/users/login_sms",
+    request_body = LoginRequest,
+    responses((status = 200, description = "Signed in: the tokens are in the headers. Code 4: \
+               a wrong or expired code (the same answer for both; after 3 wrong tries the \
+               code is dead); 429001: the sign-in limit per client.", body = Envelope<Null>,
+               headers(
+                   ("x-jwt-token" = String, description = "The access token."),
+                   ("x-refresh-token" = String, description = "The refresh token."),
+               )))
+)]
 async fn login(
     State(state): State<Arc<PhoneLoginRoutes>>,
     ClientIp(ip): ClientIp,
@@ -88,3 +135,8 @@ async fn login(
         .await?;
     with_tokens(&tokens)
 }
+
+/// The SMS sign-in routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(send_code, login))]
+pub struct PhoneLoginApi;

@@ -78,6 +78,10 @@ impl Feature for PhoneLogin {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::PhoneLoginApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<PhoneLoginSettings>()?;

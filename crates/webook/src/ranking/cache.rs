@@ -30,7 +30,7 @@ use platform::redis::Redis;
 pub const TOP_LIST: &str = "top";
 
 /// One article of the list, as `GET /ranking/top` returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RankedArticle {
     /// Article id.

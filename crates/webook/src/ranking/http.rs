@@ -20,14 +20,16 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use crate::ranking::{
-    cache::{envelope, Snapshot},
+    cache::{envelope, RankedArticle, Snapshot},
     RankingService,
 };
 use platform::{
     error::{ApiQuery, AppError, Msg},
     http::{accepts_gzip, etag_matches},
+    openapi::Envelope,
 };
 
 /// What the hot-list handler reaches.
@@ -51,11 +53,31 @@ pub fn router(routes: RankingRoutes) -> Router {
         .with_state(std::sync::Arc::new(routes))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct TopQuery {
+    /// 1…N, the configured `ranking_size` (default: N).
     limit: Option<usize>,
 }
 
+/// The hot list, best first: public, served from the local snapshot.
+#[utoipa::path(
+    get,
+    path = "/ranking/top",
+    params(TopQuery),
+    responses(
+        (status = 200, description = "The list (code 4 for a `limit` out of range). A strong \
+         `ETag` per representation, `Vary: accept-encoding`, gzipped for clients that accept \
+         it.", body = Envelope<Vec<RankedArticle>>,
+         headers(
+             ("ETag" = String, description = "Changes with every computation and withdrawal."),
+             ("x-ranking-computed-at" = String, description = "When it was computed (ms)."),
+         )),
+        (status = 304, description = "`If-None-Match` named the current ETag."),
+        (status = 503, description = "No list was computed yet (code 5).",
+         body = platform::openapi::ErrorEnvelope),
+    )
+)]
 async fn top(
     State(state): State<std::sync::Arc<RankingRoutes>>,
     ApiQuery(query): ApiQuery<TopQuery>,
@@ -168,3 +190,8 @@ fn gzipped(body: &[u8]) -> Result<Bytes, AppError> {
         .map_err(|err| AppError::Internal(err.into()))?;
     Ok(Bytes::from(compressed))
 }
+
+/// The hot list's route description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(top))]
+pub struct RankingApi;

@@ -87,6 +87,10 @@ impl Feature for Ranking {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::RankingApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<RankingSettings>()?;

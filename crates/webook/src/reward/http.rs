@@ -15,6 +15,7 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use super::{
     service::{RewardCreated, RewardView, Rewards},
@@ -22,6 +23,7 @@ use super::{
 };
 use platform::{
     error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
+    openapi::Envelope,
     page::{page_limit, Page},
     rate_limit::RateLimiter,
 };
@@ -46,12 +48,29 @@ pub fn router(routes: RewardRoutes, idempotency: Arc<Idempotency>) -> Router {
         .layer(platform::http::course_answers())
 }
 
-#[derive(Deserialize)]
+/// A reward of an article.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = NewReward)]
 struct CreateRequest {
+    /// The published article (not the caller's own).
     id: i64,
+    /// Fen, 1–500 000.
     amt: i64,
 }
 
+/// Rewards an article: creates the reward and its payment order at the provider.
+#[utoipa::path(
+    post,
+    path = "/articles/pub/reward",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = CreateRequest,
+    responses((status = 200, description = "The payment's QR-code URL and the reward's id; \
+               asking again for the same article and amount while that order can be paid \
+               answers it again. Code 4: the caller's own article, not published, an amount \
+               out of range; 429001 beyond `reward_rate_limit`; code 5: no provider.",
+               body = Envelope<RewardCreated>))
+)]
 async fn create(
     State(routes): State<Arc<RewardRoutes>>,
     Writer(user): Writer,
@@ -66,11 +85,22 @@ async fn create(
     ))
 }
 
-#[derive(Deserialize)]
+/// The reward to ask about.
+#[derive(Deserialize, ToSchema)]
 struct DetailRequest {
+    /// The reward.
     rid: i64,
 }
 
+/// A reward's status, long-polled: waits up to `reward_long_poll` (10 s) for it to leave `Init`.
+#[utoipa::path(
+    post,
+    path = "/reward/detail",
+    security(("access_token" = [])),
+    request_body = DetailRequest,
+    responses((status = 200, description = "The status. Only the payer may ask (others: \
+               404001, as for a reward that does not exist).", body = Envelope<RewardStatus>))
+)]
 async fn detail(
     State(routes): State<Arc<RewardRoutes>>,
     user: AuthUser,
@@ -80,13 +110,26 @@ async fn detail(
     Ok(Reply(routes.rewards.status(user.uid, rid).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// `sent` (the default) or `received` (paid rewards only).
+    #[param(pattern = "^(sent|received)$")]
     role: Option<String>,
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// The rewards the caller sent or received, newest first.
+#[utoipa::path(
+    get,
+    path = "/rewards",
+    security(("access_token" = [])),
+    params(ListQuery),
+    responses((status = 200, description = "A page.", body = Envelope<Page<RewardView>>))
+)]
 async fn list(
     State(routes): State<Arc<RewardRoutes>>,
     user: AuthUser,
@@ -110,3 +153,8 @@ async fn list(
             .await?,
     ))
 }
+
+/// The reward routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(create, detail, list))]
+pub struct RewardsApi;

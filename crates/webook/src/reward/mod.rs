@@ -50,6 +50,10 @@ impl Feature for RewardsFeature {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::RewardsApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<RewardSettings>()?;
         let rewards = Rewards::new(

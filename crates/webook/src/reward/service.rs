@@ -66,7 +66,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 const REUSE_MARGIN: Duration = Duration::from_secs(60);
 
 /// What `POST /articles/pub/reward` answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RewardCreated {
     /// What the payer scans (or, with the fake provider, opens).
     #[serde(rename = "codeURL")]
@@ -76,7 +76,7 @@ pub struct RewardCreated {
 }
 
 /// The article of a listed reward.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RewardedArticle {
     /// Id.
     pub id: i64,
@@ -85,7 +85,7 @@ pub struct RewardedArticle {
 }
 
 /// A reward in a list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RewardView {
     /// Id.
     pub rid: i64,

@@ -8,7 +8,7 @@ use sqlx::{any::AnyRow, Any, AnyConnection, Row, Transaction};
 use platform::db::Db;
 
 /// Where a reward stands; spelled on the wire as the course frontend compares it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 pub enum RewardStatus {
     /// Waiting for payment.
     #[serde(rename = "RewardStatusInit")]

@@ -105,6 +105,10 @@ impl Feature for Search {
         }))
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::SearchApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         if !platform.config.role.serves_api() {
             return Ok(());

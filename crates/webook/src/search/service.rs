@@ -67,7 +67,7 @@ impl SearchType {
 }
 
 /// Highlights of an article hit: escaped text, matches in `<em>`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Highlight {
     /// The title, when it matched.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -78,7 +78,7 @@ pub struct Highlight {
 }
 
 /// An article hit.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ArticleHit {
     /// Article id.
@@ -101,7 +101,7 @@ pub struct ArticleHit {
 }
 
 /// A user hit (never email or phone).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UserHit {
     /// User id.
@@ -113,7 +113,7 @@ pub struct UserHit {
 }
 
 /// The answer: a page of each list asked for (the other empty).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SearchResults {
     /// Article hits.
     pub articles: Page<ArticleHit>,

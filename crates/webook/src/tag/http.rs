@@ -12,6 +12,7 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{
     biz::Biz,
@@ -22,6 +23,7 @@ use crate::{
 };
 use platform::{
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, Reply},
+    openapi::{Envelope, Null},
     page::{page_limit, Page},
 };
 
@@ -47,11 +49,24 @@ pub fn router(routes: TagRoutes, idempotency: Arc<Idempotency>) -> Router {
         .with_state(Arc::new(routes))
 }
 
-#[derive(Deserialize)]
+/// A tag's name.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = NewTag)]
 struct CreateRequest {
+    /// Normalised (NFKC, trimmed, spaces collapsed); at most 32 characters.
     name: String,
 }
 
+/// Creates a tag of the caller's, or finds the one with the same name (compared normalised).
+#[utoipa::path(
+    post,
+    path = "/tags",
+    security(("access_token" = [])),
+    params(platform::idempotency::IdempotencyKey),
+    request_body = CreateRequest,
+    responses((status = 200, description = "`data`: the tag's id. Code 4: an invalid name, or \
+               a new name beyond `tag_max_per_user`.", body = Envelope<i64>))
+)]
 async fn create(
     State(state): State<Arc<TagRoutes>>,
     Writer(user): Writer,
@@ -60,6 +75,14 @@ async fn create(
     Ok(Reply(state.tags.create(user.uid, &request.name).await?))
 }
 
+/// The caller's tags, by id.
+#[utoipa::path(
+    get,
+    path = "/tags",
+    security(("access_token" = [])),
+    params(PageQuery),
+    responses((status = 200, description = "A page.", body = Envelope<Page<Tag>>))
+)]
 async fn owned_tags(
     State(state): State<Arc<TagRoutes>>,
     user: AuthUser,
@@ -74,14 +97,28 @@ async fn owned_tags(
     ))
 }
 
-#[derive(Deserialize)]
+/// The caller's tags an object is to carry.
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct AttachRequest {
+    /// The kind of object.
     biz: Biz,
+    /// The object.
     biz_id: i64,
+    /// At most 20 of the caller's tags; empty clears them.
     tids: Vec<i64>,
 }
 
+/// Replaces the caller's tags on an object, all or nothing.
+#[utoipa::path(
+    post,
+    path = "/tags/attach",
+    security(("access_token" = [])),
+    request_body = AttachRequest,
+    responses((status = 200, description = "Replaced. Code 4: a non-positive id, more than 20 \
+               tags, an unknown `biz`; 404001: no such object; 403002: the object or a tag is \
+               not the caller's.", body = Envelope<Null>))
+)]
 async fn attach(
     State(state): State<Arc<TagRoutes>>,
     Writer(user): Writer,
@@ -94,14 +131,27 @@ async fn attach(
     Ok(Reply(()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ObjectQuery {
+    /// The kind of object (`article`).
     biz: String,
+    /// The object.
     biz_id: i64,
+    /// Only this user's tags.
     uid: Option<i64>,
 }
 
+/// The tags on an object, by id.
+#[utoipa::path(
+    get,
+    path = "/tags/biz",
+    security(("access_token" = [])),
+    params(ObjectQuery),
+    responses((status = 200, description = "The tags. 404001: no such object, or it is not \
+               published and not the caller's.", body = Envelope<Vec<Tag>>))
+)]
 async fn object_tags(
     State(state): State<Arc<TagRoutes>>,
     user: AuthUser,
@@ -116,12 +166,24 @@ async fn object_tags(
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// The `next` of the previous page.
     cursor: Option<String>,
+    /// 1–100 (default 20).
     limit: Option<i64>,
 }
 
+/// Published articles carrying a tag (anyone's), newest article first.
+#[utoipa::path(
+    get,
+    path = "/tags/{id}/articles",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The tag."), PageQuery),
+    responses((status = 200, description = "A page. 404001: no such tag.",
+               body = Envelope<Page<TaggedArticle>>))
+)]
 async fn articles(
     State(state): State<Arc<TagRoutes>>,
     _user: AuthUser,
@@ -136,3 +198,8 @@ async fn articles(
             .await?,
     ))
 }
+
+/// The tag routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(create, owned_tags, attach, object_tags, articles))]
+pub struct TagsApi;

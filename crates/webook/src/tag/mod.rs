@@ -48,6 +48,10 @@ impl Feature for Tags {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        <http::TagsApi as utoipa::OpenApi>::openapi()
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let tags = TagService::new(
             store::TagStore::new(platform.db.clone()),

@@ -145,7 +145,7 @@ pub fn distinct_tag_ids(tids: &[i64]) -> Result<Vec<i64>, AppError> {
 }
 
 /// A tag as the routes show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Tag {
     /// Tag id.
     pub id: i64,
@@ -230,7 +230,7 @@ impl ArticleCursor {
 }
 
 /// A published article carrying a tag.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaggedArticle {
     /// Article id.

@@ -11,10 +11,12 @@ use axum::{
     Json, Router,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::user::{model::ProfileEdit, UserService};
-use platform::error::{
-    positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply, ReplyWithMsg,
+use platform::{
+    error::{positive_id, ApiJson, ApiPath, ApiResult, AppError, Msg, Reply, ReplyWithMsg},
+    openapi::{Envelope, Null},
 };
 
 /// What the profile handlers reach.
@@ -34,6 +36,15 @@ pub fn router(routes: UserRoutes) -> Router {
 }
 
 /// The course frontend reads the profile as a bare object, not an envelope.
+#[utoipa::path(
+    get,
+    path = "/users/profile",
+    summary = "The caller's own profile, as a bare object (no envelope).",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The profile (`\"\"` for absent fields); an \
+               envelope with code 404001 instead when the user no longer exists.",
+               body = crate::user::model::Profile))
+)]
 async fn profile(
     State(state): State<Arc<UserRoutes>>,
     user: AuthUser,
@@ -41,14 +52,28 @@ async fn profile(
     Ok(Json(state.users.profile(user.uid).await?).into_response())
 }
 
-#[derive(Deserialize)]
+/// A profile change: a missing field is left as it is.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = ProfileChange)]
 struct EditRequest {
+    /// At most 64 characters, one line, at most 4 combining marks on one character.
     nickname: Option<String>,
+    /// `YYYY-MM-DD`, a real date between 1900-01-01 and today; `""` clears it.
     birthday: Option<String>,
+    /// At most 1024 characters (`about_me` is accepted too).
     #[serde(rename = "aboutMe", alias = "about_me")]
     about_me: Option<String>,
 }
 
+/// Edits the caller's profile (`msg`: `profile saved`).
+#[utoipa::path(
+    post,
+    path = "/users/edit",
+    security(("access_token" = [])),
+    request_body = EditRequest,
+    responses((status = 200, description = "Saved; code 4 names an invalid field.",
+               body = Envelope<Null>))
+)]
 async fn edit(
     State(state): State<Arc<UserRoutes>>,
     Writer(user): Writer,
@@ -61,7 +86,7 @@ async fn edit(
 }
 
 /// What anyone logged in sees of a user (`GET /users/:id`): never the email, phone or birthday.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct PublicProfile {
     id: i64,
@@ -71,6 +96,15 @@ struct PublicProfile {
     name: String,
 }
 
+/// A user as others see them **(webook)**: never the email, phone or birthday.
+#[utoipa::path(
+    get,
+    path = "/users/{id}",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The user.")),
+    responses((status = 200, description = "The user; 404001 when there is none, code 4 for \
+               a non-positive id.", body = Envelope<PublicProfile>))
+)]
 async fn public_profile(
     State(state): State<Arc<UserRoutes>>,
     _user: AuthUser,
@@ -85,3 +119,8 @@ async fn public_profile(
         about_me: profile.about_me,
     }))
 }
+
+/// The profile routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(profile, edit, public_profile))]
+pub struct ProfileApi;

@@ -47,6 +47,10 @@ impl Feature for Users {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::ProfileApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let users = UserService::new(UserStore::new(platform.db.clone()), platform.outbox.clone());
         registry.routes(http::router(http::UserRoutes {

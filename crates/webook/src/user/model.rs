@@ -54,7 +54,7 @@ pub struct User {
 }
 
 /// `GET /users/profile`: the bare object the course frontend reads (no envelope).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "PascalCase")]
 pub struct Profile {
     /// Id.
@@ -163,7 +163,7 @@ impl ProfileEdit {
 
 /// Someone as others see them — an article's author, a commenter, a feed item's actor: the
 /// user id and the display name ([`display_name`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Person {
     /// User id.
     pub id: i64,

@@ -23,6 +23,7 @@ use axum::{
     Router,
 };
 use serde::Deserialize;
+use utoipa::IntoParams;
 
 use crate::{
     auth::TokenPair,
@@ -35,6 +36,7 @@ use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiQuery, AppError, Msg, Reply},
     http::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER},
+    openapi::{Envelope, Null},
 };
 
 /// The cookie holding a login's signed state between `authurl` and `callback`.
@@ -63,6 +65,14 @@ pub fn router(routes: WechatRoutes) -> Router {
         .layer(platform::http::course_answers())
 }
 
+/// The WeChat QR-connect URL to send the person to (the course frontend redirects to `data`).
+#[utoipa::path(
+    get,
+    path = "/oauth2/wechat/authurl",
+    responses((status = 200, description = "`data`: the URL. Sets the short-lived signed \
+               `webook_wechat_state` cookie (HttpOnly, SameSite=Lax, path of the callback). \
+               Code 5 when WeChat sign-in is not enabled.", body = Envelope<String>,
+               headers(("Set-Cookie" = String, description = "The signed state.")))))]
 async fn authurl(State(routes): State<Arc<WechatRoutes>>) -> Result<Response, WechatLoginError> {
     let app = routes.login.app().ok_or(WechatLoginError::NotConfigured)?;
     let start = routes.login.start()?;
@@ -77,12 +87,39 @@ async fn authurl(State(routes): State<Arc<WechatRoutes>>) -> Result<Response, We
         .into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct CallbackQuery {
+    /// WeChat's login code (absent: the person cancelled).
     code: Option<String>,
+    /// The state of `/oauth2/wechat/authurl`, checked against its cookie.
     state: Option<String>,
 }
 
+/// WeChat's redirect after a sign-in: checks the state, exchanges the code, finds or creates
+/// the user, and issues the tokens.
+#[utoipa::path(
+    get,
+    path = "/oauth2/wechat/callback",
+    params(CallbackQuery),
+    responses(
+        (status = 302, description = "Signed in: redirected to the configured frontend, with \
+         the tokens in the headers and the state cookie cleared.",
+         headers(
+             ("Location" = String, description = "The frontend."),
+             ("x-jwt-token" = String, description = "The access token."),
+             ("x-refresh-token" = String, description = "The refresh token."),
+         )),
+        (status = 200, description = "**(webook)** To a caller sending `Accept: \
+         application/json`: signed in, the tokens in the headers. Otherwise (any caller) \
+         code 4 for a missing, expired, forged or used state or a missing or refused code, \
+         nothing created; code 5 when WeChat sign-in is not enabled.", body = Envelope<Null>,
+         headers(
+             ("x-jwt-token" = String, description = "The access token (success only)."),
+             ("x-refresh-token" = String, description = "The refresh token (success only)."),
+         )),
+    )
+)]
 async fn callback(
     State(routes): State<Arc<WechatRoutes>>,
     ClientIp(ip): ClientIp,
@@ -212,6 +249,11 @@ impl IntoResponse for WechatLoginError {
         }
     }
 }
+
+/// The WeChat sign-in routes' description ([`platform::openapi`]).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(authurl, callback))]
+pub struct WechatLoginApi;
 
 #[cfg(test)]
 mod tests {

@@ -53,6 +53,10 @@ impl Feature for WechatLogin {
         MIGRATIONS
     }
 
+    fn openapi(&self) -> utoipa::openapi::OpenApi {
+        platform::openapi::course_routes(<http::WechatLoginApi as utoipa::OpenApi>::openapi())
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let app = platform.config.settings::<WechatSettings>()?.app()?;
         if app.is_none() {

@@ -31,6 +31,7 @@ mod interactive;
 mod jobs;
 mod jobs_admin;
 mod migrations;
+mod openapi;
 mod outbox;
 mod payment;
 mod phone_login;
