@@ -1,5 +1,4 @@
-//! The kinds of object that reads, likes, collects, comments and tags — and, as they land,
-//! rewards — attach to: the `biz` of every `(biz, biz_id)` pair in tables, events, cache keys and
+//! The kinds of object that reads, likes, collects, comments and tags attach to: the `biz` of every `(biz, biz_id)` pair in tables, events, cache keys and
 //! the API. One type instead of `"article"` spelled in each feature; the spelling on the wire
 //! and in the database is [`Biz::as_str`], and a value the API receives that names no kind is
 //! refused at the edge with code 4 ([`Biz::parse`], or serde when it comes in a JSON body).
@@ -12,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use platform::error::{AppError, Msg};
 
-/// A kind of object others can read, like, collect (and later comment on, tag, reward).
+/// A kind of object others can read, like, collect, comment on and tag.
 #[derive(
     Debug,
     Clone,

@@ -2,7 +2,8 @@
 //!
 //! - no circle between any two rooms of the crate (its top-level modules: every feature folder,
 //!   and files such as `app.rs`, `cli.rs`, `schema.rs`) — so each can be read, tested and
-//!   changed from the rooms it stands on, without the ones standing on it;
+//!   changed from the rooms it stands on, without the ones standing on it — and none between
+//!   the modules inside any folder (a feature's `service.rs` and `store.rs`, …);
 //! - every file reaches another room only through that room's front door (its `mod.rs`
 //!   re-exports, `crate::article::ArticleService`), never into its submodules
 //!   (`crate::article::store::…`), so a room can reorganise its insides without breaking others.
@@ -13,7 +14,7 @@
 
 use std::path::Path;
 
-use platform::testing::imports::{front_door_violations, source_files, ImportGraph};
+use platform::testing::imports::{folders_of, front_door_violations, source_files, ImportGraph};
 
 fn src() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -43,4 +44,16 @@ fn rooms_reach_each_other_only_through_their_front_door() {
         }
     }
     assert!(violations.is_empty(), "{violations:#?}");
+}
+
+#[test]
+fn no_circle_inside_a_folder() {
+    let src = src();
+    let folders = folders_of(&src);
+    assert!(folders.len() > 15, "implausibly few folders: {folders:?}");
+    let cycles: Vec<String> = folders
+        .iter()
+        .flat_map(|folder| ImportGraph::of_folder(&src, folder).cycles())
+        .collect();
+    assert!(cycles.is_empty(), "\n{}", cycles.join("\n"));
 }

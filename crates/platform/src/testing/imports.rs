@@ -51,6 +51,42 @@ impl ImportGraph {
         graph
     }
 
+    /// The graph of one folder's modules — its files and subfolders; its `mod.rs`, the front
+    /// door, is none of them — reaching each other through `super::`, `self::` or
+    /// `crate::<folder>::` paths. `folder` is relative to `src` (`search`, `db`).
+    pub fn of_folder(src: &Path, folder: &str) -> Self {
+        let dir = src.join(folder);
+        let rooms = rooms_of(&dir);
+        let base: Vec<String> = folder.split('/').map(str::to_owned).collect();
+        let mut graph = Self {
+            rooms: rooms.clone(),
+            edges: BTreeMap::new(),
+        };
+        for (file, room) in source_files(&dir) {
+            if room == "mod" {
+                continue;
+            }
+            let source = std::fs::read_to_string(dir.join(&file))
+                .unwrap_or_else(|err| panic!("read {}: {err}", file.display()));
+            let module = module_path(&base, &file);
+            for path in absolute_paths(&code_of(&source), &module) {
+                let Some(reached) = path.get(base.len()) else {
+                    continue;
+                };
+                if path[..base.len()] == base[..] && rooms.contains(reached) && *reached != room {
+                    graph
+                        .edges
+                        .entry(room.clone())
+                        .or_default()
+                        .entry(reached.clone())
+                        .or_default()
+                        .insert(PathBuf::from(folder).join(&file));
+                }
+            }
+        }
+        graph
+    }
+
     /// Every room.
     pub fn rooms(&self) -> &BTreeSet<String> {
         &self.rooms
@@ -150,16 +186,31 @@ pub fn rooms_of(src: &Path) -> BTreeSet<String> {
                 name.strip_suffix(".rs").map(str::to_owned)
             }
         })
-        .filter(|room| room != "lib" && room != "main")
+        .filter(|room| room != "lib" && room != "main" && room != "mod")
         .collect()
 }
 
-/// The folders under `src` (the rooms that have insides), sorted.
+/// The folders under `src` holding modules, at any depth (`search`, `db`, `testing`), relative
+/// to `src` with `/` between levels, sorted.
 pub fn folders_of(src: &Path) -> Vec<String> {
-    let mut folders: Vec<String> = rooms_of(src)
-        .into_iter()
-        .filter(|room| src.join(room).is_dir())
-        .collect();
+    let mut folders = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
+        {
+            let path = entry
+                .unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
+                .path();
+            if path.is_dir() && (path.join("mod.rs").exists() || path.with_extension("rs").exists())
+            {
+                if let Ok(relative) = path.strip_prefix(src) {
+                    folders.push(relative.to_string_lossy().replace('\\', "/"));
+                }
+                dirs.push(path);
+            }
+        }
+    }
     folders.sort();
     folders
 }
@@ -291,6 +342,85 @@ pub fn front_door_violations(source: &str, own: &str, rooms: &BTreeSet<String>) 
     found
 }
 
+/// The module path of `file` (relative to the folder of module `base`): `x.rs` and `x/mod.rs`
+/// are `base::x`, `x/y.rs` is `base::x::y`.
+fn module_path(base: &[String], file: &Path) -> Vec<String> {
+    let mut module = base.to_vec();
+    for part in file.components() {
+        let part = part.as_os_str().to_string_lossy();
+        let name = part.strip_suffix(".rs").unwrap_or(&part);
+        if name != "mod" {
+            module.push(name.to_owned());
+        }
+    }
+    module
+}
+
+/// Every `crate::…`, `self::…` and `super::…` path in `code` (of module `module`), made
+/// absolute (from the crate root, without `crate`); a `{…}` group gives one path per item.
+pub fn absolute_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let starts_word = at == 0 || {
+            let before = bytes[at - 1];
+            !(before.is_ascii_alphanumeric() || before == b'_' || before == b':')
+        };
+        let (mut prefix, mut after) = match () {
+            () if starts_word && rest.starts_with("crate::") => (Vec::new(), &rest[7..]),
+            () if starts_word && rest.starts_with("self::") => (module.to_vec(), &rest[6..]),
+            () if starts_word && rest.starts_with("super::") => {
+                let mut prefix = module.to_vec();
+                let mut after = rest;
+                while let Some(next) = after.strip_prefix("super::") {
+                    prefix.pop();
+                    after = next;
+                }
+                (prefix, after)
+            }
+            () => {
+                at += rest.chars().next().map_or(1, char::len_utf8);
+                continue;
+            }
+        };
+        loop {
+            after = after.trim_start();
+            if let Some(group) = after.strip_prefix('{') {
+                for item in top_level_items(group) {
+                    let mut path = prefix.clone();
+                    path.extend(
+                        item.trim()
+                            .split("::")
+                            .map(str::trim)
+                            .map(leading_ident)
+                            .take_while(|segment| !segment.is_empty())
+                            .map(str::to_owned),
+                    );
+                    paths.push(path);
+                }
+                break;
+            }
+            let segment = leading_ident(after);
+            if segment.is_empty() {
+                paths.push(prefix);
+                break;
+            }
+            prefix.push(segment.to_owned());
+            match after[segment.len()..].strip_prefix("::") {
+                Some(next) => after = next,
+                None => {
+                    paths.push(prefix);
+                    break;
+                }
+            }
+        }
+        at = code.len() - after.len();
+    }
+    paths
+}
+
 /// The comma-separated items at the top level of a `{…}` group whose opening brace has been
 /// consumed (up to its closing brace).
 fn top_level_items(group: &str) -> Vec<&str> {
@@ -379,6 +509,46 @@ mod tests {
             &rooms
         )
         .is_empty());
+    }
+
+    #[test]
+    fn paths_are_made_absolute_from_the_module_they_are_in() {
+        let module = ["search".to_owned(), "highlight".to_owned()];
+        let code = "use super::{query::ParsedQuery, service::Highlight, tokens};\n\
+                    use crate::user::Person; let x = self::inner::f(); super::super::app::run();";
+        let paths = absolute_paths(code, &module);
+        let shown: Vec<String> = paths.iter().map(|path| path.join("::")).collect();
+        assert_eq!(
+            shown,
+            [
+                "search::query::ParsedQuery",
+                "search::service::Highlight",
+                "search::tokens",
+                "user::Person",
+                "search::highlight::inner::f",
+                "app::run",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_circle_inside_a_folder_is_found_and_mod_rs_is_not_a_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        std::fs::create_dir(src.join("feature")).unwrap();
+        let write =
+            |name: &str, text: &str| std::fs::write(src.join("feature").join(name), text).unwrap();
+        write(
+            "mod.rs",
+            "pub mod retry; pub mod service; pub use service::S; use retry::Q;",
+        );
+        write("retry.rs", "use super::service::S;");
+        write("service.rs", "use super::{retry::Q, S as _};");
+        let cycles = ImportGraph::of_folder(src, "feature").cycles();
+        assert_eq!(cycles.len(), 1, "{cycles:?}");
+        assert!(cycles[0].contains("retry → service"), "{}", cycles[0]);
+        write("retry.rs", "pub struct Q;");
+        assert!(ImportGraph::of_folder(src, "feature").cycles().is_empty());
     }
 
     #[test]

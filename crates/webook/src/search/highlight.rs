@@ -16,8 +16,20 @@
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use platform::text::push_html_escaped;
+use serde::Serialize;
 
-use super::{query::ParsedQuery, service::Highlight, tokens};
+use super::{query::ParsedQuery, tokens};
+
+/// Highlights of an article hit: escaped text, matches in `<em>`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Highlight {
+    /// The title, when it matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// An excerpt of the body around its first match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
 
 /// Characters of body text shown around the first match.
 pub const BODY_WINDOW_CHARS: usize = 120;

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::{
     feeder::Readiness,
-    highlight,
+    highlight::{self, Highlight},
     index::{CurrentIndex, ARTICLE, USER},
     query::{self, After, Hit, ParsedQuery, MAX_QUERY_CHARS},
     store::SearchStore,
@@ -64,17 +64,6 @@ impl SearchType {
             Self::User => "user",
         }
     }
-}
-
-/// Highlights of an article hit: escaped text, matches in `<em>`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Highlight {
-    /// The title, when it matched.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// An excerpt of the body around its first match.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
 }
 
 /// An article hit.
