@@ -190,34 +190,9 @@ pub fn rooms_of(src: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// The folders under `src` holding modules, at any depth (`search`, `db`, `testing`), relative
-/// to `src` with `/` between levels, sorted.
-pub fn folders_of(src: &Path) -> Vec<String> {
-    let mut folders = Vec::new();
-    let mut dirs = vec![src.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in
-            std::fs::read_dir(&dir).unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
-        {
-            let path = entry
-                .unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
-                .path();
-            if path.is_dir() && (path.join("mod.rs").exists() || path.with_extension("rs").exists())
-            {
-                if let Ok(relative) = path.strip_prefix(src) {
-                    folders.push(relative.to_string_lossy().replace('\\', "/"));
-                }
-                dirs.push(path);
-            }
-        }
-    }
-    folders.sort();
-    folders
-}
-
-/// Every `.rs` file under `src` (relative to it) with its room; crate roots aside.
-pub fn source_files(src: &Path) -> Vec<(PathBuf, String)> {
-    let mut files = Vec::new();
+/// Every file and folder under `src`, at any depth.
+fn walk(src: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
     let mut dirs = vec![src.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in
@@ -227,22 +202,48 @@ pub fn source_files(src: &Path) -> Vec<(PathBuf, String)> {
                 .unwrap_or_else(|err| panic!("read {}: {err}", dir.display()))
                 .path();
             if path.is_dir() {
-                dirs.push(path);
-                continue;
+                dirs.push(path.clone());
             }
-            if path.extension().is_none_or(|ext| ext != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(src).unwrap_or(&path).to_path_buf();
-            let first = relative
-                .components()
-                .next()
-                .map(|part| part.as_os_str().to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let room = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
-            if room != "lib" && room != "main" {
-                files.push((relative, room));
-            }
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// The folders under `src` holding modules, at any depth (`search`, `db`, `testing`), relative
+/// to `src` with `/` between levels, sorted.
+pub fn folders_of(src: &Path) -> Vec<String> {
+    let mut folders: Vec<String> = walk(src)
+        .into_iter()
+        .filter(|path| {
+            path.is_dir() && (path.join("mod.rs").exists() || path.with_extension("rs").exists())
+        })
+        .filter_map(|path| {
+            path.strip_prefix(src)
+                .ok()
+                .map(|relative| relative.to_string_lossy().replace('\\', "/"))
+        })
+        .collect();
+    folders.sort();
+    folders
+}
+
+/// Every `.rs` file under `src` (relative to it) with its room; crate roots aside.
+pub fn source_files(src: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    for path in walk(src) {
+        if path.is_dir() || path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let relative = path.strip_prefix(src).unwrap_or(&path).to_path_buf();
+        let first = relative
+            .components()
+            .next()
+            .map(|part| part.as_os_str().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let room = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+        if room != "lib" && room != "main" {
+            files.push((relative, room));
         }
     }
     files.sort();
