@@ -145,16 +145,22 @@ pub fn user_agent(headers: &HeaderMap) -> &str {
         .unwrap_or("")
 }
 
+/// The resolver of the request in `parts` and the signed-in user it finds there.
+async fn signed_in(parts: &Parts) -> Result<(Callers, AuthUser), AppError> {
+    let callers = Callers::of(parts)?;
+    let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
+    let user = callers
+        .0
+        .authenticate(token, user_agent(&parts.headers))
+        .await?;
+    Ok((callers, user))
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for AuthUser {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let callers = Callers::of(parts)?;
-        let token = bearer_token(&parts.headers).ok_or(AppError::Unauthorized)?;
-        callers
-            .0
-            .authenticate(token, user_agent(&parts.headers))
-            .await
+        Ok(signed_in(parts).await?.1)
     }
 }
 
@@ -175,22 +181,20 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for AuthUser {
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         if !parts.headers.contains_key(header::AUTHORIZATION) {
             return Ok(Self::Anonymous);
         }
-        Ok(Self::User(
-            <AuthUser as FromRequestParts<S>>::from_request_parts(parts, state).await?,
-        ))
+        Ok(Self::User(signed_in(parts).await?.1))
     }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Writer {
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let user = <AuthUser as FromRequestParts<S>>::from_request_parts(parts, state).await?;
-        Callers::of(parts)?.0.check_write_rate(user.uid).await?;
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let (callers, user) = signed_in(parts).await?;
+        callers.0.check_write_rate(user.uid).await?;
         Ok(Self(user))
     }
 }
@@ -198,9 +202,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Writer {
 impl<S: Send + Sync> FromRequestParts<S> for Admin {
     type Rejection = AppError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let user = <AuthUser as FromRequestParts<S>>::from_request_parts(parts, state).await?;
-        if Callers::of(parts)?.0.is_admin(user.uid).await? {
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let (callers, user) = signed_in(parts).await?;
+        if callers.0.is_admin(user.uid).await? {
             Ok(Self { uid: user.uid })
         } else {
             let area = parts

@@ -28,36 +28,21 @@ impl ImportGraph {
     /// The graph of the crate whose sources are under `src` (panics when they cannot be read:
     /// it is for tests).
     pub fn of_crate(src: &Path) -> Self {
-        let rooms = rooms_of(src);
-        let mut graph = Self {
-            rooms: rooms.clone(),
-            edges: BTreeMap::new(),
-        };
-        for (file, room) in source_files(src) {
-            let source = std::fs::read_to_string(src.join(&file))
-                .unwrap_or_else(|err| panic!("read {}: {err}", file.display()));
-            for reached in rooms_reached(&source, &rooms) {
-                if reached != room {
-                    graph
-                        .edges
-                        .entry(room.clone())
-                        .or_default()
-                        .entry(reached)
-                        .or_default()
-                        .insert(file.clone());
-                }
-            }
-        }
-        graph
+        Self::of_folder(src, "")
     }
 
     /// The graph of one folder's modules — its files and subfolders; its `mod.rs`, the front
     /// door, is none of them — reaching each other through `super::`, `self::` or
-    /// `crate::<folder>::` paths. `folder` is relative to `src` (`search`, `db`).
+    /// `crate::<folder>::` paths. `folder` is relative to `src` (`search`, `db`; `""` is the
+    /// crate itself, whose rooms are its top-level modules).
     pub fn of_folder(src: &Path, folder: &str) -> Self {
         let dir = src.join(folder);
         let rooms = rooms_of(&dir);
-        let base: Vec<String> = folder.split('/').map(str::to_owned).collect();
+        let base: Vec<String> = folder
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .map(str::to_owned)
+            .collect();
         let mut graph = Self {
             rooms: rooms.clone(),
             edges: BTreeMap::new(),
@@ -280,30 +265,14 @@ pub fn code_of(source: &str) -> String {
     code
 }
 
-/// The rooms among `rooms` that `source` names (`crate::room…`, or `room` at the top level of a
-/// `use crate::{…}` group).
+/// The rooms among `rooms` that `source`, a top-level module, names (`crate::room…`, or `room`
+/// at the top level of a `use crate::{…}` group).
 pub fn rooms_reached(source: &str, rooms: &BTreeSet<String>) -> BTreeSet<String> {
-    let code = code_of(source);
-    let mut reached = BTreeSet::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            for item in top_level_items(group) {
-                let name = leading_ident(item.trim_start());
-                if rooms.contains(name) {
-                    reached.insert(name.to_owned());
-                }
-            }
-        } else {
-            let name = leading_ident(after);
-            if rooms.contains(name) {
-                reached.insert(name.to_owned());
-            }
-        }
-        rest = after;
-    }
-    reached
+    absolute_paths(&code_of(source), &[])
+        .into_iter()
+        .filter_map(|path| path.into_iter().next())
+        .filter(|room| rooms.contains(room))
+        .collect()
 }
 
 /// `crate::room::inner::` paths in `source` (outside comments and test modules) that reach into
