@@ -9,7 +9,16 @@
 //! ([`Platform`]), it calls [`Feature::install`] on each in list order; a feature registers what it
 //! runs into the [`Registry`]: routes (and [`crate::fast_path`]s), periodic jobs, durable-job
 //! executors, background tasks (event consumers, refreshers), and the services later features build
-//! on ([`Registry::provide`], [`Registry::get`]). The feature that owns sign-in installs how
+//! on ([`Registry::provide`], [`Registry::get`]).
+//!
+//! Wiring between features is declared, not discovered: a feature names the services it offers
+//! ([`Feature::provides`]) and those it builds on ([`Feature::needs`]), each a [`Service`] named
+//! by its type. [`check_wiring`] checks the install list before anything opens (and the
+//! application's tests check it without opening anything): every need is provided by a feature
+//! earlier in the list. [`Registry::install`] then holds each feature to its declaration — it may
+//! only take the services it declared it needs, and must have provided every one it declared —
+//! so a missing or misordered service is a composition error naming both features, never a
+//! look-up failing half-way through start-up. The feature that owns sign-in installs how
 //! callers are resolved ([`Registry::resolve_callers`]); every route then finds it in its
 //! requests' extensions ([`crate::caller`]), and composing routes without one is refused
 //! ([`Registry::into_parts`]). The application then serves the merged routes and starts the jobs
@@ -23,6 +32,7 @@ use std::{
     sync::Arc,
 };
 
+use anyhow::Context;
 use axum::{http::HeaderMap, response::Response, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use scheduler::{
@@ -88,6 +98,17 @@ pub trait Feature: Send + Sync {
     /// document. Empty for a feature without routes.
     fn openapi(&self) -> utoipa::openapi::OpenApi {
         utoipa::openapi::OpenApi::default()
+    }
+
+    /// The services it offers the features installed after it ([`Registry::provide`]); every one
+    /// must be provided by [`Feature::install`].
+    fn provides(&self) -> &'static [Service] {
+        &[]
+    }
+
+    /// The services of earlier features it builds on: the only ones [`Registry::get`] gives it.
+    fn needs(&self) -> &'static [Service] {
+        &[]
     }
 
     /// Builds its services on `platform` and registers what it runs into `registry`.
@@ -184,6 +205,87 @@ pub struct Background {
 pub type BackgroundTask =
     Box<dyn FnOnce(Background) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+/// A service one feature offers others, named by its type: what [`Feature::provides`] and
+/// [`Feature::needs`] list.
+#[derive(Clone, Copy)]
+pub struct Service {
+    id: fn() -> TypeId,
+    type_name: fn() -> &'static str,
+}
+
+impl Service {
+    /// The service of type `T`.
+    pub const fn of<T: Clone + Send + Sync + 'static>() -> Self {
+        Self {
+            id: TypeId::of::<T>,
+            type_name: std::any::type_name::<T>,
+        }
+    }
+
+    /// Its type's name without the module path, for errors.
+    pub fn name(&self) -> &'static str {
+        let full = (self.type_name)();
+        full.rsplit("::").next().unwrap_or(full)
+    }
+
+    fn is<T: 'static>(&self) -> bool {
+        (self.id)() == TypeId::of::<T>()
+    }
+}
+
+impl PartialEq for Service {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id)() == (other.id)()
+    }
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Checks the install list's wiring: every service a feature needs is provided by a feature
+/// earlier in the list. The error names the feature, the service and, when a later feature
+/// provides it, the order to fix.
+pub fn check_wiring(features: &[&dyn Feature]) -> anyhow::Result<()> {
+    for (position, feature) in features.iter().enumerate() {
+        for need in feature.needs() {
+            let earlier = features[..position]
+                .iter()
+                .any(|earlier| earlier.provides().contains(need));
+            if earlier {
+                continue;
+            }
+            let later = features[position..]
+                .iter()
+                .find(|other| other.provides().contains(need));
+            match later {
+                Some(provider) => anyhow::bail!(
+                    "{} needs {}, which {} provides: install {} before {}",
+                    feature.name(),
+                    need.name(),
+                    provider.name(),
+                    provider.name(),
+                    feature.name()
+                ),
+                None => anyhow::bail!(
+                    "{} needs {}, which no feature in the list provides",
+                    feature.name(),
+                    need.name()
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The feature being installed and the services it declared it needs.
+struct Installing {
+    name: &'static str,
+    needs: &'static [Service],
+}
+
 /// What the installed features run, collected at start-up.
 pub struct Registry {
     routes: Router,
@@ -194,6 +296,7 @@ pub struct Registry {
     durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
     services: Services,
     callers: Option<Callers>,
+    installing: Option<Installing>,
 }
 
 /// The services features provide to each other (and to tests), by type.
@@ -204,6 +307,11 @@ impl Services {
     /// Offers `service` under its type (replacing an earlier one of the same type).
     pub fn provide<T: Clone + Send + Sync + 'static>(&mut self, service: T) {
         self.0.insert(TypeId::of::<T>(), Box::new(service));
+    }
+
+    /// Whether `service` has been provided.
+    fn has(&self, service: &Service) -> bool {
+        self.0.contains_key(&(service.id)())
     }
 
     /// The provided service of type `T`; an error names the missing type.
@@ -233,6 +341,46 @@ impl Registry {
             durable_jobs: None,
             services: Services::default(),
             callers: None,
+            installing: None,
+        }
+    }
+
+    /// Installs `feature` on `platform`, holding it to its declared wiring: while it installs,
+    /// [`Registry::get`] gives only the services it [`Feature::needs`], and afterwards every
+    /// service it [`Feature::provides`] must have been provided.
+    pub async fn install(
+        &mut self,
+        feature: &dyn Feature,
+        platform: &Platform,
+    ) -> anyhow::Result<()> {
+        self.begin_install(feature);
+        let installed = feature.install(platform, self).await;
+        self.installing = None;
+        installed.with_context(|| format!("installing {}", feature.name()))?;
+        self.check_provided(feature)
+    }
+
+    /// Holds [`Registry::get`] to `feature`'s declared needs until the install ends.
+    fn begin_install(&mut self, feature: &dyn Feature) {
+        self.installing = Some(Installing {
+            name: feature.name(),
+            needs: feature.needs(),
+        });
+    }
+
+    /// An error when `feature` did not provide a service it declared.
+    fn check_provided(&self, feature: &dyn Feature) -> anyhow::Result<()> {
+        match feature
+            .provides()
+            .iter()
+            .find(|service| !self.services.has(service))
+        {
+            Some(missing) => anyhow::bail!(
+                "installing {}: it declares it provides {} but did not provide it",
+                feature.name(),
+                missing.name()
+            ),
+            None => Ok(()),
         }
     }
 
@@ -302,8 +450,18 @@ impl Registry {
         self.services.provide(service);
     }
 
-    /// A service an earlier feature provided; an error names the missing type.
+    /// A service an earlier feature provided; while a feature installs, only one it declared in
+    /// [`Feature::needs`]. An error names the feature and the type.
     pub fn get<T: Clone + Send + Sync + 'static>(&self) -> anyhow::Result<T> {
+        if let Some(installing) = &self.installing {
+            if !installing.needs.iter().any(Service::is::<T>) {
+                anyhow::bail!(
+                    "{} takes {} without declaring it in Feature::needs",
+                    installing.name,
+                    std::any::type_name::<T>()
+                );
+            }
+        }
         self.services.get()
     }
 
@@ -344,4 +502,110 @@ pub struct Installed {
     pub durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
     /// What the features provided.
     pub services: Arc<Services>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone)]
+    struct Clock;
+    #[derive(Clone)]
+    struct Mail;
+
+    /// A feature with declared wiring and no install.
+    struct Declared {
+        name: &'static str,
+        provides: &'static [Service],
+        needs: &'static [Service],
+    }
+
+    #[async_trait::async_trait]
+    impl Feature for Declared {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn provides(&self) -> &'static [Service] {
+            self.provides
+        }
+        fn needs(&self) -> &'static [Service] {
+            self.needs
+        }
+        async fn install(&self, _: &Platform, _: &mut Registry) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    const CLOCKS: Declared = Declared {
+        name: "clocks",
+        provides: const { &[Service::of::<Clock>()] },
+        needs: &[],
+    };
+    const MAILER: Declared = Declared {
+        name: "mailer",
+        provides: const { &[Service::of::<Mail>()] },
+        needs: const { &[Service::of::<Clock>()] },
+    };
+
+    fn registry() -> Registry {
+        Registry::new(JobRegistry::for_mode(&Config::default(), None))
+    }
+
+    #[test]
+    fn a_need_provided_earlier_is_wired() {
+        assert!(check_wiring(&[&CLOCKS, &MAILER]).is_ok());
+        assert!(check_wiring(&[]).is_ok());
+    }
+
+    #[test]
+    fn a_need_provided_later_names_the_order_to_fix() {
+        let error = check_wiring(&[&MAILER, &CLOCKS]).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "mailer needs Clock, which clocks provides: install clocks before mailer"
+        );
+    }
+
+    #[test]
+    fn a_need_nobody_provides_is_refused() {
+        let error = check_wiring(&[&MAILER]).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "mailer needs Clock, which no feature in the list provides"
+        );
+    }
+
+    #[test]
+    fn an_installing_feature_gets_only_what_it_declared() {
+        let mut registry = registry();
+        registry.provide(Clock);
+        registry.provide(Mail);
+        registry.begin_install(&MAILER);
+        assert!(registry.get::<Clock>().is_ok());
+        let error = registry.get::<Mail>().err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("mailer takes ")
+                    && e.ends_with("Mail without declaring it in Feature::needs")),
+            "{error:?}"
+        );
+        registry.installing = None;
+        assert!(
+            registry.get::<Mail>().is_ok(),
+            "outside an install anything provided"
+        );
+    }
+
+    #[test]
+    fn a_declared_service_left_unprovided_fails_the_install() {
+        let mut registry = registry();
+        let error = registry.check_provided(&CLOCKS).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "installing clocks: it declares it provides Clock but did not provide it"
+        );
+        registry.provide(Clock);
+        assert!(registry.check_provided(&CLOCKS).is_ok());
+    }
 }

@@ -94,6 +94,7 @@ impl App {
     /// Opens every backend the config names, installs the features and binds the listen
     /// address. Fails with one clear error naming the setting when a backend cannot be reached.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        platform::feature::check_wiring(FEATURES)?;
         // First, so the recorder takes every feature's buckets.
         let metrics = telemetry::install_metrics(&metrics())?;
         let db = Db::connect(&config).await?;
@@ -153,10 +154,7 @@ impl App {
             PurgeIdempotencyKeys::new(platform.db.clone()),
         )?;
         for feature in FEATURES {
-            feature
-                .install(&platform, &mut registry)
-                .await
-                .with_context(|| format!("installing {}", feature.name()))?;
+            registry.install(*feature, &platform).await?;
         }
         let config = &platform.config;
         let listener = TcpListener::bind(config.listen).await.with_context(|| {

@@ -9,7 +9,8 @@ use crate::{
     payment, phone_login, ranking, reward, search, sms, tag, user, wechat_login,
 };
 
-/// Every feature, in install order: a feature comes after those whose services it uses.
+/// Every feature, in install order: a feature comes after those whose services it needs
+/// ([`platform::feature::check_wiring`] checks it before anything opens).
 pub const FEATURES: &[&dyn Feature] = &[
     &auth::Auth,
     &user::Users,
@@ -33,3 +34,13 @@ pub const FEATURES: &[&dyn Feature] = &[
     // Last: it routes the database every other feature uses during an online move.
     &db_move::DbMove,
 ];
+
+#[cfg(test)]
+mod tests {
+    /// Every service a feature needs comes from a feature earlier in the list (what
+    /// `App::build` checks before opening anything).
+    #[test]
+    fn the_install_list_is_wired() {
+        platform::feature::check_wiring(super::FEATURES).unwrap();
+    }
+}

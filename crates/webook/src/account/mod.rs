@@ -22,7 +22,7 @@ use sqlx::Row;
 use platform::{
     db::{now_millis, Db, Migration},
     error::AppError,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     page::{decode_cursor, overfetch, Page},
 };
 
@@ -33,6 +33,10 @@ pub struct Accounts;
 impl Feature for Accounts {
     fn name(&self) -> &'static str {
         "accounts"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<Ledger>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

@@ -23,7 +23,7 @@ pub use service::ArticleService;
 use async_trait::async_trait;
 use platform::{
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 use crate::interactive::InteractiveService;
@@ -38,6 +38,14 @@ pub struct Articles;
 impl Feature for Articles {
     fn name(&self) -> &'static str {
         "articles"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<ArticleService>()] }
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<InteractiveService>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

@@ -37,7 +37,7 @@ use platform::{
     config::SettingsSpec,
     db::Migration,
     error::AppError,
-    feature::{CliCommands, Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     rate_limit::RateLimiter,
 };
 
@@ -56,6 +56,10 @@ pub struct Auth;
 impl Feature for Auth {
     fn name(&self) -> &'static str {
         "auth"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<AuthService>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

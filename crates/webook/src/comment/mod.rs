@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     telemetry::MetricsSpec,
 };
 
@@ -38,6 +38,10 @@ pub struct Comments;
 impl Feature for Comments {
     fn name(&self) -> &'static str {
         "comments"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<InteractiveService>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

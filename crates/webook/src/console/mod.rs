@@ -17,7 +17,7 @@ use async_trait::async_trait;
 
 use platform::{
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 use assets::Bundle;
@@ -29,6 +29,10 @@ pub struct Console;
 impl Feature for Console {
     fn name(&self) -> &'static str {
         "console"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<crate::jobs::WorkerInstance>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

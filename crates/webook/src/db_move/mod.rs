@@ -46,7 +46,7 @@ use serde::Serialize;
 use platform::{
     config::SettingsSpec,
     db::{Db, Migration},
-    feature::{CliCommands, Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     redact_url,
     telemetry::MetricsSpec,
 };
@@ -100,6 +100,10 @@ pub struct DbMove;
 impl Feature for DbMove {
     fn name(&self) -> &'static str {
         "db_move"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<crate::jobs::WorkerInstance>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

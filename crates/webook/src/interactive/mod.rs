@@ -19,7 +19,7 @@ pub use store::add_comments;
 use async_trait::async_trait;
 use platform::{
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 use store::InteractiveStore;
@@ -32,6 +32,10 @@ pub struct Interactive;
 impl Feature for Interactive {
     fn name(&self) -> &'static str {
         "interactive"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<InteractiveService>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

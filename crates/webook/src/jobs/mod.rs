@@ -37,7 +37,7 @@ use scheduler::sql::{
 use platform::{
     config::{Config, DatabaseKind, SettingsSpec},
     db::{Db, Migration},
-    feature::{CliCommands, Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
 };
 
 pub use purge::PurgeJobRuns;
@@ -52,6 +52,10 @@ pub struct Jobs;
 impl Feature for Jobs {
     fn name(&self) -> &'static str {
         "jobs"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<WorkerInstance>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

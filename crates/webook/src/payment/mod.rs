@@ -46,7 +46,7 @@ use chrono::{DateTime, FixedOffset, NaiveDate, Offset, TimeZone, Utc};
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     telemetry::MetricsSpec,
 };
 
@@ -88,6 +88,14 @@ pub struct PaymentsFeature;
 impl Feature for PaymentsFeature {
     fn name(&self) -> &'static str {
         "payments"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<Payments>()] }
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<Ledger>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

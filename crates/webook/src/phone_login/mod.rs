@@ -27,7 +27,7 @@ use scheduler::{Job, JobContext};
 use platform::{
     config::{Config, SettingsSpec},
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     rate_limit::RateLimiter,
     telemetry::MetricsSpec,
 };
@@ -59,6 +59,10 @@ fn describe_metrics() {
 impl Feature for PhoneLogin {
     fn name(&self) -> &'static str {
         "phone_login"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<AuthService>(), Service::of::<SmsDelivery>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     rate_limit::RateLimiter,
 };
 
@@ -35,6 +35,10 @@ pub struct RewardsFeature;
 impl Feature for RewardsFeature {
     fn name(&self) -> &'static str {
         "rewards"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<Payments>(), Service::of::<ArticleService>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use platform::{
     config::{Config, SettingsSpec},
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
     rate_limit::RateLimiter,
     redis::Redis,
     telemetry::MetricsSpec,
@@ -61,6 +61,10 @@ fn describe_metrics() {
 impl Feature for Sms {
     fn name(&self) -> &'static str {
         "sms"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<SmsDelivery>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 use crate::{auth::AuthService, user::UserStore};
@@ -38,6 +38,10 @@ pub struct WechatLogin;
 impl Feature for WechatLogin {
     fn name(&self) -> &'static str {
         "wechat_login"
+    }
+
+    fn needs(&self) -> &'static [Service] {
+        const { &[Service::of::<AuthService>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {
