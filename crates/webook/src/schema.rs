@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use platform::{
     db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION},
+    events::dedup::CONSUMED_EVENTS_MIGRATION,
     idempotency::IDEMPOTENCY_MIGRATION,
 };
 
@@ -19,6 +20,7 @@ pub static MIGRATIONS: LazyLock<Vec<Migration>> = LazyLock::new(|| {
         IDEMPOTENCY_MIGRATION,
         OUTBOX_MIGRATION,
         EVENT_GROUPS_MIGRATION,
+        CONSUMED_EVENTS_MIGRATION,
     ];
     for feature in crate::features::FEATURES {
         migrations.extend_from_slice(feature.migrations());

@@ -4,7 +4,7 @@
 //! before acknowledging (Redis Streams), or when the outbox relay published a row and died
 //! before deleting it; either way the event keeps its [`super::Event::id`].
 //!
-//! Ids are kept for [`RETENTION`] (far longer than any redelivery takes) and then deleted by the
+//! The table is the platform's ([`CONSUMED_EVENTS_MIGRATION`]). Ids are kept for [`RETENTION`] (far longer than any redelivery takes) and then deleted by the
 //! maintenance job [`PurgeConsumedEvents`].
 
 use std::{collections::HashSet, time::Duration};
@@ -14,7 +14,14 @@ use scheduler::{Job, JobContext};
 use sqlx::AnyConnection;
 
 use crate::config::DatabaseKind;
-use crate::db::{bulk_row_placeholders, now_millis, Db};
+use crate::db::{bulk_row_placeholders, now_millis, Db, Migration};
+
+/// The `consumed_events` table.
+pub const CONSUMED_EVENTS_MIGRATION: Migration = Migration::new(
+    27,
+    "consumed events",
+    include_str!("../../migrations/0027_consumed_events.sql"),
+);
 
 /// How long applied-event ids are kept.
 pub const RETENTION: Duration = Duration::from_secs(24 * 3600);

@@ -1,6 +1,7 @@
 //! Handing a batch to a consumer group's handler so that one bad event cannot hold the group,
-//! and the group cannot hold any other: the one algorithm both backends' consumer loops use
-//! ([`Consumer::settle`]), what it reports ([`GroupHealth`]) and how it is tuned
+//! and the group cannot hold any other: the consumer group both backends' loops run
+//! ([`Consumer`]: defined here, its loops in `in_process` and `redis_streams`), the one
+//! algorithm they settle batches with ([`Consumer::settle`]), what it reports ([`GroupHealth`]) and how it is tuned
 //! ([`DeliveryPolicy`]).
 //!
 //! A batch goes to the handler whole. When the handler fails:
@@ -31,21 +32,21 @@ use std::{
     panic::AssertUnwindSafe,
     sync::{
         atomic::{AtomicI64, AtomicU64, Ordering},
-        Mutex,
+        Arc, Mutex,
     },
     time::Duration,
 };
 
 use futures_util::FutureExt;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use super::{
     failure::{classify, permanent, Failure},
-    in_process::Consumer,
     parked::{self, FailureRecord},
-    Event, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE,
+    Event, Shared, FIRST_RETRY_PAUSE, MAX_RETRY_PAUSE,
 };
-use crate::db::now_millis;
+use crate::db::{now_millis, Db};
 
 /// Counter: handler calls that failed, by `topic`, `group` and `failure` (transient,
 /// permanent, unclassified).
@@ -399,7 +400,28 @@ fn panicked(panic: &(dyn std::any::Any + Send)) -> anyhow::Error {
     permanent(anyhow::anyhow!("the handler panicked: {message}"))
 }
 
+/// What both consumer loops share: who consumes, how it batches, when it stops, where it parks
+/// what it gives up on, and the health it reports.
+pub(super) struct Consumer {
+    pub(super) topic: String,
+    pub(super) group: String,
+    pub(super) batch_size: usize,
+    pub(super) max_wait: Duration,
+    pub(super) stop: CancellationToken,
+    pub(super) health: Arc<GroupHealth>,
+    /// Where the stream's database is found once an [`Outbox`](super::outbox::Outbox) is made
+    /// for it: the dead-letter store and, embedded, the outbox ([`Consumer::store`]).
+    pub(super) shared: Arc<Shared>,
+    pub(super) policy: DeliveryPolicy,
+}
+
 impl Consumer {
+    /// The stream's database, if an outbox was made for it (looked up at each use: a consumer
+    /// may start before the outbox is made).
+    pub(super) fn store(&self) -> Option<&Db> {
+        self.shared.store.get()
+    }
+
     /// Calls the handler, unless a fault injected for this group fails the batch first.
     async fn call_handler<H, Fut>(&self, handler: &mut H, events: Vec<Event>) -> anyhow::Result<()>
     where
@@ -622,7 +644,7 @@ impl Consumer {
         // Rows behind the group's position: the batch in hand and what follows it.
         let position = first - 1;
         let backlog =
-            match super::in_process::backlog(store, &self.topic, position, self.policy.max_backlog)
+            match super::outbox_row::backlog(store, &self.topic, position, self.policy.max_backlog)
                 .await
             {
                 Ok(backlog) => backlog,

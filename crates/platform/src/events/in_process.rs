@@ -26,10 +26,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::{
-    delivery::{DeliveryPolicy, GroupHealth, Source},
-    parked, *,
-};
+use super::{delivery::Source, parked, *};
 use crate::db::Db;
 
 /// For each topic, the queue of each consumer group: (group name, its queue).
@@ -150,21 +147,6 @@ pub(super) fn next_local_id() -> String {
     )
 }
 
-/// What both consumer loops share: who consumes, how it batches, when it stops, where it parks
-/// what it gives up on, and the health it reports.
-pub(super) struct Consumer {
-    pub(super) topic: String,
-    pub(super) group: String,
-    pub(super) batch_size: usize,
-    pub(super) max_wait: Duration,
-    pub(super) stop: CancellationToken,
-    pub(super) health: Arc<GroupHealth>,
-    /// Where the stream's database is found once an [`Outbox`](super::outbox::Outbox) is made
-    /// for it: the dead-letter store and, embedded, the outbox ([`Consumer::store`]).
-    pub(super) shared: Arc<Shared>,
-    pub(super) policy: DeliveryPolicy,
-}
-
 /// Longest time a group's durable outbox position lags behind what it handled.
 const POSITION_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -172,27 +154,7 @@ const POSITION_INTERVAL: Duration = Duration::from_millis(250);
 /// not announced yet, e.g. recorded by `webook` commands of another process).
 const OUTBOX_POLL: Duration = Duration::from_secs(2);
 
-/// Rows of `topic` after `position`, counted up to `max + 1` (enough to tell "over `max`").
-pub(super) async fn backlog(db: &Db, topic: &str, position: i64, max: u64) -> sqlx::Result<u64> {
-    let limit = i64::try_from(max).unwrap_or(i64::MAX).saturating_add(1);
-    let count: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM event_outbox WHERE topic = $1 AND id > $2 LIMIT $3) behind",
-    )
-    .bind(topic)
-    .bind(position)
-    .bind(limit)
-    .fetch_one(db.pool())
-    .await?;
-    Ok(u64::try_from(count).unwrap_or(0))
-}
-
 impl Consumer {
-    /// The stream's database, if an outbox was made for it (looked up at each use: a consumer
-    /// may start before the outbox is made).
-    pub(super) fn store(&self) -> Option<&Db> {
-        self.shared.store.get()
-    }
-
     /// The embedded-mode loop: batches from the in-process queue (events published directly)
     /// and, with an outbox, from the topic's outbox rows after the group's position; events
     /// marked for replay every [`parked::REPLAY_POLL`]. On stop it flushes the queue and takes

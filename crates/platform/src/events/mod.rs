@@ -636,9 +636,10 @@ mod outbox_row;
 pub mod parked;
 mod redis_streams;
 
+use delivery::Consumer;
 use delivery::GroupHealth;
 pub use delivery::{DeliveryPolicy, GroupStatus};
-use in_process::{Consumer, InProcess};
+use in_process::InProcess;
 use redis_streams::{consumer_name, Reader, RedisBackend, RedisConsumer};
 
 #[cfg(test)]

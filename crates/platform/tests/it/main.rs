@@ -1,5 +1,6 @@
 //! The platform crate's integration tests, in one test binary: the pieces every feature stands on,
-//! tested on their own — the versioned cache (`cache`), the event stream and its consumer groups
+//! tested on their own — the versioned cache (`cache`), exactly-once application of events
+//! (`dedup`), the event stream and its consumer groups
 //! (`events`), following topics from one's own positions (`follow`), and the crate's structure
 //! (`structure`: no import circle between its modules).
 //!
@@ -7,6 +8,7 @@
 //! `scripts/with-services.sh cargo test -p platform --test it events::`.
 
 mod cache;
+mod dedup;
 mod events;
 mod follow;
 mod structure;
