@@ -1,7 +1,8 @@
 //! The platform every webook feature stands on, held apart by the compiler: this crate names no
 //! feature, and features depend on it, never the other way round.
 //!
-//! - storage: the SQL pool, dialects and migration runner ([`db`]), Redis ([`redis`]), the
+//! - storage: the SQL pool, dialects and migration runner ([`db`]), the platform's own tables
+//!   ([`schema`]), Redis ([`redis`]), the
 //!   two-level versioned cache ([`cache`]);
 //! - events: the stream (in-process or Redis Streams), the transactional outbox that feeds it
 //!   and the consumers' deduplication ([`events`]);
@@ -56,6 +57,7 @@ pub mod prerendered;
 pub mod rate_limit;
 pub mod redis;
 pub mod redis_probe;
+pub mod schema;
 pub mod serve;
 pub mod status;
 pub mod telemetry;

@@ -1,4 +1,4 @@
-//! The database schema: the platform's tables and every feature's ([`Feature::migrations`](platform::feature::Feature::migrations)), in
+//! The database schema: the platform's tables ([`platform::schema`]) and every feature's ([`Feature::migrations`](platform::feature::Feature::migrations)), in
 //! version order.
 //!
 //! A feature's tables live in its own file under `migrations/` and its [`Feature::migrations`](platform::feature::Feature::migrations)
@@ -7,21 +7,11 @@
 
 use std::sync::LazyLock;
 
-use platform::{
-    db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION},
-    events::dedup::CONSUMED_EVENTS_MIGRATION,
-    idempotency::IDEMPOTENCY_MIGRATION,
-};
+use platform::db::Migration;
 
 /// Every migration, in version order; [`platform::db::Db::migrate`] applies the missing ones.
 pub static MIGRATIONS: LazyLock<Vec<Migration>> = LazyLock::new(|| {
-    let mut migrations = vec![
-        META_MIGRATION,
-        IDEMPOTENCY_MIGRATION,
-        OUTBOX_MIGRATION,
-        EVENT_GROUPS_MIGRATION,
-        CONSUMED_EVENTS_MIGRATION,
-    ];
+    let mut migrations = platform::schema::MIGRATIONS.to_vec();
     for feature in crate::features::FEATURES {
         migrations.extend_from_slice(feature.migrations());
     }

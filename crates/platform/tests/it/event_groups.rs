@@ -13,6 +13,7 @@ use std::{
     time::Duration,
 };
 
+use platform::schema::MIGRATIONS;
 use platform::{
     config::DatabaseKind,
     db::{now_millis, Db},
@@ -26,7 +27,6 @@ use platform::{
     testing::{redis_url, wait_until, TestDb},
 };
 use tokio_util::sync::CancellationToken;
-use webook::schema::MIGRATIONS;
 
 const TOPIC: &str = "groups_test";
 

@@ -8,8 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
+use platform::schema::MIGRATIONS;
 use std::time::Duration;
-use webook::schema::MIGRATIONS;
 
 use platform::testing::{redis_url, wait_until, RedisServer, TestDb, WAIT_LIMIT};
 use platform::{
