@@ -9,7 +9,8 @@
 //! [`ImportGraph::cycles`] finds the circles (strongly connected groups of rooms): each is a
 //! set of rooms that cannot be understood, tested or changed one without the others.
 //! [`front_door_violations`] finds paths that reach into another room's submodules
-//! (`crate::x::inner::…`) instead of through the room's own re-exports.
+//! (`crate::x::inner::…`, or the same through `super::`) instead of through the room's own
+//! re-exports; both read paths with one reader, [`absolute_paths`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -275,41 +276,28 @@ pub fn rooms_reached(source: &str, rooms: &BTreeSet<String>) -> BTreeSet<String>
         .collect()
 }
 
-/// `crate::room::inner::` paths in `source` (outside comments and test modules) that reach into
-/// another room's submodule `inner` instead of through `room`'s re-exports; `own` is the room
-/// the source belongs to.
-pub fn front_door_violations(source: &str, own: &str, rooms: &BTreeSet<String>) -> Vec<String> {
-    let code = code_of(source);
-    let mut found = Vec::new();
-    let mut paths = Vec::new();
-    let mut rest = code.as_str();
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            paths.extend(top_level_items(group).into_iter().map(str::trim_start));
-        } else {
-            paths.push(after);
-        }
-        rest = after;
-    }
-    for path in paths {
-        let room = leading_ident(path);
-        if room == own || !rooms.contains(room) {
-            continue;
-        }
-        let Some(inner) = path[room.len()..].strip_prefix("::") else {
-            continue;
-        };
-        let segment = leading_ident(inner);
-        let lower = !segment.is_empty()
-            && segment
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if lower && inner[segment.len()..].starts_with("::") {
-            found.push(format!("{room}::{segment}::"));
-        }
-    }
-    found
+/// Paths in `source`, the file `file` (relative to `src/`), that reach into another room's
+/// submodule `inner` (`crate::room::inner::…`, or the same through `super::`/`self::`, grouped
+/// or not) instead of through `room`'s re-exports; outside comments and test modules. Each is
+/// given as `room::inner::`.
+pub fn front_door_violations(source: &str, file: &Path, rooms: &BTreeSet<String>) -> Vec<String> {
+    let module = module_path(&[], file);
+    let own = module.first().map(String::as_str).unwrap_or_default();
+    absolute_paths(&code_of(source), &module)
+        .into_iter()
+        .filter_map(|path| match path.as_slice() {
+            [room, inner, _, ..]
+                if room != own
+                    && rooms.contains(room)
+                    && inner
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') =>
+            {
+                Some(format!("{room}::{inner}::"))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The module path of `file` (relative to the folder of module `base`): `x.rs` and `x/mod.rs`
@@ -450,32 +438,59 @@ mod tests {
 
     #[test]
     fn reaching_into_a_submodule_is_a_violation_and_the_front_door_is_not() {
-        let rooms = rooms(&["article", "auth"]);
+        let rooms = rooms(&["article", "auth", "feed"]);
+        let feed = Path::new("feed/service.rs");
         assert_eq!(
-            front_door_violations("use crate::article::model::X;", "feed", &rooms),
+            front_door_violations("use crate::article::model::X;", feed, &rooms),
             ["article::model::"]
         );
         assert_eq!(
             front_door_violations(
                 "use crate::{auth::{AuthService}, article::store::S};",
-                "feed",
+                feed,
                 &rooms
             ),
             ["article::store::"]
         );
+        assert_eq!(
+            front_door_violations("use crate::article::{model::X, Y};", feed, &rooms),
+            ["article::model::"],
+            "a group after the room"
+        );
+        assert_eq!(
+            front_door_violations(
+                "use super::super::article::store::S;",
+                Path::new("feed/inner/deep.rs"),
+                &rooms
+            ),
+            [] as [&str; 0],
+            "super::super from feed/inner/deep.rs is feed::article, inside its own room"
+        );
+        assert_eq!(
+            front_door_violations(
+                "use super::super::article::store::S;",
+                Path::new("feed/inner.rs"),
+                &rooms
+            ),
+            ["article::store::"],
+            "super:: paths are resolved from the file's module"
+        );
         assert!(front_door_violations(
-            "use crate::article::{ArticleEvent, ArticleStatus};",
-            "feed",
+            "use crate::article::{ArticleEvent, ArticleStatus}; crate::article::text_of(x);",
+            feed,
             &rooms
         )
         .is_empty());
         // Its own insides are a room's business.
-        assert!(
-            front_door_violations("use crate::article::model::X;", "article", &rooms).is_empty()
-        );
+        assert!(front_door_violations(
+            "use crate::article::model::X; use super::store::S;",
+            Path::new("article/http.rs"),
+            &rooms
+        )
+        .is_empty());
         assert!(front_door_violations(
             "platform::jobs::JobRegistry; scheduler::sql::x",
-            "feed",
+            feed,
             &rooms
         )
         .is_empty());
