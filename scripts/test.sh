@@ -11,7 +11,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 exec scripts/with-services.sh bash -c '
   set -euo pipefail
-  step() { printf "\n==> %s\n" "$*" >&2; "$@"; }
+  # Each step says how long it took, so a slow run shows where its time went.
+  step() {
+    local start=$SECONDS
+    printf "\n==> %s\n" "$*" >&2
+    "$@"
+    printf "<== %s: %d s\n" "$1 $2" $((SECONDS - start)) >&2
+  }
   step cargo fmt --all -- --check
   step cargo clippy --workspace --all-targets -- -D warnings
   step cargo test --workspace "$@" 2>&1 | tee target/test-output.log

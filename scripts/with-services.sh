@@ -300,7 +300,7 @@ export WEBOOK_TEST_LIBFAKETIME="$LIBFAKETIME"
 export SCHEDULER_TEST_REDIS_URL="$WEBOOK_TEST_REDIS_URL"
 
 cmdline="$*"; cmdline=${cmdline//$'\n'/ }
-log "running: ${cmdline:0:200}"
+log "services ready after ${SECONDS} s; running: ${cmdline:0:200}"
 # Run in the background so SIGTERM/SIGINT traps fire immediately; restore default
 # SIGINT/SIGQUIT (bash ignores them for background jobs) and keep our stdin.
 ( trap - INT QUIT; exec "$@" ) <&0 &
