@@ -6,8 +6,10 @@
 //! Data flow: [`seed`] validates the [`Plan`], decides every article's status and every user's
 //! follower count, hashes the one password all seeded users share, and reads the next free ids.
 //! A generator thread then builds rows batch by batch and sends them through a bounded channel;
-//! the async writer inserts each batch with multi-row statements ([`store`]) while the generator
-//! builds the next, so the two cores overlap text generation and database work.
+//! the async writer has the feature owning each batch's table insert it with multi-row
+//! statements (that feature's `seed` module, e.g. [`crate::feed::insert_seeded_feed_items`])
+//! while the generator builds the next, so the two cores overlap text generation and database
+//! work.
 //!
 //! Phases, and what an interruption leaves behind (every state is consistent):
 //!
@@ -29,7 +31,7 @@
 //!    inbox rows are written sorted by follower (the order of their unique index and primary
 //!    key), in passes over ranges of users like the likes. The non-unique indexes of `follows`,
 //!    `feed_events` and `feed_inbox` are dropped when the phase begins and built again, each in
-//!    one sort, just before it commits ([`store::suspend_indexes`]): inboxes written user by
+//!    one sort, just before it commits ([`indexes::suspend_indexes`]): inboxes written user by
 //!    user name their items in random order, and inserting millions of rows into those indexes
 //!    one by one took most of the seed's time. (On PostgreSQL the drop locks those tables until
 //!    the commit: seed before starting servers on the database, or expect their feeds to wait.)
@@ -69,8 +71,8 @@
 
 pub mod cli;
 pub mod comments;
+mod indexes;
 pub mod random;
-pub mod store;
 pub mod tags;
 pub mod text;
 
@@ -85,15 +87,18 @@ use tokio::sync::mpsc;
 
 use self::{
     random::{allocate, coprime_step, zipf_weights, Rng, Stream, WeightedPicker},
-    store::{
-        ArticleRow, CounterRow, FeedItemRow, FollowCountRow, FollowRow, InboxRow, Interaction,
-        InteractionRow, NextIds, PullAuthorRow, UserRow,
-    },
     text::Language,
 };
 use crate::{
+    article::{self, SeededArticle},
     auth::PasswordHasher,
-    feed::{Delivery, FeedSettings},
+    comment::{self, SeededComment},
+    feed::{
+        self, Delivery, FeedSettings, SeededFeedItem, SeededFollow, SeededFollowCount,
+        SeededInboxRow, SeededPullAuthor,
+    },
+    interactive::{self, LikeOrCollect, SeededCommentCount, SeededCounters, SeededInteraction},
+    user::{self, SeededUser},
 };
 use platform::db::Db;
 
@@ -304,22 +309,18 @@ enum Batch {
         name: &'static str,
         rows: u64,
     },
-    Users(Vec<UserRow>),
-    Articles(Vec<ArticleRow>),
-    Counters(Vec<CounterRow>),
-    Interactions(Interaction, Vec<InteractionRow>),
-    Follows(Vec<FollowRow>),
-    FollowCounts(Vec<FollowCountRow>),
-    FeedItems(Vec<FeedItemRow>),
-    PullAuthors(Vec<PullAuthorRow>),
-    Inbox(Vec<InboxRow>),
-    Comments(Vec<comments::CommentRow>),
-    CommentCounts(Vec<comments::CommentCountRow>),
+    Users(Vec<SeededUser>),
+    Articles(Vec<SeededArticle>),
+    Counters(Vec<SeededCounters>),
+    Interactions(LikeOrCollect, Vec<SeededInteraction>),
+    Follows(Vec<SeededFollow>),
+    FollowCounts(Vec<SeededFollowCount>),
+    FeedItems(Vec<SeededFeedItem>),
+    PullAuthors(Vec<SeededPullAuthor>),
+    Inbox(Vec<SeededInboxRow>),
+    Comments(Vec<SeededComment>),
+    CommentCounts(Vec<SeededCommentCount>),
 }
-
-/// Tables of the last phase whose non-unique indexes are built after its rows are in
-/// ([`store::suspend_indexes`]): all of them with follows, else only the items' (the first).
-const FEED_TABLES: [&str; 3] = ["feed_events", "follows", "feed_inbox"];
 
 /// The open transaction of a phase whose batches share one, with the statements that create the
 /// indexes it suspended (run before it commits).
@@ -334,7 +335,7 @@ impl OpenTransaction {
     async fn commit(mut self, progress: &ProgressBar) -> anyhow::Result<()> {
         if !self.suspended.is_empty() {
             progress.set_message("indexing");
-            store::restore_indexes(&mut self.tx, &self.suspended)
+            indexes::restore_indexes(&mut self.tx, &self.suspended)
                 .await
                 .context("building the feed tables' indexes")?;
         }
@@ -400,14 +401,14 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
         .hash(plan.password.clone())
         .await
         .context("hashing the seeded users' password")?;
-    let NextIds {
-        user: first_user_id,
-        article: first_article_id,
-        feed_item: first_feed_item_id,
-        comment: first_comment_id,
-    } = {
+    let (first_user_id, first_article_id, first_feed_item_id, first_comment_id) = {
         let mut conn = db.writer().acquire().await?;
-        store::next_ids(&mut conn).await?
+        (
+            user::next_user_id(&mut conn).await?,
+            article::next_article_id(&mut conn).await?,
+            feed::next_feed_item_id(&mut conn).await?,
+            comment::next_comment_id(&mut conn).await?,
+        )
     };
     let comment_counts = popularity.comment_counts(plan);
     let generator = Generator {
@@ -436,11 +437,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
     let mut spans = Spans {
         db,
         progress,
-        feed_tables: if plan.follows > 0 {
-            &FEED_TABLES
-        } else {
-            &FEED_TABLES[..1]
-        },
+        feed_tables: feed::seeded_bulk_tables(plan.follows > 0),
         open: None,
     };
     let mut phase_started = Instant::now();
@@ -461,7 +458,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Users(rows) => {
                 let mut tx = db.writer().begin().await?;
-                store::insert_users(&mut tx, db.kind(), &rows, &password_hash)
+                user::insert_seeded_users(&mut tx, db.kind(), &rows, &password_hash)
                     .await
                     .with_context(|| describe("users", rows.first().map(|r| r.id), rows.len()))?;
                 tx.commit().await?;
@@ -470,7 +467,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Articles(rows) => {
                 let mut tx = db.writer().begin().await?;
-                store::insert_articles(&mut tx, db.kind(), &rows)
+                article::insert_seeded_articles(&mut tx, db.kind(), &rows)
                     .await
                     .with_context(|| {
                         describe("articles", rows.first().map(|r| r.id), rows.len())
@@ -487,7 +484,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Counters(rows) => {
                 let tx = spans.tx(Spanning::Interactions).await?;
-                store::insert_counters(tx, db.kind(), &rows)
+                interactive::insert_seeded_counters(tx, db.kind(), &rows)
                     .await
                     .context("writing article counters")?;
                 report.counters += rows.len() as u64;
@@ -496,18 +493,18 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Interactions(kind, rows) => {
                 let tx = spans.tx(Spanning::Interactions).await?;
-                store::insert_interactions(tx, db.kind(), kind, &rows)
+                interactive::insert_seeded_interactions(tx, db.kind(), kind, &rows)
                     .await
                     .with_context(|| format!("writing {kind:?}s"))?;
                 match kind {
-                    Interaction::Like => report.likes += rows.len() as u64,
-                    Interaction::Collect => report.collects += rows.len() as u64,
+                    LikeOrCollect::Like => report.likes += rows.len() as u64,
+                    LikeOrCollect::Collect => report.collects += rows.len() as u64,
                 }
                 progress.inc(rows.len() as u64);
             }
             Batch::Follows(rows) => {
                 let tx = spans.tx(Spanning::Feed).await?;
-                store::insert_follows(tx, db.kind(), &rows)
+                feed::insert_seeded_follows(tx, db.kind(), &rows)
                     .await
                     .context("writing follows")?;
                 report.follows += rows.len() as u64;
@@ -515,14 +512,14 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::FollowCounts(rows) => {
                 let tx = spans.tx(Spanning::Feed).await?;
-                store::insert_follow_counts(tx, db.kind(), &rows)
+                feed::insert_seeded_follow_counts(tx, db.kind(), &rows)
                     .await
                     .context("writing follow counts")?;
                 progress.inc(rows.len() as u64);
             }
             Batch::FeedItems(rows) => {
                 let tx = spans.tx(Spanning::Feed).await?;
-                store::insert_feed_items(tx, db.kind(), &rows)
+                feed::insert_seeded_feed_items(tx, db.kind(), &rows)
                     .await
                     .with_context(|| {
                         describe("feed items", rows.first().map(|r| r.id), rows.len())
@@ -530,13 +527,13 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
                 report.feed_items += rows.len() as u64;
                 report.pulled += rows
                     .iter()
-                    .filter(|r| r.delivery == Delivery::Pulled as i64)
+                    .filter(|r| r.delivery == Delivery::Pulled)
                     .count() as u64;
                 progress.inc(rows.len() as u64);
             }
             Batch::PullAuthors(rows) => {
                 let tx = spans.tx(Spanning::Feed).await?;
-                store::insert_pull_authors(tx, db.kind(), &rows)
+                feed::insert_seeded_pull_authors(tx, db.kind(), &rows)
                     .await
                     .context("writing pull authors")?;
                 report.pull_authors += rows.len() as u64;
@@ -544,7 +541,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Inbox(rows) => {
                 let tx = spans.tx(Spanning::Feed).await?;
-                store::insert_inbox_rows(tx, db.kind(), &rows)
+                feed::insert_seeded_inbox_rows(tx, db.kind(), &rows)
                     .await
                     .context("writing inboxes")?;
                 report.inbox_rows += rows.len() as u64;
@@ -552,7 +549,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::Comments(rows) => {
                 let tx = spans.tx(Spanning::Comments).await?;
-                comments::insert_comments(tx, db.kind(), &rows)
+                comment::insert_seeded_comments(tx, db.kind(), &rows)
                     .await
                     .with_context(|| {
                         describe("comments", rows.first().map(|r| r.id), rows.len())
@@ -562,7 +559,7 @@ pub async fn seed(db: &Db, plan: &Plan, progress: &ProgressBar) -> anyhow::Resul
             }
             Batch::CommentCounts(rows) => {
                 let tx = spans.tx(Spanning::Comments).await?;
-                comments::add_comment_counts(tx, db.kind(), &rows, plan.until)
+                interactive::add_seeded_comment_counts(tx, db.kind(), &rows, plan.until)
                     .await
                     .context("writing comment counts")?;
                 report.commented_articles += rows.len() as u64;
@@ -603,7 +600,7 @@ impl Spans<'_> {
                 let suspended = match phase {
                     Spanning::Interactions | Spanning::Comments => Vec::new(),
                     Spanning::Feed => {
-                        store::suspend_indexes(&mut tx, self.db.kind(), self.feed_tables)
+                        indexes::suspend_indexes(&mut tx, self.db.kind(), self.feed_tables)
                             .await
                             .context("suspending the feed tables' indexes")?
                     }
@@ -696,7 +693,8 @@ impl Generator {
         let mut article_authors: Vec<u32> = Vec::with_capacity(plan.articles as usize);
         for start in (0..plan.articles).step_by(ARTICLES_PER_BATCH) {
             let end = (start + ARTICLES_PER_BATCH as u64).min(plan.articles);
-            let rows: Vec<ArticleRow> = (start..end).map(|i| self.article(i, &authors)).collect();
+            let rows: Vec<SeededArticle> =
+                (start..end).map(|i| self.article(i, &authors)).collect();
             article_authors.extend(
                 rows.iter()
                     .map(|row| (row.author_id - self.first_user_id) as u32),
@@ -717,7 +715,7 @@ impl Generator {
                 continue;
             }
             let (ctime, _) = self.article_times(i);
-            batch.push(CounterRow {
+            batch.push(SeededCounters {
                 biz_id: self.first_article_id + i as i64,
                 reads: popularity.reads[p] as i64,
                 likes: popularity.likes[p] as i64,
@@ -734,16 +732,16 @@ impl Generator {
         }
 
         for (kind, counts, total) in [
-            (Interaction::Like, &popularity.likes, plan.likes),
-            (Interaction::Collect, &popularity.collects, plan.collects),
+            (LikeOrCollect::Like, &popularity.likes, plan.likes),
+            (LikeOrCollect::Collect, &popularity.collects, plan.collects),
         ] {
             if total == 0 {
                 continue;
             }
             send(Batch::Phase {
                 name: match kind {
-                    Interaction::Like => "likes",
-                    Interaction::Collect => "collects",
+                    LikeOrCollect::Like => "likes",
+                    LikeOrCollect::Collect => "collects",
                 },
                 rows: total,
             })?;
@@ -755,11 +753,11 @@ impl Generator {
     }
 
     /// User `index`: registered over the 90 days before the article window.
-    fn user(&self, index: u64) -> UserRow {
+    fn user(&self, index: u64) -> SeededUser {
         let mut rng = Rng::new(self.plan.seed, Stream::User, index);
         let ctime = self.registration(index, &mut rng);
         let id = self.first_user_id + index as i64;
-        UserRow {
+        SeededUser {
             id,
             email: format!("seed{id}@example.com"),
             nickname: text::nickname(&mut rng),
@@ -808,13 +806,13 @@ impl Generator {
         (ctime, utime)
     }
 
-    fn article(&self, index: u64, authors: &WeightedPicker) -> ArticleRow {
+    fn article(&self, index: u64, authors: &WeightedPicker) -> SeededArticle {
         let mut rng = Rng::new(self.plan.seed, Stream::ArticleText, index);
         let author = authors.pick(&mut rng) as i64;
         let language = Language::draw(&mut rng);
         let text = text::article(&mut rng, language);
         let (ctime, utime) = self.article_times(index);
-        ArticleRow {
+        SeededArticle {
             id: self.first_article_id + index as i64,
             author_id: self.first_user_id + author,
             title: text.title,
@@ -830,7 +828,7 @@ impl Generator {
     /// ranges of users of at most about [`LIKES_PER_PASS`] rows each.
     fn interactions(
         &self,
-        kind: Interaction,
+        kind: LikeOrCollect,
         counts: &[u64],
         published: &[u64],
         total: u64,
@@ -841,12 +839,12 @@ impl Generator {
         let passes = total.div_ceil(plan.likes_per_pass).max(1);
         let users_per_pass = users.div_ceil(passes);
         let stream = match kind {
-            Interaction::Like => Stream::Likers,
-            Interaction::Collect => Stream::Collectors,
+            LikeOrCollect::Like => Stream::Likers,
+            LikeOrCollect::Collect => Stream::Collectors,
         };
         let time_salt = match kind {
-            Interaction::Like => 0,
-            Interaction::Collect => 1u64 << 62,
+            LikeOrCollect::Like => 0,
+            LikeOrCollect::Collect => 1u64 << 62,
         };
         let mut keys: Vec<u64> = Vec::new();
         for pass in 0..passes {
@@ -879,7 +877,7 @@ impl Generator {
                         let (ctime, _) = self.article_times(index);
                         let after = Rng::new(plan.seed, Stream::InteractionTime, key ^ time_salt)
                             .below((plan.until - ctime).max(1) as u64);
-                        InteractionRow {
+                        SeededInteraction {
                             uid: self.first_user_id + user as i64,
                             biz_id: self.first_article_id + index as i64,
                             time: ctime + after as i64,
@@ -983,7 +981,7 @@ impl Generator {
                             .iter()
                             .map(|&key| {
                                 let (follower, followee) = (key >> 32, key & 0xffff_ffff);
-                                FollowRow {
+                                SeededFollow {
                                     follower: self.first_user_id + follower as i64,
                                     followee: self.first_user_id + followee as i64,
                                     time: self.follow_time(follower, followee, &registered),
@@ -995,9 +993,9 @@ impl Generator {
                     Ok(())
                 },
             )?;
-            let counts: Vec<FollowCountRow> = (0..users)
+            let counts: Vec<SeededFollowCount> = (0..users)
                 .filter(|&u| counted(u))
-                .map(|u| FollowCountRow {
+                .map(|u| SeededFollowCount {
                     uid: self.first_user_id + u as i64,
                     followers: followers[u] as i64,
                     followees: followees[u] as i64,
@@ -1016,7 +1014,7 @@ impl Generator {
         for &i in &self.published {
             let author = article_authors[i as usize];
             if pulled(author) && !std::mem::replace(&mut joined[author as usize], true) {
-                pull_authors.push(PullAuthorRow {
+                pull_authors.push(SeededPullAuthor {
                     uid: self.first_user_id + i64::from(author),
                     ctime: self.article_times(i).0,
                 });
@@ -1032,14 +1030,14 @@ impl Generator {
             let rows = chunk
                 .iter()
                 .enumerate()
-                .map(|(k, item)| FeedItemRow {
+                .map(|(k, item)| SeededFeedItem {
                     id: self.first_feed_item_id + (first + k) as i64,
                     article_id: self.first_article_id + item.article as i64,
                     actor: self.first_user_id + i64::from(item.author),
                     delivery: if pulled(item.author) {
-                        Delivery::Pulled as i64
+                        Delivery::Pulled
                     } else {
-                        Delivery::Pushed as i64
+                        Delivery::Pushed
                     },
                     ctime: item.ctime,
                 })
@@ -1074,7 +1072,7 @@ impl Generator {
                     newest_items(&lists, cap, &mut heap, &mut newest);
                     for &q in newest.iter().rev() {
                         let item = &items[q as usize];
-                        batch.push(InboxRow {
+                        batch.push(SeededInboxRow {
                             uid: self.first_user_id + follower as i64,
                             event_id: self.first_feed_item_id + i64::from(q),
                             actor: self.first_user_id + i64::from(item.author),
