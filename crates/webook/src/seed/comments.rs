@@ -15,8 +15,9 @@
 //! the article's publication and `--until`, in id order; their authors are drawn uniformly.
 
 use super::{
+    generator::{Batch, Generator, Sink, WriterGone},
     random::{Rng, Stream},
-    text, Batch, Generator, WriterGone,
+    text,
 };
 use crate::{comment::SeededComment, interactive::SeededCommentCount};
 
@@ -98,10 +99,7 @@ pub fn thread(plan: &ThreadPlan) -> Vec<SeededComment> {
 
 impl Generator {
     /// Phase 5 (module docs): every published article's thread, then the articles' counts.
-    pub(super) fn comments(
-        &self,
-        send: &dyn Fn(Batch) -> Result<(), WriterGone>,
-    ) -> Result<(), WriterGone> {
+    pub(super) fn comments(&self, send: Sink<'_>) -> Result<(), WriterGone> {
         let counts = &self.comment_counts;
         let total: u64 = counts.iter().sum();
         if total == 0 {
