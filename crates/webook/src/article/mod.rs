@@ -11,12 +11,17 @@ pub mod cache;
 mod http;
 pub mod model;
 pub mod reader_page;
+mod seed;
 pub mod service;
 pub mod store;
 
 pub use model::{
     abstract_of_text, text_of, text_prefix_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED,
     TOPIC_WITHDRAWN,
+};
+pub use seed::{
+    insert_seeded_articles, next_article_id, published_after, published_authors, PublishedArticle,
+    SeededArticle,
 };
 pub use service::ArticleService;
 

@@ -9,6 +9,7 @@
 
 mod http;
 pub mod model;
+mod seed;
 pub mod service;
 pub mod settings;
 pub mod store;
@@ -16,6 +17,7 @@ pub mod store;
 pub use model::{
     CommentEvent, CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED,
 };
+pub use seed::{insert_seeded_comments, next_comment_id, SeededComment};
 pub use service::CommentService;
 pub use settings::CommentSettings;
 pub use store::CommentStore;

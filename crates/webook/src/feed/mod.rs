@@ -15,12 +15,18 @@ pub mod follows;
 mod http;
 pub mod jobs;
 pub mod model;
+mod seed;
 pub mod service;
 pub mod settings;
 pub mod store;
 
 pub use follows::FollowService;
 pub use model::{Delivery, FeedKind, FollowEvent, TOPIC_FOLLOW_CHANGED};
+pub use seed::{
+    insert_seeded_feed_items, insert_seeded_follow_counts, insert_seeded_follows,
+    insert_seeded_inbox_rows, insert_seeded_pull_authors, next_feed_item_id, seeded_bulk_tables,
+    SeededFeedItem, SeededFollow, SeededFollowCount, SeededInboxRow, SeededPullAuthor,
+};
 pub use service::FeedService;
 pub use settings::FeedSettings;
 

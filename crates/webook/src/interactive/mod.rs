@@ -9,10 +9,15 @@
 //! See [`service`] for the rules.
 
 pub mod model;
+mod seed;
 pub mod service;
 pub mod store;
 
 pub use model::{Counts, InteractionEvent, UserFlags, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED};
+pub use seed::{
+    add_seeded_comment_counts, insert_seeded_counters, insert_seeded_interactions, LikeOrCollect,
+    SeededCommentCount, SeededCounters, SeededInteraction,
+};
 pub use service::InteractiveService;
 pub use store::add_comments;
 

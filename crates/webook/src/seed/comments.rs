@@ -1,7 +1,9 @@
 //! Phase 5 of `webook seed` ([`super`]): comment threads under the published articles, with
 //! every counter the runtime keeps — each comment's `child_cnt`, each top-level comment's
-//! `reply_cnt`, each article's `comment_cnt` — in one transaction, so the counters always match
-//! the rows (an interruption leaves no comments at all).
+//! `reply_cnt` ([`crate::comment::SeededComment`], written by the comment feature), each
+//! article's `comment_cnt` ([`crate::interactive::SeededCommentCount`], added by the
+//! interactive feature) — in one transaction, so the counters always match the rows (an
+//! interruption leaves no comments at all).
 //!
 //! What the threads look like: `--comments` are spread over the published articles by the same
 //! Zipf ranks as reads and likes, and the `--hot-threads` most popular articles get
@@ -12,49 +14,17 @@
 //! top-level comment itself, so conversations nest deeply. Comments are dated evenly between
 //! the article's publication and `--until`, in id order; their authors are drawn uniformly.
 
-use sqlx::AnyConnection;
-
-use super::{random::Rng, random::Stream, text, Batch, Generator, WriterGone};
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use super::{
+    generator::{Batch, Generator, Sink, WriterGone},
+    random::{Rng, Stream},
+    text,
+};
+use crate::{comment::SeededComment, interactive::SeededCommentCount};
 
 /// Comments per batch sent to the writer.
 const COMMENTS_PER_BATCH: usize = 5_000;
-/// Rows per `INSERT` (12 values each).
-const COMMENTS_PER_STATEMENT: usize = 500;
 /// Chance that a comment of a thread (after its first) starts a new top-level comment.
 const TOP_LEVEL_CHANCE: f64 = 0.3;
-
-/// One row of `comments`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommentRow {
-    /// Comment id.
-    pub id: i64,
-    /// The article.
-    pub biz_id: i64,
-    /// Its author.
-    pub uid: i64,
-    /// Its thread's top-level comment (0 for a top-level comment).
-    pub root_id: i64,
-    /// The comment it answers (0 for a top-level comment).
-    pub parent_id: i64,
-    /// Plain text.
-    pub content: String,
-    /// Comments answering it.
-    pub child_cnt: i64,
-    /// Top-level only: replies in its thread.
-    pub reply_cnt: i64,
-    /// When it was written (ms).
-    pub ctime: i64,
-}
-
-/// An article's comment count (`interactives.comment_cnt`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommentCountRow {
-    /// The article.
-    pub biz_id: i64,
-    /// Its comments.
-    pub comments: i64,
-}
 
 /// The comment thread of one article: `count` comments with ids from `first_id`, written by
 /// users drawn from `users` (ids from `first_user_id`) between `start` and `until`.
@@ -80,10 +50,10 @@ pub struct ThreadPlan {
 }
 
 /// The rows of one thread, in id order, counters included.
-pub fn thread(plan: &ThreadPlan) -> Vec<CommentRow> {
+pub fn thread(plan: &ThreadPlan) -> Vec<SeededComment> {
     let mut rng = Rng::new(plan.seed, Stream::Comments, plan.published_index);
     let count = plan.count as usize;
-    let mut rows: Vec<CommentRow> = Vec::with_capacity(count);
+    let mut rows: Vec<SeededComment> = Vec::with_capacity(count);
     // Indexes (into rows) of the top-level comments, and of each one's latest reply.
     let mut roots: Vec<usize> = Vec::new();
     let mut latest_reply: Vec<Option<usize>> = Vec::new();
@@ -112,7 +82,7 @@ pub fn thread(plan: &ThreadPlan) -> Vec<CommentRow> {
             rows[root].reply_cnt += 1;
             (rows[root].id, rows[parent].id)
         };
-        rows.push(CommentRow {
+        rows.push(SeededComment {
             id,
             biz_id: plan.article_id,
             uid,
@@ -129,10 +99,7 @@ pub fn thread(plan: &ThreadPlan) -> Vec<CommentRow> {
 
 impl Generator {
     /// Phase 5 (module docs): every published article's thread, then the articles' counts.
-    pub(super) fn comments(
-        &self,
-        send: &dyn Fn(Batch) -> Result<(), WriterGone>,
-    ) -> Result<(), WriterGone> {
+    pub(super) fn comments(&self, send: Sink<'_>) -> Result<(), WriterGone> {
         let counts = &self.comment_counts;
         let total: u64 = counts.iter().sum();
         if total == 0 {
@@ -143,7 +110,7 @@ impl Generator {
             rows: total,
         })?;
         let mut first_id = self.first_comment_id;
-        let mut batch: Vec<CommentRow> = Vec::with_capacity(COMMENTS_PER_BATCH);
+        let mut batch: Vec<SeededComment> = Vec::with_capacity(COMMENTS_PER_BATCH);
         let mut article_counts = Vec::new();
         for (p, &count) in counts.iter().enumerate() {
             if count == 0 {
@@ -164,7 +131,7 @@ impl Generator {
                 until: self.plan.until,
             });
             first_id += count as i64;
-            article_counts.push(CommentCountRow {
+            article_counts.push(SeededCommentCount {
                 biz_id: article_id,
                 comments: count as i64,
             });
@@ -180,69 +147,6 @@ impl Generator {
         }
         send(Batch::CommentCounts(article_counts))
     }
-}
-
-/// Inserts `rows` into `comments` (none deleted), then moves PostgreSQL's id sequence past
-/// them, so the application's own comments do not collide with the seeded ids.
-pub async fn insert_comments(
-    conn: &mut AnyConnection,
-    kind: DatabaseKind,
-    rows: &[CommentRow],
-) -> sqlx::Result<()> {
-    for chunk in rows.chunks(COMMENTS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO comments (id, biz, biz_id, uid, root_id, parent_id, content, deleted, \
-             child_cnt, reply_cnt, ctime, utime) VALUES {}",
-            bulk_row_placeholders(kind, chunk.len(), 12)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(row.id)
-                .bind("article")
-                .bind(row.biz_id)
-                .bind(row.uid)
-                .bind(row.root_id)
-                .bind(row.parent_id)
-                .bind(row.content.as_str())
-                .bind(0_i64)
-                .bind(row.child_cnt)
-                .bind(row.reply_cnt)
-                .bind(row.ctime)
-                .bind(row.ctime);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    super::store::advance_sequence(conn, kind, "comments").await
-}
-
-/// Adds each article's seeded comments to its `comment_cnt` (creating counter rows for
-/// articles that had none).
-pub async fn add_comment_counts(
-    conn: &mut AnyConnection,
-    kind: DatabaseKind,
-    rows: &[CommentCountRow],
-    now: i64,
-) -> sqlx::Result<()> {
-    for chunk in rows.chunks(COMMENTS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO interactives (biz, biz_id, comment_cnt, ctime, utime) VALUES {} \
-             ON CONFLICT (biz, biz_id) DO UPDATE SET \
-             comment_cnt = interactives.comment_cnt + excluded.comment_cnt",
-            bulk_row_placeholders(kind, chunk.len(), 5)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind("article")
-                .bind(row.biz_id)
-                .bind(row.comments)
-                .bind(now)
-                .bind(now);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,36 +1,39 @@
-//! The seed's tags phase (after the other phases committed): every author of a published
-//! article gets `--tags-per-author` tags of their own, names drawn from [`VOCABULARY`] (Chinese
-//! and English topics), and each published article carries 0–3 of its author's tags — the rows
-//! the tags feature would have written had the authors created and attached them through the
-//! API (`tags`, `tag_bizs`; see `migrations/0014_tags.sql`).
+//! Phase 6 of `webook seed` ([`super`]), after the other phases committed: every author of a
+//! published article gets `--tags-per-author` tags of their own, names drawn from
+//! [`VOCABULARY`] (Chinese and English topics), and each published article carries 0–3 of its
+//! author's tags — the rows the tags feature would have written had the authors created and
+//! attached them through the API ([`crate::tag::SeededTag`], [`crate::tag::SeededTagRow`]).
 //!
 //! Data flow: one transaction for the phase. It reads the authors of this run's published
-//! articles (with their first publication: a tag is created just before it) and writes their
-//! tags with explicit ids (after the largest in the table; PostgreSQL's sequence is moved past
-//! them); then it reads this run's published articles in id order, [`READ_BATCH`] at a time,
-//! and writes their tag rows with multi-row statements. The non-unique index of `tag_bizs` is
-//! dropped first and built once before the commit ([`store::suspend_indexes`]), as for the feed.
-//! Interrupted, the phase leaves no tag at all.
+//! articles from the article feature ([`crate::article::published_authors`], with their first
+//! publication: a tag is created just before it) and has the tag feature write their tags
+//! ([`crate::tag::insert_seeded_tags`]: explicit ids after the largest in the table,
+//! PostgreSQL's sequence moved past them); then it reads this run's published articles in id
+//! order, [`READ_BATCH`] at a time ([`crate::article::published_after`]), and has the tag
+//! feature write their tag rows. The non-unique index of the tag rows
+//! ([`crate::tag::SEEDED_BULK_TABLES`]) is dropped first and built once before the commit
+//! ([`indexes`](super::indexes)), as for the feed. Interrupted, the phase leaves no tag at all.
 //!
 //! Reproducibility: an author's tag names draw from [`Stream::TagNames`] (by user index), an
 //! article's tags from [`Stream::ArticleTags`] (by article index), so the same plan gives the
 //! same rows.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, ops::Range};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
 use sqlx::AnyConnection;
 
 use super::{
+    indexes::{restore_indexes, suspend_indexes},
     random::{Rng, Stream},
-    store, Plan, Report,
+    Plan, Report,
 };
-use crate::{biz::Biz, tag::tag_key};
-use platform::{
-    config::DatabaseKind,
-    db::{bulk_row_placeholders, Db},
+use crate::{
+    article::{self, PublishedArticle},
+    tag::{self, SeededTag, SeededTagRow},
 };
+use platform::{config::DatabaseKind, db::Db};
 
 /// The names authors' tags are drawn from: distinct keys, each a valid tag name.
 pub const VOCABULARY: &[&str] = &[
@@ -80,8 +83,6 @@ pub const VOCABULARY: &[&str] = &[
 pub const MAX_TAGS_PER_ARTICLE: u64 = 3;
 /// Published articles read per query.
 pub const READ_BATCH: i64 = 10_000;
-/// Rows per multi-row `INSERT` (6 values each for tags, 5 for tag rows).
-const ROWS_PER_STATEMENT: usize = 1_000;
 
 /// What the tags phase wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -94,22 +95,6 @@ pub struct TagReport {
     pub tag_rows: u64,
 }
 
-/// A tag row to write.
-struct TagRow {
-    id: i64,
-    uid: i64,
-    name: &'static str,
-    ctime: i64,
-}
-
-/// A tag on an article.
-struct TagBizRow {
-    tid: i64,
-    uid: i64,
-    article_id: i64,
-    ctime: i64,
-}
-
 /// Writes the tags of the users and published articles `report` describes (module docs).
 pub async fn seed_tags(
     db: &Db,
@@ -117,37 +102,52 @@ pub async fn seed_tags(
     report: &Report,
     progress: &ProgressBar,
 ) -> anyhow::Result<TagReport> {
-    let per_author = plan.tags_per_author;
     let mut written = TagReport::default();
-    if per_author == 0 || report.published == 0 {
+    if plan.tags_per_author == 0 || report.published == 0 {
         return Ok(written);
     }
     let kind = db.kind();
-    let articles = (
-        report.first_article_id,
-        report.first_article_id + report.articles() as i64,
-    );
+    let articles = report.first_article_id..report.first_article_id + report.articles() as i64;
     progress.set_message("tags");
     progress.set_length(report.published);
     progress.set_position(0);
     let mut tx = db.writer().begin().await?;
-    let suspended = store::suspend_indexes(&mut tx, kind, &["tag_bizs"])
+    let suspended = suspend_indexes(&mut tx, kind, tag::SEEDED_BULK_TABLES)
         .await
         .context("suspending the tag rows' index")?;
-    let first_tag_id: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM tags")
-        .fetch_one(&mut *tx)
-        .await?;
-
-    // Authors, by id, with their first publication; author k's tags are ids
-    // first_tag_id + k·per_author + 0…per_author−1.
-    let authors: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT author_id, MIN(ctime) FROM published_articles \
-         WHERE id >= $1 AND id < $2 AND status = 2 GROUP BY author_id ORDER BY author_id",
+    let first_tag_of = author_tags(&mut tx, kind, plan, report, &articles, &mut written).await?;
+    tag_articles(
+        &mut tx,
+        kind,
+        plan,
+        &articles,
+        &first_tag_of,
+        &mut written,
+        progress,
     )
-    .bind(articles.0)
-    .bind(articles.1)
-    .fetch_all(&mut *tx)
     .await?;
+    progress.set_message("indexing");
+    restore_indexes(&mut tx, &suspended)
+        .await
+        .context("building the tag rows' index")?;
+    tx.commit().await.context("committing tags")?;
+    Ok(written)
+}
+
+/// Writes `--tags-per-author` tags for each author of a published article among `articles`,
+/// each created just before the author's first publication. Returns each author's first tag
+/// id: author k (by id) has ids `first_tag_id + k·per_author + 0…per_author−1`.
+async fn author_tags(
+    tx: &mut AnyConnection,
+    kind: DatabaseKind,
+    plan: &Plan,
+    report: &Report,
+    articles: &Range<i64>,
+    written: &mut TagReport,
+) -> anyhow::Result<HashMap<i64, i64>> {
+    let per_author = plan.tags_per_author;
+    let first_tag_id = tag::next_tag_id(&mut *tx).await?;
+    let authors = article::published_authors(&mut *tx, articles.clone()).await?;
     let mut first_tag_of = HashMap::with_capacity(authors.len());
     let mut tags = Vec::with_capacity(authors.len() * per_author as usize);
     for (k, &(author, first_published)) in authors.iter().enumerate() {
@@ -160,7 +160,7 @@ pub async fn seed_tags(
             per_author,
         );
         for (n, name) in names.into_iter().enumerate() {
-            tags.push(TagRow {
+            tags.push(SeededTag {
                 id: first + n as i64,
                 uid: author,
                 name: VOCABULARY[name as usize],
@@ -168,61 +168,77 @@ pub async fn seed_tags(
             });
         }
     }
-    insert_tags(&mut tx, kind, &tags)
+    tag::insert_seeded_tags(&mut *tx, kind, &tags)
         .await
         .context("writing tags")?;
-    store::advance_sequence(&mut tx, kind, "tags").await?;
     written.tags = tags.len() as u64;
+    Ok(first_tag_of)
+}
 
-    // Each published article: 0–3 of its author's tags.
-    let mut after = articles.0 - 1;
+/// Puts 0–3 of its author's tags on each published article among `articles`, reading them
+/// [`READ_BATCH`] at a time in id order.
+async fn tag_articles(
+    tx: &mut AnyConnection,
+    kind: DatabaseKind,
+    plan: &Plan,
+    articles: &Range<i64>,
+    first_tag_of: &HashMap<i64, i64>,
+    written: &mut TagReport,
+    progress: &ProgressBar,
+) -> anyhow::Result<()> {
+    let mut after = articles.start - 1;
     loop {
-        let batch: Vec<(i64, i64, i64)> = sqlx::query_as(
-            "SELECT id, author_id, ctime FROM published_articles \
-             WHERE id > $1 AND id < $2 AND status = 2 ORDER BY id LIMIT $3",
-        )
-        .bind(after)
-        .bind(articles.1)
-        .bind(READ_BATCH)
-        .fetch_all(&mut *tx)
-        .await?;
-        let Some(&(last, _, _)) = batch.last() else {
+        let batch = article::published_after(&mut *tx, after, articles.end, READ_BATCH).await?;
+        let Some(last) = batch.last() else {
             break;
         };
-        after = last;
+        after = last.id;
         let mut rows = Vec::new();
-        for &(article_id, author, ctime) in &batch {
-            let Some(&first) = first_tag_of.get(&author) else {
+        for published in &batch {
+            let Some(&first) = first_tag_of.get(&published.author_id) else {
                 continue;
             };
-            let mut rng = Rng::new(
-                plan.seed,
-                Stream::ArticleTags,
-                (article_id - articles.0) as u64,
-            );
-            let count = rng.below(MAX_TAGS_PER_ARTICLE + 1).min(per_author);
-            let mut picked = draw_distinct(&mut rng, per_author, count);
-            picked.sort_unstable();
-            written.tagged_articles += u64::from(count > 0);
-            rows.extend(picked.into_iter().map(|n| TagBizRow {
-                tid: first + n as i64,
-                uid: author,
-                article_id,
-                ctime,
-            }));
+            let before = rows.len();
+            rows.extend(article_tags(plan, articles.start, published, first));
+            written.tagged_articles += u64::from(rows.len() > before);
         }
-        insert_tag_rows(&mut tx, kind, &rows)
+        tag::insert_seeded_tag_rows(&mut *tx, kind, &rows)
             .await
             .context("writing the articles' tags")?;
         written.tag_rows += rows.len() as u64;
         progress.inc(batch.len() as u64);
     }
-    progress.set_message("indexing");
-    store::restore_indexes(&mut tx, &suspended)
-        .await
-        .context("building the tag rows' index")?;
-    tx.commit().await.context("committing tags")?;
-    Ok(written)
+    Ok(())
+}
+
+/// The tags on `published`: 0–3 of its author's, whose first tag id is `first`, drawn from
+/// the article's own stream (by article index: its id less `first_article_id`).
+fn article_tags(
+    plan: &Plan,
+    first_article_id: i64,
+    published: &PublishedArticle,
+    first: i64,
+) -> impl Iterator<Item = SeededTagRow> {
+    let per_author = plan.tags_per_author;
+    let mut rng = Rng::new(
+        plan.seed,
+        Stream::ArticleTags,
+        (published.id - first_article_id) as u64,
+    );
+    let count = rng.below(MAX_TAGS_PER_ARTICLE + 1).min(per_author);
+    let mut picked = draw_distinct(&mut rng, per_author, count);
+    picked.sort_unstable();
+    let &PublishedArticle {
+        id: article_id,
+        author_id: uid,
+        ctime,
+    } = published;
+    picked.into_iter().map(move |n| SeededTagRow {
+        tid: first + n as i64,
+        uid,
+        article_id,
+        ctime,
+    })
 }
 
 /// `count` distinct numbers below `range` (`count` ≤ `range`), in draw order: the first
@@ -236,55 +252,6 @@ fn draw_distinct(rng: &mut Rng, range: u64, count: u64) -> Vec<u64> {
     }
     pool.truncate(count);
     pool
-}
-
-async fn insert_tags(
-    conn: &mut AnyConnection,
-    kind: DatabaseKind,
-    rows: &[TagRow],
-) -> sqlx::Result<()> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO tags (id, uid, name, name_key, ctime, utime) VALUES {}",
-            bulk_row_placeholders(kind, chunk.len(), 6)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(row.id)
-                .bind(row.uid)
-                .bind(row.name)
-                .bind(tag_key(row.name))
-                .bind(row.ctime)
-                .bind(row.ctime);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-async fn insert_tag_rows(
-    conn: &mut AnyConnection,
-    kind: DatabaseKind,
-    rows: &[TagBizRow],
-) -> sqlx::Result<()> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let sql = format!(
-            "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) VALUES {}",
-            bulk_row_placeholders(kind, chunk.len(), 5)
-        );
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(row.tid)
-                .bind(row.uid)
-                .bind(Biz::Article.as_str())
-                .bind(row.article_id)
-                .bind(row.ctime);
-        }
-        query.execute(&mut *conn).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

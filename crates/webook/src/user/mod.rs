@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod model;
+mod seed;
 pub mod service;
 pub mod store;
 
@@ -15,6 +16,7 @@ pub use model::{
     check_password_strength, display_name, normalize_email, Person, ProfileEvent,
     TOPIC_PROFILE_CHANGED,
 };
+pub use seed::{insert_seeded_users, next_user_id, SeededUser};
 pub use service::UserService;
 pub use store::{InsertError, UserStore, WechatIdentity};
 
