@@ -562,6 +562,24 @@ pub fn row_placeholders(rows: usize, columns: usize) -> String {
         .join(", ")
 }
 
+/// After rows were inserted into `table` with explicit ids: on PostgreSQL, moves the identity
+/// sequence of its `id` column past the largest id, so rows inserted later get fresh ids (in
+/// the caller's transaction on `conn`). SQLite's `AUTOINCREMENT` keeps track by itself:
+/// nothing to do there. `table` is a name from the code, never from input.
+pub async fn advance_id_sequence(
+    conn: &mut sqlx::AnyConnection,
+    table: &'static str,
+) -> sqlx::Result<()> {
+    if kind_of(conn) == DatabaseKind::Postgres {
+        sqlx::query(&format!(
+            "SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT MAX(id) FROM {table}))"
+        ))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// [`row_placeholders`] for statements with thousands of values: anonymous `?` on SQLite, whose
 /// lookup of a numbered parameter's name scans every parameter before it (sqlx asks for each
 /// one's name, so `$N` binding is quadratic and dominated bulk loads; docs/PERFORMANCE.md →

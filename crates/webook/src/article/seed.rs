@@ -15,6 +15,7 @@ use std::ops::Range;
 
 use sqlx::AnyConnection;
 
+use platform::db::advance_id_sequence;
 use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// Rows per `INSERT` (8 values each, long texts): under SQLite's limit of 32 766 bound values.
@@ -100,15 +101,7 @@ pub async fn insert_seeded_articles(
             query.execute(&mut *conn).await?;
         }
     }
-    if kind == DatabaseKind::Postgres {
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('articles', 'id'), \
-             (SELECT MAX(id) FROM articles))",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    advance_id_sequence(conn, "articles").await
 }
 
 /// The authors of the published articles (status 2) with ids in `ids`, ascending, each with

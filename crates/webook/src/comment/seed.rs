@@ -15,6 +15,7 @@
 use sqlx::AnyConnection;
 
 use crate::biz::Biz;
+use platform::db::advance_id_sequence;
 use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// Rows per `INSERT` (12 values each).
@@ -82,13 +83,5 @@ pub async fn insert_seeded_comments(
         }
         query.execute(&mut *conn).await?;
     }
-    if kind == DatabaseKind::Postgres {
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('comments', 'id'), \
-             (SELECT MAX(id) FROM comments))",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    advance_id_sequence(conn, "comments").await
 }

@@ -22,6 +22,7 @@
 use sqlx::AnyConnection;
 
 use super::model::{Delivery, FeedKind};
+use platform::db::advance_id_sequence;
 use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// `kind` of article items and their inbox rows.
@@ -196,15 +197,7 @@ pub async fn insert_seeded_feed_items(
         }
         query.execute(&mut *conn).await?;
     }
-    if kind == DatabaseKind::Postgres {
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('feed_events', 'id'), \
-             (SELECT MAX(id) FROM feed_events))",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    advance_id_sequence(conn, "feed_events").await
 }
 
 /// Inserts pull authors (seeded authors are new: none is one yet).

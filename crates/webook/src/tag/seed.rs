@@ -16,6 +16,7 @@ use sqlx::AnyConnection;
 
 use super::model::tag_key;
 use crate::biz::Biz;
+use platform::db::advance_id_sequence;
 use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// Rows per `INSERT` (6 values each for tags, 5 for tag rows).
@@ -80,14 +81,7 @@ pub async fn insert_seeded_tags(
         }
         query.execute(&mut *conn).await?;
     }
-    if kind == DatabaseKind::Postgres {
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('tags', 'id'), (SELECT MAX(id) FROM tags))",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    advance_id_sequence(conn, "tags").await
 }
 
 /// Inserts tags on articles into `tag_bizs`.

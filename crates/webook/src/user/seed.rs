@@ -10,6 +10,7 @@
 
 use sqlx::AnyConnection;
 
+use platform::db::advance_id_sequence;
 use platform::{config::DatabaseKind, db::bulk_row_placeholders};
 
 /// Rows per `INSERT` (7 values each): a few thousand bound values, under SQLite's limit of
@@ -65,12 +66,5 @@ pub async fn insert_seeded_users(
         }
         query.execute(&mut *conn).await?;
     }
-    if kind == DatabaseKind::Postgres {
-        sqlx::query(
-            "SELECT setval(pg_get_serial_sequence('users', 'id'), (SELECT MAX(id) FROM users))",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
+    advance_id_sequence(conn, "users").await
 }
