@@ -17,7 +17,6 @@ pub use ledger::{
 
 use async_trait::async_trait;
 use serde::Serialize;
-use sqlx::Row;
 
 use platform::{
     db::{now_millis, Db, Migration},
@@ -59,7 +58,7 @@ impl Feature for Accounts {
 }
 
 /// An entry as its account's owner sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryView {
     /// Entry id.
@@ -141,13 +140,13 @@ impl Ledger {
             Some(cursor) => decode_cursor::<1>(cursor)?[0],
             None => i64::MAX,
         };
-        let account =
-            sqlx::query("SELECT id, balance FROM accounts WHERE kind = $1 AND owner_id = $2")
+        let account: Option<(i64, i64)> =
+            sqlx::query_as("SELECT id, balance FROM accounts WHERE kind = $1 AND owner_id = $2")
                 .bind(AccountKind::User.as_str())
                 .bind(uid)
                 .fetch_optional(self.db.pool())
                 .await?;
-        let Some(account) = account else {
+        let Some((id, balance)) = account else {
             return Ok(AccountView {
                 balance: 0,
                 currency: "CNY",
@@ -157,8 +156,7 @@ impl Ledger {
                 },
             });
         };
-        let (id, balance): (i64, i64) = (account.try_get("id")?, account.try_get("balance")?);
-        let rows = sqlx::query(
+        let items: Vec<EntryView> = sqlx::query_as(
             "SELECT id, amt, biz, biz_id, memo, ctime FROM account_entries \
              WHERE account_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
         )
@@ -167,19 +165,6 @@ impl Ledger {
         .bind(overfetch(limit))
         .fetch_all(self.db.pool())
         .await?;
-        let items = rows
-            .iter()
-            .map(|row| {
-                Ok(EntryView {
-                    id: row.try_get("id")?,
-                    amt: row.try_get("amt")?,
-                    biz: row.try_get("biz")?,
-                    biz_id: row.try_get("biz_id")?,
-                    memo: row.try_get("memo")?,
-                    ctime: row.try_get("ctime")?,
-                })
-            })
-            .collect::<sqlx::Result<Vec<_>>>()?;
         Ok(AccountView {
             balance,
             currency: "CNY",
@@ -219,23 +204,13 @@ impl Ledger {
             sqlx::query_scalar("SELECT CAST(SUM(amt) AS BIGINT) FROM account_entries")
                 .fetch_one(self.db.pool())
                 .await?;
-        let rows = sqlx::query(
+        let mismatched: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT a.id, a.balance, CAST(COALESCE(SUM(e.amt), 0) AS BIGINT) AS total \
              FROM accounts a LEFT JOIN account_entries e ON e.account_id = a.id \
              GROUP BY a.id, a.balance HAVING a.balance <> COALESCE(SUM(e.amt), 0) ORDER BY a.id",
         )
         .fetch_all(self.db.pool())
         .await?;
-        let mismatched = rows
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("id")?,
-                    row.try_get("balance")?,
-                    row.try_get("total")?,
-                ))
-            })
-            .collect::<sqlx::Result<Vec<_>>>()?;
         Ok(Audit {
             total_balance: total_balance.unwrap_or(0),
             total_entries: total_entries.unwrap_or(0),

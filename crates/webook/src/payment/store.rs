@@ -8,7 +8,7 @@
 //! changes the row and records the event, the others find it settled.
 
 use serde::{Deserialize, Serialize};
-use sqlx::{any::AnyRow, AnyConnection, Row};
+use sqlx::AnyConnection;
 
 use platform::{
     db::{placeholders, Db},
@@ -44,21 +44,24 @@ impl PaymentStatus {
             Self::Failed => "failed",
         }
     }
+}
 
-    fn parse(text: &str) -> sqlx::Result<Self> {
-        match text {
+/// The stored spelling read back (how rows decode the `status` column).
+impl TryFrom<String> for PaymentStatus {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        match text.as_str() {
             "pending" => Ok(Self::Pending),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
-            other => Err(sqlx::Error::Decode(
-                format!("unknown payment status {other:?}").into(),
-            )),
+            other => Err(format!("unknown payment status {other:?}")),
         }
     }
 }
 
 /// A payment row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Payment {
     /// Row id.
     pub id: i64,
@@ -77,6 +80,7 @@ pub struct Payment {
     /// Shown to the payer.
     pub description: String,
     /// Where it stands.
+    #[sqlx(try_from = "String")]
     pub status: PaymentStatus,
     /// What the payer scans, once the provider has the order.
     pub code_url: Option<String>,
@@ -92,25 +96,6 @@ pub struct Payment {
 
 const COLUMNS: &str = "id, trade_no, biz, biz_id, provider, amt, currency, description, status, \
                        code_url, txn_id, expires_at, paid_at, ctime";
-
-fn payment_from_row(row: &AnyRow) -> sqlx::Result<Payment> {
-    Ok(Payment {
-        id: row.try_get("id")?,
-        trade_no: row.try_get("trade_no")?,
-        biz: row.try_get("biz")?,
-        biz_id: row.try_get("biz_id")?,
-        provider: row.try_get("provider")?,
-        amt: row.try_get("amt")?,
-        currency: row.try_get("currency")?,
-        description: row.try_get("description")?,
-        status: PaymentStatus::parse(&row.try_get::<String, _>("status")?)?,
-        code_url: row.try_get("code_url")?,
-        txn_id: row.try_get("txn_id")?,
-        expires_at: row.try_get("expires_at")?,
-        paid_at: row.try_get("paid_at")?,
-        ctime: row.try_get("ctime")?,
-    })
-}
 
 /// A payment to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,7 +185,7 @@ pub struct NewDiscrepancy {
 }
 
 /// A recorded discrepancy, as the admin route shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct Discrepancy {
     /// Id.
@@ -225,22 +210,6 @@ pub struct Discrepancy {
     pub ctime: i64,
     /// Last changed (ms).
     pub utime: i64,
-}
-
-fn discrepancy_from_row(row: &AnyRow) -> sqlx::Result<Discrepancy> {
-    Ok(Discrepancy {
-        id: row.try_get("id")?,
-        bill_date: row.try_get("bill_date")?,
-        kind: row.try_get("kind")?,
-        trade_no: row.try_get("trade_no")?,
-        provider_amt: row.try_get("provider_amt")?,
-        our_amt: row.try_get("our_amt")?,
-        detail: row.try_get("detail")?,
-        status: row.try_get("status")?,
-        note: row.try_get("note")?,
-        ctime: row.try_get("ctime")?,
-        utime: row.try_get("utime")?,
-    })
 }
 
 /// The payment tables; cheap to clone.
@@ -298,13 +267,12 @@ impl PaymentStore {
 
     /// The payment of `trade_no`.
     pub async fn by_trade_no(&self, trade_no: &str) -> sqlx::Result<Option<Payment>> {
-        let row = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
         ))
         .bind(trade_no)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.as_ref().map(payment_from_row).transpose()
+        .await
     }
 
     /// The payments of `trade_nos` (those that exist), in one query per few hundred.
@@ -315,13 +283,11 @@ impl PaymentStore {
                 "SELECT {COLUMNS} FROM payments WHERE trade_no IN ({})",
                 placeholders(1, chunk.len())
             );
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query_as::<_, Payment>(&sql);
             for trade_no in chunk {
                 query = query.bind(trade_no);
             }
-            for row in query.fetch_all(self.db.pool()).await? {
-                found.push(payment_from_row(&row)?);
-            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
         }
         Ok(found)
     }
@@ -348,13 +314,13 @@ impl PaymentStore {
         .await?
         .rows_affected()
             == 1;
-        let row = sqlx::query(&format!(
+        let payment: Option<Payment> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
         ))
         .bind(trade_no)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(payment) = row.as_ref().map(payment_from_row).transpose()? else {
+        let Some(payment) = payment else {
             return Ok(Settled::Unknown);
         };
         if !changed {
@@ -396,7 +362,7 @@ impl PaymentStore {
     /// Up to [`BATCH`] pending payments that stopped accepting payment before `before`, with
     /// ids above `after`, by id.
     pub async fn expired_pending(&self, before: i64, after: i64) -> sqlx::Result<Vec<Payment>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE status = 'pending' AND expires_at < $1 \
              AND id > $2 ORDER BY id LIMIT $3"
         ))
@@ -404,13 +370,12 @@ impl PaymentStore {
         .bind(after)
         .bind(BATCH)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(payment_from_row).collect()
+        .await
     }
 
     /// Up to [`BATCH`] payments paid in `[from, to)` (ms) with ids above `after`, by id.
     pub async fn paid_between(&self, from: i64, to: i64, after: i64) -> sqlx::Result<Vec<Payment>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE paid_at >= $1 AND paid_at < $2 AND id > $3 \
              ORDER BY id LIMIT $4"
         ))
@@ -419,8 +384,7 @@ impl PaymentStore {
         .bind(after)
         .bind(BATCH)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(payment_from_row).collect()
+        .await
     }
 
     /// Records `found` unless the same (day, kind, trade) is recorded; returns whether it was
@@ -455,9 +419,9 @@ impl PaymentStore {
         let columns =
             "id, bill_date, kind, trade_no, provider_amt, our_amt, detail, status, note, \
                        ctime, utime";
-        let rows = match status {
+        match status {
             Some(status) => {
-                sqlx::query(&format!(
+                sqlx::query_as(&format!(
                     "SELECT {columns} FROM payment_discrepancies WHERE status = $1 AND id < $2 \
                      ORDER BY id DESC LIMIT $3"
                 ))
@@ -465,20 +429,19 @@ impl PaymentStore {
                 .bind(before)
                 .bind(limit)
                 .fetch_all(self.db.pool())
-                .await?
+                .await
             }
             None => {
-                sqlx::query(&format!(
+                sqlx::query_as(&format!(
                     "SELECT {columns} FROM payment_discrepancies WHERE id < $1 \
                      ORDER BY id DESC LIMIT $2"
                 ))
                 .bind(before)
                 .bind(limit)
                 .fetch_all(self.db.pool())
-                .await?
+                .await
             }
-        };
-        rows.iter().map(discrepancy_from_row).collect()
+        }
     }
 
     /// Marks open discrepancy `id` resolved by a person with `note`; false when there is no

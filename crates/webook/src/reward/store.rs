@@ -3,7 +3,7 @@
 //! to `payed` with the ledger posting of its split, or to `failed` — when its payment settles.
 
 use serde::Serialize;
-use sqlx::{any::AnyRow, Any, AnyConnection, Row, Transaction};
+use sqlx::{Any, AnyConnection, Transaction};
 
 use platform::db::Db;
 
@@ -30,21 +30,24 @@ impl RewardStatus {
             Self::Failed => "failed",
         }
     }
+}
 
-    fn parse(text: &str) -> sqlx::Result<Self> {
-        match text {
+/// The stored spelling read back (how rows decode the `status` column).
+impl TryFrom<String> for RewardStatus {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        match text.as_str() {
             "init" => Ok(Self::Init),
             "payed" => Ok(Self::Payed),
             "failed" => Ok(Self::Failed),
-            other => Err(sqlx::Error::Decode(
-                format!("unknown reward status {other:?}").into(),
-            )),
+            other => Err(format!("unknown reward status {other:?}")),
         }
     }
 }
 
 /// A reward row.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Reward {
     /// Id (`rid`).
     pub id: i64,
@@ -59,6 +62,7 @@ pub struct Reward {
     /// Fen.
     pub amt: i64,
     /// Where it stands.
+    #[sqlx(try_from = "String")]
     pub status: RewardStatus,
     /// Its payment's trade number.
     pub trade_no: String,
@@ -70,21 +74,6 @@ pub struct Reward {
 
 const COLUMNS: &str =
     "id, payer_id, author_id, article_id, article_title, amt, status, trade_no, expires_at, ctime";
-
-fn reward_from_row(row: &AnyRow) -> sqlx::Result<Reward> {
-    Ok(Reward {
-        id: row.try_get("id")?,
-        payer_id: row.try_get("payer_id")?,
-        author_id: row.try_get("author_id")?,
-        article_id: row.try_get("article_id")?,
-        article_title: row.try_get("article_title")?,
-        amt: row.try_get("amt")?,
-        status: RewardStatus::parse(&row.try_get::<String, _>("status")?)?,
-        trade_no: row.try_get("trade_no")?,
-        expires_at: row.try_get("expires_at")?,
-        ctime: row.try_get("ctime")?,
-    })
-}
 
 /// A reward to record.
 #[derive(Debug, Clone)]
@@ -163,7 +152,7 @@ impl RewardStore {
         amt: i64,
         usable_until: i64,
     ) -> sqlx::Result<Option<Reward>> {
-        let row = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM rewards WHERE payer_id = $1 AND article_id = $2 AND amt = $3 \
              AND status = 'init' AND expires_at > $4 ORDER BY id DESC LIMIT 1"
         ))
@@ -172,17 +161,15 @@ impl RewardStore {
         .bind(amt)
         .bind(usable_until)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.as_ref().map(reward_from_row).transpose()
+        .await
     }
 
     /// Reward `rid`.
     pub async fn by_id(&self, rid: i64) -> sqlx::Result<Option<Reward>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
             .bind(rid)
             .fetch_optional(self.db.pool())
-            .await?;
-        row.as_ref().map(reward_from_row).transpose()
+            .await
     }
 
     /// Marks `init` reward `rid` paid in `tx`; returns the reward (whatever its status was).
@@ -198,11 +185,10 @@ impl RewardStore {
         .bind(rid)
         .execute(&mut **tx)
         .await?;
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
             .bind(rid)
             .fetch_optional(&mut **tx)
-            .await?;
-        row.as_ref().map(reward_from_row).transpose()
+            .await
     }
 
     /// Marks `init` reward `rid` failed; whether it changed.
@@ -232,14 +218,13 @@ impl RewardStore {
             Role::Sent => "payer_id = $1",
             Role::Received => "author_id = $1 AND status = 'payed'",
         };
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM rewards WHERE {filter} AND id < $2 ORDER BY id DESC LIMIT $3"
         ))
         .bind(uid)
         .bind(before)
         .bind(limit)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(reward_from_row).collect()
+        .await
     }
 }
