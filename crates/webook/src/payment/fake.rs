@@ -8,7 +8,7 @@
 //! in the fake's books ([`FakePay::decide`]), which then builds the notification exactly as
 //! WeChat would — the transaction encrypted with AES-256-GCM under the APIv3 key, the body
 //! signed with the platform key — and hands it to the same handler as `/pay/wechat/notify`
-//! ([`super::Payments::accept_notification`]): same verification, same cross-checks. Queries,
+//! ([`super::PaymentService::accept_notification`]): same verification, same cross-checks. Queries,
 //! closes and the trade bill read the fake's books — the bill written in WeChat's format and
 //! read back by the WeChat client's parser — so the reconciliation jobs run against it as they
 //! would against WeChat.
