@@ -1,7 +1,7 @@
-//! The money path on embedded SQLite (a database file in a temp dir, with the app's pool: 16
-//! read connections and the single writer), through the services' own code, without HTTP:
-//! [`Payments`] with the fake provider ([`FakePay`], the embedded default) and [`Rewards`] over
-//! an [`ArticleService`] with its in-process cache.
+//! The money path on embedded SQLite (a database file in a temp dir, with the app's pool: 16 read
+//! connections and the single writer), through the services' own code, without HTTP:
+//! [`PaymentService`] with the fake provider ([`FakePay`], the embedded default) and
+//! [`RewardService`] over an [`ArticleService`] with its in-process cache.
 //!
 //! - `notification/verify_decrypt`: [`notify::open`] of one genuine notification sealed by the
 //!   fake provider — the `Wechatpay-*` headers read, the RSA-2048 (SHA256withRSA) signature
@@ -9,26 +9,26 @@
 //!   pure CPU. Baseline in the same group, `notification/rsa_verify_baseline`:
 //!   [`webook::payment::crypto::PlatformKeys::verify`] of the same signature alone, so the
 //!   ratio is what reading the headers, decrypting and parsing add to the signature check.
-//! - `notification/accept_new`: [`Payments::accept_notification`] of a notification of a fresh
-//!   paid order each iteration: open, read our payment, settle it (a write transaction: the
-//!   payment's `UPDATE`, its re-read and its `payment_succeeded` event in the outbox). The
-//!   orders are made untimed before each sample — rewards created through [`Rewards::create`],
-//!   paid at the fake ([`FakePay::decide`], which seals the notification) — so that every
-//!   timed call settles a different payment (criterion's `iter_custom`; only the accepts are
-//!   timed; on SQLite the setup ends with a WAL checkpoint, so the timed calls do not pay for
-//!   checkpointing the setup's writes). `notification/accept_duplicate`: the same notification
-//!   again, its payment already settled: open, read, and a settle transaction on the writer
-//!   whose `UPDATE` matches no row, rolled back.
-//! - `reward/create`: [`Rewards::create`] — validation, the article's reader copy (cached), the
-//!   open-order look-up, the reward and its pending payment in one transaction, the fake's order
-//!   (`INSERT`), the code URL (`UPDATE`) — each call with a (payer, amount) pair of its own, so
-//!   an open order is never reused. Baseline, `reward/bare_insert_baseline`: one `INSERT` of a
+//! - `notification/accept_new`: [`PaymentService::accept_notification`] of a notification of a
+//!   fresh paid order each iteration: open, read our payment, settle it (a write transaction: the
+//!   payment's `UPDATE`, its re-read and its `payment_succeeded` event in the outbox). The orders
+//!   are made untimed before each sample — rewards created through [`RewardService::create`], paid
+//!   at the fake ([`FakePay::decide`], which seals the notification) — so that every timed call
+//!   settles a different payment (criterion's `iter_custom`; only the accepts are timed; on SQLite
+//!   the setup ends with a WAL checkpoint, so the timed calls do not pay for checkpointing the
+//!   setup's writes). `notification/accept_duplicate`: the same notification again, its payment
+//!   already settled: open, read, and a settle transaction on the writer whose `UPDATE` matches no
+//!   row, rolled back.
+//! - `reward/create`: [`RewardService::create`] — validation, the article's reader copy (cached),
+//!   the open-order look-up, the reward and its pending payment in one transaction, the fake's
+//!   order (`INSERT`), the code URL (`UPDATE`) — each call with a (payer, amount) pair of its own,
+//!   so an open order is never reused. Baseline, `reward/bare_insert_baseline`: one `INSERT` of a
 //!   rewards row in its own transaction, the smallest durable write of the same row.
-//! - `reward/credit`: [`Rewards::apply_paid`] (what the `payment_succeeded` consumer does) of a
-//!   different reward each iteration, whose payment succeeded through `accept_notification`:
-//!   the reward marked paid and its split posted to the ledger (3 lines: clearing, author,
-//!   platform share) in one transaction. Rewards settled by the runs above are credited first;
-//!   more are made and settled (untimed, then checkpointed as above) when they run out.
+//! - `reward/credit`: [`RewardService::apply_paid`] (what the `payment_succeeded` consumer does) of
+//!   a different reward each iteration, whose payment succeeded through `accept_notification`: the
+//!   reward marked paid and its split posted to the ledger (3 lines: clearing, author, platform
+//!   share) in one transaction. Rewards settled by the runs above are credited first; more are made
+//!   and settled (untimed, then checkpointed as above) when they run out.
 //!
 //! The dataset: 2 000 users and 200 articles (181 of them published) from the seeder
 //! ([`webook::seed::seed`]). Amounts are 100 fen and up, so every reward's posting has its
@@ -80,10 +80,10 @@ use webook::{
     account::Ledger,
     article::{cache::ArticleCache, store::ArticleStore, ArticleService},
     payment::{
-        crypto::SignedHeaders, notify, Applied, FakePay, PaymentProvider, PaymentStatus,
-        PaymentStore, Payments,
+        crypto::SignedHeaders, notify, Applied, FakePay, PaymentProvider, PaymentService,
+        PaymentStatus, PaymentStore,
     },
-    reward::{RewardStore, Rewards, REWARD_BIZ},
+    reward::{RewardService, RewardStore, REWARD_BIZ},
     seed::{seed, Plan},
 };
 
@@ -101,8 +101,8 @@ struct World {
     _dir: tempfile::TempDir,
     db: Db,
     fake: FakePay,
-    payments: Payments,
-    rewards: Rewards,
+    payments: PaymentService,
+    rewards: RewardService,
     reward_store: RewardStore,
     ledger: Ledger,
     /// Published articles: (id, author).
@@ -151,7 +151,7 @@ async fn build() -> World {
 
     let outbox = Outbox::new(db.clone(), EventStream::in_process());
     let fake = FakePay::new(db.clone(), "").unwrap();
-    let payments = Payments::new(
+    let payments = PaymentService::new(
         PaymentStore::new(db.clone()),
         Arc::new(fake.clone()),
         outbox.clone(),
@@ -162,7 +162,7 @@ async fn build() -> World {
         ArticleCache::new(None, 32 << 20),
         outbox,
     );
-    let rewards = Rewards::new(
+    let rewards = RewardService::new(
         RewardStore::new(db.clone()),
         payments.clone(),
         article_service,
@@ -205,7 +205,7 @@ impl World {
         (payer, self.articles[index].0, amt)
     }
 
-    /// A new reward (and its payment and provider order) through [`Rewards::create`].
+    /// A new reward (and its payment and provider order) through [`RewardService::create`].
     async fn create_reward(&self) -> i64 {
         let n = self.next_order.fetch_add(1, Ordering::Relaxed);
         let (payer, article, amt) = self.order(n);
@@ -571,7 +571,7 @@ fn bench_rewards(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
         }
         for tasks in [1, CONCURRENT_TASKS] {
             let world = world.clone();
-            rate("Rewards::create", WRITE_CALLS, tasks, move |_| {
+            rate("RewardService::create", WRITE_CALLS, tasks, move |_| {
                 let world = world.clone();
                 async move {
                     world.create_reward().await;
@@ -586,7 +586,7 @@ fn bench_rewards(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
             prepared.elapsed().as_secs_f64()
         );
         let world = world.clone();
-        rate("Rewards::apply_paid", WRITE_CALLS, 1, move |i| {
+        rate("RewardService::apply_paid", WRITE_CALLS, 1, move |i| {
             let (world, paid) = (world.clone(), paid.clone());
             async move {
                 let (rid, amt) = paid[i];

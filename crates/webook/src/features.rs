@@ -25,8 +25,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     &tag::Tags,
     &search::Search,
     &account::Accounts,
-    &payment::PaymentsFeature,
-    &reward::RewardsFeature,
+    &payment::Payments,
+    &reward::Rewards,
     // After every feature with executors: it checks new jobs against every one registered.
     &jobs::Jobs,
     &events_admin::EventsAdmin,

@@ -321,12 +321,7 @@ impl Consumer {
         let rows = match self.read_rows(db.pool(), position, limit).await {
             Err(sqlx::Error::PoolTimedOut) => self.read_rows(db.writer(), position, limit).await,
             other => other,
-        }
-        .and_then(|rows| {
-            rows.iter()
-                .map(super::outbox_row::OutboxRow::from_row)
-                .collect::<sqlx::Result<Vec<_>>>()
-        });
+        };
         let rows = match rows {
             Ok(rows) => rows,
             Err(err) => {
@@ -385,8 +380,8 @@ impl Consumer {
         pool: &crate::db::DbPool,
         position: i64,
         limit: i64,
-    ) -> sqlx::Result<Vec<sqlx::any::AnyRow>> {
-        sqlx::query(
+    ) -> sqlx::Result<Vec<super::outbox_row::OutboxRow>> {
+        sqlx::query_as(
             "SELECT id, topic, event_key, payload, created_at FROM event_outbox \
              WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
         )

@@ -434,13 +434,10 @@ impl Outbox {
 }
 
 async fn select_batch(connection: &mut AnyConnection) -> sqlx::Result<Vec<OutboxRow>> {
-    sqlx::query(SELECT_BATCH)
+    sqlx::query_as(SELECT_BATCH)
         .bind(RELAY_BATCH)
         .fetch_all(connection)
-        .await?
-        .iter()
-        .map(OutboxRow::from_row)
-        .collect()
+        .await
 }
 
 async fn delete(connection: &mut AnyConnection, ids: &[i64]) -> sqlx::Result<u64> {

@@ -5,7 +5,6 @@
 //! the table need not reach each other for it.
 
 use axum::body::Bytes;
-use sqlx::{any::AnyRow, Row};
 
 use super::Event;
 use crate::db::Db;
@@ -15,26 +14,18 @@ pub fn event_id(id: i64) -> String {
     format!("outbox-{id}")
 }
 
-/// One row of `event_outbox`.
+/// One row of `event_outbox` (selected as `id, topic, event_key, payload, created_at`).
+#[derive(sqlx::FromRow)]
 pub(super) struct OutboxRow {
     pub(super) id: i64,
     pub(super) topic: String,
+    #[sqlx(rename = "event_key")]
     key: String,
     payload: String,
     created_at: i64,
 }
 
 impl OutboxRow {
-    pub(super) fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            topic: row.try_get("topic")?,
-            key: row.try_get("event_key")?,
-            payload: row.try_get("payload")?,
-            created_at: row.try_get("created_at")?,
-        })
-    }
-
     pub(super) fn into_event(self) -> Event {
         Event {
             id: event_id(self.id),

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::{any::AnyRow, AnyConnection, Row};
+use sqlx::{any::AnyRow, AnyConnection, FromRow};
 
 use axum::body::Bytes;
 
@@ -134,17 +134,19 @@ pub(super) async fn advance(
 }
 
 /// One parked event, as the console, the admin API and the CLI show it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct Parked {
     /// Row id in the store (what replay and discard take).
     pub id: i64,
     /// Topic of the event.
     pub topic: String,
     /// The consumer group that parked it.
+    #[sqlx(rename = "group_name")]
     pub group: String,
     /// The event's id ([`Event::id`]).
     pub event_id: String,
     /// The event's key.
+    #[sqlx(rename = "event_key")]
     pub key: String,
     /// The event's JSON payload.
     pub payload: String,
@@ -175,29 +177,6 @@ pub struct Parked {
 }
 
 impl Parked {
-    fn from_row(row: &AnyRow) -> sqlx::Result<Self> {
-        Ok(Self {
-            id: row.try_get("id")?,
-            topic: row.try_get("topic")?,
-            group: row.try_get("group_name")?,
-            event_id: row.try_get("event_id")?,
-            key: row.try_get("event_key")?,
-            payload: row.try_get("payload")?,
-            published_at: row.try_get("published_at")?,
-            failure: row.try_get("failure")?,
-            attempts: row.try_get("attempts")?,
-            first_error: row.try_get("first_error")?,
-            last_error: row.try_get("last_error")?,
-            first_failed_at: row.try_get("first_failed_at")?,
-            last_failed_at: row.try_get("last_failed_at")?,
-            parked_at: row.try_get("parked_at")?,
-            state: row.try_get("state")?,
-            resolved_at: row.try_get("resolved_at")?,
-            resolved_by: row.try_get("resolved_by")?,
-            note: row.try_get("note")?,
-        })
-    }
-
     /// The event as it was published, for its handler.
     pub fn event(&self) -> Event {
         Event {
@@ -288,11 +267,9 @@ pub async fn list(db: &Db, filter: &Filter, limit: i64) -> sqlx::Result<Vec<Park
     let (clause, values) = filter.clause(2);
     let sql = format!("SELECT {COLUMNS} FROM event_parked{clause} ORDER BY id DESC LIMIT $1");
     bind_all(sqlx::query(&sql).bind(limit), values)
+        .try_map(|row: AnyRow| Parked::from_row(&row))
         .fetch_all(db.pool())
-        .await?
-        .iter()
-        .map(Parked::from_row)
-        .collect()
+        .await
 }
 
 /// Marks the open events matching `filter` for replay; returns how many. Their consumers take
@@ -361,17 +338,14 @@ pub async fn claim_replays(db: &Db, topic: &str, group: &str) -> sqlx::Result<Ve
                       ORDER BY id LIMIT $5) \
          RETURNING {COLUMNS}"
     );
-    let mut claimed: Vec<Parked> = sqlx::query(&sql)
+    let mut claimed: Vec<Parked> = sqlx::query_as(&sql)
         .bind(until)
         .bind(topic)
         .bind(group)
         .bind(now)
         .bind(CLAIM_BATCH)
         .fetch_all(db.writer())
-        .await?
-        .iter()
-        .map(Parked::from_row)
-        .collect::<sqlx::Result<_>>()?;
+        .await?;
     claimed.sort_by_key(|parked| parked.id);
     Ok(claimed)
 }
@@ -422,15 +396,12 @@ pub async fn parked_again(db: &Db, id: i64, error: &str, transient: bool) -> sql
 
 /// Per (topic, group), how many events are open (parked or on their way to a replay).
 pub async fn open_counts(db: &Db) -> sqlx::Result<Vec<(String, String, i64)>> {
-    let rows = sqlx::query(&format!(
+    sqlx::query_as(&format!(
         "SELECT topic, group_name, COUNT(*) AS open FROM event_parked \
          WHERE state IN ('{PARKED}', '{REPLAY}', '{REPLAYING}') GROUP BY topic, group_name"
     ))
     .fetch_all(db.pool())
-    .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-        .collect()
+    .await
 }
 
 /// How long resolved (replayed or discarded) events are kept before the maintenance job

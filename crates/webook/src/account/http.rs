@@ -7,7 +7,7 @@ use axum::{extract::State, routing::get, Router};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{AccountView, Ledger};
+use super::service::{AccountView, Ledger};
 use platform::{
     error::{ApiQuery, ApiResult, Reply},
     openapi::Envelope,

@@ -9,7 +9,7 @@
 //! that touch the same accounts queue on their rows instead of deadlocking (PostgreSQL), and a
 //! balance is always the sum of its account's entries.
 
-use sqlx::{any::AnyRow, Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 /// What an account is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -239,15 +239,11 @@ async fn existing_entries(
     tx: &mut Transaction<'static, Any>,
     posting: &Posting,
 ) -> sqlx::Result<Vec<(i64, i64)>> {
-    let rows =
-        sqlx::query("SELECT account_id, amt FROM account_entries WHERE biz = $1 AND biz_id = $2")
-            .bind(posting.biz)
-            .bind(posting.biz_id)
-            .fetch_all(&mut **tx)
-            .await?;
-    rows.iter()
-        .map(|row: &AnyRow| Ok((row.try_get("account_id")?, row.try_get("amt")?)))
-        .collect()
+    sqlx::query_as("SELECT account_id, amt FROM account_entries WHERE biz = $1 AND biz_id = $2")
+        .bind(posting.biz)
+        .bind(posting.biz_id)
+        .fetch_all(&mut **tx)
+        .await
 }
 
 /// Whether `err` is the unique key refusing a concurrent second posting of one event.

@@ -93,7 +93,7 @@ impl TryFrom<i64> for ArticleStatus {
 }
 
 /// The author's copy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct Article {
     /// Id (shared with the reader copy).
     pub id: i64,
@@ -105,6 +105,7 @@ pub struct Article {
     /// Sanitised HTML.
     pub content: String,
     /// Status of the author's copy.
+    #[sqlx(try_from = "i64")]
     pub status: ArticleStatus,
     /// Created (ms).
     pub ctime: i64,
@@ -113,7 +114,7 @@ pub struct Article {
 }
 
 /// One row of the author's list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct ListItem {
     /// Id.
     pub id: i64,
@@ -121,8 +122,10 @@ pub struct ListItem {
     pub title: String,
     /// First 128 characters of the text, HTML-escaped.
     #[serde(rename = "abstract")]
+    #[sqlx(rename = "abstract")]
     pub abstract_text: String,
     /// Status of the author's copy.
+    #[sqlx(try_from = "i64")]
     pub status: ArticleStatus,
     /// Created (ms).
     pub ctime: i64,

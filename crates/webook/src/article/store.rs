@@ -3,7 +3,7 @@
 //! transaction; every write is scoped to the author (`WHERE id = $ AND author_id = $`), so a
 //! foreign id changes nothing.
 
-use sqlx::{any::AnyRow, Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 use crate::article::model::{
     Article, ArticleEvent, ArticleStatus, Draft, ListItem, PublishedArticle, PublishedItem,
@@ -72,9 +72,36 @@ fn reader_copy_from(row: ReaderCopyRow) -> sqlx::Result<PublishedArticle> {
     })
 }
 
-fn status_from(row: &AnyRow) -> sqlx::Result<ArticleStatus> {
-    let raw: i64 = row.try_get("status")?;
-    ArticleStatus::try_from(raw).map_err(|err| sqlx::Error::Decode(err.into()))
+/// A [`ArticleStore::published_page`] row: the item with its author's id and nickname.
+#[derive(sqlx::FromRow)]
+struct PublishedItemRow {
+    id: i64,
+    title: String,
+    #[sqlx(rename = "abstract")]
+    abstract_text: String,
+    author_id: i64,
+    nickname: String,
+    read_cnt: i64,
+    like_cnt: i64,
+    comment_cnt: i64,
+    ctime: i64,
+    utime: i64,
+}
+
+impl From<PublishedItemRow> for PublishedItem {
+    fn from(row: PublishedItemRow) -> Self {
+        Self {
+            id: row.id,
+            title: row.title,
+            abstract_text: row.abstract_text,
+            author: Person::new(row.author_id, Some(&row.nickname)),
+            read_cnt: row.read_cnt,
+            like_cnt: row.like_cnt,
+            comment_cnt: row.comment_cnt,
+            ctime: row.ctime,
+            utime: row.utime,
+        }
+    }
 }
 
 impl ArticleStore {
@@ -163,24 +190,12 @@ impl ArticleStore {
 
     /// The author's copy `id`, whoever wrote it (callers check authorship).
     pub async fn author_copy(&self, id: i64) -> sqlx::Result<Option<Article>> {
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT id, author_id, title, content, status, ctime, utime FROM articles WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.map(|row| {
-            Ok(Article {
-                id: row.try_get("id")?,
-                author_id: row.try_get("author_id")?,
-                title: row.try_get("title")?,
-                content: row.try_get("content")?,
-                status: status_from(&row)?,
-                ctime: row.try_get("ctime")?,
-                utime: row.try_get("utime")?,
-            })
-        })
-        .transpose()
+        .await
     }
 
     /// A page of `author`'s articles, newest update first (offset is bounded by the caller).
@@ -190,7 +205,7 @@ impl ArticleStore {
         offset: i64,
         limit: i64,
     ) -> sqlx::Result<Vec<ListItem>> {
-        let rows = sqlx::query(
+        sqlx::query_as(
             "SELECT id, title, abstract, status, ctime, utime FROM articles \
              WHERE author_id = $1 ORDER BY utime DESC, id DESC LIMIT $2 OFFSET $3",
         )
@@ -198,19 +213,7 @@ impl ArticleStore {
         .bind(limit)
         .bind(offset)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ListItem {
-                    id: row.try_get("id")?,
-                    title: row.try_get("title")?,
-                    abstract_text: row.try_get("abstract")?,
-                    status: status_from(row)?,
-                    ctime: row.try_get("ctime")?,
-                    utime: row.try_get("utime")?,
-                })
-            })
-            .collect()
+        .await
     }
 
     /// Up to `fetch` published articles, newest first publication first (`ctime`, then id),
@@ -238,14 +241,14 @@ impl ArticleStore {
         }
         let (ctime, id) = after;
         let query = match author {
-            Some(author) => sqlx::query(published_page_sql!(
+            Some(author) => sqlx::query_as::<_, PublishedItemRow>(published_page_sql!(
                 "p.author_id = $4 AND p.status = 2 AND (p.ctime, p.id) < ($1, $2)"
             ))
             .bind(ctime)
             .bind(id)
             .bind(fetch)
             .bind(author),
-            None => sqlx::query(published_page_sql!(
+            None => sqlx::query_as::<_, PublishedItemRow>(published_page_sql!(
                 "p.status = 2 AND (p.ctime, p.id) < ($1, $2)"
             ))
             .bind(ctime)
@@ -253,23 +256,7 @@ impl ArticleStore {
             .bind(fetch),
         };
         let rows = query.fetch_all(self.db.pool()).await?;
-        rows.iter()
-            .map(|row| {
-                let author_id: i64 = row.try_get("author_id")?;
-                let nickname: String = row.try_get("nickname")?;
-                Ok(PublishedItem {
-                    id: row.try_get("id")?,
-                    title: row.try_get("title")?,
-                    abstract_text: row.try_get("abstract")?,
-                    author: Person::new(author_id, Some(&nickname)),
-                    read_cnt: row.try_get("read_cnt")?,
-                    like_cnt: row.try_get("like_cnt")?,
-                    comment_cnt: row.try_get("comment_cnt")?,
-                    ctime: row.try_get("ctime")?,
-                    utime: row.try_get("utime")?,
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(PublishedItem::from).collect())
     }
 
     /// The reader copy `id` with its author's display name, whatever its status. On an

@@ -36,7 +36,6 @@ use std::{
 };
 
 use anyhow::Context;
-use sqlx::Row;
 
 use platform::{
     db::{now_millis, Db},
@@ -126,17 +125,14 @@ impl SessionStore {
     /// expired rows.
     pub async fn local(db: Db, ttl: Duration) -> anyhow::Result<Self> {
         delete_expired_rows(&db, now_millis()).await?;
-        let rows = sqlx::query("SELECT ssid, revoked, expires_at FROM sessions")
-            .fetch_all(db.pool())
-            .await
-            .context("loading sessions")?;
+        let rows: Vec<(String, i64, i64)> =
+            sqlx::query_as("SELECT ssid, revoked, expires_at FROM sessions")
+                .fetch_all(db.pool())
+                .await
+                .context("loading sessions")?;
         let mut revoked = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let flag: i64 = row.try_get("revoked")?;
-            revoked.insert(
-                row.try_get::<String, _>("ssid")?,
-                (flag != 0, row.try_get::<i64, _>("expires_at")?),
-            );
+        for (ssid, flag, expires_at) in rows {
+            revoked.insert(ssid, (flag != 0, expires_at));
         }
         Ok(Self {
             db,

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{any::AnyRow, AnyConnection, Row};
+use sqlx::AnyConnection;
 
 use crate::{
     biz::Biz,
@@ -86,6 +86,17 @@ pub struct Thread {
     pub biz: Biz,
     /// The object.
     pub biz_id: i64,
+}
+
+/// The comment a deletion touched (and locked): what deciding and counting need.
+#[derive(sqlx::FromRow)]
+struct Touched {
+    uid: i64,
+    biz: String,
+    biz_id: i64,
+    root_id: i64,
+    parent_id: i64,
+    child_cnt: i64,
 }
 
 /// Reads and writes comments.
@@ -173,25 +184,27 @@ impl CommentStore {
     ) -> sqlx::Result<Result<Deletion, NotDeleted>> {
         let mut tx = self.db.writer().begin().await?;
         // Touching the row takes its lock (PostgreSQL; SQLite has one writer anyway).
-        let row = sqlx::query(
+        let row: Option<Touched> = sqlx::query_as(
             "UPDATE comments SET utime = utime WHERE id = $1 AND deleted = 0 \
              RETURNING uid, biz, biz_id, root_id, parent_id, child_cnt",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else {
+        let Some(Touched {
+            uid: author,
+            biz,
+            biz_id,
+            root_id,
+            parent_id,
+            child_cnt,
+        }) = row
+        else {
             return Ok(Err(NotDeleted::NoComment));
         };
-        let author: i64 = row.try_get("uid")?;
-        let biz: String = row.try_get("biz")?;
         let Ok(biz) = biz.parse::<Biz>() else {
             return Ok(Err(NotDeleted::NoComment));
         };
-        let biz_id: i64 = row.try_get("biz_id")?;
-        let root_id: i64 = row.try_get("root_id")?;
-        let parent_id: i64 = row.try_get("parent_id")?;
-        let child_cnt: i64 = row.try_get("child_cnt")?;
         let owner = biz.owner(&mut *tx, biz_id).await?;
         if caller != author && owner != Some(caller) {
             return Ok(Err(NotDeleted::NotAllowed));
@@ -262,16 +275,14 @@ impl CommentStore {
              WHERE c.biz = $1 AND c.biz_id = $2 AND c.root_id = 0 AND c.id < $3 \
              ORDER BY c.id DESC LIMIT $4"
         );
-        sqlx::query(&sql)
+        let rows: Vec<CommentRow> = sqlx::query_as(&sql)
             .bind(biz.as_str())
             .bind(biz_id)
             .bind(before.unwrap_or(i64::MAX))
             .bind(limit as i64)
             .fetch_all(self.db.pool())
-            .await?
-            .iter()
-            .map(|row| view(row, true))
-            .collect()
+            .await?;
+        Ok(rows.into_iter().map(|row| view(row, true)).collect())
     }
 
     /// The first [`PREVIEW_REPLIES`] replies of each root, oldest first, in one statement per
@@ -292,12 +303,12 @@ impl CommentStore {
                 })
                 .collect();
             let sql = branches.join(" UNION ALL ");
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query_as::<_, CommentRow>(&sql);
             for root in chunk {
                 query = query.bind(*root);
             }
             for row in query.fetch_all(self.db.pool()).await? {
-                let reply = view(&row, false)?;
+                let reply = view(row, false);
                 if let Some(root) = reply.root_id {
                     replies.entry(root).or_default().push(reply);
                 }
@@ -336,15 +347,13 @@ impl CommentStore {
             "SELECT {COLUMNS} FROM comments c LEFT JOIN users u ON u.id = c.uid \
              WHERE c.root_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3"
         );
-        sqlx::query(&sql)
+        let rows: Vec<CommentRow> = sqlx::query_as(&sql)
             .bind(root)
             .bind(after.unwrap_or(0))
             .bind(limit as i64)
             .fetch_all(self.db.pool())
-            .await?
-            .iter()
-            .map(|row| view(row, false))
-            .collect()
+            .await?;
+        Ok(rows.into_iter().map(|row| view(row, false)).collect())
     }
 
     /// Comments on the object that are not deleted (its `comment_cnt`).
@@ -472,33 +481,40 @@ async fn record(
     Ok(events.len())
 }
 
+/// A row of a listing ([`COLUMNS`]).
+#[derive(sqlx::FromRow)]
+struct CommentRow {
+    id: i64,
+    biz_id: i64,
+    uid: i64,
+    root_id: i64,
+    parent_id: i64,
+    content: String,
+    /// 0 or 1 (an integer column on both databases).
+    deleted: i64,
+    reply_cnt: i64,
+    ctime: i64,
+    nickname: Option<String>,
+}
+
 /// A row of a listing as the API shows it: tombstones name no author and show no text; text
 /// goes out HTML-escaped. `top_level` rows carry their reply count.
-fn view(row: &AnyRow, top_level: bool) -> sqlx::Result<CommentView> {
-    let uid: i64 = row.try_get("uid")?;
-    let deleted = row.try_get::<i64, _>("deleted")? != 0;
-    let nickname: Option<String> = row.try_get("nickname")?;
-    let content: String = row.try_get("content")?;
-    let root_id: i64 = row.try_get("root_id")?;
-    let parent_id: i64 = row.try_get("parent_id")?;
-    Ok(CommentView {
-        id: row.try_get("id")?,
-        biz_id: row.try_get("biz_id")?,
-        author: (!deleted).then(|| Person::new(uid, nickname.as_deref())),
+fn view(row: CommentRow, top_level: bool) -> CommentView {
+    let deleted = row.deleted != 0;
+    CommentView {
+        id: row.id,
+        biz_id: row.biz_id,
+        author: (!deleted).then(|| Person::new(row.uid, row.nickname.as_deref())),
         content: if deleted {
             String::new()
         } else {
-            platform::text::escape_html(&content)
+            platform::text::escape_html(&row.content)
         },
-        parent_id: (parent_id != 0).then_some(parent_id),
-        root_id: (root_id != 0).then_some(root_id),
+        parent_id: (row.parent_id != 0).then_some(row.parent_id),
+        root_id: (row.root_id != 0).then_some(row.root_id),
         deleted,
-        ctime: row.try_get("ctime")?,
+        ctime: row.ctime,
         replies: None,
-        reply_cnt: if top_level {
-            Some(row.try_get("reply_cnt")?)
-        } else {
-            None
-        },
-    })
+        reply_cnt: top_level.then_some(row.reply_cnt),
+    }
 }

@@ -8,7 +8,6 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use serde::Serialize;
-use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 
 use platform::{
@@ -46,6 +45,37 @@ pub struct InstanceView {
     pub redis: String,
     /// What its features reported (e.g. `{"search": "ready"}`).
     pub details: BTreeMap<String, String>,
+}
+
+/// A row of `instances`; its `details` are JSON text.
+#[derive(sqlx::FromRow)]
+struct InstanceRow {
+    id: String,
+    role: String,
+    mode: String,
+    version: String,
+    started_at: i64,
+    seen_at: i64,
+    database_state: String,
+    redis_state: String,
+    details: String,
+}
+
+impl From<InstanceRow> for InstanceView {
+    /// Details that are not a JSON object of strings show as none.
+    fn from(row: InstanceRow) -> Self {
+        Self {
+            id: row.id,
+            role: row.role,
+            mode: row.mode,
+            version: row.version,
+            started_at: row.started_at,
+            seen_at: row.seen_at,
+            database: row.database_state,
+            redis: row.redis_state,
+            details: serde_json::from_str(&row.details).unwrap_or_default(),
+        }
+    }
 }
 
 /// This instance's reporting, and the list of all.
@@ -119,29 +149,14 @@ impl InstanceRegistry {
     /// The instances seen within [`SEEN_WITHIN`], oldest start first.
     pub async fn recent(&self) -> sqlx::Result<Vec<InstanceView>> {
         let since = now_millis() - i64::try_from(SEEN_WITHIN.as_millis()).unwrap_or(i64::MAX);
-        let rows = sqlx::query(
+        let rows: Vec<InstanceRow> = sqlx::query_as(
             "SELECT id, role, mode, version, started_at, seen_at, database_state, redis_state, \
              details FROM instances WHERE seen_at >= $1 ORDER BY started_at, id",
         )
         .bind(since)
         .fetch_all(self.db.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                let details: String = row.try_get("details")?;
-                Ok(InstanceView {
-                    id: row.try_get("id")?,
-                    role: row.try_get("role")?,
-                    mode: row.try_get("mode")?,
-                    version: row.try_get("version")?,
-                    started_at: row.try_get("started_at")?,
-                    seen_at: row.try_get("seen_at")?,
-                    database: row.try_get("database_state")?,
-                    redis: row.try_get("redis_state")?,
-                    details: serde_json::from_str(&details).unwrap_or_default(),
-                })
-            })
-            .collect()
+        Ok(rows.into_iter().map(InstanceView::from).collect())
     }
 
     /// Forgets departed instances, then reports every [`HEARTBEAT`] until `stop`, then leaves.

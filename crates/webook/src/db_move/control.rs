@@ -173,10 +173,50 @@ pub struct Control {
     db: Db,
 }
 
-/// phase, destination, epoch, stage, task, tables, validation.
-type Row = (String, String, i64, String, String, String, String);
-/// target, members, coordinator, lease_until, paused_at, outcome, fence_token.
-type SwitchRow = (String, String, String, i64, i64, String, i64);
+/// The `db_move` row as stored: phases by name, the task, tables, validation and members as
+/// JSON text.
+#[derive(sqlx::FromRow)]
+struct ControlRow {
+    phase: String,
+    destination: String,
+    epoch: i64,
+    stage: String,
+    task: String,
+    tables: String,
+    validation: String,
+    target: String,
+    members: String,
+    coordinator: String,
+    lease_until: i64,
+    paused_at: i64,
+    outcome: String,
+    fence_token: i64,
+}
+
+impl TryFrom<ControlRow> for MoveState {
+    type Error = anyhow::Error;
+
+    fn try_from(row: ControlRow) -> anyhow::Result<Self> {
+        let phase_of =
+            |name: &str| Phase::parse(name).with_context(|| format!("unknown phase {name:?}"));
+        Ok(Self {
+            phase: phase_of(&row.phase)?,
+            destination: row.destination,
+            epoch: row.epoch,
+            stage: row.stage,
+            task: serde_json::from_str(&row.task)?,
+            tables: serde_json::from_str(&row.tables)?,
+            validation: serde_json::from_str(&row.validation)?,
+            target: phase_of(&row.target)?,
+            members: serde_json::from_str(&row.members)?,
+            coordinator: row.coordinator,
+            lease_until: row.lease_until,
+            paused_at: row.paused_at,
+            outcome: row.outcome,
+            fence_token: row.fence_token,
+        })
+    }
+}
 
 impl Control {
     /// Control on `db`, which must stay on the source (a [`Db::detached`] one in instances).
@@ -192,61 +232,14 @@ impl Control {
 
     /// The move, if one was started.
     pub async fn load(&self) -> anyhow::Result<Option<MoveState>> {
-        let row: Option<(Row, SwitchRow)> = sqlx::query(
+        let row: Option<ControlRow> = sqlx::query_as(
             "SELECT phase, destination, epoch, stage, task, tables, validation, \
              target, members, coordinator, lease_until, paused_at, outcome, fence_token \
              FROM db_move WHERE id = 1",
         )
-        .try_map(|row: sqlx::any::AnyRow| {
-            use sqlx::Row as _;
-            Ok((
-                (
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get(3)?,
-                    row.try_get(4)?,
-                    row.try_get(5)?,
-                    row.try_get(6)?,
-                ),
-                (
-                    row.try_get(7)?,
-                    row.try_get(8)?,
-                    row.try_get(9)?,
-                    row.try_get(10)?,
-                    row.try_get(11)?,
-                    row.try_get(12)?,
-                    row.try_get(13)?,
-                ),
-            ))
-        })
         .fetch_optional(self.db.pool())
         .await?;
-        let Some((
-            (phase, destination, epoch, stage, task, tables, validation),
-            (target, members, coordinator, lease_until, paused_at, outcome, fence_token),
-        )) = row
-        else {
-            return Ok(None);
-        };
-        let phase_of =
-            |name: &str| Phase::parse(name).with_context(|| format!("unknown phase {name:?}"));
-        Ok(Some(MoveState {
-            phase: phase_of(&phase)?,
-            destination,
-            epoch,
-            stage,
-            task: serde_json::from_str(&task)?,
-            tables: serde_json::from_str(&tables)?,
-            validation: serde_json::from_str(&validation)?,
-            target: phase_of(&target)?,
-            members: serde_json::from_str(&members)?,
-            coordinator,
-            lease_until,
-            paused_at,
-            outcome,
-            fence_token,
-        }))
+        row.map(MoveState::try_from).transpose()
     }
 
     /// Records a new move to `destination` in phase SrcOnly; refuses when one exists.

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use anyhow::Context;
-use sqlx::Row;
 
 use platform::{
     config::DatabaseKind,
@@ -351,23 +350,19 @@ impl Mover {
         log: &mut sqlx::AnyConnection,
         to: &Side,
     ) -> anyhow::Result<usize> {
-        let entries = sqlx::query("SELECT seq, tbl, pk FROM db_move_changes ORDER BY seq LIMIT $1")
-            .bind(CHANGES_PER_PASS)
-            .fetch_all(&mut *log)
-            .await?;
+        let entries: Vec<(i64, String, String)> =
+            sqlx::query_as("SELECT seq, tbl, pk FROM db_move_changes ORDER BY seq LIMIT $1")
+                .bind(CHANGES_PER_PASS)
+                .fetch_all(&mut *log)
+                .await?;
         if entries.is_empty() {
             return Ok(0);
         }
         // Exactly the entries read: on PostgreSQL a transaction that took a smaller number may
         // commit after this read, and its entry must stay for the next pass.
-        let taken: Vec<i64> = entries
-            .iter()
-            .map(|entry| entry.try_get(0))
-            .collect::<Result<_, _>>()?;
+        let taken: Vec<i64> = entries.iter().map(|(seq, _, _)| *seq).collect();
         let mut keys: BTreeMap<String, BTreeMap<String, Key>> = BTreeMap::new();
-        for entry in &entries {
-            let table: String = entry.try_get(1)?;
-            let key: String = entry.try_get(2)?;
+        for (_, table, key) in entries {
             let parsed = parse_key(&key)?;
             keys.entry(table)
                 .or_default()
@@ -398,7 +393,7 @@ impl Mover {
         let turn = from.turn().await?;
         delete.execute(&mut *log).await?;
         drop(turn);
-        Ok(entries.len())
+        Ok(taken.len())
     }
 
     /// Replicates both change logs until both are empty.

@@ -9,7 +9,7 @@
 //! Count rows are written in user-id order, so a follow A→B and a follow B→A lock them in the
 //! same order and queue instead of deadlocking (PostgreSQL).
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 use crate::feed::model::{
     Cursor, FeedKind, FollowCounts, FollowEvent, FollowUser, TOPIC_FOLLOW_CHANGED,
@@ -162,17 +162,12 @@ impl FollowStore {
 
     /// The follower and followee counts of `uid` (zeros when it has none).
     pub async fn counts(&self, uid: i64) -> sqlx::Result<FollowCounts> {
-        let row = sqlx::query("SELECT followers, followees FROM follow_counts WHERE uid = $1")
-            .bind(uid)
-            .fetch_optional(self.db.pool())
-            .await?;
-        match row {
-            None => Ok(FollowCounts::default()),
-            Some(row) => Ok(FollowCounts {
-                followers: row.try_get("followers")?,
-                followees: row.try_get("followees")?,
-            }),
-        }
+        let counts: Option<FollowCounts> =
+            sqlx::query_as("SELECT followers, followees FROM follow_counts WHERE uid = $1")
+                .bind(uid)
+                .fetch_optional(self.db.pool())
+                .await?;
+        Ok(counts.unwrap_or_default())
     }
 
     /// Whether `follower` follows `followee` now.
@@ -214,7 +209,7 @@ impl FollowStore {
              WHERE f.{owner} = $2 AND f.status = 1 AND (f.utime < $3 OR (f.utime = $3 AND f.id < $4)) \
              ORDER BY f.utime DESC, f.id DESC LIMIT $5"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<FollowRow> = sqlx::query_as(&sql)
             .bind(caller)
             .bind(uid)
             .bind(after.time)
@@ -224,19 +219,20 @@ impl FollowStore {
             .await?;
         let mut users = Vec::with_capacity(rows.len().min(limit));
         let mut next = None;
-        for row in rows.iter().take(limit) {
-            users.push(FollowUser {
-                id: row.try_get("id")?,
-                nickname: row.try_get("nickname")?,
-                about_me: row.try_get("about_me")?,
-                followed: row.try_get::<i64, _>("followed")? == 1,
-            });
+        let more = rows.len() > limit;
+        for row in rows.into_iter().take(limit) {
             next = Some(Cursor {
-                time: row.try_get("utime")?,
-                id: row.try_get("row_id")?,
+                time: row.utime,
+                id: row.row_id,
+            });
+            users.push(FollowUser {
+                id: row.id,
+                nickname: row.nickname,
+                about_me: row.about_me,
+                followed: row.followed == 1,
             });
         }
-        Ok((users, next.filter(|_| rows.len() > limit)))
+        Ok((users, next.filter(|_| more)))
     }
 }
 
@@ -261,4 +257,16 @@ async fn backfill(
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// One row of a follow list: the listed user, the follow row's key (the page cursor) and
+/// whether the caller follows them (`1` or `0`, computed in SQL).
+#[derive(sqlx::FromRow)]
+struct FollowRow {
+    id: i64,
+    nickname: String,
+    about_me: String,
+    utime: i64,
+    row_id: i64,
+    followed: i64,
 }

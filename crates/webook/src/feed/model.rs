@@ -106,7 +106,9 @@ pub struct FollowUser {
 }
 
 /// Follower and followee counts (exact).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow,
+)]
 pub struct FollowCounts {
     /// How many follow the user.
     pub followers: i64,

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{any::AnyRow, Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 use crate::{
     comment::CommentEvent,
@@ -536,13 +536,13 @@ impl FeedStore {
              WHERE e.id IN ({}) AND {VISIBLE}",
             placeholders(2, ids.len())
         );
-        let mut query = sqlx::query(&sql).bind(reader);
+        let mut query = sqlx::query_as::<_, VisibleRow>(&sql).bind(reader);
         for id in ids {
             query = query.bind(*id);
         }
         let mut items = HashMap::with_capacity(ids.len());
         for row in query.fetch_all(self.db.pool()).await? {
-            if let Some(item) = visible_item(&row)? {
+            if let Some(item) = visible_item(row) {
                 items.insert(item.id, item);
             }
         }
@@ -645,53 +645,70 @@ async fn retract(
     Ok(deleted > 0)
 }
 
+/// One row of [`FeedStore::visible_items`]: the item, its actor's nickname, and what the left
+/// joins found — the article (absent, or its status, when it is not one a reader sees) and the
+/// comment's text.
+#[derive(sqlx::FromRow)]
+struct VisibleRow {
+    id: i64,
+    kind: String,
+    actor: i64,
+    article_id: i64,
+    comment_id: i64,
+    comment_content: Option<String>,
+    ctime: i64,
+    actor_nickname: Option<String>,
+    title: Option<String>,
+    #[sqlx(rename = "abstract")]
+    abstract_text: Option<String>,
+    author_id: Option<i64>,
+    article_status: Option<i64>,
+    article_ctime: Option<i64>,
+    author_nickname: Option<String>,
+    like_cnt: i64,
+    comment_cnt: i64,
+}
+
 /// One row of [`FeedStore::visible_items`] as the reader sees it, or `None` when hidden.
-fn visible_item(row: &AnyRow) -> sqlx::Result<Option<FeedItem>> {
-    let kind: String = row.try_get("kind")?;
-    let Some(kind) = FeedKind::parse(&kind) else {
-        return Ok(None);
-    };
-    let article_status: Option<i64> = row.try_get("article_status")?;
-    let article = match article_status {
-        Some(2) => {
-            let author: i64 = row.try_get("author_id")?;
-            let author_nickname: Option<String> = row.try_get("author_nickname")?;
+fn visible_item(row: VisibleRow) -> Option<FeedItem> {
+    let kind = FeedKind::parse(&row.kind)?;
+    let article = match (
+        row.article_status,
+        row.author_id,
+        row.title,
+        row.abstract_text,
+        row.article_ctime,
+    ) {
+        (Some(2), Some(author), Some(title), Some(abstract_text), Some(ctime)) => {
             Some(ItemArticle {
-                id: row.try_get("article_id")?,
-                title: row.try_get("title")?,
-                abstract_text: row.try_get("abstract")?,
-                author: Person::new(author, author_nickname.as_deref()),
-                like_cnt: row.try_get("like_cnt")?,
-                comment_cnt: row.try_get("comment_cnt")?,
-                ctime: row.try_get("article_ctime")?,
+                id: row.article_id,
+                title,
+                abstract_text,
+                author: Person::new(author, row.author_nickname.as_deref()),
+                like_cnt: row.like_cnt,
+                comment_cnt: row.comment_cnt,
+                ctime,
             })
         }
         _ => None,
     };
     let needs_article = matches!(kind, FeedKind::Article | FeedKind::Like);
     if needs_article && article.is_none() {
-        return Ok(None);
+        return None;
     }
-    let actor: i64 = row.try_get("actor")?;
-    let actor_nickname: Option<String> = row.try_get("actor_nickname")?;
     let comment = match kind {
-        FeedKind::Comment => {
-            let Some(content) = row.try_get::<Option<String>, _>("comment_content")? else {
-                return Ok(None);
-            };
-            Some(ItemComment {
-                id: row.try_get("comment_id")?,
-                content: platform::text::escape_html(&content),
-            })
-        }
+        FeedKind::Comment => Some(ItemComment {
+            id: row.comment_id,
+            content: platform::text::escape_html(&row.comment_content?),
+        }),
         _ => None,
     };
-    Ok(Some(FeedItem {
-        id: row.try_get("id")?,
+    Some(FeedItem {
+        id: row.id,
         kind: kind.as_str(),
-        ctime: row.try_get("ctime")?,
-        actor: Person::new(actor, actor_nickname.as_deref()),
+        ctime: row.ctime,
+        actor: Person::new(row.actor, row.actor_nickname.as_deref()),
         article,
         comment,
-    }))
+    })
 }

@@ -26,7 +26,7 @@ pub struct InteractionEvent {
 }
 
 /// The counters of one object.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct Counts {
     /// Reads.
     pub read_cnt: i64,

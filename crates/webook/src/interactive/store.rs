@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Transaction};
 
 use crate::{
     biz::Biz,
@@ -296,24 +296,15 @@ impl InteractiveStore {
              WHERE biz = $1 AND biz_id IN ({})",
             id_set(kind, 2)
         );
-        sqlx::query(&sql)
+        let rows: Vec<CountsRow> = sqlx::query_as(&sql)
             .bind(biz)
             .bind(id_set_value(kind, ids))
             .fetch_all(&mut *connection)
-            .await?
-            .iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("biz_id")?,
-                    Counts {
-                        read_cnt: row.try_get("read_cnt")?,
-                        like_cnt: row.try_get("like_cnt")?,
-                        collect_cnt: row.try_get("collect_cnt")?,
-                        comment_cnt: row.try_get("comment_cnt")?,
-                    },
-                ))
-            })
-            .collect()
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.biz_id, row.counts))
+            .collect())
     }
 
     /// Whether `uid` likes and has collected the object, in one query.
@@ -333,14 +324,22 @@ impl InteractiveStore {
         }) {
             return Ok(found);
         }
-        let row = sqlx::query(USER_FLAGS)
+        let (liked, collected) = sqlx::query_as(USER_FLAGS)
             .bind(uid)
             .bind(biz)
             .bind(biz_id)
             .fetch_one(self.db.pool())
             .await?;
-        Ok(flags(row.try_get("liked")?, row.try_get("collected")?))
+        Ok(flags(liked, collected))
     }
+}
+
+/// A [`InteractiveStore::batch_counts`] row: the object's id and its counters.
+#[derive(sqlx::FromRow)]
+struct CountsRow {
+    biz_id: i64,
+    #[sqlx(flatten)]
+    counts: Counts,
 }
 
 /// The counters of one object (no row: all zero).

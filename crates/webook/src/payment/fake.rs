@@ -8,7 +8,7 @@
 //! in the fake's books ([`FakePay::decide`]), which then builds the notification exactly as
 //! WeChat would — the transaction encrypted with AES-256-GCM under the APIv3 key, the body
 //! signed with the platform key — and hands it to the same handler as `/pay/wechat/notify`
-//! ([`super::Payments::accept_notification`]): same verification, same cross-checks. Queries,
+//! ([`super::PaymentService::accept_notification`]): same verification, same cross-checks. Queries,
 //! closes and the trade bill read the fake's books — the bill written in WeChat's format and
 //! read back by the WeChat client's parser — so the reconciliation jobs run against it as they
 //! would against WeChat.
@@ -20,8 +20,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::NaiveDate;
-use sqlx::{any::AnyRow, Row};
-
 use platform::db::{now_millis, Db};
 
 use super::{
@@ -43,7 +41,7 @@ pub const FAKE_APPID: &str = "wxfakepay00000001";
 pub const FAKE_SERIAL: &str = "FAKE_PUB_KEY_ID_0001";
 
 /// An order in the fake's books.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct FakeOrder {
     /// Our trade number.
     pub trade_no: String,
@@ -52,6 +50,7 @@ pub struct FakeOrder {
     /// Fen.
     pub amt: i64,
     /// WeChat's trade state.
+    #[sqlx(try_from = "String")]
     pub state: TradeState,
     /// The fake's transaction id, once decided.
     pub transaction_id: Option<String>,
@@ -73,21 +72,14 @@ fn state_text(state: TradeState) -> &'static str {
     }
 }
 
-fn order_from_row(row: &AnyRow) -> Result<FakeOrder, ProviderError> {
-    let read = || -> sqlx::Result<FakeOrder> {
-        let state: String = row.try_get("state")?;
-        Ok(FakeOrder {
-            trade_no: row.try_get("trade_no")?,
-            description: row.try_get("description")?,
-            amt: row.try_get("amt")?,
-            state: serde_json::from_value(serde_json::Value::String(state.clone()))
-                .map_err(|_| sqlx::Error::Decode(format!("unknown state {state}").into()))?,
-            transaction_id: row.try_get("transaction_id")?,
-            expires_at: row.try_get("expires_at")?,
-            paid_at: row.try_get("paid_at")?,
-        })
-    };
-    read().map_err(unavailable)
+/// A state as the fake's books spell it (WeChat's spelling) read back.
+impl TryFrom<String> for TradeState {
+    type Error = String;
+
+    fn try_from(state: String) -> Result<Self, Self::Error> {
+        serde_json::from_value(serde_json::Value::String(state.clone()))
+            .map_err(|_| format!("unknown state {state}"))
+    }
 }
 
 fn unavailable(err: sqlx::Error) -> ProviderError {
@@ -139,14 +131,13 @@ impl FakePay {
 
     /// The order of `trade_no` in the fake's books.
     pub async fn order(&self, trade_no: &str) -> Result<Option<FakeOrder>, ProviderError> {
-        let row = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {ORDER_COLUMNS} FROM fake_pay_orders WHERE trade_no = $1"
         ))
         .bind(trade_no)
         .fetch_optional(self.db.pool())
         .await
-        .map_err(unavailable)?;
-        row.as_ref().map(order_from_row).transpose()
+        .map_err(unavailable)
     }
 
     /// The payer pays (`paid`) or fails the unpaid, unexpired order `trade_no`; returns the
@@ -286,7 +277,7 @@ impl PaymentProvider for FakePay {
 
     async fn trade_bill(&self, date: NaiveDate) -> Result<Vec<BillRow>, ProviderError> {
         let (from, to) = china_day_bounds(date);
-        let rows = sqlx::query(&format!(
+        let orders: Vec<FakeOrder> = sqlx::query_as(&format!(
             "SELECT {ORDER_COLUMNS} FROM fake_pay_orders \
              WHERE paid_at >= $1 AND paid_at < $2 AND state IN ('SUCCESS', 'REFUND') \
              ORDER BY paid_at, trade_no"
@@ -296,29 +287,26 @@ impl PaymentProvider for FakePay {
         .fetch_all(self.db.pool())
         .await
         .map_err(unavailable)?;
-        let lines = rows
-            .iter()
-            .map(|row| {
-                let order = order_from_row(row)?;
-                Ok(BillRow {
-                    trade_time: order
-                        .paid_at
-                        // `2026-12-01 10:34:56`, as WeChat's bill writes times.
-                        .map(|paid_at| {
-                            china_time(paid_at)
-                                .replacen('T', " ", 1)
-                                .chars()
-                                .take(19)
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    trade_no: order.trade_no,
-                    transaction_id: order.transaction_id.unwrap_or_default(),
-                    trade_state: state_text(order.state).to_owned(),
-                    amt: order.amt,
-                })
+        let lines = orders
+            .into_iter()
+            .map(|order| BillRow {
+                trade_time: order
+                    .paid_at
+                    // `2026-12-01 10:34:56`, as WeChat's bill writes times.
+                    .map(|paid_at| {
+                        china_time(paid_at)
+                            .replacen('T', " ", 1)
+                            .chars()
+                            .take(19)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                trade_no: order.trade_no,
+                transaction_id: order.transaction_id.unwrap_or_default(),
+                trade_state: state_text(order.state).to_owned(),
+                amt: order.amt,
             })
-            .collect::<Result<Vec<_>, ProviderError>>()?;
+            .collect::<Vec<_>>();
         // Served in WeChat's bill format and read back by its parser, as the real bill is.
         parse_trade_bill(&write_trade_bill(&lines, FAKE_MCHID, FAKE_APPID))
     }

@@ -19,10 +19,10 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::{
     fake::FakePay,
+    model::Discrepancy,
     notify::NotifyError,
     provider::{ProviderError, TradeState},
-    service::Payments,
-    store::Discrepancy,
+    service::PaymentService,
 };
 use platform::{
     db::now_millis,
@@ -34,7 +34,7 @@ use platform::{
 /// What the handlers reach.
 pub struct PaymentRoutes {
     /// Payments.
-    pub payments: Payments,
+    pub payments: PaymentService,
     /// The fake provider, when it is the one in use.
     pub fake: Option<FakePay>,
 }

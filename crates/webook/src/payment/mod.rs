@@ -2,14 +2,14 @@
 //! provider's notifications, and the jobs that reconcile our books with the provider's.
 //!
 //! Data flow: a seller records a pending payment in its own transaction
-//! ([`Payments::record_order`]) and asks for the code URL ([`Payments::prepay`]: the provider's
-//! order). The provider's notification (`POST /pay/wechat/notify`; the fake provider's page
-//! hands its notification to the same handler) is verified and decrypted ([`notify`]), checked
-//! against our payment and applied ([`Payments::apply_transaction`]): the payment's status
+//! ([`PaymentService::record_order`]) and asks for the code URL ([`PaymentService::prepay`]: the
+//! provider's order). The provider's notification (`POST /pay/wechat/notify`; the fake provider's
+//! page hands its notification to the same handler) is verified and decrypted ([`notify`]), checked
+//! against our payment and applied ([`PaymentService::apply_transaction`]): the payment's status
 //! changes once, with its `payment_succeeded` / `payment_failed` event in the same transaction
 //! ([`store`], the outbox). The seller consumes the events and posts to the ledger under the
-//! payment's (biz, biz_id). The sweep settles payments whose notification never came, and the
-//! daily reconciliation compares the provider's bill with payments and ledger ([`reconcile`]).
+//! payment's (biz, biz_id). The sweep settles payments whose notification never came, and the daily
+//! reconciliation compares the provider's bill with payments and ledger ([`reconcile`]).
 //!
 //! Providers ([`provider::PaymentProvider`]): [`WechatPay`] (WeChat Pay API v3, Native) and
 //! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
@@ -18,6 +18,7 @@
 pub mod crypto;
 pub mod fake;
 pub mod http;
+pub mod model;
 pub mod notify;
 pub mod provider;
 pub mod reconcile;
@@ -28,14 +29,14 @@ pub mod wechat;
 
 pub use crypto::random_nonce;
 pub use fake::FakePay;
+pub use model::{
+    NewPayment, Payment, PaymentEvent, PaymentStatus, TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+};
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
-pub use service::{Applied, Payments};
+pub use service::{Applied, PaymentService};
 pub use settings::{PaymentSettings, ProviderName};
-pub use store::{
-    NewPayment, Payment, PaymentEvent, PaymentStatus, PaymentStore, TOPIC_PAYMENT_FAILED,
-    TOPIC_PAYMENT_SUCCEEDED,
-};
+pub use store::PaymentStore;
 pub use wechat::WechatPay;
 
 use std::sync::Arc;
@@ -81,17 +82,17 @@ fn describe_metrics() {
     );
 }
 
-/// The payments feature: provides [`Payments`] (and [`FakePay`] when it is the provider).
-pub struct PaymentsFeature;
+/// The payments feature: provides [`PaymentService`] (and [`FakePay`] when it is the provider).
+pub struct Payments;
 
 #[async_trait]
-impl Feature for PaymentsFeature {
+impl Feature for Payments {
     fn name(&self) -> &'static str {
         "payments"
     }
 
     fn provides(&self) -> &'static [Service] {
-        const { &[Service::of::<Payments>()] }
+        const { &[Service::of::<PaymentService>()] }
     }
 
     fn needs(&self) -> &'static [Service] {
@@ -141,7 +142,7 @@ impl Feature for PaymentsFeature {
                 }
                 Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
             };
-        let payments = Payments::new(
+        let payments = PaymentService::new(
             PaymentStore::new(platform.db.clone()),
             provider,
             platform.outbox.clone(),

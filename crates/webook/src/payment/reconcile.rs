@@ -4,7 +4,7 @@
 //! - **Sweep** (durable job `payment_sweep`, every minute): pending payments past their expiry
 //!   (plus a minute's grace) are queried at the provider and settled by what it says — a lost
 //!   notification is settled here; an unpaid order is closed at the provider first, so it cannot
-//!   be paid after we call it failed ([`Payments::settle_expired`]).
+//!   be paid after we call it failed ([`PaymentService::settle_expired`]).
 //! - **Daily** (durable job `payment_reconcile`, 10:30 China Standard Time, after WeChat
 //!   publishes the previous day's bill; cfg `{"date": "YYYY-MM-DD"}` re-runs a given day): the
 //!   provider's trade bill is compared with our payments and the ledger, in both directions.
@@ -23,7 +23,7 @@
 //! | `ledger_unbalanced` | the ledger does not sum to 0, or a balance is not its entries' sum | open, for a person |
 //!
 //! Notifications add `unknown_trade`, `notified_amount_mismatch`, `paid_after_failure` and
-//! `refunded` rows (bill date `""`) when they are checked ([`Payments::apply_transaction`]).
+//! `refunded` rows (bill date `""`) when they are checked ([`PaymentService::apply_transaction`]).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -42,9 +42,9 @@ use platform::db::{duration_millis, now_millis};
 
 use super::{
     china_day_bounds, china_today,
+    model::{NewDiscrepancy, Payment, PaymentStatus},
     provider::BillRow,
-    service::{Applied, Payments},
-    store::{NewDiscrepancy, Payment, PaymentStatus},
+    service::{Applied, PaymentService},
     PAYMENT_DISCREPANCIES_OPEN,
 };
 use crate::account::Ledger;
@@ -71,12 +71,12 @@ pub struct SweepReport {
 
 /// Settles the pending payments that expired before `now` (less the grace).
 pub async fn sweep(
-    payments: &Payments,
+    payments: &PaymentService,
     now: i64,
     mut still_owner: impl FnMut() -> bool,
 ) -> anyhow::Result<SweepReport> {
     let mut report = SweepReport::default();
-    let before = now - Payments::sweep_grace();
+    let before = now - PaymentService::sweep_grace();
     let mut after = 0;
     loop {
         let batch = payments.store().expired_pending(before, after).await?;
@@ -111,7 +111,7 @@ pub struct ReconcileReport {
 
 /// Compares the provider's bill of `date` (China Standard Time) with our payments and `ledger`.
 pub async fn reconcile_day(
-    payments: &Payments,
+    payments: &PaymentService,
     ledger: &Ledger,
     date: NaiveDate,
     now: i64,
@@ -240,7 +240,7 @@ pub async fn reconcile_day(
 
 /// The discrepancy of bill line `row` against our payment `ours`, fixing what is safe.
 async fn compare_line(
-    payments: &Payments,
+    payments: &PaymentService,
     row: &BillRow,
     ours: Option<&Payment>,
     bill_date: &str,
@@ -340,12 +340,12 @@ pub async fn ensure_job(
 /// The `payment_sweep` executor.
 #[derive(Debug, Clone)]
 pub struct SweepJob {
-    payments: Payments,
+    payments: PaymentService,
 }
 
 impl SweepJob {
     /// The executor over `payments`.
-    pub fn new(payments: Payments) -> Self {
+    pub fn new(payments: PaymentService) -> Self {
         Self { payments }
     }
 }
@@ -398,13 +398,13 @@ impl ReconcileCfg {
 /// The `payment_reconcile` executor.
 #[derive(Debug, Clone)]
 pub struct ReconcileJob {
-    payments: Payments,
+    payments: PaymentService,
     ledger: Ledger,
 }
 
 impl ReconcileJob {
     /// The executor over `payments` and `ledger`.
-    pub fn new(payments: Payments, ledger: Ledger) -> Self {
+    pub fn new(payments: PaymentService, ledger: Ledger) -> Self {
         Self { payments, ledger }
     }
 }

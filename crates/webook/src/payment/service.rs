@@ -1,8 +1,8 @@
-//! [`Payments`]: what sellers (rewards) and the HTTP handlers call. Orders are recorded in the
-//! seller's transaction ([`Payments::record_order`]), then sent to the provider
-//! ([`Payments::prepay`]); a transaction the provider reports — by notification
-//! ([`Payments::accept_notification`]) or in answer to a query (the sweep, reconciliation) — is
-//! checked against our payment and applied by one path ([`Payments::apply_transaction`]).
+//! [`PaymentService`]: what sellers (rewards) and the HTTP handlers call. Orders are recorded in
+//! the seller's transaction ([`PaymentService::record_order`]), then sent to the provider
+//! ([`PaymentService::prepay`]); a transaction the provider reports — by notification
+//! ([`PaymentService::accept_notification`]) or in answer to a query (the sweep, reconciliation) —
+//! is checked against our payment and applied by one path ([`PaymentService::apply_transaction`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -16,12 +16,11 @@ use platform::{
 };
 
 use super::{
+    model::{NewDiscrepancy, NewPayment, Payment, PaymentStatus, Settled, Settlement},
     notify::{self, NotifyError},
     parse_time,
     provider::{Order, PaymentProvider, ProviderError, TradeState, Transaction},
-    store::{
-        NewDiscrepancy, NewPayment, Payment, PaymentStatus, PaymentStore, Settled, Settlement,
-    },
+    store::PaymentStore,
     PAYMENT_DISCREPANCIES_TOTAL, PAYMENT_NOTIFICATIONS_TOTAL,
 };
 
@@ -41,14 +40,14 @@ pub enum Applied {
 
 /// The payments service; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Payments {
+pub struct PaymentService {
     store: PaymentStore,
     provider: Arc<dyn PaymentProvider>,
     outbox: Outbox,
     expiry: Duration,
 }
 
-impl Payments {
+impl PaymentService {
     /// Payments in `store` through `provider`; orders may be paid for `expiry`.
     pub fn new(
         store: PaymentStore,

@@ -7,241 +7,23 @@
 //! conditional on the row still being pending: of ten identical notifications racing, one
 //! changes the row and records the event, the others find it settled.
 
-use serde::{Deserialize, Serialize};
-use sqlx::{any::AnyRow, AnyConnection, Row};
+use sqlx::AnyConnection;
 
 use platform::{
     db::{placeholders, Db},
     events::outbox,
 };
 
-/// Topic of a payment that succeeded; key: the trade number; payload: [`PaymentEvent`].
-pub const TOPIC_PAYMENT_SUCCEEDED: &str = "payment_succeeded";
-/// Topic of a payment that failed (closed unpaid, refused); payload: [`PaymentEvent`].
-pub const TOPIC_PAYMENT_FAILED: &str = "payment_failed";
+use super::model::{
+    Discrepancy, NewDiscrepancy, NewPayment, Payment, PaymentEvent, PaymentStatus, Settled,
+    Settlement, TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+};
 
 /// Rows per keyset batch of the reconciliation reads.
 pub const BATCH: i64 = 200;
 
-/// Where a payment stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PaymentStatus {
-    /// Ordered, not (yet) paid.
-    Pending,
-    /// Paid.
-    Succeeded,
-    /// Will never be paid: closed unpaid, or refused.
-    Failed,
-}
-
-impl PaymentStatus {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-        }
-    }
-
-    fn parse(text: &str) -> sqlx::Result<Self> {
-        match text {
-            "pending" => Ok(Self::Pending),
-            "succeeded" => Ok(Self::Succeeded),
-            "failed" => Ok(Self::Failed),
-            other => Err(sqlx::Error::Decode(
-                format!("unknown payment status {other:?}").into(),
-            )),
-        }
-    }
-}
-
-/// A payment row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payment {
-    /// Row id.
-    pub id: i64,
-    /// Our trade number at the provider (`out_trade_no`).
-    pub trade_no: String,
-    /// What was sold: its kind…
-    pub biz: String,
-    /// …and id.
-    pub biz_id: i64,
-    /// `wechat` or `fake`.
-    pub provider: String,
-    /// Fen.
-    pub amt: i64,
-    /// `CNY`.
-    pub currency: String,
-    /// Shown to the payer.
-    pub description: String,
-    /// Where it stands.
-    pub status: PaymentStatus,
-    /// What the payer scans, once the provider has the order.
-    pub code_url: Option<String>,
-    /// The provider's transaction id, once paid.
-    pub txn_id: Option<String>,
-    /// When the order stops accepting payment (ms).
-    pub expires_at: i64,
-    /// When it was paid (ms).
-    pub paid_at: Option<i64>,
-    /// Created (ms).
-    pub ctime: i64,
-}
-
 const COLUMNS: &str = "id, trade_no, biz, biz_id, provider, amt, currency, description, status, \
                        code_url, txn_id, expires_at, paid_at, ctime";
-
-fn payment_from_row(row: &AnyRow) -> sqlx::Result<Payment> {
-    Ok(Payment {
-        id: row.try_get("id")?,
-        trade_no: row.try_get("trade_no")?,
-        biz: row.try_get("biz")?,
-        biz_id: row.try_get("biz_id")?,
-        provider: row.try_get("provider")?,
-        amt: row.try_get("amt")?,
-        currency: row.try_get("currency")?,
-        description: row.try_get("description")?,
-        status: PaymentStatus::parse(&row.try_get::<String, _>("status")?)?,
-        code_url: row.try_get("code_url")?,
-        txn_id: row.try_get("txn_id")?,
-        expires_at: row.try_get("expires_at")?,
-        paid_at: row.try_get("paid_at")?,
-        ctime: row.try_get("ctime")?,
-    })
-}
-
-/// A payment to record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewPayment {
-    /// Our trade number (unique).
-    pub trade_no: String,
-    /// What is sold: its kind…
-    pub biz: &'static str,
-    /// …and id (one payment per thing sold).
-    pub biz_id: i64,
-    /// Fen, above 0.
-    pub amt: i64,
-    /// Shown to the payer.
-    pub description: String,
-    /// When the order stops accepting payment (ms).
-    pub expires_at: i64,
-}
-
-/// What the seller is told when a payment settles.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PaymentEvent {
-    /// Our trade number.
-    pub trade_no: String,
-    /// What was sold: its kind…
-    pub biz: String,
-    /// …and id.
-    pub biz_id: i64,
-    /// Fen.
-    pub amt: i64,
-    /// The provider's transaction id (succeeded payments).
-    pub txn_id: Option<String>,
-}
-
-impl PaymentEvent {
-    fn of(payment: &Payment) -> Self {
-        Self {
-            trade_no: payment.trade_no.clone(),
-            biz: payment.biz.clone(),
-            biz_id: payment.biz_id,
-            amt: payment.amt,
-            txn_id: payment.txn_id.clone(),
-        }
-    }
-}
-
-/// A final status to give a pending payment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    /// [`PaymentStatus::Succeeded`] or [`PaymentStatus::Failed`].
-    pub status: PaymentStatus,
-    /// The provider's transaction id, if it has one.
-    pub txn_id: Option<String>,
-    /// When it was paid (ms), for a success.
-    pub paid_at: Option<i64>,
-}
-
-/// What [`PaymentStore::settle`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settled {
-    /// The payment was pending and now has the new status; its event is recorded.
-    Changed(Payment),
-    /// It already had that status: nothing changed (a repeated notification).
-    Already(Payment),
-    /// It already had the other final status: nothing changed.
-    Contrary(Payment),
-    /// No payment has that trade number.
-    Unknown,
-}
-
-/// A discrepancy to record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewDiscrepancy {
-    /// The bill day it was found in (`YYYY-MM-DD`), or `""` outside a bill comparison.
-    pub bill_date: String,
-    /// What is wrong (see [`super::reconcile`]).
-    pub kind: &'static str,
-    /// The trade it is about.
-    pub trade_no: String,
-    /// The provider's amount, if it has one.
-    pub provider_amt: Option<i64>,
-    /// Ours, if we have one.
-    pub our_amt: Option<i64>,
-    /// For the person who looks at it.
-    pub detail: String,
-    /// `open` (for a person) or `fixed` (repaired automatically).
-    pub status: &'static str,
-}
-
-/// A recorded discrepancy, as the admin route shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Discrepancy {
-    /// Id.
-    pub id: i64,
-    /// Bill day, or `""`.
-    pub bill_date: String,
-    /// What is wrong.
-    pub kind: String,
-    /// The trade.
-    pub trade_no: String,
-    /// The provider's amount (fen).
-    pub provider_amt: Option<i64>,
-    /// Ours (fen).
-    pub our_amt: Option<i64>,
-    /// Details.
-    pub detail: String,
-    /// `open`, `fixed` or `resolved`.
-    pub status: String,
-    /// What the person who resolved it wrote.
-    pub note: String,
-    /// Found (ms).
-    pub ctime: i64,
-    /// Last changed (ms).
-    pub utime: i64,
-}
-
-fn discrepancy_from_row(row: &AnyRow) -> sqlx::Result<Discrepancy> {
-    Ok(Discrepancy {
-        id: row.try_get("id")?,
-        bill_date: row.try_get("bill_date")?,
-        kind: row.try_get("kind")?,
-        trade_no: row.try_get("trade_no")?,
-        provider_amt: row.try_get("provider_amt")?,
-        our_amt: row.try_get("our_amt")?,
-        detail: row.try_get("detail")?,
-        status: row.try_get("status")?,
-        note: row.try_get("note")?,
-        ctime: row.try_get("ctime")?,
-        utime: row.try_get("utime")?,
-    })
-}
 
 /// The payment tables; cheap to clone.
 #[derive(Debug, Clone)]
@@ -298,13 +80,12 @@ impl PaymentStore {
 
     /// The payment of `trade_no`.
     pub async fn by_trade_no(&self, trade_no: &str) -> sqlx::Result<Option<Payment>> {
-        let row = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
         ))
         .bind(trade_no)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.as_ref().map(payment_from_row).transpose()
+        .await
     }
 
     /// The payments of `trade_nos` (those that exist), in one query per few hundred.
@@ -315,13 +96,11 @@ impl PaymentStore {
                 "SELECT {COLUMNS} FROM payments WHERE trade_no IN ({})",
                 placeholders(1, chunk.len())
             );
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query_as::<_, Payment>(&sql);
             for trade_no in chunk {
                 query = query.bind(trade_no);
             }
-            for row in query.fetch_all(self.db.pool()).await? {
-                found.push(payment_from_row(&row)?);
-            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
         }
         Ok(found)
     }
@@ -348,13 +127,13 @@ impl PaymentStore {
         .await?
         .rows_affected()
             == 1;
-        let row = sqlx::query(&format!(
+        let payment: Option<Payment> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
         ))
         .bind(trade_no)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(payment) = row.as_ref().map(payment_from_row).transpose()? else {
+        let Some(payment) = payment else {
             return Ok(Settled::Unknown);
         };
         if !changed {
@@ -396,7 +175,7 @@ impl PaymentStore {
     /// Up to [`BATCH`] pending payments that stopped accepting payment before `before`, with
     /// ids above `after`, by id.
     pub async fn expired_pending(&self, before: i64, after: i64) -> sqlx::Result<Vec<Payment>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE status = 'pending' AND expires_at < $1 \
              AND id > $2 ORDER BY id LIMIT $3"
         ))
@@ -404,13 +183,12 @@ impl PaymentStore {
         .bind(after)
         .bind(BATCH)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(payment_from_row).collect()
+        .await
     }
 
     /// Up to [`BATCH`] payments paid in `[from, to)` (ms) with ids above `after`, by id.
     pub async fn paid_between(&self, from: i64, to: i64, after: i64) -> sqlx::Result<Vec<Payment>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE paid_at >= $1 AND paid_at < $2 AND id > $3 \
              ORDER BY id LIMIT $4"
         ))
@@ -419,8 +197,7 @@ impl PaymentStore {
         .bind(after)
         .bind(BATCH)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(payment_from_row).collect()
+        .await
     }
 
     /// Records `found` unless the same (day, kind, trade) is recorded; returns whether it was
@@ -455,9 +232,9 @@ impl PaymentStore {
         let columns =
             "id, bill_date, kind, trade_no, provider_amt, our_amt, detail, status, note, \
                        ctime, utime";
-        let rows = match status {
+        match status {
             Some(status) => {
-                sqlx::query(&format!(
+                sqlx::query_as(&format!(
                     "SELECT {columns} FROM payment_discrepancies WHERE status = $1 AND id < $2 \
                      ORDER BY id DESC LIMIT $3"
                 ))
@@ -465,20 +242,19 @@ impl PaymentStore {
                 .bind(before)
                 .bind(limit)
                 .fetch_all(self.db.pool())
-                .await?
+                .await
             }
             None => {
-                sqlx::query(&format!(
+                sqlx::query_as(&format!(
                     "SELECT {columns} FROM payment_discrepancies WHERE id < $1 \
                      ORDER BY id DESC LIMIT $2"
                 ))
                 .bind(before)
                 .bind(limit)
                 .fetch_all(self.db.pool())
-                .await?
+                .await
             }
-        };
-        rows.iter().map(discrepancy_from_row).collect()
+        }
     }
 
     /// Marks open discrepancy `id` resolved by a person with `note`; false when there is no

@@ -1,12 +1,13 @@
-//! The durable `sms_code_retries` job: each run (the SQL scheduler: one at a time in the whole
-//! deployment) asks [`PhoneLoginService::retry_due`] to work the retry queue ([`super::retry`]).
+//! The feature's jobs. The durable `sms_code_retries` job: each run (the SQL scheduler: one at a
+//! time in the whole deployment) asks [`PhoneLoginService::retry_due`] to work the retry queue
+//! ([`super::retry`]). The maintenance job `PurgeExpiredCodes` deletes expired codes.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use scheduler::{
     sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore},
-    JobContext,
+    Job, JobContext,
 };
 
 use platform::db::{duration_millis, now_millis};
@@ -71,6 +72,23 @@ impl Executor for RetryJob {
         if report != RetryReport::default() {
             tracing::info!(?report, "retried queued sms codes");
         }
+        Ok(())
+    }
+}
+
+/// Maintenance: deletes expired codes from `sms_codes`.
+#[derive(Debug, Clone)]
+pub(super) struct PurgeExpiredCodes(pub(super) PhoneLoginService);
+
+#[async_trait]
+impl Job for PurgeExpiredCodes {
+    fn name(&self) -> &str {
+        "purge_expired_sms_codes"
+    }
+
+    async fn run(&self, _ctx: JobContext) -> anyhow::Result<()> {
+        let deleted = self.0.purge_expired_codes().await?;
+        tracing::info!(deleted, "purged expired sms codes");
         Ok(())
     }
 }

@@ -22,7 +22,6 @@ pub use service::{Delivery, PhoneLoginService};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use scheduler::{Job, JobContext};
 
 use platform::{
     config::{Config, SettingsSpec},
@@ -33,6 +32,7 @@ use platform::{
 };
 
 use crate::{auth::AuthService, sms::SmsDelivery, user::UserStore};
+use jobs::PurgeExpiredCodes;
 use service::{CodePolicy, SendLimits};
 use settings::PhoneLoginSettings;
 use store::CodeStore;
@@ -157,21 +157,4 @@ fn build(
             max_attempts: settings.sms_code_max_attempts,
         },
     ))
-}
-
-/// Maintenance: deletes expired codes from `sms_codes`.
-#[derive(Debug, Clone)]
-struct PurgeExpiredCodes(PhoneLoginService);
-
-#[async_trait]
-impl Job for PurgeExpiredCodes {
-    fn name(&self) -> &str {
-        "purge_expired_sms_codes"
-    }
-
-    async fn run(&self, _ctx: JobContext) -> anyhow::Result<()> {
-        let deleted = self.0.purge_expired_codes().await?;
-        tracing::info!(deleted, "purged expired sms codes");
-        Ok(())
-    }
 }

@@ -21,7 +21,7 @@ pub const FIRST_PAUSE: Duration = Duration::from_secs(2);
 const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// A queued send.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct QueuedSend {
     /// Row id.
     pub id: i64,
@@ -38,18 +38,6 @@ pub struct QueuedSend {
 }
 
 const QUEUED_COLUMNS: &str = "id, phone, purpose, generation, expires_at, attempts";
-
-fn queued_from_row(row: &sqlx::any::AnyRow) -> sqlx::Result<QueuedSend> {
-    use sqlx::Row;
-    Ok(QueuedSend {
-        id: row.try_get("id")?,
-        phone: row.try_get("phone")?,
-        purpose: row.try_get("purpose")?,
-        generation: row.try_get("generation")?,
-        expires_at: row.try_get("expires_at")?,
-        attempts: row.try_get("attempts")?,
-    })
-}
 
 /// `sms_code_retries`.
 #[derive(Debug, Clone)]
@@ -101,7 +89,7 @@ impl RetryQueue {
 
     /// Up to [`BATCH`] sends due at `now` with ids above `after`, by id.
     pub async fn due(&self, now: i64, after: i64) -> sqlx::Result<Vec<QueuedSend>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {QUEUED_COLUMNS} FROM sms_code_retries \
              WHERE next_attempt_at <= $1 AND id > $2 ORDER BY id LIMIT $3"
         ))
@@ -109,8 +97,7 @@ impl RetryQueue {
         .bind(after)
         .bind(BATCH)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(queued_from_row).collect()
+        .await
     }
 
     /// Removes a send (delivered or dropped).
@@ -138,12 +125,11 @@ impl RetryQueue {
 
     /// Every queued send (tests, operators).
     pub async fn all(&self) -> sqlx::Result<Vec<QueuedSend>> {
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {QUEUED_COLUMNS} FROM sms_code_retries ORDER BY id"
         ))
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(queued_from_row).collect()
+        .await
     }
 }
 

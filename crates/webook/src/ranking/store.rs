@@ -37,18 +37,28 @@ pub struct Candidate {
 }
 
 /// What the list shows of a winner besides numbers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Details {
     /// Title.
     pub title: String,
     /// Abstract.
+    #[sqlx(rename = "abstract")]
     pub abstract_text: String,
     /// Author's nickname ('' when unset).
+    #[sqlx(rename = "nickname")]
     pub author_nickname: String,
 }
 
+/// A [`RankingStore::details`] row: the article's id and its details.
+#[derive(sqlx::FromRow)]
+struct DetailsRow {
+    id: i64,
+    #[sqlx(flatten)]
+    details: Details,
+}
+
 /// A list as shared between instances: the items' JSON and its fence.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SharedList {
     /// The items, a JSON array (the `data` of `GET /ranking/top`).
     pub items: String,
@@ -120,43 +130,23 @@ impl RankingStore {
              WHERE p.id IN ({})",
             placeholders(1, ids.len())
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = sqlx::query_as::<_, DetailsRow>(&sql);
         for id in ids {
             query = query.bind(id);
         }
         let rows = query.fetch_all(self.db.pool()).await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("id")?,
-                    Details {
-                        title: row.try_get("title")?,
-                        abstract_text: row.try_get("abstract")?,
-                        author_nickname: row.try_get("nickname")?,
-                    },
-                ))
-            })
-            .collect()
+        Ok(rows.into_iter().map(|row| (row.id, row.details)).collect())
     }
 
     /// The shared list called `name`, if any.
     pub async fn load_shared(&self, name: &str) -> sqlx::Result<Option<SharedList>> {
-        let row = sqlx::query(
+        sqlx::query_as(
             "SELECT items, computed_at, fence_at, fence_token FROM ranking_snapshots \
              WHERE name = $1",
         )
         .bind(name)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.map(|row| {
-            Ok(SharedList {
-                items: row.try_get("items")?,
-                computed_at: row.try_get("computed_at")?,
-                fence_at: row.try_get("fence_at")?,
-                fence_token: row.try_get("fence_token")?,
-            })
-        })
-        .transpose()
+        .await
     }
 
     /// Stores `list` as `name` unless the stored list has a newer fence. Returns whether it

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
-    service::{RewardCreated, RewardView, Rewards},
-    store::{RewardStatus, Role},
+    model::{RewardStatus, Role},
+    service::{RewardCreated, RewardService, RewardView},
 };
 use platform::{
     error::{positive_id, ApiJson, ApiQuery, ApiResult, AppError, Msg, Reply},
@@ -31,7 +31,7 @@ use platform::{
 /// What the handlers reach.
 pub struct RewardRoutes {
     /// Rewards.
-    pub rewards: Rewards,
+    pub rewards: RewardService,
     /// Rewards created per user (`reward_rate_limit`); `None` when turned off.
     pub limiter: Option<RateLimiter>,
 }

@@ -2,21 +2,22 @@
 //! and accounts). The author receives the amount less the platform's share, posted to the
 //! ledger when the payment succeeds.
 //!
-//! Data flow: `POST /articles/pub/reward` ([`http`]) → [`Rewards::create`]: the reward and its
-//! pending payment in one transaction ([`store`], [`crate::payment`]), then the provider's order
-//! and its code URL. The payment's `payment_succeeded` / `payment_failed` event (outbox) reaches
-//! the consumers here, which mark the reward paid and post its split in one transaction, or
-//! mark it failed, and wake the long polls of `POST /reward/detail`. See [`service`] for the
-//! rules.
+//! Data flow: `POST /articles/pub/reward` ([`http`]) → [`RewardService::create`]: the reward and
+//! its pending payment in one transaction ([`store`], [`crate::payment`]), then the provider's
+//! order and its code URL. The payment's `payment_succeeded` / `payment_failed` event (outbox)
+//! reaches the consumers here, which mark the reward paid and post its split in one transaction, or
+//! mark it failed, and wake the long polls of `POST /reward/detail`. See [`service`] for the rules.
 
 pub mod http;
+pub mod model;
 pub mod service;
 pub mod settings;
 pub mod store;
 
-pub use service::{RewardCreated, RewardView, Rewards, MAX_AMT, MIN_AMT, REWARD_BIZ};
+pub use model::{Reward, RewardStatus, Role};
+pub use service::{RewardCreated, RewardService, RewardView, MAX_AMT, MIN_AMT, REWARD_BIZ};
 pub use settings::RewardSettings;
-pub use store::{Reward, RewardStatus, RewardStore, Role};
+pub use store::RewardStore;
 
 use async_trait::async_trait;
 use platform::{
@@ -26,19 +27,24 @@ use platform::{
     rate_limit::RateLimiter,
 };
 
-use crate::{article::ArticleService, payment::Payments};
+use crate::{article::ArticleService, payment::PaymentService};
 
-/// The rewards feature: provides [`Rewards`].
-pub struct RewardsFeature;
+/// The rewards feature: provides [`RewardService`].
+pub struct Rewards;
 
 #[async_trait]
-impl Feature for RewardsFeature {
+impl Feature for Rewards {
     fn name(&self) -> &'static str {
         "rewards"
     }
 
     fn needs(&self) -> &'static [Service] {
-        const { &[Service::of::<Payments>(), Service::of::<ArticleService>()] }
+        const {
+            &[
+                Service::of::<PaymentService>(),
+                Service::of::<ArticleService>(),
+            ]
+        }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {
@@ -60,9 +66,9 @@ impl Feature for RewardsFeature {
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<RewardSettings>()?;
-        let rewards = Rewards::new(
+        let rewards = RewardService::new(
             RewardStore::new(platform.db.clone()),
-            registry.get::<Payments>()?,
+            registry.get::<PaymentService>()?,
             registry.get::<ArticleService>()?,
             settings.reward_share_bps,
             settings.long_poll(&platform.config),

@@ -1,4 +1,4 @@
-//! [`Rewards`]: create a reward and its payment, answer its status by long poll, list them,
+//! [`RewardService`]: create a reward and its payment, answer its status by long poll, list them,
 //! and apply payment events — the split posted to the ledger in the transaction that marks the
 //! reward paid.
 //!
@@ -37,13 +37,16 @@ use platform::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::store::{NewReward, Reward, RewardStatus, RewardStore, Role};
+use super::{
+    model::{NewReward, Reward, RewardStatus, Role},
+    store::RewardStore,
+};
 use crate::{
     account::{self, AccountRef, Line, PostError, Posted, Posting},
     article::ArticleService,
     payment::{
-        random_nonce as crypto_nonce, NewPayment, PaymentEvent, Payments, TOPIC_PAYMENT_FAILED,
-        TOPIC_PAYMENT_SUCCEEDED,
+        random_nonce as crypto_nonce, NewPayment, PaymentEvent, PaymentService,
+        TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
     },
 };
 
@@ -135,9 +138,9 @@ impl Waiters {
 
 /// The rewards service; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Rewards {
+pub struct RewardService {
     store: RewardStore,
-    payments: Payments,
+    payments: PaymentService,
     articles: ArticleService,
     waiters: Waiters,
     share_bps: i64,
@@ -148,12 +151,12 @@ fn invalid(en: &'static str, zh: &'static str) -> AppError {
     AppError::InvalidInput(Msg::new(en, zh))
 }
 
-impl Rewards {
+impl RewardService {
     /// Rewards in `store`, paid through `payments`, for `articles`; the platform keeps
     /// `share_bps` / 10 000 of each; a status request waits up to `long_poll`.
     pub fn new(
         store: RewardStore,
-        payments: Payments,
+        payments: PaymentService,
         articles: ArticleService,
         share_bps: i64,
         long_poll: Duration,

@@ -2,117 +2,14 @@
 //! A reward is written `init` together with its payment (one transaction) and changes once —
 //! to `payed` with the ledger posting of its split, or to `failed` — when its payment settles.
 
-use serde::Serialize;
-use sqlx::{any::AnyRow, Any, AnyConnection, Row, Transaction};
+use sqlx::{Any, AnyConnection, Transaction};
 
 use platform::db::Db;
 
-/// Where a reward stands; spelled on the wire as the course frontend compares it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
-pub enum RewardStatus {
-    /// Waiting for payment.
-    #[serde(rename = "RewardStatusInit")]
-    Init,
-    /// Paid and credited to the author.
-    #[serde(rename = "RewardStatusPayed")]
-    Payed,
-    /// Will not be paid.
-    #[serde(rename = "RewardStatusFailed")]
-    Failed,
-}
-
-impl RewardStatus {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Init => "init",
-            Self::Payed => "payed",
-            Self::Failed => "failed",
-        }
-    }
-
-    fn parse(text: &str) -> sqlx::Result<Self> {
-        match text {
-            "init" => Ok(Self::Init),
-            "payed" => Ok(Self::Payed),
-            "failed" => Ok(Self::Failed),
-            other => Err(sqlx::Error::Decode(
-                format!("unknown reward status {other:?}").into(),
-            )),
-        }
-    }
-}
-
-/// A reward row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reward {
-    /// Id (`rid`).
-    pub id: i64,
-    /// Who pays.
-    pub payer_id: i64,
-    /// Who is paid.
-    pub author_id: i64,
-    /// The article.
-    pub article_id: i64,
-    /// Its title when it was rewarded.
-    pub article_title: String,
-    /// Fen.
-    pub amt: i64,
-    /// Where it stands.
-    pub status: RewardStatus,
-    /// Its payment's trade number.
-    pub trade_no: String,
-    /// When its payment stops accepting payment (ms).
-    pub expires_at: i64,
-    /// Created (ms).
-    pub ctime: i64,
-}
+use super::model::{NewReward, Reward, Role};
 
 const COLUMNS: &str =
     "id, payer_id, author_id, article_id, article_title, amt, status, trade_no, expires_at, ctime";
-
-fn reward_from_row(row: &AnyRow) -> sqlx::Result<Reward> {
-    Ok(Reward {
-        id: row.try_get("id")?,
-        payer_id: row.try_get("payer_id")?,
-        author_id: row.try_get("author_id")?,
-        article_id: row.try_get("article_id")?,
-        article_title: row.try_get("article_title")?,
-        amt: row.try_get("amt")?,
-        status: RewardStatus::parse(&row.try_get::<String, _>("status")?)?,
-        trade_no: row.try_get("trade_no")?,
-        expires_at: row.try_get("expires_at")?,
-        ctime: row.try_get("ctime")?,
-    })
-}
-
-/// A reward to record.
-#[derive(Debug, Clone)]
-pub struct NewReward<'a> {
-    /// Who pays.
-    pub payer_id: i64,
-    /// Who is paid.
-    pub author_id: i64,
-    /// The article.
-    pub article_id: i64,
-    /// Its title.
-    pub article_title: &'a str,
-    /// Fen.
-    pub amt: i64,
-    /// Its payment's trade number.
-    pub trade_no: &'a str,
-    /// When its payment stops accepting payment (ms).
-    pub expires_at: i64,
-}
-
-/// Which side of rewards a list shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The caller paid them.
-    Sent,
-    /// The caller's articles received them.
-    Received,
-}
 
 /// The rewards table; cheap to clone.
 #[derive(Debug, Clone)]
@@ -163,7 +60,7 @@ impl RewardStore {
         amt: i64,
         usable_until: i64,
     ) -> sqlx::Result<Option<Reward>> {
-        let row = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM rewards WHERE payer_id = $1 AND article_id = $2 AND amt = $3 \
              AND status = 'init' AND expires_at > $4 ORDER BY id DESC LIMIT 1"
         ))
@@ -172,17 +69,15 @@ impl RewardStore {
         .bind(amt)
         .bind(usable_until)
         .fetch_optional(self.db.pool())
-        .await?;
-        row.as_ref().map(reward_from_row).transpose()
+        .await
     }
 
     /// Reward `rid`.
     pub async fn by_id(&self, rid: i64) -> sqlx::Result<Option<Reward>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
             .bind(rid)
             .fetch_optional(self.db.pool())
-            .await?;
-        row.as_ref().map(reward_from_row).transpose()
+            .await
     }
 
     /// Marks `init` reward `rid` paid in `tx`; returns the reward (whatever its status was).
@@ -198,11 +93,10 @@ impl RewardStore {
         .bind(rid)
         .execute(&mut **tx)
         .await?;
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM rewards WHERE id = $1"))
             .bind(rid)
             .fetch_optional(&mut **tx)
-            .await?;
-        row.as_ref().map(reward_from_row).transpose()
+            .await
     }
 
     /// Marks `init` reward `rid` failed; whether it changed.
@@ -232,14 +126,13 @@ impl RewardStore {
             Role::Sent => "payer_id = $1",
             Role::Received => "author_id = $1 AND status = 'payed'",
         };
-        let rows = sqlx::query(&format!(
+        sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM rewards WHERE {filter} AND id < $2 ORDER BY id DESC LIMIT $3"
         ))
         .bind(uid)
         .bind(before)
         .bind(limit)
         .fetch_all(self.db.pool())
-        .await?;
-        rows.iter().map(reward_from_row).collect()
+        .await
     }
 }

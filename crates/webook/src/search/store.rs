@@ -5,12 +5,11 @@
 use std::collections::HashMap;
 
 use platform::db::{placeholders, Db};
-use sqlx::{any::AnyRow, Row};
 
 use crate::{article::ArticleStatus, biz::Biz};
 
 /// A published article with what search needs of it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ArticleRow {
     /// Id.
     pub id: i64,
@@ -19,25 +18,29 @@ pub struct ArticleRow {
     /// Sanitised HTML.
     pub content: String,
     /// Escaped abstract.
+    #[sqlx(rename = "abstract")]
     pub abstract_text: String,
     /// Author id.
     pub author_id: i64,
     /// Author's nickname ('' when none).
+    #[sqlx(rename = "nickname")]
     pub author_nickname: String,
     /// First publication (ms).
     pub ctime: i64,
     /// Likes.
+    #[sqlx(rename = "like_cnt")]
     pub likes: i64,
 }
 
 /// A user's public profile.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct UserRow {
     /// Id.
     pub id: i64,
     /// Nickname ('' when none).
     pub nickname: String,
     /// About me.
+    #[sqlx(rename = "about_me")]
     pub about: String,
 }
 
@@ -49,27 +52,6 @@ const ARTICLE_FROM: &str = "FROM published_articles p \
      LEFT JOIN users u ON u.id = p.author_id \
      LEFT JOIN interactives i ON i.biz = $1 AND i.biz_id = p.id \
      WHERE p.status = $2";
-
-fn article_row(row: &AnyRow) -> sqlx::Result<ArticleRow> {
-    Ok(ArticleRow {
-        id: row.try_get("id")?,
-        title: row.try_get("title")?,
-        content: row.try_get("content")?,
-        abstract_text: row.try_get("abstract")?,
-        author_id: row.try_get("author_id")?,
-        author_nickname: row.try_get("nickname")?,
-        ctime: row.try_get("ctime")?,
-        likes: row.try_get("like_cnt")?,
-    })
-}
-
-fn user_row(row: &AnyRow) -> sqlx::Result<UserRow> {
-    Ok(UserRow {
-        id: row.try_get("id")?,
-        nickname: row.try_get("nickname")?,
-        about: row.try_get("about_me")?,
-    })
-}
 
 /// Search's reads.
 #[derive(Debug, Clone)]
@@ -92,18 +74,13 @@ impl SearchStore {
             "SELECT {ARTICLE_COLUMNS} {ARTICLE_FROM} AND p.id IN ({})",
             placeholders(3, ids.len())
         );
-        let mut query = sqlx::query(&sql)
+        let mut query = sqlx::query_as(&sql)
             .bind(Biz::Article.as_str())
             .bind(i64::from(ArticleStatus::Published));
         for id in ids {
             query = query.bind(*id);
         }
-        query
-            .fetch_all(self.db.pool())
-            .await?
-            .iter()
-            .map(article_row)
-            .collect()
+        query.fetch_all(self.db.pool()).await
     }
 
     /// Rows a rebuild writes: published articles and users with a profile.
@@ -124,16 +101,13 @@ impl SearchStore {
     pub async fn article_page(&self, after: i64, limit: i64) -> sqlx::Result<Vec<ArticleRow>> {
         let sql =
             format!("SELECT {ARTICLE_COLUMNS} {ARTICLE_FROM} AND p.id > $3 ORDER BY p.id LIMIT $4");
-        sqlx::query(&sql)
+        sqlx::query_as(&sql)
             .bind(Biz::Article.as_str())
             .bind(i64::from(ArticleStatus::Published))
             .bind(after)
             .bind(limit)
             .fetch_all(self.db.pool())
-            .await?
-            .iter()
-            .map(article_row)
-            .collect()
+            .await
     }
 
     /// Ids of `author`'s articles (any status) after id `after`, by id, at most `limit`: whose
@@ -165,14 +139,12 @@ impl SearchStore {
              WHERE b.biz = $1 AND b.biz_id IN ({}) ORDER BY b.biz_id, b.tid",
             placeholders(2, ids.len())
         );
-        let mut query = sqlx::query(&sql).bind(Biz::Article.as_str());
+        let mut query = sqlx::query_as::<_, (i64, String)>(&sql).bind(Biz::Article.as_str());
         for id in ids {
             query = query.bind(*id);
         }
-        for row in query.fetch_all(self.db.pool()).await? {
-            tags.entry(row.try_get("biz_id")?)
-                .or_default()
-                .push(row.try_get("name")?);
+        for (biz_id, name) in query.fetch_all(self.db.pool()).await? {
+            tags.entry(biz_id).or_default().push(name);
         }
         Ok(tags)
     }
@@ -186,30 +158,22 @@ impl SearchStore {
             "SELECT id, nickname, about_me FROM users WHERE id IN ({})",
             placeholders(1, ids.len())
         );
-        let mut query = sqlx::query(&sql);
+        let mut query = sqlx::query_as(&sql);
         for id in ids {
             query = query.bind(*id);
         }
-        query
-            .fetch_all(self.db.pool())
-            .await?
-            .iter()
-            .map(user_row)
-            .collect()
+        query.fetch_all(self.db.pool()).await
     }
 
     /// The next `limit` users after id `after` who wrote a nickname or an about-me, by id.
     pub async fn user_page(&self, after: i64, limit: i64) -> sqlx::Result<Vec<UserRow>> {
-        sqlx::query(
+        sqlx::query_as(
             "SELECT id, nickname, about_me FROM users \
              WHERE id > $1 AND (nickname <> '' OR about_me <> '') ORDER BY id LIMIT $2",
         )
         .bind(after)
         .bind(limit)
         .fetch_all(self.db.pool())
-        .await?
-        .iter()
-        .map(user_row)
-        .collect()
+        .await
     }
 }

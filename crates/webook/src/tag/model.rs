@@ -145,7 +145,7 @@ pub fn distinct_tag_ids(tids: &[i64]) -> Result<Vec<i64>, AppError> {
 }
 
 /// A tag as the routes show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema, sqlx::FromRow)]
 pub struct Tag {
     /// Tag id.
     pub id: i64,

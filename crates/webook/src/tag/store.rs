@@ -28,8 +28,6 @@
 
 use std::collections::HashMap;
 
-use sqlx::{any::AnyRow, Row};
-
 use crate::{
     biz::Biz,
     tag::model::{
@@ -165,7 +163,7 @@ impl TagStore {
         let mut owner_uid = 0;
         let (mut after_uid, mut after_id) = (i64::MIN, i64::MIN);
         loop {
-            let rows = sqlx::query(
+            let rows: Vec<(i64, i64, String, String)> = sqlx::query_as(
                 "SELECT id, uid, name, name_key FROM tags \
                  WHERE uid > $1 OR (uid = $1 AND id > $2) ORDER BY uid, id LIMIT $3",
             )
@@ -175,14 +173,13 @@ impl TagStore {
             .fetch_all(&mut *tx)
             .await?;
             let done = (rows.len() as i64) < REKEY_BATCH;
-            for row in &rows {
-                let (id, uid): (i64, i64) = (row.try_get("id")?, row.try_get("uid")?);
+            for (id, uid, name, name_key) in rows {
                 if uid != owner_uid && !owner.is_empty() {
                     rekey_owner(&mut tx, owner_uid, &owner, &mut report).await?;
                     owner.clear();
                 }
                 owner_uid = uid;
-                owner.push((id, row.try_get("name")?, row.try_get("name_key")?));
+                owner.push((id, name, name_key));
                 (after_uid, after_id) = (uid, id);
             }
             if done {
@@ -198,11 +195,10 @@ impl TagStore {
 
     /// Every tag of `uid`, by id.
     pub async fn owned_by(&self, uid: i64) -> sqlx::Result<Vec<Tag>> {
-        let rows = sqlx::query("SELECT id, name FROM tags WHERE uid = $1 ORDER BY id")
+        sqlx::query_as("SELECT id, name FROM tags WHERE uid = $1 ORDER BY id")
             .bind(uid)
             .fetch_all(self.db.pool())
-            .await?;
-        rows.iter().map(tag_of).collect()
+            .await
     }
 
     /// Replaces `uid`'s tags on object `biz`/`biz_id` with `tids` (distinct; empty clears them)
@@ -241,14 +237,11 @@ impl TagStore {
                 "SELECT id, name FROM tags WHERE uid = $1 AND id IN ({}) ORDER BY id",
                 placeholders(2, tids.len())
             );
-            let mut query = sqlx::query(&sql).bind(uid);
+            let mut query = sqlx::query_as::<_, Tag>(&sql).bind(uid);
             for tid in tids {
                 query = query.bind(*tid);
             }
-            let rows = query.fetch_all(&mut *tx).await?;
-            rows.iter()
-                .map(tag_of)
-                .collect::<sqlx::Result<Vec<Tag>>>()?
+            query.fetch_all(&mut *tx).await?
         };
         if tags.len() != tids.len() {
             return Err(ReplaceError::NotTheirTag);
@@ -312,12 +305,11 @@ impl TagStore {
             "SELECT t.id, t.name FROM tag_bizs b JOIN tags t ON t.id = b.tid \
              WHERE b.biz = $1 AND b.biz_id = $2{owner_filter} ORDER BY t.id"
         );
-        let mut query = sqlx::query(&sql).bind(biz.as_str()).bind(biz_id);
+        let mut query = sqlx::query_as(&sql).bind(biz.as_str()).bind(biz_id);
         if let Some(owner) = owner {
             query = query.bind(owner);
         }
-        let rows = query.fetch_all(self.db.pool()).await?;
-        rows.iter().map(tag_of).collect()
+        query.fetch_all(self.db.pool()).await
     }
 
     /// Whether `caller` may see object `biz`/`biz_id`'s tags: it is visible to readers
@@ -338,7 +330,7 @@ impl TagStore {
         after: ArticleCursor,
         limit: usize,
     ) -> sqlx::Result<Option<(Vec<TaggedArticle>, bool)>> {
-        let rows = sqlx::query(
+        let rows: Vec<TaggedRow> = sqlx::query_as(
             "SELECT page.id, page.title, page.abstract, page.author_id, page.nickname, \
              page.like_cnt, page.comment_cnt, page.ctime, page.utime \
              FROM tags t LEFT JOIN ( \
@@ -363,12 +355,8 @@ impl TagStore {
         if rows.is_empty() {
             return Ok(None);
         }
-        let mut articles = Vec::with_capacity(rows.len().min(limit));
-        for row in &rows {
-            if let Some(article) = tagged_article(row)? {
-                articles.push(article);
-            }
-        }
+        let mut articles: Vec<TaggedArticle> =
+            rows.into_iter().filter_map(TaggedRow::article).collect();
         let more = articles.len() > limit;
         articles.truncate(limit);
         Ok(Some((articles, more)))
@@ -442,28 +430,35 @@ async fn rekey_owner(
     Ok(())
 }
 
-fn tag_of(row: &AnyRow) -> sqlx::Result<Tag> {
-    Ok(Tag {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-    })
+/// One row of [`TagStore::articles`]: the tag left-joined to a page of its articles, so every
+/// column is null in the one row of a tag without (more) articles.
+#[derive(sqlx::FromRow)]
+struct TaggedRow {
+    id: Option<i64>,
+    title: Option<String>,
+    #[sqlx(rename = "abstract")]
+    abstract_text: Option<String>,
+    author_id: Option<i64>,
+    nickname: Option<String>,
+    like_cnt: Option<i64>,
+    comment_cnt: Option<i64>,
+    ctime: Option<i64>,
+    utime: Option<i64>,
 }
 
-/// One row of [`TagStore::articles`]; `None` for the row of a tag without (more) articles.
-fn tagged_article(row: &AnyRow) -> sqlx::Result<Option<TaggedArticle>> {
-    let Some(id) = row.try_get::<Option<i64>, _>("id")? else {
-        return Ok(None);
-    };
-    let author: i64 = row.try_get("author_id")?;
-    let nickname: Option<String> = row.try_get("nickname")?;
-    Ok(Some(TaggedArticle {
-        id,
-        title: row.try_get("title")?,
-        abstract_text: row.try_get("abstract")?,
-        author: Person::new(author, nickname.as_deref()),
-        like_cnt: row.try_get("like_cnt")?,
-        comment_cnt: row.try_get("comment_cnt")?,
-        ctime: row.try_get("ctime")?,
-        utime: row.try_get("utime")?,
-    }))
+impl TaggedRow {
+    /// The article of the row; `None` for the row of a tag without (more) articles.
+    fn article(self) -> Option<TaggedArticle> {
+        let author = self.author_id?;
+        Some(TaggedArticle {
+            id: self.id?,
+            title: self.title?,
+            abstract_text: self.abstract_text?,
+            author: Person::new(author, self.nickname.as_deref()),
+            like_cnt: self.like_cnt?,
+            comment_cnt: self.comment_cnt?,
+            ctime: self.ctime?,
+            utime: self.utime?,
+        })
+    }
 }

@@ -33,7 +33,7 @@ pub const MAX_NICKNAME_CHARS: usize = 64;
 pub const MAX_ABOUT_ME_CHARS: usize = 1024;
 
 /// A stored account, as the service sees it. The password hash never leaves the service.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct User {
     /// Id.
     pub id: i64,

@@ -1,7 +1,5 @@
 //! SQL for accounts (`users`). One implementation for SQLite and PostgreSQL.
 
-use sqlx::{any::AnyRow, Row};
-
 use crate::user::model::{ProfileEdit, ProfileEvent, User, TOPIC_PROFILE_CHANGED};
 use platform::{db::Db, events::outbox};
 
@@ -72,12 +70,10 @@ impl UserStore {
         &self,
         email: &str,
     ) -> sqlx::Result<Option<(i64, Option<String>)>> {
-        let row = sqlx::query("SELECT id, password FROM users WHERE email = $1")
+        sqlx::query_as("SELECT id, password FROM users WHERE email = $1")
             .bind(email)
             .fetch_optional(self.db.pool())
-            .await?;
-        row.map(|row| Ok((row.try_get("id")?, row.try_get("password")?)))
-            .transpose()
+            .await
     }
 
     /// The account of `phone` (normalised), created — without a password — when there is none;
@@ -198,11 +194,10 @@ impl UserStore {
 
     /// The account `id`.
     pub async fn find_by_id(&self, id: i64) -> sqlx::Result<Option<User>> {
-        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
+        sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE id = $1"))
             .bind(id)
             .fetch_optional(self.db.pool())
-            .await?;
-        row.as_ref().map(user_from_row).transpose()
+            .await
     }
 
     /// Applies `edit` (absent fields unchanged) and, when `announce`, records a
@@ -234,17 +229,4 @@ impl UserStore {
         tx.commit().await?;
         Ok(changed)
     }
-}
-
-fn user_from_row(row: &AnyRow) -> sqlx::Result<User> {
-    Ok(User {
-        id: row.try_get("id")?,
-        email: row.try_get("email")?,
-        phone: row.try_get("phone")?,
-        nickname: row.try_get("nickname")?,
-        birthday: row.try_get("birthday")?,
-        about_me: row.try_get("about_me")?,
-        ctime: row.try_get("ctime")?,
-        utime: row.try_get("utime")?,
-    })
 }

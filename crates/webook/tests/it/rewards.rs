@@ -20,7 +20,7 @@ use webook::{
         crypto::SigningKey,
         fake::FAKE_SERIAL,
         notify::{seal, SealedNotification},
-        reconcile_day, sweep, Applied, FakePay, PaymentProvider, PaymentStatus, Payments,
+        reconcile_day, sweep, Applied, FakePay, PaymentProvider, PaymentService, PaymentStatus,
         TradeState,
     },
     testing::TestApp,
@@ -99,7 +99,7 @@ async fn balance(app: &TestApp, member: &Member) -> i64 {
 }
 
 async fn platform_revenue(app: &TestApp) -> i64 {
-    let db = app.service::<Payments>().store().db().clone();
+    let db = app.service::<PaymentService>().store().db().clone();
     sqlx::query_scalar::<_, i64>(
         "SELECT COALESCE(MAX(balance), 0) FROM accounts WHERE kind = 'platform_revenue'",
     )
@@ -109,7 +109,7 @@ async fn platform_revenue(app: &TestApp) -> i64 {
 }
 
 async fn entries_of(app: &TestApp, rid: i64) -> i64 {
-    let db = app.service::<Payments>().store().db().clone();
+    let db = app.service::<PaymentService>().store().db().clone();
     sqlx::query_scalar::<_, i64>(
         "SELECT COUNT(*) FROM account_entries WHERE biz = 'reward' AND biz_id = $1",
     )
@@ -120,7 +120,7 @@ async fn entries_of(app: &TestApp, rid: i64) -> i64 {
 }
 
 async fn payment_status(app: &TestApp, trade_no: &str) -> PaymentStatus {
-    app.service::<Payments>()
+    app.service::<PaymentService>()
         .store()
         .by_trade_no(trade_no)
         .await
@@ -341,7 +341,7 @@ async fn ten_concurrent_identical_notifications_credit_once(setup: Setup) {
     // And once more, later: still once.
     assert_eq!(deliver(&app, &notification).await.0, StatusCode::OK);
     assert_eq!(
-        app.service::<Payments>()
+        app.service::<PaymentService>()
             .accept_notification(&notification.header_map(), &notification.body)
             .await
             .unwrap(),
@@ -488,7 +488,7 @@ async fn a_lost_notification_is_settled_by_the_sweep_and_an_unpaid_order_is_clos
     let fake: FakePay = app.service();
     // Paid at the provider; the notification never arrives.
     fake.decide(&paid_trade, true).await.unwrap();
-    let payments: Payments = app.service();
+    let payments: PaymentService = app.service();
 
     // Before expiry the sweep leaves both alone.
     let report = sweep(&payments, platform::db::now_millis(), || true)
@@ -549,7 +549,7 @@ async fn a_credit_interrupted_after_the_payment_commit_completes_in_the_next_pro
     let settled = store
         .settle(
             &trade_no,
-            &webook::payment::store::Settlement {
+            &webook::payment::model::Settlement {
                 status: PaymentStatus::Succeeded,
                 txn_id: transaction.transaction_id.clone(),
                 paid_at: Some(platform::db::now_millis()),
@@ -559,7 +559,7 @@ async fn a_credit_interrupted_after_the_payment_commit_completes_in_the_next_pro
         .await
         .unwrap();
     assert!(
-        matches!(settled, webook::payment::store::Settled::Changed(_)),
+        matches!(settled, webook::payment::model::Settled::Changed(_)),
         "{settled:?}"
     );
 
@@ -627,7 +627,7 @@ async fn reconciliation_reports_each_injected_discrepancy_once(setup: Setup) {
     assert_eq!(admin.uid, 1);
     let (_author, reader, article) = author_and_reader(&app).await;
     let fake: FakePay = app.service();
-    let payments: Payments = app.service();
+    let payments: PaymentService = app.service();
     let db = payments.store().db().clone();
     let now = platform::db::now_millis();
 
@@ -880,7 +880,7 @@ async fn rewards_are_paid_through_wechat_pay_end_to_end(setup: Setup) {
         .as_str()
         .unwrap()
         .to_owned();
-    let payments: Payments = app.service();
+    let payments: PaymentService = app.service();
     let trade_no: String = sqlx::query_scalar("SELECT trade_no FROM rewards WHERE id = $1")
         .bind(rid)
         .fetch_one(payments.store().db().pool())
