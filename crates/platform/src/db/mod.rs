@@ -562,6 +562,18 @@ pub fn row_placeholders(rows: usize, columns: usize) -> String {
         .join(", ")
 }
 
+/// One past the largest `id` in `table` (1 when empty): the id the next row given an explicit id
+/// takes, read in the caller's transaction on `conn`. `table` is a name from the code.
+pub async fn next_free_id(
+    conn: &mut sqlx::AnyConnection,
+    table: &'static str,
+) -> sqlx::Result<i64> {
+    let largest: i64 = sqlx::query_scalar(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"))
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(largest + 1)
+}
+
 /// After rows were inserted into `table` with explicit ids: on PostgreSQL, moves the identity
 /// sequence of its `id` column past the largest id, so rows inserted later get fresh ids (in
 /// the caller's transaction on `conn`). SQLite's `AUTOINCREMENT` keeps track by itself:

@@ -15,8 +15,10 @@ use std::ops::Range;
 
 use sqlx::AnyConnection;
 
-use platform::db::advance_id_sequence;
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use platform::{
+    config::DatabaseKind,
+    db::{advance_id_sequence, bulk_row_placeholders, next_free_id},
+};
 
 /// Rows per `INSERT` (8 values each, long texts): under SQLite's limit of 32 766 bound values.
 const ARTICLES_PER_STATEMENT: usize = 500;
@@ -62,10 +64,7 @@ pub struct PublishedArticle {
 
 /// One past the largest article id: the id the next seeded article gets.
 pub async fn next_article_id(conn: &mut AnyConnection) -> sqlx::Result<i64> {
-    let largest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM articles")
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(largest + 1)
+    next_free_id(conn, "articles").await
 }
 
 /// Inserts the author's copies of `rows` into `articles`, and the reader copies of those ever

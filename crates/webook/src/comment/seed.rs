@@ -15,8 +15,10 @@
 use sqlx::AnyConnection;
 
 use crate::biz::Biz;
-use platform::db::advance_id_sequence;
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use platform::{
+    config::DatabaseKind,
+    db::{advance_id_sequence, bulk_row_placeholders, next_free_id},
+};
 
 /// Rows per `INSERT` (12 values each).
 const COMMENTS_PER_STATEMENT: usize = 500;
@@ -46,10 +48,7 @@ pub struct SeededComment {
 
 /// One past the largest comment id: the id the next seeded comment gets.
 pub async fn next_comment_id(conn: &mut AnyConnection) -> sqlx::Result<i64> {
-    let largest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM comments")
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(largest + 1)
+    next_free_id(conn, "comments").await
 }
 
 /// Inserts `rows` into `comments` (none deleted), then moves PostgreSQL's id sequence past

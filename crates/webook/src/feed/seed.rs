@@ -22,8 +22,10 @@
 use sqlx::AnyConnection;
 
 use super::model::{Delivery, FeedKind};
-use platform::db::advance_id_sequence;
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use platform::{
+    config::DatabaseKind,
+    db::{advance_id_sequence, bulk_row_placeholders, next_free_id},
+};
 
 /// `kind` of article items and their inbox rows.
 const ARTICLE_KIND: &str = FeedKind::Article.as_str();
@@ -112,10 +114,7 @@ pub fn seeded_bulk_tables(with_follows: bool) -> &'static [&'static str] {
 
 /// One past the largest feed item id: the id the next seeded item gets.
 pub async fn next_feed_item_id(conn: &mut AnyConnection) -> sqlx::Result<i64> {
-    let largest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM feed_events")
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(largest + 1)
+    next_free_id(conn, "feed_events").await
 }
 
 /// Inserts follows (status 1).

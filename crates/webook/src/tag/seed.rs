@@ -16,8 +16,10 @@ use sqlx::AnyConnection;
 
 use super::model::tag_key;
 use crate::biz::Biz;
-use platform::db::advance_id_sequence;
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use platform::{
+    config::DatabaseKind,
+    db::{advance_id_sequence, bulk_row_placeholders, next_free_id},
+};
 
 /// Rows per `INSERT` (6 values each for tags, 5 for tag rows).
 const ROWS_PER_STATEMENT: usize = 1_000;
@@ -53,9 +55,7 @@ pub struct SeededTagRow {
 
 /// One past the largest tag id: the id the next seeded tag gets.
 pub async fn next_tag_id(conn: &mut AnyConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) + 1 FROM tags")
-        .fetch_one(&mut *conn)
-        .await
+    next_free_id(conn, "tags").await
 }
 
 /// Inserts `rows` into `tags`, then moves PostgreSQL's id sequence past them.

@@ -10,8 +10,10 @@
 
 use sqlx::AnyConnection;
 
-use platform::db::advance_id_sequence;
-use platform::{config::DatabaseKind, db::bulk_row_placeholders};
+use platform::{
+    config::DatabaseKind,
+    db::{advance_id_sequence, bulk_row_placeholders, next_free_id},
+};
 
 /// Rows per `INSERT` (7 values each): a few thousand bound values, under SQLite's limit of
 /// 32 766.
@@ -34,10 +36,7 @@ pub struct SeededUser {
 
 /// One past the largest user id: the id the next seeded user gets.
 pub async fn next_user_id(conn: &mut AnyConnection) -> sqlx::Result<i64> {
-    let largest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM users")
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(largest + 1)
+    next_free_id(conn, "users").await
 }
 
 /// Inserts `rows` into `users`, all with the password hash `password_hash`, then moves
