@@ -15,6 +15,7 @@
 //! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
 //! cryptography is in [`crypto`].
 
+pub mod actions;
 pub mod crypto;
 pub mod fake;
 pub mod http;
@@ -22,6 +23,7 @@ pub mod model;
 pub mod notify;
 pub mod provider;
 pub mod reconcile;
+pub mod refund;
 pub mod service;
 pub mod settings;
 pub mod store;
@@ -30,11 +32,12 @@ pub mod wechat;
 pub use crypto::random_nonce;
 pub use fake::FakePay;
 pub use model::{
-    NewPayment, Payment, PaymentEvent, PaymentStatus, TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+    NewPayment, NewRefund, Payment, PaymentEvent, PaymentStatus, Refund, RefundStatus, REFUND_BIZ,
+    TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_REFUNDED, TOPIC_PAYMENT_SUCCEEDED,
 };
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
-pub use service::{Applied, PaymentService};
+pub use service::{Applied, PaymentService, Seller};
 pub use settings::{PaymentSettings, ProviderName};
 pub use store::PaymentStore;
 pub use wechat::WechatPay;
@@ -108,11 +111,18 @@ impl Feature for Payments {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            18,
-            "payments",
-            include_str!("../../migrations/0018_payments.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                18,
+                "payments",
+                include_str!("../../migrations/0018_payments.sql"),
+            ),
+            Migration::new(
+                28,
+                "refunds",
+                include_str!("../../migrations/0028_refunds.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 
@@ -142,13 +152,28 @@ impl Feature for Payments {
                 }
                 Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
             };
+        // Payments ordered from a provider used before are still queried, closed and refunded
+        // there: the fake's books are in the database; WeChat Pay while it is configured.
+        let mut earlier: Vec<Arc<dyn PaymentProvider>> = Vec::new();
+        if fake.is_none() {
+            earlier.push(Arc::new(FakePay::new(
+                platform.db.clone(),
+                &settings.pay_fake_base_url,
+            )?));
+        }
+        if provider.name() != "wechat" {
+            if let Ok(wechat) = settings.wechat() {
+                earlier.push(Arc::new(WechatPay::new(wechat)?));
+            }
+        }
+        let ledger = registry.get::<Ledger>()?;
         let payments = PaymentService::new(
             PaymentStore::new(platform.db.clone()),
-            provider,
+            (provider, earlier),
             platform.outbox.clone(),
+            ledger.clone(),
             settings.pay_expiry,
         );
-        let ledger = registry.get::<Ledger>()?;
         registry.executor(reconcile::SweepJob::new(payments.clone()));
         registry.executor(reconcile::ReconcileJob::new(payments.clone(), ledger));
         if config.role.runs_work() {

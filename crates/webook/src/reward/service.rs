@@ -45,8 +45,8 @@ use crate::{
     account::{self, AccountRef, Line, PostError, Posted, Posting},
     article::ArticleService,
     payment::{
-        random_nonce as crypto_nonce, NewPayment, PaymentEvent, PaymentService,
-        TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+        random_nonce as crypto_nonce, NewPayment, PaymentEvent, PaymentService, Seller,
+        TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_REFUNDED, TOPIC_PAYMENT_SUCCEEDED,
     },
 };
 
@@ -221,6 +221,7 @@ impl RewardService {
                         amt,
                         trade_no: &trade_no,
                         expires_at,
+                        share_bps: self.share_bps,
                     },
                     now,
                 )
@@ -309,9 +310,10 @@ impl RewardService {
         })
     }
 
-    /// The ledger posting of paid reward `reward`.
+    /// The ledger posting of paid reward `reward`: split by the share in force when it was
+    /// made.
     pub fn split(&self, reward: &Reward) -> Posting {
-        let share = platform_share(reward.amt, self.share_bps);
+        let share = platform_share(reward.amt, reward.share_bps.unwrap_or(self.share_bps));
         let memo = format!("reward {} · {}", reward.id, reward.article_title);
         let mut lines = vec![
             Line {
@@ -392,16 +394,23 @@ impl RewardService {
         Ok(())
     }
 
+    /// Applies a refunded payment of reward `rid` (the reversal was posted with the refund).
+    pub async fn apply_refunded(&self, rid: i64) -> anyhow::Result<()> {
+        self.store.mark_refunded(rid, now_millis()).await?;
+        self.waiters.wake(rid);
+        Ok(())
+    }
+
     async fn apply(&self, topic: &str, events: &[Event]) -> anyhow::Result<()> {
         for event in events {
             let payment = event.decode::<PaymentEvent>()?;
             if payment.biz != REWARD_BIZ {
                 continue;
             }
-            if topic == TOPIC_PAYMENT_SUCCEEDED {
-                self.apply_paid(payment.biz_id, payment.amt).await?;
-            } else {
-                self.apply_failed(payment.biz_id).await?;
+            match topic {
+                TOPIC_PAYMENT_SUCCEEDED => self.apply_paid(payment.biz_id, payment.amt).await?,
+                TOPIC_PAYMENT_REFUNDED => self.apply_refunded(payment.biz_id).await?,
+                _ => self.apply_failed(payment.biz_id).await?,
             }
         }
         Ok(())
@@ -414,24 +423,28 @@ impl RewardService {
         subscription: Subscription,
         stop: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let consumers: Vec<_> = [TOPIC_PAYMENT_SUCCEEDED, TOPIC_PAYMENT_FAILED]
-            .into_iter()
-            .map(|topic| {
-                let service = self.clone();
-                tokio::spawn(events.subscribe(
-                    subscription,
-                    topic,
-                    GROUP,
-                    100,
-                    Duration::from_millis(20),
-                    stop.clone(),
-                    move |batch| {
-                        let service = service.clone();
-                        async move { service.apply(topic, &batch).await }
-                    },
-                ))
-            })
-            .collect();
+        let consumers: Vec<_> = [
+            TOPIC_PAYMENT_SUCCEEDED,
+            TOPIC_PAYMENT_FAILED,
+            TOPIC_PAYMENT_REFUNDED,
+        ]
+        .into_iter()
+        .map(|topic| {
+            let service = self.clone();
+            tokio::spawn(events.subscribe(
+                subscription,
+                topic,
+                GROUP,
+                100,
+                Duration::from_millis(20),
+                stop.clone(),
+                move |batch| {
+                    let service = service.clone();
+                    async move { service.apply(topic, &batch).await }
+                },
+            ))
+        })
+        .collect();
         async move {
             for consumer in consumers {
                 if let Err(err) = consumer.await {
@@ -439,6 +452,18 @@ impl RewardService {
                 }
             }
         }
+    }
+}
+
+/// What reconciliation checks a reward's posting against: its split by the share of its time.
+#[async_trait::async_trait]
+impl Seller for RewardService {
+    async fn expected_posting(&self, rid: i64, _amt: i64) -> anyhow::Result<Option<Posting>> {
+        Ok(self
+            .store
+            .by_id(rid)
+            .await?
+            .map(|reward| self.split(&reward)))
     }
 }
 
@@ -467,8 +492,38 @@ const fn max_share_bps() -> i64 {
     bps
 }
 
-/// The order's description: the article's title, within WeChat's 127 characters.
+/// The longest order description, in UTF-8 bytes. WeChat documents `description` as
+/// `string[1,127]`; counting bytes keeps within it however WeChat counts (a title of Chinese
+/// characters is 3 bytes each).
+const MAX_DESCRIPTION_BYTES: usize = 127;
+
+/// The order's description: `打赏：` and as much of the article's title as fits in
+/// [`MAX_DESCRIPTION_BYTES`], cut at a character boundary.
 fn description(title: &str) -> String {
-    let title: String = title.chars().take(100).collect();
-    format!("打赏：{title}")
+    let mut description = String::from("打赏：");
+    for c in title.chars().filter(|c| !c.is_control()) {
+        if description.len() + c.len_utf8() > MAX_DESCRIPTION_BYTES {
+            break;
+        }
+        description.push(c);
+    }
+    description
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_description_fits_wechats_limit_in_bytes_and_cuts_at_a_character() {
+        let chinese = "长".repeat(100);
+        let cut = description(&chinese);
+        assert!(cut.len() <= MAX_DESCRIPTION_BYTES, "{} bytes", cut.len());
+        // 9 bytes of prefix, then 39 characters of 3 bytes: 126 bytes, the 40th would be 129.
+        assert_eq!(cut, format!("打赏：{}", "长".repeat(39)));
+        assert_eq!(description("Rust"), "打赏：Rust");
+        let ascii = "a".repeat(200);
+        assert_eq!(description(&ascii).len(), MAX_DESCRIPTION_BYTES);
+        assert_eq!(description("a\nb"), "打赏：ab");
+    }
 }
