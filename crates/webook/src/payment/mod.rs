@@ -16,6 +16,7 @@
 //! cryptography is in [`crypto`].
 
 pub mod actions;
+pub mod cli;
 pub mod crypto;
 pub mod fake;
 pub mod http;
@@ -50,7 +51,7 @@ use chrono::{DateTime, FixedOffset, NaiveDate, Offset, TimeZone, Utc};
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry, Service},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     telemetry::MetricsSpec,
 };
 
@@ -106,6 +107,16 @@ impl Feature for Payments {
         &[settings::SETTINGS]
     }
 
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::PaymentsCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::PaymentsCli::Payments { command } =
+                    <cli::PaymentsCli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+                cli::run(&context.config, context.schema, command).await
+            })
+        }))
+    }
+
     fn metrics(&self) -> &'static [MetricsSpec] {
         &[METRICS]
     }
@@ -133,47 +144,13 @@ impl Feature for Payments {
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<PaymentSettings>()?;
-        let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
-            match settings.provider(config) {
-                None => {
-                    tracing::warn!(
-                        "no payment provider (pay_provider unset in cluster mode): rewards \
-                         answer code 5"
-                    );
-                    (Arc::new(provider::Unconfigured::default()), None)
-                }
-                Some(ProviderName::Fake) => {
-                    let fake = FakePay::new(platform.db.clone(), &settings.pay_fake_base_url)?;
-                    tracing::warn!(
-                        "payments use the fake provider: payments are confirmed on webook's own \
-                         page and no money moves (pay_provider = \"wechat\" for real payments)"
-                    );
-                    (Arc::new(fake.clone()), Some(fake))
-                }
-                Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
-            };
-        // Payments ordered from a provider used before are still queried, closed and refunded
-        // there: the fake's books are in the database; WeChat Pay while it is configured.
-        let mut earlier: Vec<Arc<dyn PaymentProvider>> = Vec::new();
-        if fake.is_none() {
-            earlier.push(Arc::new(FakePay::new(
-                platform.db.clone(),
-                &settings.pay_fake_base_url,
-            )?));
-        }
-        if provider.name() != "wechat" {
-            if let Ok(wechat) = settings.wechat() {
-                earlier.push(Arc::new(WechatPay::new(wechat)?));
-            }
-        }
         let ledger = registry.get::<Ledger>()?;
-        let payments = PaymentService::new(
-            PaymentStore::new(platform.db.clone()),
-            (provider, earlier),
+        let (payments, fake) = service(
+            config,
+            &platform.db,
             platform.outbox.clone(),
             ledger.clone(),
-            settings.pay_expiry,
-        );
+        )?;
         registry.executor(reconcile::SweepJob::new(payments.clone()));
         registry.executor(reconcile::ReconcileJob::new(payments.clone(), ledger));
         if config.role.runs_work() {
@@ -203,6 +180,58 @@ impl Feature for Payments {
         registry.provide(payments);
         Ok(())
     }
+}
+
+/// The payment service of `config` on `db`: new orders go to the configured provider (the fake
+/// one, returned too, when it is that one); payments ordered from a provider used before are
+/// still queried, closed and refunded there — the fake's books are in the database, WeChat Pay
+/// while it is configured. Used by the feature and by `webook payments …`.
+pub fn service(
+    config: &platform::config::Config,
+    db: &platform::db::Db,
+    outbox: platform::events::outbox::Outbox,
+    ledger: Ledger,
+) -> anyhow::Result<(PaymentService, Option<FakePay>)> {
+    let settings = config.settings::<PaymentSettings>()?;
+    let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
+        match settings.provider(config) {
+            None => {
+                tracing::warn!(
+                    "no payment provider (pay_provider unset in cluster mode): rewards answer \
+                     code 5"
+                );
+                (Arc::new(provider::Unconfigured::default()), None)
+            }
+            Some(ProviderName::Fake) => {
+                let fake = FakePay::new(db.clone(), &settings.pay_fake_base_url)?;
+                tracing::warn!(
+                    "payments use the fake provider: payments are confirmed on webook's own page \
+                     and no money moves (pay_provider = \"wechat\" for real payments)"
+                );
+                (Arc::new(fake.clone()), Some(fake))
+            }
+            Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
+        };
+    let mut earlier: Vec<Arc<dyn PaymentProvider>> = Vec::new();
+    if fake.is_none() {
+        earlier.push(Arc::new(FakePay::new(
+            db.clone(),
+            &settings.pay_fake_base_url,
+        )?));
+    }
+    if provider.name() != "wechat" {
+        if let Ok(wechat) = settings.wechat() {
+            earlier.push(Arc::new(WechatPay::new(wechat)?));
+        }
+    }
+    let payments = PaymentService::new(
+        PaymentStore::new(db.clone()),
+        (provider, earlier),
+        outbox,
+        ledger,
+        settings.pay_expiry,
+    );
+    Ok((payments, fake))
 }
 
 /// China Standard Time (UTC+8, no daylight saving): the time zone of WeChat Pay's times and bills.

@@ -406,6 +406,21 @@ impl PaymentService {
         Ok(())
     }
 
+    /// Asks the provider about pending payment `trade_no` now and applies its answer (a status
+    /// poll of a payer still waiting); a payment that is settled or parked is left alone.
+    pub async fn query_now(&self, trade_no: &str) -> Result<Applied, SweepError> {
+        let Some(payment) = self.store.by_trade_no(trade_no).await? else {
+            return Ok(Applied::StillOpen);
+        };
+        if payment.status != PaymentStatus::Pending || payment.parked_at.is_some() {
+            return Ok(Applied::AlreadySettled);
+        }
+        match self.provider_of(&payment)?.query(trade_no).await? {
+            Some(transaction) => Ok(self.apply_transaction(&transaction, now_millis()).await?),
+            None => Ok(Applied::StillOpen),
+        }
+    }
+
     /// Records `found` (once) and counts it.
     pub async fn record(&self, found: &NewDiscrepancy, now: i64) -> sqlx::Result<bool> {
         let new = self.store.record_discrepancy(found, now).await?;

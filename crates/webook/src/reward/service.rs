@@ -18,7 +18,9 @@
 //!   reward: the ledger refuses an empty line.
 //! - Status by long poll: `POST /reward/detail` waits up to `reward_long_poll` for the reward
 //!   to leave `init` — woken at once by this process's consumer, and re-reading the row once a
-//!   second for changes another instance applied. It never spins.
+//!   second for changes another instance applied. It never spins. A poll of an order at least
+//!   10 s old asks the provider once (at most once per reward per 10 s in a process), so a payer
+//!   whose notification was lost sees `payed` while still on the page.
 
 use std::{
     collections::HashMap,
@@ -65,6 +67,10 @@ pub const MAX_SHARE_BPS: i64 = max_share_bps();
 const GROUP: &str = "rewards";
 /// How often a long poll re-reads its reward for changes made by another instance.
 const RECHECK: Duration = Duration::from_secs(1);
+/// A status poll asks the provider about an order at least this old…
+const QUERY_AFTER: Duration = Duration::from_secs(10);
+/// …and about one reward at most this often.
+const QUERY_EVERY: Duration = Duration::from_secs(10);
 /// An open reward is offered again only with at least this long left to pay it.
 const REUSE_MARGIN: Duration = Duration::from_secs(60);
 
@@ -143,6 +149,8 @@ pub struct RewardService {
     payments: PaymentService,
     articles: ArticleService,
     waiters: Waiters,
+    /// When a status poll last asked the provider about a reward (this process).
+    asked: Arc<Mutex<HashMap<i64, std::time::Instant>>>,
     share_bps: i64,
     long_poll: Duration,
 }
@@ -166,6 +174,7 @@ impl RewardService {
             payments,
             articles,
             waiters: Waiters::default(),
+            asked: Arc::default(),
             share_bps,
             long_poll,
         }
@@ -252,6 +261,7 @@ impl RewardService {
     /// The status of reward `rid` for its payer, once it leaves `init` or after the long poll.
     pub async fn status(&self, payer: i64, rid: i64) -> Result<RewardStatus, AppError> {
         let deadline = tokio::time::Instant::now() + self.long_poll;
+        let mut asked = false;
         loop {
             let notify = self.waiters.register(rid);
             let woken = notify.notified();
@@ -268,10 +278,42 @@ impl RewardService {
             if reward.status != RewardStatus::Init || now >= deadline {
                 return Ok(reward.status);
             }
+            if !asked && self.may_ask_provider(&reward) {
+                // The payer may have paid and the notification be late or lost: ask once. A
+                // settlement wakes this poll through the consumer like a notification's.
+                asked = true;
+                if let Err(err) = self.payments.query_now(&reward.trade_no).await {
+                    tracing::debug!(rid, %err, "asking the provider during a status poll failed");
+                }
+            }
             let recheck = RECHECK.min(deadline - now);
             tokio::select! {
                 () = &mut woken => {}
                 () = tokio::time::sleep(recheck) => {}
+            }
+        }
+    }
+
+    /// Whether a status poll of `reward` may ask the provider now: the order is old enough for
+    /// the payer to have paid, and no poll in this process asked about it recently (a client
+    /// polling in a loop asks the provider at most once per [`QUERY_EVERY`]).
+    fn may_ask_provider(&self, reward: &Reward) -> bool {
+        if now_millis() - reward.ctime < duration_millis(QUERY_AFTER) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let mut asked = self
+            .asked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if asked.len() >= 4096 {
+            asked.retain(|_, at| now.duration_since(*at) < QUERY_EVERY);
+        }
+        match asked.get(&reward.id) {
+            Some(at) if now.duration_since(*at) < QUERY_EVERY => false,
+            _ => {
+                asked.insert(reward.id, now);
+                true
             }
         }
     }

@@ -74,9 +74,14 @@ async fn wechat_reward(app: &TestApp, reader: &Member, article: i64, amt: i64) -
 /// long-polled: the poll returns at once for a reward that left `init`).
 async fn await_reward(app: &TestApp, payer: &Member, rid: i64, expected: &str) {
     platform::testing::wait_until(&format!("reward {rid} {expected}"), || async {
-        post(app, "/reward/detail", Some(&payer.token), json!({ "rid": rid }))
-            .await
-            .json()["data"]
+        post(
+            app,
+            "/reward/detail",
+            Some(&payer.token),
+            json!({ "rid": rid }),
+        )
+        .await
+        .json()["data"]
             == expected
     })
     .await;
@@ -571,7 +576,302 @@ async fn a_pending_payment_the_provider_reports_refunded_is_parked_not_polled(se
     assert_ledger_sound(&app).await;
 }
 
+async fn a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_sweep(setup: Setup) {
+    let wechat = FakeWechatPay::start().await;
+    let mut settings = wechat.settings();
+    settings.wechatpay_timeout = Duration::from_millis(500);
+    let app = setup
+        .spawn(|config| {
+            *config.settings_mut::<webook::payment::PaymentSettings>() = settings;
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .admins = vec![1];
+        })
+        .await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (_rid, trade_no) = wechat_reward(&app, &reader, article, 1200).await;
+    let paid = wechat.pay(&trade_no);
+    deliver(&app, &wechat.notification(&paid)).await;
+    platform::testing::wait_until("the author credited", || async {
+        balance(&app, &author).await == 1080
+    })
+    .await;
+
+    // WeChat Pay takes the refund but its answer never arrives.
+    let asked = |body: Value| {
+        let (app, token) = (&app, admin.token.clone());
+        async move { post(app, "/payments/refunds", Some(&token), body).await }
+    };
+    wechat.lose_answers_to(Some("/v3/refund/"));
+    let answer = asked(json!({"tradeNo": trade_no, "reason": "lost answer"})).await;
+    wechat.lose_answers_to(None);
+    // WeChat Pay has the refund; we timed out: recorded, outcome unknown.
+    assert!(wechat.order(&trade_no).unwrap().refund.is_some());
+    assert_eq!(answer.code(), 0, "{}", answer.raw);
+    assert_eq!(
+        answer.json()["data"]["status"],
+        "requested",
+        "{}",
+        answer.raw
+    );
+    let refund_no = answer.json()["data"]["refundNo"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The sweep asks again with the same refund number: WeChat Pay has one refund.
+    let payments: PaymentService = app.service();
+    let now = platform::db::now_millis();
+    let report = sweep(&payments, now, || true).await.unwrap();
+    assert_eq!((report.unchanged, report.errors), (1, 0), "{report:?}");
+    let order = wechat.order(&trade_no).unwrap();
+    assert_eq!(
+        order.refund.as_ref().unwrap().result.out_refund_no,
+        refund_no
+    );
+    // The money is back; the notification is lost. The next sweep's query completes it.
+    wechat.finish_refund(&trade_no, true);
+    let report = sweep(&payments, now + 60_000, || true).await.unwrap();
+    assert_eq!((report.refunded, report.errors), (1, 0), "{report:?}");
+    assert_eq!(
+        payment_status(&app, &trade_no).await,
+        PaymentStatus::Refunded
+    );
+    assert_eq!(balance(&app, &author).await, 0);
+    let refund_requests = wechat
+        .requests()
+        .iter()
+        .filter(|request| request.method == "POST" && request.path_and_query.contains("/refund/"))
+        .count();
+    assert_eq!(refund_requests, 2, "asked twice, one refund");
+    let (_, found) = reconcile_today(&app).await;
+    assert!(found.is_empty(), "{found:?}");
+    assert_ledger_sound(&app).await;
+}
+
+async fn a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again(setup: Setup) {
+    let wechat = FakeWechatPay::start().await;
+    let app = wechat_app(setup, &wechat).await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (_rid, trade_no) = wechat_reward(&app, &reader, article, 600).await;
+    let paid = wechat.pay(&trade_no);
+    deliver(&app, &wechat.notification(&paid)).await;
+    platform::testing::wait_until("the author credited", || async {
+        balance(&app, &author).await == 540
+    })
+    .await;
+    let body = json!({"tradeNo": trade_no, "reason": "card closed?"});
+    let first = post(&app, "/payments/refunds", Some(&admin.token), body).await;
+    assert_eq!(
+        first.json()["data"]["status"],
+        "processing",
+        "{}",
+        first.raw
+    );
+    // The payer's card is closed: ABNORMAL.
+    let notice = wechat.finish_refund(&trade_no, false);
+    let (status, body) = deliver(&app, &wechat.refund_notification(&notice)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let refunds = get(&app, "/payments/refunds?status=failed", Some(&admin.token))
+        .await
+        .json();
+    assert!(
+        refunds["data"]["items"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("abnormal"),
+        "{refunds}"
+    );
+    assert_eq!(
+        payment_status(&app, &trade_no).await,
+        PaymentStatus::Succeeded
+    );
+    assert_eq!(balance(&app, &author).await, 540, "nothing reversed");
+    let found = discrepancies(&app, &admin).await;
+    assert_eq!(found[0]["kind"], "refund_failed", "{found:?}");
+    assert_eq!(found[0]["actions"], json!(["refund", "resolve"]));
+    assert_ledger_sound(&app).await;
+}
+
+async fn a_status_poll_asks_the_provider_once_when_the_notification_is_lost(setup: Setup) {
+    let wechat = FakeWechatPay::start().await;
+    let app = wechat_app(setup, &wechat).await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (paid_rid, paid_trade) = wechat_reward(&app, &reader, article, 700).await;
+    let (open_rid, open_trade) = wechat_reward(&app, &reader, article, 300).await;
+    wechat.pay(&paid_trade);
+    // Both orders were made a minute ago: old enough for the payer to have paid.
+    sqlx::query("UPDATE rewards SET ctime = ctime - 60000")
+        .execute(app.platform.db.writer())
+        .await
+        .unwrap();
+    let queries = |trade_no: &str| {
+        wechat
+            .requests()
+            .iter()
+            .filter(|request| {
+                request.method == "GET"
+                    && request
+                        .path_and_query
+                        .contains(&format!("out-trade-no/{trade_no}"))
+            })
+            .count()
+    };
+    await_reward(&app, &reader, paid_rid, "RewardStatusPayed").await;
+    assert_eq!(queries(&paid_trade), 1);
+    platform::testing::wait_until("the author credited", || async {
+        balance(&app, &author).await == 630
+    })
+    .await;
+    // An unpaid one: two polls in a row ask once (each poll waits its 3 s out).
+    for _ in 0..2 {
+        let status = post(
+            &app,
+            "/reward/detail",
+            Some(&reader.token),
+            json!({"rid": open_rid}),
+        )
+        .await
+        .json();
+        assert_eq!(status["data"], "RewardStatusInit", "{status}");
+    }
+    assert_eq!(queries(&open_trade), 1);
+    assert_ledger_sound(&app).await;
+}
+
+async fn the_command_line_refunds_lists_and_acts(setup: Setup) {
+    use webook::payment::cli::{execute, PaymentsCommand};
+    let app = app(setup).await;
+    let _admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (rid, trade_no) = reward(&app, &reader, article, 400).await;
+    confirm(&app, &trade_no, "success").await;
+    await_status(&app, &reader, rid, "RewardStatusPayed").await;
+    let payments: PaymentService = app.service();
+
+    let printed = execute(
+        &payments,
+        PaymentsCommand::Refund {
+            trade_no: trade_no.clone(),
+            reason: "asked by support".to_owned(),
+            allow_negative: false,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap();
+    assert!(printed.contains("succeeded"), "{printed}");
+    assert!(printed.contains(&trade_no), "{printed}");
+    await_reward(&app, &reader, rid, "RewardStatusRefunded").await;
+    assert_eq!(balance(&app, &author).await, 0);
+    let listed = execute(
+        &payments,
+        PaymentsCommand::Refunds {
+            status: Some("succeeded".to_owned()),
+            limit: 10,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed.lines().count(), 2, "{listed}");
+
+    // A refund of what is already refunded is one line saying why.
+    let again = execute(
+        &payments,
+        PaymentsCommand::Refund {
+            trade_no: "rwnosuchtrade000000000001".to_owned(),
+            reason: "x".to_owned(),
+            allow_negative: false,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(again.to_string(), "no such payment");
+
+    // A discrepancy is resolved, with the operator in the note.
+    payments
+        .record(
+            &webook::payment::model::NewDiscrepancy {
+                bill_date: String::new(),
+                kind: "payment_not_in_bill",
+                trade_no: trade_no.clone(),
+                provider_amt: None,
+                our_amt: Some(400),
+                detail: "injected".to_owned(),
+                status: "open",
+            },
+            platform::db::now_millis(),
+        )
+        .await
+        .unwrap();
+    let open = execute(
+        &payments,
+        PaymentsCommand::Discrepancies {
+            status: "open".to_owned(),
+            limit: 10,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap();
+    assert!(
+        open.contains("payment_not_in_bill") && open.contains("resolve"),
+        "{open}"
+    );
+    let id: i64 = open
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let refused = execute(
+        &payments,
+        PaymentsCommand::Act {
+            id,
+            action: "credit".to_owned(),
+            note: "x".to_owned(),
+            allow_negative: false,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("cannot be fixed with credit"),
+        "{refused}"
+    );
+    let done = execute(
+        &payments,
+        PaymentsCommand::Act {
+            id,
+            action: "resolve".to_owned(),
+            note: "the bill came late".to_owned(),
+            allow_negative: false,
+        },
+        "cli:test@host",
+    )
+    .await
+    .unwrap();
+    assert!(
+        done.contains("[cli:test@host] the bill came late"),
+        "{done}"
+    );
+    assert!(done.contains("resolved"), "{done}");
+    assert_ledger_sound(&app).await;
+}
+
 crate::setup_tests!(
+    a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_sweep,
+    a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again,
+    a_status_poll_asks_the_provider_once_when_the_notification_is_lost,
+    the_command_line_refunds_lists_and_acts,
     the_payer_entering_their_password_at_close_ends_paid_and_credited,
     a_refund_is_asked_once_applied_once_reversed_and_reconciled,
     a_refund_that_would_overdraw_the_author_is_refused_unless_allowed,

@@ -741,7 +741,11 @@ async fn reconciliation_reports_each_injected_discrepancy_once(setup: Setup) {
     // The republished credit stays open until a later run sees its posting.
     assert_eq!(
         open_kinds,
-        ["amount_mismatch", "missing_payment", "payment_without_credit"]
+        [
+            "amount_mismatch",
+            "missing_payment",
+            "payment_without_credit"
+        ]
     );
     assert_eq!(
         get(&app, "/payments/discrepancies", Some(&reader.token))

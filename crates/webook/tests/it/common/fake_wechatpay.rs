@@ -187,6 +187,8 @@ struct FakeState {
     /// Close answers 202 `USER_PAYING` and leaves the order `USERPAYING` (the payer is
     /// entering their password as we close).
     user_paying_on_close: bool,
+    /// Requests whose path holds this are carried out, and their answer never sent.
+    lose_answers_to: Option<String>,
 }
 
 fn china() -> FixedOffset {
@@ -331,6 +333,12 @@ impl FakeWechatPay {
         assert_eq!(order.transaction.trade_state, TradeState::Notpay);
         order.transaction.trade_state = TradeState::Userpaying;
         order.transaction.trade_state_desc = "用户支付中".to_owned();
+    }
+
+    /// From now on, requests whose path holds `fragment` (e.g. `/v3/refund/`) are carried out
+    /// but never answered; `None` answers them again.
+    pub fn lose_answers_to(&self, fragment: Option<&str>) {
+        self.state().lose_answers_to = fragment.map(str::to_owned);
     }
 
     /// From now on, closing an order the payer is paying answers 202 `USER_PAYING` and leaves
@@ -520,6 +528,17 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         ),
         Mode::Normal => route(&shared, &raw),
     };
+    let lost = shared
+        .state
+        .lock()
+        .unwrap()
+        .lose_answers_to
+        .as_ref()
+        .is_some_and(|fragment| raw.path_and_query.contains(fragment.as_str()));
+    if lost {
+        // Carried out; the answer never leaves (the client times out).
+        return std::future::pending::<Response>().await;
+    }
     let (status, body) = match reply {
         Reply::File(mut file) => {
             if shared.state.lock().unwrap().tamper_bills {
