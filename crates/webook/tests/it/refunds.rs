@@ -867,7 +867,69 @@ async fn the_command_line_refunds_lists_and_acts(setup: Setup) {
     assert_ledger_sound(&app).await;
 }
 
+async fn concurrent_refund_requests_and_notifications_refund_and_reverse_once(setup: Setup) {
+    let wechat = FakeWechatPay::start().await;
+    let app = wechat_app(setup, &wechat).await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (rid, trade_no) = wechat_reward(&app, &reader, article, 3000).await;
+    let paid = wechat.pay(&trade_no);
+    deliver(&app, &wechat.notification(&paid)).await;
+    platform::testing::wait_until("the author credited", || async {
+        balance(&app, &author).await == 2700
+    })
+    .await;
+
+    // Ten admins' clicks at once.
+    let body = json!({"tradeNo": trade_no, "reason": "concurrent"});
+    let answers = futures_util::future::join_all(
+        (0..10).map(|_| post(&app, "/payments/refunds", Some(&admin.token), body.clone())),
+    )
+    .await;
+    let mut refund_nos: Vec<String> = answers
+        .iter()
+        .map(|answer| {
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            answer.json()["data"]["refundNo"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    refund_nos.dedup();
+    assert_eq!(refund_nos.len(), 1, "one refund: {refund_nos:?}");
+    let refunds: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payment_refunds")
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(refunds, 1);
+
+    // WeChat's success notification, ten times at once.
+    let notice = wechat.finish_refund(&trade_no, true);
+    let sealed: Vec<_> = (0..10)
+        .map(|_| wechat.refund_notification(&notice))
+        .collect();
+    let delivered =
+        futures_util::future::join_all(sealed.iter().map(|sealed| deliver(&app, sealed))).await;
+    for (status, body) in &delivered {
+        assert_eq!(*status, StatusCode::OK, "{body}");
+    }
+    await_reward(&app, &reader, rid, "RewardStatusRefunded").await;
+    let reversal: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_entries WHERE biz = 'refund'")
+            .fetch_one(app.platform.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(reversal, 3, "reversed once");
+    assert_eq!(balance(&app, &author).await, 0);
+    assert_eq!(platform_revenue(&app).await, 0);
+    let (_, found) = reconcile_today(&app).await;
+    assert!(found.is_empty(), "{found:?}");
+    assert_ledger_sound(&app).await;
+}
+
 crate::setup_tests!(
+    concurrent_refund_requests_and_notifications_refund_and_reverse_once,
     a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_sweep,
     a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again,
     a_status_poll_asks_the_provider_once_when_the_notification_is_lost,
