@@ -19,6 +19,14 @@ impl StatusBoard {
             .insert(name, status.into());
     }
 
+    /// Stops reporting `name` (it has nothing to say any more).
+    pub fn remove(&self, name: &'static str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+    }
+
     /// Everything reported, by name.
     pub fn snapshot(&self) -> BTreeMap<&'static str, String> {
         self.0

@@ -218,6 +218,9 @@ const CONTRACT: &[(&str, &str, &str)] = &[
         "0 0 11 * * *",
         r#""0 0 11 * * *""#,
     ),
+    ("pay_reconcile_lookback", "3days", r#""3days""#),
+    ("pay_watch_schedule", "@every 20s", r#""@every 20s""#),
+    ("pay_query_after", "2m, 6m", r#"["2m", "6m"]"#),
     (
         "wechatpay_endpoint",
         "https://wxpay.example",

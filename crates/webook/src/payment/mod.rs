@@ -10,12 +10,16 @@
 //! ([`store`], the outbox). The seller consumes the events and posts to the ledger under the
 //! payment's (biz, biz_id). The sweep settles payments whose notification never came, and the daily
 //! reconciliation compares the provider's bill with payments and ledger ([`reconcile`]).
+//! Young pending payments are queried at the provider at set ages, settling a lost notification
+//! within minutes ([`watch`]); reconciliation keeps a record per bill day and catches up the days
+//! not ready, failed or missed ([`catch_up`]).
 //!
 //! Providers ([`provider::PaymentProvider`]): [`WechatPay`] (WeChat Pay API v3, Native) and
 //! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
 //! cryptography is in [`crypto`].
 
 pub mod actions;
+pub mod catch_up;
 pub mod cli;
 pub mod crypto;
 pub mod fake;
@@ -28,8 +32,12 @@ pub mod refund;
 pub mod service;
 pub mod settings;
 pub mod store;
+pub mod watch;
 pub mod wechat;
 
+pub use catch_up::{
+    catch_up, latest_bill_day, CatchUpReport, DayStatus, PAYMENT_RECONCILE_DAYS_BEHIND,
+};
 pub use crypto::random_nonce;
 pub use fake::FakePay;
 pub use model::{
@@ -41,6 +49,7 @@ pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
 pub use service::{Applied, PaymentService, Seller};
 pub use settings::{PaymentSettings, ProviderName};
 pub use store::PaymentStore;
+pub use watch::{watch, WatchReport, PAYMENT_ACTIVE_QUERIES_TOTAL};
 pub use wechat::WechatPay;
 
 use std::sync::Arc;
@@ -83,6 +92,15 @@ fn describe_metrics() {
     metrics::describe_gauge!(
         PAYMENT_DISCREPANCIES_OPEN,
         "Payment discrepancies waiting for a person"
+    );
+    metrics::describe_counter!(
+        PAYMENT_ACTIVE_QUERIES_TOTAL,
+        "Active queries of young pending payments, by outcome (settled, open, already_settled, \
+         recorded, not_found, mismatch, error)"
+    );
+    metrics::describe_gauge!(
+        PAYMENT_RECONCILE_DAYS_BEHIND,
+        "Bill days of the reconciliation look-back window not yet reconciled"
     );
 }
 
@@ -133,6 +151,11 @@ impl Feature for Payments {
                 "refunds",
                 include_str!("../../migrations/0028_refunds.sql"),
             ),
+            Migration::new(
+                29,
+                "payment schedules",
+                include_str!("../../migrations/0029_payment_schedules.sql"),
+            ),
         ];
         MIGRATIONS
     }
@@ -152,7 +175,16 @@ impl Feature for Payments {
             ledger.clone(),
         )?;
         registry.executor(reconcile::SweepJob::new(payments.clone()));
-        registry.executor(reconcile::ReconcileJob::new(payments.clone(), ledger));
+        registry.executor(catch_up::ReconcileJob::new(
+            payments.clone(),
+            ledger,
+            settings.pay_reconcile_lookback,
+            platform.status.clone(),
+        ));
+        registry.executor(watch::WatchJob::new(
+            payments.clone(),
+            settings.pay_query_after.clone(),
+        ));
         if config.role.runs_work() {
             let jobs = crate::jobs::store(&platform.db);
             reconcile::ensure_job(
@@ -169,6 +201,7 @@ impl Feature for Payments {
                 "Asia/Shanghai",
             )
             .await?;
+            watch::ensure_job(&jobs, &settings.pay_watch_schedule).await?;
         }
         registry.routes(http::router(http::PaymentRoutes {
             payments: payments.clone(),

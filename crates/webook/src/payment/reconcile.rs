@@ -24,6 +24,14 @@
 //!
 //! Notifications add `unknown_trade`, `notified_amount_mismatch`, `paid_after_failure` and
 //! `refunded` rows (bill date `""`) when they are checked ([`PaymentService::apply_transaction`]).
+//!
+//! Which days are compared, and when, is [`super::catch_up`]'s: each run of `payment_reconcile`
+//! (hourly at :30 by default) calls [`reconcile_day`] for every day of the look-back window
+//! (`pay_reconcile_lookback`, 7 days) whose bill is published and that is not yet done in
+//! `payment_reconcile_days`, oldest first — a bill still being generated (`STATEMENT_CREATING`)
+//! is tried again next run, a failed day after a back-off, a day no run reached (the deployment
+//! was down) by the next run. Before expiry, young pending payments are queried actively by
+//! `payment_watch` ([`super::watch`]), so the sweep is left with the orders nobody paid.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -31,17 +39,16 @@ use std::{
 };
 
 use async_trait::async_trait;
-use chrono::{NaiveDate, Utc};
+use chrono::NaiveDate;
 use scheduler::{
     sql::{Executor, JobRow, Misfire, NewJob, OverlapPolicy, SqlJobStore},
     JobContext,
 };
-use serde::Deserialize;
 
 use platform::db::{duration_millis, now_millis};
 
 use super::{
-    china_day_bounds, china_today,
+    china_day_bounds,
     model::{NewDiscrepancy, Payment, PaymentStatus, Refund, RefundStatus, REFUND_BIZ},
     provider::BillRow,
     service::{Applied, PaymentService},
@@ -831,63 +838,6 @@ impl Executor for SweepJob {
         if report != SweepReport::default() {
             tracing::info!(?report, "swept expired payments");
         }
-        Ok(())
-    }
-}
-
-/// `payment_reconcile`'s cfg: the day to compare (default: yesterday, China Standard Time).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReconcileCfg {
-    date: Option<String>,
-}
-
-impl ReconcileCfg {
-    /// The day to compare: the given one, or yesterday in China Standard Time.
-    fn date(&self) -> Result<NaiveDate, String> {
-        match &self.date {
-            Some(text) => NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|err| {
-                format!("payment_reconcile cfg date {text:?}: {err}; use YYYY-MM-DD")
-            }),
-            None => Ok(china_today(Utc::now()).pred_opt().unwrap_or(NaiveDate::MIN)),
-        }
-    }
-}
-
-/// The `payment_reconcile` executor.
-#[derive(Debug, Clone)]
-pub struct ReconcileJob {
-    payments: PaymentService,
-    ledger: Ledger,
-}
-
-impl ReconcileJob {
-    /// The executor over `payments` and `ledger`.
-    pub fn new(payments: PaymentService, ledger: Ledger) -> Self {
-        Self { payments, ledger }
-    }
-}
-
-#[async_trait]
-impl Executor for ReconcileJob {
-    fn name(&self) -> &str {
-        RECONCILE_JOB
-    }
-
-    fn check_cfg(&self, cfg: &serde_json::Value) -> Result<(), String> {
-        serde_json::from_value::<ReconcileCfg>(cfg.clone())
-            .map_err(|err| {
-                format!("payment_reconcile cfg: {err}; e.g. {{\"date\": \"2026-12-01\"}} or {{}}")
-            })?
-            .date()
-            .map(drop)
-    }
-
-    async fn execute(&self, job: &JobRow, _ctx: JobContext) -> anyhow::Result<()> {
-        let cfg: ReconcileCfg = serde_json::from_str(&job.cfg)?;
-        let date = cfg.date().map_err(|err| anyhow::anyhow!(err))?;
-        let report = reconcile_day(&self.payments, &self.ledger, date, now_millis()).await?;
-        tracing::info!(%date, ?report, "reconciled a day's payments");
         Ok(())
     }
 }

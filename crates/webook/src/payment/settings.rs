@@ -42,9 +42,19 @@ pub struct PaymentSettings {
     pub pay_fake_base_url: String,
     /// When the durable `payment_sweep` job settles expired pending payments.
     pub pay_sweep_schedule: String,
-    /// When the durable `payment_reconcile` job compares the previous day's bill (China
+    /// When the durable `payment_reconcile` job reconciles the days not yet reconciled (China
     /// Standard Time; WeChat publishes a day's bill after 10:00 the next day).
     pub pay_reconcile_schedule: String,
+    /// How many days back `payment_reconcile` looks for days not yet reconciled
+    /// ([`super::catch_up`]): whole days, 1 to 90.
+    #[serde(with = "humantime_serde")]
+    pub pay_reconcile_lookback: Duration,
+    /// When the durable `payment_watch` job queries young pending payments ([`super::watch`]).
+    pub pay_watch_schedule: String,
+    /// The ages (after the order was recorded) at which a pending payment is queried at the
+    /// provider: ascending, each below `pay_expiry`; empty: no active queries.
+    #[serde(with = "super::watch::durations")]
+    pub pay_query_after: Vec<Duration>,
     /// WeChat Pay API endpoint.
     pub wechatpay_endpoint: String,
     /// Merchant id (`mchid`).
@@ -81,7 +91,10 @@ impl Default for PaymentSettings {
             pay_expiry: Duration::from_secs(30 * 60),
             pay_fake_base_url: String::new(),
             pay_sweep_schedule: "@every 1m".to_owned(),
-            pay_reconcile_schedule: "0 30 10 * * *".to_owned(),
+            pay_reconcile_schedule: "0 30 * * * *".to_owned(),
+            pay_reconcile_lookback: super::catch_up::DEFAULT_LOOKBACK,
+            pay_watch_schedule: "@every 15s".to_owned(),
+            pay_query_after: super::watch::DEFAULT_QUERY_AFTER.to_vec(),
             wechatpay_endpoint: "https://api.mch.weixin.qq.com".to_owned(),
             wechatpay_mchid: String::new(),
             wechatpay_appid: String::new(),
@@ -191,6 +204,9 @@ impl Settings for PaymentSettings {
         "pay_fake_base_url",
         "pay_sweep_schedule",
         "pay_reconcile_schedule",
+        "pay_reconcile_lookback",
+        "pay_watch_schedule",
+        "pay_query_after",
         "wechatpay_endpoint",
         "wechatpay_mchid",
         "wechatpay_appid",
@@ -212,11 +228,14 @@ impl Settings for PaymentSettings {
         for (key, schedule) in [
             ("pay_sweep_schedule", &self.pay_sweep_schedule),
             ("pay_reconcile_schedule", &self.pay_reconcile_schedule),
+            ("pay_watch_schedule", &self.pay_watch_schedule),
         ] {
             if let Err(err) = scheduler::Schedule::parse(schedule) {
                 bail!("invalid {key} (WEBOOK_{}): {err}", key.to_uppercase());
             }
         }
+        super::watch::check_query_after(&self.pay_query_after, self.pay_expiry)?;
+        super::catch_up::check_lookback(self.pay_reconcile_lookback)?;
         match self.provider(config) {
             None => Ok(()),
             Some(ProviderName::Fake) if config.is_cluster() && !self.pay_allow_fake => bail!(

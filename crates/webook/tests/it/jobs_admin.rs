@@ -325,11 +325,12 @@ fn expect(answer: &common::Answer, status: StatusCode, code: i64) -> Value {
 }
 
 /// The jobs features create at start-up (their own tests cover them).
-const STARTUP_JOBS: [&str; 4] = [
+const STARTUP_JOBS: [&str; 5] = [
     "ranking",
     "sms_code_retries",
     "payment_sweep",
     "payment_reconcile",
+    "payment_watch",
 ];
 
 /// The jobs this test made: all but [`STARTUP_JOBS`].

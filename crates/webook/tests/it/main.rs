@@ -32,6 +32,7 @@ mod jobs_admin;
 mod migrations;
 mod openapi;
 mod payment;
+mod payment_jobs;
 mod phone_login;
 mod process;
 mod ranking;

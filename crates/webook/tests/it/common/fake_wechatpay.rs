@@ -15,12 +15,14 @@
 //!   `INVALID_REQUEST` for another amount.
 //! - `GET /v3/pay/transactions/out-trade-no/{no}?mchid=`: the transaction, or 404
 //!   `ORDER_NOT_EXIST`. A test pays ([`FakeWechatPay::pay`]) or fails ([`FakeWechatPay::fail`])
-//!   an order.
+//!   an order, or has every order paid as it is created ([`FakeWechatPay::set_pay_on_create`]).
 //! - `POST …/{no}/close`: 204 (the order is `CLOSED`); 400 `ORDERPAID` for a paid order.
 //! - `GET /v3/bill/tradebill?bill_date=&bill_type=ALL`: the SHA1 and download URL of the bill of
 //!   the orders paid that day (China Standard Time), written by this file (not the client's
-//!   writer); 400 `NO_STATEMENT_EXIST` for a day without payments. `GET
-//!   /v3/billdownload/file?token=` serves the file, unsigned like WeChat's.
+//!   writer); 400 `NO_STATEMENT_EXIST` for a day without payments; 400 `STATEMENT_CREATING`
+//!   (the bill is still being generated) for the day [`FakeWechatPay::set_bill_not_ready`]
+//!   names.
+//!   `GET /v3/billdownload/file?token=` serves the file, unsigned like WeChat's.
 //!
 //! Every other answer is signed with the platform key (`Wechatpay-*` headers), unless
 //! [`FakeWechatPay::set_signing`] says to tamper with the body after signing, sign with a key
@@ -180,6 +182,8 @@ struct FakeState {
     mode: Mode,
     signing: Signing,
     tamper_bills: bool,
+    bill_not_ready: Option<NaiveDate>,
+    pay_on_create: bool,
     calls: usize,
     signature_failures: usize,
     requests: Vec<RawRequest>,
@@ -280,25 +284,13 @@ impl FakeWechatPay {
     /// The payer pays the order `trade_no` (which must be `NOTPAY`): it becomes `SUCCESS` with
     /// a transaction id and a success time of now. Returns the transaction as a query shows it.
     pub fn pay(&self, trade_no: &str) -> Transaction {
-        let mut state = self.state();
-        state.transactions += 1;
-        let transaction_id = format!("42000{:023}", state.transactions);
-        let now = Utc::now().with_timezone(&china());
-        let order = state.orders.get_mut(trade_no).expect("an order to pay");
-        assert!(matches!(
-            order.transaction.trade_state,
-            TradeState::Notpay | TradeState::Userpaying
-        ));
-        let transaction = &mut order.transaction;
-        transaction.trade_state = TradeState::Success;
-        transaction.trade_state_desc = "支付成功".to_owned();
-        transaction.trade_type = "NATIVE".to_owned();
-        transaction.transaction_id = Some(transaction_id);
-        transaction.success_time = Some(now.format("%Y-%m-%dT%H:%M:%S%:z").to_string());
-        transaction.amount.payer_total = Some(transaction.amount.total);
-        transaction.amount.payer_currency = Some("CNY".to_owned());
-        order.paid_at = Some(now.naive_local());
-        order.transaction.clone()
+        pay_order(&mut self.state(), trade_no)
+    }
+
+    /// While `instantly`, every order is paid as soon as it is created (the payer scanned the
+    /// code at once); no notification is sent, as none ever is by this fake.
+    pub fn set_pay_on_create(&self, instantly: bool) {
+        self.state().pay_on_create = instantly;
     }
 
     /// The payment of order `trade_no` (which must be `NOTPAY`) fails: it becomes `PAYERROR`.
@@ -433,6 +425,34 @@ impl FakeWechatPay {
     /// given: still a well-formed bill, but not the one WeChat vouched for.
     pub fn tamper_bills(&self) {
         self.state().tamper_bills = true;
+    }
+
+    /// From now on the trade bill of `date` (none: of no day) is answered 400
+    /// `STATEMENT_CREATING`, as WeChat answers while it generates a day's bill.
+    pub fn set_bill_not_ready(&self, date: Option<NaiveDate>) {
+        self.state().bill_not_ready = date;
+    }
+
+    /// The trade bill requests received (`GET /v3/bill/tradebill`), by `bill_date`, oldest first.
+    pub fn bill_requests(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter_map(|request| {
+                let query = request.path_and_query.strip_prefix("/v3/bill/tradebill?")?;
+                url::form_urlencoded::parse(query.as_bytes())
+                    .find(|(name, _)| name == "bill_date")
+                    .map(|(_, date)| date.into_owned())
+            })
+            .collect()
+    }
+
+    /// How many queries of order `trade_no` were received.
+    pub fn queries_of(&self, trade_no: &str) -> usize {
+        let path = format!("/v3/pay/transactions/out-trade-no/{trade_no}?");
+        self.requests()
+            .iter()
+            .filter(|request| request.method == "GET" && request.path_and_query.starts_with(&path))
+            .count()
     }
 
     /// Every request received, whatever became of it.
@@ -597,6 +617,29 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         Signing::Valid | Signing::UnknownSerial => response(status, body, &headers),
     }
+}
+
+/// Order `trade_no` (which must be `NOTPAY`) is paid now: `SUCCESS`, with a transaction id and a
+/// success time; returns the transaction as a query shows it.
+fn pay_order(state: &mut FakeState, trade_no: &str) -> Transaction {
+    state.transactions += 1;
+    let transaction_id = format!("42000{:023}", state.transactions);
+    let now = Utc::now().with_timezone(&china());
+    let order = state.orders.get_mut(trade_no).expect("an order to pay");
+    assert!(matches!(
+        order.transaction.trade_state,
+        TradeState::Notpay | TradeState::Userpaying
+    ));
+    let transaction = &mut order.transaction;
+    transaction.trade_state = TradeState::Success;
+    transaction.trade_state_desc = "支付成功".to_owned();
+    transaction.trade_type = "NATIVE".to_owned();
+    transaction.transaction_id = Some(transaction_id);
+    transaction.success_time = Some(now.format("%Y-%m-%dT%H:%M:%S%:z").to_string());
+    transaction.amount.payer_total = Some(transaction.amount.total);
+    transaction.amount.payer_currency = Some("CNY".to_owned());
+    order.paid_at = Some(now.naive_local());
+    order.transaction.clone()
 }
 
 fn response(status: StatusCode, body: Vec<u8>, headers: &[(&'static str, &str)]) -> Response {
@@ -794,6 +837,7 @@ fn prepay(state: &mut FakeState, body: &[u8]) -> Reply {
         return Reply::Json(StatusCode::OK, json!({ "code_url": order.code_url }));
     }
     let code_url = format!("weixin://wxpay/bizpayurl?pr={}", &random_nonce()[..10]);
+    let trade_no = prepay.out_trade_no.clone();
     state.orders.insert(
         prepay.out_trade_no.clone(),
         FakeOrder {
@@ -820,6 +864,9 @@ fn prepay(state: &mut FakeState, body: &[u8]) -> Reply {
             refund: None,
         },
     );
+    if state.pay_on_create {
+        pay_order(state, &trade_no);
+    }
     Reply::Json(StatusCode::OK, json!({ "code_url": code_url }))
 }
 
@@ -950,6 +997,13 @@ fn trade_bill(shared: &Shared, state: &mut FakeState, query: &HashMap<String, St
     };
     if query.get("bill_type").is_some_and(|kind| kind != "ALL") {
         return param_error("本模拟只提供 bill_type=ALL");
+    }
+    if state.bill_not_ready == Some(date) {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "STATEMENT_CREATING",
+            "对账单生成中，请稍后再试",
+        );
     }
     let mut paid: Vec<&FakeOrder> = state
         .orders
