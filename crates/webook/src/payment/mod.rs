@@ -13,8 +13,11 @@
 //!
 //! Providers ([`provider::PaymentProvider`]): [`WechatPay`] (WeChat Pay API v3, Native) and
 //! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
-//! cryptography is in [`crypto`].
+//! cryptography is in [`crypto`]; WeChat's platform keys are a shared keyring
+//! ([`crypto::PlatformKeys`]) of configured public keys and, in certificate mode, of platform
+//! certificates downloaded on start, periodically and on an unknown serial ([`certificates`]).
 
+pub mod certificates;
 pub mod crypto;
 pub mod fake;
 pub mod http;
@@ -35,7 +38,7 @@ pub use model::{
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
 pub use service::{Applied, PaymentService};
-pub use settings::{PaymentSettings, ProviderName};
+pub use settings::{PaymentSettings, PlatformMode, ProviderName};
 pub use store::PaymentStore;
 pub use wechat::WechatPay;
 
@@ -79,6 +82,14 @@ fn describe_metrics() {
     metrics::describe_gauge!(
         PAYMENT_DISCREPANCIES_OPEN,
         "Payment discrepancies waiting for a person"
+    );
+    metrics::describe_gauge!(
+        certificates::PAYMENT_PLATFORM_KEYS,
+        "WeChat Pay platform keys usable now (configured and downloaded)"
+    );
+    metrics::describe_counter!(
+        certificates::PAYMENT_PLATFORM_KEY_REFRESHES_TOTAL,
+        "WeChat Pay platform certificate downloads, by outcome (updated, unchanged, failed)"
     );
 }
 
@@ -140,7 +151,10 @@ impl Feature for Payments {
                     );
                     (Arc::new(fake.clone()), Some(fake))
                 }
-                Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
+                Some(ProviderName::Wechat) => (
+                    Arc::new(wechat_pay(settings, platform, registry).await?),
+                    None,
+                ),
             };
         let payments = PaymentService::new(
             PaymentStore::new(platform.db.clone()),
@@ -178,6 +192,30 @@ impl Feature for Payments {
         registry.provide(payments);
         Ok(())
     }
+}
+
+/// The WeChat Pay client of `settings`. In certificate mode the platform certificates are
+/// downloaded now (a failure is logged, and retried in the background and on demand) and then
+/// every `wechatpay_certificate_refresh` until shutdown.
+async fn wechat_pay(
+    settings: &PaymentSettings,
+    platform: &Platform,
+    registry: &mut Registry,
+) -> anyhow::Result<WechatPay> {
+    let wechat = WechatPay::new(settings.wechat()?)?;
+    let keys = wechat.notification_keys().platform_keys.clone();
+    metrics::gauge!(certificates::PAYMENT_PLATFORM_KEYS)
+        .set(keys.valid_count(Utc::now().timestamp()) as f64);
+    if let Some(downloader) = wechat.certificates() {
+        downloader.report_to(platform.status.clone());
+        // Logged and counted inside; the first request or notification tries again.
+        let _ = downloader.refresh().await;
+        let downloader = downloader.clone();
+        registry.background("wechat pay platform certificates", move |background| {
+            downloader.run(background.stop)
+        });
+    }
+    Ok(wechat)
 }
 
 /// China Standard Time (UTC+8, no daylight saving): the time zone of WeChat Pay's times and bills.

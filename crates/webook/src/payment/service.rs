@@ -152,7 +152,7 @@ impl PaymentService {
     async fn accept(&self, headers: &HeaderMap, body: &[u8]) -> Result<Applied, NotifyError> {
         let now = now_millis();
         let transaction =
-            notify::open(self.provider.notification_keys(), headers, body, now / 1000)?;
+            notify::receive(self.provider.notification_keys(), headers, body, now / 1000).await?;
         self.apply_transaction(&transaction, now).await
     }
 
