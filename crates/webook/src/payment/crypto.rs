@@ -10,6 +10,11 @@
 //!   `-Serial`); the serial names the platform key (a certificate serial or a `PUB_KEY_ID_…`).
 //! - A notification's `resource` is AES-256-GCM under the merchant's APIv3 key, with its nonce
 //!   and `associated_data`; the ciphertext is base64 of the encrypted bytes followed by the tag.
+//!   Downloaded platform certificates are encrypted the same way.
+//! - The platform keys are one shared keyring ([`PlatformKeys`]): configured keys, and in
+//!   certificate mode downloaded certificate keys (each until its certificate expires). Clones
+//!   share it, so the client and the notification check see a key added at run time; a serial it
+//!   does not know may be looked for once ([`PlatformKeys::verify_or_refresh`], [`RefreshKeys`]).
 //!
 //! Built on aws-lc-rs: it is already in the binary as rustls' provider (nothing new to audit or
 //! compile), it is maintained by AWS with a FIPS-validated core, and unlike `ring` it generates
@@ -587,6 +592,41 @@ mod tests {
             keys.verify(&forged, body, 1_700_000_000),
             Err(CryptoError::BadSignature)
         );
+    }
+
+    #[test]
+    fn clones_share_the_keyring_and_a_certificate_key_ends_with_its_validity() {
+        let key = SigningKey::generate("CERT-1").unwrap();
+        let keys = PlatformKeys::new();
+        let clone = keys.clone();
+        let body = b"{}";
+        let signed = SignedHeaders::sign(&key, 1_700_000_000, body).unwrap();
+        assert!(matches!(
+            clone.verify(&signed, body, 1_700_000_000),
+            Err(CryptoError::UnknownSerial(_))
+        ));
+        // Added to one handle, used by the other; valid until 1_700_000_100.
+        keys.add_certificate_key("CERT-1", &key.public_key_der().unwrap(), 1_700_000_100)
+            .unwrap();
+        assert_eq!(clone.verify(&signed, body, 1_700_000_000), Ok(()));
+        assert_eq!(clone.valid_count(1_700_000_100), 1);
+        let later = SignedHeaders::sign(&key, 1_700_000_101, body).unwrap();
+        assert!(matches!(
+            clone.verify(&later, body, 1_700_000_101),
+            Err(CryptoError::UnknownSerial(_))
+        ));
+        assert_eq!(clone.valid_count(1_700_000_101), 0);
+        // A configured key does not expire; pruning drops only the expired certificate key.
+        let configured = SigningKey::generate("PUB_KEY_ID_1").unwrap();
+        keys.add_der("PUB_KEY_ID_1", &configured.public_key_der().unwrap())
+            .unwrap();
+        assert_eq!(keys.prune_expired(1_700_000_050), Vec::<String>::new());
+        assert_eq!(keys.prune_expired(1_800_000_000), ["CERT-1"]);
+        assert_eq!(clone.serials(), ["PUB_KEY_ID_1"]);
+        assert!(keys
+            .add_der("", &configured.public_key_der().unwrap())
+            .is_err());
+        assert!(keys.add_der("X", b"not a key").is_err());
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod migrations;
 mod openapi;
 mod payment;
 mod phone_login;
+mod platform_keys;
 mod process;
 mod ranking;
 mod rate_limits;
