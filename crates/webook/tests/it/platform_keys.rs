@@ -66,7 +66,7 @@ async fn certificate_mode_starts_without_a_key_and_follows_a_rotation() {
 
     // The first download is verified with the certificate the answer names.
     let report = client.certificates().unwrap().refresh().await.unwrap();
-    assert_eq!(report.added, [old.clone()]);
+    assert_eq!(report.added, std::slice::from_ref(&old));
     assert_eq!(report.valid, 1);
     let first = paid(&fake, &client, "T20240601000101").await;
     assert_eq!(
