@@ -4,7 +4,9 @@
 //! How a call flows: the request (method, path with query, JSON body) is signed with the
 //! merchant key ([`super::crypto::SigningKey::authorization`]) and sent with the configured
 //! timeout; the answer is read whole (bounded) and its `Wechatpay-*` signature is checked against
-//! the platform keys before anything in it is believed:
+//! the platform keys before anything in it is believed (a serial the keyring does not know makes
+//! it look for that key first — in certificate mode a download of the platform certificates,
+//! [`super::certificates`], at most once a minute — and check once more):
 //!
 //! - 2xx and verified: the body is used. 2xx not verified: [`ProviderError::Untrusted`] — WeChat
 //!   signs every answer to a request it authenticated, so an unsigned success is forged.

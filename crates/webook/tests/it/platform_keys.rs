@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use webook::payment::{
+    certificates::STATUS_NAME,
     crypto::CryptoError,
     notify::{self, NotifyError, SealedNotification},
     provider::{Order, PaymentProvider, Transaction},
@@ -249,17 +250,54 @@ async fn a_download_that_fails_leaves_the_keys_and_the_next_one_adds() {
     let client = certificate_client(&fake);
     let downloader = client.certificates().unwrap();
     downloader.refresh().await.unwrap();
+    let status = platform::status::StatusBoard::default();
+    downloader.report_to(status.clone());
+    assert_eq!(status.snapshot()[STATUS_NAME], "1 platform keys");
     fake.set_mode(crate::common::fake_wechatpay::Mode::ServerError);
     let error = downloader.refresh().await.unwrap_err();
     assert!(error.0.contains("HTTP 500"), "{error}");
     // Still known: a failed download removes nothing.
     assert_eq!(downloader.keys().serials(), [fake.current_serial()]);
+    assert!(
+        status.snapshot()[STATUS_NAME].starts_with("1 platform keys; the last download failed"),
+        "{:?}",
+        status.snapshot()
+    );
     fake.set_mode(crate::common::fake_wechatpay::Mode::Normal);
     let report = downloader.refresh().await.unwrap();
     assert!(
         report.added.is_empty() && report.dropped.is_empty(),
         "{report:?}"
     );
+    assert_eq!(status.snapshot()[STATUS_NAME], "1 platform keys");
+
+    // A merchant whose first download fails has no valid key, and `/readyz` says so.
+    let fake = FakeWechatPay::start_with_certificates().await;
+    fake.set_mode(crate::common::fake_wechatpay::Mode::ServerError);
+    let client = certificate_client(&fake);
+    let downloader = client.certificates().unwrap();
+    downloader.report_to(status.clone());
+    downloader.refresh().await.unwrap_err();
+    assert!(
+        status.snapshot()[STATUS_NAME].starts_with("no valid platform key: "),
+        "{:?}",
+        status.snapshot()
+    );
+}
+
+#[tokio::test]
+async fn the_periodic_download_stops_on_shutdown() {
+    let fake = FakeWechatPay::start_with_certificates().await;
+    let client = certificate_client(&fake);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(client.certificates().unwrap().clone().run(stop.clone()));
+    stop.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), task)
+        .await
+        .expect("the task ends when stopped")
+        .unwrap();
+    // The first periodic download is 12 h away: none happened.
+    assert_eq!(fake.certificate_downloads(), 0);
 }
 
 fn error_of(settings: &PaymentSettings) -> String {

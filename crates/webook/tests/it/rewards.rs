@@ -1013,6 +1013,13 @@ async fn a_rotated_platform_key_is_accepted_without_restart(setup: Setup) {
         "{readiness}"
     );
     assert_eq!(wechat.signature_failures(), 0);
+    // Process-wide metrics (other tests download too): the series exist and count up.
+    let metrics = app.platform.metrics.render();
+    assert!(
+        metrics.contains("payment_platform_key_refreshes_total{outcome=\"updated\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("\npayment_platform_keys "), "{metrics}");
     assert_ledger_sound(&app).await;
 }
 
