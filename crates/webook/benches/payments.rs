@@ -153,8 +153,9 @@ async fn build() -> World {
     let fake = FakePay::new(db.clone(), "").unwrap();
     let payments = PaymentService::new(
         PaymentStore::new(db.clone()),
-        Arc::new(fake.clone()),
+        (Arc::new(fake.clone()), Vec::new()),
         outbox.clone(),
+        webook::account::Ledger::new(db.clone()),
         Duration::from_secs(1800),
     );
     let article_service = ArticleService::new(
@@ -385,7 +386,11 @@ fn bench_notifications(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>)
     let keys = world.fake.notification_keys().clone();
     let signed = SignedHeaders::from_headers(&delivery.headers).unwrap();
     let now_secs: i64 = signed.timestamp.parse().unwrap();
-    let opened = notify::open(&keys, &delivery.headers, &delivery.body, now_secs).unwrap();
+    let notify::Opened::Transaction(opened) =
+        notify::open(&keys, &delivery.headers, &delivery.body, now_secs).unwrap()
+    else {
+        panic!("a payment's notification opens as a transaction")
+    };
     eprintln!(
         "\nnotifications: {} bytes of body, a {} transaction of {} fen",
         delivery.body.len(),

@@ -34,6 +34,20 @@ impl AccountKind {
     }
 }
 
+/// The stored spelling read back.
+impl TryFrom<&str> for AccountKind {
+    type Error = String;
+
+    fn try_from(text: &str) -> Result<Self, Self::Error> {
+        match text {
+            "user" => Ok(Self::User),
+            "platform_revenue" => Ok(Self::PlatformRevenue),
+            "clearing" => Ok(Self::Clearing),
+            other => Err(format!("unknown account kind {other:?}")),
+        }
+    }
+}
+
 /// An account named by kind and owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AccountRef {
@@ -244,6 +258,36 @@ async fn existing_entries(
         .bind(posting.biz_id)
         .fetch_all(&mut **tx)
         .await
+}
+
+/// The lines posted for event (`biz`, `biz_id`), by account id (empty when none were).
+pub async fn lines_of(
+    tx: &mut Transaction<'static, Any>,
+    biz: &str,
+    biz_id: i64,
+) -> sqlx::Result<Vec<Line>> {
+    let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+        "SELECT a.kind, a.owner_id, e.amt, e.memo FROM account_entries e \
+         JOIN accounts a ON a.id = e.account_id WHERE e.biz = $1 AND e.biz_id = $2 \
+         ORDER BY e.account_id",
+    )
+    .bind(biz)
+    .bind(biz_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.into_iter()
+        .map(|(kind, owner, amt, memo)| {
+            Ok(Line {
+                account: AccountRef {
+                    kind: AccountKind::try_from(kind.as_str())
+                        .map_err(|err| sqlx::Error::Decode(err.into()))?,
+                    owner,
+                },
+                amt,
+                memo,
+            })
+        })
+        .collect()
 }
 
 /// Whether `err` is the unique key refusing a concurrent second posting of one event.

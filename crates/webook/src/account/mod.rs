@@ -12,8 +12,8 @@ pub mod ledger;
 pub mod service;
 
 pub use ledger::{
-    is_duplicate_posting, post, AccountKind, AccountRef, Line, PostError, Posted, Posting,
-    Unbalanced,
+    is_duplicate_posting, lines_of, post, AccountKind, AccountRef, Line, PostError, Posted,
+    Posting, Unbalanced,
 };
 pub use service::{AccountView, Audit, EntryView, Ledger};
 
@@ -38,11 +38,18 @@ impl Feature for Accounts {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            17,
-            "ledger",
-            include_str!("../../migrations/0017_ledger.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                17,
+                "ledger",
+                include_str!("../../migrations/0017_ledger.sql"),
+            ),
+            Migration::new(
+                31,
+                "entries by time",
+                include_str!("../../migrations/0031_entries_by_time.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

@@ -11,7 +11,7 @@ use platform::{
     page::{decode_cursor, overfetch, Page},
 };
 
-use super::ledger::{self, AccountKind, PostError, Posted, Posting};
+use super::ledger::{self, AccountKind, AccountRef, Line, PostError, Posted, Posting};
 
 /// An entry as its account's owner sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
@@ -126,6 +126,70 @@ impl Ledger {
             currency: "CNY",
             entries: Page::from_overfetched(items, limit, |last| vec![last.id]),
         })
+    }
+
+    /// User `uid`'s balance in fen (0 without an account).
+    pub async fn user_balance(&self, uid: i64) -> sqlx::Result<i64> {
+        let balance: Option<i64> =
+            sqlx::query_scalar("SELECT balance FROM accounts WHERE kind = $1 AND owner_id = $2")
+                .bind(AccountKind::User.as_str())
+                .bind(uid)
+                .fetch_optional(self.db.pool())
+                .await?;
+        Ok(balance.unwrap_or(0))
+    }
+
+    /// Up to `limit` ids of the `biz` postings with entries written in `[from, to)` (ms), ids
+    /// above `after`, ascending (keyset).
+    pub async fn posted_between(
+        &self,
+        biz: &str,
+        (from, to): (i64, i64),
+        after: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT biz_id FROM account_entries WHERE biz = $1 AND ctime >= $2 \
+             AND ctime < $3 AND biz_id > $4 ORDER BY biz_id LIMIT $5",
+        )
+        .bind(biz)
+        .bind(from)
+        .bind(to)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// The lines of the `biz` postings of `biz_ids` (those that have one), by id.
+    pub async fn lines(
+        &self,
+        biz: &str,
+        biz_ids: &[i64],
+    ) -> sqlx::Result<std::collections::HashMap<i64, Vec<Line>>> {
+        let mut lines: std::collections::HashMap<i64, Vec<Line>> = Default::default();
+        for chunk in biz_ids.chunks(500) {
+            let sql = format!(
+                "SELECT e.biz_id, a.kind, a.owner_id, e.amt, e.memo FROM account_entries e \
+                 JOIN accounts a ON a.id = e.account_id WHERE e.biz = $1 AND e.biz_id IN ({}) \
+                 ORDER BY e.biz_id, e.account_id",
+                platform::db::placeholders(2, chunk.len())
+            );
+            let mut query = sqlx::query_as::<_, (i64, String, i64, i64, String)>(&sql).bind(biz);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for (biz_id, kind, owner, amt, memo) in query.fetch_all(self.db.pool()).await? {
+                let kind = AccountKind::try_from(kind.as_str())
+                    .map_err(|err| sqlx::Error::Decode(err.into()))?;
+                lines.entry(biz_id).or_default().push(Line {
+                    account: AccountRef { kind, owner },
+                    amt,
+                    memo,
+                });
+            }
+        }
+        Ok(lines)
     }
 
     /// Which of `biz_ids` have a posting of `biz` (reconciliation: was a paid sale credited?),

@@ -9,7 +9,7 @@
 //! WeChat would — the transaction encrypted with AES-256-GCM under the APIv3 key, the body
 //! signed with the platform key — and hands it to the same handler as `/pay/wechat/notify`
 //! ([`super::PaymentService::accept_notification`]): same verification, same cross-checks. Queries,
-//! closes and the trade bill read the fake's books — the bill written in WeChat's format and
+//! closes, refunds (immediate: the money is back at once) and the trade bill read the fake's books — the bill written in WeChat's format and
 //! read back by the WeChat client's parser — so the reconciliation jobs run against it as they
 //! would against WeChat.
 //!
@@ -27,8 +27,8 @@ use super::{
     crypto::{ApiV3Key, CryptoError, PlatformKeys, SigningKey},
     notify::{seal, SealedNotification},
     provider::{
-        BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, TradeState, Transaction,
-        TransactionAmount,
+        BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, RefundAmount,
+        RefundOrder, RefundResult, RefundState, TradeState, Transaction, TransactionAmount,
     },
     wechat::{parse_trade_bill, write_trade_bill},
 };
@@ -58,6 +58,14 @@ pub struct FakeOrder {
     pub expires_at: i64,
     /// When it was paid (ms).
     pub paid_at: Option<i64>,
+    /// Our refund number, once refunded.
+    pub refund_no: Option<String>,
+    /// The fake's refund id.
+    pub refund_id: Option<String>,
+    /// Refunded fen.
+    pub refund_amt: Option<i64>,
+    /// When it was refunded (ms).
+    pub refunded_at: Option<i64>,
 }
 
 fn state_text(state: TradeState) -> &'static str {
@@ -93,8 +101,8 @@ fn refused(code: &str, message: &str) -> ProviderError {
     }
 }
 
-const ORDER_COLUMNS: &str =
-    "trade_no, description, amt, state, transaction_id, expires_at, paid_at";
+const ORDER_COLUMNS: &str = "trade_no, description, amt, state, transaction_id, expires_at, \
+                             paid_at, refund_no, refund_id, refund_amt, refunded_at";
 
 /// The fake provider; cheap to clone.
 #[derive(Debug, Clone)]
@@ -218,6 +226,30 @@ impl FakePay {
             },
         }
     }
+
+    /// The refund of `order`, as WeChat describes one (refunds are immediate here).
+    fn refund_result(order: &FakeOrder) -> Option<RefundResult> {
+        Some(RefundResult {
+            out_refund_no: order.refund_no.clone()?,
+            out_trade_no: order.trade_no.clone(),
+            refund_id: order.refund_id.clone(),
+            status: RefundState::Success,
+            success_time: order.refunded_at.map(china_time),
+            amount: RefundAmount {
+                refund: order.refund_amt?,
+                total: order.amt,
+            },
+        })
+    }
+}
+
+/// `ms` as WeChat's bill writes times: `2026-12-01 10:34:56` (China Standard Time).
+fn bill_time(ms: i64) -> String {
+    china_time(ms)
+        .replacen('T', " ", 1)
+        .chars()
+        .take(19)
+        .collect()
 }
 
 #[async_trait]
@@ -277,9 +309,11 @@ impl PaymentProvider for FakePay {
 
     async fn trade_bill(&self, date: NaiveDate) -> Result<Vec<BillRow>, ProviderError> {
         let (from, to) = china_day_bounds(date);
+        // WeChat's bill of a day: a SUCCESS line for each order paid that day (whatever became
+        // of it later) and a REFUND line for each refund made that day.
         let orders: Vec<FakeOrder> = sqlx::query_as(&format!(
             "SELECT {ORDER_COLUMNS} FROM fake_pay_orders \
-             WHERE paid_at >= $1 AND paid_at < $2 AND state IN ('SUCCESS', 'REFUND') \
+             WHERE (paid_at >= $1 AND paid_at < $2) OR (refunded_at >= $1 AND refunded_at < $2) \
              ORDER BY paid_at, trade_no"
         ))
         .bind(from)
@@ -287,28 +321,77 @@ impl PaymentProvider for FakePay {
         .fetch_all(self.db.pool())
         .await
         .map_err(unavailable)?;
-        let lines = orders
-            .into_iter()
-            .map(|order| BillRow {
-                trade_time: order
-                    .paid_at
-                    // `2026-12-01 10:34:56`, as WeChat's bill writes times.
-                    .map(|paid_at| {
-                        china_time(paid_at)
-                            .replacen('T', " ", 1)
-                            .chars()
-                            .take(19)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                trade_no: order.trade_no,
-                transaction_id: order.transaction_id.unwrap_or_default(),
-                trade_state: state_text(order.state).to_owned(),
-                amt: order.amt,
-            })
-            .collect::<Vec<_>>();
+        let within = |at: Option<i64>| at.is_some_and(|at| (from..to).contains(&at));
+        let mut lines = Vec::new();
+        for order in orders {
+            let transaction_id = order.transaction_id.clone().unwrap_or_default();
+            if within(order.paid_at) {
+                lines.push(BillRow {
+                    trade_time: order.paid_at.map(bill_time).unwrap_or_default(),
+                    trade_no: order.trade_no.clone(),
+                    transaction_id: transaction_id.clone(),
+                    trade_state: "SUCCESS".to_owned(),
+                    amt: order.amt,
+                    refund_no: String::new(),
+                    refund_amt: 0,
+                });
+            }
+            if within(order.refunded_at) {
+                lines.push(BillRow {
+                    trade_time: order.refunded_at.map(bill_time).unwrap_or_default(),
+                    trade_no: order.trade_no.clone(),
+                    transaction_id,
+                    trade_state: "REFUND".to_owned(),
+                    amt: order.amt,
+                    refund_no: order.refund_no.clone().unwrap_or_default(),
+                    refund_amt: order.refund_amt.unwrap_or_default(),
+                });
+            }
+        }
         // Served in WeChat's bill format and read back by its parser, as the real bill is.
         parse_trade_bill(&write_trade_bill(&lines, FAKE_MCHID, FAKE_APPID))
+    }
+
+    async fn refund(&self, refund: &RefundOrder) -> Result<RefundResult, ProviderError> {
+        let now = now_millis();
+        let refund_id = format!("fakerf{now}{}", &super::crypto::random_nonce()[..8]);
+        sqlx::query(
+            "UPDATE fake_pay_orders SET state = 'REFUND', refund_no = $1, refund_id = $2, \
+             refund_amt = $3, refunded_at = $4 \
+             WHERE trade_no = $5 AND state = 'SUCCESS' AND amt = $6 AND amt = $3",
+        )
+        .bind(&refund.refund_no)
+        .bind(refund_id)
+        .bind(refund.amt)
+        .bind(now)
+        .bind(&refund.trade_no)
+        .bind(refund.total)
+        .execute(self.db.writer())
+        .await
+        .map_err(unavailable)?;
+        let order = self
+            .order(&refund.trade_no)
+            .await?
+            .ok_or_else(|| refused("RESOURCE_NOT_EXISTS", "no such order"))?;
+        match Self::refund_result(&order) {
+            Some(done) if done.out_refund_no == refund.refund_no => Ok(done),
+            Some(_) => Err(refused("INVALID_REQUEST", "the order is refunded in full")),
+            None if order.amt != refund.total || refund.amt != order.amt => {
+                Err(refused("PARAM_ERROR", "the amount is not the order's"))
+            }
+            None => Err(refused("INVALID_REQUEST", "the order is not paid")),
+        }
+    }
+
+    async fn query_refund(&self, refund_no: &str) -> Result<Option<RefundResult>, ProviderError> {
+        let order: Option<FakeOrder> = sqlx::query_as(&format!(
+            "SELECT {ORDER_COLUMNS} FROM fake_pay_orders WHERE refund_no = $1"
+        ))
+        .bind(refund_no)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(unavailable)?;
+        Ok(order.as_ref().and_then(Self::refund_result))
     }
 
     fn notification_keys(&self) -> &NotificationKeys {

@@ -1,7 +1,9 @@
 //! The payment routes: WeChat's notifications (`POST /pay/wechat/notify`, answered in WeChat's
 //! format, not enveloped), the fake provider's payment page (`GET /pay/fake/:tradeNo`) and its
 //! buttons (`POST /pay/fake/:tradeNo/confirm`), and the admins' view of reconciliation findings
-//! (`GET /payments/discrepancies`, `POST /payments/discrepancies/:id/resolve`).
+//! and the fixes they make (`GET /payments/discrepancies`, `POST
+//! /payments/discrepancies/:id/{credit,refund,resolve}`), and refunds (`GET|POST
+//! /payments/refunds`).
 
 use platform::caller::{Admin, AdminArea};
 use std::sync::Arc;
@@ -18,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{
+    actions::{with_actions, Act},
     fake::FakePay,
-    model::Discrepancy,
+    model::{Action, Discrepancy, NewRefund, Refund, RefundStatus},
     notify::NotifyError,
     provider::{ProviderError, TradeState},
     service::PaymentService,
@@ -27,7 +30,7 @@ use super::{
 use platform::{
     db::now_millis,
     error::{ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
-    openapi::{Envelope, Null},
+    openapi::Envelope,
     page::{decode_cursor, overfetch, page_limit, Page},
 };
 
@@ -52,7 +55,8 @@ pub fn router(routes: PaymentRoutes) -> Router {
         .route("/pay/fake/{trade_no}", get(fake_page))
         .route("/pay/fake/{trade_no}/confirm", post(fake_confirm))
         .route("/payments/discrepancies", get(discrepancies))
-        .route("/payments/discrepancies/{id}/resolve", post(resolve))
+        .route("/payments/discrepancies/{id}/{action}", post(act))
+        .route("/payments/refunds", get(refunds).post(refund))
         .with_state(Arc::new(routes))
         .layer(axum::Extension(ADMIN_AREA))
 }
@@ -314,58 +318,166 @@ async fn discrepancies(
         .store()
         .discrepancies(status, before, overfetch(limit))
         .await?;
+    let mut page = Page::from_overfetched(items, limit, |last| vec![last.id]);
+    page.items = page.items.into_iter().map(with_actions).collect();
+    Ok(Reply(page))
+}
+
+/// What a person does about a discrepancy.
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ActRequest {
+    /// What was done and why, 1–1000 characters (a refund's reason: its first 80).
+    note: String,
+    /// For `refund`: let the author's balance go below 0 when the credit is reversed (else a
+    /// refund that would is refused with a message saying so).
+    #[serde(default)]
+    allow_negative: bool,
+}
+
+/// Fixes an open discrepancy **(admins)**: `credit` (settle the payment as paid — the provider
+/// must confirm it — so the seller credits it), `refund` (give the money back, reversing any
+/// credit) or `resolve` (close with a note). Each kind offers its `actions`; who, when, what and
+/// why are kept. Repeating the same action answers the closed discrepancy again.
+#[utoipa::path(
+    post,
+    path = "/payments/discrepancies/{id}/{action}",
+    security(("access_token" = [])),
+    params(("id" = i64, Path, description = "The discrepancy."),
+           ("action" = Action, Path, description = "credit, refund or resolve.")),
+    request_body = ActRequest,
+    responses((status = 200, description = "Done: the discrepancy as it stands; 404001 when \
+               there is no open one of that id; code 4 for an action its kind does not offer, a \
+               refund the provider refuses or one that would take a balance below 0 without \
+               allowNegative; 409001 while the payment's credit is still being posted; 403002 \
+               for anyone but an admin.", body = Envelope<Discrepancy>))
+)]
+async fn act(
+    State(routes): State<Arc<PaymentRoutes>>,
+    admin: Admin,
+    ApiPath((id, action)): ApiPath<(i64, String)>,
+    ApiJson(request): ApiJson<ActRequest>,
+) -> ApiResult<Discrepancy> {
+    let action = match action.as_str() {
+        "credit" => Action::Credit,
+        "refund" => Action::Refund,
+        "resolve" => Action::Resolve,
+        _ => {
+            return Err(AppError::NotFound(Msg::new(
+                "no such action: credit, refund or resolve",
+                "没有该操作：credit、refund 或 resolve",
+            )))
+        }
+    };
+    let act = Act {
+        action,
+        note: request.note,
+        admin: admin.uid,
+        allow_negative: request.allow_negative,
+    };
+    Ok(Reply(routes.payments.act(id, &act).await?))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct RefundQuery {
+    /// `requested`, `processing`, `succeeded`, `failed` or `all` (the default).
+    #[param(pattern = "^(requested|processing|succeeded|failed|all)$")]
+    status: Option<String>,
+    /// The `next` of the previous page.
+    cursor: Option<String>,
+    /// 1–100 (default 20).
+    limit: Option<i64>,
+}
+
+/// Refunds, newest first **(admins)**.
+#[utoipa::path(
+    get,
+    path = "/payments/refunds",
+    security(("access_token" = [])),
+    params(RefundQuery),
+    responses((status = 200, description = "A page; 403002 for anyone but an admin.",
+               body = Envelope<Page<Refund>>))
+)]
+async fn refunds(
+    State(routes): State<Arc<PaymentRoutes>>,
+    _admin: Admin,
+    ApiQuery(query): ApiQuery<RefundQuery>,
+) -> ApiResult<Page<Refund>> {
+    let limit = page_limit(query.limit)?;
+    let status = match query.status.as_deref() {
+        None | Some("all") => None,
+        Some("requested") => Some(RefundStatus::Requested),
+        Some("processing") => Some(RefundStatus::Processing),
+        Some("succeeded") => Some(RefundStatus::Succeeded),
+        Some("failed") => Some(RefundStatus::Failed),
+        Some(_) => {
+            return Err(AppError::InvalidInput(Msg::new(
+                "status must be requested, processing, succeeded, failed or all",
+                "status 只能是 requested、processing、succeeded、failed 或 all",
+            )))
+        }
+    };
+    let before = match query.cursor.as_deref() {
+        Some(cursor) => decode_cursor::<1>(cursor)?[0],
+        None => i64::MAX,
+    };
+    let items = routes
+        .payments
+        .store()
+        .refunds(status, before, overfetch(limit))
+        .await?;
     Ok(Reply(Page::from_overfetched(items, limit, |last| {
         vec![last.id]
     })))
 }
 
-/// How a person resolved a discrepancy.
+/// A refund to make.
 #[derive(Deserialize, ToSchema)]
-struct Resolution {
-    /// What was done, 1–1000 characters.
-    note: String,
+#[serde(rename_all = "camelCase")]
+struct RefundRequest {
+    /// The payment's trade number (a reward's `tradeNo`).
+    trade_no: String,
+    /// Why, 1–80 characters (the payer sees it).
+    reason: String,
+    /// Let the author's balance go below 0 when the credit is reversed.
+    #[serde(default)]
+    allow_negative: bool,
 }
 
-/// Marks an open discrepancy resolved by a person **(admins)**.
+/// Refunds a paid payment in full **(admins)**: the provider is asked (idempotently), the
+/// ledger reverses the credit when the money is back. Asking again while a refund of the trade
+/// is live answers that refund.
 #[utoipa::path(
     post,
-    path = "/payments/discrepancies/{id}/resolve",
+    path = "/payments/refunds",
     security(("access_token" = [])),
-    params(("id" = i64, Path, description = "The discrepancy.")),
-    request_body = Resolution,
-    responses((status = 200, description = "Resolved; 404001 when there is no open one of \
-               that id; 403002 for anyone but an admin.", body = Envelope<Null>))
+    request_body = RefundRequest,
+    responses((status = 200, description = "The refund (`requested`, `processing` or \
+               `succeeded`); 404001 for no such payment; code 4 for a payment that is not paid, \
+               a reason that is empty or too long, a refund the provider refuses, or one that \
+               would take a balance below 0 without allowNegative; 409001 while the payment's \
+               credit is still being posted; 403002 for anyone but an admin.",
+               body = Envelope<Refund>))
 )]
-async fn resolve(
+async fn refund(
     State(routes): State<Arc<PaymentRoutes>>,
     admin: Admin,
-    ApiPath(id): ApiPath<i64>,
-    ApiJson(resolution): ApiJson<Resolution>,
-) -> ApiResult<()> {
-    let note = resolution.note.trim();
-    if note.is_empty() || note.chars().count() > 1000 {
-        return Err(AppError::InvalidInput(Msg::new(
-            "note: say what was done, up to 1000 characters",
-            "note：请写明处理方式，最多 1000 字",
-        )));
-    }
-    let note = format!("{note} (admin {})", admin.uid);
-    if routes
+    ApiJson(request): ApiJson<RefundRequest>,
+) -> ApiResult<Refund> {
+    let refund = routes
         .payments
-        .store()
-        .resolve_discrepancy(id, &note, now_millis())
-        .await?
-    {
-        Ok(Reply(()))
-    } else {
-        Err(AppError::NotFound(Msg::new(
-            "no open discrepancy with that id",
-            "没有该待处理的差异",
-        )))
-    }
+        .refund(&NewRefund {
+            trade_no: request.trade_no,
+            reason: request.reason,
+            requested_by: admin.uid,
+            allow_negative: request.allow_negative,
+        })
+        .await?;
+    Ok(Reply(refund))
 }
 
 /// The payment routes' description ([`platform::openapi`]).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(notify, fake_page, fake_confirm, discrepancies, resolve))]
+#[openapi(paths(notify, fake_page, fake_confirm, discrepancies, act, refunds, refund))]
 pub struct PaymentsApi;

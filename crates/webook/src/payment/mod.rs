@@ -17,7 +17,9 @@
 //! ([`crypto::PlatformKeys`]) of configured public keys and, in certificate mode, of platform
 //! certificates downloaded on start, periodically and on an unknown serial ([`certificates`]).
 
+pub mod actions;
 pub mod certificates;
+pub mod cli;
 pub mod crypto;
 pub mod fake;
 pub mod http;
@@ -25,6 +27,7 @@ pub mod model;
 pub mod notify;
 pub mod provider;
 pub mod reconcile;
+pub mod refund;
 pub mod service;
 pub mod settings;
 pub mod store;
@@ -33,11 +36,12 @@ pub mod wechat;
 pub use crypto::random_nonce;
 pub use fake::FakePay;
 pub use model::{
-    NewPayment, Payment, PaymentEvent, PaymentStatus, TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+    NewPayment, NewRefund, Payment, PaymentEvent, PaymentStatus, Refund, RefundStatus, REFUND_BIZ,
+    TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_REFUNDED, TOPIC_PAYMENT_SUCCEEDED,
 };
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
-pub use service::{Applied, PaymentService};
+pub use service::{Applied, PaymentService, Seller};
 pub use settings::{PaymentSettings, PlatformMode, ProviderName};
 pub use store::PaymentStore;
 pub use wechat::WechatPay;
@@ -50,7 +54,7 @@ use chrono::{DateTime, FixedOffset, NaiveDate, Offset, TimeZone, Utc};
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry, Service},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     telemetry::MetricsSpec,
 };
 
@@ -114,16 +118,33 @@ impl Feature for Payments {
         &[settings::SETTINGS]
     }
 
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::PaymentsCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::PaymentsCli::Payments { command } =
+                    <cli::PaymentsCli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+                cli::run(&context.config, context.schema, command).await
+            })
+        }))
+    }
+
     fn metrics(&self) -> &'static [MetricsSpec] {
         &[METRICS]
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            18,
-            "payments",
-            include_str!("../../migrations/0018_payments.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                18,
+                "payments",
+                include_str!("../../migrations/0018_payments.sql"),
+            ),
+            Migration::new(
+                28,
+                "refunds",
+                include_str!("../../migrations/0028_refunds.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 
@@ -134,35 +155,16 @@ impl Feature for Payments {
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let config = &platform.config;
         let settings = config.settings::<PaymentSettings>()?;
-        let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
-            match settings.provider(config) {
-                None => {
-                    tracing::warn!(
-                        "no payment provider (pay_provider unset in cluster mode): rewards \
-                         answer code 5"
-                    );
-                    (Arc::new(provider::Unconfigured::default()), None)
-                }
-                Some(ProviderName::Fake) => {
-                    let fake = FakePay::new(platform.db.clone(), &settings.pay_fake_base_url)?;
-                    tracing::warn!(
-                        "payments use the fake provider: payments are confirmed on webook's own \
-                         page and no money moves (pay_provider = \"wechat\" for real payments)"
-                    );
-                    (Arc::new(fake.clone()), Some(fake))
-                }
-                Some(ProviderName::Wechat) => (
-                    Arc::new(wechat_pay(settings, platform, registry).await?),
-                    None,
-                ),
-            };
-        let payments = PaymentService::new(
-            PaymentStore::new(platform.db.clone()),
-            provider,
-            platform.outbox.clone(),
-            settings.pay_expiry,
-        );
         let ledger = registry.get::<Ledger>()?;
+        let (payments, fake, wechat) = service_parts(
+            config,
+            &platform.db,
+            platform.outbox.clone(),
+            ledger.clone(),
+        )?;
+        if let Some(wechat) = &wechat {
+            start_wechat_pay(wechat, platform, registry).await;
+        }
         registry.executor(reconcile::SweepJob::new(payments.clone()));
         registry.executor(reconcile::ReconcileJob::new(payments.clone(), ledger));
         if config.role.runs_work() {
@@ -194,16 +196,80 @@ impl Feature for Payments {
     }
 }
 
-/// The WeChat Pay client of `settings`. In certificate mode the platform certificates are
-/// downloaded now (a failure is logged, and retried in the background and on demand) and then
-/// every `wechatpay_certificate_refresh` until shutdown.
-async fn wechat_pay(
-    settings: &PaymentSettings,
-    platform: &Platform,
-    registry: &mut Registry,
-) -> anyhow::Result<WechatPay> {
-    let wechat = WechatPay::new(settings.wechat()?)?;
-    let keys = wechat.notification_keys().platform_keys.clone();
+/// The payment service of `config` on `db`: new orders go to the configured provider (the fake
+/// one, returned too, when it is that one); payments ordered from a provider used before are
+/// still queried, closed and refunded there — the fake's books are in the database, WeChat Pay
+/// while it is configured. Used by the feature and by `webook payments …`.
+pub fn service(
+    config: &platform::config::Config,
+    db: &platform::db::Db,
+    outbox: platform::events::outbox::Outbox,
+    ledger: Ledger,
+) -> anyhow::Result<(PaymentService, Option<FakePay>)> {
+    service_parts(config, db, outbox, ledger).map(|(payments, fake, _)| (payments, fake))
+}
+
+/// [`service`], and the WeChat Pay client when it is the configured provider (the feature
+/// starts its platform certificate downloads).
+fn service_parts(
+    config: &platform::config::Config,
+    db: &platform::db::Db,
+    outbox: platform::events::outbox::Outbox,
+    ledger: Ledger,
+) -> anyhow::Result<(PaymentService, Option<FakePay>, Option<Arc<WechatPay>>)> {
+    let settings = config.settings::<PaymentSettings>()?;
+    let mut wechat = None;
+    let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
+        match settings.provider(config) {
+            None => {
+                tracing::warn!(
+                    "no payment provider (pay_provider unset in cluster mode): rewards answer \
+                     code 5"
+                );
+                (Arc::new(provider::Unconfigured::default()), None)
+            }
+            Some(ProviderName::Fake) => {
+                let fake = FakePay::new(db.clone(), &settings.pay_fake_base_url)?;
+                tracing::warn!(
+                    "payments use the fake provider: payments are confirmed on webook's own page \
+                     and no money moves (pay_provider = \"wechat\" for real payments)"
+                );
+                (Arc::new(fake.clone()), Some(fake))
+            }
+            Some(ProviderName::Wechat) => {
+                let client = Arc::new(WechatPay::new(settings.wechat()?)?);
+                wechat = Some(client.clone());
+                (client, None)
+            }
+        };
+    let mut earlier: Vec<Arc<dyn PaymentProvider>> = Vec::new();
+    if fake.is_none() {
+        earlier.push(Arc::new(FakePay::new(
+            db.clone(),
+            &settings.pay_fake_base_url,
+        )?));
+    }
+    if provider.name() != "wechat" {
+        if let Ok(wechat) = settings.wechat() {
+            earlier.push(Arc::new(WechatPay::new(wechat)?));
+        }
+    }
+    let payments = PaymentService::new(
+        PaymentStore::new(db.clone()),
+        (provider, earlier),
+        outbox,
+        ledger,
+        settings.pay_expiry,
+    );
+    Ok((payments, fake, wechat))
+}
+
+/// Starts what the WeChat Pay client needs beyond its requests: the gauge of its platform keys
+/// and, in certificate mode, the platform certificates — downloaded now (a failure is logged
+/// and counted, and retried in the background and on demand), then every
+/// `wechatpay_certificate_refresh` in a background task until shutdown, reporting on `/readyz`.
+async fn start_wechat_pay(wechat: &WechatPay, platform: &Platform, registry: &mut Registry) {
+    let keys = &wechat.notification_keys().platform_keys;
     metrics::gauge!(certificates::PAYMENT_PLATFORM_KEYS)
         .set(keys.valid_count(Utc::now().timestamp()) as f64);
     if let Some(downloader) = wechat.certificates() {
@@ -215,7 +281,6 @@ async fn wechat_pay(
             downloader.run(background.stop)
         });
     }
-    Ok(wechat)
 }
 
 /// China Standard Time (UTC+8, no daylight saving): the time zone of WeChat Pay's times and bills.

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 pub const TOPIC_PAYMENT_SUCCEEDED: &str = "payment_succeeded";
 /// Topic of a payment that failed (closed unpaid, refused); payload: [`PaymentEvent`].
 pub const TOPIC_PAYMENT_FAILED: &str = "payment_failed";
+/// Topic of a payment refunded in full (its reversal is posted); payload: [`PaymentEvent`].
+pub const TOPIC_PAYMENT_REFUNDED: &str = "payment_refunded";
+/// The `biz` of a refund's reversal in the ledger (`biz_id`: the refund's id).
+pub const REFUND_BIZ: &str = "refund";
 
 /// Where a payment stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -22,6 +26,8 @@ pub enum PaymentStatus {
     Succeeded,
     /// Will never be paid: closed unpaid, or refused.
     Failed,
+    /// Paid, then refunded in full.
+    Refunded,
 }
 
 impl PaymentStatus {
@@ -31,6 +37,7 @@ impl PaymentStatus {
             Self::Pending => "pending",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Refunded => "refunded",
         }
     }
 }
@@ -44,6 +51,7 @@ impl TryFrom<String> for PaymentStatus {
             "pending" => Ok(Self::Pending),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
+            "refunded" => Ok(Self::Refunded),
             other => Err(format!("unknown payment status {other:?}")),
         }
     }
@@ -81,6 +89,8 @@ pub struct Payment {
     pub paid_at: Option<i64>,
     /// Created (ms).
     pub ctime: i64,
+    /// When it was parked for a person (the sweep leaves it alone), if it was.
+    pub parked_at: Option<i64>,
 }
 
 /// A payment to record.
@@ -193,8 +203,161 @@ pub struct Discrepancy {
     pub status: String,
     /// What the person who resolved it wrote.
     pub note: String,
+    /// What they did: `credit`, `refund`, `resolve` (`""` while open or fixed automatically).
+    pub action: String,
+    /// Who did it (admin uid).
+    pub acted_by: Option<i64>,
+    /// What can be done about it now (see [`Action::for_kind`]); empty once it is closed.
+    #[sqlx(skip)]
+    pub actions: Vec<Action>,
     /// Found (ms).
     pub ctime: i64,
     /// Last changed (ms).
     pub utime: i64,
+}
+
+/// What a person can do about a discrepancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Settle the payment as paid so the seller credits it (money arrived for it).
+    Credit,
+    /// Give the payer their money back (through the provider), reversing any credit.
+    Refund,
+    /// Close it with a note saying what was done elsewhere.
+    Resolve,
+}
+
+impl Action {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Credit => "credit",
+            Self::Refund => "refund",
+            Self::Resolve => "resolve",
+        }
+    }
+
+    /// The actions a discrepancy of `kind` offers (every kind can be resolved with a note).
+    pub fn for_kind(kind: &str) -> &'static [Action] {
+        match kind {
+            // Money arrived for a payment we gave up on: book it, or give it back.
+            "paid_after_failure" => &[Self::Credit, Self::Refund, Self::Resolve],
+            // Paid at the provider, not settled here (the query did not settle it).
+            "unsettled_payment" => &[Self::Credit, Self::Refund, Self::Resolve],
+            // Money arrived for a trade we never made, or of another amount: give it back.
+            "missing_payment"
+            | "unknown_trade"
+            | "amount_mismatch"
+            | "notified_amount_mismatch" => &[Self::Refund, Self::Resolve],
+            // The provider refunded without us (its console): book the refund (reverse the
+            // credit); a failed refund: ask again.
+            "refunded" | "refund_failed" => &[Self::Refund, Self::Resolve],
+            _ => &[Self::Resolve],
+        }
+    }
+}
+
+/// Where a refund stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundStatus {
+    /// Asked of the provider; its answer is not known yet (asked again by the sweep).
+    Requested,
+    /// The provider accepted it and is returning the money.
+    Processing,
+    /// The payer has the money back; the reversal is posted.
+    Succeeded,
+    /// The provider closed it or could not pay it back: nothing moved, it may be asked again.
+    Failed,
+}
+
+impl RefundStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Requested => "requested",
+            Self::Processing => "processing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The stored spelling read back.
+impl TryFrom<String> for RefundStatus {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        match text.as_str() {
+            "requested" => Ok(Self::Requested),
+            "processing" => Ok(Self::Processing),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            other => Err(format!("unknown refund status {other:?}")),
+        }
+    }
+}
+
+/// A refund row, as the admin routes show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Refund {
+    /// Id (the reversal's `biz_id`).
+    pub id: i64,
+    /// Our refund number at the provider (`out_refund_no`).
+    pub refund_no: String,
+    /// The payment's trade number.
+    pub trade_no: String,
+    /// What was sold: its kind…
+    pub biz: String,
+    /// …and id.
+    pub biz_id: i64,
+    /// Fen (the whole payment).
+    pub amt: i64,
+    /// Why (shown to the payer by the provider).
+    pub reason: String,
+    /// Where it stands.
+    #[sqlx(try_from = "String")]
+    pub status: RefundStatus,
+    /// The provider's refund id, once it has one.
+    pub provider_refund_id: Option<String>,
+    /// The admin who asked for it.
+    pub requested_by: i64,
+    /// Whether a balance may go below 0 to reverse the credit.
+    #[sqlx(try_from = "i64")]
+    #[schema(value_type = bool)]
+    pub allow_negative: Flag,
+    /// The provider's last word (e.g. why it failed).
+    pub detail: String,
+    /// When the money was back with the payer (ms).
+    pub refunded_at: Option<i64>,
+    /// Asked (ms).
+    pub ctime: i64,
+    /// Last changed (ms).
+    pub utime: i64,
+}
+
+/// A boolean stored as 0/1 (portable across SQLite and PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Flag(pub bool);
+
+impl From<i64> for Flag {
+    fn from(value: i64) -> Self {
+        Self(value != 0)
+    }
+}
+
+/// A refund to ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRefund {
+    /// The payment to refund (in full).
+    pub trade_no: String,
+    /// Why, 1–80 characters (WeChat shows it to the payer).
+    pub reason: String,
+    /// The admin asking.
+    pub requested_by: i64,
+    /// Let a balance go below 0 when the credit is reversed (else such a refund is refused).
+    pub allow_negative: bool,
 }

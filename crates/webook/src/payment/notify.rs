@@ -1,9 +1,9 @@
 //! Payment notifications as WeChat Pay v3 sends them, both ways: [`open`] checks one (known
 //! platform key serial, timestamp within 5 minutes, signature over the exact body) and decrypts
-//! its resource into a [`Transaction`]; [`receive`] does the same, but first looks for the key of
-//! a serial it does not know (a rotated platform key, certificate mode); [`seal`] builds one (the
-//! fake provider, tests). Every notification — WeChat's, and the fake provider's — goes through
-//! [`receive`].
+//! its resource into a [`Transaction`] or a refund ([`Opened`]); [`receive`] does the same, but
+//! first looks for the key of a serial it does not know (a rotated platform key, certificate
+//! mode); [`seal`] / [`seal_refund`] build one (the fake provider, tests). Every notification —
+//! WeChat's, and the fake provider's — goes through [`receive`].
 //!
 //! A refusal is answered as WeChat expects — a 4xx/5xx status with `{"code": "FAIL",
 //! "message": …}` — so that WeChat sends the notification again later ([`NotifyError`]).
@@ -17,8 +17,28 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     crypto::{ApiV3Key, CryptoError, SignedHeaders, SigningKey},
-    provider::{NotificationKeys, TradeState, Transaction},
+    provider::{NotificationKeys, RefundResult, RefundState, TradeState, Transaction},
 };
+
+/// What a verified notification says: a payment's transaction (`TRANSACTION.*`) or a refund
+/// (`REFUND.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// A payment's transaction.
+    Transaction(Transaction),
+    /// A refund.
+    Refund(RefundNotice),
+}
+
+/// A refund notification's decrypted resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundNotice {
+    /// The merchant: another merchant's refund is refused.
+    pub mchid: String,
+    /// The refund.
+    #[serde(flatten)]
+    pub refund: RefundResult,
+}
 
 /// The only resource algorithm WeChat Pay v3 uses.
 pub const ALGORITHM: &str = "AEAD_AES_256_GCM";
@@ -113,7 +133,7 @@ pub fn open(
     headers: &HeaderMap,
     body: &[u8],
     now_secs: i64,
-) -> Result<Transaction, NotifyError> {
+) -> Result<Opened, NotifyError> {
     let signed = SignedHeaders::from_headers(headers)?;
     keys.platform_keys.verify(&signed, body, now_secs)?;
     let notification: Notification = serde_json::from_slice(body)
@@ -130,7 +150,18 @@ pub fn open(
         &resource.associated_data,
         &resource.ciphertext,
     )?;
+    if notification.event_type.starts_with("REFUND.") {
+        let notice: RefundNotice = serde_json::from_slice(&plain)
+            .map_err(|err| NotifyError::Malformed(format!("not a refund: {err}")))?;
+        if notice.mchid != keys.mchid {
+            return Err(NotifyError::Mismatch(
+                "another merchant's refund".to_owned(),
+            ));
+        }
+        return Ok(Opened::Refund(notice));
+    }
     serde_json::from_slice(&plain)
+        .map(Opened::Transaction)
         .map_err(|err| NotifyError::Malformed(format!("not a transaction: {err}")))
 }
 
@@ -143,7 +174,7 @@ pub async fn receive(
     headers: &HeaderMap,
     body: &[u8],
     now_secs: i64,
-) -> Result<Transaction, NotifyError> {
+) -> Result<Opened, NotifyError> {
     let signed = SignedHeaders::from_headers(headers)?;
     keys.platform_keys
         .verify_or_refresh(&signed, body, now_secs)
@@ -187,12 +218,53 @@ pub fn seal(
 ) -> Result<SealedNotification, CryptoError> {
     let plain = serde_json::to_vec(transaction)
         .map_err(|err| CryptoError::InvalidKey(format!("transaction to JSON: {err}")))?;
-    let associated_data = "transaction";
-    let (nonce, ciphertext) = api_v3_key.encrypt(associated_data, &plain)?;
     let (event_type, summary) = match transaction.trade_state {
         TradeState::Success => ("TRANSACTION.SUCCESS", "支付成功"),
         _ => ("TRANSACTION.PAYERROR", "支付失败"),
     };
+    sealed(
+        api_v3_key,
+        platform_key,
+        ("transaction", event_type, summary),
+        &plain,
+        timestamp_secs,
+    )
+}
+
+/// Builds the notification of `notice` as WeChat does (`REFUND.SUCCESS`, `REFUND.ABNORMAL`,
+/// `REFUND.CLOSED`).
+pub fn seal_refund(
+    api_v3_key: &ApiV3Key,
+    platform_key: &SigningKey,
+    notice: &RefundNotice,
+    timestamp_secs: i64,
+) -> Result<SealedNotification, CryptoError> {
+    let plain = serde_json::to_vec(notice)
+        .map_err(|err| CryptoError::InvalidKey(format!("refund to JSON: {err}")))?;
+    let event_type = match notice.refund.status {
+        RefundState::Success => "REFUND.SUCCESS",
+        RefundState::Abnormal => "REFUND.ABNORMAL",
+        RefundState::Closed | RefundState::Processing => "REFUND.CLOSED",
+    };
+    sealed(
+        api_v3_key,
+        platform_key,
+        ("refund", event_type, "退款结果"),
+        &plain,
+        timestamp_secs,
+    )
+}
+
+/// The notification of resource `plain`, of (`original_type`, `event_type`, `summary`).
+fn sealed(
+    api_v3_key: &ApiV3Key,
+    platform_key: &SigningKey,
+    (original_type, event_type, summary): (&str, &str, &str),
+    plain: &[u8],
+    timestamp_secs: i64,
+) -> Result<SealedNotification, CryptoError> {
+    let associated_data = original_type;
+    let (nonce, ciphertext) = api_v3_key.encrypt(associated_data, plain)?;
     let notification = Notification {
         id: uuid::Uuid::new_v4().to_string(),
         create_time: super::china_time(timestamp_secs * 1000),
@@ -200,7 +272,7 @@ pub fn seal(
         resource_type: "encrypt-resource".to_owned(),
         summary: summary.to_owned(),
         resource: Resource {
-            original_type: "transaction".to_owned(),
+            original_type: original_type.to_owned(),
             algorithm: ALGORITHM.to_owned(),
             ciphertext,
             associated_data: associated_data.to_owned(),

@@ -1,6 +1,6 @@
 //! What webook asks of a payment provider, in WeChat Pay v3 Native's terms: create an order and
-//! get the code URL to show as a QR code, query an order, close it, and download a day's trade
-//! bill. Two providers implement it: [`super::wechat`] (WeChat Pay) and [`super::fake`] (the
+//! get the code URL to show as a QR code, query an order, close it, download a day's trade
+//! bill, and refund a paid order (and query the refund). Two providers implement it: [`super::wechat`] (WeChat Pay) and [`super::fake`] (the
 //! embedded default, a provider inside webook that signs like WeChat).
 //!
 //! Notifications are not part of the trait: a provider only names the keys they are checked
@@ -91,6 +91,66 @@ pub struct Transaction {
     pub amount: TransactionAmount,
 }
 
+/// A refund to ask for (WeChat: `POST /v3/refund/domestic/refunds`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundOrder {
+    /// Our refund number (`out_refund_no`): asking again with it is safe.
+    pub refund_no: String,
+    /// The paid order's trade number.
+    pub trade_no: String,
+    /// Fen to refund.
+    pub amt: i64,
+    /// The order's total in fen.
+    pub total: i64,
+    /// Shown to the payer.
+    pub reason: String,
+}
+
+/// WeChat's refund `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefundState {
+    /// The money is back with the payer.
+    Success,
+    /// Closed: nothing moved.
+    Closed,
+    /// Being returned.
+    Processing,
+    /// The return failed (e.g. the payer's card is closed): for a person.
+    Abnormal,
+}
+
+/// A refund as the provider describes it: the answer to a refund request or a query, and a
+/// refund notification's decrypted resource (whose fields WeChat names slightly differently:
+/// both spellings are read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundResult {
+    /// Our refund number.
+    pub out_refund_no: String,
+    /// The order's trade number.
+    pub out_trade_no: String,
+    /// The provider's refund id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_id: Option<String>,
+    /// Where it stands (`status` in answers, `refund_status` in notifications).
+    #[serde(alias = "refund_status")]
+    pub status: RefundState,
+    /// When the money was back (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_time: Option<String>,
+    /// The amounts.
+    pub amount: RefundAmount,
+}
+
+/// A refund's `amount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundAmount {
+    /// Refunded, fen.
+    pub refund: i64,
+    /// The order's total, fen.
+    pub total: i64,
+}
+
 /// One order line of a trade bill.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BillRow {
@@ -104,6 +164,10 @@ pub struct BillRow {
     pub amt: i64,
     /// When it was paid (`交易时间`, as the bill writes it).
     pub trade_time: String,
+    /// A refund line's refund number (`商户退款单号`), `""` on a payment line.
+    pub refund_no: String,
+    /// A refund line's refunded fen (`退款金额`), 0 on a payment line.
+    pub refund_amt: i64,
 }
 
 /// Why a provider call failed.
@@ -164,6 +228,13 @@ pub trait PaymentProvider: Send + Sync + Debug {
     /// The order lines of the trade bill of `date` (China Standard Time), every state.
     async fn trade_bill(&self, date: NaiveDate) -> Result<Vec<BillRow>, ProviderError>;
 
+    /// Asks for `refund` of a paid order; asking again with the same refund number answers the
+    /// same refund (WeChat: idempotent by `out_refund_no`).
+    async fn refund(&self, refund: &RefundOrder) -> Result<RefundResult, ProviderError>;
+
+    /// The refund of `refund_no`; `None` when the provider has none (`RESOURCE_NOT_EXISTS`).
+    async fn query_refund(&self, refund_no: &str) -> Result<Option<RefundResult>, ProviderError>;
+
     /// What this provider's notifications are checked against.
     fn notification_keys(&self) -> &NotificationKeys;
 }
@@ -211,6 +282,14 @@ impl PaymentProvider for Unconfigured {
     }
 
     async fn trade_bill(&self, _date: NaiveDate) -> Result<Vec<BillRow>, ProviderError> {
+        Err(unconfigured())
+    }
+
+    async fn refund(&self, _refund: &RefundOrder) -> Result<RefundResult, ProviderError> {
+        Err(unconfigured())
+    }
+
+    async fn query_refund(&self, _refund_no: &str) -> Result<Option<RefundResult>, ProviderError> {
         Err(unconfigured())
     }
 

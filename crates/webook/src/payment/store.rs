@@ -1,4 +1,4 @@
-//! The `payments` and `payment_discrepancies` tables.
+//! The `payments`, `payment_refunds` and `payment_discrepancies` tables.
 //!
 //! A payment is written `pending` with the order it stands for, before the provider hears of
 //! it; its status changes once — to `succeeded` or `failed` — in a transaction that also records
@@ -6,6 +6,10 @@
 //! outbox, so a status change and its event are never one without the other. The change is
 //! conditional on the row still being pending: of ten identical notifications racing, one
 //! changes the row and records the event, the others find it settled.
+//!
+//! A refund is written `requested` before the provider hears of it; its success changes the
+//! refund, the payment (`refunded`) and the ledger (the reversal) and records the event in one
+//! transaction ([`PaymentStore::complete_refund`]), once.
 
 use sqlx::AnyConnection;
 
@@ -15,15 +19,33 @@ use platform::{
 };
 
 use super::model::{
-    Discrepancy, NewDiscrepancy, NewPayment, Payment, PaymentEvent, PaymentStatus, Settled,
-    Settlement, TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+    Action, Discrepancy, NewDiscrepancy, NewPayment, NewRefund, Payment, PaymentEvent,
+    PaymentStatus, Refund, RefundStatus, Settled, Settlement, REFUND_BIZ, TOPIC_PAYMENT_FAILED,
+    TOPIC_PAYMENT_REFUNDED, TOPIC_PAYMENT_SUCCEEDED,
 };
+use crate::account::{self, Line, PostError, Posting};
 
 /// Rows per keyset batch of the reconciliation reads.
 pub const BATCH: i64 = 200;
 
 const COLUMNS: &str = "id, trade_no, biz, biz_id, provider, amt, currency, description, status, \
-                       code_url, txn_id, expires_at, paid_at, ctime";
+                       code_url, txn_id, expires_at, paid_at, ctime, parked_at";
+const REFUND_COLUMNS: &str = "id, refund_no, trade_no, biz, biz_id, amt, reason, status, \
+                              provider_refund_id, requested_by, allow_negative, detail, \
+                              refunded_at, ctime, utime";
+const DISCREPANCY_COLUMNS: &str = "id, bill_date, kind, trade_no, provider_amt, our_amt, detail, \
+                                   status, note, action, acted_by, ctime, utime";
+
+/// What [`PaymentStore::complete_refund`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundCompletion {
+    /// Completed now: refund, payment, reversal and event are committed.
+    Completed(Box<Refund>),
+    /// The refund was not under way (completed or failed before): nothing changed.
+    NotUnderWay,
+    /// The payment's credit is not in the ledger yet: nothing changed; complete it later.
+    AwaitingCredit,
+}
 
 /// The payment tables; cheap to clone.
 #[derive(Debug, Clone)]
@@ -105,6 +127,37 @@ impl PaymentStore {
         Ok(found)
     }
 
+    /// The payments of `biz` with `biz_ids` (those that exist).
+    pub async fn by_biz_ids(&self, biz: &str, biz_ids: &[i64]) -> sqlx::Result<Vec<Payment>> {
+        let mut found = Vec::with_capacity(biz_ids.len());
+        for chunk in biz_ids.chunks(500) {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM payments WHERE biz = $1 AND biz_id IN ({})",
+                placeholders(2, chunk.len())
+            );
+            let mut query = sqlx::query_as::<_, Payment>(&sql).bind(biz);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
+        }
+        Ok(found)
+    }
+
+    /// The providers of payments paid, or refunds made, in `[from, to)` (ms).
+    pub async fn providers_between(&self, from: i64, to: i64) -> sqlx::Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT DISTINCT provider FROM payments WHERE paid_at >= $1 AND paid_at < $2 \
+             UNION SELECT DISTINCT p.provider FROM payment_refunds r \
+             JOIN payments p ON p.trade_no = r.trade_no \
+             WHERE r.refunded_at >= $1 AND r.refunded_at < $2",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
     /// Gives pending payment `trade_no` its final status and records the event saying so, in
     /// one transaction; a payment already settled is left as it is.
     pub async fn settle(
@@ -113,16 +166,30 @@ impl PaymentStore {
         settlement: &Settlement,
         now: i64,
     ) -> sqlx::Result<Settled> {
+        self.settle_from(trade_no, PaymentStatus::Pending, settlement, now)
+            .await
+    }
+
+    /// [`Self::settle`] of a payment that has status `from` (a person crediting a failed payment
+    /// the provider was paid for settles it from `failed`).
+    pub async fn settle_from(
+        &self,
+        trade_no: &str,
+        from: PaymentStatus,
+        settlement: &Settlement,
+        now: i64,
+    ) -> sqlx::Result<Settled> {
         let mut tx = self.db.writer().begin().await?;
         let changed = sqlx::query(
             "UPDATE payments SET status = $1, txn_id = COALESCE($2, txn_id), paid_at = $3, \
-             utime = $4 WHERE trade_no = $5 AND status = 'pending'",
+             utime = $4, parked_at = NULL WHERE trade_no = $5 AND status = $6",
         )
         .bind(settlement.status.as_str())
         .bind(settlement.txn_id.as_deref())
         .bind(settlement.paid_at)
         .bind(now)
         .bind(trade_no)
+        .bind(from.as_str())
         .execute(&mut *tx)
         .await?
         .rows_affected()
@@ -152,6 +219,7 @@ impl PaymentStore {
         let topic = match payment.status {
             PaymentStatus::Succeeded => TOPIC_PAYMENT_SUCCEEDED,
             PaymentStatus::Failed => TOPIC_PAYMENT_FAILED,
+            PaymentStatus::Refunded => TOPIC_PAYMENT_REFUNDED,
             PaymentStatus::Pending => return Ok(()),
         };
         outbox::record(
@@ -177,7 +245,7 @@ impl PaymentStore {
     pub async fn expired_pending(&self, before: i64, after: i64) -> sqlx::Result<Vec<Payment>> {
         sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM payments WHERE status = 'pending' AND expires_at < $1 \
-             AND id > $2 ORDER BY id LIMIT $3"
+             AND id > $2 AND parked_at IS NULL ORDER BY id LIMIT $3"
         ))
         .bind(before)
         .bind(after)
@@ -229,9 +297,7 @@ impl PaymentStore {
         before: i64,
         limit: i64,
     ) -> sqlx::Result<Vec<Discrepancy>> {
-        let columns =
-            "id, bill_date, kind, trade_no, provider_amt, our_amt, detail, status, note, \
-                       ctime, utime";
+        let columns = DISCREPANCY_COLUMNS;
         match status {
             Some(status) => {
                 sqlx::query_as(&format!(
@@ -257,13 +323,32 @@ impl PaymentStore {
         }
     }
 
-    /// Marks open discrepancy `id` resolved by a person with `note`; false when there is no
-    /// open one of that id.
-    pub async fn resolve_discrepancy(&self, id: i64, note: &str, now: i64) -> sqlx::Result<bool> {
+    /// Discrepancy `id`.
+    pub async fn discrepancy(&self, id: i64) -> sqlx::Result<Option<Discrepancy>> {
+        sqlx::query_as(&format!(
+            "SELECT {DISCREPANCY_COLUMNS} FROM payment_discrepancies WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await
+    }
+
+    /// Closes open discrepancy `id`: a person (`admin`) did `action` because of `note`; false
+    /// when there is no open one of that id (another person acted first).
+    pub async fn close_discrepancy(
+        &self,
+        id: i64,
+        action: Action,
+        admin: i64,
+        note: &str,
+        now: i64,
+    ) -> sqlx::Result<bool> {
         let changed = sqlx::query(
-            "UPDATE payment_discrepancies SET status = 'resolved', note = $1, utime = $2 \
-             WHERE id = $3 AND status = 'open'",
+            "UPDATE payment_discrepancies SET status = 'resolved', action = $1, acted_by = $2, \
+             note = $3, utime = $4 WHERE id = $5 AND status = 'open'",
         )
+        .bind(action.as_str())
+        .bind(admin)
         .bind(note)
         .bind(now)
         .bind(id)
@@ -271,6 +356,328 @@ impl PaymentStore {
         .await?
         .rows_affected();
         Ok(changed == 1)
+    }
+
+    /// Marks open discrepancy (`kind`, `trade_no`) of any day fixed, with `note` saying how the
+    /// fix was verified; returns how many.
+    pub async fn mark_fixed(
+        &self,
+        kind: &str,
+        trade_no: &str,
+        note: &str,
+        now: i64,
+    ) -> sqlx::Result<u64> {
+        Ok(sqlx::query(
+            "UPDATE payment_discrepancies SET status = 'fixed', note = $1, utime = $2 \
+             WHERE kind = $3 AND trade_no = $4 AND status = 'open'",
+        )
+        .bind(note)
+        .bind(now)
+        .bind(kind)
+        .bind(trade_no)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected())
+    }
+
+    /// Trade numbers of open discrepancies of `kind`, ids above `after`, by id (keyset).
+    pub async fn open_of_kind(&self, kind: &str, after: i64) -> sqlx::Result<Vec<(i64, String)>> {
+        sqlx::query_as(
+            "SELECT id, trade_no FROM payment_discrepancies WHERE kind = $1 AND status = 'open' \
+             AND id > $2 ORDER BY id LIMIT $3",
+        )
+        .bind(kind)
+        .bind(after)
+        .bind(BATCH)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// Keeps the provider's transaction id and payment time of `trade_no` where ours has none
+    /// (a payment that arrived after we failed it, about to be refunded).
+    pub async fn note_paid(
+        &self,
+        trade_no: &str,
+        txn_id: Option<&str>,
+        paid_at: Option<i64>,
+    ) -> sqlx::Result<()> {
+        sqlx::query(
+            "UPDATE payments SET txn_id = COALESCE(txn_id, $1), paid_at = COALESCE(paid_at, $2) \
+             WHERE trade_no = $3",
+        )
+        .bind(txn_id)
+        .bind(paid_at)
+        .bind(trade_no)
+        .execute(self.db.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// Parks pending payment `trade_no` for a person: the sweep no longer queries it.
+    pub async fn park(&self, trade_no: &str, now: i64) -> sqlx::Result<bool> {
+        let changed = sqlx::query(
+            "UPDATE payments SET parked_at = $1, utime = $1 WHERE trade_no = $2 \
+             AND status = 'pending' AND parked_at IS NULL",
+        )
+        .bind(now)
+        .bind(trade_no)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    /// Records refund `refund` (number `refund_no`) of `payment` — or of a trade we have no
+    /// payment for (`biz` `""`) — as requested, unless a live one of that trade exists; returns
+    /// the live refund of the trade either way.
+    pub async fn request_refund(
+        &self,
+        refund: &NewRefund,
+        refund_no: &str,
+        (biz, biz_id, amt): (&str, i64, i64),
+        now: i64,
+    ) -> sqlx::Result<Refund> {
+        sqlx::query(
+            "INSERT INTO payment_refunds (refund_no, trade_no, biz, biz_id, amt, reason, status, \
+             requested_by, allow_negative, ctime, utime) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $8, $9, $9) ON CONFLICT DO NOTHING",
+        )
+        .bind(refund_no)
+        .bind(&refund.trade_no)
+        .bind(biz)
+        .bind(biz_id)
+        .bind(amt)
+        .bind(&refund.reason)
+        .bind(refund.requested_by)
+        .bind(i64::from(refund.allow_negative))
+        .bind(now)
+        .execute(self.db.writer())
+        .await?;
+        self.live_refund(&refund.trade_no)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)
+    }
+
+    /// The refund of `trade_no` that is not failed, if any.
+    pub async fn live_refund(&self, trade_no: &str) -> sqlx::Result<Option<Refund>> {
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE trade_no = $1 \
+             AND status <> 'failed'"
+        ))
+        .bind(trade_no)
+        .fetch_optional(self.db.writer())
+        .await
+    }
+
+    /// The refund of `refund_no`.
+    pub async fn refund_by_no(&self, refund_no: &str) -> sqlx::Result<Option<Refund>> {
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no = $1"
+        ))
+        .bind(refund_no)
+        .fetch_optional(self.db.pool())
+        .await
+    }
+
+    /// Refunds with ids below `before`, newest first; only `status` ones when given.
+    pub async fn refunds(
+        &self,
+        status: Option<RefundStatus>,
+        before: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<Refund>> {
+        let filter = if status.is_some() {
+            "status = $3"
+        } else {
+            "$3 = $3"
+        };
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE id < $1 AND {filter} \
+             ORDER BY id DESC LIMIT $2"
+        ))
+        .bind(before)
+        .bind(limit)
+        .bind(status.map_or("", RefundStatus::as_str))
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// Up to [`BATCH`] refunds still under way (requested or processing) with ids above
+    /// `after`, by id.
+    pub async fn open_refunds(&self, after: i64) -> sqlx::Result<Vec<Refund>> {
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds \
+             WHERE status IN ('requested', 'processing') AND id > $1 ORDER BY id LIMIT $2"
+        ))
+        .bind(after)
+        .bind(BATCH)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// Up to [`BATCH`] refunds that succeeded in `[from, to)` (ms), ids above `after`, by id.
+    pub async fn refunded_between(
+        &self,
+        from: i64,
+        to: i64,
+        after: i64,
+    ) -> sqlx::Result<Vec<Refund>> {
+        sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refunded_at >= $1 \
+             AND refunded_at < $2 AND id > $3 ORDER BY id LIMIT $4"
+        ))
+        .bind(from)
+        .bind(to)
+        .bind(after)
+        .bind(BATCH)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// The refunds of `ids` (those that exist).
+    pub async fn refunds_by_ids(&self, ids: &[i64]) -> sqlx::Result<Vec<Refund>> {
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let sql = format!(
+                "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE id IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query_as::<_, Refund>(&sql);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
+        }
+        Ok(found)
+    }
+
+    /// The refunds of `refund_nos` (those that exist).
+    pub async fn refunds_by_nos(&self, refund_nos: &[String]) -> sqlx::Result<Vec<Refund>> {
+        let mut found = Vec::with_capacity(refund_nos.len());
+        for chunk in refund_nos.chunks(500) {
+            let sql = format!(
+                "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query_as::<_, Refund>(&sql);
+            for refund_no in chunk {
+                query = query.bind(refund_no);
+            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
+        }
+        Ok(found)
+    }
+
+    /// Moves refund `refund_no`, still under way, to `status` (processing, or failed) with the
+    /// provider's id and last word; false when it is no longer under way.
+    pub async fn update_refund(
+        &self,
+        refund_no: &str,
+        status: RefundStatus,
+        provider_refund_id: Option<&str>,
+        detail: &str,
+        now: i64,
+    ) -> sqlx::Result<bool> {
+        let changed = sqlx::query(
+            "UPDATE payment_refunds SET status = $1, \
+             provider_refund_id = COALESCE($2, provider_refund_id), detail = $3, utime = $4 \
+             WHERE refund_no = $5 AND status IN ('requested', 'processing')",
+        )
+        .bind(status.as_str())
+        .bind(provider_refund_id)
+        .bind(detail)
+        .bind(now)
+        .bind(refund_no)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
+    /// Completes refund `refund_no` in one transaction: the refund succeeded, its payment is
+    /// `refunded`, the ledger reverses the payment's posting (biz [`REFUND_BIZ`], the refund's
+    /// id: each line of the original negated, so the author's and the platform's shares go back
+    /// to clearing), and the event telling the seller is recorded. `None` when the refund was
+    /// not under way (completed before: a repeated notification).
+    pub async fn complete_refund(
+        &self,
+        refund_no: &str,
+        provider_refund_id: Option<&str>,
+        refunded_at: i64,
+        now: i64,
+    ) -> Result<RefundCompletion, PostError> {
+        let mut tx = self.db.writer().begin().await?;
+        // A succeeded payment's credit must be in the ledger to be reversed: a refund racing
+        // the credit of a just-settled payment waits for it (the sweep completes it later).
+        let awaiting_credit: Option<i64> = sqlx::query_scalar(
+            "SELECT r.id FROM payment_refunds r JOIN payments p ON p.trade_no = r.trade_no \
+             WHERE r.refund_no = $1 AND p.status = 'succeeded' AND NOT EXISTS \
+             (SELECT 1 FROM account_entries e WHERE e.biz = r.biz AND e.biz_id = r.biz_id)",
+        )
+        .bind(refund_no)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if awaiting_credit.is_some() {
+            return Ok(RefundCompletion::AwaitingCredit);
+        }
+        let changed = sqlx::query(
+            "UPDATE payment_refunds SET status = 'succeeded', \
+             provider_refund_id = COALESCE($1, provider_refund_id), refunded_at = $2, \
+             detail = '', utime = $3 WHERE refund_no = $4 AND status IN ('requested', 'processing')",
+        )
+        .bind(provider_refund_id)
+        .bind(refunded_at)
+        .bind(now)
+        .bind(refund_no)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !changed {
+            return Ok(RefundCompletion::NotUnderWay);
+        }
+        let refund: Refund = sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no = $1"
+        ))
+        .bind(refund_no)
+        .fetch_one(&mut *tx)
+        .await?;
+        let original = account::lines_of(&mut tx, &refund.biz, refund.biz_id).await?;
+        if !original.is_empty() {
+            let memo = format!("refund {} of {} {}", refund.id, refund.biz, refund.biz_id);
+            let reversal = Posting {
+                biz: REFUND_BIZ,
+                biz_id: refund.id,
+                lines: original
+                    .into_iter()
+                    .map(|line| Line {
+                        account: line.account,
+                        amt: -line.amt,
+                        memo: memo.clone(),
+                    })
+                    .collect(),
+            };
+            account::post(&mut tx, &reversal, now).await?;
+        }
+        sqlx::query(
+            "UPDATE payments SET status = 'refunded', parked_at = NULL, utime = $1 \
+             WHERE trade_no = $2 AND status IN ('succeeded', 'failed', 'pending')",
+        )
+        .bind(now)
+        .bind(&refund.trade_no)
+        .execute(&mut *tx)
+        .await?;
+        let payment: Option<Payment> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
+        ))
+        .bind(&refund.trade_no)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(payment) = payment {
+            Self::record_event(&mut tx, &payment, now).await?;
+        }
+        tx.commit().await?;
+        Ok(RefundCompletion::Completed(Box::new(refund)))
     }
 
     /// How many discrepancies are open (the `payment_discrepancies_open` gauge).

@@ -19,6 +19,10 @@
 //! - 5xx, signed or not, and requests that got no answer: [`ProviderError::Unavailable`]; no
 //!   answer within the timeout: [`ProviderError::Timeout`].
 //!
+//! A refund is `POST /v3/refund/domestic/refunds` (idempotent by `out_refund_no`), queried by
+//! `GET /v3/refund/domestic/refunds/{out_refund_no}` (`RESOURCE_NOT_EXISTS`: no such refund); its
+//! notification (`REFUND.*`) comes to the same `notify_url` as payments'.
+//!
 //! A day's trade bill takes two requests: a signed JSON answer names the file's SHA1 and its
 //! download URL; the download is a signed request too, but WeChat does not sign the file, so its
 //! SHA1 is compared with the one in the verified answer instead. [`parse_trade_bill`] reads
@@ -40,7 +44,8 @@ use url::Url;
 use super::certificates::PlatformCertificates;
 use super::crypto::{random_nonce, CryptoError, SignedHeaders};
 use super::provider::{
-    BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, Transaction,
+    BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, RefundOrder, RefundResult,
+    Transaction,
 };
 use super::settings::{PlatformMode, WechatPayConfig};
 
@@ -366,6 +371,23 @@ struct CloseRequest<'a> {
     mchid: &'a str,
 }
 
+/// `POST /v3/refund/domestic/refunds`'s body.
+#[derive(Serialize)]
+struct RefundRequest<'a> {
+    out_trade_no: &'a str,
+    out_refund_no: &'a str,
+    reason: &'a str,
+    notify_url: &'a str,
+    amount: RefundRequestAmount,
+}
+
+#[derive(Serialize)]
+struct RefundRequestAmount {
+    refund: i64,
+    total: i64,
+    currency: &'static str,
+}
+
 /// `GET /v3/bill/tradebill`'s answer.
 #[derive(Deserialize)]
 struct BillAnswer {
@@ -516,6 +538,68 @@ impl PaymentProvider for WechatPay {
         parse_trade_bill(text)
     }
 
+    async fn refund(&self, refund: &RefundOrder) -> Result<RefundResult, ProviderError> {
+        let body = serde_json::to_string(&RefundRequest {
+            out_trade_no: &refund.trade_no,
+            out_refund_no: &refund.refund_no,
+            reason: &refund.reason,
+            notify_url: &self.config.notify_url,
+            amount: RefundRequestAmount {
+                refund: refund.amt,
+                total: refund.total,
+                currency: "CNY",
+            },
+        })
+        .map_err(|err| unavailable(&format!("encoding the refund: {err}")))?;
+        let url = self.url(&["v3", "refund", "domestic", "refunds"])?;
+        let answer = self
+            .exchange(
+                "refund",
+                Method::POST,
+                url,
+                Some(body),
+                MAX_ANSWER_BYTES,
+                true,
+            )
+            .await?;
+        let result: RefundResult = parse_json(&answer, "the refund answer")?;
+        if result.out_refund_no != refund.refund_no || result.out_trade_no != refund.trade_no {
+            return Err(untrusted(format!(
+                "refund: the answer is about another refund than {}",
+                refund.refund_no
+            )));
+        }
+        Ok(result)
+    }
+
+    async fn query_refund(&self, refund_no: &str) -> Result<Option<RefundResult>, ProviderError> {
+        let url = self.url(&["v3", "refund", "domestic", "refunds", refund_no])?;
+        let answer = match self
+            .exchange(
+                "refund query",
+                Method::GET,
+                url,
+                None,
+                MAX_ANSWER_BYTES,
+                true,
+            )
+            .await
+        {
+            Ok(answer) => answer,
+            Err(ProviderError::Refused { code, .. }) if code == "RESOURCE_NOT_EXISTS" => {
+                return Ok(None)
+            }
+            Err(error) => return Err(error),
+        };
+        let result: RefundResult = parse_json(&answer, "the refund")?;
+        if result.out_refund_no != refund_no {
+            return Err(untrusted(format!(
+                "refund query: the answer is about another refund than {refund_no}"
+            )));
+        }
+        Ok(Some(result))
+    }
+
     fn notification_keys(&self) -> &NotificationKeys {
         &self.notification_keys
     }
@@ -550,6 +634,8 @@ pub fn parse_trade_bill(text: &str) -> Result<Vec<BillRow>, ProviderError> {
     let trade_no_at = column("商户订单号")?;
     let state_at = column("交易状态")?;
     let amount_at = column("订单金额")?;
+    let refund_no_at = column("商户退款单号")?;
+    let refund_amt_at = column("退款金额")?;
 
     let mut rows = Vec::new();
     while let Some((number, line)) = lines.next() {
@@ -570,13 +656,30 @@ pub fn parse_trade_bill(text: &str) -> Result<Vec<BillRow>, ProviderError> {
                 "bill line {number}: 订单金额 is not an amount in yuan"
             ))
         })?;
+        let refund_amt = yuan_to_fen(fields[refund_amt_at]).ok_or_else(|| {
+            untrusted(format!(
+                "bill line {number}: 退款金额 is not an amount in yuan"
+            ))
+        })?;
+        let refund_no = match fields[refund_no_at] {
+            // WeChat writes 0 in a payment line's refund columns.
+            "0" => String::new(),
+            refund_no => refund_no.to_owned(),
+        };
         let row = BillRow {
             trade_no: fields[trade_no_at].to_owned(),
             transaction_id: fields[transaction_id_at].to_owned(),
             trade_state: fields[state_at].to_owned(),
             amt,
             trade_time: fields[time_at].to_owned(),
+            refund_no,
+            refund_amt,
         };
+        if row.trade_state == "REFUND" && row.refund_no.is_empty() {
+            return Err(untrusted(format!(
+                "bill line {number} is a refund without 商户退款单号"
+            )));
+        }
         if row.trade_no.is_empty() || row.transaction_id.is_empty() || row.trade_state.is_empty() {
             return Err(untrusted(format!(
                 "bill line {number} lacks 商户订单号, 微信订单号 or 交易状态"
@@ -704,12 +807,13 @@ pub fn write_trade_bill(rows: &[BillRow], mchid: &str, appid: &str) -> String {
         let refund = row.trade_state == "REFUND";
         let amount = fen_to_yuan(row.amt);
         let (settled, refunded) = if refund {
-            ("0.00".to_owned(), amount.clone())
+            ("0.00".to_owned(), fen_to_yuan(row.refund_amt))
         } else {
             (amount.clone(), "0.00".to_owned())
         };
+        let refund_no = if refund { row.refund_no.as_str() } else { "0" };
         if refund {
-            refund_total = refund_total.saturating_add(row.amt);
+            refund_total = refund_total.saturating_add(row.refund_amt);
         } else {
             settled_total = settled_total.saturating_add(row.amt);
         }
@@ -735,7 +839,7 @@ pub fn write_trade_bill(rows: &[BillRow], mchid: &str, appid: &str) -> String {
             &settled,
             "0.00",
             "0",
-            "0",
+            refund_no,
             &refunded,
             "0.00",
             refund_type,
@@ -778,12 +882,15 @@ mod tests {
 `3,`1234.51,`0.01,`0.00,`7.40700,`1234.52,`0.01\r\n";
 
     fn row(trade_no: &str, transaction_id: &str, state: &str, amt: i64, time: &str) -> BillRow {
+        let refund = state == "REFUND";
         BillRow {
             trade_no: trade_no.to_owned(),
             transaction_id: transaction_id.to_owned(),
             trade_state: state.to_owned(),
             amt,
             trade_time: time.to_owned(),
+            refund_no: if refund { "R20210128180201" } else { "" }.to_owned(),
+            refund_amt: if refund { amt } else { 0 },
         }
     }
 

@@ -52,11 +52,18 @@ impl Feature for Rewards {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            19,
-            "rewards",
-            include_str!("../../migrations/0019_rewards.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                19,
+                "rewards",
+                include_str!("../../migrations/0019_rewards.sql"),
+            ),
+            Migration::new(
+                30,
+                "reward share",
+                include_str!("../../migrations/0030_reward_share.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 
@@ -66,13 +73,15 @@ impl Feature for Rewards {
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<RewardSettings>()?;
+        let payments = registry.get::<PaymentService>()?;
         let rewards = RewardService::new(
             RewardStore::new(platform.db.clone()),
-            registry.get::<PaymentService>()?,
+            payments.clone(),
             registry.get::<ArticleService>()?,
             settings.reward_share_bps,
             settings.long_poll(&platform.config),
         );
+        payments.register_seller(REWARD_BIZ, std::sync::Arc::new(rewards.clone()));
         let (consumer, events) = (rewards.clone(), platform.events.clone());
         registry.background("reward consumers", move |background| {
             consumer.consumers(&events, background.subscription, background.stop)

@@ -16,6 +16,9 @@ pub enum RewardStatus {
     /// Will not be paid.
     #[serde(rename = "RewardStatusFailed")]
     Failed,
+    /// Paid, then refunded to the payer: the author's credit is reversed.
+    #[serde(rename = "RewardStatusRefunded")]
+    Refunded,
 }
 
 impl RewardStatus {
@@ -25,6 +28,7 @@ impl RewardStatus {
             Self::Init => "init",
             Self::Payed => "payed",
             Self::Failed => "failed",
+            Self::Refunded => "refunded",
         }
     }
 }
@@ -38,6 +42,7 @@ impl TryFrom<String> for RewardStatus {
             "init" => Ok(Self::Init),
             "payed" => Ok(Self::Payed),
             "failed" => Ok(Self::Failed),
+            "refunded" => Ok(Self::Refunded),
             other => Err(format!("unknown reward status {other:?}")),
         }
     }
@@ -67,6 +72,9 @@ pub struct Reward {
     pub expires_at: i64,
     /// Created (ms).
     pub ctime: i64,
+    /// The platform's share (basis points) when it was made; `None` for rewards made before it
+    /// was kept (the share in force applies).
+    pub share_bps: Option<i64>,
 }
 
 /// A reward to record.
@@ -86,6 +94,8 @@ pub struct NewReward<'a> {
     pub trade_no: &'a str,
     /// When its payment stops accepting payment (ms).
     pub expires_at: i64,
+    /// The platform's share (basis points) now: its split.
+    pub share_bps: i64,
 }
 
 /// Which side of rewards a list shows.

@@ -18,7 +18,9 @@
 //!   reward: the ledger refuses an empty line.
 //! - Status by long poll: `POST /reward/detail` waits up to `reward_long_poll` for the reward
 //!   to leave `init` — woken at once by this process's consumer, and re-reading the row once a
-//!   second for changes another instance applied. It never spins.
+//!   second for changes another instance applied. It never spins. A poll of an order at least
+//!   10 s old asks the provider once (at most once per reward per 10 s in a process), so a payer
+//!   whose notification was lost sees `payed` while still on the page.
 
 use std::{
     collections::HashMap,
@@ -45,8 +47,8 @@ use crate::{
     account::{self, AccountRef, Line, PostError, Posted, Posting},
     article::ArticleService,
     payment::{
-        random_nonce as crypto_nonce, NewPayment, PaymentEvent, PaymentService,
-        TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_SUCCEEDED,
+        random_nonce as crypto_nonce, NewPayment, PaymentEvent, PaymentService, Seller,
+        TOPIC_PAYMENT_FAILED, TOPIC_PAYMENT_REFUNDED, TOPIC_PAYMENT_SUCCEEDED,
     },
 };
 
@@ -65,6 +67,10 @@ pub const MAX_SHARE_BPS: i64 = max_share_bps();
 const GROUP: &str = "rewards";
 /// How often a long poll re-reads its reward for changes made by another instance.
 const RECHECK: Duration = Duration::from_secs(1);
+/// A status poll asks the provider about an order at least this old…
+const QUERY_AFTER: Duration = Duration::from_secs(10);
+/// …and about one reward at most this often.
+const QUERY_EVERY: Duration = Duration::from_secs(10);
 /// An open reward is offered again only with at least this long left to pay it.
 const REUSE_MARGIN: Duration = Duration::from_secs(60);
 
@@ -143,6 +149,8 @@ pub struct RewardService {
     payments: PaymentService,
     articles: ArticleService,
     waiters: Waiters,
+    /// When a status poll last asked the provider about a reward (this process).
+    asked: Arc<Mutex<HashMap<i64, std::time::Instant>>>,
     share_bps: i64,
     long_poll: Duration,
 }
@@ -166,6 +174,7 @@ impl RewardService {
             payments,
             articles,
             waiters: Waiters::default(),
+            asked: Arc::default(),
             share_bps,
             long_poll,
         }
@@ -221,6 +230,7 @@ impl RewardService {
                         amt,
                         trade_no: &trade_no,
                         expires_at,
+                        share_bps: self.share_bps,
                     },
                     now,
                 )
@@ -251,6 +261,7 @@ impl RewardService {
     /// The status of reward `rid` for its payer, once it leaves `init` or after the long poll.
     pub async fn status(&self, payer: i64, rid: i64) -> Result<RewardStatus, AppError> {
         let deadline = tokio::time::Instant::now() + self.long_poll;
+        let mut asked = false;
         loop {
             let notify = self.waiters.register(rid);
             let woken = notify.notified();
@@ -267,10 +278,42 @@ impl RewardService {
             if reward.status != RewardStatus::Init || now >= deadline {
                 return Ok(reward.status);
             }
+            if !asked && self.may_ask_provider(&reward) {
+                // The payer may have paid and the notification be late or lost: ask once. A
+                // settlement wakes this poll through the consumer like a notification's.
+                asked = true;
+                if let Err(err) = self.payments.query_now(&reward.trade_no).await {
+                    tracing::debug!(rid, %err, "asking the provider during a status poll failed");
+                }
+            }
             let recheck = RECHECK.min(deadline - now);
             tokio::select! {
                 () = &mut woken => {}
                 () = tokio::time::sleep(recheck) => {}
+            }
+        }
+    }
+
+    /// Whether a status poll of `reward` may ask the provider now: the order is old enough for
+    /// the payer to have paid, and no poll in this process asked about it recently (a client
+    /// polling in a loop asks the provider at most once per [`QUERY_EVERY`]).
+    fn may_ask_provider(&self, reward: &Reward) -> bool {
+        if now_millis() - reward.ctime < duration_millis(QUERY_AFTER) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        let mut asked = self
+            .asked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if asked.len() >= 4096 {
+            asked.retain(|_, at| now.duration_since(*at) < QUERY_EVERY);
+        }
+        match asked.get(&reward.id) {
+            Some(at) if now.duration_since(*at) < QUERY_EVERY => false,
+            _ => {
+                asked.insert(reward.id, now);
+                true
             }
         }
     }
@@ -309,9 +352,10 @@ impl RewardService {
         })
     }
 
-    /// The ledger posting of paid reward `reward`.
+    /// The ledger posting of paid reward `reward`: split by the share in force when it was
+    /// made.
     pub fn split(&self, reward: &Reward) -> Posting {
-        let share = platform_share(reward.amt, self.share_bps);
+        let share = platform_share(reward.amt, reward.share_bps.unwrap_or(self.share_bps));
         let memo = format!("reward {} · {}", reward.id, reward.article_title);
         let mut lines = vec![
             Line {
@@ -392,16 +436,23 @@ impl RewardService {
         Ok(())
     }
 
+    /// Applies a refunded payment of reward `rid` (the reversal was posted with the refund).
+    pub async fn apply_refunded(&self, rid: i64) -> anyhow::Result<()> {
+        self.store.mark_refunded(rid, now_millis()).await?;
+        self.waiters.wake(rid);
+        Ok(())
+    }
+
     async fn apply(&self, topic: &str, events: &[Event]) -> anyhow::Result<()> {
         for event in events {
             let payment = event.decode::<PaymentEvent>()?;
             if payment.biz != REWARD_BIZ {
                 continue;
             }
-            if topic == TOPIC_PAYMENT_SUCCEEDED {
-                self.apply_paid(payment.biz_id, payment.amt).await?;
-            } else {
-                self.apply_failed(payment.biz_id).await?;
+            match topic {
+                TOPIC_PAYMENT_SUCCEEDED => self.apply_paid(payment.biz_id, payment.amt).await?,
+                TOPIC_PAYMENT_REFUNDED => self.apply_refunded(payment.biz_id).await?,
+                _ => self.apply_failed(payment.biz_id).await?,
             }
         }
         Ok(())
@@ -414,24 +465,28 @@ impl RewardService {
         subscription: Subscription,
         stop: CancellationToken,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let consumers: Vec<_> = [TOPIC_PAYMENT_SUCCEEDED, TOPIC_PAYMENT_FAILED]
-            .into_iter()
-            .map(|topic| {
-                let service = self.clone();
-                tokio::spawn(events.subscribe(
-                    subscription,
-                    topic,
-                    GROUP,
-                    100,
-                    Duration::from_millis(20),
-                    stop.clone(),
-                    move |batch| {
-                        let service = service.clone();
-                        async move { service.apply(topic, &batch).await }
-                    },
-                ))
-            })
-            .collect();
+        let consumers: Vec<_> = [
+            TOPIC_PAYMENT_SUCCEEDED,
+            TOPIC_PAYMENT_FAILED,
+            TOPIC_PAYMENT_REFUNDED,
+        ]
+        .into_iter()
+        .map(|topic| {
+            let service = self.clone();
+            tokio::spawn(events.subscribe(
+                subscription,
+                topic,
+                GROUP,
+                100,
+                Duration::from_millis(20),
+                stop.clone(),
+                move |batch| {
+                    let service = service.clone();
+                    async move { service.apply(topic, &batch).await }
+                },
+            ))
+        })
+        .collect();
         async move {
             for consumer in consumers {
                 if let Err(err) = consumer.await {
@@ -439,6 +494,18 @@ impl RewardService {
                 }
             }
         }
+    }
+}
+
+/// What reconciliation checks a reward's posting against: its split by the share of its time.
+#[async_trait::async_trait]
+impl Seller for RewardService {
+    async fn expected_posting(&self, rid: i64, _amt: i64) -> anyhow::Result<Option<Posting>> {
+        Ok(self
+            .store
+            .by_id(rid)
+            .await?
+            .map(|reward| self.split(&reward)))
     }
 }
 
@@ -467,8 +534,38 @@ const fn max_share_bps() -> i64 {
     bps
 }
 
-/// The order's description: the article's title, within WeChat's 127 characters.
+/// The longest order description, in UTF-8 bytes. WeChat documents `description` as
+/// `string[1,127]`; counting bytes keeps within it however WeChat counts (a title of Chinese
+/// characters is 3 bytes each).
+const MAX_DESCRIPTION_BYTES: usize = 127;
+
+/// The order's description: `打赏：` and as much of the article's title as fits in
+/// [`MAX_DESCRIPTION_BYTES`], cut at a character boundary.
 fn description(title: &str) -> String {
-    let title: String = title.chars().take(100).collect();
-    format!("打赏：{title}")
+    let mut description = String::from("打赏：");
+    for c in title.chars().filter(|c| !c.is_control()) {
+        if description.len() + c.len_utf8() > MAX_DESCRIPTION_BYTES {
+            break;
+        }
+        description.push(c);
+    }
+    description
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_description_fits_wechats_limit_in_bytes_and_cuts_at_a_character() {
+        let chinese = "长".repeat(100);
+        let cut = description(&chinese);
+        assert!(cut.len() <= MAX_DESCRIPTION_BYTES, "{} bytes", cut.len());
+        // 9 bytes of prefix, then 39 characters of 3 bytes: 126 bytes, the 40th would be 129.
+        assert_eq!(cut, format!("打赏：{}", "长".repeat(39)));
+        assert_eq!(description("Rust"), "打赏：Rust");
+        let ascii = "a".repeat(200);
+        assert_eq!(description(&ascii).len(), MAX_DESCRIPTION_BYTES);
+        assert_eq!(description("a\nb"), "打赏：ab");
+    }
 }

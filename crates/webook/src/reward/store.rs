@@ -1,6 +1,8 @@
 //! The `rewards` table: who rewarded which article how much, and where its payment stands.
 //! A reward is written `init` together with its payment (one transaction) and changes once —
-//! to `payed` with the ledger posting of its split, or to `failed` — when its payment settles.
+//! to `payed` with the ledger posting of its split, or to `failed` — when its payment settles;
+//! later a person may credit a failed one whose money arrived (`failed → payed`), and a refund
+//! makes it `refunded`.
 
 use sqlx::{Any, AnyConnection, Transaction};
 
@@ -8,8 +10,8 @@ use platform::db::Db;
 
 use super::model::{NewReward, Reward, Role};
 
-const COLUMNS: &str =
-    "id, payer_id, author_id, article_id, article_title, amt, status, trade_no, expires_at, ctime";
+const COLUMNS: &str = "id, payer_id, author_id, article_id, article_title, amt, status, \
+                       trade_no, expires_at, ctime, share_bps";
 
 /// The rewards table; cheap to clone.
 #[derive(Debug, Clone)]
@@ -36,8 +38,8 @@ impl RewardStore {
     ) -> sqlx::Result<i64> {
         sqlx::query_scalar(
             "INSERT INTO rewards (payer_id, author_id, article_id, article_title, amt, status, \
-             trade_no, expires_at, ctime, utime) VALUES ($1, $2, $3, $4, $5, 'init', $6, $7, $8, $8) \
-             RETURNING id",
+             trade_no, expires_at, ctime, utime, share_bps) \
+             VALUES ($1, $2, $3, $4, $5, 'init', $6, $7, $8, $8, $9) RETURNING id",
         )
         .bind(reward.payer_id)
         .bind(reward.author_id)
@@ -47,6 +49,7 @@ impl RewardStore {
         .bind(reward.trade_no)
         .bind(reward.expires_at)
         .bind(now)
+        .bind(reward.share_bps)
         .fetch_one(&mut *tx)
         .await
     }
@@ -80,14 +83,16 @@ impl RewardStore {
             .await
     }
 
-    /// Marks `init` reward `rid` paid in `tx`; returns the reward (whatever its status was).
+    /// Marks reward `rid` paid in `tx` — from `init`, or from `failed` when a person credits a
+    /// payment that arrived after we gave up on it; returns the reward (whatever its status was).
     pub async fn mark_payed(
         tx: &mut Transaction<'static, Any>,
         rid: i64,
         now: i64,
     ) -> sqlx::Result<Option<Reward>> {
         sqlx::query(
-            "UPDATE rewards SET status = 'payed', utime = $1 WHERE id = $2 AND status = 'init'",
+            "UPDATE rewards SET status = 'payed', utime = $1 WHERE id = $2 \
+             AND status IN ('init', 'failed')",
         )
         .bind(now)
         .bind(rid)
@@ -112,6 +117,21 @@ impl RewardStore {
         Ok(changed == 1)
     }
 
+    /// Marks reward `rid` refunded (its payment was refunded; the reversal is posted); whether
+    /// it changed.
+    pub async fn mark_refunded(&self, rid: i64, now: i64) -> sqlx::Result<bool> {
+        let changed = sqlx::query(
+            "UPDATE rewards SET status = 'refunded', utime = $1 WHERE id = $2 \
+             AND status <> 'refunded'",
+        )
+        .bind(now)
+        .bind(rid)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected();
+        Ok(changed == 1)
+    }
+
     /// Up to `limit` rewards of `uid` on `role`'s side (received: paid ones) with ids below
     /// `before`, newest first.
     pub async fn list(
@@ -124,7 +144,7 @@ impl RewardStore {
         // An author sees what was paid to them, not readers' unpaid attempts.
         let filter = match role {
             Role::Sent => "payer_id = $1",
-            Role::Received => "author_id = $1 AND status = 'payed'",
+            Role::Received => "author_id = $1 AND status IN ('payed', 'refunded')",
         };
         sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM rewards WHERE {filter} AND id < $2 ORDER BY id DESC LIMIT $3"

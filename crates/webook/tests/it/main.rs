@@ -38,6 +38,7 @@ mod process;
 mod ranking;
 mod rate_limits;
 mod readiness;
+mod refunds;
 mod rewards;
 mod search;
 mod seed;

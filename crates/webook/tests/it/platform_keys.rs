@@ -16,7 +16,7 @@ use chrono::Utc;
 use webook::payment::{
     certificates::STATUS_NAME,
     crypto::CryptoError,
-    notify::{self, NotifyError, SealedNotification},
+    notify::{self, NotifyError, Opened, SealedNotification},
     provider::{Order, PaymentProvider, Transaction},
     settings::{PaymentSettings, PlatformMode},
     WechatPay,
@@ -44,13 +44,17 @@ async fn receive(
     client: &WechatPay,
     sealed: &SealedNotification,
 ) -> Result<Transaction, NotifyError> {
-    notify::receive(
+    let opened = notify::receive(
         client.notification_keys(),
         &sealed.header_map(),
         &sealed.body,
         Utc::now().timestamp(),
     )
-    .await
+    .await?;
+    match opened {
+        Opened::Transaction(transaction) => Ok(transaction),
+        other => panic!("not a transaction: {other:?}"),
+    }
 }
 
 fn certificate_client(fake: &FakeWechatPay) -> WechatPay {

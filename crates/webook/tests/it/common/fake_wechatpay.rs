@@ -55,7 +55,10 @@ use serde_json::{json, Value};
 use tokio::{net::TcpListener, task::JoinHandle};
 use webook::payment::{
     crypto::{random_nonce, ApiV3Key, SigningKey},
-    provider::{TradeState, Transaction, TransactionAmount},
+    notify::{RefundNotice, SealedNotification},
+    provider::{
+        RefundAmount, RefundResult, RefundState, TradeState, Transaction, TransactionAmount,
+    },
     settings::{PaymentSettings, PlatformMode, ProviderName, WechatPayConfig},
 };
 
@@ -133,6 +136,19 @@ pub struct FakeOrder {
     description: String,
     /// When it was paid, China Standard Time.
     paid_at: Option<NaiveDateTime>,
+    /// Its refund, once asked for.
+    pub refund: Option<FakeRefund>,
+}
+
+/// A refund the fake keeps.
+#[derive(Debug, Clone)]
+pub struct FakeRefund {
+    /// The refund request's JSON, as received.
+    pub request: Value,
+    /// As a refund query answers it.
+    pub result: RefundResult,
+    /// When it succeeded, China Standard Time.
+    done_at: Option<NaiveDateTime>,
 }
 
 /// The running fake; the server stops when it is dropped.
@@ -171,6 +187,11 @@ struct FakeState {
     signature_failures: usize,
     requests: Vec<RawRequest>,
     transactions: u64,
+    /// Close answers 202 `USER_PAYING` and leaves the order `USERPAYING` (the payer is
+    /// entering their password as we close).
+    user_paying_on_close: bool,
+    /// Requests whose path holds this are carried out, and their answer never sent.
+    lose_answers_to: Option<String>,
 }
 
 fn china() -> FixedOffset {
@@ -278,7 +299,10 @@ impl FakeWechatPay {
         let transaction_id = format!("42000{:023}", state.transactions);
         let now = Utc::now().with_timezone(&china());
         let order = state.orders.get_mut(trade_no).expect("an order to pay");
-        assert_eq!(order.transaction.trade_state, TradeState::Notpay);
+        assert!(matches!(
+            order.transaction.trade_state,
+            TradeState::Notpay | TradeState::Userpaying
+        ));
         let transaction = &mut order.transaction;
         transaction.trade_state = TradeState::Success;
         transaction.trade_state_desc = "支付成功".to_owned();
@@ -314,6 +338,89 @@ impl FakeWechatPay {
             Utc::now().timestamp(),
         )
         .unwrap()
+    }
+
+    /// The payer starts paying order `trade_no` (`NOTPAY`): it becomes `USERPAYING`.
+    pub fn start_paying(&self, trade_no: &str) {
+        let mut state = self.state();
+        let order = state.orders.get_mut(trade_no).expect("an order to pay");
+        assert_eq!(order.transaction.trade_state, TradeState::Notpay);
+        order.transaction.trade_state = TradeState::Userpaying;
+        order.transaction.trade_state_desc = "用户支付中".to_owned();
+    }
+
+    /// From now on, requests whose path holds `fragment` (e.g. `/v3/refund/`) are carried out
+    /// but never answered; `None` answers them again.
+    pub fn lose_answers_to(&self, fragment: Option<&str>) {
+        self.state().lose_answers_to = fragment.map(str::to_owned);
+    }
+
+    /// From now on, closing an order the payer is paying answers 202 `USER_PAYING` and leaves
+    /// it `USERPAYING`, as WeChat documents.
+    pub fn user_paying_on_close(&self) {
+        self.state().user_paying_on_close = true;
+    }
+
+    /// The refund of order `trade_no` (asked as `PROCESSING`) finishes: `SUCCESS` (the money is
+    /// back) or `ABNORMAL`. Returns the refund as its notification carries it.
+    pub fn finish_refund(&self, trade_no: &str, success: bool) -> RefundNotice {
+        let mut state = self.state();
+        let order = state
+            .orders
+            .get_mut(trade_no)
+            .expect("an order with a refund");
+        let refund = order.refund.as_mut().expect("a refund to finish");
+        assert_eq!(refund.result.status, RefundState::Processing);
+        let now = Utc::now().with_timezone(&china());
+        if success {
+            refund.result.status = RefundState::Success;
+            refund.result.success_time = Some(now.format("%Y-%m-%dT%H:%M:%S%:z").to_string());
+            refund.done_at = Some(now.naive_local());
+            order.transaction.trade_state = TradeState::Refund;
+            order.transaction.trade_state_desc = "转入退款".to_owned();
+        } else {
+            refund.result.status = RefundState::Abnormal;
+        }
+        RefundNotice {
+            mchid: MCHID.to_owned(),
+            refund: refund.result.clone(),
+        }
+    }
+
+    /// The notification WeChat sends for refund `notice`, signed now.
+    pub fn refund_notification(&self, notice: &RefundNotice) -> SealedNotification {
+        webook::payment::notify::seal_refund(
+            &self.api_v3_key,
+            &self.platform().current,
+            notice,
+            Utc::now().timestamp(),
+        )
+        .unwrap()
+    }
+
+    /// Refunds order `trade_no` on WeChat's side only (the merchant's console, not our API):
+    /// `SUCCESS` at once, under refund number `refund_no`.
+    pub fn refund_outside(&self, trade_no: &str, refund_no: &str) {
+        let mut state = self.state();
+        let order = state.orders.get_mut(trade_no).expect("an order to refund");
+        let total = order.transaction.amount.total;
+        let now = Utc::now().with_timezone(&china());
+        order.transaction.trade_state = TradeState::Refund;
+        order.refund = Some(FakeRefund {
+            request: Value::Null,
+            result: RefundResult {
+                out_refund_no: refund_no.to_owned(),
+                out_trade_no: trade_no.to_owned(),
+                refund_id: Some(format!("50300{refund_no}")),
+                status: RefundState::Success,
+                success_time: Some(now.format("%Y-%m-%dT%H:%M:%S%:z").to_string()),
+                amount: RefundAmount {
+                    refund: total,
+                    total,
+                },
+            },
+            done_at: Some(now.naive_local()),
+        });
     }
 
     /// The order `trade_no`, if it was created.
@@ -435,6 +542,17 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         ),
         Mode::Normal => route(&shared, &raw),
     };
+    let lost = shared
+        .state
+        .lock()
+        .unwrap()
+        .lose_answers_to
+        .as_ref()
+        .is_some_and(|fragment| raw.path_and_query.contains(fragment.as_str()));
+    if lost {
+        // Carried out; the answer never leaves (the client times out).
+        return std::future::pending::<Response>().await;
+    }
     let (status, body) = match reply {
         Reply::File(mut file) => {
             if shared.state.lock().unwrap().tamper_bills {
@@ -594,6 +712,21 @@ fn route(shared: &Shared, raw: &RawRequest) -> Reply {
             close(&mut state, trade_no, &raw.body)
         }
         ("GET", ["v3", "certificates"]) => certificates(shared),
+        ("POST", ["v3", "refund", "domestic", "refunds"]) => refund(&mut state, &raw.body),
+        ("GET", ["v3", "refund", "domestic", "refunds", refund_no]) => {
+            match state
+                .orders
+                .values()
+                .filter_map(|order| order.refund.as_ref())
+                .find(|refund| refund.result.out_refund_no == *refund_no)
+            {
+                Some(refund) => Reply::Json(
+                    StatusCode::OK,
+                    serde_json::to_value(&refund.result).unwrap(),
+                ),
+                None => refusal(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS", "退款单不存在"),
+            }
+        }
         ("GET", ["v3", "bill", "tradebill"]) => trade_bill(shared, &mut state, &query),
         ("GET", ["v3", "billdownload", "file"]) => {
             match query.get("token").and_then(|token| state.files.get(token)) {
@@ -698,9 +831,101 @@ fn prepay(state: &mut FakeState, body: &[u8]) -> Reply {
             },
             description: prepay.description,
             paid_at: None,
+            refund: None,
         },
     );
     Reply::Json(StatusCode::OK, json!({ "code_url": code_url }))
+}
+
+#[derive(Deserialize)]
+struct RefundBody {
+    out_trade_no: String,
+    out_refund_no: String,
+    reason: Option<String>,
+    notify_url: Option<String>,
+    amount: RefundBodyAmount,
+}
+
+#[derive(Deserialize)]
+struct RefundBodyAmount {
+    refund: i64,
+    total: i64,
+    currency: String,
+}
+
+/// `POST /v3/refund/domestic/refunds`: checks the fields as WeChat documents them; the same
+/// `out_refund_no` again answers the refund as it stands; a new refund of a paid order is
+/// `PROCESSING` until a test finishes it ([`FakeWechatPay::finish_refund`]).
+fn refund(state: &mut FakeState, body: &[u8]) -> Reply {
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return param_error("请求体不是 JSON");
+    };
+    let Ok(asked) = serde_json::from_value::<RefundBody>(request.clone()) else {
+        return param_error("缺少必填参数");
+    };
+    let refund_no_ok = (1..=64).contains(&asked.out_refund_no.len())
+        && asked
+            .out_refund_no
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b"_-|*@".contains(&byte));
+    if !refund_no_ok {
+        return param_error("out_refund_no 应为 1-64 位数字、字母、_-|*@");
+    }
+    if asked
+        .reason
+        .as_deref()
+        .is_some_and(|reason| reason.chars().count() > 80)
+    {
+        return param_error("reason 最多 80 个字符");
+    }
+    if asked
+        .notify_url
+        .as_deref()
+        .is_some_and(|url| !url.starts_with("https://"))
+    {
+        return param_error("notify_url 应为 https 地址");
+    }
+    if asked.amount.currency != "CNY" || asked.amount.refund < 1 {
+        return param_error("amount 无效");
+    }
+    state.transactions += 1;
+    let refund_id = format!("50300{:024}", state.transactions);
+    let Some(order) = state.orders.get_mut(&asked.out_trade_no) else {
+        return refusal(StatusCode::NOT_FOUND, "RESOURCE_NOT_EXISTS", "订单不存在");
+    };
+    if let Some(existing) = &order.refund {
+        if existing.result.out_refund_no == asked.out_refund_no {
+            return Reply::Json(
+                StatusCode::OK,
+                serde_json::to_value(&existing.result).unwrap(),
+            );
+        }
+        return refusal(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "订单已全额退款");
+    }
+    if order.transaction.trade_state != TradeState::Success {
+        return refusal(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "订单未支付");
+    }
+    let total = order.transaction.amount.total;
+    if asked.amount.total != total || asked.amount.refund > total {
+        return param_error("amount.total 与订单金额不一致，或退款金额大于订单金额");
+    }
+    let result = RefundResult {
+        out_refund_no: asked.out_refund_no.clone(),
+        out_trade_no: asked.out_trade_no.clone(),
+        refund_id: Some(refund_id),
+        status: RefundState::Processing,
+        success_time: None,
+        amount: RefundAmount {
+            refund: asked.amount.refund,
+            total,
+        },
+    };
+    order.refund = Some(FakeRefund {
+        request,
+        result: result.clone(),
+        done_at: None,
+    });
+    Reply::Json(StatusCode::OK, serde_json::to_value(&result).unwrap())
 }
 
 fn close(state: &mut FakeState, trade_no: &str, body: &[u8]) -> Reply {
@@ -710,6 +935,7 @@ fn close(state: &mut FakeState, trade_no: &str, body: &[u8]) -> Reply {
     if mchid.as_deref() != Some(MCHID) {
         return param_error("mchid 与请求的商户号不一致");
     }
+    let user_paying_on_close = state.user_paying_on_close;
     let Some(order) = state.orders.get_mut(trade_no) else {
         return order_not_exist();
     };
@@ -717,6 +943,10 @@ fn close(state: &mut FakeState, trade_no: &str, body: &[u8]) -> Reply {
         TradeState::Success | TradeState::Refund => {
             refusal(StatusCode::BAD_REQUEST, "ORDERPAID", "订单已支付")
         }
+        TradeState::Userpaying if user_paying_on_close => Reply::Json(
+            StatusCode::ACCEPTED,
+            json!({ "code": "USER_PAYING", "message": "用户支付中" }),
+        ),
         _ => {
             order.transaction.trade_state = TradeState::Closed;
             order.transaction.trade_state_desc = "订单已关闭".to_owned();
@@ -740,7 +970,18 @@ fn trade_bill(shared: &Shared, state: &mut FakeState, query: &HashMap<String, St
         .values()
         .filter(|order| order.paid_at.is_some_and(|at| at.date() == date))
         .collect();
-    if paid.is_empty() {
+    let mut refunded: Vec<&FakeOrder> = state
+        .orders
+        .values()
+        .filter(|order| {
+            order
+                .refund
+                .as_ref()
+                .and_then(|refund| refund.done_at)
+                .is_some_and(|at| at.date() == date)
+        })
+        .collect();
+    if paid.is_empty() && refunded.is_empty() {
         return refusal(
             StatusCode::BAD_REQUEST,
             "NO_STATEMENT_EXIST",
@@ -748,7 +989,8 @@ fn trade_bill(shared: &Shared, state: &mut FakeState, query: &HashMap<String, St
         );
     }
     paid.sort_by_key(|order| order.paid_at);
-    let file = bill(&paid).into_bytes();
+    refunded.sort_by_key(|order| order.refund.as_ref().and_then(|refund| refund.done_at));
+    let file = bill(&paid, &refunded).into_bytes();
     let hash = hex::encode(digest(&SHA1_FOR_LEGACY_USE_ONLY, &file));
     let token = random_nonce();
     state.files.insert(token.clone(), file);
@@ -762,8 +1004,9 @@ fn trade_bill(shared: &Shared, state: &mut FakeState, query: &HashMap<String, St
     )
 }
 
-/// The trade bill of `paid` orders as WeChat Pay writes one (`bill_type=ALL`, payments only).
-fn bill(paid: &[&FakeOrder]) -> String {
+/// The trade bill of `paid` orders and `refunded` ones as WeChat Pay writes one
+/// (`bill_type=ALL`): a `SUCCESS` line per payment of the day, a `REFUND` line per refund.
+fn bill(paid: &[&FakeOrder], refunded: &[&FakeOrder]) -> String {
     let yuan = |fen: i64| format!("{}.{:02}", fen / 100, fen % 100);
     let mut bill = String::from(
         "交易时间,公众账号ID,商户号,特约商户号,设备号,微信订单号,商户订单号,用户标识,交易类型,\
@@ -771,17 +1014,46 @@ fn bill(paid: &[&FakeOrder]) -> String {
          充值券退款金额,退款类型,退款状态,商品名称,商户数据包,手续费,费率,订单金额,申请退款金额,\
          费率备注\r\n",
     );
-    let mut total = 0;
-    for order in paid {
+    let (mut total, mut refund_total) = (0, 0);
+    let lines = paid
+        .iter()
+        .map(|order| (*order, false))
+        .chain(refunded.iter().map(|order| (*order, true)));
+    for (order, is_refund) in lines {
         let transaction = &order.transaction;
         let amount = yuan(transaction.amount.total);
-        total += transaction.amount.total;
+        let refund = order.refund.as_ref().filter(|_| is_refund);
+        let (time, state, settled, refund_id, refund_no, refund_amt, kind, refund_state) =
+            match refund {
+                Some(refund) => {
+                    refund_total += refund.result.amount.refund;
+                    (
+                        refund.done_at.unwrap(),
+                        "REFUND",
+                        "0.00".to_owned(),
+                        refund.result.refund_id.clone().unwrap_or_default(),
+                        refund.result.out_refund_no.clone(),
+                        yuan(refund.result.amount.refund),
+                        "ORIGINAL",
+                        "SUCCESS",
+                    )
+                }
+                None => {
+                    total += transaction.amount.total;
+                    (
+                        order.paid_at.unwrap(),
+                        "SUCCESS",
+                        amount.clone(),
+                        "0".to_owned(),
+                        "0".to_owned(),
+                        "0.00".to_owned(),
+                        "",
+                        "",
+                    )
+                }
+            };
         let fields = [
-            order
-                .paid_at
-                .unwrap()
-                .format("%Y-%m-%d %H:%M:%S")
-                .to_string(),
+            time.format("%Y-%m-%d %H:%M:%S").to_string(),
             transaction.appid.clone(),
             transaction.mchid.clone(),
             "0".to_owned(),
@@ -790,23 +1062,23 @@ fn bill(paid: &[&FakeOrder]) -> String {
             transaction.out_trade_no.clone(),
             "oUpF8uMuAJO_M2pxb1Q9zNjWeS6o".to_owned(),
             "NATIVE".to_owned(),
-            "SUCCESS".to_owned(),
+            state.to_owned(),
             "OTHERS".to_owned(),
             "CNY".to_owned(),
-            amount.clone(),
+            settled,
             "0.00".to_owned(),
-            "0".to_owned(),
-            "0".to_owned(),
+            refund_id,
+            refund_no,
+            refund_amt.clone(),
             "0.00".to_owned(),
-            "0.00".to_owned(),
-            String::new(),
-            String::new(),
+            kind.to_owned(),
+            refund_state.to_owned(),
             order.description.clone(),
             String::new(),
             "0.00000".to_owned(),
             "0.60%".to_owned(),
             amount,
-            "0.00".to_owned(),
+            refund_amt,
             String::new(),
         ];
         let line: Vec<String> = fields.iter().map(|field| format!("`{field}")).collect();
@@ -817,10 +1089,12 @@ fn bill(paid: &[&FakeOrder]) -> String {
         "总交易单数,应结订单总金额,退款总金额,充值券退款总金额,手续费总金额,订单总金额,申请退款总金额\r\n",
     );
     bill.push_str(&format!(
-        "`{},`{},`0.00,`0.00,`0.00000,`{},`0.00\r\n",
-        paid.len(),
+        "`{},`{},`{},`0.00,`0.00000,`{},`{}\r\n",
+        paid.len() + refunded.len(),
         yuan(total),
-        yuan(total)
+        yuan(refund_total),
+        yuan(total),
+        yuan(refund_total)
     ));
     bill
 }
