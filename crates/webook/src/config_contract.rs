@@ -242,6 +242,14 @@ const CONTRACT: &[(&str, &str, &str)] = &[
         r#""contract-public-key""#,
     ),
     (
+        "wechatpay_platform_keys",
+        "PUB_KEY_ID_02=contract-key-2, PUB_KEY_ID_03=contract-key-3",
+        r#"{ PUB_KEY_ID_02 = "contract-key-2", PUB_KEY_ID_03 = "contract-key-3" }"#,
+    ),
+    ("wechatpay_platform_mode", "certificate", r#""certificate""#),
+    ("wechatpay_platform_ca", "contract-ca", r#""contract-ca""#),
+    ("wechatpay_certificate_refresh", "6h", r#""6h""#),
+    (
         "wechatpay_notify_url",
         "https://example.com/pay/wechat/notify",
         r#""https://example.com/pay/wechat/notify""#,

@@ -10,12 +10,20 @@
 //!   `-Serial`); the serial names the platform key (a certificate serial or a `PUB_KEY_ID_…`).
 //! - A notification's `resource` is AES-256-GCM under the merchant's APIv3 key, with its nonce
 //!   and `associated_data`; the ciphertext is base64 of the encrypted bytes followed by the tag.
+//!   Downloaded platform certificates are encrypted the same way.
+//! - The platform keys are one shared keyring ([`PlatformKeys`]): configured keys, and in
+//!   certificate mode downloaded certificate keys (each until its certificate expires). Clones
+//!   share it, so the client and the notification check see a key added at run time; a serial it
+//!   does not know may be looked for once ([`PlatformKeys::verify_or_refresh`], [`RefreshKeys`]).
 //!
 //! Built on aws-lc-rs: it is already in the binary as rustls' provider (nothing new to audit or
 //! compile), it is maintained by AWS with a FIPS-validated core, and unlike `ring` it generates
 //! RSA keys — which the fake provider and the tests need, so no key is ever committed.
 
-use std::collections::HashMap;
+use std::{
+    collections::HashMap,
+    sync::{Arc, PoisonError, RwLock, Weak},
+};
 
 use aws_lc_rs::{
     aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN},
@@ -231,41 +239,164 @@ impl SignedHeaders {
     }
 }
 
+/// One platform key: SubjectPublicKeyInfo (or PKCS#1) DER, and until when it may be used.
+#[derive(Debug, Clone)]
+struct PlatformKey {
+    der: Vec<u8>,
+    /// The end of a platform certificate's validity (seconds); `None` for a configured key,
+    /// which is used until the configuration changes.
+    not_after: Option<i64>,
+}
+
+/// Asked for keys when a signature names a serial the keyring does not know (platform
+/// certificate mode: [`super::certificates::PlatformCertificates`] downloads them).
+#[async_trait::async_trait]
+pub trait RefreshKeys: Send + Sync {
+    /// Looks for the key of `serial` (rate-limited by the implementation); whether the
+    /// keyring may have changed since.
+    async fn refresh_for(&self, serial: &str) -> bool;
+}
+
+#[derive(Default)]
+struct Keyring {
+    by_serial: RwLock<HashMap<String, PlatformKey>>,
+    /// Set once by the refresher; weak so that the keyring does not keep it alive.
+    refresher: RwLock<Option<Weak<dyn RefreshKeys>>>,
+}
+
 /// The platform's public keys by serial: what answers and notifications are checked against.
-#[derive(Debug, Clone, Default)]
+///
+/// A shared keyring: clones share the same keys, so a key added at run time (a downloaded
+/// platform certificate) is used at once by the client and by the notification check that
+/// hold clones. Several keys are known at once — both sides of a rotation. A platform
+/// certificate's key is used only within its validity; [`PlatformKeys::prune_expired`] drops
+/// it afterwards. The locks are short and never held across an await.
+#[derive(Clone, Default)]
 pub struct PlatformKeys {
-    by_serial: HashMap<String, Vec<u8>>,
+    ring: Arc<Keyring>,
+}
+
+impl std::fmt::Debug for PlatformKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlatformKeys")
+            .field("serials", &self.serials())
+            .finish_non_exhaustive()
+    }
 }
 
 impl PlatformKeys {
-    /// No keys (everything is refused).
+    /// No keys (everything is refused until one is added).
     pub fn new() -> Self {
         Self::default()
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, PlatformKey>> {
+        self.ring
+            .by_serial
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, PlatformKey>> {
+        self.ring
+            .by_serial
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Adds the key of `serial` from a PEM `PUBLIC KEY` (WeChat Pay's public key, or a platform
     /// certificate's key: `openssl x509 -in cert.pem -pubkey -noout`).
-    pub fn add_pem(&mut self, serial: &str, pem: &str) -> Result<(), CryptoError> {
+    pub fn add_pem(&self, serial: &str, pem: &str) -> Result<(), CryptoError> {
         let der = SubjectPublicKeyInfoDer::from_pem_slice(pem.as_bytes())
             .map_err(|err| CryptoError::InvalidKey(format!("not a PEM public key: {err}")))?;
         self.add_der(serial, der.as_ref())
     }
 
-    /// Adds the key of `serial` from SubjectPublicKeyInfo (or PKCS#1) DER.
-    pub fn add_der(&mut self, serial: &str, der: &[u8]) -> Result<(), CryptoError> {
+    /// Adds the key of `serial` from SubjectPublicKeyInfo (or PKCS#1) DER, usable until the
+    /// configuration changes.
+    pub fn add_der(&self, serial: &str, der: &[u8]) -> Result<(), CryptoError> {
+        self.insert(serial, der, None)
+    }
+
+    /// Adds the key of a platform certificate of `serial`, usable until `not_after` (seconds).
+    /// A key already known under `serial` is replaced.
+    pub fn add_certificate_key(
+        &self,
+        serial: &str,
+        der: &[u8],
+        not_after: i64,
+    ) -> Result<(), CryptoError> {
+        self.insert(serial, der, Some(not_after))
+    }
+
+    fn insert(&self, serial: &str, der: &[u8], not_after: Option<i64>) -> Result<(), CryptoError> {
+        if serial.trim().is_empty() {
+            return Err(CryptoError::InvalidKey("an empty serial".to_owned()));
+        }
         aws_lc_rs::rsa::PublicKey::from_der(der)
             .map_err(|err| CryptoError::InvalidKey(format!("not an RSA public key: {err}")))?;
-        self.by_serial.insert(serial.to_owned(), der.to_vec());
+        self.write().insert(
+            serial.to_owned(),
+            PlatformKey {
+                der: der.to_vec(),
+                not_after,
+            },
+        );
         Ok(())
     }
 
-    /// Whether a key of `serial` is known.
+    /// Whether a key of `serial` is known (expired or not).
     pub fn knows(&self, serial: &str) -> bool {
-        self.by_serial.contains_key(serial)
+        self.read().contains_key(serial)
     }
 
-    /// Checks `signed` over `body`: known serial, timestamp within [`MAX_CLOCK_SKEW_SECS`] of
-    /// `now_secs`, and a signature that verifies.
+    /// Whether a key of `serial` may be used at `now_secs`.
+    pub fn has_valid(&self, serial: &str, now_secs: i64) -> bool {
+        self.read()
+            .get(serial)
+            .is_some_and(|key| key.not_after.is_none_or(|end| end >= now_secs))
+    }
+
+    /// The serials known, sorted.
+    pub fn serials(&self) -> Vec<String> {
+        let mut serials: Vec<String> = self.read().keys().cloned().collect();
+        serials.sort();
+        serials
+    }
+
+    /// How many keys may be used at `now_secs`.
+    pub fn valid_count(&self, now_secs: i64) -> usize {
+        self.read()
+            .values()
+            .filter(|key| key.not_after.is_none_or(|end| end >= now_secs))
+            .count()
+    }
+
+    /// Drops the certificate keys expired at `now_secs`; returns their serials.
+    pub fn prune_expired(&self, now_secs: i64) -> Vec<String> {
+        let mut keys = self.write();
+        let expired: Vec<String> = keys
+            .iter()
+            .filter(|(_, key)| key.not_after.is_some_and(|end| end < now_secs))
+            .map(|(serial, _)| serial.clone())
+            .collect();
+        for serial in &expired {
+            keys.remove(serial);
+        }
+        expired
+    }
+
+    /// Who is asked for the key of an unknown serial ([`PlatformKeys::verify_or_refresh`]).
+    pub fn set_refresher(&self, refresher: Weak<dyn RefreshKeys>) {
+        *self
+            .ring
+            .refresher
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(refresher);
+    }
+
+    /// Checks `signed` over `body`: known serial whose key is still valid, timestamp within
+    /// [`MAX_CLOCK_SKEW_SECS`] of `now_secs`, and a signature that verifies.
     pub fn verify(
         &self,
         signed: &SignedHeaders,
@@ -273,26 +404,67 @@ impl PlatformKeys {
         now_secs: i64,
     ) -> Result<(), CryptoError> {
         let key = self
-            .by_serial
+            .read()
             .get(&signed.serial)
+            .filter(|key| key.not_after.is_none_or(|end| end >= now_secs))
+            .map(|key| key.der.clone())
             .ok_or_else(|| CryptoError::UnknownSerial(signed.serial.clone()))?;
-        let timestamp: i64 = signed
-            .timestamp
-            .parse()
-            .map_err(|_| CryptoError::StaleTimestamp(signed.timestamp.clone()))?;
-        if (now_secs - timestamp).abs() > MAX_CLOCK_SKEW_SECS {
-            return Err(CryptoError::StaleTimestamp(signed.timestamp.clone()));
-        }
-        let signature = BASE64
-            .decode(signed.signature.as_bytes())
-            .map_err(|_| CryptoError::BadSignature)?;
-        let mut message = signing_message(&[&signed.timestamp, &signed.nonce]).into_bytes();
-        message.extend_from_slice(body);
-        message.push(b'\n');
-        UnparsedPublicKey::new(&signature::RSA_PKCS1_2048_8192_SHA256, key)
-            .verify(&message, &signature)
-            .map_err(|_| CryptoError::BadSignature)
+        verify_with(&key, signed, body, now_secs)
     }
+
+    /// [`PlatformKeys::verify`]; when the serial is unknown and a refresher is set, asks it for
+    /// the key and checks once more.
+    pub async fn verify_or_refresh(
+        &self,
+        signed: &SignedHeaders,
+        body: &[u8],
+        now_secs: i64,
+    ) -> Result<(), CryptoError> {
+        match self.verify(signed, body, now_secs) {
+            Err(CryptoError::UnknownSerial(serial)) => {
+                let refresher = self
+                    .ring
+                    .refresher
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_ref()
+                    .and_then(Weak::upgrade);
+                match refresher {
+                    Some(refresher) if refresher.refresh_for(&serial).await => {
+                        self.verify(signed, body, now_secs)
+                    }
+                    _ => Err(CryptoError::UnknownSerial(serial)),
+                }
+            }
+            outcome => outcome,
+        }
+    }
+}
+
+/// Checks `signed` over `body` against the public key `der` (SubjectPublicKeyInfo or PKCS#1):
+/// timestamp within [`MAX_CLOCK_SKEW_SECS`] of `now_secs`, and a signature that verifies.
+pub fn verify_with(
+    der: &[u8],
+    signed: &SignedHeaders,
+    body: &[u8],
+    now_secs: i64,
+) -> Result<(), CryptoError> {
+    let timestamp: i64 = signed
+        .timestamp
+        .parse()
+        .map_err(|_| CryptoError::StaleTimestamp(signed.timestamp.clone()))?;
+    if (now_secs - timestamp).abs() > MAX_CLOCK_SKEW_SECS {
+        return Err(CryptoError::StaleTimestamp(signed.timestamp.clone()));
+    }
+    let signature = BASE64
+        .decode(signed.signature.as_bytes())
+        .map_err(|_| CryptoError::BadSignature)?;
+    let mut message = signing_message(&[&signed.timestamp, &signed.nonce]).into_bytes();
+    message.extend_from_slice(body);
+    message.push(b'\n');
+    UnparsedPublicKey::new(&signature::RSA_PKCS1_2048_8192_SHA256, der)
+        .verify(&message, &signature)
+        .map_err(|_| CryptoError::BadSignature)
 }
 
 /// The merchant's APIv3 key: 32 bytes of AES-256-GCM key material.
@@ -391,7 +563,7 @@ mod tests {
     #[test]
     fn a_signature_verifies_with_the_public_key_and_nothing_else() {
         let key = SigningKey::generate("serial-1").unwrap();
-        let mut keys = PlatformKeys::new();
+        let keys = PlatformKeys::new();
         keys.add_der("serial-1", &key.public_key_der().unwrap())
             .unwrap();
         let body = br#"{"id":"1"}"#;
@@ -420,6 +592,41 @@ mod tests {
             keys.verify(&forged, body, 1_700_000_000),
             Err(CryptoError::BadSignature)
         );
+    }
+
+    #[test]
+    fn clones_share_the_keyring_and_a_certificate_key_ends_with_its_validity() {
+        let key = SigningKey::generate("CERT-1").unwrap();
+        let keys = PlatformKeys::new();
+        let clone = keys.clone();
+        let body = b"{}";
+        let signed = SignedHeaders::sign(&key, 1_700_000_000, body).unwrap();
+        assert!(matches!(
+            clone.verify(&signed, body, 1_700_000_000),
+            Err(CryptoError::UnknownSerial(_))
+        ));
+        // Added to one handle, used by the other; valid until 1_700_000_100.
+        keys.add_certificate_key("CERT-1", &key.public_key_der().unwrap(), 1_700_000_100)
+            .unwrap();
+        assert_eq!(clone.verify(&signed, body, 1_700_000_000), Ok(()));
+        assert_eq!(clone.valid_count(1_700_000_100), 1);
+        let later = SignedHeaders::sign(&key, 1_700_000_101, body).unwrap();
+        assert!(matches!(
+            clone.verify(&later, body, 1_700_000_101),
+            Err(CryptoError::UnknownSerial(_))
+        ));
+        assert_eq!(clone.valid_count(1_700_000_101), 0);
+        // A configured key does not expire; pruning drops only the expired certificate key.
+        let configured = SigningKey::generate("PUB_KEY_ID_1").unwrap();
+        keys.add_der("PUB_KEY_ID_1", &configured.public_key_der().unwrap())
+            .unwrap();
+        assert_eq!(keys.prune_expired(1_700_000_050), Vec::<String>::new());
+        assert_eq!(keys.prune_expired(1_800_000_000), ["CERT-1"]);
+        assert_eq!(clone.serials(), ["PUB_KEY_ID_1"]);
+        assert!(keys
+            .add_der("", &configured.public_key_der().unwrap())
+            .is_err());
+        assert!(keys.add_der("X", b"not a key").is_err());
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl FakePay {
     /// The fake on `db`'s `fake_pay_orders`, with new keys; code URLs start with `base_url`.
     pub fn new(db: Db, base_url: &str) -> Result<Self, CryptoError> {
         let platform_key = SigningKey::generate(FAKE_SERIAL)?;
-        let mut platform_keys = PlatformKeys::new();
+        let platform_keys = PlatformKeys::new();
         platform_keys.add_der(FAKE_SERIAL, &platform_key.public_key_der()?)?;
         Ok(Self {
             db,

@@ -16,10 +16,13 @@
 //!
 //! Providers ([`provider::PaymentProvider`]): [`WechatPay`] (WeChat Pay API v3, Native) and
 //! [`FakePay`] (the embedded default), chosen by `pay_provider` ([`settings`]). The WeChat Pay
-//! cryptography is in [`crypto`].
+//! cryptography is in [`crypto`]; WeChat's platform keys are a shared keyring
+//! ([`crypto::PlatformKeys`]) of configured public keys and, in certificate mode, of platform
+//! certificates downloaded on start, periodically and on an unknown serial ([`certificates`]).
 
 pub mod actions;
 pub mod catch_up;
+pub mod certificates;
 pub mod cli;
 pub mod crypto;
 pub mod fake;
@@ -47,7 +50,7 @@ pub use model::{
 pub use provider::{PaymentProvider, TradeState, Transaction};
 pub use reconcile::{reconcile_day, sweep, ReconcileReport, SweepReport};
 pub use service::{Applied, PaymentService, Seller};
-pub use settings::{PaymentSettings, ProviderName};
+pub use settings::{PaymentSettings, PlatformMode, ProviderName};
 pub use store::PaymentStore;
 pub use watch::{watch, WatchReport, PAYMENT_ACTIVE_QUERIES_TOTAL};
 pub use wechat::WechatPay;
@@ -101,6 +104,14 @@ fn describe_metrics() {
     metrics::describe_gauge!(
         PAYMENT_RECONCILE_DAYS_BEHIND,
         "Bill days of the reconciliation look-back window not yet reconciled"
+    );
+    metrics::describe_gauge!(
+        certificates::PAYMENT_PLATFORM_KEYS,
+        "WeChat Pay platform keys usable now (configured and downloaded)"
+    );
+    metrics::describe_counter!(
+        certificates::PAYMENT_PLATFORM_KEY_REFRESHES_TOTAL,
+        "WeChat Pay platform certificate downloads, by outcome (updated, unchanged, failed)"
     );
 }
 
@@ -168,12 +179,15 @@ impl Feature for Payments {
         let config = &platform.config;
         let settings = config.settings::<PaymentSettings>()?;
         let ledger = registry.get::<Ledger>()?;
-        let (payments, fake) = service(
+        let (payments, fake, wechat) = service_parts(
             config,
             &platform.db,
             platform.outbox.clone(),
             ledger.clone(),
         )?;
+        if let Some(wechat) = &wechat {
+            start_wechat_pay(wechat, platform, registry).await;
+        }
         registry.executor(reconcile::SweepJob::new(payments.clone()));
         registry.executor(catch_up::ReconcileJob::new(
             payments.clone(),
@@ -225,7 +239,19 @@ pub fn service(
     outbox: platform::events::outbox::Outbox,
     ledger: Ledger,
 ) -> anyhow::Result<(PaymentService, Option<FakePay>)> {
+    service_parts(config, db, outbox, ledger).map(|(payments, fake, _)| (payments, fake))
+}
+
+/// [`service`], and the WeChat Pay client when it is the configured provider (the feature
+/// starts its platform certificate downloads).
+fn service_parts(
+    config: &platform::config::Config,
+    db: &platform::db::Db,
+    outbox: platform::events::outbox::Outbox,
+    ledger: Ledger,
+) -> anyhow::Result<(PaymentService, Option<FakePay>, Option<Arc<WechatPay>>)> {
     let settings = config.settings::<PaymentSettings>()?;
+    let mut wechat = None;
     let (provider, fake): (Arc<dyn PaymentProvider>, Option<FakePay>) =
         match settings.provider(config) {
             None => {
@@ -243,7 +269,11 @@ pub fn service(
                 );
                 (Arc::new(fake.clone()), Some(fake))
             }
-            Some(ProviderName::Wechat) => (Arc::new(WechatPay::new(settings.wechat()?)?), None),
+            Some(ProviderName::Wechat) => {
+                let client = Arc::new(WechatPay::new(settings.wechat()?)?);
+                wechat = Some(client.clone());
+                (client, None)
+            }
         };
     let mut earlier: Vec<Arc<dyn PaymentProvider>> = Vec::new();
     if fake.is_none() {
@@ -264,7 +294,26 @@ pub fn service(
         ledger,
         settings.pay_expiry,
     );
-    Ok((payments, fake))
+    Ok((payments, fake, wechat))
+}
+
+/// Starts what the WeChat Pay client needs beyond its requests: the gauge of its platform keys
+/// and, in certificate mode, the platform certificates — downloaded now (a failure is logged
+/// and counted, and retried in the background and on demand), then every
+/// `wechatpay_certificate_refresh` in a background task until shutdown, reporting on `/readyz`.
+async fn start_wechat_pay(wechat: &WechatPay, platform: &Platform, registry: &mut Registry) {
+    let keys = &wechat.notification_keys().platform_keys;
+    metrics::gauge!(certificates::PAYMENT_PLATFORM_KEYS)
+        .set(keys.valid_count(Utc::now().timestamp()) as f64);
+    if let Some(downloader) = wechat.certificates() {
+        downloader.report_to(platform.status.clone());
+        // Logged and counted inside; the first request or notification tries again.
+        let _ = downloader.refresh().await;
+        let downloader = downloader.clone();
+        registry.background("wechat pay platform certificates", move |background| {
+            downloader.run(background.stop)
+        });
+    }
 }
 
 /// China Standard Time (UTC+8, no daylight saving): the time zone of WeChat Pay's times and bills.

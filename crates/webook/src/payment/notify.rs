@@ -1,7 +1,9 @@
 //! Payment notifications as WeChat Pay v3 sends them, both ways: [`open`] checks one (known
 //! platform key serial, timestamp within 5 minutes, signature over the exact body) and decrypts
-//! its resource into a [`Transaction`] or a refund ([`Opened`]); [`seal`] / [`seal_refund`] build one (the fake provider, tests). Every
-//! notification — WeChat's, and the fake provider's — goes through [`open`].
+//! its resource into a [`Transaction`] or a refund ([`Opened`]); [`receive`] does the same, but
+//! first looks for the key of a serial it does not know (a rotated platform key, certificate
+//! mode); [`seal`] / [`seal_refund`] build one (the fake provider, tests). Every notification —
+//! WeChat's, and the fake provider's — goes through [`receive`].
 //!
 //! A refusal is answered as WeChat expects — a 4xx/5xx status with `{"code": "FAIL",
 //! "message": …}` — so that WeChat sends the notification again later ([`NotifyError`]).
@@ -161,6 +163,23 @@ pub fn open(
     serde_json::from_slice(&plain)
         .map(Opened::Transaction)
         .map_err(|err| NotifyError::Malformed(format!("not a transaction: {err}")))
+}
+
+/// [`open`], except that a notification signed by a serial the keyring does not know makes it
+/// look for that key first ([`super::crypto::PlatformKeys::verify_or_refresh`]: in certificate
+/// mode the platform certificates are downloaded, at most once a minute) — how a rotated
+/// platform key is accepted without a restart. What `/pay/wechat/notify` uses.
+pub async fn receive(
+    keys: &NotificationKeys,
+    headers: &HeaderMap,
+    body: &[u8],
+    now_secs: i64,
+) -> Result<Opened, NotifyError> {
+    let signed = SignedHeaders::from_headers(headers)?;
+    keys.platform_keys
+        .verify_or_refresh(&signed, body, now_secs)
+        .await?;
+    open(keys, headers, body, now_secs)
 }
 
 /// A notification ready to send: its headers and body.

@@ -255,7 +255,7 @@ impl PaymentService {
 
     async fn accept(&self, headers: &HeaderMap, body: &[u8]) -> Result<Applied, NotifyError> {
         let now = now_millis();
-        match notify::open(self.provider.notification_keys(), headers, body, now / 1000)? {
+        match notify::receive(self.provider.notification_keys(), headers, body, now / 1000).await? {
             Opened::Transaction(transaction) => self.apply_transaction(&transaction, now).await,
             Opened::Refund(notice) => self.apply_refund(&notice.refund, now).await,
         }

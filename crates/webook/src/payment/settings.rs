@@ -2,12 +2,13 @@
 //! merchant's identity and keys, and when the reconciliation jobs run. Loaded by the
 //! configuration core ([`platform::config`]); documented in `docs/CONFIG.md`.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use anyhow::{bail, Context};
 use platform::config::{text_or_number, Config, Secret, Settings, SettingsSpec};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
+use super::certificates::IssuingCa;
 use super::crypto::{ApiV3Key, PlatformKeys, SigningKey};
 
 /// How [`PaymentSettings`] are loaded.
@@ -23,6 +24,19 @@ pub enum ProviderName {
     Fake,
     /// WeChat Pay API v3, Native payments.
     Wechat,
+}
+
+/// Where WeChat Pay's platform keys come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PlatformMode {
+    /// WeChat Pay public keys (`PUB_KEY_ID_…`), configured; nothing is downloaded. A rotation
+    /// is the merchant configuring the new key beside the old.
+    #[default]
+    PublicKey,
+    /// Platform certificates, downloaded from `GET /v3/certificates` on start, periodically and
+    /// when a signature names an unknown serial; configured keys are trusted too.
+    Certificate,
 }
 
 /// Payment settings.
@@ -76,6 +90,18 @@ pub struct PaymentSettings {
     pub wechatpay_platform_serial: String,
     /// The platform's public key, PEM (`-----BEGIN PUBLIC KEY-----`).
     pub wechatpay_platform_public_key: String,
+    /// More platform keys, serial → PEM public key (both sides of a rotation). In the
+    /// environment: `SERIAL=PEM` entries separated by commas.
+    #[serde(deserialize_with = "serial_pem_pairs")]
+    pub wechatpay_platform_keys: BTreeMap<String, String>,
+    /// `public_key` (configured keys only) or `certificate` (platform certificates downloaded).
+    pub wechatpay_platform_mode: PlatformMode,
+    /// PEM certificate(s) of the CA that must have issued downloaded platform certificates
+    /// (WeChat's is the Tenpay.com Root CA); empty: the issuer is not checked.
+    pub wechatpay_platform_ca: String,
+    /// How often platform certificates are downloaded again (certificate mode).
+    #[serde(with = "humantime_serde")]
+    pub wechatpay_certificate_refresh: Duration,
     /// Where WeChat sends notifications: the public URL of `/pay/wechat/notify`.
     pub wechatpay_notify_url: String,
     /// How long one WeChat Pay request may take.
@@ -103,6 +129,10 @@ impl Default for PaymentSettings {
             wechatpay_api_v3_key: Secret::default(),
             wechatpay_platform_serial: String::new(),
             wechatpay_platform_public_key: String::new(),
+            wechatpay_platform_keys: BTreeMap::new(),
+            wechatpay_platform_mode: PlatformMode::PublicKey,
+            wechatpay_platform_ca: String::new(),
+            wechatpay_certificate_refresh: Duration::from_secs(12 * 3600),
             wechatpay_notify_url: String::new(),
             wechatpay_timeout: Duration::from_secs(5),
         }
@@ -119,11 +149,18 @@ pub struct WechatPayConfig {
     /// App id.
     pub appid: String,
     /// Signs our requests (its serial is the merchant certificate's).
-    pub merchant_key: SigningKey,
-    /// Decrypts notifications.
+    pub merchant_key: Arc<SigningKey>,
+    /// Decrypts notifications (and downloaded platform certificates).
     pub api_v3_key: ApiV3Key,
-    /// Verifies answers and notifications.
+    /// Verifies answers and notifications: the configured keys, and in certificate mode the
+    /// downloaded ones (a shared keyring).
     pub platform_keys: PlatformKeys,
+    /// Where platform keys come from.
+    pub platform_mode: PlatformMode,
+    /// The CA(s) downloaded platform certificates must be issued by; empty: not checked.
+    pub platform_ca: Vec<IssuingCa>,
+    /// How often platform certificates are downloaded again (certificate mode).
+    pub certificate_refresh: Duration,
     /// `notify_url` of every order.
     pub notify_url: String,
     /// Per-request timeout.
@@ -152,11 +189,6 @@ impl PaymentSettings {
                 self.wechatpay_merchant_key.expose(),
             ),
             ("wechatpay_api_v3_key", self.wechatpay_api_v3_key.expose()),
-            ("wechatpay_platform_serial", &self.wechatpay_platform_serial),
-            (
-                "wechatpay_platform_public_key",
-                &self.wechatpay_platform_public_key,
-            ),
             ("wechatpay_notify_url", &self.wechatpay_notify_url),
         ];
         if let Some((key, _)) = required.iter().find(|(_, value)| value.trim().is_empty()) {
@@ -172,13 +204,23 @@ impl PaymentSettings {
         .context("invalid wechatpay_merchant_key")?;
         let api_v3_key = ApiV3Key::new(self.wechatpay_api_v3_key.expose())
             .context("invalid wechatpay_api_v3_key")?;
-        let mut platform_keys = PlatformKeys::new();
-        platform_keys
-            .add_pem(
-                &self.wechatpay_platform_serial,
-                &self.wechatpay_platform_public_key,
-            )
-            .context("invalid wechatpay_platform_public_key")?;
+        let platform_keys = self.platform_keys()?;
+        let platform_ca = if self.wechatpay_platform_ca.trim().is_empty() {
+            Vec::new()
+        } else {
+            IssuingCa::from_pem(&self.wechatpay_platform_ca).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid wechatpay_platform_ca (WEBOOK_WECHATPAY_PLATFORM_CA): {err}"
+                )
+            })?
+        };
+        let refresh = self.wechatpay_certificate_refresh;
+        if refresh < Duration::from_secs(60) || refresh > Duration::from_secs(24 * 3600) {
+            bail!(
+                "invalid wechatpay_certificate_refresh (WEBOOK_WECHATPAY_CERTIFICATE_REFRESH): \
+                 between 1m and 24h"
+            );
+        }
         let notify_url = url::Url::parse(&self.wechatpay_notify_url)
             .ok()
             .filter(|url| url.scheme() == "https" || url.scheme() == "http")
@@ -187,13 +229,128 @@ impl PaymentSettings {
             endpoint: self.wechatpay_endpoint.trim_end_matches('/').to_owned(),
             mchid: self.wechatpay_mchid.clone(),
             appid: self.wechatpay_appid.clone(),
-            merchant_key,
+            merchant_key: Arc::new(merchant_key),
             api_v3_key,
             platform_keys,
+            platform_mode: self.wechatpay_platform_mode,
+            platform_ca,
+            certificate_refresh: refresh,
             notify_url: notify_url.to_string(),
             timeout: self.wechatpay_timeout,
         })
     }
+}
+
+impl PaymentSettings {
+    /// The configured platform keys: `wechatpay_platform_serial` + `_public_key` and every
+    /// entry of `wechatpay_platform_keys`; an error is one line naming the setting (and entry).
+    fn platform_keys(&self) -> anyhow::Result<PlatformKeys> {
+        let keys = PlatformKeys::new();
+        let serial = self.wechatpay_platform_serial.trim();
+        let public_key = self.wechatpay_platform_public_key.trim();
+        match (serial.is_empty(), public_key.is_empty()) {
+            (true, true) => {}
+            (false, true) => bail!(
+                "wechatpay_platform_serial is set without wechatpay_platform_public_key \
+                 (WEBOOK_WECHATPAY_PLATFORM_PUBLIC_KEY)"
+            ),
+            (true, false) => bail!(
+                "wechatpay_platform_public_key is set without wechatpay_platform_serial \
+                 (WEBOOK_WECHATPAY_PLATFORM_SERIAL)"
+            ),
+            (false, false) => keys.add_pem(serial, public_key).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid wechatpay_platform_public_key \
+                     (WEBOOK_WECHATPAY_PLATFORM_PUBLIC_KEY): {}",
+                    one_line(&err.to_string())
+                )
+            })?,
+        }
+        for (serial, pem) in &self.wechatpay_platform_keys {
+            let serial = serial.trim();
+            if serial.is_empty() || pem.trim().is_empty() {
+                bail!(
+                    "invalid wechatpay_platform_keys (WEBOOK_WECHATPAY_PLATFORM_KEYS): an entry \
+                     without a serial or a key"
+                );
+            }
+            keys.add_pem(serial, pem.trim()).map_err(|err| {
+                anyhow::anyhow!(
+                    "invalid wechatpay_platform_keys (WEBOOK_WECHATPAY_PLATFORM_KEYS) entry \
+                     {serial:?}: {}",
+                    one_line(&err.to_string())
+                )
+            })?;
+        }
+        if self.wechatpay_platform_mode == PlatformMode::PublicKey && keys.serials().is_empty() {
+            bail!(
+                "pay_provider = \"wechat\" needs a platform key: wechatpay_platform_keys \
+                 (WEBOOK_WECHATPAY_PLATFORM_KEYS) or wechatpay_platform_serial + \
+                 wechatpay_platform_public_key, or wechatpay_platform_mode = \"certificate\" \
+                 to download platform certificates"
+            );
+        }
+        Ok(keys)
+    }
+}
+
+/// `text` on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Reads `wechatpay_platform_keys`: a table of serial → PEM (TOML), or `SERIAL=PEM` entries
+/// separated by commas (an environment variable; a PEM holds no comma, and a serial no `=`).
+fn serial_pem_pairs<'de, D: Deserializer<'de>>(
+    de: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    struct Pairs;
+    impl<'de> serde::de::Visitor<'de> for Pairs {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a table of serial = PEM, or SERIAL=PEM entries separated by commas")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            parse_serial_pem_pairs(text).map_err(E::custom)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut pairs = BTreeMap::new();
+            while let Some((serial, pem)) = map.next_entry::<String, String>()? {
+                pairs.insert(serial, pem);
+            }
+            Ok(pairs)
+        }
+    }
+    de.deserialize_any(Pairs)
+}
+
+/// `SERIAL=PEM, SERIAL=PEM` as a map; an entry without `=` is refused, naming its position.
+fn parse_serial_pem_pairs(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut pairs = BTreeMap::new();
+    for (index, entry) in text.split(',').map(str::trim).enumerate() {
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((serial, pem)) = entry.split_once('=') else {
+            return Err(format!(
+                "entry {} is not SERIAL=PEM (entries are separated by commas)",
+                index + 1
+            ));
+        };
+        if pairs
+            .insert(serial.trim().to_owned(), pem.trim().to_owned())
+            .is_some()
+        {
+            return Err(format!("serial {:?} is given twice", serial.trim()));
+        }
+    }
+    Ok(pairs)
 }
 
 impl Settings for PaymentSettings {
@@ -215,6 +372,10 @@ impl Settings for PaymentSettings {
         "wechatpay_api_v3_key",
         "wechatpay_platform_serial",
         "wechatpay_platform_public_key",
+        "wechatpay_platform_keys",
+        "wechatpay_platform_mode",
+        "wechatpay_platform_ca",
+        "wechatpay_certificate_refresh",
         "wechatpay_notify_url",
         "wechatpay_timeout",
     ];

@@ -4,7 +4,9 @@
 //! How a call flows: the request (method, path with query, JSON body) is signed with the
 //! merchant key ([`super::crypto::SigningKey::authorization`]) and sent with the configured
 //! timeout; the answer is read whole (bounded) and its `Wechatpay-*` signature is checked against
-//! the platform keys before anything in it is believed:
+//! the platform keys before anything in it is believed (a serial the keyring does not know makes
+//! it look for that key first — in certificate mode a download of the platform certificates,
+//! [`super::certificates`], at most once a minute — and check once more):
 //!
 //! - 2xx and verified: the body is used. 2xx not verified: [`ProviderError::Untrusted`] — WeChat
 //!   signs every answer to a request it authenticated, so an unsigned success is forged.
@@ -29,6 +31,8 @@
 //! Errors and logs carry HTTP statuses, WeChat's codes and messages, and trade numbers: never a
 //! key, an `Authorization` header, a download URL (its token) or a body.
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context};
 use async_trait::async_trait;
 use aws_lc_rs::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
@@ -37,12 +41,13 @@ use reqwest::{header, Method, StatusCode};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use url::Url;
 
+use super::certificates::PlatformCertificates;
 use super::crypto::{random_nonce, CryptoError, SignedHeaders};
 use super::provider::{
     BillRow, NotificationKeys, Order, PaymentProvider, ProviderError, RefundOrder, RefundResult,
     Transaction,
 };
-use super::settings::WechatPayConfig;
+use super::settings::{PlatformMode, WechatPayConfig};
 
 /// The largest JSON answer read (WeChat's are a few kilobytes).
 const MAX_ANSWER_BYTES: usize = 1 << 20;
@@ -102,6 +107,8 @@ pub struct WechatPay {
     endpoint: Url,
     config: WechatPayConfig,
     notification_keys: NotificationKeys,
+    /// The platform certificate downloader, in certificate mode.
+    certificates: Option<Arc<PlatformCertificates>>,
 }
 
 impl WechatPay {
@@ -125,12 +132,21 @@ impl WechatPay {
             api_v3_key: config.api_v3_key.clone(),
             platform_keys: config.platform_keys.clone(),
         };
+        let certificates = (config.platform_mode == PlatformMode::Certificate)
+            .then(|| PlatformCertificates::new(http.clone(), &endpoint, &config));
         Ok(Self {
             http,
             endpoint,
             config,
             notification_keys,
+            certificates,
         })
+    }
+
+    /// The platform certificate downloader (certificate mode): the feature downloads on start
+    /// and runs it in the background.
+    pub fn certificates(&self) -> Option<&Arc<PlatformCertificates>> {
+        self.certificates.as_ref()
     }
 
     /// The endpoint with `segments` appended to its path (each percent-encoded as needed).
@@ -223,11 +239,16 @@ impl WechatPay {
         let verified = if status.is_success() && !signed_success {
             Ok(())
         } else {
-            SignedHeaders::from_headers(&headers).and_then(|signed| {
-                self.config
-                    .platform_keys
-                    .verify(&signed, &answer, Utc::now().timestamp())
-            })
+            match SignedHeaders::from_headers(&headers) {
+                // An unknown serial may be a new platform key: certificate mode downloads it.
+                Ok(signed) => {
+                    self.config
+                        .platform_keys
+                        .verify_or_refresh(&signed, &answer, Utc::now().timestamp())
+                        .await
+                }
+                Err(err) => Err(err),
+            }
         };
         judge(status, &answer, verified)?;
         Ok(answer)

@@ -34,6 +34,7 @@ mod openapi;
 mod payment;
 mod payment_jobs;
 mod phone_login;
+mod platform_keys;
 mod process;
 mod ranking;
 mod rate_limits;

@@ -958,6 +958,101 @@ async fn rewards_are_paid_through_wechat_pay_end_to_end(setup: Setup) {
     assert_ledger_sound(&app).await;
 }
 
+/// Issue 48: WeChat rotates its platform key while webook runs. webook in platform certificate
+/// mode with NO key configured downloads the certificates on start; a notification signed by
+/// the old key is accepted; after the rotation, one signed by the new key is accepted too,
+/// without a restart (the unknown serial makes it download again), and the old key still
+/// verifies while its certificate is valid. `/readyz` details count the keys.
+async fn a_rotated_platform_key_is_accepted_without_restart(setup: Setup) {
+    let wechat = crate::common::fake_wechatpay::FakeWechatPay::start_with_certificates().await;
+    let settings = wechat.certificate_settings();
+    let app = setup
+        .spawn(|config| *config.settings_mut::<webook::payment::PaymentSettings>() = settings)
+        .await;
+    assert_eq!(wechat.certificate_downloads(), 1, "downloaded on start");
+    let readiness = get(&app, "/readyz", None).await.json();
+    assert_eq!(
+        readiness["data"]["details"]["wechatpay_platform_keys"], "1 platform keys",
+        "{readiness}"
+    );
+    let (author, reader, article) = author_and_reader(&app).await;
+    let payments: PaymentService = app.service();
+    let trade_no_of = |rid: i64| {
+        let db = payments.store().db().clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT trade_no FROM rewards WHERE id = $1")
+                .bind(rid)
+                .fetch_one(db.pool())
+                .await
+                .unwrap()
+        }
+    };
+    let order = |amt: i64| {
+        let (app, reader) = (&app, &reader);
+        async move {
+            let answer = post(
+                app,
+                "/articles/pub/reward",
+                Some(&reader.token),
+                json!({"id": article, "amt": amt}),
+            )
+            .await;
+            assert_eq!(answer.code(), 0, "{}", answer.raw);
+            answer.json()["data"]["rid"].as_i64().unwrap()
+        }
+    };
+    let (first, second) = (order(1000).await, order(2000).await);
+    let old_serial = wechat.current_serial();
+
+    // The old key: accepted.
+    let paid = wechat.pay(&trade_no_of(first).await);
+    let (status, body) = deliver(&app, &wechat.notification(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    await_status(&app, &reader, first, "RewardStatusPayed").await;
+
+    // WeChat rotates: the new key signs the next notification; webook has never seen it.
+    let new_serial = wechat.rotate();
+    assert_ne!(new_serial, old_serial);
+    let paid = wechat.pay(&trade_no_of(second).await);
+    let notification = wechat.notification(&paid);
+    assert_eq!(notification.headers.serial, new_serial);
+    let (status, body) = deliver(&app, &notification).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    await_status(&app, &reader, second, "RewardStatusPayed").await;
+    assert_eq!(
+        wechat.certificate_downloads(),
+        2,
+        "downloaded for the new serial"
+    );
+
+    // An order answered under the new key, paid and notified under the old one: still valid.
+    let third = order(3000).await;
+    let paid = wechat.pay(&trade_no_of(third).await);
+    let (status, body) = deliver(&app, &wechat.notification_signed_by(&paid, &old_serial)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    await_status(&app, &reader, third, "RewardStatusPayed").await;
+    assert_eq!(
+        wechat.certificate_downloads(),
+        2,
+        "no download for known keys"
+    );
+    assert_eq!(balance(&app, &author).await, 5400);
+    let readiness = get(&app, "/readyz", None).await.json();
+    assert_eq!(
+        readiness["data"]["details"]["wechatpay_platform_keys"], "2 platform keys",
+        "{readiness}"
+    );
+    assert_eq!(wechat.signature_failures(), 0);
+    // Process-wide metrics (other tests download too): the series exist and count up.
+    let metrics = app.platform.metrics.render();
+    assert!(
+        metrics.contains("payment_platform_key_refreshes_total{outcome=\"updated\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("\npayment_platform_keys "), "{metrics}");
+    assert_ledger_sound(&app).await;
+}
+
 /// Issue 46, item 4: a burst of reward orders from one user is cut at `reward_rate_limit`
 /// (default 10 per minute): the rest are answered 429001 with `Retry-After`, and no reward,
 /// payment or provider order is made for them (150 orders in 0.3 s all reached WeChat Pay).
@@ -1014,6 +1109,7 @@ async fn a_burst_of_reward_orders_from_one_user_is_cut_at_the_limit(setup: Setup
 crate::setup_tests!(
     a_burst_of_reward_orders_from_one_user_is_cut_at_the_limit,
     rewards_are_paid_through_wechat_pay_end_to_end,
+    a_rotated_platform_key_is_accepted_without_restart,
     the_course_frontends_reward_flow_reaches_payed_and_credits_the_author,
     the_pages_form_buttons_pay_and_fail,
     ten_concurrent_identical_notifications_credit_once,

@@ -61,7 +61,7 @@ use webook::payment::{
     provider::{
         RefundAmount, RefundResult, RefundState, TradeState, Transaction, TransactionAmount,
     },
-    settings::{PaymentSettings, ProviderName, WechatPayConfig},
+    settings::{PaymentSettings, PlatformMode, ProviderName, WechatPayConfig},
 };
 
 /// The merchant id the fake serves.
@@ -166,7 +166,10 @@ pub struct FakeWechatPay {
 
 struct Shared {
     base_url: String,
-    platform_key: SigningKey,
+    /// The platform keys, the one signing now, and their certificates (key rotation).
+    platform: Mutex<PlatformSide>,
+    /// Encrypts the listed certificates, as WeChat does.
+    api_v3_key: ApiV3Key,
     /// Generated on first use: only tests of [`Signing::UnknownSerial`] need it.
     unknown_key: OnceLock<SigningKey>,
     /// SubjectPublicKeyInfo DER of the merchant's key: what request signatures are checked with.
@@ -213,15 +216,27 @@ fn pem(label: &str, der: &[u8]) -> String {
 }
 
 impl FakeWechatPay {
-    /// Starts the fake on a free loopback port, with a new platform key and a new merchant key.
+    /// Starts the fake on a free loopback port, with a new platform key and a new merchant key
+    /// (WeChat Pay public key mode: the key is [`PLATFORM_SERIAL`], no certificate is listed).
     pub async fn start() -> Self {
+        Self::start_with(PlatformSide::public_key_mode()).await
+    }
+
+    /// Starts the fake in platform certificate mode: its platform key has a certificate, issued
+    /// by the fake's own CA and listed by `GET /v3/certificates`.
+    pub async fn start_with_certificates() -> Self {
+        Self::start_with(PlatformSide::certificate_mode()).await
+    }
+
+    async fn start_with(platform: PlatformSide) -> Self {
         let merchant = SigningKey::generate(MERCHANT_SERIAL).unwrap();
-        let platform_key = SigningKey::generate(PLATFORM_SERIAL).unwrap();
+        let api_v3_key = ApiV3Key::generate();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         let shared = Arc::new(Shared {
             base_url: base_url.clone(),
-            platform_key,
+            platform: Mutex::new(platform),
+            api_v3_key: api_v3_key.clone(),
             unknown_key: OnceLock::new(),
             merchant_public_key: merchant.public_key_der().unwrap(),
             state: Mutex::new(FakeState::default()),
@@ -233,7 +248,7 @@ impl FakeWechatPay {
         Self {
             base_url,
             merchant_key: merchant.pkcs8_der().unwrap(),
-            api_v3_key: ApiV3Key::generate(),
+            api_v3_key,
             shared,
             server,
         }
@@ -250,11 +265,10 @@ impl FakeWechatPay {
             wechatpay_merchant_serial: MERCHANT_SERIAL.to_owned(),
             wechatpay_merchant_key: Secret::new(pem("PRIVATE KEY", &self.merchant_key)),
             wechatpay_api_v3_key: Secret::new(self.api_v3_key.as_text()),
+            // Empty in certificate mode, whose keys have certificate serials (see
+            // `certificate_settings`, which configures no key).
             wechatpay_platform_serial: PLATFORM_SERIAL.to_owned(),
-            wechatpay_platform_public_key: pem(
-                "PUBLIC KEY",
-                &self.shared.platform_key.public_key_der().unwrap(),
-            ),
+            wechatpay_platform_public_key: self.public_key_pem(PLATFORM_SERIAL),
             wechatpay_notify_url: NOTIFY_URL.to_owned(),
             wechatpay_timeout: Duration::from_secs(5),
             ..PaymentSettings::default()
@@ -311,7 +325,7 @@ impl FakeWechatPay {
     ) -> webook::payment::notify::SealedNotification {
         webook::payment::notify::seal(
             &self.api_v3_key,
-            &self.shared.platform_key,
+            &self.platform().current,
             transaction,
             Utc::now().timestamp(),
         )
@@ -369,7 +383,7 @@ impl FakeWechatPay {
     pub fn refund_notification(&self, notice: &RefundNotice) -> SealedNotification {
         webook::payment::notify::seal_refund(
             &self.api_v3_key,
-            &self.shared.platform_key,
+            &self.platform().current,
             notice,
             Utc::now().timestamp(),
         )
@@ -581,15 +595,14 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         message.push(b'\n');
         message
     };
-    let (key, serial) = match signing {
-        Signing::UnknownSerial => (
-            shared
-                .unknown_key
-                .get_or_init(|| SigningKey::generate(UNKNOWN_SERIAL).unwrap()),
-            UNKNOWN_SERIAL,
-        ),
-        _ => (&shared.platform_key, PLATFORM_SERIAL),
+    let current = shared.platform.lock().unwrap().current.clone();
+    let key: &SigningKey = match signing {
+        Signing::UnknownSerial => shared
+            .unknown_key
+            .get_or_init(|| SigningKey::generate(UNKNOWN_SERIAL).unwrap()),
+        _ => &current,
     };
+    let serial = key.serial();
     let signature = key.sign(&message(&body)).unwrap();
     let headers = [
         ("wechatpay-timestamp", timestamp.as_str()),
@@ -741,6 +754,7 @@ fn route(shared: &Shared, raw: &RawRequest) -> Reply {
         ("POST", ["v3", "pay", "transactions", "out-trade-no", trade_no, "close"]) => {
             close(&mut state, trade_no, &raw.body)
         }
+        ("GET", ["v3", "certificates"]) => certificates(shared),
         ("POST", ["v3", "refund", "domestic", "refunds"]) => refund(&mut state, &raw.body),
         ("GET", ["v3", "refund", "domestic", "refunds", refund_no]) => {
             match state
@@ -1137,4 +1151,305 @@ fn bill(paid: &[&FakeOrder], refunded: &[&FakeOrder]) -> String {
         yuan(refund_total)
     ));
     bill
+}
+
+// ---- Platform keys and certificates: rotation, `GET /v3/certificates` ----
+
+/// A certificate the fake lists, as `GET /v3/certificates` answers it.
+#[derive(Clone)]
+struct Listed {
+    /// `serial_no` as listed (normally the certificate's serial).
+    serial_no: String,
+    /// The certificate, PEM.
+    pem: String,
+    not_before: i64,
+    not_after: i64,
+}
+
+/// The fake's side of the platform keys: every key it has signed with, the one signing now,
+/// its CA and the certificates it lists.
+struct PlatformSide {
+    current: Arc<SigningKey>,
+    by_serial: HashMap<String, Arc<SigningKey>>,
+    /// The fake's CA (certificate mode): issues the platform certificates.
+    ca: Option<FakeCa>,
+    listed: Vec<Listed>,
+    rotations: u32,
+}
+
+struct FakeCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+}
+
+/// An RSA key of ours as rcgen's.
+fn rcgen_key(key: &SigningKey) -> rcgen::KeyPair {
+    let der = key.pkcs8_der().unwrap();
+    rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&der.as_slice().into(), &rcgen::PKCS_RSA_SHA256)
+        .unwrap()
+}
+
+fn offset_time(secs: i64) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp(secs).unwrap()
+}
+
+impl FakeCa {
+    /// A new self-signed CA named `name`.
+    fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "webook test stand-in");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen_key(&SigningKey::generate("ca").unwrap());
+        let certificate = params.self_signed(&key).unwrap();
+        Self {
+            pem: certificate.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// The certificate of `key` (serial `key.serial()`, hex), valid over the given seconds.
+    fn issue(&self, key: &SigningKey, not_before: i64, not_after: i64) -> String {
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "webook test stand-in");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Tenpay.com sign");
+        params.serial_number = Some(rcgen::SerialNumber::from_slice(
+            &hex::decode(key.serial()).unwrap(),
+        ));
+        params.not_before = offset_time(not_before);
+        params.not_after = offset_time(not_after);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        params
+            .signed_by(&rcgen_key(key), &self.issuer)
+            .unwrap()
+            .pem()
+    }
+}
+
+/// A certificate serial as WeChat writes them: 40 upper-case hex digits (the first byte below
+/// 0x80, so the DER integer needs no sign byte).
+fn certificate_serial() -> String {
+    let mut serial = random_nonce() + &random_nonce()[..8];
+    serial.replace_range(0..1, "1");
+    serial.to_uppercase()
+}
+
+/// How long the fake's certificates are valid: from an hour ago for five years, as WeChat's.
+const CERTIFICATE_LIFETIME_SECS: i64 = 5 * 365 * 24 * 3600;
+
+impl PlatformSide {
+    fn with_key(key: SigningKey, ca: Option<FakeCa>) -> Self {
+        let current = Arc::new(key);
+        let mut side = Self {
+            by_serial: HashMap::from([(current.serial().to_owned(), current.clone())]),
+            current,
+            ca,
+            listed: Vec::new(),
+            rotations: 0,
+        };
+        side.list_current();
+        side
+    }
+
+    fn public_key_mode() -> Self {
+        Self::with_key(SigningKey::generate(PLATFORM_SERIAL).unwrap(), None)
+    }
+
+    fn certificate_mode() -> Self {
+        Self::with_key(
+            SigningKey::generate(&certificate_serial()).unwrap(),
+            Some(FakeCa::new("webook test platform CA")),
+        )
+    }
+
+    /// Lists the current key's certificate (certificate mode).
+    fn list_current(&mut self) {
+        let now = Utc::now().timestamp();
+        if let Some(ca) = &self.ca {
+            let (not_before, not_after) = (now - 3600, now + CERTIFICATE_LIFETIME_SECS);
+            self.listed.push(Listed {
+                serial_no: self.current.serial().to_owned(),
+                pem: ca.issue(&self.current, not_before, not_after),
+                not_before,
+                not_after,
+            });
+        }
+    }
+}
+
+/// A certificate the fake lists beside its own: what a client must not add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OddCertificate {
+    /// Issued by the fake's CA, but expired yesterday.
+    Expired,
+    /// Listed under another `serial_no` than its own serial.
+    WrongSerial,
+    /// Valid, but issued by another CA than the fake's.
+    ForeignIssuer,
+}
+
+impl FakeWechatPay {
+    fn platform(&self) -> MutexGuard<'_, PlatformSide> {
+        self.shared
+            .platform
+            .lock()
+            .expect("fake WeChat Pay platform keys")
+    }
+
+    /// Payment settings of a `wechat` provider in platform certificate mode (the fake must
+    /// have been started with [`FakeWechatPay::start_with_certificates`]): no platform key
+    /// configured, the fake's CA as `wechatpay_platform_ca`.
+    pub fn certificate_settings(&self) -> PaymentSettings {
+        PaymentSettings {
+            wechatpay_platform_mode: PlatformMode::Certificate,
+            wechatpay_platform_serial: String::new(),
+            wechatpay_platform_public_key: String::new(),
+            wechatpay_platform_ca: self.ca_pem(),
+            ..self.settings()
+        }
+    }
+
+    /// The PEM of the fake's CA (certificate mode).
+    pub fn ca_pem(&self) -> String {
+        self.platform()
+            .ca
+            .as_ref()
+            .expect("certificate mode")
+            .pem
+            .clone()
+    }
+
+    /// The serial of the key signing now.
+    pub fn current_serial(&self) -> String {
+        self.platform().current.serial().to_owned()
+    }
+
+    /// The public key (PEM) of the platform key `serial` the fake has signed with; empty for a
+    /// serial it never had.
+    pub fn public_key_pem(&self, serial: &str) -> String {
+        let key = self.platform().by_serial.get(serial).cloned();
+        key.map(|key| pem("PUBLIC KEY", &key.public_key_der().unwrap()))
+            .unwrap_or_default()
+    }
+
+    /// WeChat rotates its platform key: a new key signs every answer and notification from now
+    /// on; in certificate mode its certificate is listed beside the old ones (still valid).
+    /// Returns the new key's serial (a certificate serial, or a `PUB_KEY_ID_…`).
+    pub fn rotate(&self) -> String {
+        let mut side = self.platform();
+        side.rotations += 1;
+        let serial = if side.ca.is_some() {
+            certificate_serial()
+        } else {
+            format!("PUB_KEY_ID_01190000010920250101{:08}", side.rotations)
+        };
+        side.current = Arc::new(SigningKey::generate(&serial).unwrap());
+        let current = side.current.clone();
+        side.by_serial.insert(serial.clone(), current);
+        side.list_current();
+        serial
+    }
+
+    /// The notification WeChat sends for `transaction`, signed by the platform key `serial`
+    /// (one the fake has signed with: the old key of a rotation, say).
+    pub fn notification_signed_by(
+        &self,
+        transaction: &Transaction,
+        serial: &str,
+    ) -> webook::payment::notify::SealedNotification {
+        let key = self.platform().by_serial[serial].clone();
+        webook::payment::notify::seal(&self.api_v3_key, &key, transaction, Utc::now().timestamp())
+            .unwrap()
+    }
+
+    /// Lists `odd` beside the fake's own certificates from now on; returns its `serial_no`.
+    pub fn list_odd_certificate(&self, odd: OddCertificate) -> String {
+        let mut side = self.platform();
+        let key = SigningKey::generate(&certificate_serial()).unwrap();
+        let now = Utc::now().timestamp();
+        let (not_before, not_after) = match odd {
+            OddCertificate::Expired => (now - 2 * 365 * 24 * 3600, now - 24 * 3600),
+            _ => (now - 3600, now + CERTIFICATE_LIFETIME_SECS),
+        };
+        let pem = match odd {
+            OddCertificate::ForeignIssuer => {
+                FakeCa::new("another CA").issue(&key, not_before, not_after)
+            }
+            _ => side
+                .ca
+                .as_ref()
+                .expect("certificate mode")
+                .issue(&key, not_before, not_after),
+        };
+        let serial_no = match odd {
+            OddCertificate::WrongSerial => certificate_serial(),
+            _ => key.serial().to_owned(),
+        };
+        side.listed.push(Listed {
+            serial_no: serial_no.clone(),
+            pem,
+            not_before,
+            not_after,
+        });
+        serial_no
+    }
+
+    /// How many `GET /v3/certificates` requests were answered (signature accepted).
+    pub fn certificate_downloads(&self) -> usize {
+        self.state()
+            .requests
+            .iter()
+            .filter(|request| {
+                request.method == "GET" && request.path_and_query == "/v3/certificates"
+            })
+            .count()
+    }
+}
+
+/// `GET /v3/certificates`: every listed certificate, encrypted under the APIv3 key as WeChat
+/// does (`associated_data` "certificate").
+fn certificates(shared: &Shared) -> Reply {
+    let time = |secs: i64| {
+        DateTime::from_timestamp(secs, 0)
+            .unwrap()
+            .with_timezone(&china())
+            .format("%Y-%m-%dT%H:%M:%S%:z")
+            .to_string()
+    };
+    let listed = shared.platform.lock().unwrap().listed.clone();
+    let data: Vec<Value> = listed
+        .iter()
+        .map(|listed| {
+            let (nonce, ciphertext) = shared
+                .api_v3_key
+                .encrypt("certificate", listed.pem.as_bytes())
+                .unwrap();
+            json!({
+                "serial_no": listed.serial_no,
+                "effective_time": time(listed.not_before),
+                "expire_time": time(listed.not_after),
+                "encrypt_certificate": {
+                    "algorithm": "AEAD_AES_256_GCM",
+                    "nonce": nonce,
+                    "associated_data": "certificate",
+                    "ciphertext": ciphertext,
+                },
+            })
+        })
+        .collect();
+    Reply::Json(StatusCode::OK, json!({ "data": data }))
 }
