@@ -2,28 +2,24 @@
 //! whole deployment), in keyset batches — never OFFSET over a set that shrinks as it is worked.
 //!
 //! - **Sweep** (durable job `payment_sweep`, every minute): pending payments past their expiry
-//!   (plus a minute's grace) are queried at the provider and settled by what it says — a lost
-//!   notification is settled here; an unpaid order is closed at the provider first, so it cannot
-//!   be paid after we call it failed ([`PaymentService::settle_expired`]).
-//! - **Daily** (durable job `payment_reconcile`, 10:30 China Standard Time, after WeChat
-//!   publishes the previous day's bill; cfg `{"date": "YYYY-MM-DD"}` re-runs a given day): the
-//!   provider's trade bill is compared with our payments and the ledger, in both directions.
-//!   Every difference becomes a row of `payment_discrepancies` (once per day, kind and trade),
-//!   counted by `payment_discrepancies_total{kind}`, listed at `GET /payments/discrepancies`:
-//!
-//! | kind | found when | what happens |
-//! | --- | --- | --- |
-//! | `missing_payment` | the bill has a paid trade we have no payment for | open, for a person |
-//! | `amount_mismatch` | the bill's amount differs from ours | open, for a person |
-//! | `unsettled_payment` | the bill has it paid, ours is still pending | fixed: settled from the provider's (signed) answer to a query |
-//! | `paid_after_failure` | the bill has it paid, ours failed | open, for a person |
-//! | `payment_not_in_bill` | ours succeeded that day, the bill does not have it | open, for a person |
-//! | `payment_without_credit` | ours succeeded, the ledger has no posting for it | fixed: its event is recorded again; the seller posts once |
-//! | `refunded` | the bill has a refund | open, for a person |
-//! | `ledger_unbalanced` | the ledger does not sum to 0, or a balance is not its entries' sum | open, for a person |
-//!
-//! Notifications add `unknown_trade`, `notified_amount_mismatch`, `paid_after_failure` and
-//! `refunded` rows (bill date `""`) when they are checked ([`PaymentService::apply_transaction`]).
+//!   (plus a minute's grace) are queried at the provider each was ordered from and settled by
+//!   what it says — paid → succeeded; unpaid or being paid → closed, asked again, and failed only
+//!   if it then says closed ([`PaymentService::settle_expired`]). Then refunds under way are
+//!   asked again (no answer heard) or queried (processing) ([`PaymentService::settle_refund`]).
+//! - **Daily** ([`reconcile_day`], run by `payment_reconcile`): the providers' bills of a day —
+//!   payment lines and refund lines — are compared with our payments, our refunds and the ledger
+//!   from every side: each bill line against our books; each payment paid and each refund
+//!   completed that day against the bill and against its posting (the exact split its seller
+//!   says the share of the sale's time implies — [`super::Seller`] — or the exact negation of
+//!   the credit a refund undoes); each ledger posting written that day against the paid payment
+//!   or succeeded refund it stands for; the day's sums; the ledger's balance. Every difference is
+//!   a row of `payment_discrepancies` (once per day, kind and trade), counted by
+//!   `payment_discrepancies_total{kind}`, listed at `GET /payments/discrepancies` with the
+//!   actions each kind offers ([`super::model::Action::for_kind`]; the table of kinds is under
+//!   "Refunds" in `docs/API.md`). What is safe is fixed here — a paid-but-pending payment settled
+//!   from the provider's signed answer, a refund the bill has done completed from the provider's
+//!   answer, a lost credit's event recorded again once — and "fixed" is recorded only once the
+//!   effect is verified (a later run sees the posting).
 //!
 //! Which days are compared, and when, is [`super::catch_up`]'s: each run of `payment_reconcile`
 //! (hourly at :30 by default) calls [`reconcile_day`] for every day of the look-back window
