@@ -27,6 +27,7 @@ pub mod cli;
 pub mod crypto;
 pub mod fake;
 pub mod http;
+pub mod issuing_ca;
 pub mod model;
 pub mod notify;
 pub mod provider;

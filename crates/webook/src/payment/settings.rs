@@ -8,8 +8,8 @@ use anyhow::{bail, Context};
 use platform::config::{text_or_number, Config, Secret, Settings, SettingsSpec};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::certificates::IssuingCa;
 use super::crypto::{ApiV3Key, PlatformKeys, SigningKey};
+use super::issuing_ca::IssuingCa;
 
 /// How [`PaymentSettings`] are loaded.
 pub const SETTINGS: SettingsSpec = SettingsSpec::of::<PaymentSettings>();
