@@ -11,7 +11,13 @@
 //! - reconciliation from the ledger's side: a posting for a failed payment and a fen moved
 //!   between two accounts of a reward are both found, though the ledger still balances;
 //! - a payment that arrived after we failed it is credited, or refunded, with one action each,
-//!   audited and idempotent.
+//!   audited and idempotent;
+//! - a pending payment the provider reports refunded is parked and no longer polled;
+//! - ten concurrent refund requests and ten concurrent notifications refund and reverse once;
+//! - a refund whose answer and notification are lost, one WeChat cannot pay back (`ABNORMAL`),
+//!   and a server killed with SIGKILL while WeChat holds its refund (real processes): each ends
+//!   refunded once, or failed with its discrepancy;
+//! - a status poll asks the provider once for a lost notification; the `webook payments` CLI.
 //!
 //! Every test ends with the ledger summing to 0 and, where it reconciles, a clean audit.
 
@@ -19,11 +25,14 @@
 
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::{
-    common::{fake_wechatpay::FakeWechatPay, get, member, post, publish, Member, Setup},
+    common::{
+        fake_wechatpay::FakeWechatPay, get, member, post, process::Server, publish, Member, Setup,
+    },
     rewards::{
         app, assert_ledger_sound, author_and_reader, await_status, balance, confirm, deliver,
         payment_status, platform_revenue, reward,
@@ -31,7 +40,10 @@ use crate::{
 };
 use webook::{
     account::{AccountRef, Ledger, Line, Posting},
-    payment::{reconcile_day, sweep, PaymentService, PaymentStatus, SweepReport},
+    payment::{
+        notify::SealedNotification, reconcile_day, sweep, PaymentService, PaymentStatus,
+        SweepReport,
+    },
     testing::TestApp,
 };
 
@@ -941,3 +953,250 @@ crate::setup_tests!(
     a_payment_that_arrived_after_failure_is_credited_or_refunded_with_one_action,
     a_pending_payment_the_provider_reports_refunded_is_parked_not_polled,
 );
+
+/// A POST to a real server with `token`: the answer's JSON.
+async fn server_post(server: &Server, token: &str, path: &str, body: Value) -> Value {
+    reqwest::Client::new()
+        .post(server.url(path))
+        .header("Authorization", format!("Bearer {token}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// A GET from a real server with `token`: the answer's JSON.
+async fn server_get(server: &Server, token: &str, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(server.url(path))
+        .header("Authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Starts the release binary on `dir` (embedded SQLite) against the WeChat Pay stand-in, the
+/// sweep every second, user 1 an admin.
+fn server_on(dir: &std::path::Path, wechat: &FakeWechatPay) -> Server {
+    let settings = wechat.settings();
+    let mut command = crate::common::process::webook(dir);
+    command
+        .env("WEBOOK_ADMINS", "[1]")
+        .env("WEBOOK_AUTH_RATE_LIMIT", "1000")
+        .env("WEBOOK_JOB_POLL_MAX", "200ms")
+        .env("WEBOOK_PAY_SWEEP_SCHEDULE", "@every 1s")
+        .env("WEBOOK_PAY_PROVIDER", "wechat")
+        .env("WEBOOK_WECHATPAY_ENDPOINT", &settings.wechatpay_endpoint)
+        .env("WEBOOK_WECHATPAY_MCHID", &settings.wechatpay_mchid)
+        .env("WEBOOK_WECHATPAY_APPID", &settings.wechatpay_appid)
+        .env(
+            "WEBOOK_WECHATPAY_MERCHANT_SERIAL",
+            &settings.wechatpay_merchant_serial,
+        )
+        .env(
+            "WEBOOK_WECHATPAY_MERCHANT_KEY",
+            settings.wechatpay_merchant_key.expose(),
+        )
+        .env(
+            "WEBOOK_WECHATPAY_API_V3_KEY",
+            settings.wechatpay_api_v3_key.expose(),
+        )
+        .env(
+            "WEBOOK_WECHATPAY_PLATFORM_SERIAL",
+            &settings.wechatpay_platform_serial,
+        )
+        .env(
+            "WEBOOK_WECHATPAY_PLATFORM_PUBLIC_KEY",
+            &settings.wechatpay_platform_public_key,
+        )
+        .env(
+            "WEBOOK_WECHATPAY_NOTIFY_URL",
+            &settings.wechatpay_notify_url,
+        )
+        .env("WEBOOK_WECHATPAY_TIMEOUT", "3s");
+    Server::start(command)
+}
+
+/// Delivers `notification` to a real server's `/pay/wechat/notify`: its status.
+async fn server_deliver(server: &Server, notification: &SealedNotification) -> StatusCode {
+    reqwest::Client::new()
+        .post(server.url("/pay/wechat/notify"))
+        .headers(notification.header_map())
+        .body(notification.body.clone())
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A server killed with SIGKILL while WeChat Pay holds the refund it asked for (the answer never
+/// came back): the next process's sweep asks again under the same refund number, WeChat's
+/// notification completes it, and the credit is reversed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_refund_completes_it_after_restart() {
+    let wechat = FakeWechatPay::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_on(dir.path(), &wechat);
+    let admin = server
+        .sign_up_and_log_in("admin@example.com", "hello#world123")
+        .await;
+    let author = server
+        .sign_up_and_log_in("author@example.com", "hello#world123")
+        .await;
+    let reader = server
+        .sign_up_and_log_in("reader@example.com", "hello#world123")
+        .await;
+    let article = server_post(
+        &server,
+        &author,
+        "/articles/publish",
+        json!({"title": "kill -9", "content": "<p>refund</p>"}),
+    )
+    .await["data"]
+        .as_i64()
+        .unwrap();
+    let rewarded = server_post(
+        &server,
+        &reader,
+        "/articles/pub/reward",
+        json!({"id": article, "amt": 1500}),
+    )
+    .await;
+    assert_eq!(rewarded["code"], 0, "{rewarded}");
+    let trade_no = wechat.requests()[0].body.clone();
+    let trade_no: String = serde_json::from_slice::<Value>(&trade_no).unwrap()["out_trade_no"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let paid = wechat.pay(&trade_no);
+    assert_eq!(
+        server_deliver(&server, &wechat.notification(&paid)).await,
+        StatusCode::OK
+    );
+    let balance = |server: &Server, token: String| {
+        let server_url = server.url("/account");
+        async move {
+            reqwest::Client::new()
+                .get(server_url)
+                .header("Authorization", format!("Bearer {token}"))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()["data"]["balance"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    platform::testing::wait_until("the author credited", || {
+        { balance(&server, author.clone()) }.then(|balance| async move { balance == 1350 })
+    })
+    .await;
+
+    // The refund reaches WeChat Pay; its answer never comes back; the server dies.
+    wechat.lose_answers_to(Some("/v3/refund/"));
+    let asking = {
+        let (url, token, trade_no) = (
+            server.url("/payments/refunds"),
+            admin.clone(),
+            trade_no.clone(),
+        );
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(url)
+                .header("Authorization", format!("Bearer {token}"))
+                .json(&json!({"tradeNo": trade_no, "reason": "killed mid-refund"}))
+                .send()
+                .await
+        })
+    };
+    platform::testing::wait_until("WeChat Pay has the refund", || async {
+        wechat.order(&trade_no).unwrap().refund.is_some()
+    })
+    .await;
+    let mut server = server;
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    assert!(
+        asking.await.unwrap().is_err(),
+        "no answer from a killed server"
+    );
+    wechat.lose_answers_to(None);
+    let refund_no = wechat
+        .order(&trade_no)
+        .unwrap()
+        .refund
+        .unwrap()
+        .result
+        .out_refund_no;
+
+    // The next process: its sweep asks WeChat Pay again with the same number.
+    let server = server_on(dir.path(), &wechat);
+    let admin = server.log_in("admin@example.com", "hello#world123").await;
+    platform::testing::wait_until("the refund processing after restart", || async {
+        let refunds = server_get(&server, &admin, "/payments/refunds").await;
+        refunds["data"]["items"][0]["status"] == "processing"
+    })
+    .await;
+    let refunds = server_get(&server, &admin, "/payments/refunds").await;
+    assert_eq!(
+        refunds["data"]["items"].as_array().unwrap().len(),
+        1,
+        "{refunds}"
+    );
+    assert_eq!(refunds["data"]["items"][0]["refundNo"], refund_no.as_str());
+    let notice = wechat.finish_refund(&trade_no, true);
+    assert_eq!(
+        server_deliver(&server, &wechat.refund_notification(&notice)).await,
+        StatusCode::OK
+    );
+    let author = server.log_in("author@example.com", "hello#world123").await;
+    platform::testing::wait_until("the credit reversed", || {
+        { balance(&server, author.clone()) }.then(|balance| async move { balance == 0 })
+    })
+    .await;
+    let refund_posts = wechat
+        .requests()
+        .iter()
+        .filter(|request| request.method == "POST" && request.path_and_query.contains("/refund/"))
+        .count();
+    assert!(refund_posts >= 2, "asked again after the restart");
+    let status = server_post(
+        &server,
+        &reader_token(&server).await,
+        "/reward/detail",
+        json!({"rid": rewarded["data"]["rid"]}),
+    )
+    .await;
+    assert_eq!(status["data"], "RewardStatusRefunded", "{status}");
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("data/webook.db").display()
+    ))
+    .await
+    .unwrap();
+    let total: i64 =
+        sqlx::query_scalar("SELECT CAST(COALESCE(SUM(amt), 0) AS BIGINT) FROM account_entries")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(total, 0, "the ledger sums to 0");
+    let reversal: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM account_entries WHERE biz = 'refund'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(reversal, 3, "reversed once");
+}
+
+async fn reader_token(server: &Server) -> String {
+    server.log_in("reader@example.com", "hello#world123").await
+}
