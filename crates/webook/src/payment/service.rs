@@ -227,6 +227,17 @@ impl PaymentService {
         Ok(code_url)
     }
 
+    /// Whether payment `trade_no` can still be paid: pending and not parked for a person.
+    pub async fn payable(&self, trade_no: &str) -> sqlx::Result<bool> {
+        Ok(self
+            .store
+            .by_trade_no(trade_no)
+            .await?
+            .is_some_and(|payment| {
+                payment.status == PaymentStatus::Pending && payment.parked_at.is_none()
+            }))
+    }
+
     /// Handles a notification as `/pay/wechat/notify` receives it: verified, decrypted, checked
     /// and applied; `Ok` only once the outcome is durable.
     pub async fn accept_notification(

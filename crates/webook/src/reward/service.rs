@@ -210,10 +210,16 @@ impl RewardService {
             ));
         }
         let now = now_millis();
-        let reusable = self
+        let reusable = match self
             .store
             .open_reward(payer, article_id, amt, now + duration_millis(REUSE_MARGIN))
-            .await?;
+            .await?
+        {
+            // Its payment may have settled (or been parked) before its event reached this
+            // reward: then its code must not be shown again — a new order is made instead.
+            Some(reward) if self.payments.payable(&reward.trade_no).await? => Some(reward),
+            _ => None,
+        };
         let reward_id_and_trade = match reusable {
             Some(reward) => (reward.id, reward.trade_no),
             None => {

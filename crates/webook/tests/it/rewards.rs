@@ -858,6 +858,26 @@ async fn bad_rewards_are_refused_and_an_open_order_is_offered_again(setup: Setup
     assert_eq!(reward(&app, &reader, article, 100).await, first);
     let other = reward(&app, &reader, article, 101).await;
     assert_ne!(other.0, first.0);
+    // An order whose payment settled before its event reached the reward (here: failed at the
+    // provider a moment ago) is not offered again: its code can no longer be paid.
+    let settling = reward(&app, &reader, article, 102).await;
+    sqlx::query("UPDATE payments SET status = 'failed' WHERE trade_no = $1")
+        .bind(&settling.1)
+        .execute(app.platform.db.writer())
+        .await
+        .unwrap();
+    let fresh = reward(&app, &reader, article, 102).await;
+    assert_ne!(fresh, settling, "a new order, not the settled one's code");
+    // Asking for the settled order's code directly is refused too.
+    let refused = app
+        .service::<PaymentService>()
+        .prepay(&settling.1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, platform::error::AppError::InvalidInput(_)),
+        "{refused:?}"
+    );
 
     // Only the payer may ask about a reward.
     let detail = post(
@@ -877,7 +897,7 @@ async fn bad_rewards_are_refused_and_an_open_order_is_offered_again(setup: Setup
     let sent = get(&app, "/rewards?role=sent&limit=1", Some(&reader.token))
         .await
         .json();
-    assert_eq!(sent["data"]["items"][0]["rid"], other.0);
+    assert_eq!(sent["data"]["items"][0]["rid"], fresh.0);
     assert!(sent["data"]["next"].is_string());
     assert_ledger_sound(&app).await;
 }
