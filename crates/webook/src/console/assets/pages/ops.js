@@ -351,7 +351,7 @@ const money = (v) => (v == null ? "—" : fmtMoney(v));
 /** Who closed a finding and how: the action (as the API spells it) by the admin, or "fixed
  * automatically" for what reconciliation repaired itself. */
 function actedCell(f) {
-  const cell = h("td", { dataset: { test: "acted" } });
+  const cell = h("td", { class: "acted", dataset: { test: "acted" } });
   if (f.action) {
     cell.append(h("code", { dataset: { test: "action" } }, f.action),
       f.actedBy != null ? h("span", { class: "muted", dataset: { test: "acted-by" } }, ` ${t("findings.by", { uid: f.actedBy })}`) : null);
@@ -376,7 +376,7 @@ function findingActions(f, done) {
   }
   const buttons = offered.map((a) => h("button", { type: "submit", class: ["small", a === "refund" ? "danger" : null],
     dataset: { action: a }, value: a, "aria-label": t(`findings.${a}For`, { id: f.id }) }, t(`findings.${a}`)));
-  const form = h("form", { class: "inline-form finding-actions" }, note, ...buttons,
+  const form = h("form", { class: "inline-form finding-actions", "aria-label": t("findings.actOn", { id: f.id }) }, note, ...buttons,
     allowNegative ? h("label", { class: "check", for: allowNegative.id }, allowNegative, t("findings.allowNegative")) : null,
     alert);
   onSubmit(form, alert, async (submitter) => {
@@ -403,8 +403,11 @@ export async function findings(ctx) {
   filter.addEventListener("change", () => ctx.navigate(`#/ops/findings?status=${filter.value}`));
 
   const tbody = h("tbody");
-  const row = (f, { justDone = false } = {}) => {
-    const actions = h("td", { class: "row-actions" });
+  const COLUMNS = 11;
+  // A finding is one row; an open one is followed by a row of its actions (the form spans the
+  // table, so the list stays readable at desktop width). Done, both give way to the closed row.
+  const rows = (f, { justDone = false } = {}) => {
+    const acted = actedCell(f);
     const tr = h("tr", { dataset: { finding: f.id, status: f.status, trade: f.tradeNo } },
       h("td", { class: "num" }, String(f.id)),
       h("td", null, f.billDate || "—"),
@@ -414,23 +417,24 @@ export async function findings(ctx) {
       h("td", { class: "num" }, money(f.ourAmt)),
       h("td", { class: "detail" }, typeof f.detail === "string" ? f.detail : JSON.stringify(f.detail ?? "")),
       h("td", null, h("span", { class: `badge f-${f.status}`, dataset: { test: "status" } }, f.status)),
-      actedCell(f),
+      acted,
       h("td", { class: "note", dataset: { test: "note" } }, f.note || ""),
-      h("td", null, time(f.ctime)),
-      actions);
-    if (f.status === "open" && (f.actions || []).length) {
-      actions.append(findingActions(f, (after) => {
-        const done = row(after, { justDone: true });
-        tr.replaceWith(done);
-        done.querySelector("[data-test=done]")?.focus();
-      }));
-    } else if (justDone) {
-      actions.append(h("span", { class: "status", role: "status", tabindex: "-1", dataset: { test: "done" } },
+      h("td", null, time(f.ctime)));
+    if (justDone) {
+      acted.append(h("p", { class: "status", role: "status", tabindex: "-1", dataset: { test: "done" } },
         t("findings.done", { action: f.action })));
     }
-    return tr;
+    if (f.status !== "open" || !(f.actions || []).length) return [tr];
+    const act = h("tr", { class: "act-row", dataset: { actions: f.id, trade: f.tradeNo } });
+    act.append(h("td", { colspan: COLUMNS }, findingActions(f, (after) => {
+      const [done] = rows(after, { justDone: true });
+      act.remove();
+      tr.replaceWith(done);
+      done.querySelector("[data-test=done]")?.focus();
+    })));
+    return [tr, act];
   };
-  for (const f of first.items || []) tbody.append(row(f));
+  for (const f of first.items || []) tbody.append(...rows(f));
   const alert = alertBox();
   let next = first.next ?? null;
   const more = h("button", { type: "button", class: "more", dataset: { action: "more" }, hidden: next == null }, t("more"));
@@ -438,7 +442,7 @@ export async function findings(ctx) {
     more.disabled = true; alert.clear();
     try {
       const page = await load(next);
-      for (const f of page.items || []) tbody.append(row(f));
+      for (const f of page.items || []) tbody.append(...rows(f));
       next = page.next ?? null; more.hidden = next == null;
     } catch (err) { alert.show(errorText(err)); } finally { more.disabled = false; }
   });
@@ -449,7 +453,7 @@ export async function findings(ctx) {
     h("div", { class: "field inline" }, h("label", { for: filter.id }, t("findings.show")), filter),
     h("section", { class: "card" },
       table([t("runs.id"), t("findings.billDate"), t("findings.kind"), t("findings.tradeNo"), t("findings.providerAmt"),
-        t("findings.ourAmt"), t("findings.detail"), t("status"), t("findings.acted"), t("findings.note"), t("time"), ""], tbody,
+        t("findings.ourAmt"), t("findings.detail"), t("status"), t("findings.acted"), t("findings.note"), t("time")], tbody,
       { class: "list findings", dataset: { test: "findings" } }),
       (first.items || []).length ? null : empty(t("findings.none")),
       more, alert));
