@@ -4,10 +4,13 @@
 //! Node toolchain), embedded in the binary ([`assets::Bundle`]) and talking to the public JSON
 //! API like any other client — readers (home, article, author, search, tag pages), writers
 //! (sign-up and login, profile, editor, their articles and account) and operators (jobs
-//! dashboard, reconciliation findings, instances). Pages are `#/…` fragments of the one page
-//! at `/`, so no console path collides with an API route. What the console needs beyond the
-//! other features' routes lives here too: the QR code of a payment URL and the instance
-//! overview ([`instances`]), fed by every process's heartbeat.
+//! dashboard; reconciliation findings at `#/ops/findings`, each open one offering the actions
+//! its kind allows — credit, refund, resolve — with a note; refunds at `#/ops/refunds`, listed
+//! by status, and a form refunding a paid payment by its trade number; parked events; the
+//! database move; instances). Pages are `#/…` fragments of the one page at `/`, so no console
+//! path collides with an API route. What the console needs beyond the other features' routes
+//! lives here too: the QR code of a payment URL and the instance overview ([`instances`]), fed
+//! by every process's heartbeat.
 
 mod assets;
 mod http;

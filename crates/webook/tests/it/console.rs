@@ -5,6 +5,9 @@
 //!   shows, then no CSP violation or script error, and the layout at phone width;
 //! - an admin stops, resumes, edits and triggers a job from the dashboard, and sees the
 //!   instances and findings pages; a reader sees no operator pages;
+//! - an admin refunds a paid reward from the refunds tab (the author's credit reversed), sees a
+//!   refund of a failed payment refused, and credits a payment that arrived after it failed
+//!   from the findings tab (a credit without a note refused in the row): who, what and why shown;
 //! - an admin watches the events page show what two consumer groups parked (a withdrawal
 //!   whose event does not decode), sees a replay of it fail again, discards one with a reason
 //!   and, the payload repaired, replays the other's group: the article leaves the hot list;
@@ -784,6 +787,305 @@ async fn an_admin_sees_parked_events_discards_one_and_replays_another_from_the_e
 
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the page reported {problems:?}");
+    browser.close().await;
+}
+
+/// A reward of `article` by the holder of `token` with `amt` fen, at the fake provider: its
+/// trade number (the last segment of the payment page's URL).
+async fn reward_trade(server: &Server, token: &str, article: i64, amt: i64) -> String {
+    let created = api_post(
+        server,
+        token,
+        "/articles/pub/reward",
+        json!({"id": article, "amt": amt}),
+    )
+    .await;
+    let code_url = created["codeURL"].as_str().unwrap();
+    code_url
+        .rsplit('/')
+        .next()
+        .filter(|trade_no| !trade_no.is_empty())
+        .unwrap_or_else(|| panic!("a trade number at the end of {code_url}"))
+        .to_owned()
+}
+
+/// The payer's decision at the fake provider (`success` or `fail`), as its page's buttons send it.
+async fn decide(server: &Server, trade_no: &str, result: &str) {
+    let answer: Value = reqwest::Client::new()
+        .post(server.url(&format!("/pay/fake/{trade_no}/confirm")))
+        .json(&json!({ "result": result }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["code"], 0, "{trade_no} {result}: {answer}");
+}
+
+/// The balance of the holder of `token` (`GET /account`), fen.
+async fn balance_of(server: &Server, token: &str) -> i64 {
+    api_get(server, token, "/account").await["balance"]
+        .as_i64()
+        .unwrap()
+}
+
+/// The discrepancies (`status`) about `trade_no`, as the admin route lists them.
+async fn findings_of(server: &Server, token: &str, status: &str, trade_no: &str) -> Vec<Value> {
+    api_get(
+        server,
+        token,
+        &format!("/payments/discrepancies?status={status}&limit=100"),
+    )
+    .await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|found| found["tradeNo"] == trade_no)
+        .cloned()
+        .collect()
+}
+
+/// Chooses `value` in the status filter `select` and waits for the page it navigates to to be
+/// rendered (a new `data-ready`, not the one before the choice).
+async fn filter(browser: &Browser, select: &str, value: &str) {
+    let before = browser
+        .js("return document.documentElement.dataset.ready;", vec![])
+        .await;
+    browser
+        .el(select)
+        .await
+        .select_by_value(value)
+        .await
+        .unwrap();
+    browser
+        .wait_js(
+            &format!("the page filtered by {value}"),
+            "const d = document.documentElement.dataset; \
+             return d.ready !== undefined && d.ready !== arguments[0] \
+               && location.hash.endsWith('status=' + arguments[1]);",
+            vec![before, json!(value)],
+        )
+        .await;
+}
+
+/// How many elements match `css` now.
+async fn rows(browser: &Browser, css: &str) -> i64 {
+    browser
+        .js(
+            "return document.querySelectorAll(arguments[0]).length;",
+            vec![json!(css)],
+        )
+        .await
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_admin_refunds_a_reward_and_credits_a_payment_that_arrived_after_failure_from_the_console(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[("WEBOOK_ADMINS", "[1]")]);
+    let admin = api_login(&server, "admin@example.com").await;
+    let author = api_login(&server, "author@example.com").await;
+    let reader = api_login(&server, "reader@example.com").await;
+    let article = api_post(
+        &server,
+        &author,
+        "/articles/publish",
+        json!({"title": "Worth a reward", "content": "<p>Worth a reward</p>"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+
+    // A reward, paid: the author has their share (¥1.00 less the platform's 10 %).
+    let paid = reward_trade(&server, &reader, article, 100).await;
+    decide(&server, &paid, "success").await;
+    platform::testing::wait_until("the author credited ¥0.90", || async {
+        balance_of(&server, &author).await == 90
+    })
+    .await;
+
+    // The admin refunds it from the refunds tab: the refund succeeds at once (the fake provider)
+    // and the author's credit is reversed with it.
+    let browser = Browser::start("refunds_and_findings").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/jobs']").await;
+    browser.ready("jobs").await;
+    browser.click("a[href='#/ops/refunds']").await;
+    browser.ready("refunds").await;
+    browser.el("[data-test=refunds]").await;
+    browser.fill("input[name=tradeNo]", &paid).await;
+    let reason = "the reader asked: wrong article";
+    browser.fill("input[name=reason]", reason).await;
+    browser.click("[data-action=refund]").await;
+    browser.accept_dialog().await;
+    browser
+        .wait_attr("[data-test=refund-result]", "data-status", "succeeded")
+        .await;
+    browser.wait_text("[data-test=refund-result]", &paid).await;
+    let refund_row = format!("[data-test=refunds] tr[data-trade='{paid}']");
+    browser
+        .wait_text(&format!("{refund_row} [data-test=status]"), "succeeded")
+        .await;
+    browser.wait_text(&refund_row, reason).await;
+    browser
+        .wait_text(&format!("{refund_row} [data-test=requested-by]"), "admin 1")
+        .await;
+    assert_eq!(balance_of(&server, &author).await, 0, "the credit reversed");
+    let refunds = api_get(&server, &admin, "/payments/refunds?status=succeeded").await;
+    let refunds = refunds["items"].as_array().unwrap();
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!(refunds[0]["tradeNo"], paid.as_str());
+    assert_eq!(refunds[0]["requestedBy"], 1);
+    assert_eq!(refunds[0]["reason"], reason);
+    // The status filter: no failed refund; the succeeded one, as the server kept it.
+    filter(&browser, "#refunds-status", "failed").await;
+    browser.wait_text("main", "No refunds.").await;
+    assert_eq!(rows(&browser, "[data-test=refunds] tbody tr").await, 0);
+    filter(&browser, "#refunds-status", "succeeded").await;
+    browser
+        .wait_text(&format!("{refund_row} [data-test=status]"), "succeeded")
+        .await;
+    assert_eq!(rows(&browser, "[data-test=refunds] tbody tr").await, 1);
+
+    // A second reward whose payment fails: the form shows the API's refusal to refund it.
+    let failed = reward_trade(&server, &reader, article, 200).await;
+    decide(&server, &failed, "fail").await;
+    browser.fill("input[name=tradeNo]", &failed).await;
+    browser.fill("input[name=reason]", "not paid").await;
+    browser.click("[data-action=refund]").await;
+    browser.accept_dialog().await;
+    browser
+        .wait_text("form [role=alert]", "only a paid payment can be refunded")
+        .await;
+    assert_eq!(
+        api_get(&server, &admin, "/payments/refunds").await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "nothing refunded"
+    );
+
+    // …and yet the provider was paid for it (what a payer finishing at the close could leave):
+    // the day's reconciliation, run from its job, finds it paid after it failed.
+    let now = chrono::Utc::now();
+    let db = crate::common::embedded_db(dir.path()).await;
+    sqlx::query(
+        "UPDATE fake_pay_orders SET state = 'SUCCESS', transaction_id = $1, paid_at = $2 \
+         WHERE trade_no = $3",
+    )
+    .bind(format!("late{failed}"))
+    .bind(now.timestamp_millis())
+    .bind(&failed)
+    .execute(db.writer())
+    .await
+    .unwrap();
+    db.close().await;
+    let reconcile = job_status(&server, &admin, "payment_reconcile").await;
+    let today = webook::payment::china_today(now)
+        .format("%Y-%m-%d")
+        .to_string();
+    api_post(
+        &server,
+        &admin,
+        &format!("/jobs/{}/edit", reconcile["id"]),
+        json!({"cfg": {"date": today}}),
+    )
+    .await;
+    api_post(
+        &server,
+        &admin,
+        &format!("/jobs/{}/trigger", reconcile["id"]),
+        Value::Null,
+    )
+    .await;
+    platform::testing::wait_until("reconciliation to find the late payment", || async {
+        findings_of(&server, &admin, "open", &failed)
+            .await
+            .iter()
+            .any(|found| found["kind"] == "paid_after_failure")
+    })
+    .await;
+
+    // The findings tab offers its three actions; a credit without a note is refused in the
+    // row, with a note it is done: the row shows who did what, the author is credited.
+    browser.click("a[href='#/ops/findings']").await;
+    browser.ready("findings").await;
+    let row = format!("[data-test=findings] tr[data-trade='{failed}']");
+    for action in ["credit", "refund", "resolve"] {
+        browser
+            .el(&format!("{row} button[data-action={action}]"))
+            .await;
+    }
+    browser
+        .el(&format!("{row} input[type=checkbox][name=allowNegative]"))
+        .await;
+    browser
+        .click(&format!("{row} button[data-action=credit]"))
+        .await;
+    browser
+        .wait_text(&format!("{row} [role=alert]"), "say what was done and why")
+        .await;
+    assert_eq!(
+        balance_of(&server, &author).await,
+        0,
+        "a refused credit credits nothing"
+    );
+    let note = "the payer finished paying as the order closed";
+    browser.fill(&format!("{row} input[name=note]"), note).await;
+    browser
+        .click(&format!("{row} button[data-action=credit]"))
+        .await;
+    browser.wait_attr(&row, "data-status", "resolved").await;
+    browser
+        .wait_text(&format!("{row} [data-test=action]"), "credit")
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=acted-by]"), "admin 1")
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=note]"), note)
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=done]"), "credit")
+        .await;
+    assert_eq!(
+        rows(&browser, &format!("{row} button")).await,
+        0,
+        "a closed finding offers no action"
+    );
+    platform::testing::wait_until("the author credited ¥1.80", || async {
+        balance_of(&server, &author).await == 180
+    })
+    .await;
+    let closed = findings_of(&server, &admin, "resolved", &failed).await;
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0]["action"], "credit");
+    assert_eq!(closed[0]["actedBy"], 1);
+    assert_eq!(closed[0]["note"], note);
+    // The status filter: the resolved list shows it as it was closed.
+    filter(&browser, "#findings-status", "resolved").await;
+    browser
+        .wait_text(&format!("{row} [data-test=acted-by]"), "admin 1")
+        .await;
+
+    // The refunds tab in Chinese.
+    browser.click("a[href='#/ops/refunds']").await;
+    browser.ready("refunds").await;
+    browser.click("[data-action=lang]").await;
+    browser.wait_text("main", "为支付退款").await;
+    browser
+        .wait_text(
+            &format!("{refund_row} [data-test=requested-by]"),
+            "管理员 1",
+        )
+        .await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
     browser.close().await;
 }
 

@@ -17,7 +17,8 @@
 //   pages/auth.js      #/signup, #/login  (email+password and SMS code)
 //   pages/me.js        #/me, #/me/articles, #/me/account
 //   pages/editor.js    #/write, #/write/:id
-//   pages/ops.js       #/ops/jobs, #/ops/findings, #/ops/instances (admins)
+//   pages/ops.js       #/ops/jobs, #/ops/findings (credit/refund/resolve), #/ops/refunds,
+//                      #/ops/instances (admins)
 //   pages/events.js    #/ops/events       event consumer groups, parked events: replay, discard (admins)
 //   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
 //
@@ -30,10 +31,10 @@
 // Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
 // performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag,
-// signup, login, me, my-articles, editor, account, jobs, findings, instances, events, move, notfound. Form
+// signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, notfound. Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
-// (stop a job, withdraw an article) are window.confirm() dialogs, and window.consoleProblems
+// (stop a job, withdraw an article, refund a payment) are window.confirm() dialogs, and window.consoleProblems
 // lists every CSP violation and uncaught error the page met (empty when all is well).
 
 import { h } from "./dom.js";
@@ -58,6 +59,7 @@ const ROUTES = [
   [/^\/write(?:\/(\d+))?$/, page("editor", "editor.js", "editor", { auth: true })],
   [/^\/ops\/jobs$/, page("jobs", "ops.js", "jobs", { auth: true })],
   [/^\/ops\/findings$/, page("findings", "ops.js", "findings", { auth: true })],
+  [/^\/ops\/refunds$/, page("refunds", "ops.js", "refunds", { auth: true })],
   [/^\/ops\/instances$/, page("instances", "ops.js", "instances", { auth: true })],
   [/^\/ops\/events$/, page("events", "events.js", "events", { auth: true })],
   [/^\/ops\/move$/, page("move", "move.js", "move", { auth: true })],

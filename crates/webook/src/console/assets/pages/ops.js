@@ -1,10 +1,13 @@
 // pages/ops.js — operator pages (admins): #/ops/jobs (the jobs dashboard: status, next fire,
 // owner and lease, stop/resume/trigger/edit, runs of a selected job, add a job; re-polled every
 // 2 s while visible, updating rows in place so an open edit form and the scroll position stay),
-// #/ops/findings (reconciliation discrepancies, resolve with a note) and #/ops/instances (every
+// #/ops/findings (reconciliation discrepancies: each open one offers the API's actions for its
+// kind — credit, refund (optionally letting the author's balance go below 0), resolve — with a
+// note; a closed one shows the action, the admin and the note), #/ops/refunds (refunds by status,
+// paged, and a form to refund a paid payment by its trade number) and #/ops/instances (every
 // instance that reported in the last minute plus this one's /readyz, every 5 s).
 
-import { h } from "../dom.js";
+import { h, uid } from "../dom.js";
 import { api, newKey, isAbort, ApiError } from "../api.js";
 import { t, fmtTime, fmtRelative, fmtDuration, fmtMoney } from "../i18n.js";
 import * as session from "../session.js";
@@ -15,6 +18,7 @@ import { field, input, textarea, select, alertBox, statusLine, onSubmit, actionB
 export const opsTabs = (current) => tabs([
   ["#/ops/jobs", t("ops.jobs")],
   ["#/ops/findings", t("ops.findings")],
+  ["#/ops/refunds", t("ops.refunds")],
   ["#/ops/instances", t("ops.instances")],
   ["#/ops/events", t("ops.events")],
   ["#/ops/move", t("ops.move")],
@@ -342,6 +346,51 @@ function parseCfgSafe(v) {
 // ---- findings -------------------------------------------------------------------------------
 
 const FINDING_STATUS = ["open", "fixed", "resolved", "all"];
+const money = (v) => (v == null ? "—" : fmtMoney(v));
+
+/** Who closed a finding and how: the action (as the API spells it) by the admin, or "fixed
+ * automatically" for what reconciliation repaired itself. */
+function actedCell(f) {
+  const cell = h("td", { class: "acted", dataset: { test: "acted" } });
+  if (f.action) {
+    cell.append(h("code", { dataset: { test: "action" } }, f.action),
+      f.actedBy != null ? h("span", { class: "muted", dataset: { test: "acted-by" } }, ` ${t("findings.by", { uid: f.actedBy })}`) : null);
+  } else if (f.status === "fixed") {
+    cell.append(h("span", { class: "muted" }, t("findings.auto")));
+  } else {
+    cell.append(h("span", { class: "muted" }, "—"));
+  }
+  return cell;
+}
+
+/** The actions an open finding offers (`f.actions`: credit, refund, resolve): one note field, a
+ * button per action, "allow negative balance" when refund is among them; the API's answer
+ * replaces the row, its refusal goes to the row's alert. */
+function findingActions(f, done) {
+  const alert = alertBox();
+  const note = input("note", { placeholder: t("findings.notePlaceholder"), "aria-label": t("findings.noteFor", { id: f.id }), maxlength: 1000 });
+  const offered = (f.actions || []).filter((a) => ["credit", "refund", "resolve"].includes(a));
+  let allowNegative = null;
+  if (offered.includes("refund")) {
+    allowNegative = h("input", { type: "checkbox", name: "allowNegative", id: uid("allow-negative") });
+  }
+  const buttons = offered.map((a) => h("button", { type: "submit", class: ["small", a === "refund" ? "danger" : null],
+    dataset: { action: a }, value: a, "aria-label": t(`findings.${a}For`, { id: f.id }) }, t(`findings.${a}`)));
+  const form = h("form", { class: "inline-form finding-actions", "aria-label": t("findings.actOn", { id: f.id }) }, note, ...buttons,
+    allowNegative ? h("label", { class: "check", for: allowNegative.id }, allowNegative, t("findings.allowNegative")) : null,
+    alert);
+  onSubmit(form, alert, async (submitter) => {
+    const action = submitter?.dataset.action || offered[0];
+    const body = { note: note.value.trim() };
+    if (action === "refund") {
+      body.allowNegative = !!allowNegative?.checked;
+      if (!confirm(t("findings.confirmRefund", { tradeNo: f.tradeNo }))) return;
+    }
+    const after = await api(`/payments/discrepancies/${f.id}/${action}`, { method: "POST", body });
+    done(after);
+  });
+  return form;
+}
 
 export async function findings(ctx) {
   const status = FINDING_STATUS.includes(ctx.query.get("status")) ? ctx.query.get("status") : "open";
@@ -354,26 +403,12 @@ export async function findings(ctx) {
   filter.addEventListener("change", () => ctx.navigate(`#/ops/findings?status=${filter.value}`));
 
   const tbody = h("tbody");
-  const money = (v) => (v == null ? "—" : fmtMoney(v));
-  const row = (f) => {
-    const statusCell = h("td", null, h("span", { class: `badge f-${f.status}` }, f.status));
-    const noteCell = h("td", { class: "note" }, f.note || "");
-    const actions = h("td", { class: "row-actions" });
-    if (f.status === "open") {
-      const alert = alertBox();
-      const note = input("note", { placeholder: t("findings.notePlaceholder"), "aria-label": t("findings.note"), maxlength: 1000 });
-      const form = h("form", { class: "inline-form" }, note,
-        h("button", { type: "submit", class: "small", dataset: { action: "resolve" } }, t("findings.resolve")), alert);
-      onSubmit(form, alert, async () => {
-        await api(`/payments/discrepancies/${f.id}/resolve`, { method: "POST", body: { note: note.value.trim() } });
-        f.status = "resolved"; f.note = note.value.trim();
-        statusCell.replaceChildren(h("span", { class: "badge f-resolved" }, "resolved"));
-        noteCell.textContent = f.note;
-        actions.replaceChildren(h("span", { class: "muted", role: "status" }, t("findings.resolved")));
-      });
-      actions.append(form);
-    }
-    return h("tr", { dataset: { finding: f.id } },
+  const COLUMNS = 11;
+  // A finding is one row; an open one is followed by a row of its actions (the form spans the
+  // table, so the list stays readable at desktop width). Done, both give way to the closed row.
+  const rows = (f, { justDone = false } = {}) => {
+    const acted = actedCell(f);
+    const tr = h("tr", { dataset: { finding: f.id, status: f.status, trade: f.tradeNo } },
       h("td", { class: "num" }, String(f.id)),
       h("td", null, f.billDate || "—"),
       h("td", null, h("code", null, f.kind)),
@@ -381,11 +416,25 @@ export async function findings(ctx) {
       h("td", { class: "num" }, money(f.providerAmt)),
       h("td", { class: "num" }, money(f.ourAmt)),
       h("td", { class: "detail" }, typeof f.detail === "string" ? f.detail : JSON.stringify(f.detail ?? "")),
-      statusCell, noteCell,
-      h("td", null, time(f.ctime)),
-      actions);
+      h("td", null, h("span", { class: `badge f-${f.status}`, dataset: { test: "status" } }, f.status)),
+      acted,
+      h("td", { class: "note", dataset: { test: "note" } }, f.note || ""),
+      h("td", null, time(f.ctime)));
+    if (justDone) {
+      acted.append(h("p", { class: "status", role: "status", tabindex: "-1", dataset: { test: "done" } },
+        t("findings.done", { action: f.action })));
+    }
+    if (f.status !== "open" || !(f.actions || []).length) return [tr];
+    const act = h("tr", { class: "act-row", dataset: { actions: f.id, trade: f.tradeNo } });
+    act.append(h("td", { colspan: COLUMNS }, findingActions(f, (after) => {
+      const [done] = rows(after, { justDone: true });
+      act.remove();
+      tr.replaceWith(done);
+      done.querySelector("[data-test=done]")?.focus();
+    })));
+    return [tr, act];
   };
-  for (const f of first.items || []) tbody.append(row(f));
+  for (const f of first.items || []) tbody.append(...rows(f));
   const alert = alertBox();
   let next = first.next ?? null;
   const more = h("button", { type: "button", class: "more", dataset: { action: "more" }, hidden: next == null }, t("more"));
@@ -393,7 +442,7 @@ export async function findings(ctx) {
     more.disabled = true; alert.clear();
     try {
       const page = await load(next);
-      for (const f of page.items || []) tbody.append(row(f));
+      for (const f of page.items || []) tbody.append(...rows(f));
       next = page.next ?? null; more.hidden = next == null;
     } catch (err) { alert.show(errorText(err)); } finally { more.disabled = false; }
   });
@@ -404,9 +453,101 @@ export async function findings(ctx) {
     h("div", { class: "field inline" }, h("label", { for: filter.id }, t("findings.show")), filter),
     h("section", { class: "card" },
       table([t("runs.id"), t("findings.billDate"), t("findings.kind"), t("findings.tradeNo"), t("findings.providerAmt"),
-        t("findings.ourAmt"), t("findings.detail"), t("status"), t("findings.note"), t("time"), ""], tbody, { class: "list findings" }),
+        t("findings.ourAmt"), t("findings.detail"), t("status"), t("findings.acted"), t("findings.note"), t("time")], tbody,
+      { class: "list findings", dataset: { test: "findings" } }),
       (first.items || []).length ? null : empty(t("findings.none")),
       more, alert));
+}
+
+// ---- refunds --------------------------------------------------------------------------------
+
+const REFUND_STATUS = ["all", "requested", "processing", "succeeded", "failed"];
+
+function refundRow(r) {
+  return h("tr", { dataset: { refund: r.id, trade: r.tradeNo, status: r.status } },
+    h("td", { class: "num" }, String(r.id)),
+    h("td", { class: "mono" }, r.refundNo),
+    h("td", { class: "mono" }, r.tradeNo || "—"),
+    h("td", null, r.biz ? `${r.biz} ${r.bizId}` : "—"),
+    h("td", { class: "num" }, fmtMoney(r.amt)),
+    h("td", { class: "note" }, r.reason),
+    h("td", null, h("span", { class: `badge rf-${r.status}`, dataset: { test: "status" } }, r.status)),
+    h("td", { dataset: { test: "requested-by" } }, t("refunds.admin", { uid: r.requestedBy }),
+      r.allowNegative ? h("span", { class: "badge warn", title: t("refunds.allowNegative") }, t("refunds.negativeAllowed")) : null),
+    h("td", { class: "detail" }, r.detail || (r.providerRefundId ? r.providerRefundId : "")),
+    h("td", null, time(r.refundedAt)),
+    h("td", null, time(r.ctime)));
+}
+
+export async function refunds(ctx) {
+  const status = REFUND_STATUS.includes(ctx.query.get("status")) ? ctx.query.get("status") : "all";
+  const load = (cursor, signal) => api("/payments/refunds", { query: { status, cursor, limit: 20 }, signal });
+  let first;
+  try { first = await load(null, ctx.signal); } catch (err) { throw notAdmin(err); }
+
+  const filter = select("status", REFUND_STATUS.map((s) => [s, t(`refunds.s.${s}`)]), { value: status });
+  filter.id = "refunds-status";
+  filter.addEventListener("change", () => ctx.navigate(`#/ops/refunds?status=${filter.value}`));
+
+  // The list, newest first, with a pager.
+  const tbody = h("tbody");
+  const emptyNote = empty(t("refunds.none"));
+  const show = (r) => {
+    const tr = refundRow(r);
+    const old = tbody.querySelector(`tr[data-refund="${CSS.escape(String(r.id))}"]`);
+    if (old) old.replaceWith(tr);
+    else if (status === "all" || status === r.status) tbody.prepend(tr);
+    emptyNote.hidden = tbody.rows.length > 0;
+  };
+  for (const r of first.items || []) tbody.append(refundRow(r));
+  emptyNote.hidden = tbody.rows.length > 0;
+  const listAlert = alertBox();
+  let next = first.next ?? null;
+  const more = h("button", { type: "button", class: "more", dataset: { action: "more" }, hidden: next == null }, t("more"));
+  more.addEventListener("click", async () => {
+    more.disabled = true; listAlert.clear();
+    try {
+      const page = await load(next);
+      for (const r of page.items || []) tbody.append(refundRow(r));
+      next = page.next ?? null; more.hidden = next == null;
+    } catch (err) { listAlert.show(errorText(err)); } finally { more.disabled = false; }
+  });
+
+  // Refund a payment.
+  const alert = alertBox();
+  const result = statusLine();
+  result.dataset.test = "refund-result";
+  const tradeNo = input("tradeNo", { class: "mono", value: ctx.query.get("tradeNo") || "", maxlength: 64 });
+  const reason = input("reason", { maxlength: 80 });
+  const allowNegative = h("input", { type: "checkbox", name: "allowNegative", id: uid("allow-negative") });
+  const form = h("form", { class: "card form grid-form", "aria-labelledby": "refund-title" },
+    h("h2", { id: "refund-title" }, t("refunds.formTitle")),
+    field(t("refunds.tradeNo"), tradeNo, t("refunds.tradeNoHint")),
+    field(t("refunds.reason"), reason, t("refunds.reasonHint")),
+    h("div", { class: "wide" }, h("label", { class: "check", for: allowNegative.id }, allowNegative, t("refunds.allowNegative")),
+      h("small", { class: "hint" }, ` ${t("refunds.allowNegativeHint")}`)),
+    h("div", { class: "wide" }, alert, result),
+    h("div", { class: "actions wide" }, h("button", { type: "submit", class: "primary", dataset: { action: "refund" } }, t("refunds.submit"))));
+  onSubmit(form, alert, async () => {
+    result.clear();
+    const body = { tradeNo: tradeNo.value.trim(), reason: reason.value.trim(), allowNegative: allowNegative.checked };
+    if (!confirm(t("refunds.confirm", { tradeNo: body.tradeNo }))) return;
+    const r = await api("/payments/refunds", { method: "POST", body });
+    result.show(t("refunds.result", { refundNo: r.refundNo, amt: fmtMoney(r.amt), tradeNo: r.tradeNo, status: t(`refunds.s.${r.status}`) }));
+    result.dataset.status = r.status;
+    show(r);
+  });
+
+  return h("section", { class: "wide-page" },
+    heading(t("ops.refunds")),
+    opsTabs("#/ops/refunds"),
+    form,
+    h("div", { class: "field inline" }, h("label", { for: filter.id }, t("findings.show")), filter),
+    h("section", { class: "card" },
+      table([t("runs.id"), t("refunds.refundNo"), t("refunds.tradeNo"), t("refunds.biz"), t("refunds.amt"), t("refunds.reason"),
+        t("status"), t("refunds.requestedBy"), t("findings.detail"), t("refunds.refundedAt"), t("time")], tbody,
+      { class: "list refunds", dataset: { test: "refunds" } }),
+      emptyNote, more, listAlert));
 }
 
 // ---- instances ------------------------------------------------------------------------------
