@@ -1,5 +1,6 @@
-//! What the CLI's commands print: tables of left-aligned columns and times in RFC 3339 UTC,
-//! the same for every feature's commands (`webook jobs list`, `webook events groups`, …).
+//! What the CLI's commands print — tables of left-aligned columns and times in RFC 3339 UTC,
+//! the same for every feature's commands (`webook jobs list`, `webook events groups`, …) — and
+//! who runs a command that changes something ([`operator`]).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
@@ -31,6 +32,17 @@ pub fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Who runs a command line that changes something, for the audit, for the audit: `cli:<user>@<host>`.
+pub fn operator() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|host| host.trim().to_owned())
+        .unwrap_or_else(|_| "host".to_owned());
+    format!("cli:{user}@{host}")
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 use anyhow::Context;
 use clap::Subcommand;
 
-use crate::terminal::{table, time_text};
+use crate::terminal::{operator, table, time_text};
 use platform::{
     config::Config,
     db::{Db, Migration},
@@ -97,17 +97,6 @@ pub async fn run(
     db.close().await;
     print!("{}", result?);
     Ok(())
-}
-
-/// Who runs the command, for the audit: `cli:<user>@<host>`.
-fn operator() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|host| host.trim().to_owned())
-        .unwrap_or_else(|_| "host".to_owned());
-    format!("cli:{user}@{host}")
 }
 
 /// Runs `command` on `db` as `by`; returns what to print.

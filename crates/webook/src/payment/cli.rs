@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     account::Ledger,
-    terminal::{table, time_text},
+    terminal::{operator, table, time_text},
 };
 
 /// The subcommand of `webook`.
@@ -105,17 +105,6 @@ pub async fn run(
     db.close().await;
     print!("{}", result?);
     Ok(())
-}
-
-/// Who runs the command, for the audit: `cli:<user>@<host>`.
-fn operator() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|host| host.trim().to_owned())
-        .unwrap_or_else(|_| "host".to_owned());
-    format!("cli:{user}@{host}")
 }
 
 /// An [`AppError`] as one line for a person (with its cause, for a failure of ours or the

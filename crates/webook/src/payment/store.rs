@@ -112,32 +112,38 @@ impl PaymentStore {
 
     /// The payments of `trade_nos` (those that exist), in one query per few hundred.
     pub async fn by_trade_nos(&self, trade_nos: &[String]) -> sqlx::Result<Vec<Payment>> {
-        let mut found = Vec::with_capacity(trade_nos.len());
-        for chunk in trade_nos.chunks(500) {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM payments WHERE trade_no IN ({})",
-                placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query_as::<_, Payment>(&sql);
-            for trade_no in chunk {
-                query = query.bind(trade_no);
-            }
-            found.extend(query.fetch_all(self.db.pool()).await?);
-        }
-        Ok(found)
+        let select = format!("SELECT {COLUMNS} FROM payments WHERE trade_no");
+        self.rows_in(&select, None, trade_nos).await
     }
 
     /// The payments of `biz` with `biz_ids` (those that exist).
     pub async fn by_biz_ids(&self, biz: &str, biz_ids: &[i64]) -> sqlx::Result<Vec<Payment>> {
-        let mut found = Vec::with_capacity(biz_ids.len());
-        for chunk in biz_ids.chunks(500) {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM payments WHERE biz = $1 AND biz_id IN ({})",
-                placeholders(2, chunk.len())
-            );
-            let mut query = sqlx::query_as::<_, Payment>(&sql).bind(biz);
-            for id in chunk {
-                query = query.bind(*id);
+        let select = format!("SELECT {COLUMNS} FROM payments WHERE biz = $1 AND biz_id");
+        self.rows_in(&select, Some(biz), biz_ids).await
+    }
+
+    /// The rows of `select` — a query ending in the column to match, with `$1` bound to `lead`
+    /// when given — whose column is one of `values`, in one query per few hundred values.
+    async fn rows_in<T, V>(
+        &self,
+        select: &str,
+        lead: Option<&str>,
+        values: &[V],
+    ) -> sqlx::Result<Vec<T>>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::any::AnyRow> + Send + Unpin,
+        V: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Clone + Send + 'static,
+    {
+        let first = if lead.is_some() { 2 } else { 1 };
+        let mut found = Vec::with_capacity(values.len());
+        for chunk in values.chunks(500) {
+            let sql = format!("{select} IN ({})", placeholders(first, chunk.len()));
+            let mut query = sqlx::query_as::<_, T>(&sql);
+            if let Some(lead) = lead {
+                query = query.bind(lead.to_owned());
+            }
+            for value in chunk {
+                query = query.bind(value.clone());
             }
             found.extend(query.fetch_all(self.db.pool()).await?);
         }
@@ -536,36 +542,14 @@ impl PaymentStore {
 
     /// The refunds of `ids` (those that exist).
     pub async fn refunds_by_ids(&self, ids: &[i64]) -> sqlx::Result<Vec<Refund>> {
-        let mut found = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(500) {
-            let sql = format!(
-                "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE id IN ({})",
-                placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query_as::<_, Refund>(&sql);
-            for id in chunk {
-                query = query.bind(*id);
-            }
-            found.extend(query.fetch_all(self.db.pool()).await?);
-        }
-        Ok(found)
+        let select = format!("SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE id");
+        self.rows_in(&select, None, ids).await
     }
 
     /// The refunds of `refund_nos` (those that exist).
     pub async fn refunds_by_nos(&self, refund_nos: &[String]) -> sqlx::Result<Vec<Refund>> {
-        let mut found = Vec::with_capacity(refund_nos.len());
-        for chunk in refund_nos.chunks(500) {
-            let sql = format!(
-                "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no IN ({})",
-                placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query_as::<_, Refund>(&sql);
-            for refund_no in chunk {
-                query = query.bind(refund_no);
-            }
-            found.extend(query.fetch_all(self.db.pool()).await?);
-        }
-        Ok(found)
+        let select = format!("SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no");
+        self.rows_in(&select, None, refund_nos).await
     }
 
     /// Moves refund `refund_no`, still under way, to `status` (processing, or failed) with the
