@@ -581,8 +581,9 @@ impl PaymentStore {
     /// Completes refund `refund_no` in one transaction: the refund succeeded, its payment is
     /// `refunded`, the ledger reverses the payment's posting (biz [`REFUND_BIZ`], the refund's
     /// id: each line of the original negated, so the author's and the platform's shares go back
-    /// to clearing), and the event telling the seller is recorded. `None` when the refund was
-    /// not under way (completed before: a repeated notification).
+    /// to clearing), and the event telling the seller is recorded. Nothing changes when the
+    /// refund was not under way (completed before: a repeated notification) or when the credit
+    /// it reverses is not in the ledger yet ([`RefundCompletion`]).
     pub async fn complete_refund(
         &self,
         refund_no: &str,
