@@ -1,7 +1,9 @@
 -- Refunds: a full refund of a payment, known to the provider by refund_no (out_refund_no, so
 -- asking again is safe). status: requested (asked, outcome unknown) → processing → succeeded |
--- failed. At most one refund of a trade is live (not failed); a failed one may be asked again
--- under a new refund_no. The refund's success, the payment's `refunded` status, the ledger's
+-- failed (closed: nothing moved), or abnormal (the provider could not pay it back yet; it may
+-- still succeed) → succeeded. At most one refund of a trade is live (not failed); a failed one
+-- may be asked again under a new refund_no. requested_via: who asked outside the admin API
+-- (`cli:user@host`). The refund's success, the payment's `refunded` status, the ledger's
 -- reversal (biz 'refund', biz_id = id) and the outbox event are one transaction.
 CREATE TABLE payment_refunds (
     id                 {{id}},
@@ -14,6 +16,7 @@ CREATE TABLE payment_refunds (
     status             TEXT NOT NULL,
     provider_refund_id TEXT,
     requested_by       BIGINT NOT NULL,
+    requested_via      TEXT NOT NULL DEFAULT '',
     allow_negative     BIGINT NOT NULL DEFAULT 0,
     detail             TEXT NOT NULL DEFAULT '',
     refunded_at        BIGINT,
@@ -25,8 +28,11 @@ CREATE INDEX payment_refunds_open ON payment_refunds (status, id);
 CREATE INDEX payment_refunds_done ON payment_refunds (refunded_at, id);
 
 -- Who acted on a discrepancy, and how (credit, refund, resolve): the audit of operators' fixes.
+-- status 'acting' while a person's action is being carried out (claimed, so two people cannot
+-- both act on one).
 ALTER TABLE payment_discrepancies ADD COLUMN action TEXT NOT NULL DEFAULT '';
 ALTER TABLE payment_discrepancies ADD COLUMN acted_by BIGINT;
+ALTER TABLE payment_discrepancies ADD COLUMN acted_via TEXT NOT NULL DEFAULT '';
 
 -- A pending payment the provider reports in a state we cannot settle (refunded, another
 -- amount, stuck): parked for a person, no longer queried by the sweep.

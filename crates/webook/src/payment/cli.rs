@@ -2,7 +2,8 @@
 //! the database the layered config names (migrations applied first), through the same
 //! [`PaymentService`] as the admin routes — the provider the config names is asked, and the
 //! events it records are relayed by any running instance (or the first one that starts). The
-//! operator is recorded as admin 0 with `cli:<user>@<host>` in the note or reason. Output is for
+//! operator is recorded as admin 0 via `cli:<user>@<host>` (`actedVia`, `requestedVia`; never in
+//! a refund's reason, which the payer sees). Output is for
 //! people: aligned tables, times in RFC 3339 (UTC); failures are one `error: …` line and exit
 //! code 1 (from `main`).
 
@@ -68,7 +69,7 @@ pub enum PaymentsCommand {
     /// Refunds, newest first.
     Refunds {
         /// Only this status: requested, processing, succeeded, failed (default: all).
-        #[arg(long, value_parser = ["requested", "processing", "succeeded", "failed"])]
+        #[arg(long, value_parser = ["requested", "processing", "abnormal", "succeeded", "failed"])]
         status: Option<String>,
         /// How many to show (1-500).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=500))]
@@ -137,27 +138,20 @@ pub async fn execute(
             note,
             allow_negative,
         } => {
-            let action = match action.as_str() {
-                "credit" => Action::Credit,
-                "refund" => Action::Refund,
-                _ => Action::Resolve,
-            };
+            let action =
+                Action::parse(&action).ok_or_else(|| anyhow::anyhow!("no such action {action}"))?;
             let act = Act {
                 action,
-                note: format!("[{by}] {}", note.trim()),
+                note,
                 admin: 0,
+                via: by.to_owned(),
                 allow_negative,
             };
             let done = payments.act(id, &act).await.map_err(refused)?;
             Ok(discrepancy_table([done]))
         }
         PaymentsCommand::Refunds { status, limit } => {
-            let status = status.map(|status| match status.as_str() {
-                "requested" => RefundStatus::Requested,
-                "processing" => RefundStatus::Processing,
-                "succeeded" => RefundStatus::Succeeded,
-                _ => RefundStatus::Failed,
-            });
+            let status = status.as_deref().and_then(RefundStatus::parse);
             let refunds = payments.store().refunds(status, i64::MAX, limit).await?;
             Ok(refund_table(refunds))
         }
@@ -171,6 +165,7 @@ pub async fn execute(
                     trade_no,
                     reason,
                     requested_by: 0,
+                    requested_via: by.to_owned(),
                     allow_negative,
                 })
                 .await
@@ -190,6 +185,11 @@ fn discrepancy_table(found: impl IntoIterator<Item = Discrepancy>) -> String {
         .into_iter()
         .map(|found| {
             let actions: Vec<&str> = found.actions.iter().map(|action| action.as_str()).collect();
+            let by = match (found.acted_via.as_str(), found.acted_by) {
+                ("", Some(admin)) => format!("admin {admin}"),
+                ("", None) => String::new(),
+                (via, _) => via.to_owned(),
+            };
             vec![
                 found.id.to_string(),
                 found.kind,
@@ -202,6 +202,7 @@ fn discrepancy_table(found: impl IntoIterator<Item = Discrepancy>) -> String {
                 } else {
                     actions.join(",")
                 },
+                by,
                 found.note,
                 time_text(found.utime),
                 found.detail,
@@ -210,8 +211,8 @@ fn discrepancy_table(found: impl IntoIterator<Item = Discrepancy>) -> String {
         .collect();
     table(
         &[
-            "id", "kind", "trade", "provider", "ours", "status", "actions", "note", "changed",
-            "detail",
+            "id", "kind", "trade", "provider", "ours", "status", "actions", "by", "note",
+            "changed", "detail",
         ],
         rows,
     )

@@ -334,6 +334,7 @@ impl PaymentProvider for FakePay {
                     amt: order.amt,
                     refund_no: String::new(),
                     refund_amt: 0,
+                    refund_status: String::new(),
                 });
             }
             if within(order.refunded_at) {
@@ -345,6 +346,7 @@ impl PaymentProvider for FakePay {
                     amt: order.amt,
                     refund_no: order.refund_no.clone().unwrap_or_default(),
                     refund_amt: order.refund_amt.unwrap_or_default(),
+                    refund_status: "SUCCESS".to_owned(),
                 });
             }
         }

@@ -358,21 +358,17 @@ async fn act(
     ApiPath((id, action)): ApiPath<(i64, String)>,
     ApiJson(request): ApiJson<ActRequest>,
 ) -> ApiResult<Discrepancy> {
-    let action = match action.as_str() {
-        "credit" => Action::Credit,
-        "refund" => Action::Refund,
-        "resolve" => Action::Resolve,
-        _ => {
-            return Err(AppError::NotFound(Msg::new(
-                "no such action: credit, refund or resolve",
-                "没有该操作：credit、refund 或 resolve",
-            )))
-        }
-    };
+    let action = Action::parse(&action).ok_or_else(|| {
+        AppError::NotFound(Msg::new(
+            "no such action: credit, refund or resolve",
+            "没有该操作：credit、refund 或 resolve",
+        ))
+    })?;
     let act = Act {
         action,
         note: request.note,
         admin: admin.uid,
+        via: String::new(),
         allow_negative: request.allow_negative,
     };
     Ok(Reply(routes.payments.act(id, &act).await?))
@@ -381,8 +377,8 @@ async fn act(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct RefundQuery {
-    /// `requested`, `processing`, `succeeded`, `failed` or `all` (the default).
-    #[param(pattern = "^(requested|processing|succeeded|failed|all)$")]
+    /// `requested`, `processing`, `abnormal`, `succeeded`, `failed` or `all` (the default).
+    #[param(pattern = "^(requested|processing|abnormal|succeeded|failed|all)$")]
     status: Option<String>,
     /// The `next` of the previous page.
     cursor: Option<String>,
@@ -407,16 +403,12 @@ async fn refunds(
     let limit = page_limit(query.limit)?;
     let status = match query.status.as_deref() {
         None | Some("all") => None,
-        Some("requested") => Some(RefundStatus::Requested),
-        Some("processing") => Some(RefundStatus::Processing),
-        Some("succeeded") => Some(RefundStatus::Succeeded),
-        Some("failed") => Some(RefundStatus::Failed),
-        Some(_) => {
-            return Err(AppError::InvalidInput(Msg::new(
-                "status must be requested, processing, succeeded, failed or all",
-                "status 只能是 requested、processing、succeeded、failed 或 all",
-            )))
-        }
+        Some(text) => Some(RefundStatus::parse(text).ok_or_else(|| {
+            AppError::InvalidInput(Msg::new(
+                "status must be requested, processing, abnormal, succeeded, failed or all",
+                "status 只能是 requested、processing、abnormal、succeeded、failed 或 all",
+            ))
+        })?),
     };
     let before = match query.cursor.as_deref() {
         Some(cursor) => decode_cursor::<1>(cursor)?[0],
@@ -471,6 +463,7 @@ async fn refund(
             trade_no: request.trade_no,
             reason: request.reason,
             requested_by: admin.uid,
+            requested_via: String::new(),
             allow_negative: request.allow_negative,
         })
         .await?;

@@ -165,7 +165,8 @@ pub enum Settled {
 /// A discrepancy to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewDiscrepancy {
-    /// The bill day it was found in (`YYYY-MM-DD`), or `""` outside a bill comparison.
+    /// The bill day it was found in (`YYYY-MM-DD`), or `""` outside a bill comparison — or,
+    /// for a discrepancy about one refund, its refund number (each failed refund is its own).
     pub bill_date: String,
     /// What is wrong (see [`super::reconcile`]).
     pub kind: &'static str,
@@ -187,7 +188,7 @@ pub struct NewDiscrepancy {
 pub struct Discrepancy {
     /// Id.
     pub id: i64,
-    /// Bill day, or `""`.
+    /// Bill day, `""`, or the refund number of a discrepancy about one refund.
     pub bill_date: String,
     /// What is wrong.
     pub kind: String,
@@ -205,8 +206,10 @@ pub struct Discrepancy {
     pub note: String,
     /// What they did: `credit`, `refund`, `resolve` (`""` while open or fixed automatically).
     pub action: String,
-    /// Who did it (admin uid).
+    /// Who did it (admin uid; 0 from the command line).
     pub acted_by: Option<i64>,
+    /// Where, outside the admin API: `cli:<user>@<host>`.
+    pub acted_via: String,
     /// What can be done about it now (see [`Action::for_kind`]); empty once it is closed.
     #[sqlx(skip)]
     pub actions: Vec<Action>,
@@ -238,6 +241,13 @@ impl Action {
         }
     }
 
+    /// The action spelled `text` (`credit`, `refund`, `resolve`).
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Credit, Self::Refund, Self::Resolve]
+            .into_iter()
+            .find(|action| action.as_str() == text)
+    }
+
     /// The actions a discrepancy of `kind` offers (every kind can be resolved with a note).
     pub fn for_kind(kind: &str) -> &'static [Action] {
         match kind {
@@ -251,8 +261,10 @@ impl Action {
             | "amount_mismatch"
             | "notified_amount_mismatch" => &[Self::Refund, Self::Resolve],
             // The provider refunded without us (its console): book the refund (reverse the
-            // credit); a failed refund: ask again.
+            // credit); a closed refund: ask again.
             "refunded" | "refund_failed" => &[Self::Refund, Self::Resolve],
+            // The provider reports a refund succeeded that we had as failed: book it.
+            "refund_after_failure" => &[Self::Refund, Self::Resolve],
             _ => &[Self::Resolve],
         }
     }
@@ -268,8 +280,11 @@ pub enum RefundStatus {
     Processing,
     /// The payer has the money back; the reversal is posted.
     Succeeded,
-    /// The provider closed it or could not pay it back: nothing moved, it may be asked again.
+    /// The provider closed it: nothing moved, it may be asked again.
     Failed,
+    /// The provider could not pay it back yet (e.g. the payer's card is closed): it may still
+    /// succeed once handled at the provider; queried by the sweep meanwhile.
+    Abnormal,
 }
 
 impl RefundStatus {
@@ -280,6 +295,7 @@ impl RefundStatus {
             Self::Processing => "processing",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Abnormal => "abnormal",
         }
     }
 }
@@ -294,6 +310,7 @@ impl TryFrom<String> for RefundStatus {
             "processing" => Ok(Self::Processing),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
+            "abnormal" => Ok(Self::Abnormal),
             other => Err(format!("unknown refund status {other:?}")),
         }
     }
@@ -322,8 +339,10 @@ pub struct Refund {
     pub status: RefundStatus,
     /// The provider's refund id, once it has one.
     pub provider_refund_id: Option<String>,
-    /// The admin who asked for it.
+    /// The admin who asked for it (0 from the command line).
     pub requested_by: i64,
+    /// Where, outside the admin API: `cli:<user>@<host>`.
+    pub requested_via: String,
     /// Whether a balance may go below 0 to reverse the credit.
     #[sqlx(try_from = "i64")]
     #[schema(value_type = bool)]
@@ -336,6 +355,21 @@ pub struct Refund {
     pub ctime: i64,
     /// Last changed (ms).
     pub utime: i64,
+}
+
+impl RefundStatus {
+    /// The status spelled `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Requested,
+            Self::Processing,
+            Self::Succeeded,
+            Self::Failed,
+            Self::Abnormal,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
 }
 
 /// A boolean stored as 0/1 (portable across SQLite and PostgreSQL).
@@ -356,8 +390,10 @@ pub struct NewRefund {
     pub trade_no: String,
     /// Why, 1–80 characters (WeChat shows it to the payer).
     pub reason: String,
-    /// The admin asking.
+    /// The admin asking (0 from the command line).
     pub requested_by: i64,
+    /// Where, outside the admin API: `cli:<user>@<host>` (recorded, never sent to the payer).
+    pub requested_via: String,
     /// Let a balance go below 0 when the credit is reversed (else such a refund is refused).
     pub allow_negative: bool,
 }

@@ -168,6 +168,8 @@ pub struct BillRow {
     pub refund_no: String,
     /// A refund line's refunded fen (`退款金额`), 0 on a payment line.
     pub refund_amt: i64,
+    /// A refund line's `退款状态` (`SUCCESS` once the money is back), `""` on a payment line.
+    pub refund_status: String,
 }
 
 /// Why a provider call failed.

@@ -199,6 +199,12 @@ pub async fn reconcile_day(
     day.report.bill_rows = bill.len() as u64;
     let (paid_lines, refund_lines): (Vec<&BillRow>, Vec<&BillRow>) =
         bill.iter().partition(|row| row.trade_state != "REFUND");
+    // A refund line whose money is not back yet (`退款状态` other than SUCCESS) is not a done
+    // refund: it is compared on the day it succeeds.
+    let refund_lines: Vec<&BillRow> = refund_lines
+        .into_iter()
+        .filter(|row| row.refund_status == "SUCCESS")
+        .collect();
 
     // Settled by this run: their events were just recorded, their credit is on its way.
     let mut settled_now: HashSet<String> = HashSet::new();
@@ -532,6 +538,18 @@ async fn check_refunds(day: &mut Day<'_>, refund_lines: &[&BillRow]) -> anyhow::
         day.report.refunds += batch.len() as u64;
         let ids: Vec<i64> = batch.iter().map(|refund| refund.id).collect();
         let reversals = day.ledger.lines(REFUND_BIZ, &ids).await?;
+        // The credits the refunds undo, one read per kind of sale.
+        let mut sales: HashMap<&str, Vec<i64>> = HashMap::new();
+        for refund in &batch {
+            sales
+                .entry(refund.biz.as_str())
+                .or_default()
+                .push(refund.biz_id);
+        }
+        let mut credits = HashMap::new();
+        for (biz, ids) in sales {
+            credits.insert(biz, day.ledger.lines(biz, &ids).await?);
+        }
         for refund in &batch {
             after = refund.id;
             // Booked from the provider's own refund (its console): not ours to find in the bill
@@ -554,9 +572,9 @@ async fn check_refunds(day: &mut Day<'_>, refund_lines: &[&BillRow]) -> anyhow::
                 )
                 .await?;
             }
-            let original = day.ledger.lines(&refund.biz, &[refund.biz_id]).await?;
-            let expected: Vec<Line> = original
-                .get(&refund.biz_id)
+            let expected: Vec<Line> = credits
+                .get(refund.biz.as_str())
+                .and_then(|credited| credited.get(&refund.biz_id))
                 .map(|lines| lines.iter().map(negated).collect())
                 .unwrap_or_default();
             let actual = reversals.get(&refund.id).cloned().unwrap_or_default();

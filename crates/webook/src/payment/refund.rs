@@ -2,21 +2,32 @@
 //! at, with the ledger reversing what the payment credited.
 //!
 //! Data flow: an admin asks ([`PaymentService::refund`]: console, `POST /payments/refunds`, `webook
-//! payments refund`). The provider is asked first whether the trade is paid (the money to give
-//! back must be there); then the refund is recorded `requested` under a new refund number (one
-//! live refund per trade: asking again answers the live one), and the provider is asked for it
-//! (idempotent by `out_refund_no`, so asking again after a timeout is safe). What the provider
-//! says — in its answer, its `REFUND.*` notification or a query by the sweep — goes through
-//! [`PaymentService::apply_refund`]: `PROCESSING` waits; `SUCCESS` completes the refund, the
-//! payment (`refunded`), the ledger reversal and the seller's `payment_refunded` event in one
-//! transaction ([`super::store::PaymentStore::complete_refund`]), once; `CLOSED`/`ABNORMAL` fail
-//! it (nothing moved) with a `refund_failed` discrepancy for a person, who may ask again.
+//! payments refund`; or a discrepancy's `refund` action, [`super::actions`]). The provider is
+//! asked first whether the trade is paid for the amount to give back ([`PaymentService::confirm_paid`]);
+//! then the refund is recorded `requested` under a new refund number (one live refund per trade:
+//! asking again answers the live one), and the provider is asked for it (idempotent by
+//! `out_refund_no`, so asking again after a timeout is safe). What the provider says — in its
+//! answer, its `REFUND.*` notification or a query by the sweep — goes through
+//! [`PaymentService::apply_refund`]:
 //!
-//! The author's balance: a refund takes the author's share back. When their balance is below
-//! that share the refund is refused with a message saying so, unless the admin allows the
-//! balance to go below 0 (`allowNegative`); the negative balance is then shown as it is, and
-//! later rewards pay it back first. A refund completes only once the credit it reverses is in
-//! the ledger (a refund racing the credit of a just-settled payment waits for it).
+//! - `PROCESSING` waits;
+//! - `SUCCESS` completes the refund, the payment (`refunded`), the ledger reversal and the
+//!   seller's `payment_refunded` event in one transaction, once
+//!   ([`super::store::PaymentStore::complete_refund`], which locks the payment row first, so no
+//!   settlement interleaves);
+//! - `ABNORMAL` (the money could not be paid back, e.g. the payer's card is closed) keeps it under
+//!   way as `abnormal` with a `refund_abnormal` discrepancy for a person — handled at the
+//!   provider, the same refund later reports `SUCCESS` (the sweep keeps asking) and completes;
+//! - `CLOSED` fails it (nothing moved) with a `refund_failed` discrepancy, whose `refund` action
+//!   asks again under a new number.
+//!
+//! A refund's discrepancies are keyed by its refund number (their `bill_date`), so each failed
+//! refund of a trade is its own. The author's balance: a refund takes the author's share back.
+//! When their balance is below that share the refund is refused with a message saying so,
+//! unless the admin allows the balance to go below 0 (`allowNegative`); the negative balance is
+//! then shown as it is, and later rewards pay it back first. A refund completes only once the
+//! credit it reverses is in the ledger (a refund racing the credit of a just-settled payment
+//! waits for it).
 
 use platform::{
     db::now_millis,
@@ -28,7 +39,7 @@ use super::{
     model::{NewDiscrepancy, NewRefund, Payment, PaymentStatus, Refund, RefundStatus},
     notify::NotifyError,
     parse_time,
-    provider::{ProviderError, RefundOrder, RefundResult, RefundState, TradeState},
+    provider::{ProviderError, RefundOrder, RefundResult, RefundState, TradeState, Transaction},
     service::{Applied, PaymentService, SweepError},
     store::RefundCompletion,
 };
@@ -37,7 +48,7 @@ use crate::account::{AccountKind, Line};
 /// The longest refund reason WeChat takes (characters).
 pub const MAX_REASON_CHARS: usize = 80;
 
-fn invalid(en: &'static str, zh: &'static str) -> AppError {
+pub(super) fn invalid(en: &'static str, zh: &'static str) -> AppError {
     AppError::InvalidInput(Msg::new(en, zh))
 }
 
@@ -51,39 +62,69 @@ fn provider_failure(err: ProviderError) -> AppError {
     }
 }
 
+/// What a refund discrepancy records: about `refund`, keyed by its refund number.
+fn about(
+    refund: &Refund,
+    kind: &'static str,
+    provider_amt: Option<i64>,
+    detail: String,
+) -> NewDiscrepancy {
+    NewDiscrepancy {
+        bill_date: refund.refund_no.clone(),
+        kind,
+        trade_no: refund.trade_no.clone(),
+        provider_amt,
+        our_amt: Some(refund.amt),
+        detail,
+        status: "open",
+    }
+}
+
 impl PaymentService {
     /// Refunds payment `request.trade_no` in full: checks it, records the refund and asks the
     /// provider. Asking again while a refund of the trade is live answers that refund.
     pub async fn refund(&self, request: &NewRefund) -> Result<Refund, AppError> {
-        let reason = request.reason.trim();
-        if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
-            return Err(invalid(
-                "reason: say why, up to 80 characters (the payer sees it)",
-                "reason：请写明退款原因，最多 80 字（付款人可见）",
-            ));
-        }
+        let payment = self.payment_to_refund(request).await?;
+        self.refund_amount(request, &payment, payment.amt).await
+    }
+
+    /// Refunds `amt` fen of `payment` — its amount, or the provider's when the two differ (a
+    /// discrepancy's refund) — once the provider confirms it has that much paid.
+    pub(super) async fn refund_amount(
+        &self,
+        request: &NewRefund,
+        payment: &Payment,
+        amt: i64,
+    ) -> Result<Refund, AppError> {
+        let request = checked(request)?;
         if let Some(live) = self.store().live_refund(&request.trade_no).await? {
             return Ok(live);
         }
-        let payment = self
-            .store()
-            .by_trade_no(&request.trade_no)
-            .await?
-            .ok_or_else(|| AppError::NotFound(Msg::new("no such payment", "支付不存在")))?;
-        self.check_paid_at_provider(&payment).await?;
-        let lines = self.credited_lines(&payment).await?;
+        if payment.status == PaymentStatus::Refunded {
+            return Err(invalid(
+                "this payment is refunded already",
+                "该笔支付已退款",
+            ));
+        }
+        let paid = self.confirm_paid(payment, amt).await?;
+        if payment.paid_at.is_none() {
+            // Paid after we gave up on it (or never heard): the day it was paid on is the
+            // provider's, for the day's reconciliation.
+            let paid_at = paid.success_time.as_deref().and_then(parse_time);
+            self.store()
+                .note_paid(&payment.trade_no, paid.transaction_id.as_deref(), paid_at)
+                .await?;
+        }
+        let lines = self.credited_lines(payment).await?;
         if !request.allow_negative {
             self.check_balances(&lines).await?;
         }
         let refund = self
             .store()
             .request_refund(
-                &NewRefund {
-                    reason: reason.to_owned(),
-                    ..request.clone()
-                },
+                &request,
                 &new_refund_no(),
-                (&payment.biz, payment.biz_id, payment.amt),
+                (&payment.biz, payment.biz_id, amt),
                 now_millis(),
             )
             .await?;
@@ -97,33 +138,37 @@ impl PaymentService {
         request: &NewRefund,
         amt: i64,
     ) -> Result<Refund, AppError> {
+        let request = checked(request)?;
         if let Some(live) = self.store().live_refund(&request.trade_no).await? {
             return Ok(live);
         }
-        let transaction = self
-            .provider()
+        let provider = self.provider().clone();
+        let transaction = provider
             .query(&request.trade_no)
             .await
             .map_err(provider_failure)?;
-        match transaction {
-            Some(paid) if paid.trade_state == TradeState::Success && paid.amount.total == amt => {}
-            _ => {
-                return Err(invalid(
-                    "the provider does not have this trade as paid with that amount",
-                    "支付平台没有该笔金额相符的已支付交易",
-                ))
-            }
-        }
+        paid_for(transaction, amt)?;
         let refund = self
             .store()
-            .request_refund(request, &new_refund_no(), ("", 0, amt), now_millis())
+            .request_refund(&request, &new_refund_no(), ("", 0, amt), now_millis())
             .await?;
-        let provider = self.provider().name().to_owned();
-        self.push_refund(&refund, &provider).await
+        self.push_refund(&refund, provider.name()).await
     }
 
-    /// The provider must have `payment` paid (not refunded) for its full amount.
-    async fn check_paid_at_provider(&self, payment: &Payment) -> Result<(), AppError> {
+    /// The payment `request` names, refused when there is none.
+    pub(super) async fn payment_to_refund(&self, request: &NewRefund) -> Result<Payment, AppError> {
+        self.store()
+            .by_trade_no(&request.trade_no)
+            .await?
+            .ok_or_else(|| AppError::NotFound(Msg::new("no such payment", "支付不存在")))
+    }
+
+    /// What `payment`'s provider says of it, which must be paid (not refunded) for `amt` fen.
+    pub(super) async fn confirm_paid(
+        &self,
+        payment: &Payment,
+        amt: i64,
+    ) -> Result<Transaction, AppError> {
         let provider = self
             .provider_of(payment)
             .map_err(|err| AppError::Unavailable(err.into()))?;
@@ -131,37 +176,18 @@ impl PaymentService {
             .query(&payment.trade_no)
             .await
             .map_err(provider_failure)?;
-        match transaction {
-            Some(paid)
-                if paid.trade_state == TradeState::Success && paid.amount.total == payment.amt =>
-            {
-                // Paid after we gave up on it (or never heard): the day it was paid on is the
-                // provider's, for the day's reconciliation.
-                if payment.paid_at.is_none() {
-                    let paid_at = paid.success_time.as_deref().and_then(parse_time);
-                    self.store()
-                        .note_paid(&payment.trade_no, paid.transaction_id.as_deref(), paid_at)
-                        .await?;
-                }
-                Ok(())
-            }
-            Some(refunded) if refunded.trade_state == TradeState::Refund => Err(invalid(
-                "the provider has already refunded this payment",
-                "支付平台已退款",
-            )),
-            _ => Err(invalid(
-                "only a paid payment can be refunded",
-                "只能退款已支付的订单",
-            )),
-        }
+        paid_for(transaction, amt)
     }
 
     /// The lines the payment credited, which a refund reverses; refused while a succeeded
     /// payment's credit is still on its way (asking again in a moment works).
     async fn credited_lines(&self, payment: &Payment) -> Result<Vec<Line>, AppError> {
-        let mut tx = self.store().db().writer().begin().await?;
-        let lines = crate::account::lines_of(&mut tx, &payment.biz, payment.biz_id).await?;
-        tx.commit().await?;
+        let lines = self
+            .ledger()
+            .lines(&payment.biz, &[payment.biz_id])
+            .await?
+            .remove(&payment.biz_id)
+            .unwrap_or_default();
         if lines.is_empty() && payment.status == PaymentStatus::Succeeded {
             return Err(AppError::Conflict(Msg::new(
                 "the payment's credit is still being posted; try again in a moment",
@@ -211,14 +237,7 @@ impl PaymentService {
             }
             Err(ProviderError::Refused { code, message }) => {
                 let detail = format!("refused: {code}: {message}");
-                self.store()
-                    .update_refund(
-                        &refund.refund_no,
-                        RefundStatus::Failed,
-                        None,
-                        &detail,
-                        now_millis(),
-                    )
+                self.fail_refund(refund, &detail, None, now_millis())
                     .await?;
                 return Err(provider_failure(ProviderError::Refused { code, message }));
             }
@@ -234,6 +253,33 @@ impl PaymentService {
             })
     }
 
+    /// Fails `refund`, still under way (the provider closed or refused it: nothing moved), and
+    /// records `refund_failed` for a person — once per refund.
+    async fn fail_refund(
+        &self,
+        refund: &Refund,
+        detail: &str,
+        refund_id: Option<&str>,
+        now: i64,
+    ) -> sqlx::Result<bool> {
+        let failed = self
+            .store()
+            .update_refund(
+                &refund.refund_no,
+                RefundStatus::Failed,
+                refund_id,
+                detail,
+                now,
+            )
+            .await?;
+        if failed {
+            let detail = format!("refund {} failed: {detail}", refund.refund_no);
+            self.record(&about(refund, "refund_failed", None, detail), now)
+                .await?;
+        }
+        Ok(failed)
+    }
+
     /// Applies what the provider says of a refund (its answer, notification or query).
     pub async fn apply_refund(
         &self,
@@ -241,15 +287,6 @@ impl PaymentService {
         now: i64,
     ) -> Result<Applied, NotifyError> {
         let internal = |err: sqlx::Error| NotifyError::Internal(err.into());
-        let found = |kind, our_amt, detail| NewDiscrepancy {
-            bill_date: String::new(),
-            kind,
-            trade_no: result.out_trade_no.clone(),
-            provider_amt: Some(result.amount.refund),
-            our_amt,
-            detail,
-            status: "open",
-        };
         let Some(refund) = self
             .store()
             .refund_by_no(&result.out_refund_no)
@@ -260,9 +297,16 @@ impl PaymentService {
                 "the provider reports refund {} ({:?}) we never asked for",
                 result.out_refund_no, result.status
             );
-            self.record(&found("unknown_refund", None, detail), now)
-                .await
-                .map_err(internal)?;
+            let found = NewDiscrepancy {
+                bill_date: result.out_refund_no.clone(),
+                kind: "unknown_refund",
+                trade_no: result.out_trade_no.clone(),
+                provider_amt: Some(result.amount.refund),
+                our_amt: None,
+                detail,
+                status: "open",
+            };
+            self.record(&found, now).await.map_err(internal)?;
             return Err(NotifyError::Mismatch("unknown refund".to_owned()));
         };
         if refund.trade_no != result.out_trade_no || refund.amt != result.amount.refund {
@@ -274,18 +318,23 @@ impl PaymentService {
                 refund.amt,
                 refund.trade_no
             );
-            self.record(&found("refund_mismatch", Some(refund.amt), detail), now)
-                .await
-                .map_err(internal)?;
+            let found = about(
+                &refund,
+                "refund_mismatch",
+                Some(result.amount.refund),
+                detail,
+            );
+            self.record(&found, now).await.map_err(internal)?;
             return Err(NotifyError::Mismatch("refund differs".to_owned()));
         }
+        let refund_id = result.refund_id.as_deref();
         match result.status {
             RefundState::Processing => {
                 self.store()
                     .update_refund(
                         &refund.refund_no,
                         RefundStatus::Processing,
-                        result.refund_id.as_deref(),
+                        refund_id,
                         "",
                         now,
                     )
@@ -301,12 +350,7 @@ impl PaymentService {
                     .unwrap_or(now);
                 match self
                     .store()
-                    .complete_refund(
-                        &refund.refund_no,
-                        result.refund_id.as_deref(),
-                        refunded_at,
-                        now,
-                    )
+                    .complete_refund(&refund.refund_no, refund_id, refunded_at, now)
                     .await
                     .map_err(|err| NotifyError::Internal(err.into()))?
                 {
@@ -318,53 +362,60 @@ impl PaymentService {
                     RefundCompletion::AwaitingCredit => Ok(Applied::StillOpen),
                     RefundCompletion::NotUnderWay if refund.status == RefundStatus::Failed => {
                         let detail = format!(
-                            "the provider reports refund {} succeeded; we had it failed",
+                            "the provider reports refund {} succeeded; we had it closed: book it \
+                             (refund)",
                             refund.refund_no
                         );
-                        self.record(
-                            &found("refund_after_failure", Some(refund.amt), detail),
-                            now,
-                        )
-                        .await
-                        .map_err(internal)?;
+                        let found = about(&refund, "refund_after_failure", None, detail);
+                        self.record(&found, now).await.map_err(internal)?;
                         Ok(Applied::Recorded("refund_after_failure"))
                     }
                     RefundCompletion::NotUnderWay => Ok(Applied::AlreadySettled),
                 }
             }
-            RefundState::Closed | RefundState::Abnormal => {
-                let detail = match result.status {
-                    RefundState::Abnormal => {
-                        "abnormal: the money could not be returned to the \
-                                              payer's account (ask again, or return it offline)"
-                    }
-                    _ => "closed by the provider: nothing moved",
-                };
+            RefundState::Abnormal => {
+                let detail = "abnormal: the money could not be paid back to the payer's account; \
+                              handle it at the provider (the refund completes when it reports \
+                              success) or return it offline";
                 let changed = self
                     .store()
                     .update_refund(
                         &refund.refund_no,
-                        RefundStatus::Failed,
-                        result.refund_id.as_deref(),
+                        RefundStatus::Abnormal,
+                        refund_id,
                         detail,
                         now,
                     )
                     .await
                     .map_err(internal)?;
-                if !changed {
-                    return Ok(Applied::AlreadySettled);
+                if changed {
+                    let found = about(&refund, "refund_abnormal", None, detail.to_owned());
+                    self.record(&found, now).await.map_err(internal)?;
+                    return Ok(Applied::Recorded("refund_abnormal"));
                 }
-                let detail = format!("refund {} failed: {detail}", refund.refund_no);
-                self.record(&found("refund_failed", Some(refund.amt), detail), now)
+                Ok(Applied::StillOpen)
+            }
+            RefundState::Closed => {
+                let failed = self
+                    .fail_refund(
+                        &refund,
+                        "closed by the provider: nothing moved",
+                        refund_id,
+                        now,
+                    )
                     .await
                     .map_err(internal)?;
-                Ok(Applied::Recorded("refund_failed"))
+                Ok(if failed {
+                    Applied::Recorded("refund_failed")
+                } else {
+                    Applied::AlreadySettled
+                })
             }
         }
     }
 
     /// Settles refund `refund`, still under way: asked again when the provider's answer was
-    /// never heard (`requested`), queried when it is `processing`.
+    /// never heard (`requested`), queried when it is `processing` or `abnormal`.
     pub async fn settle_refund(&self, refund: &Refund, now: i64) -> Result<Applied, SweepError> {
         let provider_name = match self.store().by_trade_no(&refund.trade_no).await? {
             Some(payment) => payment.provider,
@@ -376,9 +427,7 @@ impl PaymentService {
                 Ok(result) => Some(result),
                 Err(ProviderError::Refused { code, message }) => {
                     let detail = format!("refused: {code}: {message}");
-                    self.store()
-                        .update_refund(&refund.refund_no, RefundStatus::Failed, None, &detail, now)
-                        .await?;
+                    self.fail_refund(refund, &detail, None, now).await?;
                     return Ok(Applied::Recorded("refund_failed"));
                 }
                 Err(err) => return Err(err.into()),
@@ -389,6 +438,39 @@ impl PaymentService {
             Some(result) => Ok(self.apply_refund(&result, now).await?),
             None => Ok(Applied::StillOpen),
         }
+    }
+}
+
+/// `request` with its reason trimmed, refused when the reason is empty or too long.
+fn checked(request: &NewRefund) -> Result<NewRefund, AppError> {
+    let reason = request.reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_REASON_CHARS {
+        return Err(invalid(
+            "reason: say why, up to 80 characters (the payer sees it)",
+            "reason：请写明退款原因，最多 80 字（付款人可见）",
+        ));
+    }
+    Ok(NewRefund {
+        reason: reason.to_owned(),
+        ..request.clone()
+    })
+}
+
+/// `transaction` when it is paid (not refunded) for `amt` fen; else why not.
+fn paid_for(transaction: Option<Transaction>, amt: i64) -> Result<Transaction, AppError> {
+    match transaction {
+        Some(paid) if paid.trade_state == TradeState::Success && paid.amount.total == amt => {
+            Ok(paid)
+        }
+        Some(refunded) if refunded.trade_state == TradeState::Refund => Err(invalid(
+            "the provider has already refunded this payment",
+            "支付平台已退款",
+        )),
+        _ => Err(invalid(
+            "only a paid payment can be refunded: the provider does not have it as paid for that \
+             amount",
+            "只能退款已支付的订单：支付平台没有该笔金额相符的已支付记录",
+        )),
     }
 }
 

@@ -30,6 +30,7 @@ use platform::{
 };
 
 use super::{
+    crypto::CryptoError,
     model::{NewDiscrepancy, NewPayment, Payment, PaymentStatus, Settled, Settlement},
     notify::{self, NotifyError, Opened},
     parse_time,
@@ -266,7 +267,19 @@ impl PaymentService {
 
     async fn accept(&self, headers: &HeaderMap, body: &[u8]) -> Result<Applied, NotifyError> {
         let now = now_millis();
-        match notify::receive(self.provider.notification_keys(), headers, body, now / 1000).await? {
+        // Each provider's keys in turn: a notification about a payment ordered from a provider
+        // used before is still heard while that provider is configured.
+        let mut opened = Err(NotifyError::Malformed("no provider".to_owned()));
+        for provider in std::iter::once(&self.provider).chain(&self.earlier) {
+            opened = notify::receive(provider.notification_keys(), headers, body, now / 1000).await;
+            if !matches!(
+                opened,
+                Err(NotifyError::Unverified(CryptoError::UnknownSerial(_)))
+            ) {
+                break;
+            }
+        }
+        match opened? {
             Opened::Transaction(transaction) => self.apply_transaction(&transaction, now).await,
             Opened::Refund(notice) => self.apply_refund(&notice.refund, now).await,
         }

@@ -11,7 +11,7 @@
 //! refund, the payment (`refunded`) and the ledger (the reversal) and records the event in one
 //! transaction ([`PaymentStore::complete_refund`]), once.
 
-use sqlx::AnyConnection;
+use sqlx::{Any, AnyConnection, Transaction};
 
 use platform::{
     db::{placeholders, Db},
@@ -31,10 +31,12 @@ pub const BATCH: i64 = 200;
 const COLUMNS: &str = "id, trade_no, biz, biz_id, provider, amt, currency, description, status, \
                        code_url, txn_id, expires_at, paid_at, ctime, parked_at";
 const REFUND_COLUMNS: &str = "id, refund_no, trade_no, biz, biz_id, amt, reason, status, \
-                              provider_refund_id, requested_by, allow_negative, detail, \
-                              refunded_at, ctime, utime";
+                              provider_refund_id, requested_by, requested_via, allow_negative, \
+                              detail, refunded_at, ctime, utime";
 const DISCREPANCY_COLUMNS: &str = "id, bill_date, kind, trade_no, provider_amt, our_amt, detail, \
-                                   status, note, action, acted_by, ctime, utime";
+                                   status, note, action, acted_by, acted_via, ctime, utime";
+/// Refunds under way: asked, being paid back, or not paid back yet.
+const UNDER_WAY: &str = "('requested', 'processing', 'abnormal')";
 
 /// What [`PaymentStore::complete_refund`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,29 +341,78 @@ impl PaymentStore {
         .await
     }
 
-    /// Closes open discrepancy `id`: a person (`admin`) did `action` because of `note`; false
-    /// when there is no open one of that id (another person acted first).
-    pub async fn close_discrepancy(
+    /// Claims open discrepancy `id` for a person's action (status `acting`): false when it is
+    /// not open — another person acted, or is acting — unless their claim is older than
+    /// `stale_before` (a process that died mid-action).
+    pub async fn claim_discrepancy(
         &self,
         id: i64,
-        action: Action,
-        admin: i64,
-        note: &str,
+        (action, admin, via): (Action, i64, &str),
+        stale_before: i64,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let changed = sqlx::query(
-            "UPDATE payment_discrepancies SET status = 'resolved', action = $1, acted_by = $2, \
-             note = $3, utime = $4 WHERE id = $5 AND status = 'open'",
+        let claimed = sqlx::query(
+            "UPDATE payment_discrepancies SET status = 'acting', action = $1, acted_by = $2, \
+             acted_via = $3, utime = $4 \
+             WHERE id = $5 AND (status = 'open' OR (status = 'acting' AND utime < $6))",
         )
         .bind(action.as_str())
         .bind(admin)
-        .bind(note)
+        .bind(via)
         .bind(now)
         .bind(id)
+        .bind(stale_before)
         .execute(self.db.writer())
         .await?
         .rows_affected();
-        Ok(changed == 1)
+        Ok(claimed == 1)
+    }
+
+    /// Gives claimed discrepancy `id` back (its action failed): open again.
+    pub async fn release_discrepancy(&self, id: i64, now: i64) -> sqlx::Result<()> {
+        sqlx::query(
+            "UPDATE payment_discrepancies SET status = 'open', action = '', acted_by = NULL, \
+             acted_via = '', utime = $1 WHERE id = $2 AND status = 'acting'",
+        )
+        .bind(now)
+        .bind(id)
+        .execute(self.db.writer())
+        .await?;
+        Ok(())
+    }
+
+    /// Closes claimed discrepancy `id` — its action done — with `note`, and with it the other
+    /// open ones of the same kind and trade (found again by another run or a notification):
+    /// one fix answers them all.
+    pub async fn close_discrepancy(&self, id: i64, note: &str, now: i64) -> sqlx::Result<()> {
+        let mut tx = self.db.writer().begin().await?;
+        let closed: Option<(String, String, String, Option<i64>, String)> = sqlx::query_as(
+            "UPDATE payment_discrepancies SET status = 'resolved', note = $1, utime = $2 \
+             WHERE id = $3 AND status = 'acting' RETURNING kind, trade_no, action, acted_by, \
+             acted_via",
+        )
+        .bind(note)
+        .bind(now)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((kind, trade_no, action, acted_by, acted_via)) = closed {
+            sqlx::query(
+                "UPDATE payment_discrepancies SET status = 'resolved', action = $1, \
+                 acted_by = $2, acted_via = $3, note = $4, utime = $5 \
+                 WHERE kind = $6 AND trade_no = $7 AND status = 'open'",
+            )
+            .bind(action)
+            .bind(acted_by)
+            .bind(acted_via)
+            .bind(format!("{note} (with #{id})"))
+            .bind(now)
+            .bind(kind)
+            .bind(trade_no)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
     }
 
     /// Marks open discrepancy (`kind`, `trade_no`) of any day fixed, with `note` saying how the
@@ -445,8 +496,9 @@ impl PaymentStore {
     ) -> sqlx::Result<Refund> {
         sqlx::query(
             "INSERT INTO payment_refunds (refund_no, trade_no, biz, biz_id, amt, reason, status, \
-             requested_by, allow_negative, ctime, utime) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $8, $9, $9) ON CONFLICT DO NOTHING",
+             requested_by, requested_via, allow_negative, ctime, utime) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'requested', $7, $8, $9, $10, $10) \
+             ON CONFLICT DO NOTHING",
         )
         .bind(refund_no)
         .bind(&refund.trade_no)
@@ -455,6 +507,7 @@ impl PaymentStore {
         .bind(amt)
         .bind(&refund.reason)
         .bind(refund.requested_by)
+        .bind(&refund.requested_via)
         .bind(i64::from(refund.allow_negative))
         .bind(now)
         .execute(self.db.writer())
@@ -508,12 +561,12 @@ impl PaymentStore {
         .await
     }
 
-    /// Up to [`BATCH`] refunds still under way (requested or processing) with ids above
-    /// `after`, by id.
+    /// Up to [`BATCH`] refunds still under way (requested, processing or abnormal) with ids
+    /// above `after`, by id.
     pub async fn open_refunds(&self, after: i64) -> sqlx::Result<Vec<Refund>> {
         sqlx::query_as(&format!(
             "SELECT {REFUND_COLUMNS} FROM payment_refunds \
-             WHERE status IN ('requested', 'processing') AND id > $1 ORDER BY id LIMIT $2"
+             WHERE status IN {UNDER_WAY} AND id > $1 ORDER BY id LIMIT $2"
         ))
         .bind(after)
         .bind(BATCH)
@@ -552,8 +605,9 @@ impl PaymentStore {
         self.rows_in(&select, None, refund_nos).await
     }
 
-    /// Moves refund `refund_no`, still under way, to `status` (processing, or failed) with the
-    /// provider's id and last word; false when it is no longer under way.
+    /// Moves refund `refund_no`, still under way, to `status` (processing, abnormal or failed)
+    /// with the provider's id and last word; false when it is no longer under way or already
+    /// had that status.
     pub async fn update_refund(
         &self,
         refund_no: &str,
@@ -562,11 +616,11 @@ impl PaymentStore {
         detail: &str,
         now: i64,
     ) -> sqlx::Result<bool> {
-        let changed = sqlx::query(
+        let changed = sqlx::query(&format!(
             "UPDATE payment_refunds SET status = $1, \
              provider_refund_id = COALESCE($2, provider_refund_id), detail = $3, utime = $4 \
-             WHERE refund_no = $5 AND status IN ('requested', 'processing')",
-        )
+             WHERE refund_no = $5 AND status IN {UNDER_WAY} AND status <> $1"
+        ))
         .bind(status.as_str())
         .bind(provider_refund_id)
         .bind(detail)
@@ -592,24 +646,23 @@ impl PaymentStore {
         now: i64,
     ) -> Result<RefundCompletion, PostError> {
         let mut tx = self.db.writer().begin().await?;
-        // A succeeded payment's credit must be in the ledger to be reversed: a refund racing
-        // the credit of a just-settled payment waits for it (the sweep completes it later).
-        let awaiting_credit: Option<i64> = sqlx::query_scalar(
-            "SELECT r.id FROM payment_refunds r JOIN payments p ON p.trade_no = r.trade_no \
-             WHERE r.refund_no = $1 AND p.status = 'succeeded' AND NOT EXISTS \
-             (SELECT 1 FROM account_entries e WHERE e.biz = r.biz AND e.biz_id = r.biz_id)",
-        )
+        let refund: Option<Refund> = sqlx::query_as(&format!(
+            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no = $1"
+        ))
         .bind(refund_no)
         .fetch_optional(&mut *tx)
         .await?;
-        if awaiting_credit.is_some() {
+        let Some(refund) = refund else {
+            return Ok(RefundCompletion::NotUnderWay);
+        };
+        if Self::lock_awaiting_credit(&mut tx, &refund, now).await? {
             return Ok(RefundCompletion::AwaitingCredit);
         }
-        let changed = sqlx::query(
+        let changed = sqlx::query(&format!(
             "UPDATE payment_refunds SET status = 'succeeded', \
              provider_refund_id = COALESCE($1, provider_refund_id), refunded_at = $2, \
-             detail = '', utime = $3 WHERE refund_no = $4 AND status IN ('requested', 'processing')",
-        )
+             detail = '', utime = $3 WHERE refund_no = $4 AND status IN {UNDER_WAY}"
+        ))
         .bind(provider_refund_id)
         .bind(refunded_at)
         .bind(now)
@@ -621,13 +674,109 @@ impl PaymentStore {
         if !changed {
             return Ok(RefundCompletion::NotUnderWay);
         }
-        let refund: Refund = sqlx::query_as(&format!(
-            "SELECT {REFUND_COLUMNS} FROM payment_refunds WHERE refund_no = $1"
-        ))
-        .bind(refund_no)
-        .fetch_one(&mut *tx)
+        Self::reverse_and_refund(&mut tx, &refund, now).await?;
+        tx.commit().await?;
+        Ok(RefundCompletion::Completed(Box::new(refund)))
+    }
+
+    /// Books a refund the provider made without us (its merchant console) as `refund`, already
+    /// succeeded, in one transaction with its reversal, the payment's `refunded` status and the
+    /// event — never asked of the provider. Refused (`NotUnderWay`) while another refund of the
+    /// trade is live.
+    pub async fn book_external_refund(
+        &self,
+        refund: &NewRefund,
+        refund_no: &str,
+        (biz, biz_id, amt): (&str, i64, i64),
+        now: i64,
+    ) -> Result<RefundCompletion, PostError> {
+        let mut tx = self.db.writer().begin().await?;
+        let booked = Refund {
+            id: 0,
+            refund_no: refund_no.to_owned(),
+            trade_no: refund.trade_no.clone(),
+            biz: biz.to_owned(),
+            biz_id,
+            amt,
+            reason: refund.reason.clone(),
+            status: RefundStatus::Succeeded,
+            provider_refund_id: None,
+            requested_by: refund.requested_by,
+            requested_via: refund.requested_via.clone(),
+            allow_negative: super::model::Flag(refund.allow_negative),
+            detail: "refunded at the provider without webook; booked by a person".to_owned(),
+            refunded_at: Some(now),
+            ctime: now,
+            utime: now,
+        };
+        if Self::lock_awaiting_credit(&mut tx, &booked, now).await? {
+            return Ok(RefundCompletion::AwaitingCredit);
+        }
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO payment_refunds (refund_no, trade_no, biz, biz_id, amt, reason, status, \
+             requested_by, requested_via, allow_negative, detail, refunded_at, ctime, utime) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'succeeded', $7, $8, $9, $10, $11, $11, $11) \
+             ON CONFLICT DO NOTHING RETURNING id",
+        )
+        .bind(&booked.refund_no)
+        .bind(&booked.trade_no)
+        .bind(&booked.biz)
+        .bind(booked.biz_id)
+        .bind(booked.amt)
+        .bind(&booked.reason)
+        .bind(booked.requested_by)
+        .bind(&booked.requested_via)
+        .bind(i64::from(refund.allow_negative))
+        .bind(&booked.detail)
+        .bind(now)
+        .fetch_optional(&mut *tx)
         .await?;
-        let original = account::lines_of(&mut tx, &refund.biz, refund.biz_id).await?;
+        let Some(id) = id else {
+            return Ok(RefundCompletion::NotUnderWay);
+        };
+        let booked = Refund { id, ..booked };
+        Self::reverse_and_refund(&mut tx, &booked, now).await?;
+        tx.commit().await?;
+        Ok(RefundCompletion::Completed(Box::new(booked)))
+    }
+
+    /// Locks `refund`'s payment row for the rest of `tx` (so no settlement of it interleaves
+    /// with the refund's completion) and says whether its credit is still on its way: a
+    /// succeeded payment whose posting is not in the ledger yet.
+    async fn lock_awaiting_credit(
+        tx: &mut Transaction<'static, Any>,
+        refund: &Refund,
+        now: i64,
+    ) -> sqlx::Result<bool> {
+        let status: Option<String> = sqlx::query_scalar(
+            "UPDATE payments SET utime = $1 WHERE trade_no = $2 RETURNING status",
+        )
+        .bind(now)
+        .bind(&refund.trade_no)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if status.as_deref() != Some(PaymentStatus::Succeeded.as_str()) {
+            return Ok(false);
+        }
+        let posted: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM account_entries WHERE biz = $1 AND biz_id = $2 LIMIT 1",
+        )
+        .bind(&refund.biz)
+        .bind(refund.biz_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        Ok(posted.is_none())
+    }
+
+    /// In `tx`, after `refund` succeeded: the ledger's reversal of what its payment credited
+    /// (biz [`REFUND_BIZ`], the refund's id: each line negated), the payment `refunded`, and —
+    /// when that changed it — the event telling the seller.
+    async fn reverse_and_refund(
+        tx: &mut Transaction<'static, Any>,
+        refund: &Refund,
+        now: i64,
+    ) -> Result<(), PostError> {
+        let original = account::lines_of(tx, &refund.biz, refund.biz_id).await?;
         if !original.is_empty() {
             let memo = format!("refund {} of {} {}", refund.id, refund.biz, refund.biz_id);
             let reversal = Posting {
@@ -642,33 +791,29 @@ impl PaymentStore {
                     })
                     .collect(),
             };
-            account::post(&mut tx, &reversal, now).await?;
+            account::post(tx, &reversal, now).await?;
         }
-        sqlx::query(
+        let payment: Option<Payment> = sqlx::query_as(&format!(
             "UPDATE payments SET status = 'refunded', parked_at = NULL, utime = $1 \
-             WHERE trade_no = $2 AND status IN ('succeeded', 'failed', 'pending')",
-        )
+             WHERE trade_no = $2 AND status <> 'refunded' RETURNING {COLUMNS}"
+        ))
         .bind(now)
         .bind(&refund.trade_no)
-        .execute(&mut *tx)
-        .await?;
-        let payment: Option<Payment> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM payments WHERE trade_no = $1"
-        ))
-        .bind(&refund.trade_no)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         if let Some(payment) = payment {
-            Self::record_event(&mut tx, &payment, now).await?;
+            Self::record_event(&mut **tx, &payment, now).await?;
         }
-        tx.commit().await?;
-        Ok(RefundCompletion::Completed(Box::new(refund)))
+        Ok(())
     }
 
-    /// How many discrepancies are open (the `payment_discrepancies_open` gauge).
+    /// How many discrepancies wait for a person — open, or claimed by one still acting (the
+    /// `payment_discrepancies_open` gauge).
     pub async fn open_discrepancies(&self) -> sqlx::Result<i64> {
-        sqlx::query_scalar("SELECT COUNT(*) FROM payment_discrepancies WHERE status = 'open'")
-            .fetch_one(self.db.pool())
-            .await
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM payment_discrepancies WHERE status IN ('open', 'acting')",
+        )
+        .fetch_one(self.db.pool())
+        .await
     }
 }

@@ -636,6 +636,7 @@ pub fn parse_trade_bill(text: &str) -> Result<Vec<BillRow>, ProviderError> {
     let amount_at = column("订单金额")?;
     let refund_no_at = column("商户退款单号")?;
     let refund_amt_at = column("退款金额")?;
+    let refund_status_at = column("退款状态")?;
 
     let mut rows = Vec::new();
     while let Some((number, line)) = lines.next() {
@@ -674,6 +675,7 @@ pub fn parse_trade_bill(text: &str) -> Result<Vec<BillRow>, ProviderError> {
             trade_time: fields[time_at].to_owned(),
             refund_no,
             refund_amt,
+            refund_status: fields[refund_status_at].to_owned(),
         };
         if row.trade_state == "REFUND" && row.refund_no.is_empty() {
             return Err(untrusted(format!(
@@ -819,7 +821,7 @@ pub fn write_trade_bill(rows: &[BillRow], mchid: &str, appid: &str) -> String {
         }
         order_total = order_total.saturating_add(row.amt);
         let (refund_type, refund_state) = if refund {
-            ("ORIGINAL", "SUCCESS")
+            ("ORIGINAL", row.refund_status.as_str())
         } else {
             ("", "")
         };
@@ -891,6 +893,7 @@ mod tests {
             trade_time: time.to_owned(),
             refund_no: if refund { "R20210128180201" } else { "" }.to_owned(),
             refund_amt: if refund { amt } else { 0 },
+            refund_status: if refund { "SUCCESS" } else { "" }.to_owned(),
         }
     }
 

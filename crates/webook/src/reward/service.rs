@@ -411,6 +411,13 @@ impl RewardService {
             tracing::error!(rid, "a payment succeeded for a reward that does not exist");
             return Ok(());
         };
+        if reward.status == RewardStatus::Refunded {
+            // Refunded before its credit landed (the refund waits for a credit it can reverse,
+            // so this is a late redelivery): nothing to credit.
+            tracing::warn!(rid, "a payment event for a refunded reward: not credited");
+            tx.commit().await?;
+            return Ok(());
+        }
         if reward.amt != amt {
             tracing::error!(
                 rid,

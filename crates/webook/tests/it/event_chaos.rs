@@ -531,7 +531,7 @@ impl Lags {
 }
 
 /// The consumer groups every mode reports a lag for: (group, topic).
-const GROUPS: [(&str, &str); 9] = [
+const GROUPS: [(&str, &str); 10] = [
     (FEED, PUBLISHED),
     (FEED, "article_withdrawn"),
     (FEED, "like_changed"),
@@ -541,6 +541,7 @@ const GROUPS: [(&str, &str); 9] = [
     ("ranking", "article_withdrawn"),
     ("rewards", "payment_succeeded"),
     ("rewards", "payment_failed"),
+    ("rewards", "payment_refunded"),
 ];
 
 /// In-process, search is one more group per topic it follows (with Redis Streams it follows the

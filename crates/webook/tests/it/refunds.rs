@@ -14,9 +14,11 @@
 //!   audited and idempotent;
 //! - a pending payment the provider reports refunded is parked and no longer polled;
 //! - ten concurrent refund requests and ten concurrent notifications refund and reverse once;
-//! - a refund whose answer and notification are lost, one WeChat cannot pay back (`ABNORMAL`),
-//!   and a server killed with SIGKILL while WeChat holds its refund (real processes): each ends
-//!   refunded once, or failed with its discrepancy;
+//! - a refund whose answer and notification are lost, one WeChat cannot pay back at first
+//!   (`ABNORMAL`, then handled at WeChat), and a server killed with SIGKILL while WeChat holds
+//!   its refund (real processes): each ends refunded once;
+//! - an amount mismatch refunded for the provider's amount; two admins acting on one
+//!   discrepancy at once: exactly one acts;
 //! - a status poll asks the provider once for a lost notification; the `webook payments` CLI.
 //!
 //! Every test ends with the ledger summing to 0 and, where it reconciles, a clean audit.
@@ -662,7 +664,7 @@ async fn a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_swe
     assert_ledger_sound(&app).await;
 }
 
-async fn a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again(setup: Setup) {
+async fn a_refund_the_provider_cannot_pay_back_waits_and_completes_when_it_succeeds(setup: Setup) {
     let wechat = FakeWechatPay::start().await;
     let app = wechat_app(setup, &wechat).await;
     let admin = member(&app, "admin").await;
@@ -686,9 +688,13 @@ async fn a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again(
     let notice = wechat.finish_refund(&trade_no, false);
     let (status, body) = deliver(&app, &wechat.refund_notification(&notice)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let refunds = get(&app, "/payments/refunds?status=failed", Some(&admin.token))
-        .await
-        .json();
+    let refunds = get(
+        &app,
+        "/payments/refunds?status=abnormal",
+        Some(&admin.token),
+    )
+    .await
+    .json();
     assert!(
         refunds["data"]["items"][0]["detail"]
             .as_str()
@@ -700,10 +706,152 @@ async fn a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again(
         payment_status(&app, &trade_no).await,
         PaymentStatus::Succeeded
     );
-    assert_eq!(balance(&app, &author).await, 540, "nothing reversed");
+    assert_eq!(balance(&app, &author).await, 540, "nothing reversed yet");
     let found = discrepancies(&app, &admin).await;
-    assert_eq!(found[0]["kind"], "refund_failed", "{found:?}");
-    assert_eq!(found[0]["actions"], json!(["refund", "resolve"]));
+    assert_eq!(found[0]["kind"], "refund_abnormal", "{found:?}");
+    assert_eq!(found[0]["actions"], json!(["resolve"]));
+    // Still under way: no second refund may be asked meanwhile (WeChat would refuse it too).
+    let again = post(
+        &app,
+        "/payments/refunds",
+        Some(&admin.token),
+        json!({"tradeNo": trade_no, "reason": "again"}),
+    )
+    .await;
+    assert_eq!(again.json()["data"]["status"], "abnormal", "{}", again.raw);
+
+    // The merchant handles it at WeChat Pay; the notification of its success is lost. The
+    // sweep keeps asking about the abnormal refund and completes it.
+    wechat.settle_abnormal_refund(&trade_no);
+    let payments: PaymentService = app.service();
+    let report = sweep(&payments, platform::db::now_millis(), || true)
+        .await
+        .unwrap();
+    assert_eq!((report.refunded, report.errors), (1, 0), "{report:?}");
+    assert_eq!(
+        payment_status(&app, &trade_no).await,
+        PaymentStatus::Refunded
+    );
+    assert_eq!(
+        balance(&app, &author).await,
+        0,
+        "the credit reversed once it succeeded"
+    );
+    let (_, found) = reconcile_today(&app).await;
+    assert!(found.is_empty(), "{found:?}");
+    assert_ledger_sound(&app).await;
+}
+
+async fn an_amount_mismatch_is_refunded_for_the_providers_amount(setup: Setup) {
+    let app = app(setup).await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (rid, trade_no) = reward(&app, &reader, article, 200).await;
+    confirm(&app, &trade_no, "success").await;
+    await_status(&app, &reader, rid, "RewardStatusPayed").await;
+    // The provider's books say 5 fen more than ours.
+    sqlx::query("UPDATE fake_pay_orders SET amt = amt + 5 WHERE trade_no = $1")
+        .bind(&trade_no)
+        .execute(app.platform.db.writer())
+        .await
+        .unwrap();
+    let (_, found) = reconcile_today(&app).await;
+    assert_eq!(found, [("amount_mismatch".to_owned(), 1)], "{found:?}");
+    let id = discrepancies(&app, &admin).await[0]["id"].as_i64().unwrap();
+    let refunded = post(
+        &app,
+        &format!("/payments/discrepancies/{id}/refund"),
+        Some(&admin.token),
+        json!({"note": "the provider charged another amount: give it all back"}),
+    )
+    .await;
+    assert_eq!(refunded.code(), 0, "{}", refunded.raw);
+    let refunds = get(&app, "/payments/refunds", Some(&admin.token))
+        .await
+        .json();
+    assert_eq!(refunds["data"]["items"][0]["amt"], 205, "{refunds}");
+    assert_eq!(
+        refunds["data"]["items"][0]["status"], "succeeded",
+        "{refunds}"
+    );
+    await_reward(&app, &reader, rid, "RewardStatusRefunded").await;
+    assert_eq!(
+        balance(&app, &author).await,
+        0,
+        "the 180-fen credit reversed"
+    );
+    assert_ledger_sound(&app).await;
+}
+
+async fn two_people_acting_on_one_discrepancy_cannot_both_act(setup: Setup) {
+    let app = app(setup).await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let payments: PaymentService = app.service();
+    let (rid, trade_no) = reward(&app, &reader, article, 1000).await;
+    let later = platform::db::now_millis() + 32 * 60 * 1000;
+    sweep(&payments, later, || true).await.unwrap();
+    await_status(&app, &reader, rid, "RewardStatusFailed").await;
+    sqlx::query(
+        "UPDATE fake_pay_orders SET state = 'SUCCESS', transaction_id = 'lateone', paid_at = $1 \
+         WHERE trade_no = $2",
+    )
+    .bind(platform::db::now_millis())
+    .bind(&trade_no)
+    .execute(app.platform.db.writer())
+    .await
+    .unwrap();
+    reconcile_today(&app).await;
+    let id = discrepancies(&app, &admin).await[0]["id"].as_i64().unwrap();
+    // One admin credits, another refunds, at the same moment.
+    let (credit_path, refund_path) = (
+        format!("/payments/discrepancies/{id}/credit"),
+        format!("/payments/discrepancies/{id}/refund"),
+    );
+    let (credit, refund) = tokio::join!(
+        post(
+            &app,
+            &credit_path,
+            Some(&admin.token),
+            json!({"note": "credit it"}),
+        ),
+        post(
+            &app,
+            &refund_path,
+            Some(&admin.token),
+            json!({"note": "refund it"}),
+        ),
+    );
+    let codes = [credit.code(), refund.code()];
+    assert_eq!(
+        codes.iter().filter(|code| **code == 0).count(),
+        1,
+        "exactly one acted: {} / {}",
+        credit.raw,
+        refund.raw
+    );
+    assert!(
+        codes.iter().any(|code| *code == 409001 || *code == 404001),
+        "{codes:?}"
+    );
+    let winner = if credit.code() == 0 {
+        "credit"
+    } else {
+        "refund"
+    };
+    let found = discrepancies(&app, &admin).await;
+    assert_eq!(found[0]["action"], winner, "{found:?}");
+    if winner == "credit" {
+        await_reward(&app, &reader, rid, "RewardStatusPayed").await;
+        assert_eq!(balance(&app, &author).await, 900);
+        assert_eq!(
+            payment_status(&app, &trade_no).await,
+            PaymentStatus::Succeeded
+        );
+    } else {
+        await_reward(&app, &reader, rid, "RewardStatusRefunded").await;
+        assert_eq!(balance(&app, &author).await, 0);
+    }
     assert_ledger_sound(&app).await;
 }
 
@@ -943,7 +1091,9 @@ async fn concurrent_refund_requests_and_notifications_refund_and_reverse_once(se
 crate::setup_tests!(
     concurrent_refund_requests_and_notifications_refund_and_reverse_once,
     a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_sweep,
-    a_refund_the_provider_cannot_pay_back_is_failed_and_can_be_asked_again,
+    a_refund_the_provider_cannot_pay_back_waits_and_completes_when_it_succeeds,
+    an_amount_mismatch_is_refunded_for_the_providers_amount,
+    two_people_acting_on_one_discrepancy_cannot_both_act,
     a_status_poll_asks_the_provider_once_when_the_notification_is_lost,
     the_command_line_refunds_lists_and_acts,
     the_payer_entering_their_password_at_close_ends_paid_and_credited,

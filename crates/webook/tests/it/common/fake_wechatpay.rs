@@ -379,6 +379,23 @@ impl FakeWechatPay {
         }
     }
 
+    /// The `ABNORMAL` refund of order `trade_no` is handled at WeChat Pay (the merchant's
+    /// console): it becomes `SUCCESS`, the money back with the payer.
+    pub fn settle_abnormal_refund(&self, trade_no: &str) {
+        let mut state = self.state();
+        let order = state
+            .orders
+            .get_mut(trade_no)
+            .expect("an order with a refund");
+        let refund = order.refund.as_mut().expect("a refund to settle");
+        assert_eq!(refund.result.status, RefundState::Abnormal);
+        let now = Utc::now().with_timezone(&china());
+        refund.result.status = RefundState::Success;
+        refund.result.success_time = Some(now.format("%Y-%m-%dT%H:%M:%S%:z").to_string());
+        refund.done_at = Some(now.naive_local());
+        order.transaction.trade_state = TradeState::Refund;
+    }
+
     /// The notification WeChat sends for refund `notice`, signed now.
     pub fn refund_notification(&self, notice: &RefundNotice) -> SealedNotification {
         webook::payment::notify::seal_refund(

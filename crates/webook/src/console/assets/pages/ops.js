@@ -461,7 +461,7 @@ export async function findings(ctx) {
 
 // ---- refunds --------------------------------------------------------------------------------
 
-const REFUND_STATUS = ["all", "requested", "processing", "succeeded", "failed"];
+const REFUND_STATUS = ["all", "requested", "processing", "abnormal", "succeeded", "failed"];
 
 function refundRow(r) {
   return h("tr", { dataset: { refund: r.id, trade: r.tradeNo, status: r.status } },
