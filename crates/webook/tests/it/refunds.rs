@@ -593,7 +593,7 @@ async fn a_pending_payment_the_provider_reports_refunded_is_parked_not_polled(se
 async fn a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_sweep(setup: Setup) {
     let wechat = FakeWechatPay::start().await;
     let mut settings = wechat.settings();
-    settings.wechatpay_timeout = Duration::from_millis(500);
+    settings.wechatpay_timeout = Duration::from_secs(2);
     let app = setup
         .spawn(|config| {
             *config.settings_mut::<webook::payment::PaymentSettings>() = settings;
@@ -658,7 +658,14 @@ async fn a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_swe
         .iter()
         .filter(|request| request.method == "POST" && request.path_and_query.contains("/refund/"))
         .count();
-    assert_eq!(refund_requests, 2, "asked twice, one refund");
+    // Asked at least twice (the app's own sweep job may ask too), always under one number:
+    // one refund at WeChat Pay, one in our books.
+    assert!(refund_requests >= 2, "asked again: {refund_requests}");
+    let refunds: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM payment_refunds")
+        .fetch_one(app.platform.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(refunds, 1);
     let (_, found) = reconcile_today(&app).await;
     assert!(found.is_empty(), "{found:?}");
     assert_ledger_sound(&app).await;
