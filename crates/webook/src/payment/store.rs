@@ -802,7 +802,7 @@ impl PaymentStore {
         .fetch_optional(&mut **tx)
         .await?;
         if let Some(payment) = payment {
-            Self::record_event(&mut **tx, &payment, now).await?;
+            Self::record_event(tx, &payment, now).await?;
         }
         Ok(())
     }
