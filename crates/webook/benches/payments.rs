@@ -29,6 +29,21 @@
 //!   reward marked paid and its split posted to the ledger (3 lines: clearing, author, platform
 //!   share) in one transaction. Rewards settled by the runs above are credited first; more are made
 //!   and settled (untimed, then checkpointed as above) when they run out.
+//! - `refund/full`: [`PaymentService::refund`] of a paid and credited reward (made, paid, accepted
+//!   and credited untimed before each sample, then checkpointed) through the fake, which refunds
+//!   at once: the checks, the provider's query, the refund row, the provider's refund and
+//!   `complete_refund` (refund, payment, 3-line reversal and `payment_refunded` event in one
+//!   transaction). Baseline in the same group, `refund/credit_baseline`: `reward/credit` again.
+//! - `reconcile/day`: [`reconcile_day`] of a China-Standard-Time day holding [`DAY_PAYMENTS`]
+//!   paid and credited rewards, every [`REFUND_EVERY`]th refunded (see [`prepare_day`]), against
+//!   the fake's bill (written in WeChat's format and parsed back); each call asserts the day
+//!   clean. Baseline, `reconcile/paid_between_baseline`: the day's payments read as reconciliation
+//!   reads them ([`PaymentStore::paid_between`], keyset batches). `reconcile/part_*` time parts
+//!   of it alone: the bill, the per-payment [`Seller::expected_posting`] calls, the ledger audit.
+//!
+//! After the criterion runs a log subscriber is installed that counts the statements sqlx runs
+//! (`sqlx::query` events), and the statements of one refund and of one day's reconciliation are
+//! printed by statement, with sqlx's timing of them.
 //!
 //! The dataset: 2 000 users and 200 articles (181 of them published) from the seeder
 //! ([`webook::seed::seed`]). Amounts are 100 fen and up, so every reward's posting has its
@@ -43,11 +58,13 @@
 //! percentiles of each operation, one task and 16 concurrent tasks where it writes — among them
 //! 2 000 timed `accept_notification` calls of fresh orders. At the end it audits the ledger
 //! ([`Ledger::audit`]: every balance and every entry sums to 0, each balance equals its
-//! entries) and checks that each credited reward posted exactly its 3 lines; a run that
-//! corrupts the books panics.
+//! entries) and checks that each credited reward and each refund's reversal posted exactly its
+//! 3 lines, with one event per settled and per refunded payment; a run that corrupts the books
+//! panics.
 //!
-//! Run: `cargo bench -p webook --bench payments` (about 2 minutes; figures in
-//! docs/PERFORMANCE.md → Payments). With `WEBOOK_BENCH_DATABASE_URL` set to an empty
+//! Run: `cargo bench -p webook --bench payments` (about 2 minutes before the refund and
+//! reconcile groups; `-- 'refund|reconcile'` runs those alone, with their baselines, in about
+//! 1½ minutes; figures in docs/PERFORMANCE.md → Payments). With `WEBOOK_BENCH_DATABASE_URL` set to an empty
 //! PostgreSQL database the same runs there, e.g. `scripts/with-services.sh bash -c
 //! 'WEBOOK_BENCH_DATABASE_URL=$WEBOOK_TEST_DATABASE_URL cargo bench -p webook --bench payments'`.
 
@@ -56,32 +73,36 @@
 mod common;
 
 use std::{
+    collections::HashMap,
     future::Future,
     hint::black_box,
     sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
 
 use axum::http::HeaderMap;
+use chrono::{Days, NaiveDate, Utc};
 use common::{ms, summary};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use futures_util::{stream, StreamExt};
 use indicatif::ProgressBar;
 use platform::{
     config::DatabaseKind,
-    db::{now_millis, Db},
+    db::{now_millis, placeholders, Db},
     events::{outbox::Outbox, EventStream},
 };
 use tokio::runtime::Runtime;
+use tracing_subscriber::{layer::SubscriberExt, Layer};
 use webook::{
     account::Ledger,
     article::{cache::ArticleCache, store::ArticleStore, ArticleService},
     payment::{
-        crypto::SignedHeaders, notify, Applied, FakePay, PaymentProvider, PaymentService,
-        PaymentStatus, PaymentStore,
+        china_day_bounds, china_today, crypto::SignedHeaders, notify, reconcile_day, store::BATCH,
+        Applied, FakePay, NewRefund, PaymentProvider, PaymentService, PaymentStatus, PaymentStore,
+        ReconcileReport, Refund, RefundStatus, Seller, REFUND_BIZ,
     },
     reward::{RewardService, RewardStore, REWARD_BIZ},
     seed::{seed, Plan},
@@ -170,6 +191,8 @@ async fn build() -> World {
         SHARE_BPS,
         Duration::from_secs(10),
     );
+    // As the app installs rewards: reconciliation checks their postings through it.
+    payments.register_seller(REWARD_BIZ, Arc::new(rewards.clone()));
     eprintln!(
         "{}: seeded {} users and {} published articles in {:.1} s",
         platform::redact_url(&url),
@@ -229,6 +252,24 @@ impl World {
             .accept_notification(&delivery.headers, &delivery.body)
             .await
             .unwrap()
+    }
+
+    /// Refunds the payment of `trade_no` in full through [`PaymentService::refund`], as an admin
+    /// asks (balances checked, no negative balance allowed); the fake refunds at once, so the
+    /// refund comes back succeeded.
+    async fn refund(&self, trade_no: String) -> Refund {
+        let refund = self
+            .payments
+            .refund(&NewRefund {
+                trade_no,
+                reason: "bench: the payer asked".to_owned(),
+                requested_by: self.users.0,
+                allow_negative: false,
+            })
+            .await
+            .unwrap();
+        assert_eq!(refund.status, RefundStatus::Succeeded, "{refund:?}");
+        refund
     }
 
     /// One bare rewards row in its own transaction: the floor of a durable reward. Payer 0 is
@@ -311,6 +352,22 @@ async fn paid_rewards(world: &Arc<World>, n: usize) -> Vec<(i64, i64)> {
     let found = uncredited().await;
     assert_eq!(found.len(), n, "paid rewards to credit");
     found
+}
+
+/// `n` rewards paid and credited (untimed: [`paid_rewards`], then [`RewardService::apply_paid`]
+/// of each, then a checkpoint): (reward id, amount, trade number), oldest first.
+async fn credited_rewards(world: &Arc<World>, n: usize) -> Vec<(i64, i64, String)> {
+    let paid = paid_rewards(world, n).await;
+    for &(rid, amt) in &paid {
+        world.rewards.apply_paid(rid, amt).await.unwrap();
+    }
+    checkpoint(world).await;
+    let mut credited = Vec::with_capacity(n);
+    for (rid, amt) in paid {
+        let reward = world.reward_store.by_id(rid).await.unwrap().unwrap();
+        credited.push((rid, amt, reward.trade_no));
+    }
+    credited
 }
 
 /// Runs `call(i)` for `i` in `0..calls` on `tasks` concurrent tasks; prints the rate (calls
@@ -602,6 +659,438 @@ fn bench_rewards(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
     });
 }
 
+fn bench_refunds(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) {
+    let mut group = c.benchmark_group("refund");
+    group.throughput(Throughput::Elements(1));
+    // Each sample's rewards are made, paid and credited (untimed) before its calls are timed:
+    // the run takes a few times the measurement time.
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    group.sample_size(10);
+    // The baseline, in this group so that a filtered run (`-- refund`) has it: `reward/credit`
+    // again, the transaction a refund's completion mirrors.
+    group.bench_function("credit_baseline", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let world = world.clone();
+            async move {
+                let paid = paid_rewards(&world, usize::try_from(iters).unwrap()).await;
+                timed_in_task(paid, move |(rid, amt)| {
+                    let world = world.clone();
+                    async move { world.rewards.apply_paid(rid, amt).await.unwrap() }
+                })
+                .await
+            }
+        });
+    });
+    group.bench_function("full", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let world = world.clone();
+            async move {
+                let credited = credited_rewards(&world, usize::try_from(iters).unwrap()).await;
+                timed_in_task(credited, move |(_, _, trade_no)| {
+                    let world = world.clone();
+                    async move {
+                        world.refund(trade_no).await;
+                    }
+                })
+                .await
+            }
+        });
+    });
+    group.finish();
+}
+
+/// Paid (and credited) rewards on the reconciled day.
+const DAY_PAYMENTS: usize = 1_000;
+/// Every this many of them is refunded the same day.
+const REFUND_EVERY: usize = 10;
+
+/// The reconciled day: a past China-Standard-Time day holding exactly the day's payments.
+struct ReconciledDay {
+    date: NaiveDate,
+    bounds: (i64, i64),
+    /// (reward id, amount) of its payments.
+    rewards: Vec<(i64, i64)>,
+    refunds: usize,
+}
+
+/// Adds `shift` to a timestamp column of the rows matched by `update` — an `UPDATE … SET …
+/// $1 … WHERE` ending in the key column — whose key is one of `keys`; returns how many changed.
+async fn shift_rows<V>(tx: &mut sqlx::AnyConnection, update: &str, shift: i64, keys: &[V]) -> u64
+where
+    V: for<'q> sqlx::Encode<'q, sqlx::Any> + sqlx::Type<sqlx::Any> + Clone + Send + 'static,
+{
+    let mut changed = 0;
+    for chunk in keys.chunks(500) {
+        let sql = format!("{update} IN ({})", placeholders(2, chunk.len()));
+        let mut query = sqlx::query(&sql).bind(shift);
+        for key in chunk {
+            query = query.bind(key.clone());
+        }
+        changed += query.execute(&mut *tx).await.unwrap().rows_affected();
+    }
+    changed
+}
+
+/// Untimed: [`DAY_PAYMENTS`] rewards paid and credited, every [`REFUND_EVERY`]th refunded, all
+/// through the services; then every timestamp reconciliation reads of them — the payments' and
+/// the fake's `paid_at`, the refunds' and the fake's `refunded_at`, the ledger entries' `ctime`
+/// of the credits and reversals — moved by one constant into a day 30 days back, so that the day
+/// holds exactly these (the other benches' payments stay on today).
+async fn prepare_day(world: &Arc<World>) -> ReconciledDay {
+    let started = Instant::now();
+    let credited = credited_rewards(world, DAY_PAYMENTS).await;
+    let mut refund_ids = Vec::new();
+    for (i, (_, _, trade_no)) in credited.iter().enumerate() {
+        if i % REFUND_EVERY == 0 {
+            refund_ids.push(world.refund(trade_no.clone()).await.id);
+        }
+    }
+    let rids: Vec<i64> = credited.iter().map(|(rid, _, _)| *rid).collect();
+    let trade_nos: Vec<String> = credited.iter().map(|(_, _, t)| t.clone()).collect();
+    let date = china_today(Utc::now()) - Days::new(30);
+    let bounds = china_day_bounds(date);
+    let first = world
+        .payments
+        .store()
+        .by_trade_nos(&trade_nos)
+        .await
+        .unwrap()
+        .iter()
+        .map(|payment| payment.paid_at.unwrap())
+        .min()
+        .unwrap();
+    // An hour into the day: the rows were written over minutes, so all land on it.
+    let shift = bounds.0 + 3_600_000 - first;
+    let mut tx = world.db.writer().begin().await.unwrap();
+    let moved = [
+        shift_rows(
+            &mut tx,
+            "UPDATE payments SET paid_at = paid_at + $1 WHERE trade_no",
+            shift,
+            &trade_nos,
+        )
+        .await,
+        shift_rows(
+            &mut tx,
+            "UPDATE fake_pay_orders SET paid_at = paid_at + $1, \
+             refunded_at = refunded_at + $1 WHERE trade_no",
+            shift,
+            &trade_nos,
+        )
+        .await,
+        shift_rows(
+            &mut tx,
+            "UPDATE payment_refunds SET refunded_at = refunded_at + $1 WHERE trade_no",
+            shift,
+            &trade_nos,
+        )
+        .await,
+        shift_rows(
+            &mut tx,
+            &format!(
+                "UPDATE account_entries SET ctime = ctime + $1 WHERE biz = '{REWARD_BIZ}' \
+                 AND biz_id"
+            ),
+            shift,
+            &rids,
+        )
+        .await,
+        shift_rows(
+            &mut tx,
+            &format!(
+                "UPDATE account_entries SET ctime = ctime + $1 WHERE biz = '{REFUND_BIZ}' \
+                 AND biz_id"
+            ),
+            shift,
+            &refund_ids,
+        )
+        .await,
+    ];
+    tx.commit().await.unwrap();
+    checkpoint(world).await;
+    let (n, r) = (
+        u64::try_from(DAY_PAYMENTS).unwrap(),
+        u64::try_from(refund_ids.len()).unwrap(),
+    );
+    assert_eq!(moved, [n, n, r, 3 * n, 3 * r], "rows moved to the day");
+    eprintln!(
+        "\nreconciliation: {DAY_PAYMENTS} rewards paid and credited, {} of them refunded, moved to \
+         {date} (China Standard Time) in {:.1} s, untimed",
+        refund_ids.len(),
+        started.elapsed().as_secs_f64()
+    );
+    ReconciledDay {
+        date,
+        bounds,
+        rewards: credited.iter().map(|(rid, amt, _)| (*rid, *amt)).collect(),
+        refunds: refund_ids.len(),
+    }
+}
+
+/// The day's comparison found it healthy: every payment, refund, bill line and posting seen,
+/// nothing found.
+fn assert_clean(report: &ReconcileReport, day: &ReconciledDay) {
+    let (n, r) = (
+        u64::try_from(day.rewards.len()).unwrap(),
+        u64::try_from(day.refunds).unwrap(),
+    );
+    assert!(report.found.is_empty(), "discrepancies: {report:?}");
+    assert_eq!(
+        (
+            report.payments,
+            report.refunds,
+            report.bill_rows,
+            report.postings
+        ),
+        (n, r, n + r, n + r),
+        "{report:?}"
+    );
+}
+
+/// The baseline: the day's paid payments read as reconciliation reads them
+/// ([`PaymentStore::paid_between`], keyset batches); returns how many.
+async fn read_day(world: &World, (from, to): (i64, i64)) -> usize {
+    let (mut after, mut read) = (0, 0);
+    loop {
+        let batch = world
+            .payments
+            .store()
+            .paid_between(from, to, after)
+            .await
+            .unwrap();
+        read += batch.len();
+        match batch.last() {
+            Some(last) if batch.len() == usize::try_from(BATCH).unwrap() => after = last.id,
+            _ => return read,
+        }
+    }
+}
+
+fn bench_reconcile(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) -> ReconciledDay {
+    let day = runtime.block_on(prepare_day(world));
+    let (entries, accounts): (i64, i64) = runtime.block_on(async {
+        let report = reconcile_day(&world.payments, &world.ledger, day.date, now_millis())
+            .await
+            .unwrap();
+        assert_clean(&report, &day);
+        sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM account_entries), (SELECT COUNT(*) FROM accounts)",
+        )
+        .fetch_one(world.db.pool())
+        .await
+        .unwrap()
+    });
+    eprintln!(
+        "  the ledger it audits: {entries} entries on {accounts} accounts (all the runs so far)"
+    );
+    let day = Arc::new(day);
+    let n = u64::try_from(day.rewards.len()).unwrap();
+
+    let mut group = c.benchmark_group("reconcile");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(5));
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(n));
+    group.bench_function("paid_between_baseline", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let (world, day) = (world.clone(), day.clone());
+            timed_in_task(times(iters), move |()| {
+                let (world, day) = (world.clone(), day.clone());
+                async move {
+                    assert_eq!(read_day(&world, day.bounds).await, day.rewards.len());
+                }
+            })
+        });
+    });
+    group.bench_function("day", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let (world, day) = (world.clone(), day.clone());
+            timed_in_task(times(iters), move |()| {
+                let (world, day) = (world.clone(), day.clone());
+                async move {
+                    let report =
+                        reconcile_day(&world.payments, &world.ledger, day.date, now_millis())
+                            .await
+                            .unwrap();
+                    assert_clean(&report, &day);
+                }
+            })
+        });
+    });
+    // Parts of it, to see what dominates: the fake's bill (its query, WeChat's format written
+    // and parsed back), the per-payment look-up of the expected split, the whole-ledger audit.
+    group.bench_function("part_bill", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let (world, day) = (world.clone(), day.clone());
+            timed_in_task(times(iters), move |()| {
+                let (world, day) = (world.clone(), day.clone());
+                async move {
+                    let bill = world.fake.trade_bill(day.date).await.unwrap();
+                    assert_eq!(bill.len(), day.rewards.len() + day.refunds);
+                }
+            })
+        });
+    });
+    group.bench_function("part_expected_postings", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let (world, day) = (world.clone(), day.clone());
+            timed_in_task(times(iters), move |()| {
+                let (world, day) = (world.clone(), day.clone());
+                async move {
+                    for &(rid, amt) in &day.rewards {
+                        black_box(world.rewards.expected_posting(rid, amt).await.unwrap());
+                    }
+                }
+            })
+        });
+    });
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("part_ledger_audit", |b| {
+        b.to_async(runtime).iter_custom(|iters| {
+            let world = world.clone();
+            timed_in_task(times(iters), move |()| {
+                let world = world.clone();
+                async move {
+                    let audit = world.ledger.audit().await.unwrap();
+                    assert!(audit.mismatched.is_empty() && audit.total_balance == 0);
+                }
+            })
+        });
+    });
+    group.finish();
+    Arc::into_inner(day).unwrap()
+}
+
+/// Counts the statements sqlx runs (its `sqlx::query` events), by statement, while `on`.
+#[derive(Default)]
+struct StatementCounter {
+    on: AtomicBool,
+    /// Normalised statement → (count, seconds).
+    seen: Mutex<HashMap<String, (u64, f64)>>,
+}
+
+struct Counting(Arc<StatementCounter>);
+
+#[derive(Default)]
+struct StatementFields {
+    summary: String,
+    statement: String,
+    seconds: f64,
+}
+
+impl tracing::field::Visit for StatementFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "summary" => value.clone_into(&mut self.summary),
+            "db.statement" => value.clone_into(&mut self.statement),
+            _ => {}
+        }
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        if field.name() == "elapsed_secs" {
+            self.seconds = value;
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Counting {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "sqlx::query" || !self.0.on.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut fields = StatementFields::default();
+        event.record(&mut fields);
+        let sql = if fields.statement.trim().is_empty() {
+            fields.summary
+        } else {
+            fields.statement
+        };
+        let mut seen = self.0.seen.lock().unwrap();
+        let entry = seen.entry(normalise(&sql)).or_default();
+        entry.0 += 1;
+        entry.1 += fields.seconds;
+    }
+}
+
+/// `sql` on one line, a long column list as `…`, its `IN ($2, $3, …)` lists as `IN ($…)`, cut
+/// to 110 characters.
+fn normalise(sql: &str) -> String {
+    let mut line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    if let (Some(rest), Some(from)) = (line.strip_prefix("SELECT "), line.find(" FROM ")) {
+        if rest.len() > 40 && from > 40 && !rest.starts_with('(') {
+            line = format!("SELECT …{}", &line[from..]);
+        }
+    }
+    let mut from = 0;
+    while let Some(at) = line[from..].find("IN ($") {
+        let start = from + at + 4;
+        let Some(len) = line[start..].find(')') else {
+            break;
+        };
+        if line[start..start + len]
+            .chars()
+            .all(|c| c == '$' || c == ',' || c == ' ' || c.is_ascii_digit())
+        {
+            line.replace_range(start..start + len, "$…");
+        }
+        from = start;
+    }
+    line.chars().take(110).collect()
+}
+
+/// Prints what `counter` saw (most time first) under `label`, and forgets it.
+fn report_statements(counter: &StatementCounter, label: &str) {
+    let seen = std::mem::take(&mut *counter.seen.lock().unwrap());
+    let mut rows: Vec<_> = seen.into_iter().collect();
+    rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+    let (count, seconds) = rows
+        .iter()
+        .fold((0, 0.0), |(n, s), (_, (c, t))| (n + c, s + t));
+    eprintln!(
+        "\n{label}: {count} statements, {:.1} ms in them (as sqlx times them):",
+        1e3 * seconds
+    );
+    for (sql, (n, s)) in rows.iter().take(14) {
+        eprintln!("  {n:>6} × {:>8.2} ms  {sql}", 1e3 * s);
+    }
+}
+
+/// Untimed, after the runs: the statements of one refund and of one day's reconciliation,
+/// counted by a log subscriber installed only now.
+async fn count_statements(world: &Arc<World>, day: &ReconciledDay) {
+    let counter = Arc::new(StatementCounter::default());
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(Counting(counter.clone())),
+    )
+    .unwrap();
+    let (_, _, trade_no) = credited_rewards(world, 1).await.remove(0);
+    counter.on.store(true, Ordering::Relaxed);
+    world.refund(trade_no).await;
+    counter.on.store(false, Ordering::Relaxed);
+    report_statements(&counter, "one refund (PaymentService::refund)");
+    counter.on.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let report = reconcile_day(&world.payments, &world.ledger, day.date, now_millis())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    counter.on.store(false, Ordering::Relaxed);
+    assert_clean(&report, day);
+    report_statements(
+        &counter,
+        &format!(
+            "one day's reconciliation ({} payments, {} refunds; {:.0} ms with the subscriber)",
+            day.rewards.len(),
+            day.refunds,
+            ms(took)
+        ),
+    );
+}
+
 /// The books after the runs: the ledger sums to 0, each balance is its entries, every credited
 /// reward posted its 3 lines and nothing else was posted. Panics otherwise.
 async fn audit(world: &World) {
@@ -616,7 +1105,7 @@ async fn audit(world: &World) {
     .await
     .unwrap();
     let (settled, events, paid_pending): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM payments WHERE status = 'succeeded'), \
+        "SELECT (SELECT COUNT(*) FROM payments WHERE status IN ('succeeded', 'refunded')), \
          (SELECT COUNT(*) FROM event_outbox WHERE topic = 'payment_succeeded'), \
          (SELECT COUNT(*) FROM payments p JOIN fake_pay_orders f ON f.trade_no = p.trade_no \
           WHERE p.status = 'pending' AND f.state = 'SUCCESS')",
@@ -624,9 +1113,21 @@ async fn audit(world: &World) {
     .fetch_one(world.db.pool())
     .await
     .unwrap();
+    let (refunded, refunds, refund_events, reversals): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM payments WHERE status = 'refunded'), \
+         (SELECT COUNT(*) FROM payment_refunds WHERE status = 'succeeded'), \
+         (SELECT COUNT(*) FROM event_outbox WHERE topic = 'payment_refunded'), \
+         (SELECT COUNT(DISTINCT biz_id) FROM account_entries WHERE biz = $1)",
+    )
+    .bind(REFUND_BIZ)
+    .fetch_one(world.db.pool())
+    .await
+    .unwrap();
     eprintln!(
         "\nledger audit: total balance {}, total of entries {}, {} mismatched accounts; {credited} \
-         rewards credited with {entries} entries; {settled} payments succeeded with {events} events",
+         rewards credited and {reversals} refunds reversed with {entries} entries; {settled} \
+         payments succeeded with {events} events, {refunded} of them refunded with \
+         {refund_events} events",
         audit.total_balance,
         audit.total_entries,
         audit.mismatched.len()
@@ -650,10 +1151,15 @@ async fn audit(world: &World) {
     );
     assert_eq!(
         entries,
-        3 * credited,
-        "a credited reward without its 3 lines"
+        3 * credited + 3 * reversals,
+        "a credited reward or a reversal without its 3 lines"
     );
     assert_eq!(events, settled, "a settled payment without its one event");
+    assert_eq!(
+        (refunds, reversals, refund_events),
+        (refunded, refunded, refunded),
+        "a refunded payment without its one refund, reversal and event"
+    );
     assert_eq!(
         paid_pending, 0,
         "an order paid at the provider left pending"
@@ -665,6 +1171,9 @@ fn bench(c: &mut Criterion) {
     let world = Arc::new(runtime.block_on(build()));
     bench_notifications(c, &runtime, &world);
     bench_rewards(c, &runtime, &world);
+    bench_refunds(c, &runtime, &world);
+    let day = bench_reconcile(c, &runtime, &world);
+    runtime.block_on(count_statements(&world, &day));
     runtime.block_on(audit(&world));
 }
 
