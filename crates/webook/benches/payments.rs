@@ -39,7 +39,7 @@
 //!   the fake's bill (written in WeChat's format and parsed back); each call asserts the day
 //!   clean. Baseline, `reconcile/paid_between_baseline`: the day's payments read as reconciliation
 //!   reads them ([`PaymentStore::paid_between`], keyset batches). `reconcile/part_*` time parts
-//!   of it alone: the bill, the per-payment [`Seller::expected_posting`] calls, the ledger audit.
+//!   of it alone: the bill, the [`Seller::expected_postings`] reads (one per batch of 200, as reconciliation reads them), the ledger audit.
 //!
 //! After the criterion runs a log subscriber is installed that counts the statements sqlx runs
 //! (`sqlx::query` events), and the statements of one refund and of one day's reconciliation are
@@ -264,6 +264,7 @@ impl World {
                 trade_no,
                 reason: "bench: the payer asked".to_owned(),
                 requested_by: self.users.0,
+                requested_via: String::new(),
                 allow_negative: false,
             })
             .await
@@ -938,8 +939,9 @@ fn bench_reconcile(c: &mut Criterion, runtime: &Runtime, world: &Arc<World>) -> 
             timed_in_task(times(iters), move |()| {
                 let (world, day) = (world.clone(), day.clone());
                 async move {
-                    for &(rid, amt) in &day.rewards {
-                        black_box(world.rewards.expected_posting(rid, amt).await.unwrap());
+                    let rids: Vec<i64> = day.rewards.iter().map(|&(rid, _)| rid).collect();
+                    for batch in rids.chunks(200) {
+                        black_box(world.rewards.expected_postings(batch).await.unwrap());
                     }
                 }
             })

@@ -51,7 +51,7 @@ use super::{
     store::BATCH,
     PAYMENT_DISCREPANCIES_OPEN,
 };
-use crate::account::{AccountKind, Ledger, Line};
+use crate::account::{AccountKind, Ledger, Line, Posting};
 
 /// Name of the sweep job and its executor.
 pub const SWEEP_JOB: &str = "payment_sweep";
@@ -450,9 +450,16 @@ async fn check_payments(
         for (biz, paid) in by_biz {
             let ids: Vec<i64> = paid.iter().map(|payment| payment.biz_id).collect();
             let mut posted = day.ledger.lines(&biz, &ids).await?;
+            // What the seller says each sale's posting must be: one read per batch.
+            let expected = match day.payments.seller(&biz) {
+                Some(seller) => seller.expected_postings(&ids).await?,
+                None => HashMap::new(),
+            };
             for payment in paid {
                 match posted.remove(&payment.biz_id) {
-                    Some(lines) => check_posting(day, payment, &lines).await?,
+                    Some(lines) => {
+                        check_posting(day, payment, &lines, expected.get(&payment.biz_id)).await?
+                    }
                     // Settled by this run (its credit is on its way), or refunded before it
                     // was ever credited (paid after we gave up on it).
                     None if settled_now.contains(&payment.trade_no)
@@ -489,16 +496,17 @@ async fn check_payments(
 
 /// Checks the `lines` posted for `payment`: the clearing account gives up exactly its amount,
 /// and the split is the one its seller says the settings of the sale's time imply.
-async fn check_posting(day: &mut Day<'_>, payment: &Payment, lines: &[Line]) -> anyhow::Result<()> {
+async fn check_posting(
+    day: &mut Day<'_>,
+    payment: &Payment,
+    lines: &[Line],
+    expected: Option<&Posting>,
+) -> anyhow::Result<()> {
     let cleared: i64 = lines
         .iter()
         .filter(|line| line.account.kind == AccountKind::Clearing)
         .map(|line| line.amt)
         .sum();
-    let expected = match day.payments.seller(&payment.biz) {
-        Some(seller) => seller.expected_posting(payment.biz_id, payment.amt).await?,
-        None => None,
-    };
     let split_ok = expected.is_none_or(|expected| same_lines(&expected.lines, lines));
     if cleared != -payment.amt || !split_ok {
         let detail = format!(

@@ -46,9 +46,9 @@ const STUCK_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// What a seller (rewards) tells reconciliation about its sales.
 #[async_trait]
 pub trait Seller: Send + Sync + std::fmt::Debug {
-    /// The posting the ledger must have for sale `biz_id` paid with `amt` fen — its split as
-    /// the settings of the sale's time imply; `None` when there is no such sale.
-    async fn expected_posting(&self, biz_id: i64, amt: i64) -> anyhow::Result<Option<Posting>>;
+    /// The postings the ledger must have for sales `biz_ids` (those that exist), by id — each
+    /// sale's split as the settings of its time imply — read in one go per few hundred.
+    async fn expected_postings(&self, biz_ids: &[i64]) -> anyhow::Result<HashMap<i64, Posting>>;
 }
 
 /// The sellers by `biz`; registered as sellers install.

@@ -513,12 +513,14 @@ impl RewardService {
 /// What reconciliation checks a reward's posting against: its split by the share of its time.
 #[async_trait::async_trait]
 impl Seller for RewardService {
-    async fn expected_posting(&self, rid: i64, _amt: i64) -> anyhow::Result<Option<Posting>> {
+    async fn expected_postings(&self, rids: &[i64]) -> anyhow::Result<HashMap<i64, Posting>> {
         Ok(self
             .store
-            .by_id(rid)
+            .by_ids(rids)
             .await?
-            .map(|reward| self.split(&reward)))
+            .iter()
+            .map(|reward| (reward.id, self.split(reward)))
+            .collect())
     }
 }
 

@@ -83,6 +83,23 @@ impl RewardStore {
             .await
     }
 
+    /// The rewards of `rids` (those that exist), in one query per few hundred.
+    pub async fn by_ids(&self, rids: &[i64]) -> sqlx::Result<Vec<Reward>> {
+        let mut found = Vec::with_capacity(rids.len());
+        for chunk in rids.chunks(500) {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM rewards WHERE id IN ({})",
+                platform::db::placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query_as::<_, Reward>(&sql);
+            for rid in chunk {
+                query = query.bind(*rid);
+            }
+            found.extend(query.fetch_all(self.db.pool()).await?);
+        }
+        Ok(found)
+    }
+
     /// Marks reward `rid` paid in `tx` — from `init`, or from `failed` when a person credits a
     /// payment that arrived after we gave up on it; returns the reward (whatever its status was).
     pub async fn mark_payed(
