@@ -107,36 +107,33 @@
 //! | `one_live_refund` (the unique index), with a provider that takes a second refund | 4, 2 | two admins both find no live refund and insert one each; the provider refunds both |
 //! | `refuse_uncredited` (the 409) | — | redundant: without it the refund waits in `AwaitingCredit` |
 //!
-//! # Findings about the code as it is
+//! # Findings, and what the code does since
 //!
-//! With every database transaction atomic (SQLite), every invariant holds in each world checked
-//! alone — the spec, refunds ending ABNORMAL, money taken after close — but not in the last two
-//! together, and not under PostgreSQL's isolation:
+//! This model was written against the revision before the review fixes of issue 48; it found
+//! two problems, both fixed in the code since, and both kept here as broken variants the
+//! checker must catch:
 //!
-//! - **A second failure of the same kind is told to nobody** (`END_STATE`, test
-//!   `a_second_failed_refund_of_money_taken_after_close_is_told_to_nobody`). The notification
-//!   and refund paths record discrepancies with an empty `bill_date`, and the table is unique
-//!   per (bill_date, kind, trade), so once a person closed a trade's `refund_failed` (by asking
-//!   again) a second ABNORMAL records nothing. Trace: the sweep closes the order; the provider
-//!   still takes the money; the success records `paid_after_failure`; a person refunds (closes
-//!   it); the refund ends ABNORMAL (`refund_failed`, open); the person refunds again under a new
-//!   number (closes it); that ends ABNORMAL too: the provider has the money, our payment is
-//!   failed, and no discrepancy is open. (For a succeeded, credited payment the books stay
-//!   right, but the admin's second refund fails silently.)
-//! - **On PostgreSQL, `complete_refund`'s guard races the settle** (`END_STATE`, test
-//!   `on_read_committed_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment`).
-//!   Under READ COMMITTED the guard is a plain `SELECT`: an admin refunds a payment paid at the
-//!   provider whose notification is not applied yet (ours pending; `refund` allows it); the
-//!   provider's REFUND.SUCCESS reaches `complete_refund`, whose guard sees the payment pending;
-//!   the TRANSACTION.SUCCESS handler's `settle` commits pending → succeeded with its
-//!   `payment_succeeded` event; `complete_refund` goes on: nothing to reverse (no credit yet),
-//!   `UPDATE payments … WHERE status IN ('succeeded', 'failed', 'pending')` sees the new row
-//!   and marks it refunded; the consumer then posts the credit (`apply_paid` does not look at
-//!   the payment). The payer has the money back and the author and the platform keep their
-//!   shares. SQLite is not affected (its writer begins `IMMEDIATE`).
-//!
-//! Both tests assert that the checker finds the counterexample, so the suite stays green while
-//! the code has them; once fixed, each becomes an `assert_properties` check.
+//! - **On PostgreSQL, `complete_refund`'s guard raced the settle** (`END_STATE`, test
+//!   `without_the_payment_row_lock_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment`).
+//!   Under READ COMMITTED a plain-`SELECT` guard let this happen: an admin refunds a payment
+//!   paid at the provider whose notification is not applied yet (ours pending); the provider's
+//!   REFUND.SUCCESS reaches `complete_refund`, whose guard sees the payment pending; the
+//!   TRANSACTION.SUCCESS handler's `settle` commits pending → succeeded; `complete_refund` goes
+//!   on with nothing to reverse and marks the payment refunded; the consumer then posts the
+//!   credit. **Since:** `complete_refund` first locks the payment row (`UPDATE payments … RETURNING
+//!   status`, `PaymentStore::lock_awaiting_credit`), so guard and update are atomic with respect
+//!   to `settle` — the model's `Isolation::Atomic`, which checks clean; and `apply_paid` no
+//!   longer credits a refunded reward.
+//! - **A second failed refund was told to nobody** (`END_STATE`, test
+//!   `with_refund_discrepancies_keyed_per_trade_a_second_failed_refund_is_told_to_nobody`): the
+//!   discrepancy table is unique per (bill_date, kind, trade) and refund findings had an empty
+//!   `bill_date`, so once a person closed a trade's `refund_failed` by asking again, a second
+//!   failure recorded nothing. **Since:** a refund's discrepancies are keyed by its refund number
+//!   (their `bill_date`), and an ABNORMAL refund stays under way (`abnormal`, completing if the
+//!   provider later reports success) — only CLOSED fails it. The model's "ABNORMAL" world is the
+//!   code's CLOSED path now; modelling the per-refund key (one discrepancy slot per refund
+//!   number) and the `abnormal` state is left to do: the test keeps the old per-trade key as a
+//!   broken variant.
 
 use std::collections::BTreeSet;
 
@@ -1287,7 +1284,7 @@ fn the_409_for_an_uncredited_payment_is_redundant_the_refund_waits_instead() {
 }
 
 #[test]
-fn on_read_committed_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment() {
+fn without_the_payment_row_lock_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment() {
     let mut config = small();
     config.isolation = Isolation::ReadCommitted;
     let path = counterexample(config, END_STATE);
@@ -1295,7 +1292,7 @@ fn on_read_committed_a_settle_between_the_guard_and_the_update_credits_a_refunde
 }
 
 #[test]
-fn a_second_failed_refund_of_money_taken_after_close_is_told_to_nobody() {
+fn with_refund_discrepancies_keyed_per_trade_a_second_failed_refund_is_told_to_nobody() {
     let mut config = Config::spec();
     config.world.paid_after_close = true;
     config.persons = 1;
