@@ -30,6 +30,8 @@ pub mod http;
 pub mod issuing_ca;
 pub mod model;
 pub mod notify;
+#[cfg(test)]
+mod protocol;
 pub mod provider;
 pub mod reconcile;
 pub mod refund;
