@@ -114,7 +114,7 @@
 //! checker must catch:
 //!
 //! - **On PostgreSQL, `complete_refund`'s guard raced the settle** (`END_STATE`, test
-//!   `without_the_payment_row_lock_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment`).
+//!   `without_the_row_lock_a_settle_between_guard_and_update_credits_a_refunded_payment`).
 //!   Under READ COMMITTED a plain-`SELECT` guard let this happen: an admin refunds a payment
 //!   paid at the provider whose notification is not applied yet (ours pending); the provider's
 //!   REFUND.SUCCESS reaches `complete_refund`, whose guard sees the payment pending; the
@@ -1284,7 +1284,7 @@ fn the_409_for_an_uncredited_payment_is_redundant_the_refund_waits_instead() {
 }
 
 #[test]
-fn without_the_payment_row_lock_a_settle_between_the_guard_and_the_update_credits_a_refunded_payment() {
+fn without_the_row_lock_a_settle_between_guard_and_update_credits_a_refunded_payment() {
     let mut config = small();
     config.isolation = Isolation::ReadCommitted;
     let path = counterexample(config, END_STATE);
