@@ -101,6 +101,42 @@ async fn await_reward(app: &TestApp, payer: &Member, rid: i64, expected: &str) {
     .await;
 }
 
+/// A WeChat Pay app whose reward of `amt` fen is paid, notified and credited (the author has
+/// 90 % of it).
+struct Paid {
+    app: TestApp,
+    wechat: FakeWechatPay,
+    admin: Member,
+    author: Member,
+    reader: Member,
+    rid: i64,
+    trade_no: String,
+}
+
+async fn paid_reward(setup: Setup, amt: i64) -> Paid {
+    let wechat = FakeWechatPay::start().await;
+    let app = wechat_app(setup, &wechat).await;
+    let admin = member(&app, "admin").await;
+    let (author, reader, article) = author_and_reader(&app).await;
+    let (rid, trade_no) = wechat_reward(&app, &reader, article, amt).await;
+    let paid = wechat.pay(&trade_no);
+    let (status, body) = deliver(&app, &wechat.notification(&paid)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    platform::testing::wait_until("the author credited", || async {
+        balance(&app, &author).await == amt * 9 / 10
+    })
+    .await;
+    Paid {
+        app,
+        wechat,
+        admin,
+        author,
+        reader,
+        rid,
+        trade_no,
+    }
+}
+
 /// Reconciles today and returns what it found, sorted.
 async fn reconcile_today(app: &TestApp) -> (webook::payment::ReconcileReport, Vec<(String, u64)>) {
     let today = webook::payment::china_today(chrono::Utc::now());
@@ -672,17 +708,15 @@ async fn a_refund_whose_answer_and_notification_are_lost_is_completed_by_the_swe
 }
 
 async fn a_refund_the_provider_cannot_pay_back_waits_and_completes_when_it_succeeds(setup: Setup) {
-    let wechat = FakeWechatPay::start().await;
-    let app = wechat_app(setup, &wechat).await;
-    let admin = member(&app, "admin").await;
-    let (author, reader, article) = author_and_reader(&app).await;
-    let (_rid, trade_no) = wechat_reward(&app, &reader, article, 600).await;
-    let paid = wechat.pay(&trade_no);
-    deliver(&app, &wechat.notification(&paid)).await;
-    platform::testing::wait_until("the author credited", || async {
-        balance(&app, &author).await == 540
-    })
-    .await;
+    let Paid {
+        app,
+        wechat,
+        admin,
+        author,
+        reader: _,
+        rid: _,
+        trade_no,
+    } = paid_reward(setup, 600).await;
     let body = json!({"tradeNo": trade_no, "reason": "card closed?"});
     let first = post(&app, "/payments/refunds", Some(&admin.token), body).await;
     assert_eq!(
@@ -1037,17 +1071,15 @@ async fn the_command_line_refunds_lists_and_acts(setup: Setup) {
 }
 
 async fn concurrent_refund_requests_and_notifications_refund_and_reverse_once(setup: Setup) {
-    let wechat = FakeWechatPay::start().await;
-    let app = wechat_app(setup, &wechat).await;
-    let admin = member(&app, "admin").await;
-    let (author, reader, article) = author_and_reader(&app).await;
-    let (rid, trade_no) = wechat_reward(&app, &reader, article, 3000).await;
-    let paid = wechat.pay(&trade_no);
-    deliver(&app, &wechat.notification(&paid)).await;
-    platform::testing::wait_until("the author credited", || async {
-        balance(&app, &author).await == 2700
-    })
-    .await;
+    let Paid {
+        app,
+        wechat,
+        admin,
+        author,
+        reader,
+        rid,
+        trade_no,
+    } = paid_reward(setup, 3000).await;
 
     // Ten admins' clicks at once.
     let body = json!({"tradeNo": trade_no, "reason": "concurrent"});
