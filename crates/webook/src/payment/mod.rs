@@ -11,8 +11,8 @@
 //! payment's (biz, biz_id). The sweep settles payments whose notification never came, and the daily
 //! reconciliation compares the provider's bill with payments and ledger ([`reconcile`]).
 //! Young pending payments are queried at the provider at set ages, settling a lost notification
-//! within minutes ([`watch`]); reconciliation keeps a record per bill day and catches up the days
-//! not ready, failed or missed ([`catch_up`]). An admin refunds a paid payment ([`refund`]: the
+//! within minutes ([`mod@watch`]); reconciliation keeps a record per bill day and catches up the days
+//! not ready, failed or missed ([`mod@catch_up`]). An admin refunds a paid payment ([`refund`]: the
 //! provider's refund, its `REFUND.*` notification, and the reversal in the refund's transaction,
 //! with a `payment_refunded` event for the seller) and fixes each discrepancy with its action —
 //! credit, refund, resolve ([`actions`]; the same over HTTP, [`http`], and the command line,
