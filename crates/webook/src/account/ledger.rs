@@ -276,18 +276,20 @@ pub async fn lines_of(
     .fetch_all(&mut **tx)
     .await?;
     rows.into_iter()
-        .map(|(kind, owner, amt, memo)| {
-            Ok(Line {
-                account: AccountRef {
-                    kind: AccountKind::try_from(kind.as_str())
-                        .map_err(|err| sqlx::Error::Decode(err.into()))?,
-                    owner,
-                },
-                amt,
-                memo,
-            })
-        })
+        .map(|(kind, owner, amt, memo)| line_of_row(&kind, owner, amt, memo))
         .collect()
+}
+
+/// A line as an entry row joined with its account reads: (`accounts.kind`, owner, amt, memo).
+pub(super) fn line_of_row(kind: &str, owner: i64, amt: i64, memo: String) -> sqlx::Result<Line> {
+    Ok(Line {
+        account: AccountRef {
+            kind: AccountKind::try_from(kind).map_err(|err| sqlx::Error::Decode(err.into()))?,
+            owner,
+        },
+        amt,
+        memo,
+    })
 }
 
 /// Whether `err` is the unique key refusing a concurrent second posting of one event.

@@ -11,7 +11,7 @@ use platform::{
     page::{decode_cursor, overfetch, Page},
 };
 
-use super::ledger::{self, AccountKind, AccountRef, Line, PostError, Posted, Posting};
+use super::ledger::{self, AccountKind, Line, PostError, Posted, Posting};
 
 /// An entry as its account's owner sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema, sqlx::FromRow)]
@@ -180,13 +180,10 @@ impl Ledger {
                 query = query.bind(*id);
             }
             for (biz_id, kind, owner, amt, memo) in query.fetch_all(self.db.pool()).await? {
-                let kind = AccountKind::try_from(kind.as_str())
-                    .map_err(|err| sqlx::Error::Decode(err.into()))?;
-                lines.entry(biz_id).or_default().push(Line {
-                    account: AccountRef { kind, owner },
-                    amt,
-                    memo,
-                });
+                lines
+                    .entry(biz_id)
+                    .or_default()
+                    .push(ledger::line_of_row(&kind, owner, amt, memo)?);
             }
         }
         Ok(lines)
