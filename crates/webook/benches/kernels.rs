@@ -51,7 +51,10 @@ use webook::{
         model::{ScoreFormula, Signals, TopN},
         store::SharedList,
     },
-    search::{highlight::Highlighter, query::ParsedQuery},
+    search::{
+        highlight::{self, Highlighter},
+        query::ParsedQuery,
+    },
     seed::{
         random::{Rng, Stream},
         text::{self, Language},
@@ -434,7 +437,7 @@ fn search_highlight(c: &mut Criterion) {
         let title = "数据库的索引与缓存";
         group.bench_function(*name, |b| {
             b.iter(|| {
-                let mut highlighter = Highlighter::new(&parsed);
+                let mut highlighter = Highlighter::new(highlight::needles(&parsed));
                 for body in bodies {
                     black_box(highlighter.article(title, black_box(body)));
                 }

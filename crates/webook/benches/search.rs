@@ -1,7 +1,7 @@
 //! Search queries through the search feature's own code, exactly as `GET /search` runs them:
 //! [`SearchIndex::open`] (which registers the analyses), then per query
-//! `query::build(fields, ARTICLE, &ParsedQuery::parse(q))` and `query::search(&searcher, …,
-//! ARTICLE, None, 21, now)` — no hydration, no highlights: the index's part of a request.
+//! `query::ranked(&searcher, fields, ARTICLE, q, 21, now)` (prepare and search, as the service
+//! does) — no hydration, no highlights: the index's part of a request.
 //!
 //! - `search/tantivy/*`: 1-, 2- and 3-term Chinese and English queries, each as typed (the last
 //!   term still being typed, so it also matches as a prefix: what the service does for a `q`
@@ -46,7 +46,6 @@ use common::{ms, summary};
 use criterion::{criterion_group, criterion_main, Criterion};
 use indicatif::ProgressBar;
 use platform::db::{now_millis, Db};
-use tantivy::collector::Count;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use webook::{
@@ -306,15 +305,23 @@ async fn load_pg(pg: &Db, source: &str) {
 /// Tantivy's hits for `q`, as the service asks for them.
 fn tantivy_search(index: &SearchIndex, q: &str, now: i64) -> Vec<query::Hit> {
     let searcher = index.reader().searcher();
-    let query = query::build(index.fields(), index::ARTICLE, &ParsedQuery::parse(q));
-    query::search(&searcher, query.as_ref(), index::ARTICLE, None, LIMIT, now).unwrap()
+    query::ranked(&searcher, index.fields(), index::ARTICLE, q, LIMIT, now).unwrap()
 }
 
 /// How many articles `q` matches in tantivy.
 fn tantivy_count(index: &SearchIndex, q: &str) -> usize {
     let searcher = index.reader().searcher();
-    let query = query::build(index.fields(), index::ARTICLE, &ParsedQuery::parse(q));
-    searcher.search(query.as_ref(), &Count).unwrap()
+    let parsed = ParsedQuery::parse(q);
+    let synonyms = Default::default();
+    query::prepare(
+        &searcher,
+        index.fields(),
+        index::ARTICLE,
+        &parsed,
+        &synonyms,
+    )
+    .and_then(|prepared| prepared.count(&searcher))
+    .unwrap()
 }
 
 const PG_SEARCH: &str = "SELECT d.id, ts_rank(d.tsv, q) AS rank \

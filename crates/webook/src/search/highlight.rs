@@ -1,9 +1,13 @@
 //! Highlights: the parts of a title or a body that match the query, marked with `<em>`, the
 //! rest HTML-escaped, cut on character boundaries.
 //!
-//! Matching is on characters, case-insensitive (each character lowercased on its own, so
-//! positions never shift), against the query's terms, the jieba words and the character pairs
-//! inside them — what made the document match. Overlapping matches merge into one mark.
+//! Matching agrees with the index: on [folded](super::fold) text (each folded character
+//! mapped back to the one it came from, so marks fall on the text as written), against the
+//! words and phrases the query matched with ([`super::query::Prepared::needles`]: its terms,
+//! their pieces, the words its prefixes and typos expanded to, its synonyms). A needle that
+//! begins (ends) with a Latin letter or digit matches only where a word begins (ends), as the
+//! index matches whole words: "go" is not marked inside "Google". Overlapping matches merge
+//! into one mark.
 //!
 //! Cost: one request's highlights are bounded whatever the query and the hits. A
 //! [`Highlighter`] is built once per request: every fragment of the query (up to ~150 for 100
@@ -18,7 +22,11 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use platform::text::push_html_escaped;
 use serde::Serialize;
 
-use super::{query::ParsedQuery, tokens};
+use super::{
+    fold::fold_chars,
+    query::ParsedQuery,
+    tokens::{self, is_word_char},
+};
 
 /// Highlights of an article hit: escaped text, matches in `<em>`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
@@ -42,28 +50,15 @@ pub const SCAN_CHARS: usize = 50_000;
 /// with a match at every second one (a few milliseconds).
 pub const REQUEST_WORK_BUDGET: u64 = 2_000_000;
 
-fn lower(c: char) -> char {
-    let mut lower = c.to_lowercase();
-    match (lower.next(), lower.next()) {
-        (Some(single), None) => single,
-        _ => c,
-    }
-}
-
-/// What to look for: the terms, their words and their character pairs, lowercased, longest
-/// first, each at least one letter or digit.
-pub fn needles(parsed: &ParsedQuery) -> Vec<Vec<char>> {
-    let mut needles: Vec<Vec<char>> = Vec::new();
+/// The needles of `parsed` found without the index: its terms and their pieces, folded,
+/// longest first (a [`super::query::Prepared`] has the whole set).
+pub fn needles(parsed: &ParsedQuery) -> Vec<String> {
+    let mut needles: Vec<String> = Vec::new();
     for term in &parsed.terms {
-        needles.push(term.chars().map(lower).collect());
-        for word in tokens::words(term) {
-            needles.push(word.text.chars().map(lower).collect());
-        }
-        for gram in tokens::grams(term) {
-            needles.push(gram.text.chars().map(lower).collect());
-        }
+        needles.push(term.clone());
+        needles.extend(tokens::pieces(term));
     }
-    needles.retain(|needle| needle.iter().any(|c| c.is_alphanumeric()));
+    needles.retain(|needle| needle.chars().any(char::is_alphanumeric));
     needles.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     needles.dedup();
     needles
@@ -129,26 +124,38 @@ impl Budget {
 /// The highlights of one request's hits, within one budget (see the module docs).
 #[derive(Debug)]
 pub struct Highlighter {
-    /// The query's fragments, lowercased; `None` when there are none.
+    /// The needles; `None` when there are none.
     automaton: Option<AhoCorasick>,
+    /// For each needle: whether it must begin, and end, where a word does.
+    edges: Vec<(bool, bool)>,
     budget: Budget,
 }
 
 impl Highlighter {
-    /// The highlighter of a request for `parsed`, with [`REQUEST_WORK_BUDGET`].
-    pub fn new(parsed: &ParsedQuery) -> Self {
-        Self::with_budget(parsed, REQUEST_WORK_BUDGET)
+    /// The highlighter of a request whose query matched with `needles` (folded), with
+    /// [`REQUEST_WORK_BUDGET`].
+    pub fn new(needles: Vec<String>) -> Self {
+        Self::with_budget(needles, REQUEST_WORK_BUDGET)
     }
 
-    /// The highlighter of a request for `parsed` that may spend `budget` work units.
-    pub fn with_budget(parsed: &ParsedQuery, budget: u64) -> Self {
+    /// The highlighter of a request for `needles` that may spend `budget` work units.
+    pub fn with_budget(needles: Vec<String>, budget: u64) -> Self {
         let mut budget = Budget {
             left: budget,
             spent: 0,
         };
-        let patterns: Vec<String> = needles(parsed)
+        let patterns: Vec<String> = needles
             .into_iter()
-            .map(|needle| needle.into_iter().collect())
+            .filter(|needle| needle.chars().any(char::is_alphanumeric))
+            .collect();
+        let edges = patterns
+            .iter()
+            .map(|p| {
+                (
+                    p.chars().next().is_some_and(is_word_char),
+                    p.chars().last().is_some_and(is_word_char),
+                )
+            })
             .collect();
         let size: usize = patterns.iter().map(|pattern| pattern.chars().count()).sum();
         let automaton = if patterns.is_empty() || !budget.take(size) {
@@ -163,7 +170,11 @@ impl Highlighter {
                 .map_err(|err| tracing::warn!(%err, "search highlights: no automaton"))
                 .ok()
         };
-        Self { automaton, budget }
+        Self {
+            automaton,
+            edges,
+            budget,
+        }
     }
 
     /// Work units spent so far.
@@ -185,33 +196,44 @@ impl Highlighter {
         let Some(automaton) = &self.automaton else {
             return Some(Vec::new());
         };
-        // The lowercased text, and the byte offset of each character in it (and of its end).
-        let mut lowered = String::with_capacity(text.len());
-        let mut offsets: Vec<u32> = Vec::with_capacity(text.len() + 1);
-        for &c in text {
-            offsets.push(u32::try_from(lowered.len()).ok()?);
-            lowered.push(lower(c));
+        // The folded text, each folded character's source, and for each byte offset in it
+        // where a folded character starts, its index.
+        let folded = fold_chars(text);
+        let mut lowered = String::with_capacity(folded.len());
+        let mut char_at: Vec<u32> = vec![0; folded.len() * 4 + 1];
+        for (at, &(c, _)) in folded.iter().enumerate() {
+            char_at[lowered.len()] = u32::try_from(at).ok()?;
+            lowered.push(c);
         }
-        offsets.push(u32::try_from(lowered.len()).ok()?);
-        // Where the matches starting at each byte reach (the longest of them): the union of
-        // the matches without sorting them.
-        let mut reach: Vec<u32> = vec![0; lowered.len() + 1];
+        char_at.truncate(lowered.len() + 1);
+        char_at[lowered.len()] = u32::try_from(folded.len()).ok()?;
+        // Where the matches starting at each character of `text` reach (the longest of
+        // them): the union of the matches without sorting them.
+        let mut reach: Vec<usize> = vec![0; text.len() + 1];
         // Standard semantics report every match of every fragment, overlapping ones too.
         let found = automaton.try_find_overlapping_iter(lowered.as_str()).ok()?;
         for found in found {
             if !self.budget.take(1) {
                 return None;
             }
-            let end = u32::try_from(found.end()).ok()?;
-            let slot = &mut reach[found.start()];
-            *slot = (*slot).max(end);
+            let first = char_at[found.start()] as usize;
+            let end = char_at[found.end()] as usize;
+            let (starts_word, ends_word) = self.edges[found.pattern().as_usize()];
+            if (starts_word && first > 0 && is_word_char(folded[first - 1].0))
+                || (ends_word && end < folded.len() && is_word_char(folded[end].0))
+                || end == first
+            {
+                continue;
+            }
+            let (from, to) = (folded[first].1, folded[end - 1].1 + 1);
+            reach[from] = reach[from].max(to);
         }
         // Covered characters, grouped into runs.
         let mut merged: Vec<(usize, usize)> = Vec::new();
-        let mut covered_to = 0u32;
-        for (at, &byte) in offsets[..text.len()].iter().enumerate() {
-            covered_to = covered_to.max(reach[byte as usize]);
-            if covered_to > byte {
+        let mut covered_to = 0;
+        for (at, &reaches) in reach[..text.len()].iter().enumerate() {
+            covered_to = covered_to.max(reaches);
+            if covered_to > at {
                 match merged.last_mut() {
                     Some(last) if last.1 == at => last.1 = at + 1,
                     _ => merged.push((at, at + 1)),
@@ -284,7 +306,7 @@ mod tests {
     use super::*;
 
     fn highlighter(q: &str) -> Highlighter {
-        Highlighter::new(&ParsedQuery::parse(q))
+        Highlighter::new(needles(&ParsedQuery::parse(q)))
     }
 
     #[test]
@@ -324,17 +346,26 @@ mod tests {
         assert_eq!(highlighter("rust").content("nothing here"), None);
     }
 
-    /// What matching was before the automaton: every needle looked for at every position.
-    fn naive_marks(text: &[char], needles: &[Vec<char>]) -> Vec<(usize, usize)> {
-        let lowered: Vec<char> = text.iter().copied().map(lower).collect();
+    /// What matching was before the automaton: every needle looked for at every position of
+    /// the folded text, whole words for Latin edges.
+    fn naive_marks(text: &[char], needles: &[String]) -> Vec<(usize, usize)> {
+        let folded = fold_chars(text);
+        let lowered: Vec<char> = folded.iter().map(|(c, _)| *c).collect();
         let mut ranges = Vec::new();
         for needle in needles {
-            if needle.len() > lowered.len() {
+            let needle: Vec<char> = needle.chars().collect();
+            if needle.len() > lowered.len() || needle.is_empty() {
                 continue;
             }
             for start in 0..=lowered.len() - needle.len() {
-                if lowered[start..start + needle.len()] == needle[..] {
-                    ranges.push((start, start + needle.len()));
+                let end = start + needle.len();
+                let cut_before =
+                    is_word_char(needle[0]) && start > 0 && is_word_char(lowered[start - 1]);
+                let cut_after = is_word_char(needle[needle.len() - 1])
+                    && end < lowered.len()
+                    && is_word_char(lowered[end]);
+                if lowered[start..end] == needle[..] && !cut_before && !cut_after {
+                    ranges.push((folded[start].1, folded[end - 1].1 + 1));
                 }
             }
         }
@@ -347,6 +378,24 @@ mod tests {
             }
         }
         merged
+    }
+
+    #[test]
+    fn latin_needles_match_whole_words_and_folded_text_is_marked_as_written() {
+        assert_eq!(
+            highlighter("go").title("Google 与 Go 微服务").as_deref(),
+            Some("Google 与 <em>Go</em> 微服务")
+        );
+        assert_eq!(
+            highlighter("istanbul cafe")
+                .title("İstanbul Café")
+                .as_deref(),
+            Some("<em>İstanbul</em> <em>Café</em>")
+        );
+        assert_eq!(
+            highlighter("ｒｕｓｔ 锁").title("Rust 分布式锁").as_deref(),
+            Some("<em>Rust</em> 分布式<em>锁</em>")
+        );
     }
 
     #[test]
@@ -368,7 +417,7 @@ mod tests {
         let same = |q: &str, text: &str| {
             let parsed = ParsedQuery::parse(q);
             let chars: Vec<char> = text.chars().collect();
-            let marks = Highlighter::new(&parsed).marks(&chars).unwrap();
+            let marks = Highlighter::new(needles(&parsed)).marks(&chars).unwrap();
             assert_eq!(
                 marks,
                 naive_marks(&chars, &needles(&parsed)),
@@ -404,8 +453,7 @@ mod tests {
     }
 
     /// A query of 99 characters made to have as many fragments as it can: ten terms of nine
-    /// distinct Chinese characters, each term its own needle, its jieba words and its eight
-    /// character pairs.
+    /// distinct Chinese characters.
     fn crafted_query() -> String {
         let chars: Vec<char> = "的一是不了人我在有他这中大来上国个到说们为子和你地出道也时年得就那要下以生会自着去之过家学对可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手用主行方又如前所本见经头面公同三已老从动两长知民样现分将外但身些与高意进把法此实回二理美点月明其种声全工己话儿者向情部正名定女问力机给等几很业最间新什打便位因重被走电四第门相次东政海口使教西再平真听世气信北少关并内加化由却代军产入先山五太水万市眼体别处总才场师书比住员九笑性通目华报立马命张活难神数件安表原车白应路期叫死常提感金何更反合放做系计或司利受光王果亲界及今京务制解各任至清物台象记边共风战干接它许八特觉望直服毛林题建南度统色字请交爱让认算论百吃义科怎元社术结六功指思非流每青管夫连远资队跑".chars().collect();
         let terms: Vec<String> = chars
@@ -424,14 +472,24 @@ mod tests {
     fn one_request_s_highlighting_is_bounded_whatever_the_query() {
         let q = crafted_query();
         let parsed = ParsedQuery::parse(&q);
-        assert!(needles(&parsed).len() > 100, "{}", needles(&parsed).len());
+        // More needles than a query has: each term, its pieces, its pairs and its characters
+        // (a prefix or typos add at most a few hundred words).
+        let mut many = needles(&parsed);
+        for term in &parsed.terms {
+            let chars: Vec<char> = term.chars().collect();
+            many.extend(chars.windows(2).map(|pair| pair.iter().collect::<String>()));
+            many.extend(chars.iter().map(char::to_string));
+        }
+        many.sort();
+        many.dedup();
+        assert!(many.len() > 150, "{}", many.len());
         let query_chars: Vec<char> = q.chars().filter(|c| !c.is_whitespace()).collect();
         let body: String = (0..SCAN_CHARS)
             .map(|n| query_chars[n % query_chars.len()])
             .collect();
         let html = format!("<p>{body}</p>");
         let title: String = body.chars().take(100).collect();
-        let mut highlighter = Highlighter::new(&parsed);
+        let mut highlighter = Highlighter::new(many);
         let mut marked = 0;
         let mut plain = 0;
         for _ in 0..25 {
@@ -460,7 +518,7 @@ mod tests {
     #[test]
     fn a_budget_too_small_for_the_query_shows_every_hit_plain() {
         let parsed = ParsedQuery::parse("rust");
-        let mut highlighter = Highlighter::with_budget(&parsed, 2);
+        let mut highlighter = Highlighter::with_budget(needles(&parsed), 2);
         let shown = highlighter.article("Rust", "<p>rust &amp; more</p>");
         assert_eq!(shown.title, None);
         assert_eq!(shown.content.as_deref(), Some("rust &amp; more"));

@@ -42,7 +42,7 @@ pub type CurrentIndex = Arc<ArcSwap<SearchIndex>>;
 
 /// Version of the schema and analyses below; an index committed under another is rebuilt.
 /// Raise it with any change to the fields or to [`tokens`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Memory the writer may buffer before it writes a segment (one indexing thread).
 pub const MIN_WRITER_HEAP: usize = 15_000_000;
@@ -89,7 +89,8 @@ pub const ARTICLE: &str = "article";
 /// A user's profile.
 pub const USER: &str = "user";
 
-/// The schema's fields.
+/// The schema's fields. Text fields hold [`tokens::GRAMS`] (with positions: phrases); the
+/// `_pinyin` ones [`tokens::PINYIN`] of the same text.
 #[derive(Debug, Clone, Copy)]
 pub struct Fields {
     /// `article:<id>` / `user:<id>`: what a change replaces.
@@ -98,69 +99,59 @@ pub struct Fields {
     pub kind: Field,
     /// The object's id (fast: read for every hit without the document store).
     pub id: Field,
-    /// Article title, words and grams.
+    /// Article title.
     pub title: Field,
     #[allow(missing_docs)]
-    pub title_grams: Field,
-    /// Article text (the content without markup), words and grams.
+    pub title_pinyin: Field,
+    /// Article text (the content without markup).
     pub body: Field,
-    #[allow(missing_docs)]
-    pub body_grams: Field,
     /// Article author's display name.
     pub author: Field,
     #[allow(missing_docs)]
-    pub author_grams: Field,
+    pub author_pinyin: Field,
     /// Article tags' names.
     pub tags: Field,
     #[allow(missing_docs)]
-    pub tags_grams: Field,
+    pub tags_pinyin: Field,
     /// First publication time (ms, fast): freshness.
     pub ctime: Field,
     /// Like count (fast): popularity.
     pub likes: Field,
-    /// User nickname, words and grams.
+    /// User nickname.
     pub nickname: Field,
     #[allow(missing_docs)]
-    pub nickname_grams: Field,
-    /// User about-me, words and grams.
+    pub nickname_pinyin: Field,
+    /// User about-me.
     pub about: Field,
-    #[allow(missing_docs)]
-    pub about_grams: Field,
 }
 
 fn schema() -> (Schema, Fields) {
     let mut builder = Schema::builder();
-    let text = |analysis: &str, positions: bool| {
+    let text = |analysis: &str, record: IndexRecordOption| {
         TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
                 .set_tokenizer(analysis)
-                .set_index_option(if positions {
-                    IndexRecordOption::WithFreqsAndPositions
-                } else {
-                    IndexRecordOption::WithFreqs
-                }),
+                .set_index_option(record),
         )
     };
-    let words = text(tokens::WORDS, false);
-    let grams = text(tokens::GRAMS, true);
+    let grams = text(tokens::GRAMS, IndexRecordOption::WithFreqsAndPositions);
+    let pinyin = text(tokens::PINYIN, IndexRecordOption::WithFreqs);
     let fields = Fields {
         key: builder.add_text_field("key", STRING),
         kind: builder.add_text_field("kind", STRING),
         id: builder.add_u64_field("id", INDEXED | FAST | STORED),
-        title: builder.add_text_field("title", words.clone()),
-        title_grams: builder.add_text_field("title_grams", grams.clone()),
-        body: builder.add_text_field("body", words.clone()),
-        body_grams: builder.add_text_field("body_grams", grams.clone()),
-        author: builder.add_text_field("author", words.clone()),
-        author_grams: builder.add_text_field("author_grams", grams.clone()),
-        tags: builder.add_text_field("tags", words.clone()),
-        tags_grams: builder.add_text_field("tags_grams", grams.clone()),
+        title: builder.add_text_field("title", grams.clone()),
+        title_pinyin: builder.add_text_field("title_pinyin", pinyin.clone()),
+        body: builder.add_text_field("body", grams.clone()),
+        author: builder.add_text_field("author", grams.clone()),
+        author_pinyin: builder.add_text_field("author_pinyin", pinyin.clone()),
+        tags: builder.add_text_field("tags", grams.clone()),
+        tags_pinyin: builder.add_text_field("tags_pinyin", pinyin.clone()),
         ctime: builder.add_i64_field("ctime", FAST),
         likes: builder.add_u64_field("likes", FAST),
-        nickname: builder.add_text_field("nickname", words.clone()),
-        nickname_grams: builder.add_text_field("nickname_grams", grams.clone()),
-        about: builder.add_text_field("about", words),
-        about_grams: builder.add_text_field("about_grams", grams),
+        nickname: builder.add_text_field("nickname", grams.clone()),
+        nickname_pinyin: builder.add_text_field("nickname_pinyin", pinyin),
+        about: builder.add_text_field("about", grams),
     };
     (builder.build(), fields)
 }
@@ -350,10 +341,10 @@ impl SearchIndex {
     ) -> anyhow::Result<tantivy::Result<Self>> {
         index
             .tokenizers()
-            .register(tokens::WORDS, tokens::Analysis::WORDS);
+            .register(tokens::GRAMS, tokens::Analysis::GRAMS);
         index
             .tokenizers()
-            .register(tokens::GRAMS, tokens::Analysis::GRAMS);
+            .register(tokens::PINYIN, tokens::Analysis::PINYIN);
         let writer = index
             .writer_with_num_threads(1, writer_heap.max(MIN_WRITER_HEAP))
             .context("opening the search index writer (is another webook using this data dir?)")?;
@@ -506,14 +497,13 @@ impl SearchIndex {
         doc.add_text(f.kind, ARTICLE);
         doc.add_u64(f.id, id_value(article.id));
         doc.add_text(f.title, &article.title);
-        doc.add_text(f.title_grams, &article.title);
+        doc.add_text(f.title_pinyin, &article.title);
         doc.add_text(f.body, &article.text);
-        doc.add_text(f.body_grams, &article.text);
         doc.add_text(f.author, &article.author);
-        doc.add_text(f.author_grams, &article.author);
+        doc.add_text(f.author_pinyin, &article.author);
         for tag in &article.tags {
             doc.add_text(f.tags, tag);
-            doc.add_text(f.tags_grams, tag);
+            doc.add_text(f.tags_pinyin, tag);
         }
         doc.add_i64(f.ctime, article.ctime);
         doc.add_u64(f.likes, u64::try_from(article.likes).unwrap_or(0));
@@ -527,9 +517,8 @@ impl SearchIndex {
         doc.add_text(f.kind, USER);
         doc.add_u64(f.id, id_value(user.id));
         doc.add_text(f.nickname, &user.nickname);
-        doc.add_text(f.nickname_grams, &user.nickname);
+        doc.add_text(f.nickname_pinyin, &user.nickname);
         doc.add_text(f.about, &user.about);
-        doc.add_text(f.about_grams, &user.about);
         doc
     }
 }

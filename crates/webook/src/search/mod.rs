@@ -6,9 +6,11 @@
 //! and follows the outbox events of articles, tags, likes and profiles, writing each changed
 //! object's current document and committing with the stream positions reached, so a restart
 //! resumes where it left off. `GET /search` ([`http`], limited per client address) →
-//! [`SearchService`] ([`service`]) parses and runs the query ([`query`]: jieba words and
-//! character pairs from [`tokens`], BM25 with field weights, freshness and popularity nudges,
-//! keyset-style cursors that keep the time their list is ranked at) on a blocking thread, then
+//! [`SearchService`] ([`service`]) parses and runs the query ([`query`]: text [`fold`]ed, single
+//! characters and pairs from [`tokens`], compounds cut into pieces, prefixes and typos
+//! [`expand`]ed by document frequency, pinyin, [`synonyms`], tiers of exactness, BM25 with
+//! field weights, freshness and popularity nudges, keyset-style cursors that keep the time
+//! their list is ranked at) on a blocking thread, then
 //! shows the hits from the database ([`store`]) with [`highlight`]s, within one work budget
 //! per request. A worker-only
 //! instance has no index. While the first rebuild runs, `/search` answers 503 and `/readyz`
@@ -18,14 +20,19 @@
 //! rebuilt it if need be) by itself.
 
 mod cli;
+pub mod expand;
 pub mod feeder;
+pub mod fold;
 pub mod highlight;
+mod homophones;
 mod http;
 pub mod index;
 pub mod query;
 pub mod service;
 pub mod settings;
 pub mod store;
+pub mod synonyms;
+mod tiered;
 pub mod tokens;
 
 pub use service::{SearchService, SearchType};
@@ -71,6 +78,10 @@ fn describe_metrics() {
     metrics::describe_counter!(
         feeder::SEARCH_DOCUMENTS_WRITTEN_TOTAL,
         "Search documents written, by kind (put, remove)"
+    );
+    metrics::describe_counter!(
+        synonyms::SEARCH_SYNONYMS_RELOAD_ERRORS_TOTAL,
+        "Failed reads of the search synonyms file (the groups read last stay in force)"
     );
     metrics::describe_gauge!(
         feeder::SEARCH_INDEX_LAG_SECONDS,
@@ -129,7 +140,9 @@ impl Feature for Search {
             readiness.clone(),
             platform.status.clone(),
         );
-        let search = SearchService::new(feeder.index(), readiness, store);
+        let synonyms = settings.synonyms();
+        synonyms.load()?;
+        let search = SearchService::new(feeder.index(), readiness, store, synonyms);
         let events = platform.events.clone();
         let interval = settings.search_commit_interval;
         registry.background("search feeder", move |background| {

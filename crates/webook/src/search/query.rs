@@ -1,50 +1,85 @@
 //! From what a user typed to ranked ids: parsing (no syntax to get wrong — quotes group words,
 //! everything else is text), the tantivy query, scoring and keyset-style paging.
 //!
-//! Each term (a whitespace-separated word, or a quoted phrase) must match, in one of two ways:
-//! its grams as a phrase in some field (an exact substring: "简单" in "安装简单"), or, when jieba
-//! cuts it into several words, every word somewhere (so "安装简单" also finds "安装非常简单").
-//! Scores are BM25 of those matches. The last term, unless the query ends in a space, matches
-//! as a prefix too when it ends in a Latin word or is one Chinese character (typeahead: "datab"
-//! finds "database"; a longer Chinese term already matches anywhere).
-//! Fields weigh differently: for articles tags ×4, title ×3, author ×1.5, body ×1; for users
-//! nickname ×3, about-me ×1. BM25 scores are then nudged by freshness and popularity (at most
-//! +30%, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow —
-//! for one reference time: freshness is age at the `now_ms` [`search`] is given, which the
+//! The query is [`fold`]ed, then split into terms (whitespace-separated words, or quoted
+//! phrases). Every term must match, by the best of its interpretations, in tiers:
+//! - **as typed** (tier 2): its grams as a phrase in some field (an exact substring: "简单" in
+//!   "安装简单", "锁" in "分布式锁"); or every one of its [`tokens::pieces`] somewhere
+//!   ("分布式系统" finds "分布式…系统"); or, for the last term while it is being typed (no
+//!   space after it) and ending in a Latin word, the [`MAX_PREFIX_EXPANSIONS`] words of the
+//!   index that start with it and occur in the most documents ([`expand`]: the same choice
+//!   whatever the index's segments); or one of its [synonyms](super::synonyms), as exactly.
+//! - **loosely** (tier 1): a Latin word with typos (none up to 4 letters, one up to 8, two
+//!   beyond — Meilisearch's rule), a Chinese term of 2–8 characters with one of them
+//!   mistyped for a [homophone](super::homophones) that stands next to its neighbour in the
+//!   index (a pinyin input slip: "微服物" finds "微服务", "故障之后" never "故障之前"), or a
+//!   Latin word as the pinyin, full or initials, of words in a title, tag or name
+//!   ("fenbushi", "fbs" → 分布式).
+//!
+//! A term's score is its tier's bonus plus its BM25 (of the exact phrase ×2, the pieces, the
+//! expansions; fields weigh: tags ×4, title ×3, author ×1.5, body ×1; nickname ×3, about
+//! ×1), squashed below a cap ([`super::tiered`]); the query's is the sum over its terms, so
+//! every document matching all terms as typed ranks above every one that needs a loose
+//! match. The loose query is only run when the strict one does not fill the page asked for
+//! ([`Prepared::search`]): the documents both find score the same in both, so pages continue
+//! either way. Scores are then nudged by freshness and popularity (at most +30% of the BM25
+//! part, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow
+//! — for one reference time: freshness is age at the `now_ms` a search is given, which the
 //! pages of one list share (the service keeps it in their cursors).
 
 use tantivy::{
     collector::TopDocs,
-    query::{BooleanQuery, BoostQuery, Occur, PhrasePrefixQuery, PhraseQuery, Query, TermQuery},
+    query::{
+        BooleanQuery, BoostQuery, DisjunctionMaxQuery, EmptyQuery, Occur, PhraseQuery, Query,
+        TermQuery,
+    },
     schema::{Field, IndexRecordOption},
     DocAddress, Searcher, Term,
 };
 
 use super::{
+    expand,
+    fold::fold,
     index::{Fields, ARTICLE, USER},
-    tokens,
+    synonyms::Synonyms,
+    tiered::{tiered, TIER},
+    tokens::{self, is_cjk, is_word_char},
 };
 
 /// Longest query, in characters (API.md: q ≤ 100).
 pub const MAX_QUERY_CHARS: usize = 100;
 /// Most terms a query is split into; the rest are ignored.
 const MAX_TERMS: usize = 10;
-/// Most index terms a prefix expands to.
-const MAX_PREFIX_EXPANSIONS: u32 = 50;
+/// Most index words a prefix expands to, per field.
+pub const MAX_PREFIX_EXPANSIONS: usize = 50;
+/// Most index words a word with typos expands to, per field.
+const MAX_TYPO_EXPANSIONS: usize = 20;
+/// Longest Chinese term read as having a character mistyped.
+const MAX_SLIP_CHARS: usize = 8;
+/// Most characters a mistyped one is taken for.
+const MAX_SLIPS: usize = 3;
+/// Weight of a term's exact phrase over its other matches.
+const PHRASE_BOOST: f32 = 2.0;
+/// Weight of a prefix expansion that is not the typed word itself.
+const EXPANSION_BOOST: f32 = 0.7;
+/// Tier bonus of a term matched as typed, and loosely.
+const AS_TYPED: f32 = 2.0 * TIER;
+const LOOSELY: f32 = TIER;
 
 /// What the user typed, as terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedQuery {
-    /// Terms, in order.
+    /// Terms, in order, folded.
     pub terms: Vec<String>,
     /// Whether the last term is still being typed (matches as a prefix too).
     pub last_is_prefix: bool,
 }
 
 impl ParsedQuery {
-    /// Splits `q` on whitespace, keeping "quoted text" together; drops terms that have no
-    /// letters or digits. Never fails: anything is text.
+    /// Folds `q` and splits it on whitespace, keeping "quoted text" together; drops terms that
+    /// have no letters or digits. Never fails: anything is text.
     pub fn parse(q: &str) -> Self {
+        let q = fold(q);
         let mut terms = Vec::new();
         let mut current = String::new();
         let mut quoted = false;
@@ -93,32 +128,35 @@ impl ParsedQuery {
     }
 }
 
-/// A field searched, with its weight: words and grams of the same text.
+/// A field searched, with its weight.
 #[derive(Debug, Clone, Copy)]
 struct Searched {
-    words: Field,
-    grams: Field,
+    field: Field,
     boost: f32,
 }
 
-fn searched(fields: &Fields, kind: &str) -> Vec<Searched> {
-    let field = |words, grams, boost| Searched {
-        words,
-        grams,
-        boost,
-    };
+/// The text fields of `kind` with their weights, and its pinyin fields.
+fn searched(fields: &Fields, kind: &str) -> (Vec<Searched>, Vec<Searched>) {
+    let field = |field, boost| Searched { field, boost };
     if kind == USER {
-        vec![
-            field(fields.nickname, fields.nickname_grams, 3.0),
-            field(fields.about, fields.about_grams, 1.0),
-        ]
+        (
+            vec![field(fields.nickname, 3.0), field(fields.about, 1.0)],
+            vec![field(fields.nickname_pinyin, 3.0)],
+        )
     } else {
-        vec![
-            field(fields.tags, fields.tags_grams, 4.0),
-            field(fields.title, fields.title_grams, 3.0),
-            field(fields.author, fields.author_grams, 1.5),
-            field(fields.body, fields.body_grams, 1.0),
-        ]
+        (
+            vec![
+                field(fields.tags, 4.0),
+                field(fields.title, 3.0),
+                field(fields.author, 1.5),
+                field(fields.body, 1.0),
+            ],
+            vec![
+                field(fields.tags_pinyin, 4.0),
+                field(fields.title_pinyin, 3.0),
+                field(fields.author_pinyin, 1.5),
+            ],
+        )
     }
 }
 
@@ -134,86 +172,365 @@ fn boosted(query: Box<dyn Query>, boost: f32) -> Box<dyn Query> {
     }
 }
 
-/// The grams of `term` as a query on `field`: one term, a phrase, or (`prefix`) a phrase whose
-/// last gram may be a prefix.
-fn gram_query(field: Field, grams: &[String], prefix: bool) -> Option<Box<dyn Query>> {
-    let terms: Vec<Term> = grams
-        .iter()
-        .map(|gram| Term::from_field_text(field, gram))
-        .collect();
-    match (terms.len(), prefix) {
-        (0, _) => None,
-        (_, true) => {
-            let mut query = PhrasePrefixQuery::new(terms);
-            query.set_max_expansions(MAX_PREFIX_EXPANSIONS);
-            Some(boxed(query))
-        }
-        (1, false) => terms
-            .into_iter()
-            .next()
-            .map(|term| boxed(TermQuery::new(term, IndexRecordOption::WithFreqs))),
-        (_, false) => Some(boxed(PhraseQuery::new(terms))),
+fn term_query(field: Field, text: &str) -> Box<dyn Query> {
+    boxed(TermQuery::new(
+        Term::from_field_text(field, text),
+        IndexRecordOption::WithFreqs,
+    ))
+}
+
+/// Any of `queries` (none: `None`).
+fn any(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
+    match queries.len() {
+        0 => None,
+        1 => queries.into_iter().next(),
+        _ => Some(boxed(BooleanQuery::new(
+            queries.into_iter().map(|q| (Occur::Should, q)).collect(),
+        ))),
     }
 }
 
-/// The query for `parsed` over documents of `kind`.
-pub fn build(fields: &Fields, kind: &str, parsed: &ParsedQuery) -> Box<dyn Query> {
-    // No filter on `kind`: the fields searched exist only in documents of that kind, and an
-    // intersection with every document of the kind would cost a posting list of them all.
-    let searched = searched(fields, kind);
-    let mut must: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-    for (at, term) in parsed.terms.iter().enumerate() {
-        // A prefix is for a word being typed: Latin letters, or a first Chinese character
-        // (further characters already match anywhere, as pairs).
-        let typing = parsed.last_is_prefix && at + 1 == parsed.terms.len();
-        let ends_in_cjk_run = {
-            let mut chars = term.chars().rev();
-            matches!((chars.next(), chars.next()), (Some(a), Some(b)) if tokens::is_cjk(a) && tokens::is_cjk(b))
+/// All of `queries` (none: `None`).
+fn all(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
+    match queries.len() {
+        0 => None,
+        1 => queries.into_iter().next(),
+        _ => Some(boxed(BooleanQuery::new(
+            queries.into_iter().map(|q| (Occur::Must, q)).collect(),
+        ))),
+    }
+}
+
+/// The terms a phrase of `text` (folded) is checked with, by position: for each CJK
+/// character the pair it starts (the last one of a run: nothing, the pair before covers it; a
+/// run of one: the character alone), each Latin word whole. Positions skipped in `skip` are
+/// left out (a typo), the characters next to them then standing alone.
+fn phrase_terms(text: &str, skip: Option<usize>) -> Vec<(usize, String)> {
+    let mut at_position: Vec<Vec<String>> = Vec::new();
+    for token in tokens::grams(text) {
+        if at_position.len() <= token.position {
+            at_position.resize(token.position + 1, Vec::new());
+        }
+        at_position[token.position].push(token.text);
+    }
+    let cjk_pair = |grams: &[String]| grams.iter().find(|g| g.chars().count() == 2).cloned();
+    let mut out = Vec::new();
+    let mut covered = false;
+    for (position, grams) in at_position.iter().enumerate() {
+        let Some(first) = grams.first() else {
+            covered = false;
+            continue;
         };
-        let prefix = typing && !ends_in_cjk_run;
-        let grams: Vec<String> = tokens::grams(term).into_iter().map(|t| t.text).collect();
-        let mut either: Vec<(Occur, Box<dyn Query>)> = Vec::new();
-        for field in &searched {
-            if let Some(query) = gram_query(field.grams, &grams, prefix) {
-                either.push((Occur::Should, boosted(query, field.boost)));
-            }
-        }
-        // Or every word of it somewhere, when it is several words ("安装简单" also finds
-        // "安装非常简单"); a one-word term is already its grams.
-        let words = tokens::precise_words(term);
-        if words.len() > 1 {
-            let all_words = words
-                .iter()
-                .map(|word| {
-                    let anywhere = searched
-                        .iter()
-                        .map(|field| {
-                            let query = boxed(TermQuery::new(
-                                Term::from_field_text(field.words, word),
-                                IndexRecordOption::WithFreqs,
-                            ));
-                            (Occur::Should, boosted(query, field.boost))
-                        })
-                        .collect();
-                    (Occur::Must, boxed(BooleanQuery::new(anywhere)))
-                })
-                .collect();
-            either.push((Occur::Should, boxed(BooleanQuery::new(all_words))));
-        }
-        if either.is_empty() {
+        if Some(position) == skip {
+            covered = false;
             continue;
         }
-        must.push((Occur::Must, boxed(BooleanQuery::new(either))));
-    }
-    if must.len() == 1 {
-        if let Some((_, only)) = must.pop() {
-            return only;
+        let pair = cjk_pair(grams).filter(|_| skip != Some(position + 1));
+        match pair {
+            Some(pair) => {
+                out.push((position, pair));
+                covered = true;
+            }
+            None if covered => covered = false,
+            None => {
+                out.push((position, first.clone()));
+                covered = false;
+            }
         }
     }
-    if must.is_empty() {
-        return boxed(tantivy::query::EmptyQuery);
+    // Offsets from the first term kept.
+    let base = out.first().map_or(0, |(position, _)| *position);
+    out.into_iter()
+        .map(|(position, term)| (position - base, term))
+        .collect()
+}
+
+/// The phrase of `terms` (from [`phrase_terms`]) in `field`: a term query for one term.
+fn phrase(field: Field, terms: &[(usize, String)]) -> Option<Box<dyn Query>> {
+    match terms {
+        [] => None,
+        [(_, only)] => Some(term_query(field, only)),
+        _ => Some(boxed(PhraseQuery::new_with_offset(
+            terms
+                .iter()
+                .map(|(offset, text)| (*offset, Term::from_field_text(field, text)))
+                .collect(),
+        ))),
     }
-    boxed(BooleanQuery::new(must))
+}
+
+/// `text` (folded) as a substring of some field.
+fn substring(searched: &[Searched], text: &str, boost: f32) -> Option<Box<dyn Query>> {
+    let terms = phrase_terms(text, None);
+    any(searched
+        .iter()
+        .filter_map(|s| phrase(s.field, &terms).map(|q| boosted(q, s.boost * boost)))
+        .collect())
+}
+
+/// A query ready to run, with what its hits should highlight.
+pub struct Prepared {
+    /// Every term as typed.
+    strict: Box<dyn Query>,
+    /// Each term, for the loose query, built when it is needed.
+    terms: Vec<TermReadings>,
+    text_fields: Vec<Searched>,
+    pinyin_fields: Vec<Searched>,
+    /// The words and phrases the query matched with (folded): the terms, their pieces, the
+    /// prefix and typo expansions used and the synonyms.
+    needles: Vec<String>,
+}
+
+/// A term of a [`Prepared`] query.
+struct TermReadings {
+    text: String,
+    /// Whether it is being typed.
+    typing: bool,
+    /// Its reading as typed (`None`: the index has nothing it could match as typed).
+    typed: Option<Box<dyn Query>>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("strict", &self.strict)
+            .field("needles", &self.needles)
+            .finish()
+    }
+}
+
+/// The term as typed: its phrase, its pieces, its prefix expansions, its synonyms.
+fn as_typed(
+    searcher: &Searcher,
+    text_fields: &[Searched],
+    term: &str,
+    typing: bool,
+    synonyms: &Synonyms,
+    needles: &mut Vec<String>,
+) -> tantivy::Result<Option<Box<dyn Query>>> {
+    let mut either: Vec<Box<dyn Query>> = Vec::new();
+    needles.push(term.to_owned());
+    let ends_in_word = term.chars().last().is_some_and(is_word_char);
+    let lone_word = term.chars().all(is_word_char);
+    if typing && ends_in_word {
+        // The typed word, and the most frequent words that start with it.
+        let grams = phrase_terms(term, None);
+        let Some((last_offset, prefix)) = grams.last().cloned() else {
+            return Ok(None);
+        };
+        let before = &grams[..grams.len() - 1];
+        let limit = if lone_word {
+            MAX_PREFIX_EXPANSIONS
+        } else {
+            MAX_PREFIX_EXPANSIONS / 5
+        };
+        for s in text_fields {
+            for word in expand::prefixed(searcher, s.field, &prefix, limit)? {
+                let boost = if word == prefix { 1.0 } else { EXPANSION_BOOST };
+                let mut terms = before.to_vec();
+                terms.push((last_offset, word.clone()));
+                if let Some(query) = phrase(s.field, &terms) {
+                    either.push(boosted(query, s.boost * boost));
+                }
+                if !needles.contains(&word) {
+                    needles.push(word);
+                }
+            }
+        }
+    } else if let Some(query) = substring(text_fields, term, PHRASE_BOOST) {
+        either.push(query);
+    }
+    let pieces = tokens::pieces(term);
+    if pieces.len() > 1 {
+        let each: Option<Vec<Box<dyn Query>>> = pieces
+            .iter()
+            .map(|piece| substring(text_fields, piece, 1.0))
+            .collect();
+        if let Some(query) = each.and_then(all) {
+            either.push(query);
+        }
+        needles.extend(pieces);
+    }
+    for other in synonyms.of(term) {
+        if let Some(query) = substring(text_fields, &other, PHRASE_BOOST) {
+            either.push(query);
+        }
+        needles.extend(tokens::pieces(&other));
+        needles.push(other);
+    }
+    Ok(any(either).map(|query| tiered(query, AS_TYPED)))
+}
+
+/// How many typos a Latin word of `letters` may have.
+fn typos_allowed(letters: usize) -> u8 {
+    match letters {
+        0..=4 => 0,
+        5..=8 => 1,
+        _ => 2,
+    }
+}
+
+/// The term loosely: with typos, or as pinyin.
+fn loosely(
+    searcher: &Searcher,
+    text_fields: &[Searched],
+    pinyin_fields: &[Searched],
+    term: &str,
+    typing: bool,
+    needles: &mut Vec<String>,
+) -> tantivy::Result<Option<Box<dyn Query>>> {
+    let mut either: Vec<Box<dyn Query>> = Vec::new();
+    let letters = term.chars().count();
+    if term.chars().all(is_word_char) {
+        let typos = typos_allowed(letters);
+        if typos > 0 && !term.chars().all(|c| c.is_ascii_digit()) {
+            for s in text_fields {
+                for word in expand::within(searcher, s.field, term, typos, MAX_TYPO_EXPANSIONS)? {
+                    if word == term {
+                        continue;
+                    }
+                    either.push(boosted(term_query(s.field, &word), s.boost));
+                    if !needles.contains(&word) {
+                        needles.push(word);
+                    }
+                }
+            }
+        }
+        if letters >= 2 && term.chars().all(|c| c.is_ascii_lowercase()) {
+            for s in pinyin_fields {
+                either.push(boosted(term_query(s.field, term), s.boost));
+                if typing {
+                    for word in expand::prefixed(searcher, s.field, term, MAX_PREFIX_EXPANSIONS)? {
+                        if word != term {
+                            either.push(boosted(
+                                term_query(s.field, &word),
+                                s.boost * EXPANSION_BOOST,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    } else if term.chars().all(is_cjk) && (2..=MAX_SLIP_CHARS).contains(&letters) {
+        // One character mistyped for one that sounds alike.
+        let chars: Vec<char> = term.chars().collect();
+        let fields: Vec<Field> = text_fields.iter().map(|s| s.field).collect();
+        for at in 0..chars.len() {
+            for sound in expand::homophones(searcher, &fields, &chars, at, MAX_SLIPS)? {
+                let mut meant = chars.clone();
+                meant[at] = sound;
+                let meant: String = meant.into_iter().collect();
+                if let Some(query) = substring(text_fields, &meant, 1.0) {
+                    either.push(query);
+                    needles.push(meant);
+                }
+            }
+        }
+    }
+    Ok(any(either).map(|query| tiered(query, LOOSELY)))
+}
+
+/// The strict query for `parsed` over documents of `kind`, with `synonyms`; `searcher` is
+/// looked at for the words prefixes expand to.
+pub fn prepare(
+    searcher: &Searcher,
+    fields: &Fields,
+    kind: &str,
+    parsed: &ParsedQuery,
+    synonyms: &Synonyms,
+) -> tantivy::Result<Prepared> {
+    // No filter on `kind`: the fields searched exist only in documents of that kind, and an
+    // intersection with every document of the kind would cost a posting list of them all.
+    let (text_fields, pinyin_fields) = searched(fields, kind);
+    let mut strict = Vec::new();
+    let mut terms = Vec::new();
+    let mut needles = Vec::new();
+    for (at, term) in parsed.terms.iter().enumerate() {
+        let typing = parsed.last_is_prefix && at + 1 == parsed.terms.len();
+        let typed = as_typed(searcher, &text_fields, term, typing, synonyms, &mut needles)?;
+        strict.push(
+            typed
+                .as_ref()
+                .map_or_else(|| boxed(EmptyQuery), |query| query.box_clone()),
+        );
+        terms.push(TermReadings {
+            text: term.clone(),
+            typing,
+            typed,
+        });
+    }
+    Ok(Prepared {
+        strict: all(strict).unwrap_or_else(|| boxed(EmptyQuery)),
+        terms,
+        text_fields,
+        pinyin_fields,
+        needles,
+    })
+}
+
+impl Prepared {
+    /// Every term as typed or loosely, whichever reads it best; `None` when no term has a
+    /// loose reading (the strict query is all there is). Adds the words it matches with to
+    /// the needles.
+    fn loose(&mut self, searcher: &Searcher) -> tantivy::Result<Option<Box<dyn Query>>> {
+        let mut loose = Vec::new();
+        let mut any_loose = false;
+        for term in &self.terms {
+            let fuzzy = loosely(
+                searcher,
+                &self.text_fields,
+                &self.pinyin_fields,
+                &term.text,
+                term.typing,
+                &mut self.needles,
+            )?;
+            any_loose |= fuzzy.is_some();
+            loose.push(match (term.typed.as_ref().map(|q| q.box_clone()), fuzzy) {
+                (Some(typed), Some(fuzzy)) => boxed(DisjunctionMaxQuery::new(vec![typed, fuzzy])),
+                (Some(only), None) | (None, Some(only)) => only,
+                // Nothing in the index can match this term: nothing matches.
+                (None, None) => return Ok(None),
+            });
+        }
+        Ok(if any_loose { all(loose) } else { None })
+    }
+
+    /// How many documents match every term as typed.
+    pub fn count(&self, searcher: &Searcher) -> tantivy::Result<usize> {
+        searcher.search(self.strict.as_ref(), &tantivy::collector::Count)
+    }
+
+    /// Up to `limit` hits after `after`, best first ([`search`]): of the strict query, and
+    /// when it has fewer, of the loose one (which ranks the strict one's hits the same, above
+    /// the rest).
+    pub fn search(
+        &mut self,
+        searcher: &Searcher,
+        kind: &str,
+        after: Option<After>,
+        limit: usize,
+        now_ms: i64,
+    ) -> tantivy::Result<Vec<Hit>> {
+        let hits = search(searcher, self.strict.as_ref(), kind, after, limit, now_ms)?;
+        if hits.len() >= limit {
+            return Ok(hits);
+        }
+        // Fewer strict hits than asked for: the loose query finds them again, ranked the same.
+        match self.loose(searcher)? {
+            Some(loose) => search(searcher, loose.as_ref(), kind, after, limit, now_ms),
+            None => Ok(hits),
+        }
+    }
+
+    /// The words and phrases the hits matched with, longest first: what highlights mark.
+    pub fn needles(mut self) -> Vec<String> {
+        self.needles
+            .retain(|needle| needle.chars().any(char::is_alphanumeric));
+        self.needles
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.needles.dedup();
+        self.needles
+    }
 }
 
 /// Where a page starts: after the hit with this (score bits, id), in the order of [`search`].
@@ -260,7 +577,34 @@ pub fn tweak(score: f32, age_ms: i64, likes: u64) -> f32 {
     score * (1.0 + 0.15 * freshness + 0.15 * popularity)
 }
 
-/// Up to `limit` hits of `query` after `after`, best first: (tweaked score, id) descending.
+/// The first `limit` hits of `q` over documents of `kind` in `searcher`'s index, ranked at
+/// `now_ms`, with the built-in synonyms: a search as the service makes it, for tests and
+/// benchmarks.
+pub fn ranked(
+    searcher: &Searcher,
+    fields: &Fields,
+    kind: &str,
+    q: &str,
+    limit: usize,
+    now_ms: i64,
+) -> tantivy::Result<Vec<Hit>> {
+    let mut prepared = prepare(
+        searcher,
+        fields,
+        kind,
+        &ParsedQuery::parse(q),
+        &Synonyms::default(),
+    )?;
+    prepared.search(searcher, kind, None, limit, now_ms)
+}
+
+/// `score` with the nudges of [`tweak`] applied to its relevance, not its tiers.
+fn nudged(score: f32, age_ms: i64, likes: u64) -> f32 {
+    let tiers = (score / TIER).floor() * TIER;
+    tiers + tweak(score - tiers, age_ms, likes)
+}
+
+/// Up to `limit` hits of `query` after `after`, best first: (nudged score, id) descending.
 pub fn search(
     searcher: &Searcher,
     query: &dyn Query,
@@ -290,7 +634,7 @@ pub fn search(
                 let score = if article {
                     let ctime = ctimes.as_ref().map_or(now_ms, |c| c.get_val(doc));
                     let likes = likes.as_ref().map_or(0, |l| l.get_val(doc));
-                    tweak(score, now_ms.saturating_sub(ctime), likes)
+                    nudged(score, now_ms.saturating_sub(ctime), likes)
                 } else {
                     score
                 };
@@ -341,13 +685,18 @@ mod tests {
         );
         assert_eq!(
             parsed("AND OR ( ) : * ~ - +"),
-            (strings(&["AND", "OR"]), false)
+            (strings(&["and", "or"]), false)
         );
         assert_eq!(
             parsed("\"unclosed quote"),
             (strings(&["unclosed quote"]), false)
         );
         assert!(ParsedQuery::parse("  !!! ").is_empty());
+        // Folded first: full-width letters and spaces, capitals.
+        assert_eq!(
+            parsed("ｇｏ\u{3000}微服务 İstanbul"),
+            (strings(&["go", "微服务", "istanbul"]), true)
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@ use super::{
     index::{CurrentIndex, ARTICLE, USER},
     query::{self, After, Hit, ParsedQuery, MAX_QUERY_CHARS},
     store::SearchStore,
+    synonyms::Synonyms,
 };
 use crate::user::Person;
 
@@ -166,16 +167,23 @@ struct Inner {
     index: CurrentIndex,
     readiness: Arc<Readiness>,
     store: SearchStore,
+    synonyms: Synonyms,
 }
 
 impl SearchService {
-    /// The service over `index`, served once `readiness` says so.
-    pub fn new(index: CurrentIndex, readiness: Arc<Readiness>, store: SearchStore) -> Self {
+    /// The service over `index`, served once `readiness` says so, with `synonyms`.
+    pub fn new(
+        index: CurrentIndex,
+        readiness: Arc<Readiness>,
+        store: SearchStore,
+        synonyms: Synonyms,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 index,
                 readiness,
                 store,
+                synonyms,
             }),
         }
     }
@@ -251,27 +259,29 @@ impl SearchService {
             )));
         }
         let index = self.inner.index.load_full();
-        let query_terms = parsed.clone();
-        let (article_hits, user_hits) = tokio::task::spawn_blocking(move || {
+        let synonyms = self.inner.synonyms.clone();
+        let (article_hits, user_hits, needles) = tokio::task::spawn_blocking(move || {
+            synonyms.refresh();
             let searcher = index.reader().searcher();
             let fields = index.fields();
-            let run = |kind: &str| -> tantivy::Result<Vec<Hit>> {
-                let query = query::build(fields, kind, &query_terms);
-                query::search(&searcher, query.as_ref(), kind, after, limit + 1, ranked_at)
+            let run = |kind: &str| -> tantivy::Result<(Vec<Hit>, Vec<String>)> {
+                let mut prepared = query::prepare(&searcher, fields, kind, &parsed, &synonyms)?;
+                let hits = prepared.search(&searcher, kind, after, limit + 1, ranked_at)?;
+                Ok((hits, prepared.needles()))
             };
-            let articles = if want_articles {
+            let (articles, needles) = if want_articles {
                 run(ARTICLE)?
             } else {
-                Vec::new()
+                Default::default()
             };
-            let users = if want_users { run(USER)? } else { Vec::new() };
-            tantivy::Result::Ok((articles, users))
+            let users = if want_users { run(USER)?.0 } else { Vec::new() };
+            tantivy::Result::Ok((articles, users, needles))
         })
         .await
         .map_err(|err| AppError::Internal(err.into()))?
         .map_err(|err| AppError::Internal(err.into()))?;
         let articles = self
-            .article_page(article_hits, limit, &parsed, ranked_at)
+            .article_page(article_hits, limit, needles, ranked_at)
             .await?;
         let users = self.user_page(user_hits, limit, ranked_at).await?;
         metrics::histogram!(SEARCH_QUERY_SECONDS, "type" => kind.label())
@@ -283,7 +293,7 @@ impl SearchService {
         &self,
         mut hits: Vec<Hit>,
         limit: usize,
-        parsed: &ParsedQuery,
+        needles: Vec<String>,
         ranked_at: i64,
     ) -> Result<Page<ArticleHit>, AppError> {
         let next = (hits.len() > limit).then(|| {
@@ -303,7 +313,7 @@ impl SearchService {
             .map_err(|err| AppError::Internal(err.into()))?;
         let mut rows: std::collections::HashMap<i64, _> =
             rows.into_iter().map(|row| (row.id, row)).collect();
-        let mut highlighter = highlight::Highlighter::new(parsed);
+        let mut highlighter = highlight::Highlighter::new(needles);
         let ordered: Vec<_> = ids
             .iter()
             .filter_map(|id| {

@@ -1,5 +1,6 @@
 //! The settings of search: where the index lives, how much memory its writer takes, how
-//! quickly changes become searchable and how many searches a client address may make. Loaded by the configuration core
+//! quickly changes become searchable, how many searches a client address may make and which
+//! words are synonyms. Loaded by the configuration core
 //! ([`platform::config`]); documented in `docs/CONFIG.md`.
 
 use std::{path::PathBuf, time::Duration};
@@ -33,6 +34,11 @@ pub struct SearchSettings {
     /// The window of `search_rate_limit`.
     #[serde(with = "humantime_serde")]
     pub search_rate_window: Duration,
+    /// A file of synonym groups (one per line, words separated by commas), read at start and
+    /// again when it changes; empty: none beyond the built-in ones.
+    pub search_synonyms: PathBuf,
+    /// Whether the built-in synonym groups (`k8s, kubernetes`…) apply.
+    pub search_synonyms_builtin: bool,
 }
 
 impl Default for SearchSettings {
@@ -43,11 +49,20 @@ impl Default for SearchSettings {
             search_commit_interval: Duration::from_millis(200),
             search_rate_limit: 120,
             search_rate_window: Duration::from_secs(60),
+            search_synonyms: PathBuf::new(),
+            search_synonyms_builtin: true,
         }
     }
 }
 
 impl SearchSettings {
+    /// The synonyms these settings name (the file not read yet).
+    pub fn synonyms(&self) -> super::synonyms::Synonyms {
+        let file =
+            (!self.search_synonyms.as_os_str().is_empty()).then(|| self.search_synonyms.clone());
+        super::synonyms::Synonyms::new(self.search_synonyms_builtin, file)
+    }
+
     /// The index directory under `config`.
     pub fn dir(&self, config: &Config) -> PathBuf {
         if self.search_dir.as_os_str().is_empty() {
@@ -65,6 +80,8 @@ impl Settings for SearchSettings {
         "search_commit_interval",
         "search_rate_limit",
         "search_rate_window",
+        "search_synonyms",
+        "search_synonyms_builtin",
     ];
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {

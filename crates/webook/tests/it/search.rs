@@ -25,7 +25,7 @@ use webook::{
     search::{
         feeder::{Feeder, Readiness},
         index::{self, ArticleDoc, Change, IndexState, SearchIndex},
-        query::{self, ParsedQuery},
+        query,
         store::SearchStore,
         SearchService, SearchType,
     },
@@ -562,9 +562,8 @@ async fn a_rebuild_from_the_database_gives_the_same_results(setup: Setup) {
     assert!(state.unwrap().complete);
     let searcher = rebuilt.reader().searcher();
     for q in queries {
-        let query = query::build(rebuilt.fields(), index::ARTICLE, &ParsedQuery::parse(q));
         let now = platform::db::now_millis();
-        let hits = query::search(&searcher, query.as_ref(), index::ARTICLE, None, 50, now).unwrap();
+        let hits = query::ranked(&searcher, rebuilt.fields(), index::ARTICLE, q, 50, now).unwrap();
         let from_rebuild: Vec<i64> = hits.iter().map(|hit| hit.id).collect();
         assert!(!from_rebuild.is_empty(), "{q}");
         assert_eq!(article_ids(&app, q).await, from_rebuild, "{q}");

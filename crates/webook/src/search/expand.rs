@@ -1,0 +1,164 @@
+//! Words of the index a query word stands for: those it begins (typeahead), those within a
+//! few typos of it, and the characters a Chinese one may have been mistyped for, found in the term dictionaries of every segment and chosen by how many
+//! documents hold them — summed over the segments, so the choice is the same however the
+//! index is cut into segments (before and after a reindex alike). Work is bounded: at most
+//! [`MAX_SCANNED`] dictionary entries per field and segment.
+
+use std::collections::{HashMap, HashSet};
+
+use tantivy::{query::FuzzyTermQuery, schema::Field, Searcher, Term};
+
+use super::homophones;
+
+/// Most dictionary entries looked at per field and segment for one word.
+pub const MAX_SCANNED: usize = 20_000;
+
+/// The `limit` words of `field` beginning with `prefix` (itself included) held by the most
+/// documents, most first (ties: the shorter, then in byte order).
+pub fn prefixed(
+    searcher: &Searcher,
+    field: Field,
+    prefix: &str,
+    limit: usize,
+) -> tantivy::Result<Vec<String>> {
+    let mut found: HashMap<Vec<u8>, u64> = HashMap::new();
+    let upper = successor(prefix.as_bytes());
+    for segment in searcher.segment_readers() {
+        let index = segment.inverted_index(field)?;
+        let mut range = index.terms().range().ge(prefix.as_bytes());
+        if let Some(upper) = &upper {
+            range = range.lt(upper);
+        }
+        let mut stream = range.into_stream()?;
+        let mut scanned = 0;
+        while scanned < MAX_SCANNED && stream.advance() {
+            scanned += 1;
+            *found.entry(stream.key().to_vec()).or_default() += u64::from(stream.value().doc_freq);
+        }
+    }
+    Ok(most_held(found, limit))
+}
+
+/// The `limit` words of `field` within `typos` edits of `word` (a transposition is one),
+/// `word` itself included if the index has it, held by the most documents, most first.
+pub fn within(
+    searcher: &Searcher,
+    field: Field,
+    word: &str,
+    typos: u8,
+    limit: usize,
+) -> tantivy::Result<Vec<String>> {
+    let automaton = FuzzyTermQuery::new(Term::from_field_text(field, word), typos, true);
+    let mut found: HashMap<Vec<u8>, u64> = HashMap::new();
+    for segment in searcher.segment_readers() {
+        let index = segment.inverted_index(field)?;
+        let mut stream = index.terms().search(automaton.automaton()?).into_stream()?;
+        let mut scanned = 0;
+        while scanned < MAX_SCANNED && stream.advance() {
+            scanned += 1;
+            *found.entry(stream.key().to_vec()).or_default() += u64::from(stream.value().doc_freq);
+        }
+    }
+    Ok(most_held(found, limit))
+}
+
+/// Up to `limit` characters that sound like `chars[at]` and stand next to its neighbour in
+/// the index (in a pair with the character before it, or for the first one, after it) in
+/// some of `fields`, held by the most documents, most first: what a slip of a pinyin input
+/// method typed `chars[at]` for.
+pub fn homophones(
+    searcher: &Searcher,
+    fields: &[Field],
+    chars: &[char],
+    at: usize,
+    limit: usize,
+) -> tantivy::Result<Vec<char>> {
+    let Some(&typed) = chars.get(at) else {
+        return Ok(Vec::new());
+    };
+    let sounds: HashSet<char> = homophones::of(typed).collect();
+    let mut found: HashMap<char, u64> = HashMap::new();
+    if let Some(&left) = at.checked_sub(1).and_then(|before| chars.get(before)) {
+        // The pairs that start with the character before: one scan of the dictionary.
+        let mut prefix = [0u8; 4];
+        let prefix = left.encode_utf8(&mut prefix).as_bytes();
+        let upper = successor(prefix);
+        for &field in fields {
+            for segment in searcher.segment_readers() {
+                let index = segment.inverted_index(field)?;
+                let mut range = index.terms().range().gt(prefix);
+                if let Some(upper) = &upper {
+                    range = range.lt(upper);
+                }
+                let mut stream = range.into_stream()?;
+                let mut scanned = 0;
+                while scanned < MAX_SCANNED && stream.advance() {
+                    scanned += 1;
+                    let second = std::str::from_utf8(&stream.key()[prefix.len()..])
+                        .ok()
+                        .and_then(|rest| rest.chars().next());
+                    if let Some(second) = second.filter(|c| sounds.contains(c)) {
+                        *found.entry(second).or_default() += u64::from(stream.value().doc_freq);
+                    }
+                }
+            }
+        }
+    } else if let Some(&right) = chars.get(at + 1) {
+        // The first character: each sound-alike in a pair with the one after.
+        for sound in &sounds {
+            let pair: String = [*sound, right].iter().collect();
+            let docs: u64 = fields
+                .iter()
+                .map(|&field| searcher.doc_freq(&Term::from_field_text(field, &pair)))
+                .collect::<tantivy::Result<Vec<u64>>>()?
+                .into_iter()
+                .sum();
+            if docs > 0 {
+                found.insert(*sound, docs);
+            }
+        }
+    }
+    let mut sounds: Vec<(char, u64)> = found.into_iter().collect();
+    sounds.sort_by(|(a, a_docs), (b, b_docs)| b_docs.cmp(a_docs).then_with(|| a.cmp(b)));
+    Ok(sounds.into_iter().take(limit).map(|(c, _)| c).collect())
+}
+
+/// The smallest byte string above every one that starts with `prefix` (`None`: there is
+/// none, `prefix` being all 0xFF).
+fn successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut upper = prefix.to_vec();
+    while let Some(last) = upper.pop() {
+        if last < u8::MAX {
+            upper.push(last + 1);
+            return Some(upper);
+        }
+    }
+    None
+}
+
+fn most_held(found: HashMap<Vec<u8>, u64>, limit: usize) -> Vec<String> {
+    let mut words: Vec<(Vec<u8>, u64)> = found.into_iter().collect();
+    words.sort_by(|(a, a_docs), (b, b_docs)| {
+        b_docs
+            .cmp(a_docs)
+            .then_with(|| a.len().cmp(&b.len()))
+            .then_with(|| a.cmp(b))
+    });
+    words
+        .into_iter()
+        .filter_map(|(word, _)| String::from_utf8(word).ok())
+        .take(limit)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_successor_bounds_every_extension() {
+        assert_eq!(successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(successor(&[b'a', 0xFF]), Some(b"b".to_vec()));
+        assert_eq!(successor(&[0xFF]), None);
+    }
+}
