@@ -316,6 +316,62 @@ async fn pages_asked_for_as_time_passes_show_every_hit_once(setup: Setup) {
     }
 }
 
+/// An operator's synonyms apply without a reindex or a restart: a group added to the file
+/// finds its articles within a few seconds; a broken file keeps the groups read last.
+async fn synonyms_from_the_operator_s_file_apply_without_a_reindex(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("synonyms.txt");
+    std::fs::write(&file, "vm, 虚拟机\n").unwrap();
+    let path = file.clone();
+    let app = setup
+        .spawn(move |config| {
+            let search = config.settings_mut::<webook::search::SearchSettings>();
+            search.search_synonyms = path;
+        })
+        .await;
+    search_ready(&app).await;
+    let author = member(&app, "synonyms").await;
+    let vm = publish(&app, &author, "虚拟机的内存", "<p>气球驱动</p>").await;
+    let ship = publish(&app, &author, "容器编排入门", "<p>调度</p>").await;
+    visible(&app, "虚拟机 ", &[vm]).await;
+    assert_eq!(article_ids(&app, "vm ").await, [vm]);
+    // The built-in groups still apply.
+    assert_eq!(article_ids(&app, "容器编排 ").await, [ship]);
+    assert_eq!(article_ids(&app, "orchestration ").await, Vec::<i64>::new());
+    // A group added to the file applies once it is read again (within 2 s of the change).
+    std::fs::write(&file, "vm, 虚拟机\norchestration, 容器编排\n").unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(1);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    platform::testing::wait_until("the new group applies", || async {
+        article_ids(&app, "orchestration ").await == [ship]
+    })
+    .await;
+    assert_eq!(article_ids(&app, "vm ").await, [vm]);
+    // A file that cannot be read keeps the groups read last, and says so in the metrics
+    // (process-wide: counted from where it stood).
+    let errors = || async {
+        app.metrics_text()
+            .await
+            .lines()
+            .find(|line| line.starts_with("search_synonyms_reload_errors_total"))
+            .and_then(|line| line.split_whitespace().last())
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = errors().await;
+    std::fs::remove_file(&file).unwrap();
+    platform::testing::wait_until("the failed read is counted", || async {
+        article_ids(&app, "vm ").await == [vm] && errors().await > before
+    })
+    .await;
+    assert_eq!(article_ids(&app, "orchestration ").await, [ship]);
+}
+
 /// Issue 46, item 5: `/search` is limited per client address (in cluster mode through Redis).
 async fn searches_beyond_the_per_address_limit_answer_429(setup: Setup) {
     let app = setup
@@ -887,6 +943,7 @@ crate::setup_tests!(
     published_and_withdrawn_articles_show_within_two_seconds,
     email_and_phone_are_never_indexed_nor_answered,
     a_rebuild_from_the_database_gives_the_same_results,
+    synonyms_from_the_operator_s_file_apply_without_a_reindex,
     a_lost_index_directory_degrades_search_until_it_is_back,
     a_restored_copy_of_the_last_commit_is_taken_as_it_is,
     an_index_rebuilt_since_the_failure_is_taken_as_it_is,
