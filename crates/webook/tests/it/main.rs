@@ -42,6 +42,7 @@ mod readiness;
 mod refunds;
 mod rewards;
 mod search;
+mod search_quality;
 mod seed;
 mod sms_providers;
 mod sql_scheduler;
