@@ -9,8 +9,9 @@
 //!   space after it) and ending in a Latin word, the [`MAX_PREFIX_EXPANSIONS`] words of the
 //!   index that start with it and occur in the most documents ([`expand`]: the same choice
 //!   whatever the index's segments); or one of its [synonyms](super::synonyms), as exactly.
-//! - **loosely** (tier 1): a Latin word with typos (none up to 4 letters, one up to 8, two
-//!   beyond — Meilisearch's rule), a Chinese term of 2–8 characters with one of them
+//! - **loosely** (tier 1): all of its pieces but one, when it has three or more
+//!   ("缓存穿透解决方案" finds a text on 缓存穿透 that never says 解决方案), a Latin word with
+//!   typos (none up to 4 letters, one up to 8, two beyond — Meilisearch's rule), a Chinese term of 2–8 characters with one of them
 //!   mistyped for a [homophone](super::homophones) that stands next to its neighbour in the
 //!   index (a pinyin input slip: "微服物" finds "微服务", "故障之后" never "故障之前"), or a
 //!   Latin word as the pinyin, full or initials, of words in a title, tag or name
@@ -411,7 +412,22 @@ fn loosely(
                 }
             }
         }
-    } else if term.chars().all(is_cjk) && (2..=MAX_SLIP_CHARS).contains(&letters) {
+    }
+    // All of its words but one, when it has three or more (of two, one would be half the
+    // query: too loose to be worth a reader's time).
+    let pieces = tokens::pieces(term);
+    if pieces.len() > 2 {
+        let each: Vec<Box<dyn Query>> = pieces
+            .iter()
+            .filter_map(|piece| substring(text_fields, piece, 1.0))
+            .collect();
+        if each.len() == pieces.len() {
+            let mut most = BooleanQuery::union(each);
+            most.set_minimum_number_should_match(pieces.len() - 1);
+            either.push(boxed(most));
+        }
+    }
+    if term.chars().all(is_cjk) && (2..=MAX_SLIP_CHARS).contains(&letters) {
         // One character mistyped for one that sounds alike.
         let chars: Vec<char> = term.chars().collect();
         let fields: Vec<Field> = text_fields.iter().map(|s| s.field).collect();

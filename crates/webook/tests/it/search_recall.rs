@@ -179,7 +179,7 @@ fn the_queries_readers_type_find_the_articles_they_mean() {
     finds("锁", 1);
     finds("锁", 2);
     assert_eq!(first("redis 锁"), Some(1));
-    // A compound whose words stand apart in the text.
+    // A compound whose words stand apart in the text (and not the texts with one of them).
     assert_eq!(ids(&index, "分布式系统"), [4]);
     // A lone character finds what it begins.
     finds("分", 3);
