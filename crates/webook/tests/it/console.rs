@@ -3,6 +3,8 @@
 //!   reads, likes, collects, comments, follows the author, searches, rewards through the fake
 //!   payment page, and the author's account shows the share — each step asserting what the page
 //!   shows, then no CSP violation or script error, and the layout at phone width;
+//! - the search box suggests articles and people as you type (a pinyin prefix finds a Chinese
+//!   title), chosen with the arrow keys and Enter, hidden when the box is emptied;
 //! - an admin stops, resumes, edits and triggers a job from the dashboard, and sees the
 //!   instances and findings pages; a reader sees no operator pages;
 //! - an admin refunds a paid reward from the refunds tab (the author's credit reversed), sees a
@@ -20,7 +22,7 @@
 
 use std::path::Path;
 
-use fantoccini::wd::WindowHandle;
+use fantoccini::{key::Key, wd::WindowHandle};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -329,6 +331,134 @@ async fn a_newcomer_publishes_and_a_reader_reads_likes_comments_follows_searches
     );
     browser.click("[data-action=lang]").await;
     browser.wait_text("main", "评论").await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_search_box_suggests_articles_and_people_as_you_type() {
+    let dir = tempfile::tempdir().unwrap();
+    // The test's polls and the browser's suggestions all come from one address.
+    let server = embedded(dir.path(), &[("WEBOOK_SEARCH_RATE_LIMIT", "0")]);
+    let browser = Browser::start("search_suggestions").await;
+    sign_up(&browser, &server, "suggest@example.com").await;
+    let locks_title = "分布式锁的三种实现";
+    let locks = publish(
+        &browser,
+        &server,
+        locks_title,
+        "数据库、Redis 与 ZooKeeper 各有取舍。",
+        "分布式",
+    )
+    .await;
+    let kafka_title = "Kafka 消费者组";
+    let kafka = publish(
+        &browser,
+        &server,
+        kafka_title,
+        "一个分区只归组里的一个消费者。",
+        "消息队列",
+    )
+    .await;
+    // The index follows the publications within moments; these are the words typed below.
+    for (q, id) in [("fenbu", locks), ("kafk", kafka)] {
+        platform::testing::wait_until(&format!("/search?q={q} to find article {id}"), || async {
+            server.search_article_ids(q).await.contains(&id)
+        })
+        .await;
+    }
+
+    browser.open(&server.url("/#/search")).await;
+    browser.ready("search").await;
+    let list = "[data-test=search-suggestions]";
+    browser.wait_attr("#search-q", "role", "combobox").await;
+    browser
+        .wait_attr("#search-q", "aria-expanded", "false")
+        .await;
+    let controls = browser
+        .js(
+            "return document.getElementById('search-q').getAttribute('aria-controls') === \
+             document.querySelector(arguments[0]).id;",
+            vec![json!(list)],
+        )
+        .await;
+    assert_eq!(controls, json!(true), "the box controls the list");
+
+    // A pinyin prefix (no trailing space: still being typed) suggests the Chinese title.
+    browser.fill("#search-q", "fenbu").await;
+    let shown = |q: &str, id: i64| {
+        format!(
+            "{list}[data-q='{q}']:not([hidden]) \
+             [data-test=suggestion][role=option][data-kind=article][data-id='{id}']"
+        )
+    };
+    browser.wait_text(&shown("fenbu", locks), locks_title).await;
+    browser
+        .wait_attr("#search-q", "aria-expanded", "true")
+        .await;
+    let markup = browser
+        .js(
+            "return document.querySelector(arguments[0]).innerText;",
+            vec![json!(list)],
+        )
+        .await;
+    assert!(
+        !markup.as_str().unwrap().contains("<em>"),
+        "highlights are elements, not text: {markup}"
+    );
+
+    // Another word; ArrowDown chooses the first option, Enter opens it.
+    browser.fill("#search-q", "kafk").await;
+    browser.wait_text(&shown("kafk", kafka), kafka_title).await;
+    browser
+        .wait_attr(
+            &format!("{list} [data-test=suggestion]"),
+            "data-id",
+            &kafka.to_string(),
+        )
+        .await;
+    let search_box = browser.el("#search-q").await;
+    search_box.send_keys(&Key::Down).await.unwrap();
+    browser
+        .wait_js(
+            "the Kafka suggestion active",
+            "const box = document.getElementById('search-q'); \
+             const option = document.getElementById(box.getAttribute('aria-activedescendant')); \
+             return option !== null && option.dataset.id === arguments[0] && \
+               option.getAttribute('aria-selected') === 'true';",
+            vec![json!(kafka.to_string())],
+        )
+        .await;
+    search_box.send_keys(&Key::Enter).await.unwrap();
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", kafka_title).await;
+    assert_eq!(
+        browser.js("return location.hash;", vec![]).await,
+        json!(format!("#/article/{kafka}"))
+    );
+
+    // Emptying the box, key by key, hides the list.
+    browser.open(&server.url("/#/search")).await;
+    browser.ready("search").await;
+    browser.fill("#search-q", "kafk").await;
+    browser.wait_text(&shown("kafk", kafka), kafka_title).await;
+    let search_box = browser.el("#search-q").await;
+    for _ in 0.."kafk".len() {
+        search_box.send_keys(&Key::Backspace).await.unwrap();
+    }
+    browser
+        .wait_attr("#search-q", "aria-expanded", "false")
+        .await;
+    browser
+        .wait_js(
+            "the emptied box's list hidden",
+            "const box = document.getElementById('search-q'); \
+             return box.value === '' && document.querySelector(arguments[0]).hidden;",
+            vec![json!(list)],
+        )
+        .await;
 
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");

@@ -32,6 +32,7 @@ const en = {
   "search.placeholder": "Search articles and people", "search.go": "Search", "search.articles": "Articles",
   "search.users": "People", "search.noArticles": "No articles found.", "search.noUsers": "No people found.",
   "search.rebuilding": "The search index is being rebuilt. Please try again in a minute.",
+  "search.suggestions": "Suggestions", "search.kindArticle": "Article", "search.kindUser": "Person",
   "tag.title": "Tag {id}", "tag.empty": "No published articles carry this tag.",
 
   "auth.signupTitle": "Create an account", "auth.loginTitle": "Log in", "auth.email": "Email",
@@ -226,6 +227,7 @@ const zh = {
   "search.placeholder": "搜索文章和用户", "search.go": "搜索", "search.articles": "文章",
   "search.users": "用户", "search.noArticles": "没有找到文章。", "search.noUsers": "没有找到用户。",
   "search.rebuilding": "搜索索引正在重建，请一分钟后再试。",
+  "search.suggestions": "搜索建议", "search.kindArticle": "文章", "search.kindUser": "用户",
   "tag.title": "标签 {id}", "tag.empty": "没有带这个标签的已发表文章。",
 
   "auth.signupTitle": "注册账号", "auth.loginTitle": "登录", "auth.email": "邮箱",
