@@ -44,6 +44,9 @@ pub type CurrentIndex = Arc<ArcSwap<SearchIndex>>;
 /// Raise it with any change to the fields or to [`tokens`].
 pub const SCHEMA_VERSION: u32 = 2;
 
+/// Most threads one query searches segments with.
+const MAX_QUERY_THREADS: usize = 4;
+
 /// Memory the writer may buffer before it writes a segment (one indexing thread).
 pub const MIN_WRITER_HEAP: usize = 15_000_000;
 
@@ -336,9 +339,15 @@ impl SearchIndex {
     fn assemble(
         dir: &Path,
         writer_heap: usize,
-        index: Index,
+        mut index: Index,
         fields: Fields,
     ) -> anyhow::Result<tantivy::Result<Self>> {
+        // A query searches the segments on every core: the latency of one query, not the
+        // throughput of many, is what a reader waits for.
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        if cores > 1 {
+            index.set_multithread_executor(cores.min(MAX_QUERY_THREADS))?;
+        }
         index
             .tokenizers()
             .register(tokens::GRAMS, tokens::Analysis::GRAMS);
