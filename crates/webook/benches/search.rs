@@ -5,7 +5,10 @@
 //!
 //! - `search/tantivy/*`: 1-, 2- and 3-term Chinese and English queries, each as typed (the last
 //!   term still being typed, so it also matches as a prefix: what the service does for a `q`
-//!   that does not end in a space) and complete (`q` ending in a space: no prefix expansion).
+//!   that does not end in a space) and complete (`q` ending in a space: no prefix expansion),
+//!   and the queries only the search since issue 49 answers (a single character, a homophone
+//!   slip, pinyin, an English typo); p50/p99 of 1 000 calls by one caller, then of every call
+//!   of [`CALLERS`] concurrent callers.
 //! - With `WEBOOK_BENCH_SEARCH_PG_URL` set, the baseline: PostgreSQL full-text search over the
 //!   same published articles, Discourse's way — `to_tsvector('simple', …)` of the title and text
 //!   segmented by the same jieba words ([`tokens::words`], joined by spaces) in a `tsvector`
@@ -71,6 +74,19 @@ const QUERIES: &[(&str, &str)] = &[
     ("en 2 terms", "database index"),
     ("en 3 terms", "cache latency replica"),
 ];
+
+/// Queries that only the search since issue 49 answers (tantivy only: PostgreSQL's baseline
+/// finds nothing for most): a single character, a homophone slip, pinyin, an English typo.
+const RECALL_QUERIES: &[(&str, &str)] = &[
+    ("zh 1 character", "库"),
+    ("zh homophone slip", "数据酷"),
+    ("pinyin", "shujuku"),
+    ("en typo", "databse"),
+];
+
+/// Concurrent callers of the second measurement, and the calls each makes.
+const CALLERS: usize = 8;
+const CALLS_PER_CALLER: usize = 60;
 
 const LIMIT: usize = 21;
 const WRITER_HEAP: usize = 50_000_000;
@@ -350,6 +366,7 @@ async fn pg_count(pg: &Db, words: &str) -> i64 {
 fn variants() -> Vec<(String, String)> {
     QUERIES
         .iter()
+        .chain(RECALL_QUERIES)
         .flat_map(|(label, q)| {
             [
                 (format!("{label}, as typed (prefix)"), (*q).to_owned()),
@@ -365,7 +382,7 @@ fn bench(c: &mut Criterion) {
     let now = now_millis();
     eprintln!("source database: {}", platform::redact_url(&world.source));
 
-    eprintln!("tantivy, 1 caller (query::build + query::search, limit {LIMIT}):");
+    eprintln!("tantivy, 1 caller (query::ranked, limit {LIMIT}):");
     for (label, q) in variants() {
         let hits = tantivy_search(&world.index, &q, now);
         let count = tantivy_count(&world.index, &q);
@@ -378,6 +395,32 @@ fn bench(c: &mut Criterion) {
             samples.push(ms(call.elapsed()));
         }
         summary(&format!("{label} [{q}] ({count} hits)"), samples);
+    }
+
+    eprintln!(
+        "tantivy, {CALLERS} concurrent callers ({CALLS_PER_CALLER} calls each, latency of each call):"
+    );
+    for (label, q) in variants().into_iter().filter(|(label, _)| label.ends_with("complete")) {
+        let samples: Vec<f64> = std::thread::scope(|scope| {
+            let callers: Vec<_> = (0..CALLERS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        (0..CALLS_PER_CALLER)
+                            .map(|_| {
+                                let call = Instant::now();
+                                black_box(tantivy_search(&world.index, &q, now));
+                                ms(call.elapsed())
+                            })
+                            .collect::<Vec<f64>>()
+                    })
+                })
+                .collect();
+            callers
+                .into_iter()
+                .flat_map(|caller| caller.join().unwrap())
+                .collect()
+        });
+        summary(&format!("{label} [{q}]"), samples);
     }
 
     if let Some(pg) = &world.pg {
