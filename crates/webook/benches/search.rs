@@ -386,7 +386,8 @@ fn bench(c: &mut Criterion) {
     for (label, q) in variants() {
         let hits = tantivy_search(&world.index, &q, now);
         let count = tantivy_count(&world.index, &q);
-        assert!(!hits.is_empty() && count > 0, "{q:?} finds nothing");
+        // `count`: the documents matching as typed (none for a slip, pinyin or a typo).
+        assert!(!hits.is_empty(), "{q:?} finds nothing");
         let mut samples = Vec::with_capacity(TANTIVY_CALLS);
         let started = Instant::now();
         while samples.len() < TANTIVY_CALLS && started.elapsed() < TANTIVY_BUDGET {
@@ -394,7 +395,7 @@ fn bench(c: &mut Criterion) {
             black_box(tantivy_search(&world.index, &q, now));
             samples.push(ms(call.elapsed()));
         }
-        summary(&format!("{label} [{q}] ({count} hits)"), samples);
+        summary(&format!("{label} [{q}] ({count} exact hits)"), samples);
     }
 
     eprintln!(
