@@ -401,7 +401,10 @@ fn bench(c: &mut Criterion) {
     eprintln!(
         "tantivy, {CALLERS} concurrent callers ({CALLS_PER_CALLER} calls each, latency of each call):"
     );
-    for (label, q) in variants().into_iter().filter(|(label, _)| label.ends_with("complete")) {
+    for (label, q) in variants()
+        .into_iter()
+        .filter(|(label, _)| label.ends_with("complete"))
+    {
         let samples: Vec<f64> = std::thread::scope(|scope| {
             let callers: Vec<_> = (0..CALLERS)
                 .map(|_| {
