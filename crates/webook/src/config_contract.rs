@@ -156,6 +156,12 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("search_rate_limit", "30", "30"),
     ("search_rate_window", "2m", r#""2m""#),
     (
+        "search_synonyms",
+        "/srv/webook/synonyms.txt",
+        r#""/srv/webook/synonyms.txt""#,
+    ),
+    ("search_synonyms_builtin", "false", "false"),
+    (
         "sms_providers",
         "aliyun, tencent",
         r#"["aliyun", "tencent"]"#,

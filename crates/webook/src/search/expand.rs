@@ -6,7 +6,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use tantivy::{query::FuzzyTermQuery, schema::Field, Searcher, Term};
+use tantivy::{
+    query::FuzzyTermQuery,
+    schema::Field,
+    termdict::{TermDictionary, TermStreamer},
+    Searcher, Term,
+};
 
 use super::homophones;
 
@@ -22,21 +27,19 @@ pub fn prefixed(
     limit: usize,
 ) -> tantivy::Result<Vec<String>> {
     let mut found: HashMap<Vec<u8>, u64> = HashMap::new();
-    let upper = successor(prefix.as_bytes());
     for segment in searcher.segment_readers() {
         let index = segment.inverted_index(field)?;
-        let mut range = index.terms().range().ge(prefix.as_bytes());
-        if let Some(upper) = &upper {
-            range = range.lt(upper);
-        }
-        let mut stream = range.into_stream()?;
-        let mut scanned = 0;
-        while scanned < MAX_SCANNED && stream.advance() {
-            scanned += 1;
-            *found.entry(stream.key().to_vec()).or_default() += u64::from(stream.value().doc_freq);
-        }
+        let stream = starting_with(index.terms(), prefix.as_bytes(), true)?;
+        tally_range(&mut found, stream, |_| true);
     }
-    Ok(most_held(found, limit))
+    // The typed word itself, if the index has it, whatever its count.
+    let typed = found.contains_key(prefix.as_bytes());
+    let mut words = most_held(found, limit);
+    if typed && !words.iter().any(|word| word == prefix) {
+        words.pop();
+        words.push(prefix.to_owned());
+    }
+    Ok(words)
 }
 
 /// The `limit` words of `field` within `typos` edits of `word` (a transposition is one),
@@ -53,11 +56,11 @@ pub fn within(
     for segment in searcher.segment_readers() {
         let index = segment.inverted_index(field)?;
         let mut stream = index.terms().search(automaton.automaton()?).into_stream()?;
-        let mut scanned = 0;
-        while scanned < MAX_SCANNED && stream.advance() {
-            scanned += 1;
-            *found.entry(stream.key().to_vec()).or_default() += u64::from(stream.value().doc_freq);
-        }
+        tally(&mut found, || {
+            stream
+                .advance()
+                .then(|| (stream.key().to_vec(), stream.value().doc_freq))
+        });
     }
     Ok(most_held(found, limit))
 }
@@ -82,25 +85,25 @@ pub fn homophones(
         // The pairs that start with the character before: one scan of the dictionary.
         let mut prefix = [0u8; 4];
         let prefix = left.encode_utf8(&mut prefix).as_bytes();
-        let upper = successor(prefix);
+        let mut pairs: HashMap<Vec<u8>, u64> = HashMap::new();
         for &field in fields {
             for segment in searcher.segment_readers() {
                 let index = segment.inverted_index(field)?;
-                let mut range = index.terms().range().gt(prefix);
-                if let Some(upper) = &upper {
-                    range = range.lt(upper);
-                }
-                let mut stream = range.into_stream()?;
-                let mut scanned = 0;
-                while scanned < MAX_SCANNED && stream.advance() {
-                    scanned += 1;
-                    let second = std::str::from_utf8(&stream.key()[prefix.len()..])
+                let stream = starting_with(index.terms(), prefix, false)?;
+                tally_range(&mut pairs, stream, |pair| {
+                    std::str::from_utf8(&pair[prefix.len()..])
                         .ok()
-                        .and_then(|rest| rest.chars().next());
-                    if let Some(second) = second.filter(|c| sounds.contains(c)) {
-                        *found.entry(second).or_default() += u64::from(stream.value().doc_freq);
-                    }
-                }
+                        .and_then(|rest| rest.chars().next())
+                        .is_some_and(|second| sounds.contains(&second))
+                });
+            }
+        }
+        for (pair, docs) in pairs {
+            let second = std::str::from_utf8(&pair[prefix.len()..])
+                .ok()
+                .and_then(|rest| rest.chars().next());
+            if let Some(second) = second.filter(|c| sounds.contains(c)) {
+                *found.entry(second).or_default() += docs;
             }
         }
     } else if let Some(&right) = chars.get(at + 1) {
@@ -121,6 +124,50 @@ pub fn homophones(
     let mut sounds: Vec<(char, u64)> = found.into_iter().collect();
     sounds.sort_by(|(a, a_docs), (b, b_docs)| b_docs.cmp(a_docs).then_with(|| a.cmp(b)));
     Ok(sounds.into_iter().take(limit).map(|(c, _)| c).collect())
+}
+
+/// The entries of `terms` that start with `prefix` (`prefix` itself too if `inclusive`).
+fn starting_with<'a>(
+    terms: &'a TermDictionary,
+    prefix: &[u8],
+    inclusive: bool,
+) -> std::io::Result<TermStreamer<'a>> {
+    let mut range = if inclusive {
+        terms.range().ge(prefix)
+    } else {
+        terms.range().gt(prefix)
+    };
+    if let Some(upper) = successor(prefix) {
+        range = range.lt(upper);
+    }
+    range.into_stream()
+}
+
+/// Adds to `found` the document count of each entry `next` yields (key, documents), at most
+/// [`MAX_SCANNED`] of them.
+fn tally(found: &mut HashMap<Vec<u8>, u64>, mut next: impl FnMut() -> Option<(Vec<u8>, u32)>) {
+    for _ in 0..MAX_SCANNED {
+        let Some((key, docs)) = next() else {
+            return;
+        };
+        *found.entry(key).or_default() += u64::from(docs);
+    }
+}
+
+/// Adds to `found` the document count of each entry of a range of a dictionary that `keep`
+/// keeps, looking at [`MAX_SCANNED`] entries at most.
+fn tally_range(
+    found: &mut HashMap<Vec<u8>, u64>,
+    mut stream: TermStreamer<'_>,
+    keep: impl Fn(&[u8]) -> bool,
+) {
+    let mut scanned = 0;
+    while scanned < MAX_SCANNED && stream.advance() {
+        scanned += 1;
+        if keep(stream.key()) {
+            *found.entry(stream.key().to_vec()).or_default() += u64::from(stream.value().doc_freq);
+        }
+    }
 }
 
 /// The smallest byte string above every one that starts with `prefix` (`None`: there is

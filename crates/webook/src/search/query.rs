@@ -59,6 +59,8 @@ const MAX_TYPO_EXPANSIONS: usize = 20;
 const MAX_SLIP_CHARS: usize = 8;
 /// Most characters a mistyped one is taken for.
 const MAX_SLIPS: usize = 3;
+/// Most slip-corrected terms one query tries (each a phrase in every field).
+const MAX_SLIPS_PER_QUERY: usize = 12;
 /// Weight of a term's exact phrase over its other matches.
 const PHRASE_BOOST: f32 = 2.0;
 /// Weight of a prefix expansion that is not the typed word itself.
@@ -72,6 +74,9 @@ const LOOSELY: f32 = TIER;
 pub struct ParsedQuery {
     /// Terms, in order, folded.
     pub terms: Vec<String>,
+    /// For each term, whether it was quoted: a phrase that matches only as it stands (no
+    /// pieces apart, no loose reading).
+    pub quoted: Vec<bool>,
     /// Whether the last term is still being typed (matches as a prefix too).
     pub last_is_prefix: bool,
 }
@@ -116,6 +121,7 @@ impl ParsedQuery {
         terms.truncate(MAX_TERMS);
         Self {
             last_is_prefix,
+            quoted: terms.iter().map(|(_, quoted)| *quoted).collect(),
             terms: terms
                 .into_iter()
                 .map(|(term, _)| term.trim().to_owned())
@@ -182,22 +188,20 @@ fn term_query(field: Field, text: &str) -> Box<dyn Query> {
 
 /// Any of `queries` (none: `None`).
 fn any(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
-    match queries.len() {
-        0 => None,
-        1 => queries.into_iter().next(),
-        _ => Some(boxed(BooleanQuery::new(
-            queries.into_iter().map(|q| (Occur::Should, q)).collect(),
-        ))),
-    }
+    combined(queries, Occur::Should)
 }
 
 /// All of `queries` (none: `None`).
 fn all(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
+    combined(queries, Occur::Must)
+}
+
+fn combined(queries: Vec<Box<dyn Query>>, occur: Occur) -> Option<Box<dyn Query>> {
     match queries.len() {
         0 => None,
         1 => queries.into_iter().next(),
         _ => Some(boxed(BooleanQuery::new(
-            queries.into_iter().map(|q| (Occur::Must, q)).collect(),
+            queries.into_iter().map(|q| (occur, q)).collect(),
         ))),
     }
 }
@@ -214,7 +218,12 @@ fn phrase_terms(text: &str, skip: Option<usize>) -> Vec<(usize, String)> {
         }
         at_position[token.position].push(token.text);
     }
-    let cjk_pair = |grams: &[String]| grams.iter().find(|g| g.chars().count() == 2).cloned();
+    let cjk_pair = |grams: &[String]| {
+        grams
+            .iter()
+            .find(|g| g.chars().count() == 2 && g.chars().all(is_cjk))
+            .cloned()
+    };
     let mut out = Vec::new();
     let mut covered = false;
     for (position, grams) in at_position.iter().enumerate() {
@@ -287,6 +296,8 @@ struct TermReadings {
     text: String,
     /// Whether it is being typed.
     typing: bool,
+    /// Whether it was quoted (no loose reading).
+    quoted: bool,
     /// Its reading as typed (`None`: the index has nothing it could match as typed).
     typed: Option<Box<dyn Query>>,
 }
@@ -378,10 +389,15 @@ fn loosely(
     pinyin_fields: &[Searched],
     term: &str,
     typing: bool,
+    slips_left: &mut usize,
     needles: &mut Vec<String>,
 ) -> tantivy::Result<Option<Box<dyn Query>>> {
     let mut either: Vec<Box<dyn Query>> = Vec::new();
     let letters = term.chars().count();
+    if term.len() > tokens::MAX_TERM_BYTES {
+        // Longer than any word the index holds.
+        return Ok(None);
+    }
     if term.chars().all(is_word_char) {
         let typos = typos_allowed(letters);
         if typos > 0 && !term.chars().all(|c| c.is_ascii_digit()) {
@@ -432,7 +448,14 @@ fn loosely(
         let chars: Vec<char> = term.chars().collect();
         let fields: Vec<Field> = text_fields.iter().map(|s| s.field).collect();
         for at in 0..chars.len() {
+            if *slips_left == 0 {
+                break;
+            }
             for sound in expand::homophones(searcher, &fields, &chars, at, MAX_SLIPS)? {
+                if *slips_left == 0 {
+                    break;
+                }
+                *slips_left -= 1;
                 let mut meant = chars.clone();
                 meant[at] = sound;
                 let meant: String = meant.into_iter().collect();
@@ -463,7 +486,15 @@ pub fn prepare(
     let mut needles = Vec::new();
     for (at, term) in parsed.terms.iter().enumerate() {
         let typing = parsed.last_is_prefix && at + 1 == parsed.terms.len();
-        let typed = as_typed(searcher, &text_fields, term, typing, synonyms, &mut needles)?;
+        let quoted = parsed.quoted.get(at).copied().unwrap_or(false);
+        let typed = if quoted {
+            substring(&text_fields, term, PHRASE_BOOST).map(|query| tiered(query, AS_TYPED))
+        } else {
+            as_typed(searcher, &text_fields, term, typing, synonyms, &mut needles)?
+        };
+        if quoted {
+            needles.push(term.clone());
+        }
         strict.push(
             typed
                 .as_ref()
@@ -472,6 +503,7 @@ pub fn prepare(
         terms.push(TermReadings {
             text: term.clone(),
             typing,
+            quoted,
             typed,
         });
     }
@@ -491,15 +523,21 @@ impl Prepared {
     fn loose(&mut self, searcher: &Searcher) -> tantivy::Result<Option<Box<dyn Query>>> {
         let mut loose = Vec::new();
         let mut any_loose = false;
+        let mut slips_left = MAX_SLIPS_PER_QUERY;
         for term in &self.terms {
-            let fuzzy = loosely(
-                searcher,
-                &self.text_fields,
-                &self.pinyin_fields,
-                &term.text,
-                term.typing,
-                &mut self.needles,
-            )?;
+            let fuzzy = if term.quoted {
+                None
+            } else {
+                loosely(
+                    searcher,
+                    &self.text_fields,
+                    &self.pinyin_fields,
+                    &term.text,
+                    term.typing,
+                    &mut slips_left,
+                    &mut self.needles,
+                )?
+            };
             any_loose |= fuzzy.is_some();
             loose.push(match (term.typed.as_ref().map(|q| q.box_clone()), fuzzy) {
                 (Some(typed), Some(fuzzy)) => boxed(DisjunctionMaxQuery::new(vec![typed, fuzzy])),
@@ -700,6 +738,10 @@ mod tests {
             (strings(&["hello world"]), false)
         );
         assert_eq!(
+            ParsedQuery::parse("\"hello world\" x").quoted,
+            [true, false]
+        );
+        assert_eq!(
             parsed("AND OR ( ) : * ~ - +"),
             (strings(&["and", "or"]), false)
         );
@@ -712,6 +754,31 @@ mod tests {
         assert_eq!(
             parsed("ｇｏ\u{3000}微服务 İstanbul"),
             (strings(&["go", "微服务", "istanbul"]), true)
+        );
+    }
+
+    #[test]
+    fn phrases_pair_chinese_characters_and_keep_latin_words_of_two_letters_whole() {
+        let terms = |text: &str| -> Vec<(usize, String)> { phrase_terms(text, None) };
+        let owned = |pairs: &[(usize, &str)]| -> Vec<(usize, String)> {
+            pairs.iter().map(|(at, t)| (*at, (*t).to_owned())).collect()
+        };
+        assert_eq!(terms("v1.8"), owned(&[(0, "v1"), (1, "8")]));
+        assert_eq!(terms("ai画"), owned(&[(0, "ai"), (1, "画")]));
+        assert_eq!(
+            terms("go is fun"),
+            owned(&[(0, "go"), (1, "is"), (2, "fun")])
+        );
+        assert_eq!(
+            terms("分布式锁"),
+            owned(&[(0, "分布"), (1, "布式"), (2, "式锁")])
+        );
+        assert_eq!(terms("redis锁"), owned(&[(0, "redis"), (1, "锁")]));
+        // A character skipped: its neighbours stand alone where no pair covers them.
+        assert_eq!(phrase_terms("微服物", Some(2)), owned(&[(0, "微服")]));
+        assert_eq!(
+            phrase_terms("微服物", Some(1)),
+            owned(&[(0, "微"), (2, "物")])
         );
     }
 

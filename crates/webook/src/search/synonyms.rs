@@ -122,7 +122,12 @@ impl Synonyms {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the search synonyms file {}", path.display()))?;
         self.map.store(Arc::new(self.assemble(&parse(&text))));
-        self.lock().modified = modified;
+        // A file changed within the last check may still be being written (under the same
+        // coarse time stamp): read it again at the next check.
+        let settled = modified
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|age| age >= RECHECK);
+        self.lock().modified = modified.filter(|_| settled);
         Ok(())
     }
 

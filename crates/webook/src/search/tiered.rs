@@ -16,10 +16,12 @@ const _: () = assert!(10.0 * SQUASH_CAP * 1.3 < TIER);
 /// The relevance squashed to half the cap (about what a rare word in a title scores).
 const SQUASH_HALF: f32 = 20.0;
 
-/// `relevance` (≥ 0) squashed below [`SQUASH_CAP`], in the same order.
+/// `relevance` (≥ 0) squashed below [`SQUASH_CAP`], in the same order, rounded to a multiple
+/// of 1/16: sums of a few of them (below 2^20) are then exact in f32 whatever their order, so
+/// a document scores the same bits in every query that adds up the same terms.
 pub fn squash(relevance: f32) -> f32 {
     let relevance = relevance.max(0.0);
-    SQUASH_CAP * relevance / (relevance + SQUASH_HALF)
+    (SQUASH_CAP * relevance / (relevance + SQUASH_HALF) * 16.0).round() / 16.0
 }
 
 /// `query`'s documents, scored `bonus` + [`squash`] of their score.
@@ -136,5 +138,9 @@ mod tests {
         assert!((squash(SQUASH_HALF) - SQUASH_CAP / 2.0).abs() < 0.01);
         assert!(squash(10.0) < squash(10.5));
         assert!(squash(1e9) <= SQUASH_CAP);
+        // Sums in any order are the same bits.
+        let (a, b, c) = (squash(3.3), squash(17.1), TIER * 2.0 + squash(0.7));
+        assert_eq!(((a + b) + c).to_bits(), ((c + a) + b).to_bits());
+        assert_eq!(((b + c) + a).to_bits(), ((a + c) + b).to_bits());
     }
 }

@@ -30,7 +30,7 @@ pub const GRAMS: &str = "webook_grams";
 pub const PINYIN: &str = "webook_pinyin";
 
 /// Longest term kept, in bytes (a longer "word" is noise: a URL, a hash).
-const MAX_TERM_BYTES: usize = 40;
+pub const MAX_TERM_BYTES: usize = 40;
 /// Longest pinyin term kept (a run of 12 Chinese characters spelled out).
 const MAX_PINYIN_BYTES: usize = 64;
 

@@ -259,6 +259,39 @@ fn exact_matches_rank_above_typos_and_pinyin() {
 }
 
 #[test]
+fn a_quoted_phrase_matches_only_as_it_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, _) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
+    let article = |id, title: &str| {
+        Change::Article(ArticleDoc {
+            id,
+            title: title.to_owned(),
+            text: String::new(),
+            author: "作者".to_owned(),
+            tags: Vec::new(),
+            ctime: NOW,
+            likes: 0,
+        })
+    };
+    index
+        .apply(
+            vec![
+                article(1, "machine learning basics"),
+                article(2, "learning to fix the machine"),
+                article(3, "分布式系统设计"),
+                article(4, "分布式存储与文件系统"),
+            ],
+            &state(),
+        )
+        .unwrap();
+    assert_eq!(ids(&index, "\"machine learning\""), [1]);
+    assert_eq!(ids(&index, "machine learning ").len(), 2);
+    assert_eq!(ids(&index, "\"分布式系统\""), [3]);
+    assert_eq!(ids(&index, "分布式系统 ")[0], 3);
+    assert_eq!(ids(&index, "分布式系统 ").len(), 2);
+}
+
+#[test]
 fn results_are_the_same_however_the_index_is_cut_into_segments() {
     let one = tempfile::tempdir().unwrap();
     let many = tempfile::tempdir().unwrap();

@@ -8,8 +8,11 @@ import { t } from "../i18n.js";
 import { input, pager, emptyItem, time, userLink, errorText, heading } from "../ui.js";
 
 const LIMIT = 10;
-/** Suggestions: the wait after the last keystroke, and how many of each kind are shown. */
-const SUGGEST_DELAY_MS = 120;
+/** Suggestions: the wait after the last keystroke (suggestions count against the same
+ * per-address search limit as searches: about one request per pause in typing, not per key),
+ * how many answers are kept for going back (Backspace), and how many of each kind are shown. */
+const SUGGEST_DELAY_MS = 250;
+const SUGGEST_CACHE = 20;
 const SUGGEST_ARTICLES = 5;
 const SUGGEST_USERS = 3;
 
@@ -88,6 +91,7 @@ function suggest(box, ctx) {
   let active = -1;
   let timer = null;
   let pending = null; // the AbortController of the request in flight
+  const answers = new Map(); // q → its answer, the last SUGGEST_CACHE of them
 
   function setActive(i) {
     options[active]?.setAttribute("aria-selected", "false");
@@ -138,6 +142,11 @@ function suggest(box, ctx) {
   async function load(q) {
     timer = null;
     pending?.abort();
+    if (answers.has(q)) {
+      pending = null;
+      show(q, answers.get(q));
+      return;
+    }
     const controller = new AbortController();
     pending = controller;
     let data;
@@ -151,6 +160,8 @@ function suggest(box, ctx) {
     }
     if (pending !== controller) return; // a newer request replaced this one
     pending = null;
+    answers.set(q, data);
+    if (answers.size > SUGGEST_CACHE) answers.delete(answers.keys().next().value);
     show(q, data);
   }
 
@@ -169,7 +180,8 @@ function suggest(box, ctx) {
   box.addEventListener("input", (e) => { if (!e.isComposing) typed(); });
   box.addEventListener("compositionend", typed);
   box.addEventListener("keydown", (e) => {
-    if (e.isComposing || e.altKey || e.ctrlKey || e.metaKey) return;
+    // 229: a key that an input method handles (Safari's Enter committing a composition).
+    if (e.isComposing || e.keyCode === 229 || e.altKey || e.ctrlKey || e.metaKey) return;
     if (e.key === "ArrowDown" || e.key === "ArrowUp") {
       if (!options.length) return;
       e.preventDefault();
