@@ -129,6 +129,19 @@ fn filler() -> Change {
     })
 }
 
+/// An article of `title` alone, published now with `likes`.
+fn titled(id: i64, title: &str, likes: i64) -> Change {
+    Change::Article(ArticleDoc {
+        id,
+        title: title.to_owned(),
+        text: String::new(),
+        author: "作者".to_owned(),
+        tags: Vec::new(),
+        ctime: NOW,
+        likes,
+    })
+}
+
 fn state() -> IndexState {
     IndexState {
         schema: index::SCHEMA_VERSION,
@@ -228,17 +241,7 @@ fn the_queries_readers_type_find_the_articles_they_mean() {
 fn exact_matches_rank_above_typos_and_pinyin() {
     let dir = tempfile::tempdir().unwrap();
     let (index, _) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
-    let article = |id, title: &str, likes| {
-        Change::Article(ArticleDoc {
-            id,
-            title: title.to_owned(),
-            text: String::new(),
-            author: "作者".to_owned(),
-            tags: Vec::new(),
-            ctime: NOW,
-            likes,
-        })
-    };
+    let article = titled;
     // The typo and the pinyin match are fresher and far more liked: still below.
     index
         .apply(
@@ -262,17 +265,7 @@ fn exact_matches_rank_above_typos_and_pinyin() {
 fn a_quoted_phrase_matches_only_as_it_stands() {
     let dir = tempfile::tempdir().unwrap();
     let (index, _) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
-    let article = |id, title: &str| {
-        Change::Article(ArticleDoc {
-            id,
-            title: title.to_owned(),
-            text: String::new(),
-            author: "作者".to_owned(),
-            tags: Vec::new(),
-            ctime: NOW,
-            likes: 0,
-        })
-    };
+    let article = |id, title: &str| titled(id, title, 0);
     index
         .apply(
             vec![
