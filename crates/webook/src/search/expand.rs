@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tantivy::{
-    query::FuzzyTermQuery,
+    query::{DfaWrapper, FuzzyTermQuery},
     schema::Field,
     termdict::{TermDictionary, TermStreamer},
     Searcher, Term,
@@ -42,20 +42,24 @@ pub fn prefixed(
     Ok(words)
 }
 
-/// The `limit` words of `field` within `typos` edits of `word` (a transposition is one),
-/// `word` itself included if the index has it, held by the most documents, most first.
+/// What recognises the words within `typos` edits of `word` (a transposition is one): built
+/// once per word, for every field and segment.
+pub fn typo_automaton(field: Field, word: &str, typos: u8) -> tantivy::Result<DfaWrapper> {
+    FuzzyTermQuery::new(Term::from_field_text(field, word), typos, true).automaton()
+}
+
+/// The `limit` words of `field` that `automaton` ([`typo_automaton`]) recognises, the word
+/// itself included if the index has it, held by the most documents, most first.
 pub fn within(
     searcher: &Searcher,
     field: Field,
-    word: &str,
-    typos: u8,
+    automaton: &DfaWrapper,
     limit: usize,
 ) -> tantivy::Result<Vec<String>> {
-    let automaton = FuzzyTermQuery::new(Term::from_field_text(field, word), typos, true);
     let mut found: HashMap<Vec<u8>, u64> = HashMap::new();
     for segment in searcher.segment_readers() {
         let index = segment.inverted_index(field)?;
-        let mut stream = index.terms().search(automaton.automaton()?).into_stream()?;
+        let mut stream = index.terms().search(automaton).into_stream()?;
         tally(&mut found, || {
             stream
                 .advance()

@@ -400,9 +400,13 @@ fn loosely(
     }
     if term.chars().all(is_word_char) {
         let typos = typos_allowed(letters);
-        if typos > 0 && !term.chars().all(|c| c.is_ascii_digit()) {
+        let first = text_fields.first().map(|s| s.field);
+        if let Some(field) =
+            first.filter(|_| typos > 0 && !term.chars().all(|c| c.is_ascii_digit()))
+        {
+            let automaton = expand::typo_automaton(field, term, typos)?;
             for s in text_fields {
-                for word in expand::within(searcher, s.field, term, typos, MAX_TYPO_EXPANSIONS)? {
+                for word in expand::within(searcher, s.field, &automaton, MAX_TYPO_EXPANSIONS)? {
                     if word == term {
                         continue;
                     }

@@ -72,6 +72,13 @@ pub fn parse(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// When the file at `path` was last modified, if that can be told.
+fn modified_at(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+}
+
 #[derive(Debug)]
 struct FileState {
     checked: Instant,
@@ -116,9 +123,11 @@ impl Synonyms {
         let Some(path) = &self.file else {
             return Ok(());
         };
-        let modified = std::fs::metadata(path)
-            .and_then(|meta| meta.modified())
-            .ok();
+        self.read(path, modified_at(path))
+    }
+
+    /// Reads the file at `path`, last modified at `modified` (looked at before it is read).
+    fn read(&self, path: &std::path::Path, modified: Option<SystemTime>) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the search synonyms file {}", path.display()))?;
         self.map.store(Arc::new(self.assemble(&parse(&text))));
@@ -157,20 +166,19 @@ impl Synonyms {
         let Some(path) = &self.file else {
             return;
         };
-        {
+        let modified = {
             let mut state = self.lock();
             if state.checked.elapsed() < RECHECK {
                 return;
             }
             state.checked = Instant::now();
-            let modified = std::fs::metadata(path)
-                .and_then(|meta| meta.modified())
-                .ok();
+            let modified = modified_at(path);
             if modified.is_some() && modified == state.modified {
                 return;
             }
-        }
-        match self.load() {
+            modified
+        };
+        match self.read(path, modified) {
             Ok(()) => tracing::info!(file = %path.display(), "search synonyms reloaded"),
             Err(err) => {
                 metrics::counter!(SEARCH_SYNONYMS_RELOAD_ERRORS_TOTAL).increment(1);
