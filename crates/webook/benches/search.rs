@@ -32,7 +32,8 @@
 //! runs of every query (1 000 for tantivy, up to 200 or 20 s for PostgreSQL) and hit counts.
 //!
 //! Run: `cargo bench -p webook --bench search` (a fresh machine: about 3 minutes). Against the
-//! large seed and PostgreSQL: see docs/PERFORMANCE.md → Search.
+//! large seed and PostgreSQL: see docs/PERFORMANCE.md → Search. `WEBOOK_BENCH_SEARCH_ONLY=<text>`
+//! keeps the queries whose label contains it (e.g. `zh 3 terms, complete`, to profile one).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -362,8 +363,11 @@ async fn pg_count(pg: &Db, words: &str) -> i64 {
     .unwrap()
 }
 
-/// The variants of each query: as typed, and complete (ending in a space).
+/// The variants of each query: as typed, and complete (ending in a space); with
+/// `WEBOOK_BENCH_SEARCH_ONLY` set, only those whose label contains it (e.g. `zh 3 terms`, for a
+/// profile of one query).
 fn variants() -> Vec<(String, String)> {
+    let only = std::env::var("WEBOOK_BENCH_SEARCH_ONLY").unwrap_or_default();
     QUERIES
         .iter()
         .chain(RECALL_QUERIES)
@@ -373,6 +377,7 @@ fn variants() -> Vec<(String, String)> {
                 (format!("{label}, complete"), format!("{q} ")),
             ]
         })
+        .filter(|(label, _)| label.contains(&only))
         .collect()
 }
 

@@ -27,7 +27,9 @@ pub mod highlight;
 mod homophones;
 mod http;
 pub mod index;
+mod pruned;
 pub mod query;
+mod reading;
 pub mod service;
 pub mod settings;
 pub mod store;
@@ -78,6 +80,11 @@ fn describe_metrics() {
     metrics::describe_counter!(
         feeder::SEARCH_DOCUMENTS_WRITTEN_TOTAL,
         "Search documents written, by kind (put, remove)"
+    );
+    metrics::describe_counter!(
+        query::SEARCH_PAGES_TOTAL,
+        "Pages of search hits as typed, by how they were found (pruned: only documents that \
+         could make the page scored; every_match)"
     );
     metrics::describe_counter!(
         synonyms::SEARCH_SYNONYMS_RELOAD_ERRORS_TOTAL,

@@ -21,19 +21,20 @@
 //! expansions; fields weigh: tags ×4, title ×3, author ×1.5, body ×1; nickname ×3, about
 //! ×1), squashed below a cap ([`super::tiered`]); the query's is the sum over its terms, so
 //! every document matching all terms as typed ranks above every one that needs a loose
-//! match. The loose query is only run when the strict one does not fill the page asked for
-//! ([`Prepared::search`]): the documents both find score the same in both, so pages continue
-//! either way. Scores are then nudged by freshness and popularity (at most +30% of the BM25
-//! part, see [`tweak`]) and ties broken by the higher id, one total order that cursors follow
+//! match. A term's readings as typed are one [`Reading`] (its score computed the same way
+//! wherever it is), so that the strict query's page is found by [`pruned`] — scoring only the
+//! documents that can still make it — when its bounds can tell, and by scoring every match
+//! otherwise, the same page either way. The loose query is only run when the strict one does
+//! not fill the page asked for ([`Prepared::search`]): the documents both find score the same
+//! in both, so pages continue either way. Scores are then nudged by freshness and popularity
+//! (at most +30% of the BM25 part, see [`tweak`]) and ties broken by the higher id, one total
+//! order that cursors follow
 //! — for one reference time: freshness is age at the `now_ms` a search is given, which the
 //! pages of one list share (the service keeps it in their cursors).
 
 use tantivy::{
     collector::TopDocs,
-    query::{
-        BooleanQuery, BoostQuery, DisjunctionMaxQuery, EmptyQuery, Occur, PhraseQuery, Query,
-        TermQuery,
-    },
+    query::{BooleanQuery, BoostQuery, DisjunctionMaxQuery, EmptyQuery, Occur, Query, TermQuery},
     schema::{Field, IndexRecordOption},
     DocAddress, Searcher, Term,
 };
@@ -42,10 +43,16 @@ use super::{
     expand,
     fold::fold,
     index::{Fields, ARTICLE, USER},
+    pruned,
+    reading::{Atom, Reading},
     synonyms::Synonyms,
     tiered::{tiered, TIER},
     tokens::{self, is_cjk, is_word_char},
 };
+
+/// Counter: pages of hits as typed, by `how` they were found: `pruned` (only the documents
+/// that could make the page scored) or `every_match`.
+pub const SEARCH_PAGES_TOTAL: &str = "search_pages_total";
 
 /// Longest query, in characters (API.md: q ≤ 100).
 pub const MAX_QUERY_CHARS: usize = 100;
@@ -140,11 +147,17 @@ impl ParsedQuery {
 struct Searched {
     field: Field,
     boost: f32,
+    /// A long field (body, about): bounded rather than gone through by [`pruned`].
+    long: bool,
 }
 
 /// The text fields of `kind` with their weights, and its pinyin fields.
 fn searched(fields: &Fields, kind: &str) -> (Vec<Searched>, Vec<Searched>) {
-    let field = |field, boost| Searched { field, boost };
+    let field = |field, boost| Searched {
+        field,
+        boost,
+        long: field == fields.body || field == fields.about,
+    };
     if kind == USER {
         (
             vec![field(fields.nickname, 3.0), field(fields.about, 1.0)],
@@ -255,27 +268,29 @@ fn phrase_terms(text: &str, skip: Option<usize>) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// The phrase of `terms` (from [`phrase_terms`]) in `field`: a term query for one term.
-fn phrase(field: Field, terms: &[(usize, String)]) -> Option<Box<dyn Query>> {
-    match terms {
-        [] => None,
-        [(_, only)] => Some(term_query(field, only)),
-        _ => Some(boxed(PhraseQuery::new_with_offset(
-            terms
-                .iter()
-                .map(|(offset, text)| (*offset, Term::from_field_text(field, text)))
-                .collect(),
-        ))),
-    }
-}
-
 /// `text` (folded) as a substring of some field.
 fn substring(searched: &[Searched], text: &str, boost: f32) -> Option<Box<dyn Query>> {
-    let terms = phrase_terms(text, None);
-    any(searched
+    any(substring_atoms(searched, text, boost)
         .iter()
-        .filter_map(|s| phrase(s.field, &terms).map(|q| boosted(q, s.boost * boost)))
+        .filter_map(Atom::query)
         .collect())
+}
+
+/// `text` (folded) as a substring of each field: one atom per field (none for no terms).
+fn substring_atoms(searched: &[Searched], text: &str, boost: f32) -> Vec<Atom> {
+    let terms = phrase_terms(text, None);
+    if terms.is_empty() {
+        return Vec::new();
+    }
+    searched
+        .iter()
+        .map(|s| Atom {
+            field: s.field,
+            terms: terms.clone(),
+            boost: s.boost * boost,
+            long: s.long,
+        })
+        .collect()
 }
 
 /// A query ready to run, with what its hits should highlight.
@@ -289,6 +304,8 @@ pub struct Prepared {
     /// The words and phrases the query matched with (folded): the terms, their pieces, the
     /// prefix and typo expansions used and the synonyms.
     needles: Vec<String>,
+    /// Pages [`pruned`] answered.
+    pruned_pages: usize,
 }
 
 /// A term of a [`Prepared`] query.
@@ -298,7 +315,9 @@ struct TermReadings {
     typing: bool,
     /// Whether it was quoted (no loose reading).
     quoted: bool,
-    /// Its reading as typed (`None`: the index has nothing it could match as typed).
+    /// Its readings as typed.
+    reading: Reading,
+    /// Them as a query (`None`: the index has nothing it could match as typed).
     typed: Option<Box<dyn Query>>,
 }
 
@@ -319,8 +338,8 @@ fn as_typed(
     typing: bool,
     synonyms: &Synonyms,
     needles: &mut Vec<String>,
-) -> tantivy::Result<Option<Box<dyn Query>>> {
-    let mut either: Vec<Box<dyn Query>> = Vec::new();
+) -> tantivy::Result<Reading> {
+    let mut reading = Reading::default();
     needles.push(term.to_owned());
     let ends_in_word = term.chars().last().is_some_and(is_word_char);
     let lone_word = term.chars().all(is_word_char);
@@ -328,7 +347,7 @@ fn as_typed(
         // The typed word, and the most frequent words that start with it.
         let grams = phrase_terms(term, None);
         let Some((last_offset, prefix)) = grams.last().cloned() else {
-            return Ok(None);
+            return Ok(reading);
         };
         let before = &grams[..grams.len() - 1];
         let limit = if lone_word {
@@ -337,40 +356,42 @@ fn as_typed(
             MAX_PREFIX_EXPANSIONS / 5
         };
         for s in text_fields {
+            let mut atoms = Vec::new();
             for word in expand::prefixed(searcher, s.field, &prefix, limit)? {
                 let boost = if word == prefix { 1.0 } else { EXPANSION_BOOST };
                 let mut terms = before.to_vec();
                 terms.push((last_offset, word.clone()));
-                if let Some(query) = phrase(s.field, &terms) {
-                    either.push(boosted(query, s.boost * boost));
-                }
+                atoms.push(Atom {
+                    field: s.field,
+                    terms,
+                    boost: s.boost * boost,
+                    long: s.long,
+                });
                 if !needles.contains(&word) {
                     needles.push(word);
                 }
             }
+            reading.alone(atoms);
         }
-    } else if let Some(query) = substring(text_fields, term, PHRASE_BOOST) {
-        either.push(query);
+    } else {
+        reading.alone(substring_atoms(text_fields, term, PHRASE_BOOST));
     }
     let pieces = tokens::pieces(term);
     if pieces.len() > 1 {
-        let each: Option<Vec<Box<dyn Query>>> = pieces
-            .iter()
-            .map(|piece| substring(text_fields, piece, 1.0))
-            .collect();
-        if let Some(query) = each.and_then(all) {
-            either.push(query);
-        }
+        reading.all_of(
+            pieces
+                .iter()
+                .map(|piece| substring_atoms(text_fields, piece, 1.0))
+                .collect(),
+        );
         needles.extend(pieces);
     }
     for other in synonyms.of(term) {
-        if let Some(query) = substring(text_fields, &other, PHRASE_BOOST) {
-            either.push(query);
-        }
+        reading.alone(substring_atoms(text_fields, &other, PHRASE_BOOST));
         needles.extend(tokens::pieces(&other));
         needles.push(other);
     }
-    Ok(any(either).map(|query| tiered(query, AS_TYPED)))
+    Ok(reading)
 }
 
 /// How many typos a Latin word of `letters` may have.
@@ -491,11 +512,14 @@ pub fn prepare(
     for (at, term) in parsed.terms.iter().enumerate() {
         let typing = parsed.last_is_prefix && at + 1 == parsed.terms.len();
         let quoted = parsed.quoted.get(at).copied().unwrap_or(false);
-        let typed = if quoted {
-            substring(&text_fields, term, PHRASE_BOOST).map(|query| tiered(query, AS_TYPED))
+        let reading = if quoted {
+            let mut reading = Reading::default();
+            reading.alone(substring_atoms(&text_fields, term, PHRASE_BOOST));
+            reading
         } else {
             as_typed(searcher, &text_fields, term, typing, synonyms, &mut needles)?
         };
+        let typed = reading.query(AS_TYPED);
         if quoted {
             needles.push(term.clone());
         }
@@ -508,6 +532,7 @@ pub fn prepare(
             text: term.clone(),
             typing,
             quoted,
+            reading,
             typed,
         });
     }
@@ -517,6 +542,7 @@ pub fn prepare(
         text_fields,
         pinyin_fields,
         needles,
+        pruned_pages: 0,
     })
 }
 
@@ -569,7 +595,56 @@ impl Prepared {
         limit: usize,
         now_ms: i64,
     ) -> tantivy::Result<Vec<Hit>> {
-        let hits = search(searcher, self.strict.as_ref(), kind, after, limit, now_ms)?;
+        self.page(searcher, kind, after, limit, now_ms, true)
+    }
+
+    /// The page [`Prepared::search`] gives, with every match scored: for tests and
+    /// benchmarks, which compare.
+    pub fn search_every_match(
+        &mut self,
+        searcher: &Searcher,
+        kind: &str,
+        after: Option<After>,
+        limit: usize,
+        now_ms: i64,
+    ) -> tantivy::Result<Vec<Hit>> {
+        self.page(searcher, kind, after, limit, now_ms, false)
+    }
+
+    /// How many pages of [`Prepared::search`] were answered without scoring every match.
+    pub fn pruned_pages(&self) -> usize {
+        self.pruned_pages
+    }
+
+    fn page(
+        &mut self,
+        searcher: &Searcher,
+        kind: &str,
+        after: Option<After>,
+        limit: usize,
+        now_ms: i64,
+        prune: bool,
+    ) -> tantivy::Result<Vec<Hit>> {
+        let pruned = if prune {
+            self.pruned(searcher, kind, after, limit, now_ms)?
+        } else {
+            None
+        };
+        if prune {
+            let how = if pruned.is_some() {
+                "pruned"
+            } else {
+                "every_match"
+            };
+            metrics::counter!(SEARCH_PAGES_TOTAL, "how" => how).increment(1);
+        }
+        let hits = match pruned {
+            Some(hits) => {
+                self.pruned_pages += 1;
+                hits
+            }
+            None => search(searcher, self.strict.as_ref(), kind, after, limit, now_ms)?,
+        };
         if hits.len() >= limit {
             return Ok(hits);
         }
@@ -578,6 +653,31 @@ impl Prepared {
             Some(loose) => search(searcher, loose.as_ref(), kind, after, limit, now_ms),
             None => Ok(hits),
         }
+    }
+
+    /// The page of the strict query by [`pruned::search`], when it can tell it without
+    /// scoring every match.
+    fn pruned(
+        &self,
+        searcher: &Searcher,
+        kind: &str,
+        after: Option<After>,
+        limit: usize,
+        now_ms: i64,
+    ) -> tantivy::Result<Option<Vec<Hit>>> {
+        let mut plans = Vec::with_capacity(self.terms.len());
+        for term in &self.terms {
+            let Some(query) = term.typed.as_ref() else {
+                return Ok(None);
+            };
+            plans.push(pruned::TermPlan {
+                query: query.as_ref(),
+                short: term.reading.short_queries(),
+                long_max: term.reading.long_max(searcher)?,
+                bonus: AS_TYPED,
+            });
+        }
+        pruned::search(searcher, &plans, &Keys::new(kind, now_ms), after, limit)
     }
 
     /// The words and phrases the hits matched with, longest first: what highlights mark.
@@ -662,6 +762,81 @@ fn nudged(score: f32, age_ms: i64, likes: u64) -> f32 {
     tiers + tweak(score - tiers, age_ms, likes)
 }
 
+/// How hits of one kind are ordered: (nudged score, id), ranked at `now_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    article: bool,
+    now_ms: i64,
+}
+
+/// The sort keys of one segment's documents.
+pub struct SegmentKeys {
+    keys: Keys,
+    ids: Option<std::sync::Arc<dyn tantivy::columnar::ColumnValues<u64>>>,
+    ctimes: Option<std::sync::Arc<dyn tantivy::columnar::ColumnValues<i64>>>,
+    likes: Option<std::sync::Arc<dyn tantivy::columnar::ColumnValues<u64>>>,
+}
+
+impl Keys {
+    /// The order of hits of `kind` ranked at `now_ms`.
+    pub fn new(kind: &str, now_ms: i64) -> Self {
+        Self {
+            article: kind == ARTICLE,
+            now_ms,
+        }
+    }
+
+    /// The keys of `segment`'s documents.
+    pub fn segment(self, segment: &tantivy::SegmentReader) -> SegmentKeys {
+        let fast = segment.fast_fields();
+        SegmentKeys {
+            keys: self,
+            ids: fast
+                .u64("id")
+                .ok()
+                .map(|column| column.first_or_default_col(0)),
+            ctimes: fast
+                .i64("ctime")
+                .ok()
+                .map(|column| column.first_or_default_col(0)),
+            likes: fast
+                .u64("likes")
+                .ok()
+                .map(|column| column.first_or_default_col(0)),
+        }
+    }
+
+    /// The most a document scored `score` can be nudged to (the freshest, most liked).
+    pub fn most(self, score: f32) -> f32 {
+        if self.article {
+            nudged(score, 0, u64::MAX)
+        } else {
+            score
+        }
+    }
+}
+
+impl SegmentKeys {
+    /// The key of `doc`, scored `score`.
+    pub fn key(&self, doc: tantivy::DocId, score: f32) -> (f32, u64) {
+        let id = self.ids.as_ref().map_or(0, |ids| ids.get_val(doc));
+        let score = if self.keys.article {
+            let now_ms = self.keys.now_ms;
+            let ctime = self.ctimes.as_ref().map_or(now_ms, |c| c.get_val(doc));
+            let likes = self.likes.as_ref().map_or(0, |l| l.get_val(doc));
+            nudged(score, now_ms.saturating_sub(ctime), likes)
+        } else {
+            score
+        };
+        (score, id)
+    }
+}
+
+/// Whether a hit keyed `key` comes after the cursor `after` (every hit does without one).
+pub fn is_after(key: (f32, u64), after: Option<After>) -> bool {
+    after.is_none_or(|after| key < (f32::from_bits(after.score_bits), after.id))
+}
+
 /// Up to `limit` hits of `query` after `after`, best first: (nudged score, id) descending.
 pub fn search(
     searcher: &Searcher,
@@ -671,37 +846,16 @@ pub fn search(
     limit: usize,
     now_ms: i64,
 ) -> tantivy::Result<Vec<Hit>> {
-    let article = kind == ARTICLE;
+    let keys = Keys::new(kind, now_ms);
     let collector =
         TopDocs::with_limit(limit.max(1)).tweak_score(move |segment: &tantivy::SegmentReader| {
-            let fast = segment.fast_fields();
-            let ids = fast
-                .u64("id")
-                .ok()
-                .map(|column| column.first_or_default_col(0));
-            let ctimes = fast
-                .i64("ctime")
-                .ok()
-                .map(|column| column.first_or_default_col(0));
-            let likes = fast
-                .u64("likes")
-                .ok()
-                .map(|column| column.first_or_default_col(0));
+            let keys = keys.segment(segment);
             move |doc: tantivy::DocId, score: tantivy::Score| {
-                let id = ids.as_ref().map_or(0, |ids| ids.get_val(doc));
-                let score = if article {
-                    let ctime = ctimes.as_ref().map_or(now_ms, |c| c.get_val(doc));
-                    let likes = likes.as_ref().map_or(0, |l| l.get_val(doc));
-                    nudged(score, now_ms.saturating_sub(ctime), likes)
+                let key = keys.key(doc, score);
+                if is_after(key, after) {
+                    key
                 } else {
-                    score
-                };
-                let key = (score, id);
-                match after {
-                    Some(after) if key >= (f32::from_bits(after.score_bits), after.id) => {
-                        (f32::NEG_INFINITY, 0)
-                    }
-                    _ => key,
+                    (f32::NEG_INFINITY, 0)
                 }
             }
         });

@@ -14,7 +14,7 @@ pub const TIER: f32 = 32_768.0;
 pub const SQUASH_CAP: f32 = 1_000.0;
 const _: () = assert!(10.0 * SQUASH_CAP * 1.3 < TIER);
 /// The relevance squashed to half the cap (about what a rare word in a title scores).
-const SQUASH_HALF: f32 = 20.0;
+pub const SQUASH_HALF: f32 = 20.0;
 
 /// `relevance` (≥ 0) squashed below [`SQUASH_CAP`], in the same order, rounded to a multiple
 /// of 1/16: sums of a few of them (below 2^20) are then exact in f32 whatever their order, so

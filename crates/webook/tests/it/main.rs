@@ -42,6 +42,7 @@ mod readiness;
 mod refunds;
 mod rewards;
 mod search;
+mod search_pruning;
 mod search_quality;
 mod search_recall;
 mod seed;

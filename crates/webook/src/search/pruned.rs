@@ -1,0 +1,275 @@
+//! The page of a query as typed without scoring every document that matches it.
+//!
+//! A common query matches a large part of the corpus ("数据库" a quarter of a million
+//! articles), and scoring every match — phrases checked position by position in every body —
+//! is what a search costs. But a term's relevance is the BM25 of its atoms
+//! ([`super::reading`]), and the atoms in long fields (body, about) add at most their weight
+//! times `k1 + 1` whatever the text: a document's score is bounded by what its short fields
+//! (tags, title, author; nickname) score plus that. So:
+//!
+//! 1. go through the atoms in short fields of every term (short posting lists), and bound
+//!    each document found — the candidates — by its short scores, the long bounds and its
+//!    own nudge (freshness, likes);
+//! 2. score the candidates exactly, best bound first, in batches (each in doc order, with the
+//!    query's own scorers: the same bits as the whole query gives), until the next bound is
+//!    below the page's last hit;
+//! 3. the documents never found have no term in a short field: their scores are bounded by
+//!    the long bounds and the largest nudge. When that is below the page's last hit too, the
+//!    page is exact; otherwise (or with fewer candidates than the page) the caller scores
+//!    every match, as before.
+//!
+//! The page is the same as the whole query's, hit for hit and score for score: the bounds are
+//! upper bounds (with a margin for `f32` rounding), ties are never pruned, and the scores
+//! come from the same scorers.
+
+use std::{cmp::Reverse, collections::BinaryHeap};
+
+use tantivy::{
+    query::{EnableScoring, Query, Weight},
+    DocId, DocSet, Searcher,
+};
+
+use super::{
+    query::{is_after, After, Hit, Keys},
+    tiered::{squash, SQUASH_CAP, SQUASH_HALF, TIER},
+};
+
+/// A term of the query: every document must match all of them.
+pub struct TermPlan<'a> {
+    /// The term's query (a [`super::reading::Reading`]'s).
+    pub query: &'a dyn Query,
+    /// Its atoms in short fields.
+    pub short: Vec<Box<dyn Query>>,
+    /// The most its atoms in long fields add to its relevance.
+    pub long_max: f32,
+    /// Its tier's bonus.
+    pub bonus: f32,
+}
+
+/// A document found in a short field, with the most it can score.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    bound: f32,
+    segment: usize,
+    doc: DocId,
+}
+
+/// A hit's sort key, ordered as the page: (score, id).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Key(f32, u64);
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+/// At least [`squash`]`(relevance)`, for a bound: without its rounding, which costs more than
+/// the rest of it, plus the most rounding adds.
+fn squash_above(relevance: f32) -> f32 {
+    SQUASH_CAP * relevance / (relevance + SQUASH_HALF) + 1.0 / 16.0
+}
+
+thread_local! {
+    /// Each searching thread's rows of short relevance, zero between queries.
+    static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Candidates scored in the first batch, per hit asked for; each batch doubles.
+const FIRST_BATCH_PER_HIT: usize = 3;
+
+/// Up to `limit` hits of every term of `terms` after `after`, best first, in the order of
+/// `keys` — or `None` when the bounds cannot tell them without scoring every match.
+pub fn search(
+    searcher: &Searcher,
+    terms: &[TermPlan<'_>],
+    keys: &Keys,
+    after: Option<After>,
+    limit: usize,
+) -> tantivy::Result<Option<Vec<Hit>>> {
+    let limit = limit.max(1);
+    if terms.is_empty() {
+        return Ok(None);
+    }
+    let scoring = EnableScoring::enabled_from_searcher(searcher);
+    let whole: Vec<Box<dyn Weight>> = terms
+        .iter()
+        .map(|term| term.query.weight(scoring))
+        .collect::<tantivy::Result<_>>()?;
+    let mut short: Vec<(usize, Box<dyn Weight>)> = Vec::new();
+    for (at, term) in terms.iter().enumerate() {
+        for query in &term.short {
+            short.push((at, query.weight(scoring)?));
+        }
+    }
+    let long_bounds: Vec<f32> = terms
+        .iter()
+        .map(|term| term.bonus + squash(term.long_max))
+        .collect();
+    // Documents with no term in a short field score at most this.
+    let rest = keys.most(long_bounds.iter().sum());
+
+    // 1. Candidates: each term's short relevance per document, summed in a row per document.
+    let readers = searcher.segment_readers();
+    let segment_keys: Vec<_> = readers.iter().map(|reader| keys.segment(reader)).collect();
+    let width = terms.len();
+    let mut candidates = Vec::new();
+    // Zeroed where it was written after each segment; the thread's, so that a query does not
+    // map and unmap a megabyte (which stalls every thread of the process under load).
+    let most_docs = readers
+        .iter()
+        .map(|r| r.max_doc() as usize)
+        .max()
+        .unwrap_or(0);
+    let mut rows = ROWS.with(|rows| std::mem::take(&mut *rows.borrow_mut()));
+    if rows.len() < most_docs * width {
+        rows.resize(most_docs * width, 0.0);
+    }
+    let mut touched: Vec<DocId> = Vec::new();
+    for (segment, reader) in readers.iter().enumerate() {
+        for &doc in &touched {
+            rows[doc as usize * width..][..width].fill(0.0);
+        }
+        touched.clear();
+        for (term, weight) in &short {
+            weight.for_each(reader, &mut |doc, score| {
+                let row = doc as usize * width;
+                if rows[row..row + width].iter().all(|&r| r == 0.0) {
+                    touched.push(doc);
+                }
+                // A match's BM25 is positive; at least a trace, so the row reads as touched.
+                rows[row + term] += score.max(f32::MIN_POSITIVE);
+            })?;
+        }
+        for &doc in &touched {
+            if reader.is_deleted(doc) {
+                continue;
+            }
+            let row = &rows[doc as usize * width..][..width];
+            let mut bound = 0.0f32;
+            for at in 0..width {
+                let short = row[at];
+                bound += if short > 0.0 {
+                    terms[at].bonus + squash_above(short * 1.001 + 0.001 + terms[at].long_max)
+                } else {
+                    long_bounds[at]
+                };
+            }
+            candidates.push(Candidate {
+                bound,
+                segment,
+                doc,
+            });
+        }
+    }
+    for &doc in &touched {
+        rows[doc as usize * width..][..width].fill(0.0);
+    }
+    ROWS.with(|cell| *cell.borrow_mut() = rows);
+    if candidates.len() < limit {
+        return Ok(None);
+    }
+
+    // 2. Exact scores, best bound first, in batches: the best bounds left, those of them that
+    // the document's own nudge leaves above the page's last hit, in doc order.
+    let most_nudge = keys.most(1.0) * 1.0001;
+    let most = |bound: f32| {
+        let tiers = (bound / TIER).floor() * TIER;
+        tiers + (bound - tiers) * most_nudge
+    };
+    let mut page: BinaryHeap<Reverse<Key>> = BinaryHeap::with_capacity(limit + 1);
+    let last = |page: &BinaryHeap<Reverse<Key>>| {
+        (page.len() >= limit)
+            .then(|| page.peek().map(|Reverse(key)| key.0))
+            .flatten()
+    };
+    let mut left = candidates.as_mut_slice();
+    let mut batch_size = limit * FIRST_BATCH_PER_HIT;
+    let mut scored = Vec::new();
+    while !left.is_empty() {
+        let floor = last(&page);
+        let size = batch_size.min(left.len());
+        if size < left.len() {
+            left.select_nth_unstable_by(size - 1, |a, b| b.bound.total_cmp(&a.bound));
+        }
+        let (batch, mut rest) = std::mem::take(&mut left).split_at_mut(size);
+        if let Some(floor) = floor {
+            // Keep only what could still make the page: one pass, after which the batches
+            // choose among few.
+            let mut kept = 0;
+            for at in 0..rest.len() {
+                if most(rest[at].bound) >= floor {
+                    rest.swap(kept, at);
+                    kept += 1;
+                }
+            }
+            rest = &mut rest[..kept];
+        }
+        left = rest;
+        batch_size *= 2;
+        if let Some(floor) = floor {
+            if batch.iter().all(|candidate| most(candidate.bound) < floor) {
+                // What is left is bounded by this batch: nothing can make the page.
+                break;
+            }
+        }
+        scored.clear();
+        scored.extend(batch.iter().copied().filter(|candidate| {
+            floor.is_none_or(|floor| {
+                most(candidate.bound) >= floor
+                    && segment_keys[candidate.segment]
+                        .key(candidate.doc, candidate.bound)
+                        .0
+                        >= floor
+            })
+        }));
+        scored.sort_unstable_by_key(|candidate| (candidate.segment, candidate.doc));
+        for group in scored.chunk_by(|a, b| a.segment == b.segment) {
+            let reader = &readers[group[0].segment];
+            let mut scorers = whole
+                .iter()
+                .map(|weight| weight.scorer(reader, 1.0))
+                .collect::<tantivy::Result<Vec<_>>>()?;
+            'candidates: for candidate in group {
+                let mut score = 0.0f32;
+                for scorer in &mut scorers {
+                    if scorer.doc() > candidate.doc || scorer.seek(candidate.doc) != candidate.doc {
+                        continue 'candidates;
+                    }
+                    score += scorer.score();
+                }
+                let key = segment_keys[candidate.segment].key(candidate.doc, score);
+                if is_after(key, after) {
+                    page.push(Reverse(Key(key.0, key.1)));
+                    if page.len() > limit {
+                        page.pop();
+                    }
+                }
+            }
+        }
+    }
+
+    // 3. The documents never found.
+    match last(&page) {
+        Some(floor) if rest < floor => {}
+        _ => return Ok(None),
+    }
+    let mut hits: Vec<Key> = page.into_iter().map(|Reverse(key)| key).collect();
+    hits.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(Some(
+        hits.into_iter()
+            .map(|Key(score, id)| Hit {
+                id: i64::try_from(id).unwrap_or(0),
+                score,
+            })
+            .collect(),
+    ))
+}

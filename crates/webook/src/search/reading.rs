@@ -1,0 +1,491 @@
+//! A term's readings as typed, as one query whose score is computed the same way wherever the
+//! term is matched — by the whole query over every document, or by [`super::pruned`] at the
+//! few documents that can still make the page — so a hit scores the same bits either way and
+//! cursors continue across both.
+//!
+//! A [`Reading`] is a set of [`Atom`]s (a phrase of grams, or one word, in one field, with a
+//! weight) combined two ways: atoms that match on their own (the term's exact phrase, its
+//! prefix expansions, its synonyms) and groups of pieces that match when every piece does (a
+//! compound's dictionary words, each in any field). A document's relevance for the term is
+//! the sum of the BM25 of the atoms alone that match there and of the atoms of each group
+//! that matches there (the group's pieces all do) — in a fixed order, in `f64`, so nothing
+//! but the matches decides the bits — and its score the tier's bonus plus that relevance
+//! [squashed](super::tiered::squash). The documents are those of a union (a heap of where
+//! each atom stands) of the atoms alone and the groups, each group an intersection of the
+//! unions of its pieces' atoms — so a rare piece leads a group past the documents of a
+//! common one.
+//!
+//! For pruning, a reading splits into its atoms in short fields (tags, title, author;
+//! nickname), cheap to go through, and a bound on what its atoms in the long ones (body,
+//! about) can add: BM25 never exceeds its weight times `k1 + 1` however often a word occurs.
+
+use std::{cmp::Reverse, collections::BinaryHeap};
+
+use tantivy::{
+    query::{
+        Bm25Weight, BoostQuery, EnableScoring, Explanation, PhraseQuery, Query, Scorer, TermQuery,
+        Weight,
+    },
+    schema::{Field, IndexRecordOption},
+    DocId, DocSet, Score, Searcher, SegmentReader, Term, TERMINATED,
+};
+
+use super::tiered::squash;
+
+/// A phrase of grams (offsets from the first), or a single word, in one field, weighted.
+#[derive(Debug, Clone)]
+pub struct Atom {
+    /// The field.
+    pub field: Field,
+    /// The terms with their offsets; one term: a term query.
+    pub terms: Vec<(usize, String)>,
+    /// Its weight (the field's times the reading's).
+    pub boost: f32,
+    /// Whether the field is a long one (body, about): bounded rather than gone through when
+    /// pruning.
+    pub long: bool,
+}
+
+impl Atom {
+    /// The atom as a tantivy query (`None`: no terms).
+    pub fn query(&self) -> Option<Box<dyn Query>> {
+        let query: Box<dyn Query> = match self.terms.as_slice() {
+            [] => return None,
+            [(_, only)] => Box::new(TermQuery::new(
+                Term::from_field_text(self.field, only),
+                IndexRecordOption::WithFreqs,
+            )),
+            terms => Box::new(PhraseQuery::new_with_offset(
+                terms
+                    .iter()
+                    .map(|(offset, text)| (*offset, Term::from_field_text(self.field, text)))
+                    .collect(),
+            )),
+        };
+        Some(if (self.boost - 1.0).abs() < f32::EPSILON {
+            query
+        } else {
+            Box::new(BoostQuery::new(query, self.boost))
+        })
+    }
+
+    /// The most its BM25 can be in any document of `searcher` (a little more: what `f32`
+    /// rounding could add).
+    fn max_score(&self, searcher: &Searcher) -> tantivy::Result<f32> {
+        let terms: Vec<Term> = self
+            .terms
+            .iter()
+            .map(|(_, text)| Term::from_field_text(self.field, text))
+            .collect();
+        if terms.is_empty() {
+            return Ok(0.0);
+        }
+        let weight = Bm25Weight::for_terms(searcher, &terms)?.boost_by(self.boost);
+        Ok(weight.max_score() * 1.001 + 0.001)
+    }
+}
+
+/// A term's readings: atoms that match alone, and groups of pieces that match together.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    atoms: Vec<Atom>,
+    /// Atoms (indexes) that match on their own.
+    alone: Vec<usize>,
+    /// Groups of pieces: a group matches when each of its pieces has an atom that does.
+    groups: Vec<Vec<Vec<usize>>>,
+}
+
+impl Reading {
+    /// Adds atoms that match on their own.
+    pub fn alone(&mut self, atoms: Vec<Atom>) {
+        for atom in atoms {
+            self.alone.push(self.atoms.len());
+            self.atoms.push(atom);
+        }
+    }
+
+    /// Adds a group that matches when each piece (atoms, any of which will do) does.
+    pub fn all_of(&mut self, pieces: Vec<Vec<Atom>>) {
+        if pieces.is_empty() || pieces.iter().any(Vec::is_empty) {
+            return;
+        }
+        let mut group = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let mut indexes = Vec::with_capacity(piece.len());
+            for atom in piece {
+                indexes.push(self.atoms.len());
+                self.atoms.push(atom);
+            }
+            group.push(indexes);
+        }
+        self.groups.push(group);
+    }
+
+    /// Whether nothing can match.
+    pub fn is_empty(&self) -> bool {
+        self.alone.is_empty() && self.groups.is_empty()
+    }
+
+    /// The reading as a query scored `bonus` + squashed relevance (`None`: nothing can match).
+    pub fn query(&self, bonus: f32) -> Option<Box<dyn Query>> {
+        if self.is_empty() {
+            return None;
+        }
+        let atoms = self
+            .atoms
+            .iter()
+            .map(Atom::query)
+            .collect::<Option<Vec<_>>>()?;
+        Some(Box::new(ReadingQuery {
+            atoms,
+            alone: self.alone.clone(),
+            groups: self.groups.clone(),
+            bonus,
+        }))
+    }
+
+    /// Its atoms in short fields, as queries: every document where the term scores more than
+    /// [`Reading::long_max`] matches one of them.
+    pub fn short_queries(&self) -> Vec<Box<dyn Query>> {
+        self.atoms
+            .iter()
+            .filter(|atom| !atom.long)
+            .filter_map(Atom::query)
+            .collect()
+    }
+
+    /// The most its atoms in long fields add to the relevance of any document: with the BM25
+    /// of its short atoms that match, a bound on the document's relevance for the term.
+    pub fn long_max(&self, searcher: &Searcher) -> tantivy::Result<f32> {
+        let mut sum = 0.0;
+        for atom in self.atoms.iter().filter(|atom| atom.long) {
+            sum += atom.max_score(searcher)?;
+        }
+        Ok(sum)
+    }
+}
+
+/// A [`Reading`] as a tantivy query.
+#[derive(Debug)]
+struct ReadingQuery {
+    atoms: Vec<Box<dyn Query>>,
+    alone: Vec<usize>,
+    groups: Vec<Vec<Vec<usize>>>,
+    bonus: f32,
+}
+
+impl Clone for ReadingQuery {
+    fn clone(&self) -> Self {
+        Self {
+            atoms: self.atoms.iter().map(|atom| atom.box_clone()).collect(),
+            alone: self.alone.clone(),
+            groups: self.groups.clone(),
+            bonus: self.bonus,
+        }
+    }
+}
+
+impl Query for ReadingQuery {
+    fn weight(&self, enable_scoring: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
+        let atoms = self
+            .atoms
+            .iter()
+            .map(|atom| atom.weight(enable_scoring))
+            .collect::<tantivy::Result<Vec<_>>>()?;
+        Ok(Box::new(ReadingWeight {
+            atoms,
+            alone: self.alone.clone(),
+            groups: self.groups.clone(),
+            bonus: self.bonus,
+        }))
+    }
+
+    fn query_terms<'a>(&'a self, visitor: &mut dyn FnMut(&'a Term, bool)) {
+        for atom in &self.atoms {
+            atom.query_terms(visitor);
+        }
+    }
+}
+
+struct ReadingWeight {
+    atoms: Vec<Box<dyn Weight>>,
+    alone: Vec<usize>,
+    groups: Vec<Vec<Vec<usize>>>,
+    bonus: f32,
+}
+
+impl Weight for ReadingWeight {
+    fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
+        let mut atoms: Vec<Option<Box<dyn Scorer>>> = self
+            .atoms
+            .iter()
+            .map(|atom| atom.scorer(reader, boost).map(Some))
+            .collect::<tantivy::Result<_>>()?;
+        let mut take = |at: usize| {
+            atoms[at].take().ok_or_else(|| {
+                tantivy::TantivyError::InternalError("an atom read twice".to_owned())
+            })
+        };
+        let mut children: Vec<Box<dyn Scorer>> = Vec::new();
+        for &at in &self.alone {
+            children.push(take(at)?);
+        }
+        for group in &self.groups {
+            let pieces = group
+                .iter()
+                .map(|piece| {
+                    piece
+                        .iter()
+                        .map(|&at| take(at))
+                        .collect::<tantivy::Result<Vec<_>>>()
+                        .map(Merge::new)
+                })
+                .collect::<tantivy::Result<Vec<_>>>()?;
+            children.push(Box::new(GroupScorer::new(pieces)));
+        }
+        Ok(Box::new(ReadingScorer::new(
+            Merge::new(children),
+            self.bonus,
+        )))
+    }
+
+    fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
+        let mut scorer = self.scorer(reader, 1.0)?;
+        if scorer.seek(doc) != doc {
+            return Err(tantivy::TantivyError::InvalidArgument(format!(
+                "document {doc} does not match"
+            )));
+        }
+        Ok(Explanation::new(
+            "tier and squashed relevance of a term's readings",
+            scorer.score(),
+        ))
+    }
+}
+
+/// Scorers gone through together in doc order: a heap of where each stands.
+struct Merge {
+    scorers: Vec<Box<dyn Scorer>>,
+    /// `(doc, scorer)` of the scorers not at the current document.
+    heap: BinaryHeap<Reverse<(DocId, usize)>>,
+    /// The scorers at the current document, in order.
+    here: Vec<usize>,
+    doc: DocId,
+}
+
+impl Merge {
+    /// The scorers, each at its first document, merged (at none yet: call [`Merge::next`]).
+    fn new(scorers: Vec<Box<dyn Scorer>>) -> Self {
+        let heap = scorers
+            .iter()
+            .enumerate()
+            .filter(|(_, scorer)| scorer.doc() != TERMINATED)
+            .map(|(at, scorer)| Reverse((scorer.doc(), at)))
+            .collect();
+        Self {
+            scorers,
+            heap,
+            here: Vec::new(),
+            doc: 0,
+        }
+    }
+
+    /// Moves the scorers at the current document on, then gathers those at the next lowest:
+    /// that document ([`TERMINATED`] when none is left).
+    fn next(&mut self) -> DocId {
+        for at in std::mem::take(&mut self.here) {
+            let doc = self.scorers[at].advance();
+            if doc != TERMINATED {
+                self.heap.push(Reverse((doc, at)));
+            }
+        }
+        self.gather()
+    }
+
+    /// Like [`Merge::next`], to the first document at or after `target`.
+    fn seek(&mut self, target: DocId) -> DocId {
+        if self.doc >= target && !self.here.is_empty() {
+            return self.doc;
+        }
+        let mut moved = std::mem::take(&mut self.here);
+        while let Some(Reverse((doc, at))) = self.heap.peek().copied() {
+            if doc >= target {
+                break;
+            }
+            self.heap.pop();
+            moved.push(at);
+        }
+        for at in moved {
+            let doc = self.scorers[at].seek(target);
+            if doc != TERMINATED {
+                self.heap.push(Reverse((doc, at)));
+            }
+        }
+        self.gather()
+    }
+
+    fn gather(&mut self) -> DocId {
+        let Some(Reverse((doc, _))) = self.heap.peek().copied() else {
+            self.doc = TERMINATED;
+            return TERMINATED;
+        };
+        while let Some(Reverse((at_doc, at))) = self.heap.peek().copied() {
+            if at_doc != doc {
+                break;
+            }
+            self.heap.pop();
+            self.here.push(at);
+        }
+        self.here.sort_unstable();
+        self.doc = doc;
+        doc
+    }
+
+    /// The current document.
+    fn doc(&self) -> DocId {
+        self.doc
+    }
+
+    /// The sum of the scores of the scorers at the current document, in their order.
+    fn sum(&mut self) -> f64 {
+        let mut sum = 0.0;
+        for &at in &self.here {
+            sum += f64::from(self.scorers[at].score());
+        }
+        sum
+    }
+
+    /// How many documents the scorers hold, at most.
+    fn size_hint(&self) -> u32 {
+        self.scorers
+            .iter()
+            .map(|scorer| scorer.size_hint())
+            .fold(0, u32::saturating_add)
+    }
+
+    fn cost(&self) -> u64 {
+        self.scorers
+            .iter()
+            .map(|scorer| scorer.cost())
+            .fold(0, u64::saturating_add)
+    }
+}
+
+/// The documents where every piece of a group matches (an intersection of unions), scored
+/// the sum of the atoms that match there.
+struct GroupScorer {
+    pieces: Vec<Merge>,
+    doc: DocId,
+}
+
+impl GroupScorer {
+    fn new(pieces: Vec<Merge>) -> Self {
+        let mut group = Self { pieces, doc: 0 };
+        group.align(0);
+        group
+    }
+
+    /// Moves every piece to the first document at or after `target` where all of them match.
+    fn align(&mut self, mut target: DocId) -> DocId {
+        loop {
+            let mut highest = target;
+            for piece in &mut self.pieces {
+                let doc = piece.seek(highest);
+                if doc == TERMINATED {
+                    self.doc = TERMINATED;
+                    return TERMINATED;
+                }
+                highest = highest.max(doc);
+            }
+            if self.pieces.iter().all(|piece| piece.doc() == highest) {
+                self.doc = highest;
+                return highest;
+            }
+            target = highest;
+        }
+    }
+}
+
+impl DocSet for GroupScorer {
+    fn advance(&mut self) -> DocId {
+        if self.doc == TERMINATED {
+            return TERMINATED;
+        }
+        self.align(self.doc + 1)
+    }
+
+    fn seek(&mut self, target: DocId) -> DocId {
+        if self.doc >= target {
+            return self.doc;
+        }
+        self.align(target)
+    }
+
+    fn doc(&self) -> DocId {
+        self.doc
+    }
+
+    fn size_hint(&self) -> u32 {
+        self.pieces.iter().map(Merge::size_hint).min().unwrap_or(0)
+    }
+
+    fn cost(&self) -> u64 {
+        self.pieces.iter().map(Merge::cost).min().unwrap_or(0)
+    }
+}
+
+impl Scorer for GroupScorer {
+    fn score(&mut self) -> Score {
+        let mut sum = 0.0f64;
+        for piece in &mut self.pieces {
+            sum += piece.sum();
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let sum = sum as f32;
+        sum
+    }
+}
+
+/// A reading's documents: any of its atoms alone, or of its groups; scored its bonus and the
+/// squashed sum of what matches.
+struct ReadingScorer {
+    merge: Merge,
+    bonus: f32,
+}
+
+impl ReadingScorer {
+    fn new(mut merge: Merge, bonus: f32) -> Self {
+        merge.next();
+        Self { merge, bonus }
+    }
+}
+
+impl DocSet for ReadingScorer {
+    fn advance(&mut self) -> DocId {
+        self.merge.next()
+    }
+
+    fn seek(&mut self, target: DocId) -> DocId {
+        self.merge.seek(target)
+    }
+
+    fn doc(&self) -> DocId {
+        self.merge.doc()
+    }
+
+    fn size_hint(&self) -> u32 {
+        self.merge.size_hint()
+    }
+
+    fn cost(&self) -> u64 {
+        self.merge.cost()
+    }
+}
+
+impl Scorer for ReadingScorer {
+    fn score(&mut self) -> Score {
+        #[allow(clippy::cast_possible_truncation)]
+        let relevance = self.merge.sum() as f32;
+        self.bonus + squash(relevance)
+    }
+}
