@@ -29,10 +29,17 @@ use tantivy::{
     DocId, DocSet, Searcher,
 };
 
-use super::{
-    query::{is_after, After, Hit, Keys},
-    tiered::{squash, SQUASH_CAP, SQUASH_HALF, TIER},
-};
+use super::tiered::{squash, SQUASH_CAP, SQUASH_HALF, TIER};
+
+/// How a page orders its hits (the query module's nudges and cursors).
+pub trait Order {
+    /// The key of document `doc` of segment `segment` scored `score`: (nudged score, id).
+    fn key(&self, segment: usize, doc: DocId, score: f32) -> (f32, u64);
+    /// The most a document scored `score` can be keyed.
+    fn most(&self, score: f32) -> f32;
+    /// Whether a hit keyed `key` belongs on the page (comes after its cursor).
+    fn keeps(&self, key: (f32, u64)) -> bool;
+}
 
 /// A term of the query: every document must match all of them.
 pub struct TermPlan<'a> {
@@ -91,10 +98,9 @@ const FIRST_BATCH_PER_HIT: usize = 3;
 pub fn search(
     searcher: &Searcher,
     terms: &[TermPlan<'_>],
-    keys: &Keys,
-    after: Option<After>,
+    keys: &dyn Order,
     limit: usize,
-) -> tantivy::Result<Option<Vec<Hit>>> {
+) -> tantivy::Result<Option<Vec<(f32, u64)>>> {
     let limit = limit.max(1);
     if terms.is_empty() {
         return Ok(None);
@@ -119,7 +125,6 @@ pub fn search(
 
     // 1. Candidates: each term's short relevance per document, summed in a row per document.
     let readers = searcher.segment_readers();
-    let segment_keys: Vec<_> = readers.iter().map(|reader| keys.segment(reader)).collect();
     let width = terms.len();
     let mut candidates = Vec::new();
     // Zeroed where it was written after each segment; the thread's, so that a query does not
@@ -225,8 +230,8 @@ pub fn search(
         scored.extend(batch.iter().copied().filter(|candidate| {
             floor.is_none_or(|floor| {
                 most(candidate.bound) >= floor
-                    && segment_keys[candidate.segment]
-                        .key(candidate.doc, candidate.bound)
+                    && keys
+                        .key(candidate.segment, candidate.doc, candidate.bound)
                         .0
                         >= floor
             })
@@ -246,8 +251,8 @@ pub fn search(
                     }
                     score += scorer.score();
                 }
-                let key = segment_keys[candidate.segment].key(candidate.doc, score);
-                if is_after(key, after) {
+                let key = keys.key(candidate.segment, candidate.doc, score);
+                if keys.keeps(key) {
                     page.push(Reverse(Key(key.0, key.1)));
                     if page.len() > limit {
                         page.pop();
@@ -265,11 +270,6 @@ pub fn search(
     let mut hits: Vec<Key> = page.into_iter().map(|Reverse(key)| key).collect();
     hits.sort_unstable_by(|a, b| b.cmp(a));
     Ok(Some(
-        hits.into_iter()
-            .map(|Key(score, id)| Hit {
-                id: i64::try_from(id).unwrap_or(0),
-                score,
-            })
-            .collect(),
+        hits.into_iter().map(|Key(score, id)| (score, id)).collect(),
     ))
 }

@@ -677,7 +677,25 @@ impl Prepared {
                 bonus: AS_TYPED,
             });
         }
-        pruned::search(searcher, &plans, &Keys::new(kind, now_ms), after, limit)
+        let order = PageOrder {
+            keys: Keys::new(kind, now_ms),
+            segments: searcher
+                .segment_readers()
+                .iter()
+                .map(|reader| Keys::new(kind, now_ms).segment(reader))
+                .collect(),
+            after,
+        };
+        Ok(
+            pruned::search(searcher, &plans, &order, limit)?.map(|keys| {
+                keys.into_iter()
+                    .map(|(score, id)| Hit {
+                        id: i64::try_from(id).unwrap_or(0),
+                        score,
+                    })
+                    .collect()
+            }),
+        )
     }
 
     /// The words and phrases the hits matched with, longest first: what highlights mark.
@@ -829,6 +847,27 @@ impl SegmentKeys {
             score
         };
         (score, id)
+    }
+}
+
+/// The order of a page for [`pruned`]: its keys in each segment, after its cursor.
+struct PageOrder {
+    keys: Keys,
+    segments: Vec<SegmentKeys>,
+    after: Option<After>,
+}
+
+impl pruned::Order for PageOrder {
+    fn key(&self, segment: usize, doc: tantivy::DocId, score: f32) -> (f32, u64) {
+        self.segments[segment].key(doc, score)
+    }
+
+    fn most(&self, score: f32) -> f32 {
+        self.keys.most(score)
+    }
+
+    fn keeps(&self, key: (f32, u64)) -> bool {
+        is_after(key, self.after)
     }
 }
 
