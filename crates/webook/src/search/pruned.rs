@@ -29,22 +29,22 @@ use tantivy::{
     DocId, DocSet, Searcher,
 };
 
-use super::tiered::{squash, SQUASH_CAP, SQUASH_HALF, TIER};
+use super::tiered::{squash, SQUASH_CAP, SQUASH_HALF};
 
 /// How a page orders its hits (the query module's nudges and cursors).
 pub trait Order {
     /// The key of document `doc` of segment `segment` scored `score`: (nudged score, id).
     fn key(&self, segment: usize, doc: DocId, score: f32) -> (f32, u64);
-    /// The most a document scored `score` can be keyed.
+    /// The most a document scored `score` can be keyed (called per candidate: keep it cheap).
     fn most(&self, score: f32) -> f32;
     /// Whether a hit keyed `key` belongs on the page (comes after its cursor).
     fn keeps(&self, key: (f32, u64)) -> bool;
 }
 
 /// A term of the query: every document must match all of them.
-pub struct TermPlan<'a> {
+pub struct TermPlan {
     /// The term's query (a [`super::reading::Reading`]'s).
-    pub query: &'a dyn Query,
+    pub query: Box<dyn Query>,
     /// Its atoms in short fields.
     pub short: Vec<Box<dyn Query>>,
     /// The most its atoms in long fields add to its relevance.
@@ -97,7 +97,7 @@ const FIRST_BATCH_PER_HIT: usize = 3;
 /// `keys` — or `None` when the bounds cannot tell them without scoring every match.
 pub fn search(
     searcher: &Searcher,
-    terms: &[TermPlan<'_>],
+    terms: &[TermPlan],
     keys: &dyn Order,
     limit: usize,
 ) -> tantivy::Result<Option<Vec<(f32, u64)>>> {
@@ -185,11 +185,6 @@ pub fn search(
 
     // 2. Exact scores, best bound first, in batches: the best bounds left, those of them that
     // the document's own nudge leaves above the page's last hit, in doc order.
-    let most_nudge = keys.most(1.0) * 1.0001;
-    let most = |bound: f32| {
-        let tiers = (bound / TIER).floor() * TIER;
-        tiers + (bound - tiers) * most_nudge
-    };
     let mut page: BinaryHeap<Reverse<Key>> = BinaryHeap::with_capacity(limit + 1);
     let last = |page: &BinaryHeap<Reverse<Key>>| {
         (page.len() >= limit)
@@ -205,31 +200,32 @@ pub fn search(
         if size < left.len() {
             left.select_nth_unstable_by(size - 1, |a, b| b.bound.total_cmp(&a.bound));
         }
-        let (batch, mut rest) = std::mem::take(&mut left).split_at_mut(size);
+        let (batch, mut tail) = std::mem::take(&mut left).split_at_mut(size);
         if let Some(floor) = floor {
-            // Keep only what could still make the page: one pass, after which the batches
-            // choose among few.
-            let mut kept = 0;
-            for at in 0..rest.len() {
-                if most(rest[at].bound) >= floor {
-                    rest.swap(kept, at);
-                    kept += 1;
-                }
-            }
-            rest = &mut rest[..kept];
-        }
-        left = rest;
-        batch_size *= 2;
-        if let Some(floor) = floor {
-            if batch.iter().all(|candidate| most(candidate.bound) < floor) {
+            if batch
+                .iter()
+                .all(|candidate| keys.most(candidate.bound) < floor)
+            {
                 // What is left is bounded by this batch: nothing can make the page.
                 break;
             }
+            // Keep only what could still make the page: one pass, after which the batches
+            // choose among few.
+            let mut kept = 0;
+            for at in 0..tail.len() {
+                if keys.most(tail[at].bound) >= floor {
+                    tail.swap(kept, at);
+                    kept += 1;
+                }
+            }
+            tail = &mut tail[..kept];
         }
+        left = tail;
+        batch_size *= 2;
         scored.clear();
         scored.extend(batch.iter().copied().filter(|candidate| {
             floor.is_none_or(|floor| {
-                most(candidate.bound) >= floor
+                keys.most(candidate.bound) >= floor
                     && keys
                         .key(candidate.segment, candidate.doc, candidate.bound)
                         .0

@@ -317,8 +317,6 @@ struct TermReadings {
     quoted: bool,
     /// Its readings as typed.
     reading: Reading,
-    /// Them as a query (`None`: the index has nothing it could match as typed).
-    typed: Option<Box<dyn Query>>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -519,21 +517,15 @@ pub fn prepare(
         } else {
             as_typed(searcher, &text_fields, term, typing, synonyms, &mut needles)?
         };
-        let typed = reading.query(AS_TYPED);
         if quoted {
             needles.push(term.clone());
         }
-        strict.push(
-            typed
-                .as_ref()
-                .map_or_else(|| boxed(EmptyQuery), |query| query.box_clone()),
-        );
+        strict.push(reading.query(AS_TYPED).unwrap_or_else(|| boxed(EmptyQuery)));
         terms.push(TermReadings {
             text: term.clone(),
             typing,
             quoted,
             reading,
-            typed,
         });
     }
     Ok(Prepared {
@@ -569,7 +561,7 @@ impl Prepared {
                 )?
             };
             any_loose |= fuzzy.is_some();
-            loose.push(match (term.typed.as_ref().map(|q| q.box_clone()), fuzzy) {
+            loose.push(match (term.reading.query(AS_TYPED), fuzzy) {
                 (Some(typed), Some(fuzzy)) => boxed(DisjunctionMaxQuery::new(vec![typed, fuzzy])),
                 (Some(only), None) | (None, Some(only)) => only,
                 // Nothing in the index can match this term: nothing matches.
@@ -626,23 +618,20 @@ impl Prepared {
         prune: bool,
     ) -> tantivy::Result<Vec<Hit>> {
         let pruned = if prune {
-            self.pruned(searcher, kind, after, limit, now_ms)?
-        } else {
-            None
-        };
-        if prune {
+            let pruned = self.pruned(searcher, kind, after, limit, now_ms)?;
             let how = if pruned.is_some() {
+                self.pruned_pages += 1;
                 "pruned"
             } else {
                 "every_match"
             };
             metrics::counter!(SEARCH_PAGES_TOTAL, "how" => how).increment(1);
-        }
+            pruned
+        } else {
+            None
+        };
         let hits = match pruned {
-            Some(hits) => {
-                self.pruned_pages += 1;
-                hits
-            }
+            Some(hits) => hits,
             None => search(searcher, self.strict.as_ref(), kind, after, limit, now_ms)?,
         };
         if hits.len() >= limit {
@@ -667,22 +656,23 @@ impl Prepared {
     ) -> tantivy::Result<Option<Vec<Hit>>> {
         let mut plans = Vec::with_capacity(self.terms.len());
         for term in &self.terms {
-            let Some(query) = term.typed.as_ref() else {
+            let Some(query) = term.reading.query(AS_TYPED) else {
                 return Ok(None);
             };
             plans.push(pruned::TermPlan {
-                query: query.as_ref(),
+                query,
                 short: term.reading.short_queries(),
                 long_max: term.reading.long_max(searcher)?,
                 bonus: AS_TYPED,
             });
         }
+        let keys = Keys::new(kind, now_ms);
         let order = PageOrder {
-            keys: Keys::new(kind, now_ms),
+            keys,
             segments: searcher
                 .segment_readers()
                 .iter()
-                .map(|reader| Keys::new(kind, now_ms).segment(reader))
+                .map(|reader| keys.segment(reader))
                 .collect(),
             after,
         };
@@ -780,11 +770,18 @@ fn nudged(score: f32, age_ms: i64, likes: u64) -> f32 {
     tiers + tweak(score - tiers, age_ms, likes)
 }
 
+/// What [`tweak`] multiplies a score by at most (published now, liked without end).
+fn most_nudge() -> f32 {
+    tweak(1.0, 0, u64::MAX)
+}
+
 /// How hits of one kind are ordered: (nudged score, id), ranked at `now_ms`.
 #[derive(Debug, Clone, Copy)]
 pub struct Keys {
     article: bool,
     now_ms: i64,
+    /// What a score is multiplied by at most (1 for users: no nudges).
+    most_nudge: f32,
 }
 
 /// The sort keys of one segment's documents.
@@ -798,9 +795,11 @@ pub struct SegmentKeys {
 impl Keys {
     /// The order of hits of `kind` ranked at `now_ms`.
     pub fn new(kind: &str, now_ms: i64) -> Self {
+        let article = kind == ARTICLE;
         Self {
-            article: kind == ARTICLE,
+            article,
             now_ms,
+            most_nudge: if article { most_nudge() } else { 1.0 },
         }
     }
 
@@ -824,13 +823,11 @@ impl Keys {
         }
     }
 
-    /// The most a document scored `score` can be nudged to (the freshest, most liked).
+    /// The most a document scored `score` can be nudged to (the freshest, most liked): the
+    /// bits [`nudged`] gives such a document, without working its nudge out again.
     pub fn most(self, score: f32) -> f32 {
-        if self.article {
-            nudged(score, 0, u64::MAX)
-        } else {
-            score
-        }
+        let tiers = (score / TIER).floor() * TIER;
+        tiers + (score - tiers) * self.most_nudge
     }
 }
 

@@ -88,58 +88,46 @@ impl Atom {
 /// A term's readings: atoms that match alone, and groups of pieces that match together.
 #[derive(Debug, Clone, Default)]
 pub struct Reading {
-    atoms: Vec<Atom>,
-    /// Atoms (indexes) that match on their own.
-    alone: Vec<usize>,
+    /// Atoms that match on their own.
+    alone: Vec<Atom>,
     /// Groups of pieces: a group matches when each of its pieces has an atom that does.
-    groups: Vec<Vec<Vec<usize>>>,
+    groups: Vec<Vec<Vec<Atom>>>,
 }
 
 impl Reading {
     /// Adds atoms that match on their own.
     pub fn alone(&mut self, atoms: Vec<Atom>) {
-        for atom in atoms {
-            self.alone.push(self.atoms.len());
-            self.atoms.push(atom);
-        }
+        self.alone.extend(atoms);
     }
 
     /// Adds a group that matches when each piece (atoms, any of which will do) does.
     pub fn all_of(&mut self, pieces: Vec<Vec<Atom>>) {
-        if pieces.is_empty() || pieces.iter().any(Vec::is_empty) {
-            return;
+        if !pieces.is_empty() && pieces.iter().all(|piece| !piece.is_empty()) {
+            self.groups.push(pieces);
         }
-        let mut group = Vec::with_capacity(pieces.len());
-        for piece in pieces {
-            let mut indexes = Vec::with_capacity(piece.len());
-            for atom in piece {
-                indexes.push(self.atoms.len());
-                self.atoms.push(atom);
-            }
-            group.push(indexes);
-        }
-        self.groups.push(group);
     }
 
-    /// Whether nothing can match.
-    pub fn is_empty(&self) -> bool {
-        self.alone.is_empty() && self.groups.is_empty()
+    /// Every atom: those alone, then those of each group.
+    fn atoms(&self) -> impl Iterator<Item = &Atom> {
+        self.alone
+            .iter()
+            .chain(self.groups.iter().flatten().flatten())
     }
 
     /// The reading as a query scored `bonus` + squashed relevance (`None`: nothing can match).
     pub fn query(&self, bonus: f32) -> Option<Box<dyn Query>> {
-        if self.is_empty() {
+        if self.alone.is_empty() && self.groups.is_empty() {
             return None;
         }
-        let atoms = self
-            .atoms
+        let queries = |atoms: &[Atom]| atoms.iter().map(Atom::query).collect::<Option<Vec<_>>>();
+        let groups = self
+            .groups
             .iter()
-            .map(Atom::query)
+            .map(|group| group.iter().map(|piece| queries(piece)).collect())
             .collect::<Option<Vec<_>>>()?;
         Some(Box::new(ReadingQuery {
-            atoms,
-            alone: self.alone.clone(),
-            groups: self.groups.clone(),
+            alone: queries(&self.alone)?,
+            groups,
             bonus,
         }))
     }
@@ -147,8 +135,7 @@ impl Reading {
     /// Its atoms in short fields, as queries: every document where the term scores more than
     /// [`Reading::long_max`] matches one of them.
     pub fn short_queries(&self) -> Vec<Box<dyn Query>> {
-        self.atoms
-            .iter()
+        self.atoms()
             .filter(|atom| !atom.long)
             .filter_map(Atom::query)
             .collect()
@@ -158,28 +145,34 @@ impl Reading {
     /// of its short atoms that match, a bound on the document's relevance for the term.
     pub fn long_max(&self, searcher: &Searcher) -> tantivy::Result<f32> {
         let mut sum = 0.0;
-        for atom in self.atoms.iter().filter(|atom| atom.long) {
+        for atom in self.atoms().filter(|atom| atom.long) {
             sum += atom.max_score(searcher)?;
         }
         Ok(sum)
     }
 }
 
+/// The same shape as a [`Reading`], of queries, weights or scorers.
+type Groups<T> = Vec<Vec<Vec<T>>>;
+
 /// A [`Reading`] as a tantivy query.
 #[derive(Debug)]
 struct ReadingQuery {
-    atoms: Vec<Box<dyn Query>>,
-    alone: Vec<usize>,
-    groups: Vec<Vec<Vec<usize>>>,
+    alone: Vec<Box<dyn Query>>,
+    groups: Groups<Box<dyn Query>>,
     bonus: f32,
 }
 
 impl Clone for ReadingQuery {
     fn clone(&self) -> Self {
+        let clones = |queries: &[Box<dyn Query>]| queries.iter().map(|q| q.box_clone()).collect();
         Self {
-            atoms: self.atoms.iter().map(|atom| atom.box_clone()).collect(),
-            alone: self.alone.clone(),
-            groups: self.groups.clone(),
+            alone: clones(&self.alone),
+            groups: self
+                .groups
+                .iter()
+                .map(|group| group.iter().map(|piece| clones(piece)).collect())
+                .collect(),
             bonus: self.bonus,
         }
     }
@@ -187,59 +180,53 @@ impl Clone for ReadingQuery {
 
 impl Query for ReadingQuery {
     fn weight(&self, enable_scoring: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
-        let atoms = self
-            .atoms
-            .iter()
-            .map(|atom| atom.weight(enable_scoring))
-            .collect::<tantivy::Result<Vec<_>>>()?;
+        let weights = |queries: &[Box<dyn Query>]| {
+            queries
+                .iter()
+                .map(|query| query.weight(enable_scoring))
+                .collect::<tantivy::Result<Vec<_>>>()
+        };
         Ok(Box::new(ReadingWeight {
-            atoms,
-            alone: self.alone.clone(),
-            groups: self.groups.clone(),
+            alone: weights(&self.alone)?,
+            groups: self
+                .groups
+                .iter()
+                .map(|group| group.iter().map(|piece| weights(piece)).collect())
+                .collect::<tantivy::Result<_>>()?,
             bonus: self.bonus,
         }))
     }
 
     fn query_terms<'a>(&'a self, visitor: &mut dyn FnMut(&'a Term, bool)) {
-        for atom in &self.atoms {
-            atom.query_terms(visitor);
+        for query in self
+            .alone
+            .iter()
+            .chain(self.groups.iter().flatten().flatten())
+        {
+            query.query_terms(visitor);
         }
     }
 }
 
 struct ReadingWeight {
-    atoms: Vec<Box<dyn Weight>>,
-    alone: Vec<usize>,
-    groups: Vec<Vec<Vec<usize>>>,
+    alone: Vec<Box<dyn Weight>>,
+    groups: Groups<Box<dyn Weight>>,
     bonus: f32,
 }
 
 impl Weight for ReadingWeight {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
-        let mut atoms: Vec<Option<Box<dyn Scorer>>> = self
-            .atoms
-            .iter()
-            .map(|atom| atom.scorer(reader, boost).map(Some))
-            .collect::<tantivy::Result<_>>()?;
-        let mut take = |at: usize| {
-            atoms[at].take().ok_or_else(|| {
-                tantivy::TantivyError::InternalError("an atom read twice".to_owned())
-            })
+        let scorers = |weights: &[Box<dyn Weight>]| {
+            weights
+                .iter()
+                .map(|weight| weight.scorer(reader, boost))
+                .collect::<tantivy::Result<Vec<_>>>()
         };
-        let mut children: Vec<Box<dyn Scorer>> = Vec::new();
-        for &at in &self.alone {
-            children.push(take(at)?);
-        }
+        let mut children = scorers(&self.alone)?;
         for group in &self.groups {
             let pieces = group
                 .iter()
-                .map(|piece| {
-                    piece
-                        .iter()
-                        .map(|&at| take(at))
-                        .collect::<tantivy::Result<Vec<_>>>()
-                        .map(Merge::new)
-                })
+                .map(|piece| scorers(piece).map(Merge::new))
                 .collect::<tantivy::Result<Vec<_>>>()?;
             children.push(Box::new(GroupScorer::new(pieces)));
         }
@@ -293,12 +280,13 @@ impl Merge {
     /// Moves the scorers at the current document on, then gathers those at the next lowest:
     /// that document ([`TERMINATED`] when none is left).
     fn next(&mut self) -> DocId {
-        for at in std::mem::take(&mut self.here) {
+        for &at in &self.here {
             let doc = self.scorers[at].advance();
             if doc != TERMINATED {
                 self.heap.push(Reverse((doc, at)));
             }
         }
+        self.here.clear();
         self.gather()
     }
 
@@ -307,15 +295,19 @@ impl Merge {
         if self.doc >= target && !self.here.is_empty() {
             return self.doc;
         }
-        let mut moved = std::mem::take(&mut self.here);
-        while let Some(Reverse((doc, at))) = self.heap.peek().copied() {
+        for &at in &self.here {
+            let doc = self.scorers[at].seek(target);
+            if doc != TERMINATED {
+                self.heap.push(Reverse((doc, at)));
+            }
+        }
+        self.here.clear();
+        // Those behind the target; a scorer put back is at or after it, so is not met again.
+        while let Some(&Reverse((doc, at))) = self.heap.peek() {
             if doc >= target {
                 break;
             }
             self.heap.pop();
-            moved.push(at);
-        }
-        for at in moved {
             let doc = self.scorers[at].seek(target);
             if doc != TERMINATED {
                 self.heap.push(Reverse((doc, at)));
