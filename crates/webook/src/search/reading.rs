@@ -70,7 +70,9 @@ impl Atom {
     }
 
     /// The most its BM25 can be in any document of `searcher` (a little more: what `f32`
-    /// rounding could add).
+    /// rounding could add): its weight times `k1 + 1`, what BM25 tends to as a word fills a
+    /// field. Not tantivy's `max_score`, which assumes the longest field: lengths are kept
+    /// rounded down, so a document can score more than that where fields are short.
     fn max_score(&self, searcher: &Searcher) -> tantivy::Result<f32> {
         let terms: Vec<Term> = self
             .terms
@@ -81,7 +83,7 @@ impl Atom {
             return Ok(0.0);
         }
         let weight = Bm25Weight::for_terms(searcher, &terms)?.boost_by(self.boost);
-        Ok(weight.max_score() * 1.001 + 0.001)
+        Ok(weight.score(0, u32::MAX) * 1.001 + 0.001)
     }
 }
 
@@ -479,5 +481,50 @@ impl Scorer for ReadingScorer {
         #[allow(clippy::cast_possible_truncation)]
         let relevance = self.merge.sum() as f32;
         self.bonus + squash(relevance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tantivy::{
+        collector::TopDocs,
+        doc,
+        schema::{Schema, TEXT},
+        Index,
+    };
+
+    use super::*;
+
+    #[test]
+    fn the_long_bound_is_above_every_score_even_where_lengths_are_rounded() {
+        // One document of 101 words (its length kept rounded down) among many without the
+        // field: the field's average length is about 1, where tantivy's `max_score` (which
+        // assumes the longest field) falls 2% below this document's score.
+        let mut schema = Schema::builder();
+        let field = schema.add_text_field("about", TEXT);
+        let other = schema.add_text_field("other", TEXT);
+        let index = Index::create_in_ram(schema.build());
+        let mut writer = index.writer(15_000_000).unwrap();
+        writer
+            .add_document(doc!(field => vec!["redis"; 101].join(" ")))
+            .unwrap();
+        for _ in 0..100 {
+            writer.add_document(doc!(other => "x")).unwrap();
+        }
+        writer.commit().unwrap();
+        let searcher = index.reader().unwrap().searcher();
+        let atom = Atom {
+            field,
+            terms: vec![(0, "redis".to_owned())],
+            boost: 1.0,
+            long: true,
+        };
+        let query = atom.query().unwrap();
+        let top = searcher
+            .search(&query, &TopDocs::with_limit(1).order_by_score())
+            .unwrap();
+        let (score, _) = top[0];
+        let bound = atom.max_score(&searcher).unwrap();
+        assert!(score <= bound, "score {score} above the bound {bound}");
     }
 }
