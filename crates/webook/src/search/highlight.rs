@@ -199,13 +199,11 @@ impl Highlighter {
         // The folded text, each folded character's source, and for each byte offset in it
         // where a folded character starts, its index.
         let folded = fold_chars(text);
-        let mut lowered = String::with_capacity(folded.len());
-        let mut char_at: Vec<u32> = vec![0; folded.len() * 4 + 1];
-        for (at, &(c, _)) in folded.iter().enumerate() {
-            char_at[lowered.len()] = u32::try_from(at).ok()?;
-            lowered.push(c);
+        let lowered: String = folded.iter().map(|&(c, _)| c).collect();
+        let mut char_at: Vec<u32> = vec![0; lowered.len() + 1];
+        for (at, (offset, _)) in lowered.char_indices().enumerate() {
+            char_at[offset] = u32::try_from(at).ok()?;
         }
-        char_at.truncate(lowered.len() + 1);
         char_at[lowered.len()] = u32::try_from(folded.len()).ok()?;
         // Where the matches starting at each character of `text` reach (the longest of
         // them): the union of the matches without sorting them.

@@ -30,7 +30,7 @@ use tantivy::{
     DocId, DocSet, Score, Searcher, SegmentReader, Term, TERMINATED,
 };
 
-use super::tiered::squash;
+use super::tiered::tiered;
 
 /// A phrase of grams (offsets from the first), or a single word, in one field, weighted.
 #[derive(Debug, Clone)]
@@ -116,7 +116,8 @@ impl Reading {
             .chain(self.groups.iter().flatten().flatten())
     }
 
-    /// The reading as a query scored `bonus` + squashed relevance (`None`: nothing can match).
+    /// The reading as a query scored `bonus` + squashed relevance ([`tiered`]); `None` when
+    /// nothing can match.
     pub fn query(&self, bonus: f32) -> Option<Box<dyn Query>> {
         if self.alone.is_empty() && self.groups.is_empty() {
             return None;
@@ -127,11 +128,13 @@ impl Reading {
             .iter()
             .map(|group| group.iter().map(|piece| queries(piece)).collect())
             .collect::<Option<Vec<_>>>()?;
-        Some(Box::new(ReadingQuery {
-            alone: queries(&self.alone)?,
-            groups,
+        Some(tiered(
+            Box::new(ReadingQuery {
+                alone: queries(&self.alone)?,
+                groups,
+            }),
             bonus,
-        }))
+        ))
     }
 
     /// Its atoms in short fields, as queries: every document where the term scores more than
@@ -162,7 +165,6 @@ type Groups<T> = Vec<Vec<Vec<T>>>;
 struct ReadingQuery {
     alone: Vec<Box<dyn Query>>,
     groups: Groups<Box<dyn Query>>,
-    bonus: f32,
 }
 
 impl Clone for ReadingQuery {
@@ -175,7 +177,6 @@ impl Clone for ReadingQuery {
                 .iter()
                 .map(|group| group.iter().map(|piece| clones(piece)).collect())
                 .collect(),
-            bonus: self.bonus,
         }
     }
 }
@@ -195,7 +196,6 @@ impl Query for ReadingQuery {
                 .iter()
                 .map(|group| group.iter().map(|piece| weights(piece)).collect())
                 .collect::<tantivy::Result<_>>()?,
-            bonus: self.bonus,
         }))
     }
 
@@ -213,7 +213,6 @@ impl Query for ReadingQuery {
 struct ReadingWeight {
     alone: Vec<Box<dyn Weight>>,
     groups: Groups<Box<dyn Weight>>,
-    bonus: f32,
 }
 
 impl Weight for ReadingWeight {
@@ -232,10 +231,7 @@ impl Weight for ReadingWeight {
                 .collect::<tantivy::Result<Vec<_>>>()?;
             children.push(Box::new(GroupScorer::new(pieces)));
         }
-        Ok(Box::new(ReadingScorer::new(
-            Merge::new(children),
-            self.bonus,
-        )))
+        Ok(Box::new(ReadingScorer::new(Merge::new(children))))
     }
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
@@ -246,7 +242,7 @@ impl Weight for ReadingWeight {
             )));
         }
         Ok(Explanation::new(
-            "tier and squashed relevance of a term's readings",
+            "relevance of a term's readings",
             scorer.score(),
         ))
     }
@@ -440,17 +436,16 @@ impl Scorer for GroupScorer {
     }
 }
 
-/// A reading's documents: any of its atoms alone, or of its groups; scored its bonus and the
-/// squashed sum of what matches.
+/// A reading's documents: any of its atoms alone, or of its groups; scored the sum of what
+/// matches.
 struct ReadingScorer {
     merge: Merge,
-    bonus: f32,
 }
 
 impl ReadingScorer {
-    fn new(mut merge: Merge, bonus: f32) -> Self {
+    fn new(mut merge: Merge) -> Self {
         merge.next();
-        Self { merge, bonus }
+        Self { merge }
     }
 }
 
@@ -480,7 +475,7 @@ impl Scorer for ReadingScorer {
     fn score(&mut self) -> Score {
         #[allow(clippy::cast_possible_truncation)]
         let relevance = self.merge.sum() as f32;
-        self.bonus + squash(relevance)
+        relevance
     }
 }
 
