@@ -85,9 +85,43 @@ fn squash_above(relevance: f32) -> f32 {
     SQUASH_CAP * relevance / (relevance + SQUASH_HALF) + 1.0 / 16.0
 }
 
+/// A searching thread's working memory for the candidates, zero between queries: kept, so
+/// that a query does not map and unmap a megabyte (which stalls every thread under load).
+#[derive(Default)]
+struct Scratch {
+    /// Per term, per document: the short relevance.
+    columns: Vec<f32>,
+    /// Per document: whether it was found.
+    seen: Vec<bool>,
+    /// The documents found.
+    touched: Vec<DocId>,
+}
+
+impl Scratch {
+    /// Room for `docs` documents of `terms` terms, laid out `docs` to a column.
+    fn fit(&mut self, docs: usize, terms: usize) {
+        if self.seen.len() != docs || self.columns.len() < docs * terms {
+            // Another layout: start from zero.
+            self.columns = vec![0.0; docs * terms];
+            self.seen = vec![false; docs];
+        }
+    }
+
+    /// Zeroes what the documents found wrote (in `terms` columns of `docs`).
+    fn clear(&mut self, docs: usize, terms: usize) {
+        for &doc in &self.touched {
+            let doc = doc as usize;
+            self.seen[doc] = false;
+            for column in self.columns[..docs * terms].chunks_mut(docs) {
+                column[doc] = 0.0;
+            }
+        }
+        self.touched.clear();
+    }
+}
+
 thread_local! {
-    /// Each searching thread's rows of short relevance, zero between queries.
-    static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// Candidates scored in the first batch, per hit asked for; each batch doubles.
@@ -123,47 +157,39 @@ pub fn search(
     // Documents with no term in a short field score at most this.
     let rest = keys.most(long_bounds.iter().sum());
 
-    // 1. Candidates: each term's short relevance per document, summed in a row per document.
+    // 1. Candidates: each term's short relevance per document (a column per term, so that
+    // each atom's postings, in doc order, write one column in order).
     let readers = searcher.segment_readers();
     let width = terms.len();
     let mut candidates = Vec::new();
-    // Zeroed where it was written after each segment; the thread's, so that a query does not
-    // map and unmap a megabyte (which stalls every thread of the process under load).
     let most_docs = readers
         .iter()
         .map(|r| r.max_doc() as usize)
         .max()
         .unwrap_or(0);
-    let mut rows = ROWS.with(|rows| std::mem::take(&mut *rows.borrow_mut()));
-    if rows.len() < most_docs * width {
-        rows.resize(most_docs * width, 0.0);
-    }
-    let mut touched: Vec<DocId> = Vec::new();
+    let mut scratch = SCRATCH.with(|scratch| std::mem::take(&mut *scratch.borrow_mut()));
+    scratch.fit(most_docs, width);
     for (segment, reader) in readers.iter().enumerate() {
-        for &doc in &touched {
-            rows[doc as usize * width..][..width].fill(0.0);
-        }
-        touched.clear();
         for (term, weight) in &short {
+            let column = &mut scratch.columns[term * most_docs..][..most_docs];
+            let (seen, touched) = (&mut scratch.seen, &mut scratch.touched);
             weight.for_each(reader, &mut |doc, score| {
-                let row = doc as usize * width;
-                if rows[row..row + width].iter().all(|&r| r == 0.0) {
+                if !seen[doc as usize] {
+                    seen[doc as usize] = true;
                     touched.push(doc);
                 }
-                // A match's BM25 is positive; at least a trace, so the row reads as touched.
-                rows[row + term] += score.max(f32::MIN_POSITIVE);
+                column[doc as usize] += score;
             })?;
         }
-        for &doc in &touched {
+        for &doc in &scratch.touched {
             if reader.is_deleted(doc) {
                 continue;
             }
-            let row = &rows[doc as usize * width..][..width];
             let mut bound = 0.0f32;
-            for at in 0..width {
-                let short = row[at];
+            for (at, term) in terms.iter().enumerate() {
+                let short = scratch.columns[at * most_docs + doc as usize];
                 bound += if short > 0.0 {
-                    terms[at].bonus + squash_above(short * 1.001 + 0.001 + terms[at].long_max)
+                    term.bonus + squash_above(short * 1.001 + 0.001 + term.long_max)
                 } else {
                     long_bounds[at]
                 };
@@ -174,11 +200,9 @@ pub fn search(
                 doc,
             });
         }
+        scratch.clear(most_docs, width);
     }
-    for &doc in &touched {
-        rows[doc as usize * width..][..width].fill(0.0);
-    }
-    ROWS.with(|cell| *cell.borrow_mut() = rows);
+    SCRATCH.with(|cell| *cell.borrow_mut() = scratch);
     if candidates.len() < limit {
         return Ok(None);
     }

@@ -822,7 +822,9 @@ impl Keys {
     /// The most a document scored `score` can be nudged to (the freshest, most liked): the
     /// bits [`nudged`] gives such a document, without working its nudge out again.
     pub fn most(self, score: f32) -> f32 {
-        let tiers = (score / TIER).floor() * TIER;
+        // Scores are not negative: truncation is the floor, without a call to `floorf`.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let tiers = f32::from((score / TIER) as u16) * TIER;
         tiers + (score - tiers) * self.most_nudge
     }
 }
