@@ -85,8 +85,9 @@ fn squash_above(relevance: f32) -> f32 {
     SQUASH_CAP * relevance / (relevance + SQUASH_HALF) + 1.0 / 16.0
 }
 
-/// A searching thread's working memory for the candidates, zero between queries: kept, so
-/// that a query does not map and unmap a megabyte (which stalls every thread under load).
+/// A search's working memory for the candidates, zero between searches: kept in [`SCRATCH`],
+/// so that a search does not map, fault in and unmap a megabyte or two — which cost a new
+/// thread's first search here up to 190 ms with eight at once, and stalls every thread.
 #[derive(Default)]
 struct Scratch {
     /// Per term, per document: the short relevance.
@@ -101,8 +102,9 @@ impl Scratch {
     /// Room for `docs` documents of `terms` terms, laid out `docs` to a column.
     fn fit(&mut self, docs: usize, terms: usize) {
         if self.seen.len() != docs || self.columns.len() < docs * terms {
-            // Another layout: start from zero.
-            self.columns = vec![0.0; docs * terms];
+            // Another layout: start from zero, with room for the terms most queries have
+            // (columns never written cost address space, not memory).
+            self.columns = vec![0.0; docs * terms.max(COMMON_TERMS)];
             self.seen = vec![false; docs];
         }
     }
@@ -120,8 +122,30 @@ impl Scratch {
     }
 }
 
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+/// The working memories not in use; at most [`SCRATCH_KEPT`] (one per concurrent search).
+static SCRATCH: std::sync::Mutex<Vec<Scratch>> = std::sync::Mutex::new(Vec::new());
+const SCRATCH_KEPT: usize = 16;
+/// Terms a [`Scratch`] has room for from the start.
+const COMMON_TERMS: usize = 4;
+
+impl Scratch {
+    /// One not in use, or a new one.
+    fn take() -> Self {
+        SCRATCH
+            .lock()
+            .ok()
+            .and_then(|mut kept| kept.pop())
+            .unwrap_or_default()
+    }
+
+    /// Kept for the next search (all zero again: see [`Scratch::clear`]).
+    fn give_back(self) {
+        if let Ok(mut kept) = SCRATCH.lock() {
+            if kept.len() < SCRATCH_KEPT {
+                kept.push(self);
+            }
+        }
+    }
 }
 
 /// Candidates scored in the first batch, per hit asked for; each batch doubles.
@@ -167,7 +191,7 @@ pub fn search(
         .map(|r| r.max_doc() as usize)
         .max()
         .unwrap_or(0);
-    let mut scratch = SCRATCH.with(|scratch| std::mem::take(&mut *scratch.borrow_mut()));
+    let mut scratch = Scratch::take();
     scratch.fit(most_docs, width);
     for (segment, reader) in readers.iter().enumerate() {
         for (term, weight) in &short {
@@ -202,7 +226,7 @@ pub fn search(
         }
         scratch.clear(most_docs, width);
     }
-    SCRATCH.with(|cell| *cell.borrow_mut() = scratch);
+    scratch.give_back();
     if candidates.len() < limit {
         return Ok(None);
     }
