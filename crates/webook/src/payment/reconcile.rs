@@ -147,6 +147,9 @@ struct Day<'a> {
     bounds: (i64, i64),
     now: i64,
     report: ReconcileReport,
+    /// Trades whose lost credit this run asked for again: verified by a later run, never this
+    /// one — whether the credit has landed by the end of this run is a race with its consumer.
+    asked_again: HashSet<String>,
 }
 
 impl Day<'_> {
@@ -194,6 +197,7 @@ pub async fn reconcile_day(
         bounds: china_day_bounds(date),
         now,
         report: ReconcileReport::default(),
+        asked_again: HashSet::new(),
     };
     let bill = bills(payments, date, day.bounds).await?;
     day.report.bill_rows = bill.len() as u64;
@@ -483,6 +487,7 @@ async fn check_payments(
                             .await?
                         {
                             day.payments.store().republish(payment, day.now).await?;
+                            day.asked_again.insert(payment.trade_no.clone());
                         }
                     }
                 }
@@ -731,7 +736,7 @@ async fn check_postings(day: &mut Day<'_>) -> anyhow::Result<()> {
 }
 
 /// Marks `payment_without_credit` discrepancies fixed once their posting is there — verified,
-/// not assumed from having asked again.
+/// not assumed from having asked again, and by a run after the one that asked.
 async fn verify_fixes(day: &mut Day<'_>) -> anyhow::Result<()> {
     let mut after = 0;
     loop {
@@ -742,7 +747,10 @@ async fn verify_fixes(day: &mut Day<'_>) -> anyhow::Result<()> {
             .await?;
         let trade_nos: Vec<String> = open.iter().map(|(_, trade_no)| trade_no.clone()).collect();
         let payments = day.payments.store().by_trade_nos(&trade_nos).await?;
-        for payment in &payments {
+        for payment in payments
+            .iter()
+            .filter(|payment| !day.asked_again.contains(&payment.trade_no))
+        {
             let posted = day.ledger.posted(&payment.biz, &[payment.biz_id]).await?;
             if posted.contains(&payment.biz_id) {
                 day.payments
