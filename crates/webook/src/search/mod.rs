@@ -83,8 +83,8 @@ fn describe_metrics() {
     );
     metrics::describe_counter!(
         query::SEARCH_PAGES_TOTAL,
-        "Pages of search hits as typed, by how they were found (pruned: only documents that \
-         could make the page scored; every_match)"
+        "Pages of search hits, by how they were found (pruned: only documents that could make \
+         the page scored; every_match) and by reading (as_typed; loose: typos, pinyin, slips)"
     );
     metrics::describe_counter!(
         synonyms::SEARCH_SYNONYMS_RELOAD_ERRORS_TOTAL,

@@ -41,16 +41,24 @@ pub trait Order {
     fn keeps(&self, key: (f32, u64)) -> bool;
 }
 
-/// A term of the query: every document must match all of them.
+/// A term of the query: every document must match all of them, by the best of its readings.
 pub struct TermPlan {
-    /// The term's query (a [`super::reading::Reading`]'s).
+    /// The term's query: the best of its readings' ([`super::reading::Reading`]s) scores.
     pub query: Box<dyn Query>,
+    /// Its readings (as typed, loosely), each in its tier.
+    pub readings: Vec<ReadingPlan>,
+}
+
+/// A reading of a term, as pruning bounds it.
+pub struct ReadingPlan {
     /// Its atoms in short fields.
     pub short: Vec<Box<dyn Query>>,
     /// The most its atoms in long fields add to its relevance.
     pub long_max: f32,
     /// Its tier's bonus.
     pub bonus: f32,
+    /// Whether it is the term as typed (see [`search`]'s `strict`).
+    pub typed: bool,
 }
 
 /// A document found in a short field, with the most it can score.
@@ -148,16 +156,64 @@ impl Scratch {
     }
 }
 
+/// The most a document with no reading in a short field scores (`long_bounds`: per reading,
+/// its bonus and squashed long bound); `None` when no such document can match.
+fn rest_bound(terms: &[TermPlan], long_bounds: &[f32], strict: bool) -> Option<f32> {
+    let mut column = 0;
+    let mut per_term = Vec::with_capacity(terms.len());
+    for term in terms {
+        let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+        for reading in &term.readings {
+            let bound = long_bounds[column];
+            column += 1;
+            if reading.typed {
+                typed = typed.max(bound);
+            } else {
+                other = other.max(bound);
+            }
+        }
+        per_term.push((typed, other));
+    }
+    best_sum(&per_term, strict)
+}
+
+/// The most a document scores whose terms score at most `per_term` (as typed, other ways);
+/// with the `strict` hits known, as a document that is not one of them: matching some term
+/// other than as typed. `None` when no such document can match.
+fn best_sum(per_term: &[(f32, f32)], strict: bool) -> Option<f32> {
+    let best = |&(typed, other): &(f32, f32)| typed.max(other);
+    let sum = if strict {
+        // Exactly, without a subtraction's rounding: terms are few.
+        (0..per_term.len())
+            .map(|loose| {
+                per_term
+                    .iter()
+                    .enumerate()
+                    .map(|(at, term)| if at == loose { term.1 } else { best(term) })
+                    .sum::<f32>()
+            })
+            .fold(f32::NEG_INFINITY, f32::max)
+    } else {
+        per_term.iter().map(best).sum()
+    };
+    sum.is_finite().then_some(sum)
+}
+
 /// Candidates scored in the first batch, per hit asked for; each batch doubles.
 const FIRST_BATCH_PER_HIT: usize = 3;
 
 /// Up to `limit` hits of every term of `terms` after `after`, best first, in the order of
 /// `keys` — or `None` when the bounds cannot tell them without scoring every match.
+///
+/// `strict`, when given, are the hits (keyed as `keys` keys them) of every term as typed — all
+/// of them that come after the cursor, fewer than a page: they start the page, and a document
+/// never found is bounded as matching at least one term some other way.
 pub fn search(
     searcher: &Searcher,
     terms: &[TermPlan],
     keys: &dyn Order,
     limit: usize,
+    strict: Option<&[(f32, u64)]>,
 ) -> tantivy::Result<Option<Vec<(f32, u64)>>> {
     let limit = limit.max(1);
     if terms.is_empty() {
@@ -168,23 +224,26 @@ pub fn search(
         .iter()
         .map(|term| term.query.weight(scoring))
         .collect::<tantivy::Result<_>>()?;
+    // A column per reading: where each term's first is.
+    let mut first_column = Vec::with_capacity(terms.len());
     let mut short: Vec<(usize, Box<dyn Weight>)> = Vec::new();
-    for (at, term) in terms.iter().enumerate() {
-        for query in &term.short {
-            short.push((at, query.weight(scoring)?));
+    let mut long_bounds = Vec::new();
+    for term in terms {
+        first_column.push(long_bounds.len());
+        for reading in &term.readings {
+            for query in &reading.short {
+                short.push((long_bounds.len(), query.weight(scoring)?));
+            }
+            long_bounds.push(reading.bonus + squash(reading.long_max));
         }
     }
-    let long_bounds: Vec<f32> = terms
-        .iter()
-        .map(|term| term.bonus + squash(term.long_max))
-        .collect();
-    // Documents with no term in a short field score at most this.
-    let rest = keys.most(long_bounds.iter().sum());
+    let rest = rest_bound(terms, &long_bounds, strict.is_some()).map(|rest| keys.most(rest));
+    let known = strict.unwrap_or_default();
 
-    // 1. Candidates: each term's short relevance per document (a column per term, so that
-    // each atom's postings, in doc order, write one column in order).
+    // 1. Candidates: each reading's short relevance per document (a column per reading, so
+    // that each atom's postings, in doc order, write one column in order).
     let readers = searcher.segment_readers();
-    let width = terms.len();
+    let width = long_bounds.len();
     let mut candidates = Vec::new();
     let most_docs = readers
         .iter()
@@ -193,9 +252,10 @@ pub fn search(
         .unwrap_or(0);
     let mut scratch = Scratch::take();
     scratch.fit(most_docs, width);
+    let mut per_term = Vec::with_capacity(terms.len());
     for (segment, reader) in readers.iter().enumerate() {
-        for (term, weight) in &short {
-            let column = &mut scratch.columns[term * most_docs..][..most_docs];
+        for (column, weight) in &short {
+            let column = &mut scratch.columns[column * most_docs..][..most_docs];
             let (seen, touched) = (&mut scratch.seen, &mut scratch.touched);
             weight.for_each(reader, &mut |doc, score| {
                 if !seen[doc as usize] {
@@ -209,15 +269,28 @@ pub fn search(
             if reader.is_deleted(doc) {
                 continue;
             }
-            let mut bound = 0.0f32;
-            for (at, term) in terms.iter().enumerate() {
-                let short = scratch.columns[at * most_docs + doc as usize];
-                bound += if short > 0.0 {
-                    term.bonus + squash_above(short * 1.001 + 0.001 + term.long_max)
-                } else {
-                    long_bounds[at]
-                };
+            per_term.clear();
+            for (term, &first) in terms.iter().zip(&first_column) {
+                let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                for (column, reading) in (first..).zip(&term.readings) {
+                    let short = scratch.columns[column * most_docs + doc as usize];
+                    let bound = if short > 0.0 {
+                        reading.bonus + squash_above(short * 1.001 + 0.001 + reading.long_max)
+                    } else {
+                        long_bounds[column]
+                    };
+                    if reading.typed {
+                        typed = typed.max(bound);
+                    } else {
+                        other = other.max(bound);
+                    }
+                }
+                per_term.push((typed, other));
             }
+            let Some(bound) = best_sum(&per_term, strict.is_some()) else {
+                // A strict hit, or no match.
+                continue;
+            };
             candidates.push(Candidate {
                 bound,
                 segment,
@@ -227,13 +300,19 @@ pub fn search(
         scratch.clear(most_docs, width);
     }
     scratch.give_back();
-    if candidates.len() < limit {
+    if rest.is_some() && candidates.len() + known.len() < limit {
         return Ok(None);
     }
 
     // 2. Exact scores, best bound first, in batches: the best bounds left, those of them that
     // the document's own nudge leaves above the page's last hit, in doc order.
     let mut page: BinaryHeap<Reverse<Key>> = BinaryHeap::with_capacity(limit + 1);
+    for &(score, id) in known {
+        page.push(Reverse(Key(score, id)));
+        if page.len() > limit {
+            page.pop();
+        }
+    }
     let last = |page: &BinaryHeap<Reverse<Key>>| {
         (page.len() >= limit)
             .then(|| page.peek().map(|Reverse(key)| key.0))
@@ -296,7 +375,8 @@ pub fn search(
                     score += scorer.score();
                 }
                 let key = keys.key(candidate.segment, candidate.doc, score);
-                if keys.keeps(key) {
+                // A strict hit is on the page already.
+                if keys.keeps(key) && !known.iter().any(|&(_, id)| id == key.1) {
                     page.push(Reverse(Key(key.0, key.1)));
                     if page.len() > limit {
                         page.pop();
@@ -307,9 +387,13 @@ pub fn search(
     }
 
     // 3. The documents never found.
-    match last(&page) {
-        Some(floor) if rest < floor => {}
-        _ => return Ok(None),
+    let exact = match (rest, last(&page)) {
+        (None, _) => true,
+        (Some(rest), Some(floor)) => rest < floor,
+        (Some(_), None) => false,
+    };
+    if !exact {
+        return Ok(None);
     }
     let mut hits: Vec<Key> = page.into_iter().map(|Reverse(key)| key).collect();
     hits.sort_unstable_by(|a, b| b.cmp(a));

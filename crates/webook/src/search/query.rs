@@ -34,9 +34,9 @@
 
 use tantivy::{
     collector::TopDocs,
-    query::{BooleanQuery, BoostQuery, DisjunctionMaxQuery, EmptyQuery, Occur, Query, TermQuery},
-    schema::{Field, IndexRecordOption},
-    DocAddress, Searcher, Term,
+    query::{BooleanQuery, DisjunctionMaxQuery, EmptyQuery, Occur, Query},
+    schema::Field,
+    DocAddress, Searcher,
 };
 
 use super::{
@@ -44,14 +44,15 @@ use super::{
     fold::fold,
     index::{Fields, ARTICLE, USER},
     pruned,
-    reading::{Atom, Reading},
+    reading::{Alternatives, Atom, Reading},
     synonyms::Synonyms,
-    tiered::{tiered, TIER},
+    tiered::TIER,
     tokens::{self, is_cjk, is_word_char},
 };
 
-/// Counter: pages of hits as typed, by `how` they were found: `pruned` (only the documents
-/// that could make the page scored) or `every_match`.
+/// Counter: pages of hits, by `how` they were found — `pruned` (only the documents that could
+/// make the page scored) or `every_match` — and by `reading`: `as_typed` (the strict query
+/// filled the page, or nothing reads any term loosely) or `loose`.
 pub const SEARCH_PAGES_TOTAL: &str = "search_pages_total";
 
 /// Longest query, in characters (API.md: q ≤ 100).
@@ -184,37 +185,13 @@ fn boxed(query: impl Query) -> Box<dyn Query> {
     Box::new(query)
 }
 
-fn boosted(query: Box<dyn Query>, boost: f32) -> Box<dyn Query> {
-    if (boost - 1.0).abs() < f32::EPSILON {
-        query
-    } else {
-        boxed(BoostQuery::new(query, boost))
-    }
-}
-
-fn term_query(field: Field, text: &str) -> Box<dyn Query> {
-    boxed(TermQuery::new(
-        Term::from_field_text(field, text),
-        IndexRecordOption::WithFreqs,
-    ))
-}
-
-/// Any of `queries` (none: `None`).
-fn any(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
-    combined(queries, Occur::Should)
-}
-
 /// All of `queries` (none: `None`).
 fn all(queries: Vec<Box<dyn Query>>) -> Option<Box<dyn Query>> {
-    combined(queries, Occur::Must)
-}
-
-fn combined(queries: Vec<Box<dyn Query>>, occur: Occur) -> Option<Box<dyn Query>> {
     match queries.len() {
         0 => None,
         1 => queries.into_iter().next(),
         _ => Some(boxed(BooleanQuery::new(
-            queries.into_iter().map(|q| (occur, q)).collect(),
+            queries.into_iter().map(|q| (Occur::Must, q)).collect(),
         ))),
     }
 }
@@ -268,14 +245,6 @@ fn phrase_terms(text: &str, skip: Option<usize>) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// `text` (folded) as a substring of some field.
-fn substring(searched: &[Searched], text: &str, boost: f32) -> Option<Box<dyn Query>> {
-    any(substring_atoms(searched, text, boost)
-        .iter()
-        .filter_map(Atom::query)
-        .collect())
-}
-
 /// `text` (folded) as a substring of each field: one atom per field (none for no terms).
 fn substring_atoms(searched: &[Searched], text: &str, boost: f32) -> Vec<Atom> {
     let terms = phrase_terms(text, None);
@@ -304,8 +273,9 @@ pub struct Prepared {
     /// The words and phrases the query matched with (folded): the terms, their pieces, the
     /// prefix and typo expansions used and the synonyms.
     needles: Vec<String>,
-    /// Pages [`pruned`] answered.
+    /// Pages [`pruned`] answered, in all and of the loose query.
     pruned_pages: usize,
+    pruned_loose_pages: usize,
 }
 
 /// A term of a [`Prepared`] query.
@@ -401,7 +371,8 @@ fn typos_allowed(letters: usize) -> u8 {
     }
 }
 
-/// The term loosely: with typos, or as pinyin.
+/// The term loosely: with typos, as pinyin, with a word left out or a homophone slipped in
+/// (`None`: no such reading).
 fn loosely(
     searcher: &Searcher,
     text_fields: &[Searched],
@@ -410,14 +381,28 @@ fn loosely(
     typing: bool,
     slips_left: &mut usize,
     needles: &mut Vec<String>,
-) -> tantivy::Result<Option<Box<dyn Query>>> {
-    let mut either: Vec<Box<dyn Query>> = Vec::new();
+) -> tantivy::Result<Option<Alternatives>> {
+    let mut loose = Alternatives::default();
     let letters = term.chars().count();
     if term.len() > tokens::MAX_TERM_BYTES {
         // Longer than any word the index holds.
         return Ok(None);
     }
     if term.chars().all(is_word_char) {
+        // Each word found, in the fields where it was (in the order first found).
+        let mut words: Vec<(String, Vec<Atom>)> = Vec::new();
+        let mut found_in = |s: &Searched, word: String, boost: f32| {
+            let atom = Atom {
+                field: s.field,
+                terms: vec![(0, word.clone())],
+                boost: s.boost * boost,
+                long: s.long,
+            };
+            match words.iter_mut().find(|(known, _)| *known == word) {
+                Some((_, atoms)) => atoms.push(atom),
+                None => words.push((word, vec![atom])),
+            }
+        };
         let typos = typos_allowed(letters);
         let first = text_fields.first().map(|s| s.field);
         if let Some(field) =
@@ -425,45 +410,51 @@ fn loosely(
         {
             let automaton = expand::typo_automaton(field, term, typos)?;
             for s in text_fields {
-                for word in expand::within(searcher, s.field, &automaton, MAX_TYPO_EXPANSIONS)? {
-                    if word == term {
-                        continue;
-                    }
-                    either.push(boosted(term_query(s.field, &word), s.boost));
-                    if !needles.contains(&word) {
-                        needles.push(word);
+                for found in expand::within(searcher, s.field, &automaton, MAX_TYPO_EXPANSIONS)? {
+                    if found != term {
+                        found_in(s, found, 1.0);
                     }
                 }
             }
         }
         if letters >= 2 && term.chars().all(|c| c.is_ascii_lowercase()) {
             for s in pinyin_fields {
-                either.push(boosted(term_query(s.field, term), s.boost));
+                found_in(s, term.to_owned(), 1.0);
                 if typing {
-                    for word in expand::prefixed(searcher, s.field, term, MAX_PREFIX_EXPANSIONS)? {
-                        if word != term {
-                            either.push(boosted(
-                                term_query(s.field, &word),
-                                s.boost * EXPANSION_BOOST,
-                            ));
+                    for found in expand::prefixed(searcher, s.field, term, MAX_PREFIX_EXPANSIONS)? {
+                        if found != term {
+                            found_in(s, found, EXPANSION_BOOST);
                         }
                     }
                 }
             }
         }
+        for (word, atoms) in words {
+            // Pinyin is not highlighted: the words it stands for are not known here.
+            if text_fields.iter().any(|s| s.field == atoms[0].field) && !needles.contains(&word) {
+                needles.push(word);
+            }
+            loose.add(vec![atoms]);
+        }
     }
     // All of its words but one, when it has three or more (of two, one would be half the
-    // query: too loose to be worth a reader's time).
+    // query: too loose to be worth a reader's time): an alternative for each word left out.
     let pieces = tokens::pieces(term);
     if pieces.len() > 2 {
-        let each: Vec<Box<dyn Query>> = pieces
+        let each: Vec<Vec<Atom>> = pieces
             .iter()
-            .filter_map(|piece| substring(text_fields, piece, 1.0))
+            .map(|piece| substring_atoms(text_fields, piece, 1.0))
             .collect();
-        if each.len() == pieces.len() {
-            let mut most = BooleanQuery::union(each);
-            most.set_minimum_number_should_match(pieces.len() - 1);
-            either.push(boxed(most));
+        if each.iter().all(|atoms| !atoms.is_empty()) {
+            for left_out in 0..each.len() {
+                loose.add(
+                    each.iter()
+                        .enumerate()
+                        .filter(|(at, _)| *at != left_out)
+                        .map(|(_, atoms)| atoms.clone())
+                        .collect(),
+                );
+            }
         }
     }
     if term.chars().all(is_cjk) && (2..=MAX_SLIP_CHARS).contains(&letters) {
@@ -482,14 +473,15 @@ fn loosely(
                 let mut meant = chars.clone();
                 meant[at] = sound;
                 let meant: String = meant.into_iter().collect();
-                if let Some(query) = substring(text_fields, &meant, 1.0) {
-                    either.push(query);
+                let atoms = substring_atoms(text_fields, &meant, 1.0);
+                if !atoms.is_empty() {
+                    loose.add(vec![atoms]);
                     needles.push(meant);
                 }
             }
         }
     }
-    Ok(any(either).map(|query| tiered(query, LOOSELY)))
+    Ok((!loose.is_empty()).then_some(loose))
 }
 
 /// The strict query for `parsed` over documents of `kind`, with `synonyms`; `searcher` is
@@ -535,15 +527,17 @@ pub fn prepare(
         pinyin_fields,
         needles,
         pruned_pages: 0,
+        pruned_loose_pages: 0,
     })
 }
 
 impl Prepared {
-    /// Every term as typed or loosely, whichever reads it best; `None` when no term has a
-    /// loose reading (the strict query is all there is). Adds the words it matches with to
-    /// the needles.
-    fn loose(&mut self, searcher: &Searcher) -> tantivy::Result<Option<Box<dyn Query>>> {
-        let mut loose = Vec::new();
+    /// Every term as typed or loosely, whichever reads it best, with what pruning needs of
+    /// it; `None` when no term has a loose reading (the strict query is all there is). Adds
+    /// the words it matches with to the needles.
+    fn loose(&mut self, searcher: &Searcher) -> tantivy::Result<Option<Loose>> {
+        let mut queries = Vec::new();
+        let mut plans = Vec::new();
         let mut any_loose = false;
         let mut slips_left = MAX_SLIPS_PER_QUERY;
         for term in &self.terms {
@@ -561,14 +555,39 @@ impl Prepared {
                 )?
             };
             any_loose |= fuzzy.is_some();
-            loose.push(match (term.reading.query(AS_TYPED), fuzzy) {
-                (Some(typed), Some(fuzzy)) => boxed(DisjunctionMaxQuery::new(vec![typed, fuzzy])),
-                (Some(only), None) | (None, Some(only)) => only,
-                // Nothing in the index can match this term: nothing matches.
-                (None, None) => return Ok(None),
-            });
+            let mut readings = Vec::new();
+            let mut either = Vec::new();
+            if let Some(query) = term.reading.query(AS_TYPED) {
+                either.push(query);
+                readings.push(pruned::ReadingPlan {
+                    short: term.reading.short_queries(),
+                    long_max: term.reading.long_max(searcher)?,
+                    bonus: AS_TYPED,
+                    typed: true,
+                });
+            }
+            if let Some(query) = fuzzy.as_ref().and_then(|fuzzy| fuzzy.query(LOOSELY)) {
+                either.push(query);
+                if let Some(fuzzy) = &fuzzy {
+                    readings.push(pruned::ReadingPlan {
+                        short: fuzzy.short_queries(),
+                        long_max: fuzzy.long_max(searcher)?,
+                        bonus: LOOSELY,
+                        typed: false,
+                    });
+                }
+            }
+            let query = match either.len() {
+                0 => return Ok(None), // nothing in the index can match this term
+                1 => either.remove(0),
+                _ => boxed(DisjunctionMaxQuery::new(either)),
+            };
+            queries.push(query.box_clone());
+            plans.push(pruned::TermPlan { query, readings });
         }
-        Ok(if any_loose { all(loose) } else { None })
+        Ok(any_loose
+            .then(|| all(queries).map(|query| Loose { query, plans }))
+            .flatten())
     }
 
     /// How many documents match every term as typed.
@@ -608,6 +627,11 @@ impl Prepared {
         self.pruned_pages
     }
 
+    /// How many of those were pages of the loose query.
+    pub fn pruned_loose_pages(&self) -> usize {
+        self.pruned_loose_pages
+    }
+
     fn page(
         &mut self,
         searcher: &Searcher,
@@ -617,43 +641,64 @@ impl Prepared {
         now_ms: i64,
         prune: bool,
     ) -> tantivy::Result<Vec<Hit>> {
-        let pruned = if prune {
-            let pruned = self.pruned(searcher, kind, after, limit, now_ms)?;
-            let how = if pruned.is_some() {
-                self.pruned_pages += 1;
-                "pruned"
-            } else {
-                "every_match"
-            };
-            metrics::counter!(SEARCH_PAGES_TOTAL, "how" => how).increment(1);
-            pruned
+        let order = PageOrder::new(searcher, kind, now_ms, after);
+        let strict = if prune {
+            self.strict_plans(searcher)?
         } else {
             None
         };
+        let pruned = match strict {
+            Some(plans) => pruned::search(searcher, &plans, &order, limit, None)?,
+            None => None,
+        };
+        let strict_pruned = pruned.is_some();
         let hits = match pruned {
-            Some(hits) => hits,
+            Some(hits) => as_hits(hits),
             None => search(searcher, self.strict.as_ref(), kind, after, limit, now_ms)?,
         };
         if hits.len() >= limit {
+            self.count_page(prune, strict_pruned, false);
             return Ok(hits);
         }
-        // Fewer strict hits than asked for: the loose query finds them again, ranked the same.
-        match self.loose(searcher)? {
-            Some(loose) => search(searcher, loose.as_ref(), kind, after, limit, now_ms),
-            None => Ok(hits),
+        // Fewer strict hits than asked for: the loose query finds them again, ranked the same
+        // (they start its page: every strict match after the cursor is one of them).
+        let Some(loose) = self.loose(searcher)? else {
+            self.count_page(prune, strict_pruned, false);
+            return Ok(hits);
+        };
+        if prune {
+            let known: Vec<(f32, u64)> = hits
+                .iter()
+                .map(|hit| (hit.score, u64::try_from(hit.id).unwrap_or(0)))
+                .collect();
+            if let Some(page) = pruned::search(searcher, &loose.plans, &order, limit, Some(&known))?
+            {
+                self.count_page(prune, true, true);
+                return Ok(as_hits(page));
+            }
         }
+        self.count_page(prune, false, true);
+        search(searcher, loose.query.as_ref(), kind, after, limit, now_ms)
     }
 
-    /// The page of the strict query by [`pruned::search`], when it can tell it without
-    /// scoring every match.
-    fn pruned(
-        &self,
-        searcher: &Searcher,
-        kind: &str,
-        after: Option<After>,
-        limit: usize,
-        now_ms: i64,
-    ) -> tantivy::Result<Option<Vec<Hit>>> {
+    /// Counts a page found by [`pruned`] (`pruned`) or by scoring every match, of the
+    /// `loose` query or as typed.
+    fn count_page(&mut self, prune: bool, pruned: bool, loose: bool) {
+        if !prune {
+            return;
+        }
+        if pruned {
+            self.pruned_pages += 1;
+            self.pruned_loose_pages += usize::from(loose);
+        }
+        let how = if pruned { "pruned" } else { "every_match" };
+        let reading = if loose { "loose" } else { "as_typed" };
+        metrics::counter!(SEARCH_PAGES_TOTAL, "how" => how, "reading" => reading).increment(1);
+    }
+
+    /// Each term as typed, as [`pruned`] bounds it (`None`: a term has no reading as typed,
+    /// nothing matches them all).
+    fn strict_plans(&self, searcher: &Searcher) -> tantivy::Result<Option<Vec<pruned::TermPlan>>> {
         let mut plans = Vec::with_capacity(self.terms.len());
         for term in &self.terms {
             let Some(query) = term.reading.query(AS_TYPED) else {
@@ -661,31 +706,15 @@ impl Prepared {
             };
             plans.push(pruned::TermPlan {
                 query,
-                short: term.reading.short_queries(),
-                long_max: term.reading.long_max(searcher)?,
-                bonus: AS_TYPED,
+                readings: vec![pruned::ReadingPlan {
+                    short: term.reading.short_queries(),
+                    long_max: term.reading.long_max(searcher)?,
+                    bonus: AS_TYPED,
+                    typed: true,
+                }],
             });
         }
-        let keys = Keys::new(kind, now_ms);
-        let order = PageOrder {
-            keys,
-            segments: searcher
-                .segment_readers()
-                .iter()
-                .map(|reader| keys.segment(reader))
-                .collect(),
-            after,
-        };
-        Ok(
-            pruned::search(searcher, &plans, &order, limit)?.map(|keys| {
-                keys.into_iter()
-                    .map(|(score, id)| Hit {
-                        id: i64::try_from(id).unwrap_or(0),
-                        score,
-                    })
-                    .collect()
-            }),
-        )
+        Ok(Some(plans))
     }
 
     /// The words and phrases the hits matched with, longest first: what highlights mark.
@@ -850,6 +879,38 @@ struct PageOrder {
     keys: Keys,
     segments: Vec<SegmentKeys>,
     after: Option<After>,
+}
+
+impl PageOrder {
+    /// The order of the hits of `kind` in `searcher` ranked at `now_ms`, after `after`.
+    fn new(searcher: &Searcher, kind: &str, now_ms: i64, after: Option<After>) -> Self {
+        let keys = Keys::new(kind, now_ms);
+        Self {
+            keys,
+            segments: searcher
+                .segment_readers()
+                .iter()
+                .map(|reader| keys.segment(reader))
+                .collect(),
+            after,
+        }
+    }
+}
+
+/// `(score, id)` keys as hits.
+fn as_hits(keys: Vec<(f32, u64)>) -> Vec<Hit> {
+    keys.into_iter()
+        .map(|(score, id)| Hit {
+            id: i64::try_from(id).unwrap_or(0),
+            score,
+        })
+        .collect()
+}
+
+/// The loose query, and its terms as [`pruned`] bounds them.
+struct Loose {
+    query: Box<dyn Query>,
+    plans: Vec<pruned::TermPlan>,
 }
 
 impl pruned::Order for PageOrder {

@@ -23,8 +23,8 @@ use std::{cmp::Reverse, collections::BinaryHeap};
 
 use tantivy::{
     query::{
-        Bm25Weight, BoostQuery, EnableScoring, Explanation, PhraseQuery, Query, Scorer, TermQuery,
-        Weight,
+        Bm25Weight, BooleanQuery, BoostQuery, DisjunctionMaxQuery, EnableScoring, Explanation,
+        Occur, PhraseQuery, Query, Scorer, TermQuery, Weight,
     },
     schema::{Field, IndexRecordOption},
     DocId, DocSet, Score, Searcher, SegmentReader, Term, TERMINATED,
@@ -154,6 +154,83 @@ impl Reading {
             sum += atom.max_score(searcher)?;
         }
         Ok(sum)
+    }
+}
+
+/// A term's loose readings (typo words, pinyin, a word left out, a homophone slipped in):
+/// alternatives, each of pieces that must all match (one for a word), each piece any of its
+/// atoms. A document's relevance is its best alternative's — the sum of the BM25 of the atoms
+/// that match there — so that what an alternative's atoms in long fields can add bounds what
+/// they all can: a text with several spellings of a typo is not made more relevant by them.
+#[derive(Debug, Clone, Default)]
+pub struct Alternatives {
+    alternatives: Vec<Vec<Vec<Atom>>>,
+}
+
+impl Alternatives {
+    /// Adds an alternative that matches when each piece (atoms, any of which will do) does.
+    pub fn add(&mut self, pieces: Vec<Vec<Atom>>) {
+        if !pieces.is_empty() && pieces.iter().all(|piece| !piece.is_empty()) {
+            self.alternatives.push(pieces);
+        }
+    }
+
+    /// Whether it has no alternatives: nothing can match it.
+    pub fn is_empty(&self) -> bool {
+        self.alternatives.is_empty()
+    }
+
+    /// The best of the alternatives as a query scored `bonus` + squashed relevance
+    /// ([`tiered`]); `None` when nothing can match.
+    pub fn query(&self, bonus: f32) -> Option<Box<dyn Query>> {
+        let combined = |queries: Vec<Box<dyn Query>>, occur: Occur| -> Box<dyn Query> {
+            match <[_; 1]>::try_from(queries) {
+                Ok([only]) => only,
+                Err(queries) => Box::new(BooleanQuery::new(
+                    queries.into_iter().map(|query| (occur, query)).collect(),
+                )),
+            }
+        };
+        let mut best = Vec::with_capacity(self.alternatives.len());
+        for pieces in &self.alternatives {
+            let mut all = Vec::with_capacity(pieces.len());
+            for atoms in pieces {
+                let any = atoms.iter().map(Atom::query).collect::<Option<Vec<_>>>()?;
+                all.push(combined(any, Occur::Should));
+            }
+            best.push(combined(all, Occur::Must));
+        }
+        let query: Box<dyn Query> = match <[_; 1]>::try_from(best) {
+            Ok([only]) => only,
+            Err(best) if best.is_empty() => return None,
+            Err(best) => Box::new(DisjunctionMaxQuery::new(best)),
+        };
+        Some(tiered(query, bonus))
+    }
+
+    /// Their atoms in short fields, as queries: every document where the term scores more than
+    /// [`Alternatives::long_max`] matches one of them.
+    pub fn short_queries(&self) -> Vec<Box<dyn Query>> {
+        self.alternatives
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|atom| !atom.long)
+            .filter_map(Atom::query)
+            .collect()
+    }
+
+    /// The most an alternative's atoms in long fields add to its relevance, of all of them.
+    pub fn long_max(&self, searcher: &Searcher) -> tantivy::Result<f32> {
+        let mut most = 0.0f32;
+        for pieces in &self.alternatives {
+            let mut sum = 0.0;
+            for atom in pieces.iter().flatten().filter(|atom| atom.long) {
+                sum += atom.max_score(searcher)?;
+            }
+            most = most.max(sum);
+        }
+        Ok(most)
     }
 }
 

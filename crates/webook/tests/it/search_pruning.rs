@@ -2,7 +2,8 @@
 //! match scored gives: the same hits, in the same order, with the same score bits — page after
 //! page through cursors, for articles and users, over an index of many segments with replaced
 //! and removed documents, nudges by freshness and likes, and ties broken by id at page
-//! boundaries. The queries are the quality benchmark's (every category) as typed and complete.
+//! boundaries. The queries are the quality benchmark's (every category) as typed and complete:
+//! pages of the strict query and of the loose one (typos, pinyin, slips, a word left out).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -19,6 +20,10 @@ const DAY_MS: i64 = 86_400_000;
 const NOW: i64 = 1_800_000_000_000;
 /// Ids of the articles (and users) given twins: the same title, age and likes.
 const TWINS: std::ops::Range<i64> = 1001..1041;
+/// Ids of the articles with "zorbax quintel" loosely in their title and tags.
+const LOOSE_IN_TITLE: std::ops::Range<i64> = 2001..2006;
+/// Id of the article with "zorbax quintel" only in its body, one word as typed.
+const IN_BODY: i64 = 2100;
 
 #[derive(Deserialize)]
 struct Article {
@@ -79,6 +84,22 @@ fn corpus(dir: &std::path::Path) -> (SearchIndex, Vec<i64>) {
         author: "双胞胎".to_owned(),
     };
     changes.extend(TWINS.map(|id| article(id, &twin, 3, 10)));
+    // Both words of "zorbax quintel" loosely in short fields; and as typed and loosely in the
+    // body of one (see `a_match_in_long_fields_only_still_makes_a_loose_page`).
+    let loose_in_title = Article {
+        title: "zorbix quintal".to_owned(),
+        body: "notes".to_owned(),
+        tags: vec!["zorbix".to_owned(), "quintal".to_owned()],
+        author: "tester".to_owned(),
+    };
+    changes.extend(LOOSE_IN_TITLE.map(|id| article(id, &loose_in_title, 2, 5)));
+    let in_body = Article {
+        title: "随笔".to_owned(),
+        body: "zorbax quintal".to_owned(),
+        tags: Vec::new(),
+        author: "tester".to_owned(),
+    };
+    changes.push(article(IN_BODY, &in_body, 2, 5));
     changes.extend(articles.iter().zip(1..).map(|(a, id)| {
         Change::User(UserDoc {
             id,
@@ -142,7 +163,7 @@ fn a_pruned_page_is_the_page_every_match_scored_gives() {
         ]
         .map(str::to_owned),
     );
-    let (mut pages, mut pruned) = (0, 0);
+    let (mut pages, mut pruned, mut pruned_loose) = (0, 0, 0);
     for kind in [index::ARTICLE, index::USER] {
         for q in &queries {
             for limit in [3, 10] {
@@ -181,6 +202,7 @@ fn a_pruned_page_is_the_page_every_match_scored_gives() {
                     }
                 }
                 pruned += fast.pruned_pages();
+                pruned_loose += fast.pruned_loose_pages();
             }
         }
     }
@@ -190,6 +212,12 @@ fn a_pruned_page_is_the_page_every_match_scored_gives() {
     assert!(
         pruned * 10 > pages,
         "only {pruned} of {pages} pages were pruned"
+    );
+    eprintln!("{pruned} of {pages} pages pruned, {pruned_loose} of the loose query");
+    // Those of the loose query too (typos, pinyin, slips: too few hits as typed).
+    assert!(
+        pruned_loose * 20 > pages,
+        "only {pruned_loose} of {pages} pages were pruned loose ones"
     );
     // Twins tie on score; ids order them, across page boundaries.
     let mut twins = query::prepare(
@@ -208,4 +236,33 @@ fn a_pruned_page_is_the_page_every_match_scored_gives() {
         .unwrap();
     let ids: Vec<i64> = first.iter().chain(&second).map(|hit| hit.id).collect();
     assert_eq!(ids, (1027..1041).rev().collect::<Vec<_>>());
+}
+
+/// A document no short field finds, matching one term as typed and the other loosely in its
+/// body, outranks every document matching both loosely: the loose page bounds the documents it
+/// never found by what one term as typed and the others loosely can score.
+#[test]
+fn a_match_in_long_fields_only_still_makes_a_loose_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, _) = corpus(dir.path());
+    let searcher = index.reader().searcher();
+    let prepare = || {
+        query::prepare(
+            &searcher,
+            index.fields(),
+            index::ARTICLE,
+            &ParsedQuery::parse("zorbax quintel"),
+            &Synonyms::default(),
+        )
+        .unwrap()
+    };
+    let (mut fast, mut every) = (prepare(), prepare());
+    let want = every
+        .search_every_match(&searcher, index::ARTICLE, None, 3, NOW)
+        .unwrap();
+    assert_eq!(want.first().map(|hit| hit.id), Some(IN_BODY), "{want:?}");
+    let got = fast
+        .search(&searcher, index::ARTICLE, None, 3, NOW)
+        .unwrap();
+    assert_eq!(keyed(&got), keyed(&want));
 }
