@@ -13,6 +13,8 @@ use tantivy::{
     Searcher, Term,
 };
 
+use tantivy_fst::Automaton;
+
 use super::homophones;
 
 /// Most dictionary entries looked at per field and segment for one word.
@@ -49,24 +51,73 @@ pub fn typo_automaton(field: Field, word: &str, typos: u8) -> tantivy::Result<Df
 }
 
 /// The `limit` words of `field` that `automaton` ([`typo_automaton`]) recognises, the word
-/// itself included if the index has it, held by the most documents, most first.
+/// itself included if the index has it, held by the most documents, most first. With
+/// `alphabetic` (the word typed is: see [`is_alphabetic`]), only alphabetic words — a Latin
+/// word's typos are Latin words, accents and all — and the dictionary's Chinese grams, most of
+/// it, are never walked.
 pub fn within(
     searcher: &Searcher,
     field: Field,
     automaton: &DfaWrapper,
+    alphabetic: bool,
     limit: usize,
 ) -> tantivy::Result<Vec<String>> {
     let mut found: HashMap<Vec<u8>, u64> = HashMap::new();
     for segment in searcher.segment_readers() {
         let index = segment.inverted_index(field)?;
-        let mut stream = index.terms().search(automaton).into_stream()?;
-        tally(&mut found, || {
-            stream
-                .advance()
-                .then(|| (stream.key().to_vec(), stream.value().doc_freq))
-        });
+        let terms = index.terms();
+        if alphabetic {
+            tally_matches(
+                &mut found,
+                terms.search(Alphabetic(automaton)).into_stream()?,
+            );
+        } else {
+            tally_matches(&mut found, terms.search(automaton).into_stream()?);
+        }
     }
     Ok(most_held(found, limit))
+}
+
+/// Whether `word` is written in an alphabet — its characters are below U+0800 (Latin with its
+/// accents, Greek, Cyrillic, …), two bytes at most in UTF-8 — rather than in CJK characters.
+pub fn is_alphabetic(word: &str) -> bool {
+    word.chars().all(|c| u32::from(c) < 0x800)
+}
+
+/// A typo automaton over [alphabetic](is_alphabetic) words only: a state `None` is past the
+/// first byte of a character of three bytes or more.
+struct Alphabetic<'a>(&'a DfaWrapper);
+
+impl Automaton for Alphabetic<'_> {
+    type State = Option<u32>;
+
+    fn start(&self) -> Self::State {
+        Some(self.0.start())
+    }
+
+    fn is_match(&self, state: &Self::State) -> bool {
+        state.as_ref().is_some_and(|state| self.0.is_match(state))
+    }
+
+    fn can_match(&self, state: &Self::State) -> bool {
+        state.as_ref().is_some_and(|state| self.0.can_match(state))
+    }
+
+    fn accept(&self, state: &Self::State, byte: u8) -> Self::State {
+        state
+            .as_ref()
+            .filter(|_| byte < 0xE0)
+            .map(|state| self.0.accept(state, byte))
+    }
+}
+
+/// Tallies the words `stream` finds.
+fn tally_matches<A: Automaton>(found: &mut HashMap<Vec<u8>, u64>, mut stream: TermStreamer<'_, A>) {
+    tally(found, || {
+        stream
+            .advance()
+            .then(|| (stream.key().to_vec(), stream.value().doc_freq))
+    });
 }
 
 /// Up to `limit` characters that sound like `chars[at]` and stand next to its neighbour in

@@ -410,7 +410,13 @@ fn loosely(
         {
             let automaton = expand::typo_automaton(field, term, typos)?;
             for s in text_fields {
-                for found in expand::within(searcher, s.field, &automaton, MAX_TYPO_EXPANSIONS)? {
+                for found in expand::within(
+                    searcher,
+                    s.field,
+                    &automaton,
+                    expand::is_alphabetic(term),
+                    MAX_TYPO_EXPANSIONS,
+                )? {
                     if found != term {
                         found_in(s, found, 1.0);
                     }

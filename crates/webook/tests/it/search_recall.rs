@@ -328,3 +328,19 @@ fn highlights_mark_what_matched_and_only_that() {
         Some("<em>Kubernetes</em> 部署指南")
     );
 }
+
+/// A Latin word's typos are looked for among words of alphabets only (not the Chinese grams
+/// of the dictionary): accented ones stay within reach.
+#[test]
+fn a_latin_typo_reaches_accented_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, _) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
+    index
+        .apply(
+            vec![titled(1, "naïve bayes", 0), titled(2, "天气 naiv", 0)],
+            &state(),
+        )
+        .unwrap();
+    assert_eq!(ids(&index, "naive "), [1, 2]);
+    assert_eq!(ids(&index, "naïbe "), [1]);
+}
