@@ -34,7 +34,7 @@
 
 use tantivy::{
     collector::TopDocs,
-    query::{BooleanQuery, DisjunctionMaxQuery, EmptyQuery, Occur, Query},
+    query::{BooleanQuery, EmptyQuery, Occur, Query},
     schema::Field,
     DocAddress, Searcher,
 };
@@ -44,7 +44,7 @@ use super::{
     fold::fold,
     index::{Fields, ARTICLE, USER},
     pruned,
-    reading::{Alternatives, Atom, Reading},
+    reading::{best_of, Alternatives, Atom, Reading},
     synonyms::Synonyms,
     tiered::TIER,
     tokens::{self, is_cjk, is_word_char},
@@ -583,11 +583,11 @@ impl Prepared {
                     });
                 }
             }
-            let query = match either.len() {
-                0 => return Ok(None), // nothing in the index can match this term
-                1 => either.remove(0),
-                _ => boxed(DisjunctionMaxQuery::new(either)),
-            };
+            if either.is_empty() {
+                // Nothing in the index can match this term.
+                return Ok(None);
+            }
+            let query = best_of(either);
             queries.push(query.box_clone());
             plans.push(pruned::TermPlan { query, readings });
         }

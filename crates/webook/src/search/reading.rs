@@ -132,6 +132,7 @@ impl Reading {
             Box::new(ReadingQuery {
                 alone: queries(&self.alone)?,
                 groups,
+                best: false,
             }),
             bonus,
         ))
@@ -234,14 +235,31 @@ impl Alternatives {
     }
 }
 
+/// The documents of any of `queries`, scored by the best of them that matches there: each
+/// query is asked for its documents only as they are needed (a seek of [`super::pruned`]'s
+/// to a candidate reads no document in between), unlike tantivy's disjunctions, which score
+/// a window of documents at a time.
+pub fn best_of(queries: Vec<Box<dyn Query>>) -> Box<dyn Query> {
+    match <[_; 1]>::try_from(queries) {
+        Ok([only]) => only,
+        Err(queries) => Box::new(ReadingQuery {
+            alone: Vec::new(),
+            groups: queries.into_iter().map(|query| vec![vec![query]]).collect(),
+            best: true,
+        }),
+    }
+}
+
 /// The same shape as a [`Reading`], of queries, weights or scorers.
 type Groups<T> = Vec<Vec<Vec<T>>>;
 
-/// A [`Reading`] as a tantivy query.
+/// A [`Reading`] (or [`Alternatives`]: groups scored by the best) as a tantivy query.
 #[derive(Debug)]
 struct ReadingQuery {
     alone: Vec<Box<dyn Query>>,
     groups: Groups<Box<dyn Query>>,
+    /// Scored by the best child that matches rather than their sum.
+    best: bool,
 }
 
 impl Clone for ReadingQuery {
@@ -254,6 +272,7 @@ impl Clone for ReadingQuery {
                 .iter()
                 .map(|group| group.iter().map(|piece| clones(piece)).collect())
                 .collect(),
+            best: self.best,
         }
     }
 }
@@ -273,6 +292,7 @@ impl Query for ReadingQuery {
                 .iter()
                 .map(|group| group.iter().map(|piece| weights(piece)).collect())
                 .collect::<tantivy::Result<_>>()?,
+            best: self.best,
         }))
     }
 
@@ -290,6 +310,7 @@ impl Query for ReadingQuery {
 struct ReadingWeight {
     alone: Vec<Box<dyn Weight>>,
     groups: Groups<Box<dyn Weight>>,
+    best: bool,
 }
 
 impl Weight for ReadingWeight {
@@ -308,7 +329,10 @@ impl Weight for ReadingWeight {
                 .collect::<tantivy::Result<Vec<_>>>()?;
             children.push(Box::new(GroupScorer::new(pieces)));
         }
-        Ok(Box::new(ReadingScorer::new(Merge::new(children))))
+        Ok(Box::new(ReadingScorer::new(
+            Merge::new(children),
+            self.best,
+        )))
     }
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
@@ -422,6 +446,15 @@ impl Merge {
         sum
     }
 
+    /// The best score of the scorers at the current document.
+    fn max(&mut self) -> f32 {
+        let mut best = 0.0f32;
+        for &at in &self.here {
+            best = best.max(self.scorers[at].score());
+        }
+        best
+    }
+
     /// How many documents the scorers hold, at most.
     fn size_hint(&self) -> u32 {
         self.scorers
@@ -514,15 +547,16 @@ impl Scorer for GroupScorer {
 }
 
 /// A reading's documents: any of its atoms alone, or of its groups; scored the sum of what
-/// matches.
+/// matches (or its best).
 struct ReadingScorer {
     merge: Merge,
+    best: bool,
 }
 
 impl ReadingScorer {
-    fn new(mut merge: Merge) -> Self {
+    fn new(mut merge: Merge, best: bool) -> Self {
         merge.next();
-        Self { merge }
+        Self { merge, best }
     }
 }
 
@@ -550,6 +584,9 @@ impl DocSet for ReadingScorer {
 
 impl Scorer for ReadingScorer {
     fn score(&mut self) -> Score {
+        if self.best {
+            return self.merge.max();
+        }
         #[allow(clippy::cast_possible_truncation)]
         let relevance = self.merge.sum() as f32;
         relevance
