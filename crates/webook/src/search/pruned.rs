@@ -25,8 +25,11 @@
 use std::{cmp::Reverse, collections::BinaryHeap};
 
 use tantivy::{
-    query::{EnableScoring, Query, Weight},
-    DocId, DocSet, Searcher,
+    fieldnorm::FieldNormReader,
+    postings::Postings,
+    query::{Bm25Weight, EnableScoring, Query, Weight},
+    schema::{Field, IndexRecordOption},
+    DocId, DocSet, Searcher, SegmentReader, Term, TERMINATED,
 };
 
 use super::tiered::{squash, SQUASH_CAP, SQUASH_HALF};
@@ -49,10 +52,81 @@ pub struct TermPlan {
     pub readings: Vec<ReadingPlan>,
 }
 
+/// An atom of a reading in a short field, as the candidate pass goes through it.
+pub enum Short {
+    /// Scored exactly, by its query.
+    Exact(Box<dyn Query>),
+    /// A phrase of `terms` in `field` weighted `weight` (its own, boosted), bounded without
+    /// reading a position: the documents holding all of its terms, scored as if the phrase
+    /// occurred as often as the least frequent of them (BM25 grows with the count).
+    Phrase {
+        field: Field,
+        terms: Vec<Term>,
+        weight: Bm25Weight,
+    },
+}
+
+/// A [`Short`] ready for a segment.
+enum ShortWeight<'a> {
+    Exact(Box<dyn Weight>),
+    Phrase(&'a Field, &'a [Term], &'a Bm25Weight),
+}
+
+impl ShortWeight<'_> {
+    /// Calls `callback` with each document of `reader` the atom may match, and at least the
+    /// score it has there.
+    fn for_each(
+        &self,
+        reader: &SegmentReader,
+        callback: &mut dyn FnMut(DocId, f32),
+    ) -> tantivy::Result<()> {
+        let (field, terms, weight) = match self {
+            Self::Exact(weight) => return weight.for_each(reader, callback),
+            Self::Phrase(field, terms, weight) => (**field, *terms, *weight),
+        };
+        let index = reader.inverted_index(field)?;
+        let mut postings = Vec::with_capacity(terms.len());
+        for term in terms {
+            match index.read_postings(term, IndexRecordOption::WithFreqs)? {
+                Some(found) => postings.push(found),
+                None => return Ok(()),
+            }
+        }
+        let norms = match reader.fieldnorms_readers().get_field(field)? {
+            Some(norms) => norms,
+            None => FieldNormReader::constant(reader.max_doc(), 1),
+        };
+        let Some((lead, rest)) = postings.split_first_mut() else {
+            return Ok(());
+        };
+        let mut doc = lead.doc();
+        'docs: while doc != TERMINATED {
+            for other in rest.iter_mut() {
+                let found = if other.doc() < doc {
+                    other.seek(doc)
+                } else {
+                    other.doc()
+                };
+                if found != doc {
+                    doc = lead.seek(found);
+                    continue 'docs;
+                }
+            }
+            let fewest = rest
+                .iter()
+                .map(|postings| postings.term_freq())
+                .fold(lead.term_freq(), u32::min);
+            callback(doc, weight.score(norms.fieldnorm_id(doc), fewest));
+            doc = lead.advance();
+        }
+        Ok(())
+    }
+}
+
 /// A reading of a term, as pruning bounds it.
 pub struct ReadingPlan {
     /// Its atoms in short fields.
-    pub short: Vec<Box<dyn Query>>,
+    pub short: Vec<Short>,
     /// The most its atoms in long fields add to its relevance.
     pub long_max: f32,
     /// Its tier's bonus.
@@ -226,13 +300,21 @@ pub fn search(
         .collect::<tantivy::Result<_>>()?;
     // A column per reading: where each term's first is.
     let mut first_column = Vec::with_capacity(terms.len());
-    let mut short: Vec<(usize, Box<dyn Weight>)> = Vec::new();
+    let mut short: Vec<(usize, ShortWeight)> = Vec::new();
     let mut long_bounds = Vec::new();
     for term in terms {
         first_column.push(long_bounds.len());
         for reading in &term.readings {
-            for query in &reading.short {
-                short.push((long_bounds.len(), query.weight(scoring)?));
+            for atom in &reading.short {
+                let weight = match atom {
+                    Short::Exact(query) => ShortWeight::Exact(query.weight(scoring)?),
+                    Short::Phrase {
+                        field,
+                        terms,
+                        weight,
+                    } => ShortWeight::Phrase(field, terms, weight),
+                };
+                short.push((long_bounds.len(), weight));
             }
             long_bounds.push(reading.bonus + squash(reading.long_max));
         }
@@ -270,6 +352,7 @@ pub fn search(
                 continue;
             }
             per_term.clear();
+            let mut sum = 0.0f32;
             for (term, &first) in terms.iter().zip(&first_column) {
                 let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
                 for (column, reading) in (first..).zip(&term.readings) {
@@ -285,11 +368,19 @@ pub fn search(
                         other = other.max(bound);
                     }
                 }
-                per_term.push((typed, other));
+                sum += typed.max(other);
+                if strict.is_some() {
+                    per_term.push((typed, other));
+                }
             }
-            let Some(bound) = best_sum(&per_term, strict.is_some()) else {
-                // A strict hit, or no match.
-                continue;
+            let bound = if strict.is_some() {
+                match best_sum(&per_term, true) {
+                    Some(bound) => bound,
+                    // A strict hit, or no match.
+                    None => continue,
+                }
+            } else {
+                sum
             };
             candidates.push(Candidate {
                 bound,

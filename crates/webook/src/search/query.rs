@@ -566,7 +566,7 @@ impl Prepared {
             if let Some(query) = term.reading.query(AS_TYPED) {
                 either.push(query);
                 readings.push(pruned::ReadingPlan {
-                    short: term.reading.short_queries(),
+                    short: term.reading.short(searcher)?,
                     long_max: term.reading.long_max(searcher)?,
                     bonus: AS_TYPED,
                     typed: true,
@@ -576,7 +576,7 @@ impl Prepared {
                 either.push(query);
                 if let Some(fuzzy) = &fuzzy {
                     readings.push(pruned::ReadingPlan {
-                        short: fuzzy.short_queries(),
+                        short: fuzzy.short(searcher)?,
                         long_max: fuzzy.long_max(searcher)?,
                         bonus: LOOSELY,
                         typed: false,
@@ -713,7 +713,7 @@ impl Prepared {
             plans.push(pruned::TermPlan {
                 query,
                 readings: vec![pruned::ReadingPlan {
-                    short: term.reading.short_queries(),
+                    short: term.reading.short(searcher)?,
                     long_max: term.reading.long_max(searcher)?,
                     bonus: AS_TYPED,
                     typed: true,

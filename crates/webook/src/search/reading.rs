@@ -30,7 +30,7 @@ use tantivy::{
     DocId, DocSet, Score, Searcher, SegmentReader, Term, TERMINATED,
 };
 
-use super::tiered::tiered;
+use super::{pruned::Short, tiered::tiered};
 
 /// A phrase of grams (offsets from the first), or a single word, in one field, weighted.
 #[derive(Debug, Clone)]
@@ -67,6 +67,25 @@ impl Atom {
         } else {
             Box::new(BoostQuery::new(query, self.boost))
         })
+    }
+
+    /// The atom as the candidate pass of [`super::pruned`] goes through it: a phrase bounded
+    /// without its positions, a word exactly.
+    fn short(&self, searcher: &Searcher) -> tantivy::Result<Option<Short>> {
+        if self.terms.len() < 2 {
+            return Ok(self.query().map(Short::Exact));
+        }
+        let terms: Vec<Term> = self
+            .terms
+            .iter()
+            .map(|(_, text)| Term::from_field_text(self.field, text))
+            .collect();
+        let weight = Bm25Weight::for_terms(searcher, &terms)?.boost_by(self.boost);
+        Ok(Some(Short::Phrase {
+            field: self.field,
+            terms,
+            weight,
+        }))
     }
 
     /// The most its BM25 can be in any document of `searcher` (a little more: what `f32`
@@ -138,13 +157,10 @@ impl Reading {
         ))
     }
 
-    /// Its atoms in short fields, as queries: every document where the term scores more than
+    /// Its atoms in short fields: every document where the term scores more than
     /// [`Reading::long_max`] matches one of them.
-    pub fn short_queries(&self) -> Vec<Box<dyn Query>> {
-        self.atoms()
-            .filter(|atom| !atom.long)
-            .filter_map(Atom::query)
-            .collect()
+    pub fn short(&self, searcher: &Searcher) -> tantivy::Result<Vec<Short>> {
+        shorts(self.atoms(), searcher)
     }
 
     /// The most its atoms in long fields add to the relevance of any document: with the BM25
@@ -209,16 +225,10 @@ impl Alternatives {
         Some(tiered(query, bonus))
     }
 
-    /// Their atoms in short fields, as queries: every document where the term scores more than
+    /// Their atoms in short fields: every document where the term scores more than
     /// [`Alternatives::long_max`] matches one of them.
-    pub fn short_queries(&self) -> Vec<Box<dyn Query>> {
-        self.alternatives
-            .iter()
-            .flatten()
-            .flatten()
-            .filter(|atom| !atom.long)
-            .filter_map(Atom::query)
-            .collect()
+    pub fn short(&self, searcher: &Searcher) -> tantivy::Result<Vec<Short>> {
+        shorts(self.alternatives.iter().flatten().flatten(), searcher)
     }
 
     /// The most an alternative's atoms in long fields add to its relevance, of all of them.
@@ -233,6 +243,18 @@ impl Alternatives {
         }
         Ok(most)
     }
+}
+
+/// `atoms` in short fields, for [`super::pruned`].
+fn shorts<'a>(
+    atoms: impl Iterator<Item = &'a Atom>,
+    searcher: &Searcher,
+) -> tantivy::Result<Vec<Short>> {
+    let mut short = Vec::new();
+    for atom in atoms.filter(|atom| !atom.long) {
+        short.extend(atom.short(searcher)?);
+    }
+    Ok(short)
 }
 
 /// The documents of any of `queries`, scored by the best of them that matches there: each
