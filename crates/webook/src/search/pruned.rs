@@ -1,4 +1,4 @@
-//! The page of a query as typed without scoring every document that matches it.
+//! The page of a query without scoring every document that matches it.
 //!
 //! A common query matches a large part of the corpus ("数据库" a quarter of a million
 //! articles), and scoring every match — phrases checked position by position in every body —
@@ -7,9 +7,12 @@
 //! times `k1 + 1` whatever the text: a document's score is bounded by what its short fields
 //! (tags, title, author; nickname) score plus that. So:
 //!
-//! 1. go through the atoms in short fields of every term (short posting lists), and bound
-//!    each document found — the candidates — by its short scores, the long bounds and its
-//!    own nudge (freshness, likes);
+//! 1. go through the atoms in short fields of every reading of every term (short posting
+//!    lists; a phrase without its positions — all its grams there, scored as if it occurred as
+//!    often as the rarest of them — which bounds it from above), and bound each document
+//!    found — the candidates — by its short scores, the long bounds and its own nudge
+//!    (freshness, likes): per term, the best of its readings (as typed, loosely), each in its
+//!    tier;
 //! 2. score the candidates exactly, best bound first, in batches (each in doc order, with the
 //!    query's own scorers: the same bits as the whole query gives), until the next bound is
 //!    below the page's last hit;
@@ -17,6 +20,11 @@
 //!    the long bounds and the largest nudge. When that is below the page's last hit too, the
 //!    page is exact; otherwise (or with fewer candidates than the page) the caller scores
 //!    every match, as before.
+//!
+//! The loose query (too few hits as typed) is pruned the same way, knowing more: every
+//! document matching all terms as typed is one of the strict hits already found. They start
+//! its page, and every other document — candidate or never found — is bounded as one that
+//! matches some term loosely, which keeps the bounds in the loose tier.
 //!
 //! The page is the same as the whole query's, hit for hit and score for score: the bounds are
 //! upper bounds (with a margin for `f32` rounding), ties are never pruned, and the scores
@@ -335,6 +343,7 @@ pub fn search(
     let mut scratch = Scratch::take();
     scratch.fit(most_docs, width);
     let mut per_term = Vec::with_capacity(terms.len());
+    let simple = strict.is_none() && terms.iter().all(|term| term.readings.len() == 1);
     for (segment, reader) in readers.iter().enumerate() {
         for (column, weight) in &short {
             let column = &mut scratch.columns[column * most_docs..][..most_docs];
@@ -351,36 +360,43 @@ pub fn search(
             if reader.is_deleted(doc) {
                 continue;
             }
-            per_term.clear();
-            let mut sum = 0.0f32;
-            for (term, &first) in terms.iter().zip(&first_column) {
-                let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-                for (column, reading) in (first..).zip(&term.readings) {
+            let bound = if simple {
+                // One reading per term, no strict hits: the sum of the terms' bounds.
+                let mut bound = 0.0f32;
+                for (term, &column) in terms.iter().zip(&first_column) {
                     let short = scratch.columns[column * most_docs + doc as usize];
-                    let bound = if short > 0.0 {
+                    bound += if short > 0.0 {
+                        let reading = &term.readings[0];
                         reading.bonus + squash_above(short * 1.001 + 0.001 + reading.long_max)
                     } else {
                         long_bounds[column]
                     };
-                    if reading.typed {
-                        typed = typed.max(bound);
-                    } else {
-                        other = other.max(bound);
-                    }
                 }
-                sum += typed.max(other);
-                if strict.is_some() {
+                bound
+            } else {
+                per_term.clear();
+                for (term, &first) in terms.iter().zip(&first_column) {
+                    let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                    for (column, reading) in (first..).zip(&term.readings) {
+                        let short = scratch.columns[column * most_docs + doc as usize];
+                        let bound = if short > 0.0 {
+                            reading.bonus + squash_above(short * 1.001 + 0.001 + reading.long_max)
+                        } else {
+                            long_bounds[column]
+                        };
+                        if reading.typed {
+                            typed = typed.max(bound);
+                        } else {
+                            other = other.max(bound);
+                        }
+                    }
                     per_term.push((typed, other));
                 }
-            }
-            let bound = if strict.is_some() {
-                match best_sum(&per_term, true) {
+                match best_sum(&per_term, strict.is_some()) {
                     Some(bound) => bound,
                     // A strict hit, or no match.
                     None => continue,
                 }
-            } else {
-                sum
             };
             candidates.push(Candidate {
                 bound,

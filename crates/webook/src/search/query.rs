@@ -26,7 +26,10 @@
 //! documents that can still make it — when its bounds can tell, and by scoring every match
 //! otherwise, the same page either way. The loose query is only run when the strict one does
 //! not fill the page asked for ([`Prepared::search`]): the documents both find score the same
-//! in both, so pages continue either way. Scores are then nudged by freshness and popularity
+//! in both, so pages continue either way. A term's loose readings are [`Alternatives`],
+//! scored by the best that matches (a text with two spellings of a typo is not made more
+//! relevant by both), and the loose page is pruned too, starting from the strict hits. A
+//! Latin word's typos are looked for among alphabetic words only ([`expand::within`]). Scores are then nudged by freshness and popularity
 //! (at most +30% of the BM25 part, see [`tweak`]) and ties broken by the higher id, one total
 //! order that cursors follow
 //! — for one reference time: freshness is age at the `now_ms` a search is given, which the

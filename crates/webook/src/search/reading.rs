@@ -15,6 +15,10 @@
 //! unions of its pieces' atoms — so a rare piece leads a group past the documents of a
 //! common one.
 //!
+//! A term's loose readings are [`Alternatives`] of the same atoms (a typo word, the pinyin, a
+//! homophone slip, all words but one), scored by the best alternative that matches; and a
+//! term's query is [`best_of`] its readings, each in its tier, asked for documents lazily.
+//!
 //! For pruning, a reading splits into its atoms in short fields (tags, title, author;
 //! nickname), cheap to go through, and a bound on what its atoms in the long ones (body,
 //! about) can add: BM25 never exceeds its weight times `k1 + 1` however often a word occurs.
