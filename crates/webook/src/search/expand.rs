@@ -53,8 +53,8 @@ pub fn typo_automaton(field: Field, word: &str, typos: u8) -> tantivy::Result<Df
 /// The `limit` words of `field` that `automaton` ([`typo_automaton`]) recognises, the word
 /// itself included if the index has it, held by the most documents, most first. With
 /// `alphabetic` (the word typed is: see [`is_alphabetic`]), only alphabetic words — a Latin
-/// word's typos are Latin words, accents and all — and the dictionary's Chinese grams, most of
-/// it, are never walked.
+/// word's typos are Latin words, a Cyrillic one's Cyrillic — and the dictionary's Chinese
+/// grams, most of it, are never walked.
 pub fn within(
     searcher: &Searcher,
     field: Field,

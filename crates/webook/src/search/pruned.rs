@@ -22,7 +22,8 @@
 //!    every match, as before.
 //!
 //! The loose query (too few hits as typed) is pruned the same way, knowing more: every
-//! document matching all terms as typed is one of the strict hits already found. They start
+//! document after the cursor matching all terms as typed is one of the strict hits already
+//! found. They start
 //! its page, and every other document — candidate or never found — is bounded as one that
 //! matches some term loosely, which keeps the bounds in the loose tier.
 //!

@@ -262,9 +262,10 @@ fn shorts<'a>(
 }
 
 /// The documents of any of `queries`, scored by the best of them that matches there: each
-/// query is asked for its documents only as they are needed (a seek of [`super::pruned`]'s
-/// to a candidate reads no document in between), unlike tantivy's disjunctions, which score
-/// a window of documents at a time.
+/// query is asked for its documents only as they are needed, so a seek of
+/// [`super::pruned`]'s to a candidate does not make a reading as typed read the documents in
+/// between (tantivy's disjunctions score a window of documents at a time; a loose reading,
+/// being one, still does inside).
 pub fn best_of(queries: Vec<Box<dyn Query>>) -> Box<dyn Query> {
     match <[_; 1]>::try_from(queries) {
         Ok([only]) => only,

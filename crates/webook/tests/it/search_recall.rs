@@ -329,18 +329,24 @@ fn highlights_mark_what_matched_and_only_that() {
     );
 }
 
-/// A Latin word's typos are looked for among words of alphabets only (not the Chinese grams
-/// of the dictionary): accented ones stay within reach.
+/// A word's typos are looked for among words of alphabets only (not the Chinese grams of the
+/// dictionary): accented Latin words (folded) and words of other alphabets stay within reach.
 #[test]
-fn a_latin_typo_reaches_accented_words() {
+fn a_typo_reaches_accented_words_and_other_alphabets() {
     let dir = tempfile::tempdir().unwrap();
     let (index, _) = SearchIndex::open(dir.path(), 20_000_000).unwrap();
     index
         .apply(
-            vec![titled(1, "naïve bayes", 0), titled(2, "天气 naiv", 0)],
+            vec![
+                titled(1, "naïve bayes", 0),
+                titled(2, "天气 naiv", 0),
+                titled(3, "москва", 0),
+            ],
             &state(),
         )
         .unwrap();
     assert_eq!(ids(&index, "naive "), [1, 2]);
     assert_eq!(ids(&index, "naïbe "), [1]);
+    // Cyrillic, one letter off: beyond ASCII, below the Chinese grams.
+    assert_eq!(ids(&index, "масква "), [3]);
 }
