@@ -541,10 +541,17 @@ pub fn prepare(
 }
 
 impl Prepared {
-    /// Every term as typed or loosely, whichever reads it best, with what pruning needs of
-    /// it; `None` when no term has a loose reading (the strict query is all there is). Adds
-    /// the words it matches with to the needles.
-    fn loose(&mut self, searcher: &Searcher) -> tantivy::Result<Option<Loose>> {
+    /// Every term as typed or loosely, whichever reads it best; with what pruning needs of
+    /// it when `typed` (each term's plan as typed, from [`Prepared::typed_plans`]) is given.
+    /// `None` when no term has a loose reading (the strict query is all there is). Adds the
+    /// words it matches with to the needles.
+    fn loose(
+        &mut self,
+        searcher: &Searcher,
+        typed: Option<Vec<Option<pruned::TermPlan>>>,
+    ) -> tantivy::Result<Option<Loose>> {
+        let prune = typed.is_some();
+        let mut typed = typed.map(Vec::into_iter);
         let mut queries = Vec::new();
         let mut plans = Vec::new();
         let mut any_loose = false;
@@ -564,26 +571,30 @@ impl Prepared {
                 )?
             };
             any_loose |= fuzzy.is_some();
+            let as_typed = match typed.as_mut() {
+                Some(plans) => plans.next().flatten(),
+                None => term.reading.query(AS_TYPED).map(|query| pruned::TermPlan {
+                    query,
+                    readings: Vec::new(),
+                }),
+            };
             let mut readings = Vec::new();
             let mut either = Vec::new();
-            if let Some(query) = term.reading.query(AS_TYPED) {
-                either.push(query);
-                readings.push(pruned::ReadingPlan {
-                    short: term.reading.short(searcher)?,
-                    long_max: term.reading.long_max(searcher)?,
-                    bonus: AS_TYPED,
-                    typed: true,
-                });
+            if let Some(plan) = as_typed {
+                either.push(plan.query);
+                readings.extend(plan.readings);
             }
-            if let Some(query) = fuzzy.as_ref().and_then(|fuzzy| fuzzy.query(LOOSELY)) {
-                either.push(query);
-                if let Some(fuzzy) = &fuzzy {
-                    readings.push(pruned::ReadingPlan {
-                        short: fuzzy.short(searcher)?,
-                        long_max: fuzzy.long_max(searcher)?,
-                        bonus: LOOSELY,
-                        typed: false,
-                    });
+            if let Some(fuzzy) = &fuzzy {
+                if let Some(query) = fuzzy.query(LOOSELY) {
+                    either.push(query);
+                    if prune {
+                        readings.push(pruned::ReadingPlan {
+                            short: fuzzy.short(searcher)?,
+                            long_max: fuzzy.long_max(searcher)?,
+                            bonus: LOOSELY,
+                            typed: false,
+                        });
+                    }
                 }
             }
             if either.is_empty() {
@@ -651,14 +662,21 @@ impl Prepared {
         prune: bool,
     ) -> tantivy::Result<Vec<Hit>> {
         let order = PageOrder::new(searcher, kind, now_ms, after);
-        let strict = if prune {
-            self.strict_plans(searcher)?
+        // Each term's plan as typed, made once for the strict page and the loose one.
+        let mut typed = if prune {
+            Some(self.typed_plans(searcher)?)
         } else {
             None
         };
-        let pruned = match strict {
-            Some(plans) => pruned::search(searcher, &plans, &order, limit, None)?,
-            None => None,
+        let pruned = match typed.as_mut() {
+            Some(plans) if plans.iter().all(Option::is_some) => {
+                let every: Vec<pruned::TermPlan> = plans.drain(..).flatten().collect();
+                let page = pruned::search(searcher, &every, &order, limit, None)?;
+                plans.extend(every.into_iter().map(Some));
+                page
+            }
+            // A term with no reading as typed: nothing matches them all.
+            _ => None,
         };
         let strict_pruned = pruned.is_some();
         let hits = match pruned {
@@ -671,7 +689,7 @@ impl Prepared {
         }
         // Fewer strict hits than asked for: the loose query finds them again, ranked the same
         // (they start its page: every strict match after the cursor is one of them).
-        let Some(loose) = self.loose(searcher)? else {
+        let Some(loose) = self.loose(searcher, typed)? else {
             self.count_page(prune, strict_pruned, false);
             return Ok(hits);
         };
@@ -705,25 +723,26 @@ impl Prepared {
         metrics::counter!(SEARCH_PAGES_TOTAL, "how" => how, "reading" => reading).increment(1);
     }
 
-    /// Each term as typed, as [`pruned`] bounds it (`None`: a term has no reading as typed,
-    /// nothing matches them all).
-    fn strict_plans(&self, searcher: &Searcher) -> tantivy::Result<Option<Vec<pruned::TermPlan>>> {
+    /// Each term as typed, as [`pruned`] bounds it (`None`: the term has no reading as
+    /// typed).
+    fn typed_plans(&self, searcher: &Searcher) -> tantivy::Result<Vec<Option<pruned::TermPlan>>> {
         let mut plans = Vec::with_capacity(self.terms.len());
         for term in &self.terms {
-            let Some(query) = term.reading.query(AS_TYPED) else {
-                return Ok(None);
+            let plan = match term.reading.query(AS_TYPED) {
+                Some(query) => Some(pruned::TermPlan {
+                    query,
+                    readings: vec![pruned::ReadingPlan {
+                        short: term.reading.short(searcher)?,
+                        long_max: term.reading.long_max(searcher)?,
+                        bonus: AS_TYPED,
+                        typed: true,
+                    }],
+                }),
+                None => None,
             };
-            plans.push(pruned::TermPlan {
-                query,
-                readings: vec![pruned::ReadingPlan {
-                    short: term.reading.short(searcher)?,
-                    long_max: term.reading.long_max(searcher)?,
-                    bonus: AS_TYPED,
-                    typed: true,
-                }],
-            });
+            plans.push(plan);
         }
-        Ok(Some(plans))
+        Ok(plans)
     }
 
     /// The words and phrases the hits matched with, longest first: what highlights mark.
@@ -916,7 +935,8 @@ fn as_hits(keys: Vec<(f32, u64)>) -> Vec<Hit> {
         .collect()
 }
 
-/// The loose query, and its terms as [`pruned`] bounds them.
+/// The loose query, and its terms as [`pruned`] bounds them (no readings when the page is
+/// not pruned).
 struct Loose {
     query: Box<dyn Query>,
     plans: Vec<pruned::TermPlan>,

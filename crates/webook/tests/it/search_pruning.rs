@@ -7,11 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use std::path::PathBuf;
-
 use serde::Deserialize;
+
+use crate::{search_quality::load, search_recall::state};
 use webook::search::{
-    index::{self, article_key, ArticleDoc, Change, IndexState, SearchIndex, UserDoc},
+    index::{self, article_key, ArticleDoc, Change, SearchIndex, UserDoc},
     query::{self, After, Hit, ParsedQuery},
     synonyms::Synonyms,
 };
@@ -36,22 +36,6 @@ struct Article {
 #[derive(Deserialize)]
 struct Labelled {
     q: String,
-}
-
-fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/search_quality")
-        .join(file);
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-fn state() -> IndexState {
-    IndexState {
-        schema: index::SCHEMA_VERSION,
-        complete: true,
-        positions: Default::default(),
-        built_at: 1,
-    }
 }
 
 fn article(id: i64, a: &Article, days: i64, likes: i64) -> Change {

@@ -96,7 +96,7 @@ struct Labelled {
     relevant: Vec<String>,
 }
 
-fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {
+pub(crate) fn load<T: serde::de::DeserializeOwned>(file: &str) -> T {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/search_quality")
         .join(file);

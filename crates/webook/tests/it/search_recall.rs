@@ -142,7 +142,7 @@ fn titled(id: i64, title: &str, likes: i64) -> Change {
     })
 }
 
-fn state() -> IndexState {
+pub(crate) fn state() -> IndexState {
     IndexState {
         schema: index::SCHEMA_VERSION,
         complete: true,
