@@ -21,6 +21,11 @@
 //!    page is exact; otherwise (or with fewer candidates than the page) the caller scores
 //!    every match, as before.
 //!
+//! Pruning pays when the matches far outnumber the candidates. When it is the other way
+//! round — a word few documents hold, next to one many titles do — the candidates stop being
+//! gathered once they are [`CHEAPER_TO_SCORE_ALL`] times what tantivy estimates going through
+//! every match costs, and the caller does that.
+//!
 //! The loose query (too few hits as typed) is pruned the same way, knowing more: every
 //! document after the cursor matching all terms as typed is one of the strict hits already
 //! found. They start
@@ -282,6 +287,25 @@ fn best_sum(per_term: &[(f32, f32)], strict: bool) -> Option<f32> {
     sum.is_finite().then_some(sum)
 }
 
+/// What going through every document that matches all of `terms` costs, as tantivy's scorers
+/// estimate it: per segment, the cheapest term's.
+fn matches_cost(terms: &[Box<dyn Weight>], readers: &[SegmentReader]) -> tantivy::Result<u64> {
+    let mut cost = 0u64;
+    for reader in readers {
+        let mut cheapest = u64::MAX;
+        for weight in terms {
+            cheapest = cheapest.min(weight.scorer(reader, 1.0)?.cost());
+        }
+        cost = cost.saturating_add(cheapest);
+    }
+    Ok(cost)
+}
+
+/// How many times the candidates must outnumber what scoring every match costs
+/// ([`matches_cost`]) for [`search`] to leave the page to that instead: a candidate scored is
+/// one match gone through at most, but the batches stop early where the bounds tell.
+const CHEAPER_TO_SCORE_ALL: usize = 4;
+
 /// Candidates scored in the first batch, per hit asked for; each batch doubles.
 const FIRST_BATCH_PER_HIT: usize = 3;
 
@@ -343,6 +367,10 @@ pub fn search(
         .unwrap_or(0);
     let mut scratch = Scratch::take();
     scratch.fit(most_docs, width);
+    let most_candidates = usize::try_from(matches_cost(&whole, readers)?)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(CHEAPER_TO_SCORE_ALL)
+        .max(limit * FIRST_BATCH_PER_HIT * 2);
     let mut per_term = Vec::with_capacity(terms.len());
     let simple = strict.is_none() && terms.iter().all(|term| term.readings.len() == 1);
     for (segment, reader) in readers.iter().enumerate() {
@@ -406,6 +434,13 @@ pub fn search(
             });
         }
         scratch.clear(most_docs, width);
+        if candidates.len() > most_candidates {
+            // Far more candidates than matches (a term few documents hold, and another found
+            // in many short fields): scoring every match costs less than scoring candidates
+            // that do not match.
+            scratch.give_back();
+            return Ok(None);
+        }
     }
     scratch.give_back();
     if rest.is_some() && candidates.len() + known.len() < limit {
@@ -508,4 +543,96 @@ pub fn search(
     Ok(Some(
         hits.into_iter().map(|Key(score, id)| (score, id)).collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use tantivy::{
+        collector::TopDocs,
+        doc,
+        query::BooleanQuery,
+        schema::{Schema, TEXT},
+        Index,
+    };
+
+    use super::*;
+    use crate::search::{reading::Atom, reading::Reading, tiered::TIER};
+
+    /// Keys by score alone, every hit kept.
+    struct ByScore;
+
+    impl Order for ByScore {
+        fn key(&self, segment: usize, doc: DocId, score: f32) -> (f32, u64) {
+            (score, ((segment as u64) << 32) | u64::from(doc))
+        }
+        fn most(&self, score: f32) -> f32 {
+            score
+        }
+        fn keeps(&self, _: (f32, u64)) -> bool {
+            true
+        }
+    }
+
+    /// A term's plan: the word in the title (short, weighted 10) and in the body (long).
+    fn plan(searcher: &Searcher, title: Field, body: Field, word: &str) -> TermPlan {
+        let atom = |field, boost, long| Atom {
+            field,
+            terms: vec![(0, word.to_owned())],
+            boost,
+            long,
+        };
+        let mut reading = Reading::default();
+        reading.alone(vec![atom(title, 10.0, false), atom(body, 1.0, true)]);
+        TermPlan {
+            query: reading.query(2.0 * TIER).unwrap(),
+            readings: vec![ReadingPlan {
+                short: reading.short(searcher).unwrap(),
+                long_max: reading.long_max(searcher).unwrap(),
+                bonus: 2.0 * TIER,
+                typed: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_rare_word_next_to_one_many_titles_hold_is_left_to_scoring_every_match() {
+        // 2 000 titles with "alpha", three of them with "beta" too; 6 000 without either.
+        let mut schema = Schema::builder();
+        let title = schema.add_text_field("title", TEXT);
+        let body = schema.add_text_field("body", TEXT);
+        let index = Index::create_in_ram(schema.build());
+        let mut writer = index.writer(15_000_000).unwrap();
+        for at in 0..8_000 {
+            let text = match at {
+                0 | 700 | 1_400 => "alpha beta",
+                0..2_000 => "alpha",
+                _ => "other",
+            };
+            writer
+                .add_document(doc!(title => text, body => "gamma"))
+                .unwrap();
+        }
+        writer.commit().unwrap();
+        let searcher = index.reader().unwrap().searcher();
+        let terms = [
+            plan(&searcher, title, body, "alpha"),
+            plan(&searcher, title, body, "beta"),
+        ];
+        let whole = BooleanQuery::intersection(terms.iter().map(|t| t.query.box_clone()).collect());
+        let page = searcher
+            .search(&whole, &TopDocs::with_limit(2).order_by_score())
+            .unwrap();
+        assert_eq!(
+            page.len(),
+            2,
+            "the three documents with both words make the page"
+        );
+
+        // Scoring the 2 000 candidates, best bound first, would find the page from the first
+        // batch (the three with "beta" in the title are bounded highest, and the documents
+        // never found, with neither word in a title, are bounded below them); but the three
+        // matches cost less to go through than the candidates to gather: left to the caller.
+        let pruned = search(&searcher, &terms, &ByScore, 2, None).unwrap();
+        assert_eq!(pruned, None);
+    }
 }

@@ -27,8 +27,8 @@ use std::{cmp::Reverse, collections::BinaryHeap};
 
 use tantivy::{
     query::{
-        Bm25Weight, BooleanQuery, BoostQuery, DisjunctionMaxQuery, EnableScoring, Explanation,
-        Occur, PhraseQuery, Query, Scorer, TermQuery, Weight,
+        Bm25Weight, BoostQuery, EnableScoring, Explanation, PhraseQuery, Query, Scorer, TermQuery,
+        Weight,
     },
     schema::{Field, IndexRecordOption},
     DocId, DocSet, Score, Searcher, SegmentReader, Term, TERMINATED,
@@ -202,31 +202,30 @@ impl Alternatives {
     }
 
     /// The best of the alternatives as a query scored `bonus` + squashed relevance
-    /// ([`tiered`]); `None` when nothing can match.
+    /// ([`tiered`]); `None` when nothing can match. Merged lazily, as a [`Reading`]'s groups
+    /// are (see [`best_of`]): pruning seeks it to a few candidates far apart.
     pub fn query(&self, bonus: f32) -> Option<Box<dyn Query>> {
-        let combined = |queries: Vec<Box<dyn Query>>, occur: Occur| -> Box<dyn Query> {
-            match <[_; 1]>::try_from(queries) {
-                Ok([only]) => only,
-                Err(queries) => Box::new(BooleanQuery::new(
-                    queries.into_iter().map(|query| (occur, query)).collect(),
-                )),
-            }
-        };
-        let mut best = Vec::with_capacity(self.alternatives.len());
-        for pieces in &self.alternatives {
-            let mut all = Vec::with_capacity(pieces.len());
-            for atoms in pieces {
-                let any = atoms.iter().map(Atom::query).collect::<Option<Vec<_>>>()?;
-                all.push(combined(any, Occur::Should));
-            }
-            best.push(combined(all, Occur::Must));
+        if self.alternatives.is_empty() {
+            return None;
         }
-        let query: Box<dyn Query> = match <[_; 1]>::try_from(best) {
-            Ok([only]) => only,
-            Err(best) if best.is_empty() => return None,
-            Err(best) => Box::new(DisjunctionMaxQuery::new(best)),
-        };
-        Some(tiered(query, bonus))
+        let groups = self
+            .alternatives
+            .iter()
+            .map(|pieces| {
+                pieces
+                    .iter()
+                    .map(|atoms| atoms.iter().map(Atom::query).collect::<Option<Vec<_>>>())
+                    .collect::<Option<Vec<_>>>()
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(tiered(
+            Box::new(ReadingQuery {
+                alone: Vec::new(),
+                groups,
+                best: true,
+            }),
+            bonus,
+        ))
     }
 
     /// Their atoms in short fields: every document where the term scores more than
@@ -263,9 +262,9 @@ fn shorts<'a>(
 
 /// The documents of any of `queries`, scored by the best of them that matches there: each
 /// query is asked for its documents only as they are needed, so a seek of
-/// [`super::pruned`]'s to a candidate does not make a reading as typed read the documents in
-/// between (tantivy's disjunctions score a window of documents at a time; a loose reading,
-/// being one, still does inside).
+/// [`super::pruned`]'s to a candidate does not make a reading read the documents in between
+/// (tantivy's disjunctions score a window of 4 096 documents at every seek out of the last
+/// one: a phrase checked in every body of that window, for each candidate).
 pub fn best_of(queries: Vec<Box<dyn Query>>) -> Box<dyn Query> {
     match <[_; 1]>::try_from(queries) {
         Ok([only]) => only,
