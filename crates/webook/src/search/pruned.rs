@@ -40,8 +40,8 @@ use std::{cmp::Reverse, collections::BinaryHeap};
 
 use tantivy::{
     fieldnorm::FieldNormReader,
-    postings::Postings,
-    query::{Bm25Weight, EnableScoring, Query, Weight},
+    postings::{Postings, SegmentPostings},
+    query::{Bm25Weight, EnableScoring, Query, Scorer, Weight},
     schema::{Field, IndexRecordOption},
     DocId, DocSet, Searcher, SegmentReader, Term, TERMINATED,
 };
@@ -86,16 +86,11 @@ enum ShortWeight<'a> {
     Phrase(&'a Field, &'a [Term], &'a Bm25Weight),
 }
 
-impl ShortWeight<'_> {
-    /// Calls `callback` with each document of `reader` the atom may match, and at least the
-    /// score it has there.
-    fn for_each(
-        &self,
-        reader: &SegmentReader,
-        callback: &mut dyn FnMut(DocId, f32),
-    ) -> tantivy::Result<()> {
+impl<'a> ShortWeight<'a> {
+    /// The atom going through `reader`'s documents it may match, a block at a time.
+    fn cursor(&self, reader: &SegmentReader) -> tantivy::Result<ShortCursor<'a>> {
         let (field, terms, weight) = match self {
-            Self::Exact(weight) => return weight.for_each(reader, callback),
+            Self::Exact(weight) => return Ok(ShortCursor::Exact(weight.scorer(reader, 1.0)?)),
             Self::Phrase(field, terms, weight) => (**field, *terms, *weight),
         };
         let index = reader.inverted_index(field)?;
@@ -103,18 +98,72 @@ impl ShortWeight<'_> {
         for term in terms {
             match index.read_postings(term, IndexRecordOption::WithFreqs)? {
                 Some(found) => postings.push(found),
-                None => return Ok(()),
+                None => return Ok(ShortCursor::Done),
             }
+        }
+        if postings.is_empty() {
+            return Ok(ShortCursor::Done);
         }
         let norms = match reader.fieldnorms_readers().get_field(field)? {
             Some(norms) => norms,
             None => FieldNormReader::constant(reader.max_doc(), 1),
         };
-        let Some((lead, rest)) = postings.split_first_mut() else {
-            return Ok(());
+        Ok(ShortCursor::Phrase {
+            postings,
+            norms,
+            weight,
+        })
+    }
+}
+
+/// A [`ShortWeight`] going through a segment's documents in order.
+enum ShortCursor<'a> {
+    Exact(Box<dyn Scorer>),
+    /// The phrase's terms' postings (at least one), the first leading.
+    Phrase {
+        postings: Vec<SegmentPostings>,
+        norms: FieldNormReader,
+        weight: &'a Bm25Weight,
+    },
+    Done,
+}
+
+impl ShortCursor<'_> {
+    /// No document before this one is left ([`TERMINATED`]: none at all).
+    fn doc(&self) -> DocId {
+        match self {
+            Self::Exact(scorer) => scorer.doc(),
+            Self::Phrase { postings, .. } => postings[0].doc(),
+            Self::Done => TERMINATED,
+        }
+    }
+
+    /// Calls `callback` with each document before `end` the atom may match, and at least the
+    /// score it has there.
+    fn until(&mut self, end: DocId, callback: &mut impl FnMut(DocId, f32)) {
+        let (postings, norms, weight) = match self {
+            Self::Exact(scorer) => {
+                let mut doc = scorer.doc();
+                while doc < end {
+                    callback(doc, scorer.score());
+                    doc = scorer.advance();
+                }
+                return;
+            }
+            Self::Phrase {
+                postings,
+                norms,
+                weight,
+            } => (postings, norms, weight),
+            Self::Done => return,
         };
+        let Some((lead, rest)) = postings.split_first_mut() else {
+            return;
+        };
+        // The documents holding all of the terms (a phrase without its positions), scored
+        // as if the phrase occurred as often as the least frequent of them.
         let mut doc = lead.doc();
-        'docs: while doc != TERMINATED {
+        'docs: while doc < end {
             for other in rest.iter_mut() {
                 let found = if other.doc() < doc {
                     other.seek(doc)
@@ -133,7 +182,6 @@ impl ShortWeight<'_> {
             callback(doc, weight.score(norms.fieldnorm_id(doc), fewest));
             doc = lead.advance();
         }
-        Ok(())
     }
 }
 
@@ -181,37 +229,36 @@ fn squash_above(relevance: f32) -> f32 {
     SQUASH_CAP * relevance / (relevance + SQUASH_HALF) + 1.0 / 16.0
 }
 
-/// A search's working memory for the candidates, zero between searches: kept in [`SCRATCH`],
-/// so that a search does not map, fault in and unmap a megabyte or two — which cost a new
-/// thread's first search here up to 190 ms with eight at once, and stalls every thread.
+/// A search's working memory for the candidates of a [`BLOCK`], zero between searches: kept
+/// in [`SCRATCH`], so that a search neither allocates nor zeroes it (when it spanned a whole
+/// segment, mapping and faulting it in cost a new thread's first search up to 190 ms with
+/// eight at once).
 #[derive(Default)]
 struct Scratch {
-    /// Per term, per document: the short relevance.
+    /// Per reading, per document of the block: the short relevance.
     columns: Vec<f32>,
-    /// Per document: whether it was found.
+    /// Per document of the block: whether it was found.
     seen: Vec<bool>,
-    /// The documents found.
+    /// The documents of the block found (offsets in it).
     touched: Vec<DocId>,
 }
 
 impl Scratch {
-    /// Room for `docs` documents of `terms` terms, laid out `docs` to a column.
-    fn fit(&mut self, docs: usize, terms: usize) {
-        if self.seen.len() != docs || self.columns.len() < docs * terms {
-            // Another layout: start from zero, with room for the terms most queries have
-            // (columns never written cost address space, not memory).
-            self.columns = vec![0.0; docs * terms.max(COMMON_TERMS)];
-            self.seen = vec![false; docs];
+    /// Room for a [`BLOCK`] of documents of `width` readings (a column of the block each).
+    fn fit(&mut self, width: usize) {
+        if self.columns.len() < BLOCK * width {
+            self.columns = vec![0.0; BLOCK * width.max(COMMON_READINGS)];
+            self.seen = vec![false; BLOCK];
         }
     }
 
-    /// Zeroes what the documents found wrote (in `terms` columns of `docs`).
-    fn clear(&mut self, docs: usize, terms: usize) {
-        for &doc in &self.touched {
-            let doc = doc as usize;
-            self.seen[doc] = false;
-            for column in self.columns[..docs * terms].chunks_mut(docs) {
-                column[doc] = 0.0;
+    /// Zeroes what the documents found wrote (in `width` columns).
+    fn clear(&mut self, width: usize) {
+        for &at in &self.touched {
+            let at = at as usize;
+            self.seen[at] = false;
+            for column in self.columns[..BLOCK * width].chunks_mut(BLOCK) {
+                column[at] = 0.0;
             }
         }
         self.touched.clear();
@@ -221,8 +268,13 @@ impl Scratch {
 /// The working memories not in use; at most [`SCRATCH_KEPT`] (one per concurrent search).
 static SCRATCH: std::sync::Mutex<Vec<Scratch>> = std::sync::Mutex::new(Vec::new());
 const SCRATCH_KEPT: usize = 16;
-/// Terms a [`Scratch`] has room for from the start.
-const COMMON_TERMS: usize = 4;
+/// Readings a [`Scratch`] has room for from the start.
+const COMMON_READINGS: usize = 4;
+
+/// Documents of a segment the candidate pass takes at a time: the block's columns (one per
+/// reading) stay in a core's cache while the atoms write them and the bounds read them —
+/// columns as long as a segment did not, and eight searches at once evicted each other's.
+const BLOCK: usize = 8_192;
 
 impl Scratch {
     /// One not in use, or a new one.
@@ -356,90 +408,108 @@ pub fn search(
     let known = strict.unwrap_or_default();
 
     // 1. Candidates: each reading's short relevance per document (a column per reading, so
-    // that each atom's postings, in doc order, write one column in order).
+    // that each atom's postings, in doc order, write one column in order), a block of
+    // documents at a time.
     let readers = searcher.segment_readers();
     let width = long_bounds.len();
     let mut candidates = Vec::new();
-    let most_docs = readers
-        .iter()
-        .map(|r| r.max_doc() as usize)
-        .max()
-        .unwrap_or(0);
     let mut scratch = Scratch::take();
-    scratch.fit(most_docs, width);
+    scratch.fit(width);
     let most_candidates = usize::try_from(matches_cost(&whole, readers)?)
         .unwrap_or(usize::MAX)
         .saturating_mul(CHEAPER_TO_SCORE_ALL)
         .max(limit * FIRST_BATCH_PER_HIT * 2);
     let mut per_term = Vec::with_capacity(terms.len());
     let simple = strict.is_none() && terms.iter().all(|term| term.readings.len() == 1);
+    let block = BLOCK as DocId;
     for (segment, reader) in readers.iter().enumerate() {
-        for (column, weight) in &short {
-            let column = &mut scratch.columns[column * most_docs..][..most_docs];
-            let (seen, touched) = (&mut scratch.seen, &mut scratch.touched);
-            weight.for_each(reader, &mut |doc, score| {
-                if !seen[doc as usize] {
-                    seen[doc as usize] = true;
-                    touched.push(doc);
-                }
-                column[doc as usize] += score;
-            })?;
-        }
-        for &doc in &scratch.touched {
-            if reader.is_deleted(doc) {
-                continue;
+        let mut cursors = short
+            .iter()
+            .map(|(column, weight)| Ok((*column, weight.cursor(reader)?)))
+            .collect::<tantivy::Result<Vec<_>>>()?;
+        loop {
+            // The block of the next document any atom may match.
+            let next = cursors
+                .iter()
+                .map(|(_, cursor)| cursor.doc())
+                .min()
+                .unwrap_or(TERMINATED);
+            if next == TERMINATED {
+                break;
             }
-            let bound = if simple {
-                // One reading per term, no strict hits: the sum of the terms' bounds.
-                let mut bound = 0.0f32;
-                for (term, &column) in terms.iter().zip(&first_column) {
-                    let short = scratch.columns[column * most_docs + doc as usize];
-                    bound += if short > 0.0 {
-                        let reading = &term.readings[0];
-                        reading.bonus + squash_above(short * 1.001 + 0.001 + reading.long_max)
-                    } else {
-                        long_bounds[column]
-                    };
+            let start = next - next % block;
+            let end = start.saturating_add(block);
+            for (column, cursor) in &mut cursors {
+                let column = &mut scratch.columns[*column * BLOCK..][..BLOCK];
+                let (seen, touched) = (&mut scratch.seen, &mut scratch.touched);
+                cursor.until(end, &mut |doc, score| {
+                    let at = (doc - start) as usize;
+                    if !seen[at] {
+                        seen[at] = true;
+                        touched.push(doc - start);
+                    }
+                    column[at] += score;
+                });
+            }
+            for &at in &scratch.touched {
+                let doc = start + at;
+                if reader.is_deleted(doc) {
+                    continue;
                 }
-                bound
-            } else {
-                per_term.clear();
-                for (term, &first) in terms.iter().zip(&first_column) {
-                    let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-                    for (column, reading) in (first..).zip(&term.readings) {
-                        let short = scratch.columns[column * most_docs + doc as usize];
-                        let bound = if short > 0.0 {
+                let short = |column: usize| scratch.columns[column * BLOCK + at as usize];
+                let bound = if simple {
+                    // One reading per term, no strict hits: the sum of the terms' bounds.
+                    let mut bound = 0.0f32;
+                    for (term, &column) in terms.iter().zip(&first_column) {
+                        let short = short(column);
+                        bound += if short > 0.0 {
+                            let reading = &term.readings[0];
                             reading.bonus + squash_above(short * 1.001 + 0.001 + reading.long_max)
                         } else {
                             long_bounds[column]
                         };
-                        if reading.typed {
-                            typed = typed.max(bound);
-                        } else {
-                            other = other.max(bound);
-                        }
                     }
-                    per_term.push((typed, other));
-                }
-                match best_sum(&per_term, strict.is_some()) {
-                    Some(bound) => bound,
-                    // A strict hit, or no match.
-                    None => continue,
-                }
-            };
-            candidates.push(Candidate {
-                bound,
-                segment,
-                doc,
-            });
-        }
-        scratch.clear(most_docs, width);
-        if candidates.len() > most_candidates {
-            // Far more candidates than matches (a term few documents hold, and another found
-            // in many short fields): scoring every match costs less than scoring candidates
-            // that do not match.
-            scratch.give_back();
-            return Ok(None);
+                    bound
+                } else {
+                    per_term.clear();
+                    for (term, &first) in terms.iter().zip(&first_column) {
+                        let (mut typed, mut other) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                        for (column, reading) in (first..).zip(&term.readings) {
+                            let short = short(column);
+                            let bound = if short > 0.0 {
+                                reading.bonus
+                                    + squash_above(short * 1.001 + 0.001 + reading.long_max)
+                            } else {
+                                long_bounds[column]
+                            };
+                            if reading.typed {
+                                typed = typed.max(bound);
+                            } else {
+                                other = other.max(bound);
+                            }
+                        }
+                        per_term.push((typed, other));
+                    }
+                    match best_sum(&per_term, strict.is_some()) {
+                        Some(bound) => bound,
+                        // A strict hit, or no match.
+                        None => continue,
+                    }
+                };
+                candidates.push(Candidate {
+                    bound,
+                    segment,
+                    doc,
+                });
+            }
+            scratch.clear(width);
+            if candidates.len() > most_candidates {
+                // Far more candidates than matches (a term few documents hold, and another
+                // found in many short fields): scoring every match costs less than scoring
+                // candidates that do not match.
+                scratch.give_back();
+                return Ok(None);
+            }
         }
     }
     scratch.give_back();
@@ -634,5 +704,80 @@ mod tests {
         // matches cost less to go through than the candidates to gather: left to the caller.
         let pruned = search(&searcher, &terms, &ByScore, 2, None).unwrap();
         assert_eq!(pruned, None);
+    }
+
+    #[test]
+    fn a_segment_of_many_blocks_gives_the_page_every_match_scored_gives() {
+        // One segment of 30 000 documents, almost four blocks: "alpha beta" (a phrase, bounded
+        // without positions) in every 7th title, "gamma" in every other one and in every 3rd
+        // body; the best titles, short ones with both terms, in the last blocks only.
+        let mut schema = Schema::builder();
+        let title = schema.add_text_field("title", TEXT);
+        let body = schema.add_text_field("body", TEXT);
+        let index = Index::create_in_ram(schema.build());
+        let mut writer = index.writer_with_num_threads(1, 50_000_000).unwrap();
+        for at in 0..30_000u32 {
+            let title_text = if at > 2 * BLOCK as u32 && at % 997 == 0 {
+                "alpha beta gamma".to_owned()
+            } else {
+                let mut words = vec![format!("w{}", at % 50), format!("v{}", at % 31)];
+                if at % 7 == 0 {
+                    words.push("beta alpha beta".to_owned());
+                }
+                if at % 2 == 0 {
+                    words.push("gamma".to_owned());
+                }
+                words.join(" ")
+            };
+            let body_text = if at % 3 == 0 { "gamma delta" } else { "delta" };
+            writer
+                .add_document(doc!(title => title_text, body => body_text))
+                .unwrap();
+        }
+        writer.commit().unwrap();
+        let searcher = index.reader().unwrap().searcher();
+        assert_eq!(searcher.segment_readers().len(), 1);
+
+        let phrase = Atom {
+            field: title,
+            terms: vec![(0, "alpha".to_owned()), (1, "beta".to_owned())],
+            boost: 10.0,
+            long: false,
+        };
+        let mut alpha_beta = Reading::default();
+        alpha_beta.alone(vec![phrase]);
+        let terms = [
+            TermPlan {
+                query: alpha_beta.query(2.0 * TIER).unwrap(),
+                readings: vec![ReadingPlan {
+                    short: alpha_beta.short(&searcher).unwrap(),
+                    long_max: alpha_beta.long_max(&searcher).unwrap(),
+                    bonus: 2.0 * TIER,
+                    typed: true,
+                }],
+            },
+            plan(&searcher, title, body, "gamma"),
+        ];
+
+        // Every match, scored and keyed.
+        let whole = BooleanQuery::intersection(terms.iter().map(|t| t.query.box_clone()).collect());
+        let weight = whole
+            .weight(EnableScoring::enabled_from_searcher(&searcher))
+            .unwrap();
+        let mut scorer = weight.scorer(&searcher.segment_readers()[0], 1.0).unwrap();
+        let mut every = Vec::new();
+        while scorer.doc() != TERMINATED {
+            every.push(ByScore.key(0, scorer.doc(), scorer.score()));
+            scorer.advance();
+        }
+        every.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        every.truncate(10);
+
+        let pruned = search(&searcher, &terms, &ByScore, 10, None).unwrap();
+        assert_eq!(pruned.as_deref(), Some(every.as_slice()));
+        assert!(
+            every[0].1 > 2 * BLOCK as u64,
+            "the best hits are in the last blocks"
+        );
     }
 }
