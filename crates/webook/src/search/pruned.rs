@@ -28,9 +28,8 @@
 //!
 //! The loose query (too few hits as typed) is pruned the same way, knowing more: every
 //! document after the cursor matching all terms as typed is one of the strict hits already
-//! found. They start
-//! its page, and every other document — candidate or never found — is bounded as one that
-//! matches some term loosely, which keeps the bounds in the loose tier.
+//! found. They start its page, and every other document — candidate or never found — is
+//! bounded as one that matches some term loosely, which keeps the bounds in the loose tier.
 //!
 //! The page is the same as the whole query's, hit for hit and score for score: the bounds are
 //! upper bounds (with a margin for `f32` rounding), ties are never pruned, and the scores
@@ -353,9 +352,10 @@ fn matches_cost(terms: &[Box<dyn Weight>], readers: &[SegmentReader]) -> tantivy
     Ok(cost)
 }
 
-/// How many times the candidates must outnumber what scoring every match costs
-/// ([`matches_cost`]) for [`search`] to leave the page to that instead: a candidate scored is
-/// one match gone through at most, but the batches stop early where the bounds tell.
+/// How many times the candidates must outnumber what tantivy estimates going through every
+/// match costs ([`matches_cost`]: documents for words, more for phrases, whose positions it
+/// counts in) for [`search`] to leave the page to that instead: the batches stop early where
+/// the bounds tell, so pruning wins even with somewhat more candidates than matches.
 const CHEAPER_TO_SCORE_ALL: usize = 4;
 
 /// Candidates scored in the first batch, per hit asked for; each batch doubles.
@@ -415,10 +415,8 @@ pub fn search(
     let mut candidates = Vec::new();
     let mut scratch = Scratch::take();
     scratch.fit(width);
-    let most_candidates = usize::try_from(matches_cost(&whole, readers)?)
-        .unwrap_or(usize::MAX)
-        .saturating_mul(CHEAPER_TO_SCORE_ALL)
-        .max(limit * FIRST_BATCH_PER_HIT * 2);
+    // Found once the candidates are more than a few batches' worth.
+    let mut most_candidates: Option<usize> = None;
     let mut per_term = Vec::with_capacity(terms.len());
     let simple = strict.is_none() && terms.iter().all(|term| term.readings.len() == 1);
     let block = BLOCK as DocId;
@@ -438,7 +436,7 @@ pub fn search(
                 break;
             }
             let start = next - next % block;
-            let end = start.saturating_add(block);
+            let end = start.saturating_add(block).min(TERMINATED);
             for (column, cursor) in &mut cursors {
                 let column = &mut scratch.columns[*column * BLOCK..][..BLOCK];
                 let (seen, touched) = (&mut scratch.seen, &mut scratch.touched);
@@ -503,12 +501,23 @@ pub fn search(
                 });
             }
             scratch.clear(width);
-            if candidates.len() > most_candidates {
-                // Far more candidates than matches (a term few documents hold, and another
-                // found in many short fields): scoring every match costs less than scoring
-                // candidates that do not match.
-                scratch.give_back();
-                return Ok(None);
+            if candidates.len() > limit * FIRST_BATCH_PER_HIT * 2 {
+                let most = match most_candidates {
+                    Some(most) => most,
+                    None => {
+                        let cost = usize::try_from(matches_cost(&whole, readers)?)
+                            .unwrap_or(usize::MAX)
+                            .saturating_mul(CHEAPER_TO_SCORE_ALL);
+                        *most_candidates.insert(cost)
+                    }
+                };
+                if candidates.len() > most {
+                    // Far more candidates than matches (a term few documents hold, and
+                    // another found in many short fields): scoring every match costs less
+                    // than scoring candidates that do not match.
+                    scratch.give_back();
+                    return Ok(None);
+                }
             }
         }
     }
@@ -708,28 +717,43 @@ mod tests {
 
     #[test]
     fn a_segment_of_many_blocks_gives_the_page_every_match_scored_gives() {
-        // One segment of 30 000 documents, almost four blocks: "alpha beta" (a phrase, bounded
-        // without positions) in every 7th title, "gamma" in every other one and in every 3rd
-        // body; the best titles, short ones with both terms, in the last blocks only.
+        // One segment of 30 000 documents, almost four blocks. Titles: "alpha beta" (a phrase,
+        // bounded without positions) in every 7th, "alpha" without "beta" after it in every
+        // 5th, and at the first and last document of each block; "gamma" in every other one;
+        // "delta" in every 3rd. Bodies: "gamma" in every 3rd, "delta" in every 4th. The best
+        // titles, short ones with all three, are in the last blocks only.
         let mut schema = Schema::builder();
         let title = schema.add_text_field("title", TEXT);
         let body = schema.add_text_field("body", TEXT);
         let index = Index::create_in_ram(schema.build());
         let mut writer = index.writer_with_num_threads(1, 50_000_000).unwrap();
+        let block = BLOCK as u32;
         for at in 0..30_000u32 {
-            let title_text = if at > 2 * BLOCK as u32 && at % 997 == 0 {
-                "alpha beta gamma".to_owned()
+            let title_text = if at > 2 * block && at % 997 == 0 {
+                "alpha beta gamma delta".to_owned()
             } else {
-                let mut words = vec![format!("w{}", at % 50), format!("v{}", at % 31)];
-                if at % 7 == 0 {
+                // Titles of 1 to 13 other words: scores of many lengths.
+                let mut words: Vec<String> = (0..=at % 13).map(|n| format!("w{n}")).collect();
+                if at % 7 == 0 || at % block == 0 || at % block == block - 1 {
                     words.push("beta alpha beta".to_owned());
+                }
+                if at % 5 == 0 {
+                    words.push("alpha gamma beta".to_owned());
                 }
                 if at % 2 == 0 {
                     words.push("gamma".to_owned());
                 }
+                if at % 3 == 0 {
+                    words.push("delta".to_owned());
+                }
                 words.join(" ")
             };
-            let body_text = if at % 3 == 0 { "gamma delta" } else { "delta" };
+            let body_text = match (at % 3 == 0, at % 4 == 0) {
+                (true, true) => "gamma delta",
+                (true, false) => "gamma",
+                (false, true) => "delta",
+                (false, false) => "epsilon",
+            };
             writer
                 .add_document(doc!(title => title_text, body => body_text))
                 .unwrap();
@@ -746,7 +770,11 @@ mod tests {
         };
         let mut alpha_beta = Reading::default();
         alpha_beta.alone(vec![phrase]);
+        // Three terms, the commonest first: tantivy's intersection adds the cheapest two
+        // first, the page in order — the same bits, terms being squashed to sixteenths.
         let terms = [
+            plan(&searcher, title, body, "gamma"),
+            plan(&searcher, title, body, "delta"),
             TermPlan {
                 query: alpha_beta.query(2.0 * TIER).unwrap(),
                 readings: vec![ReadingPlan {
@@ -756,10 +784,9 @@ mod tests {
                     typed: true,
                 }],
             },
-            plan(&searcher, title, body, "gamma"),
         ];
 
-        // Every match, scored and keyed.
+        // Every match, scored and keyed by the whole query, as the search builds it.
         let whole = BooleanQuery::intersection(terms.iter().map(|t| t.query.box_clone()).collect());
         let weight = whole
             .weight(EnableScoring::enabled_from_searcher(&searcher))
@@ -771,10 +798,12 @@ mod tests {
             scorer.advance();
         }
         every.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        every.truncate(10);
+        assert!(every.len() > 1_000, "{} matches", every.len());
 
-        let pruned = search(&searcher, &terms, &ByScore, 10, None).unwrap();
-        assert_eq!(pruned.as_deref(), Some(every.as_slice()));
+        for limit in [10, 60] {
+            let pruned = search(&searcher, &terms, &ByScore, limit, None).unwrap();
+            assert_eq!(pruned.as_deref(), Some(&every[..limit]), "limit {limit}");
+        }
         assert!(
             every[0].1 > 2 * BLOCK as u64,
             "the best hits are in the last blocks"
