@@ -70,6 +70,14 @@ impl Caller {
     }
 }
 
+/// The caller of a route that reads the community's public content (lists of published
+/// articles, author pages, comments, a tag's articles): anyone when the operator lets visitors
+/// read without an account ([`ResolvesCallers::anonymous_reading`]), a signed-in user
+/// otherwise (401001 without a token, as [`AuthUser`]). A token that does not check out is
+/// refused either way: a visitor is one who sent none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reader(pub Caller);
+
 /// What a set of admin routes guards: the refusal (403002) a non-admin gets names it. A router
 /// layers its area (`router.layer(axum::Extension(AREA))`); without one the refusal is generic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +117,12 @@ pub trait ResolvesCallers: Send + Sync + 'static {
 
     /// Whether user `uid` has admin rights.
     async fn is_admin(&self, uid: i64) -> Result<bool, AppError>;
+
+    /// Whether a caller without a token may read the community's public content (see
+    /// [`Reader`]); the operator's choice.
+    fn anonymous_reading(&self) -> bool {
+        false
+    }
 }
 
 /// The installed resolver, as requests carry it in their extensions; cheap to clone.
@@ -186,6 +200,21 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             return Ok(Self::Anonymous);
         }
         Ok(Self::User(signed_in(parts).await?.1))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Reader {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        if !parts.headers.contains_key(header::AUTHORIZATION) {
+            return if Callers::of(parts)?.0.anonymous_reading() {
+                Ok(Self(Caller::Anonymous))
+            } else {
+                Err(AppError::Unauthorized)
+            };
+        }
+        Ok(Self(Caller::User(signed_in(parts).await?.1)))
     }
 }
 
@@ -301,6 +330,56 @@ mod tests {
             extract::<Admin>(Some("good")).await.unwrap(),
             Admin { uid: 7 }
         );
+    }
+
+    /// [`Fixed`], letting visitors read.
+    struct Open;
+
+    #[async_trait]
+    impl ResolvesCallers for Open {
+        async fn authenticate(&self, token: &str, agent: &str) -> Result<AuthUser, AppError> {
+            Fixed.authenticate(token, agent).await
+        }
+        async fn check_write_rate(&self, uid: i64) -> Result<(), AppError> {
+            Fixed.check_write_rate(uid).await
+        }
+        async fn is_admin(&self, uid: i64) -> Result<bool, AppError> {
+            Fixed.is_admin(uid).await
+        }
+        fn anonymous_reading(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_without_a_token_gets_through_only_where_visitors_may_read() {
+        // Visitors may not read (the course's rule): a login is needed.
+        assert!(matches!(
+            extract::<Reader>(None).await,
+            Err(AppError::Unauthorized)
+        ));
+        assert_eq!(
+            extract::<Reader>(Some("good")).await.unwrap().0.uid(),
+            Some(7)
+        );
+        // Visitors may read: without a token, anonymous; a bad token is still refused.
+        let open = |token: Option<&str>| {
+            let mut request = parts(token, false);
+            request.extensions.insert(Callers::new(Arc::new(Open)));
+            request
+        };
+        let reader = |token| async move { Reader::from_request_parts(&mut open(token), &()).await };
+        assert_eq!(reader(None).await.unwrap(), Reader(Caller::Anonymous));
+        assert_eq!(reader(Some("other")).await.unwrap().0.uid(), Some(8));
+        assert!(matches!(
+            reader(Some("stale")).await,
+            Err(AppError::Unauthorized)
+        ));
+        // Writing still needs a login.
+        assert!(matches!(
+            Writer::from_request_parts(&mut open(None), &()).await,
+            Err(AppError::Unauthorized)
+        ));
     }
 
     #[tokio::test]

@@ -89,6 +89,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("auth_rate_window", "2m", r#""2m""#),
     ("write_rate_limit", "121", "121"),
     ("write_rate_window", "3m", r#""3m""#),
+    ("anonymous_reading", "false", "false"),
     (
         "wechat_app_id",
         "wxcontract0123456",

@@ -7,7 +7,7 @@ use axum::{
     routing::{get, post},
     Router,
 };
-use platform::caller::{AuthUser, Writer};
+use platform::caller::{AuthUser, Reader, Writer};
 use platform::idempotency::Idempotency;
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
@@ -191,14 +191,14 @@ struct PublishedQuery {
 #[utoipa::path(
     get,
     path = "/articles/pub",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(PublishedQuery),
     responses((status = 200, description = "Newest first publication first; withdrawn \
                articles are not listed.", body = Envelope<Page<PublishedItem>>))
 )]
 async fn published(
     State(state): State<Arc<ArticleRoutes>>,
-    _user: AuthUser,
+    _reader: Reader,
     ApiQuery(query): ApiQuery<PublishedQuery>,
 ) -> ApiResult<Page<PublishedItem>> {
     let limit = page_limit(query.limit)?;

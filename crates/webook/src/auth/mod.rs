@@ -103,6 +103,7 @@ impl Feature for Auth {
         registry.resolve_callers(std::sync::Arc::new(SessionCallers {
             auth: auth.clone(),
             admins: admins.clone(),
+            anonymous_reading: settings.anonymous_reading,
         }));
         registry.provide(admins);
         registry.provide(auth);
@@ -111,10 +112,11 @@ impl Feature for Auth {
 }
 
 /// How the platform learns who is calling: access tokens checked against sessions, the write
-/// limit, admin rights.
+/// limit, admin rights, whether visitors may read.
 pub struct SessionCallers {
     auth: AuthService,
     admins: Admins,
+    anonymous_reading: bool,
 }
 
 #[async_trait]
@@ -133,6 +135,10 @@ impl ResolvesCallers for SessionCallers {
 
     async fn is_admin(&self, uid: i64) -> Result<bool, AppError> {
         self.admins.contains(uid).await
+    }
+
+    fn anonymous_reading(&self) -> bool {
+        self.anonymous_reading
     }
 }
 

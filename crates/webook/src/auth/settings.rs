@@ -60,6 +60,10 @@ pub struct AuthSettings {
     /// The window of `write_rate_limit`.
     #[serde(with = "humantime_serde")]
     pub write_rate_window: Duration,
+    /// Whether visitors without an account may read the community's public content (lists of
+    /// published articles, author pages, comments, a tag's articles); `false`: a login is
+    /// needed, as in the course's backend.
+    pub anonymous_reading: bool,
 }
 
 impl Default for AuthSettings {
@@ -74,6 +78,7 @@ impl Default for AuthSettings {
             auth_rate_window: Duration::from_secs(60),
             write_rate_limit: 120,
             write_rate_window: Duration::from_secs(60),
+            anonymous_reading: true,
         }
     }
 }
@@ -89,6 +94,7 @@ impl Settings for AuthSettings {
         "auth_rate_window",
         "write_rate_limit",
         "write_rate_window",
+        "anonymous_reading",
     ];
 
     fn validate(&self, config: &Config) -> anyhow::Result<()> {

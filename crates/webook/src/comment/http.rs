@@ -1,7 +1,7 @@
 //! `/comments` (API.md → Comments): thin handlers over [`CommentService`]. Every route needs a
 //! logged-in caller; writing honours `Idempotency-Key`.
 
-use platform::caller::{AuthUser, Writer};
+use platform::caller::{Reader, Writer};
 use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
@@ -125,7 +125,7 @@ struct ThreadQuery {
 #[utoipa::path(
     get,
     path = "/comments",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(ThreadQuery),
     responses((status = 200, description = "A page, with `total`: the object's comments at \
                every level, not deleted. 404001 when the object is not published.",
@@ -133,7 +133,7 @@ struct ThreadQuery {
 )]
 async fn thread_page(
     State(state): State<Arc<CommentRoutes>>,
-    _user: AuthUser,
+    _reader: Reader,
     ApiQuery(query): ApiQuery<ThreadQuery>,
 ) -> ApiResult<ThreadPage> {
     let biz_id = positive_id("bizId", query.biz_id)?;
@@ -159,14 +159,14 @@ struct RepliesQuery {
 #[utoipa::path(
     get,
     path = "/comments/{id}/replies",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(("id" = i64, Path, description = "The top-level comment."), RepliesQuery),
     responses((status = 200, description = "A page. 404001 when `id` is not a top-level \
                comment or its object is not published.", body = Envelope<Page<CommentView>>))
 )]
 async fn replies(
     State(state): State<Arc<CommentRoutes>>,
-    _user: AuthUser,
+    _reader: Reader,
     ApiPath(root): ApiPath<i64>,
     ApiQuery(query): ApiQuery<RepliesQuery>,
 ) -> ApiResult<Page<CommentView>> {

@@ -2,7 +2,7 @@
 //! caller; the writes (`POST /tags`, `POST /tags/attach`) go through the write rate limit, and
 //! creating a tag honours `Idempotency-Key`.
 
-use platform::caller::{AuthUser, Writer};
+use platform::caller::{AuthUser, Reader, Writer};
 use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
@@ -147,21 +147,21 @@ struct ObjectQuery {
 #[utoipa::path(
     get,
     path = "/tags/biz",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(ObjectQuery),
     responses((status = 200, description = "The tags. 404001: no such object, or it is not \
                published and not the caller's.", body = Envelope<Vec<Tag>>))
 )]
 async fn object_tags(
     State(state): State<Arc<TagRoutes>>,
-    user: AuthUser,
+    Reader(caller): Reader,
     ApiQuery(query): ApiQuery<ObjectQuery>,
 ) -> ApiResult<Vec<Tag>> {
     let biz = Biz::parse(&query.biz)?;
     Ok(Reply(
         state
             .tags
-            .on_object(user.uid, biz, query.biz_id, query.uid)
+            .on_object(caller.uid(), biz, query.biz_id, query.uid)
             .await?,
     ))
 }
@@ -179,14 +179,14 @@ struct PageQuery {
 #[utoipa::path(
     get,
     path = "/tags/{id}/articles",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(("id" = i64, Path, description = "The tag."), PageQuery),
     responses((status = 200, description = "A page. 404001: no such tag.",
                body = Envelope<Page<TaggedArticle>>))
 )]
 async fn articles(
     State(state): State<Arc<TagRoutes>>,
-    _user: AuthUser,
+    _reader: Reader,
     ApiPath(tid): ApiPath<i64>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Page<TaggedArticle>> {

@@ -202,12 +202,12 @@ impl TagService {
         .await
     }
 
-    /// The tags on object `biz`/`biz_id` (only `owner`'s, when given), by id, as `caller` may
-    /// see them: 404001 when the object does not exist, or is not published and not the
-    /// caller's (a draft's tags are private).
+    /// The tags on object `biz`/`biz_id` (only `owner`'s, when given), by id, as `caller`
+    /// (`None`: a visitor) may see them: 404001 when the object does not exist, or is not
+    /// published and not the caller's (a draft's tags are private).
     pub async fn on_object(
         &self,
-        caller: i64,
+        caller: Option<i64>,
         biz: Biz,
         biz_id: i64,
         owner: Option<i64>,

@@ -312,13 +312,17 @@ impl TagStore {
         query.fetch_all(self.db.pool()).await
     }
 
-    /// Whether `caller` may see object `biz`/`biz_id`'s tags: it is visible to readers
-    /// ([`Biz::visible_owner`]: a published article), or it is the caller's own (drafts
-    /// included). `false` for an object that does not exist.
-    pub async fn may_see(&self, caller: i64, biz: Biz, biz_id: i64) -> sqlx::Result<bool> {
+    /// Whether `caller` (`None`: a visitor) may see object `biz`/`biz_id`'s tags: it is
+    /// visible to readers ([`Biz::visible_owner`]: a published article), or it is the caller's
+    /// own (drafts included). `false` for an object that does not exist.
+    pub async fn may_see(&self, caller: Option<i64>, biz: Biz, biz_id: i64) -> sqlx::Result<bool> {
         if biz.visible_owner(self.db.pool(), biz_id).await?.is_some() {
             return Ok(true);
         }
+        let Some(caller) = caller else {
+            // A visitor sees published objects only.
+            return Ok(false);
+        };
         Ok(biz.owner(self.db.pool(), biz_id).await? == Some(caller))
     }
 

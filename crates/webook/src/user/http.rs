@@ -1,7 +1,7 @@
 //! The profile routes under `/users/*` (API.md → Users: profile, edit, and the public profile
 //! `GET /users/:id` others see): thin handlers that parse, call [`UserService`] and answer.
 
-use platform::caller::{AuthUser, Writer};
+use platform::caller::{AuthUser, Reader, Writer};
 use std::sync::Arc;
 
 use axum::{
@@ -100,14 +100,14 @@ struct PublicProfile {
 #[utoipa::path(
     get,
     path = "/users/{id}",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(("id" = i64, Path, description = "The user.")),
     responses((status = 200, description = "The user; 404001 when there is none, code 4 for \
                a non-positive id.", body = Envelope<PublicProfile>))
 )]
 async fn public_profile(
     State(state): State<Arc<UserRoutes>>,
-    _user: AuthUser,
+    _reader: Reader,
     ApiPath(id): ApiPath<i64>,
 ) -> ApiResult<PublicProfile> {
     positive_id("id", id)?;

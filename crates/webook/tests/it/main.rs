@@ -14,6 +14,7 @@
 mod common;
 
 mod account;
+mod anonymous_reading;
 mod articles;
 mod chaos;
 mod cluster;

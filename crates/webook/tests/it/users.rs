@@ -818,10 +818,8 @@ async fn others_see_a_public_profile_without_private_fields(setup: Setup) {
         404001
     );
     assert_eq!(get(&app, "/users/0", Some(&viewer.token)).await.code(), 4);
-    assert_eq!(
-        get(&app, &path, None).await.status,
-        StatusCode::UNAUTHORIZED
-    );
+    // A visitor sees the same public fields (`anonymous_reading`, on by default).
+    assert_eq!(get(&app, &path, None).await.json()["data"], shown);
     // The static routes beside it keep their own meaning.
     assert_eq!(
         get(&app, "/users/profile", Some(&viewer.token))

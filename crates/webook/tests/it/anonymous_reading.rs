@@ -1,0 +1,199 @@
+//! Visitors without an account read the community's public content — lists of published
+//! articles, author pages, comments, tags — and write nothing; with `anonymous_reading` off,
+//! every one of those routes needs a login, as in the course's backend.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use serde_json::{json, Value};
+use webook::auth::settings::AuthSettings;
+use webook::testing::TestApp;
+
+use crate::common::{self, get, member, post, publish, Member, Setup};
+
+async fn app(setup: Setup, anonymous_reading: bool) -> TestApp {
+    setup
+        .spawn(|config| {
+            let auth = config.settings_mut::<AuthSettings>();
+            auth.auth_rate_limit = 1_000_000;
+            auth.write_rate_limit = 0;
+            auth.anonymous_reading = anonymous_reading;
+        })
+        .await
+}
+
+/// What a visitor reads: an author, a published article with a comment and a reply, a tag on
+/// it, and a draft with a tag of its own.
+struct Content {
+    author: Member,
+    article: i64,
+    root: i64,
+    tag: i64,
+    draft: i64,
+}
+
+async fn content(app: &TestApp) -> Content {
+    let author = member(app, "author").await;
+    let article = publish(app, &author, "Read me without an account").await;
+    let ok = |answer: common::Answer| {
+        assert_eq!(answer.code(), 0, "{}", answer.raw);
+        answer.json()["data"].clone()
+    };
+    let comment = |parent: Option<i64>| {
+        let mut body = json!({"biz": "article", "bizId": article, "content": "first"});
+        if let Some(parent) = parent {
+            body["parentId"] = json!(parent);
+        }
+        post(app, "/comments", Some(&author.token), body)
+    };
+    let root = ok(comment(None).await).as_i64().unwrap();
+    ok(comment(Some(root)).await);
+    let tag = ok(post(app, "/tags", Some(&author.token), json!({"name": "rust"})).await)
+        .as_i64()
+        .unwrap();
+    let draft = ok(post(
+        app,
+        "/articles/edit",
+        Some(&author.token),
+        json!({"title": "a draft", "content": "<p>not yet</p>"}),
+    )
+    .await)
+    .as_i64()
+    .unwrap();
+    for object in [article, draft] {
+        let attach = json!({"biz": "article", "bizId": object, "tids": [tag]});
+        ok(post(app, "/tags/attach", Some(&author.token), attach).await);
+    }
+    Content {
+        author,
+        article,
+        root,
+        tag,
+        draft,
+    }
+}
+
+/// What an answer's data must show.
+type Shows = Box<dyn Fn(&Value) -> bool>;
+
+/// The routes a visitor may read, with what each answer's data must show.
+fn readable(c: &Content) -> Vec<(String, Shows)> {
+    let article = c.article;
+    let has_article = move |items: &Value| {
+        items
+            .as_array()
+            .is_some_and(|items| items.iter().any(|item| item["id"] == json!(article)))
+    };
+    let (author, root, tag) = (c.author.uid, c.root, c.tag);
+    vec![
+        (
+            "/articles/pub".to_owned(),
+            Box::new(move |data: &Value| has_article(&data["items"])),
+        ),
+        (
+            format!("/articles/pub?author={author}"),
+            Box::new(move |data: &Value| has_article(&data["items"])),
+        ),
+        (
+            format!("/users/{author}"),
+            Box::new(move |data: &Value| data["id"] == json!(author)),
+        ),
+        (
+            format!("/comments?biz=article&bizId={article}"),
+            Box::new(move |data: &Value| {
+                data["total"] == json!(2) && data["items"][0]["id"] == json!(root)
+            }),
+        ),
+        (
+            format!("/comments/{root}/replies"),
+            Box::new(|data: &Value| data["items"].as_array().is_some_and(|r| r.len() == 1)),
+        ),
+        (
+            format!("/tags/biz?biz=article&bizId={article}"),
+            Box::new(move |data: &Value| data[0]["id"] == json!(tag)),
+        ),
+        (
+            format!("/tags/{tag}/articles"),
+            Box::new(move |data: &Value| has_article(&data["items"])),
+        ),
+    ]
+}
+
+async fn a_visitor_reads_lists_authors_comments_and_tags_and_writes_nothing(setup: Setup) {
+    let app = app(setup, true).await;
+    let c = content(&app).await;
+    for (path, shows) in readable(&c) {
+        let answer = get(&app, &path, None).await;
+        assert_eq!(answer.code(), 0, "{path}: {}", answer.raw);
+        assert!(shows(&answer.json()["data"]), "{path}: {}", answer.raw);
+        // A signed-in reader gets the same.
+        let signed_in = get(&app, &path, Some(&c.author.token)).await;
+        assert_eq!(signed_in.json()["data"], answer.json()["data"], "{path}");
+        // A token that does not check out is refused, not taken for a visitor.
+        let stale = get(&app, &path, Some("not-a-token")).await;
+        assert_eq!(stale.status, 401, "{path}: {}", stale.raw);
+    }
+    // A draft's tags stay its author's.
+    let draft_tags = format!("/tags/biz?biz=article&bizId={}", c.draft);
+    assert_eq!(get(&app, &draft_tags, None).await.code(), 404001);
+    assert_eq!(
+        get(&app, &draft_tags, Some(&c.author.token)).await.code(),
+        0
+    );
+    // Writing anything needs an account.
+    let writes = [
+        (
+            "/comments",
+            json!({"biz": "article", "bizId": c.article, "content": "hi"}),
+        ),
+        ("/articles/pub/like", json!({"id": c.article, "like": true})),
+        (
+            "/articles/pub/collect",
+            json!({"id": c.article, "cid": 0, "collect": true}),
+        ),
+        ("/tags", json!({"name": "go"})),
+        ("/articles/publish", json!({"title": "t", "content": "c"})),
+    ];
+    for (path, body) in writes {
+        let answer = post(&app, path, None, body).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.code()),
+            (401, 401001),
+            "{path}: {}",
+            answer.raw
+        );
+    }
+    // Nothing a visitor did was written: one comment and its reply, no like.
+    let thread = get(
+        &app,
+        &format!("/comments?biz=article&bizId={}", c.article),
+        None,
+    )
+    .await;
+    assert_eq!(thread.json()["data"]["total"], 2);
+}
+
+async fn with_anonymous_reading_off_every_reader_route_needs_a_login(setup: Setup) {
+    let app = app(setup, false).await;
+    let c = content(&app).await;
+    for (path, shows) in readable(&c) {
+        let answer = get(&app, &path, None).await;
+        assert_eq!(
+            (answer.status.as_u16(), answer.code()),
+            (401, 401001),
+            "{path}: {}",
+            answer.raw
+        );
+        let signed_in = get(&app, &path, Some(&c.author.token)).await;
+        assert_eq!(signed_in.code(), 0, "{path}: {}", signed_in.raw);
+        assert!(
+            shows(&signed_in.json()["data"]),
+            "{path}: {}",
+            signed_in.raw
+        );
+    }
+}
+
+setup_tests!(
+    a_visitor_reads_lists_authors_comments_and_tags_and_writes_nothing,
+    with_anonymous_reading_off_every_reader_route_needs_a_login,
+);
