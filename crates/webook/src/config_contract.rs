@@ -90,6 +90,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("write_rate_limit", "121", "121"),
     ("write_rate_window", "3m", r#""3m""#),
     ("anonymous_reading", "false", "false"),
+    ("anonymous_read_window", "2h", r#""2h""#),
     (
         "wechat_app_id",
         "wxcontract0123456",

@@ -1,8 +1,10 @@
 //! `/articles/*` routes (API.md → Articles): thin handlers over [`ArticleService`]. Every route
-//! needs a logged-in caller.
+//! needs a logged-in caller, but the reader's (`GET /articles/pub`, `GET /articles/pub/{id}`)
+//! while `anonymous_reading` lets visitors read.
 
 use axum::{
     extract::{Request, State},
+    http::header,
     response::Response,
     routing::{get, post},
     Router,
@@ -18,11 +20,13 @@ use crate::{
     article::{
         model::{Article, ListItem, PublishedItem},
         service::existing_id,
+        visitors::{self, Visitors},
         ArticleService,
     },
-    interactive::InteractiveService,
+    interactive::{model::UserFlags, InteractiveService},
 };
 use platform::{
+    client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply},
     http::accepts_gzip,
     openapi::{Envelope, Null},
@@ -35,6 +39,16 @@ pub struct ArticleRoutes {
     pub articles: ArticleService,
     /// Reads, likes and collects of the reader view.
     pub interactive: InteractiveService,
+    /// Which reads of visitors without an account count.
+    pub visitors: Visitors,
+    /// The proxies whose `X-Forwarded-For` is believed (a visitor's address).
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl KnowsProxies for ArticleRoutes {
+    fn trusted_proxies(&self) -> &TrustedProxies {
+        &self.trusted_proxies
+    }
 }
 
 /// The `/articles` routes; saving and publishing honour `Idempotency-Key`.
@@ -230,40 +244,74 @@ async fn detail(
 
 /// The reader view: the published copy with its counters and the caller's flags, answered from
 /// the page rendered for that copy ([`crate::article::reader_page`]; gzipped there when the
-/// client accepts it).
+/// client accepts it). A signed-in reader's every view counts a read (the course's rule); a
+/// visitor's, when `anonymous_reading` lets them in, once per window ([`Visitors`]), a
+/// crawler's never.
 #[utoipa::path(
     get,
     path = "/articles/pub/{id}",
     summary = "The reader view of a published article; counts one read.",
-    description = "",
-    security(("access_token" = [])),
+    description = "A visitor without an account (setting `anonymous_reading`) gets the \
+                   same view with no like or collect of their own; their reads count once per \
+                   `anonymous_read_window` (cookie `webook_visitor`, set on the answer when \
+                   absent), a known crawler's never.",
+    security((), ("access_token" = [])),
     params(("id" = i64, Path, description = "The article.")),
     responses((status = 200, description = "404001 when it is not published.",
                body = Envelope<ReaderView>))
 )]
 async fn reader_view(
     State(state): State<Arc<ArticleRoutes>>,
-    user: AuthUser,
+    Reader(caller): Reader,
+    ClientIp(client): ClientIp,
     ApiPath(id): ApiPath<i64>,
     // The request itself rather than a `HeaderMap`, which the extractor would copy.
     request: Request,
 ) -> Result<Response, AppError> {
     let id = positive(id)?;
+    let uid = caller.uid();
     // The three look-ups run concurrently, and in cluster mode their Redis probes go as one
     // round trip (`platform::redis_probe`). A missing article answers 404 all the same; its
     // counters and flags were then looked up for nothing.
+    let flags = async {
+        match uid {
+            Some(uid) => state.interactive.user_flags(uid, BIZ, id).await,
+            None => Ok(UserFlags::default()),
+        }
+    };
     let (page, counts, flags) = platform::redis_probe::together(async {
         tokio::try_join!(
             state.articles.reader_page(id),
             state.interactive.counts(BIZ, id),
-            state.interactive.user_flags(user.uid, BIZ, id),
+            flags,
         )
     })
     .await?;
     // Counted only once the answer is assembled: a read answered with an error is no read.
-    state.interactive.record_read(BIZ, id, user.uid).await;
-    Ok(page.respond(&counts, &flags, accepts_gzip(request.headers())))
+    let headers = request.headers();
+    let mut keep_visitor = None;
+    match uid {
+        Some(uid) => state.interactive.record_read(BIZ, id, uid).await,
+        None => {
+            let (visitor, new) = visitors::identify(headers, client);
+            if new {
+                keep_visitor = visitors::set_cookie(&visitor);
+            }
+            let agent = platform::caller::user_agent(headers);
+            if !visitors::is_crawler(agent) && state.visitors.counts(&visitor, id).await {
+                state.interactive.record_read(BIZ, id, ANONYMOUS).await;
+            }
+        }
+    }
+    let mut response = page.respond(&counts, &flags, accepts_gzip(headers));
+    if let Some(cookie) = keep_visitor {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
 }
+
+/// The reader a visitor's read is recorded as (no user has id 0).
+const ANONYMOUS: i64 = 0;
 
 /// A like or an unlike.
 #[derive(Deserialize, ToSchema)]

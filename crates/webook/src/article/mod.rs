@@ -1,11 +1,12 @@
 //! Articles: drafts, publishing, withdrawal, the author's views and the reader view.
 //!
-//! Data flow: [`http`] parses requests of logged-in users and calls [`ArticleService`], which
-//! validates and sanitises input ([`model`]), writes both copies through [`store`] (one
-//! transaction when both change), then keeps [`cache`] in step and emits `article_published` /
-//! `article_withdrawn` events on the event stream for feed and search. The reader view is
-//! answered from a page rendered once per published copy ([`reader_page`]), with the counters
-//! and the reader's flags appended per request.
+//! Data flow: [`http`] parses requests (reads of visitors without an account too, when
+//! `anonymous_reading` is on: their reads count once per window, [`visitors`]) and calls
+//! [`ArticleService`], which validates and sanitises input ([`model`]), writes both copies
+//! through [`store`] (one transaction when both change), then keeps [`cache`] in step and
+//! emits `article_published` / `article_withdrawn` events on the event stream for feed and
+//! search. The reader view is answered from a page rendered once per published copy
+//! ([`reader_page`]), with the counters and the reader's flags appended per request.
 
 pub mod cache;
 mod http;
@@ -13,7 +14,9 @@ pub mod model;
 pub mod reader_page;
 mod seed;
 pub mod service;
+pub mod settings;
 pub mod store;
+pub mod visitors;
 
 pub use model::{
     abstract_of_text, text_of, text_prefix_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED,
@@ -27,6 +30,7 @@ pub use service::ArticleService;
 
 use async_trait::async_trait;
 use platform::{
+    config::SettingsSpec,
     db::Migration,
     feature::{Feature, Platform, Registry, Service},
 };
@@ -51,6 +55,10 @@ impl Feature for Articles {
 
     fn needs(&self) -> &'static [Service] {
         const { &[Service::of::<InteractiveService>()] }
+    }
+
+    fn settings(&self) -> &'static [SettingsSpec] {
+        &[settings::SETTINGS]
     }
 
     fn migrations(&self) -> &'static [Migration] {
@@ -82,10 +90,16 @@ impl Feature for Articles {
             ),
             platform.outbox.clone(),
         );
+        let settings = platform.config.settings::<settings::ArticleSettings>()?;
         registry.routes(http::router(
             http::ArticleRoutes {
                 articles: articles.clone(),
                 interactive: registry.get::<InteractiveService>()?,
+                visitors: visitors::Visitors::new(
+                    platform.redis_with_prefix(),
+                    settings.anonymous_read_window,
+                )?,
+                trusted_proxies: platform.trusted_proxies.clone(),
             },
             platform.idempotency.clone(),
         ));

@@ -4,11 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use serde_json::{json, Value};
-use webook::auth::settings::AuthSettings;
-use webook::testing::TestApp;
+use std::time::{Duration, Instant};
 
-use crate::common::{self, get, member, post, publish, Member, Setup};
+use platform::testing::{wait_until, TestDb};
+use reqwest::header::{COOKIE, SET_COOKIE};
+use serde_json::{json, Value};
+use webook::{article::settings::ArticleSettings, auth::settings::AuthSettings, testing::TestApp};
+
+use crate::common::{self, call, get, member, post, publish, Member, Setup, UA};
 
 async fn app(setup: Setup, anonymous_reading: bool) -> TestApp {
     setup
@@ -86,6 +89,10 @@ fn readable(c: &Content) -> Vec<(String, Shows)> {
     let (author, root, tag) = (c.author.uid, c.root, c.tag);
     vec![
         (
+            format!("/articles/pub/{article}"),
+            Box::new(move |data: &Value| data["id"] == json!(article)),
+        ),
+        (
             "/articles/pub".to_owned(),
             Box::new(move |data: &Value| has_article(&data["items"])),
         ),
@@ -125,9 +132,14 @@ async fn a_visitor_reads_lists_authors_comments_and_tags_and_writes_nothing(setu
         let answer = get(&app, &path, None).await;
         assert_eq!(answer.code(), 0, "{path}: {}", answer.raw);
         assert!(shows(&answer.json()["data"]), "{path}: {}", answer.raw);
-        // A signed-in reader gets the same.
+        // A signed-in reader gets the same (but counters: the reader view counts reads).
         let signed_in = get(&app, &path, Some(&c.author.token)).await;
-        assert_eq!(signed_in.json()["data"], answer.json()["data"], "{path}");
+        assert_eq!(signed_in.code(), 0, "{path}: {}", signed_in.raw);
+        assert!(
+            shows(&signed_in.json()["data"]),
+            "{path}: {}",
+            signed_in.raw
+        );
         // A token that does not check out is refused, not taken for a visitor.
         let stale = get(&app, &path, Some("not-a-token")).await;
         assert_eq!(stale.status, 401, "{path}: {}", stale.raw);
@@ -193,7 +205,115 @@ async fn with_anonymous_reading_off_every_reader_route_needs_a_login(setup: Setu
     }
 }
 
+/// The read count of article `id` in `db`.
+async fn reads_in(db: &TestDb, id: i64) -> i64 {
+    sqlx::query_scalar("SELECT read_cnt FROM interactives WHERE biz = 'article' AND biz_id = $1")
+        .bind(id)
+        .fetch_optional(db.db.pool())
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+/// A visitor's view of article `id` from `agent`, with `cookie` if given: the answer and the
+/// visitor cookie it sets, if any.
+async fn visit(app: &TestApp, id: i64, agent: &str, cookie: Option<&str>) -> Option<String> {
+    let mut request = app
+        .client
+        .get(app.url(&format!("/articles/pub/{id}")))
+        .header(reqwest::header::USER_AGENT, agent);
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    let response = request.send().await.unwrap();
+    let set = response.headers().get(SET_COOKIE).map(|value| {
+        value
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned()
+    });
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["data"]["id"], id, "{body}");
+    assert_eq!(body["data"]["liked"], false, "{body}");
+    set
+}
+
+async fn a_visitor_counts_one_read_per_window_and_a_crawler_none(setup: Setup) {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let db = setup.database().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let configure = |config: &mut platform::config::Config| {
+        let auth = config.settings_mut::<AuthSettings>();
+        auth.auth_rate_limit = 1_000_000;
+        auth.write_rate_limit = 0;
+        config
+            .settings_mut::<ArticleSettings>()
+            .anonymous_read_window = WINDOW;
+    };
+    let app = setup.spawn_on(db.clone(), &prefix, configure).await;
+    let author = member(&app, "author").await;
+    let id = publish(&app, &author, "Counted once per visitor").await;
+
+    // A first visit: counted, and the answer sets the visitor cookie.
+    let started = Instant::now();
+    let cookie = visit(&app, id, UA, None).await.expect("a visitor cookie");
+    assert!(cookie.starts_with("webook_visitor="), "{cookie}");
+    // The same browser again, with and without its cookie: not counted, no new cookie.
+    assert_eq!(visit(&app, id, UA, Some(&cookie)).await, None);
+    assert!(visit(&app, id, UA, None).await.is_some());
+    // Another browser at the same address is another visitor; so is another cookie.
+    visit(&app, id, "Mozilla/5.0 (another browser)", None).await;
+    let stranger = format!("webook_visitor={}", "ab".repeat(16));
+    assert_eq!(visit(&app, id, UA, Some(&stranger)).await, None);
+    // Crawlers and link previews: never counted.
+    for crawler in [
+        "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        "facebookexternalhit/1.1 (+http://www.facebook.com/externalhit_uatext.php)",
+        "",
+    ] {
+        visit(&app, id, crawler, None).await;
+    }
+    // A signed-in reader counts every view, as in the course.
+    for _ in 0..2 {
+        let view = call(
+            &app,
+            reqwest::Method::GET,
+            &format!("/articles/pub/{id}"),
+            Some(&author.token),
+            UA,
+            None,
+        )
+        .await;
+        assert_eq!(view.code(), 0, "{}", view.raw);
+    }
+    // 3 visitors + 2 signed-in views.
+    let counted = 5;
+    assert!(
+        started.elapsed() < WINDOW,
+        "the visits outlasted the window"
+    );
+    // The window over, the first visitor counts again.
+    tokio::time::sleep(
+        (started + WINDOW + Duration::from_millis(200)).saturating_duration_since(Instant::now()),
+    )
+    .await;
+    visit(&app, id, UA, Some(&cookie)).await;
+    let counted = counted + 1;
+
+    // Exact: the reads applied, and no more once everything is drained.
+    wait_until("the reads to be applied", || async {
+        reads_in(&db, id).await >= counted
+    })
+    .await;
+    app.stop().await.unwrap();
+    assert_eq!(reads_in(&db, id).await, counted);
+}
+
 setup_tests!(
+    a_visitor_counts_one_read_per_window_and_a_crawler_none,
     a_visitor_reads_lists_authors_comments_and_tags_and_writes_nothing,
     with_anonymous_reading_off_every_reader_route_needs_a_login,
 );
