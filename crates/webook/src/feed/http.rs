@@ -2,7 +2,7 @@
 //! [`FollowService`] and [`FeedService`]. Every route needs a logged-in caller; following
 //! honours `Idempotency-Key`.
 
-use platform::caller::{AuthUser, Writer};
+use platform::caller::{AuthUser, Reader, Writer};
 use platform::idempotency::Idempotency;
 use std::sync::Arc;
 
@@ -171,20 +171,24 @@ struct UidQuery {
     uid: Option<i64>,
 }
 
-/// A user's follower and followee counts, exact.
+/// A user's follower and followee counts, exact. A visitor without an account (setting
+/// `anonymous_reading`) names the user: `uid` is required then (code 4 without it).
 #[utoipa::path(
     get,
     path = "/follow/static",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(UidQuery),
     responses((status = 200, description = "The counts.", body = Envelope<FollowCounts>))
 )]
 async fn counts(
     State(state): State<Arc<FeedRoutes>>,
-    user: AuthUser,
+    Reader(caller): Reader,
     ApiQuery(query): ApiQuery<UidQuery>,
 ) -> ApiResult<FollowCounts> {
-    let uid = subject(query.uid, user.uid)?;
+    let uid = match caller.uid() {
+        Some(me) => subject(query.uid, me)?,
+        None => positive_id("uid", query.uid.unwrap_or(0))?,
+    };
     Ok(Reply(state.follows.counts(uid).await?))
 }
 

@@ -105,6 +105,10 @@ fn readable(c: &Content) -> Vec<(String, Shows)> {
             Box::new(move |data: &Value| data["id"] == json!(author)),
         ),
         (
+            format!("/follow/static?uid={author}"),
+            Box::new(|data: &Value| data["followers"] == json!(0)),
+        ),
+        (
             format!("/comments?biz=article&bizId={article}"),
             Box::new(move |data: &Value| {
                 data["total"] == json!(2) && data["items"][0]["id"] == json!(root)
@@ -144,6 +148,8 @@ async fn a_visitor_reads_lists_authors_comments_and_tags_and_writes_nothing(setu
         let stale = get(&app, &path, Some("not-a-token")).await;
         assert_eq!(stale.status, 401, "{path}: {}", stale.raw);
     }
+    // A visitor names whose follow counts they read.
+    assert_eq!(get(&app, "/follow/static", None).await.code(), 4);
     // A draft's tags stay its author's.
     let draft_tags = format!("/tags/biz?biz=article&bizId={}", c.draft);
     assert_eq!(get(&app, &draft_tags, None).await.code(), 404001);

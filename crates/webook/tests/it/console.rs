@@ -3,6 +3,8 @@
 //!   reads, likes, collects, comments, follows the author, searches, rewards through the fake
 //!   payment page, and the author's account shows the share — each step asserting what the page
 //!   shows, then no CSP violation or script error, and the layout at phone width;
+//! - a visitor without an account reads an article, its tag's page and its author's page, and
+//!   is asked to sign in only when liking — then comes back to the article;
 //! - the search box suggests articles and people as you type (a pinyin prefix finds a Chinese
 //!   title), chosen with the arrow keys and Enter, hidden when the box is emptied;
 //! - an admin stops, resumes, edits and triggers a job from the dashboard, and sees the
@@ -331,6 +333,70 @@ async fn a_newcomer_publishes_and_a_reader_reads_likes_comments_follows_searches
     );
     browser.click("[data-action=lang]").await;
     browser.wait_text("main", "评论").await;
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_like() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    let browser = Browser::start("visitor").await;
+
+    browser.open(&server.url("/")).await;
+    browser.ready("home").await;
+    sign_up(&browser, &server, "author@example.com").await;
+    let title = "Readers without accounts 访客也能读";
+    let id = publish(&browser, &server, title, "Open to everyone.", "open").await;
+    log_out(&browser).await;
+
+    // A visitor opens the article: no login page.
+    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    browser
+        .wait_text("[data-test=content]", "Open to everyone.")
+        .await;
+    // Its tag's page, and its author's.
+    browser.click("[data-test=tags] a").await;
+    browser.ready("tag").await;
+    browser.wait_text("[data-test=tag-articles]", title).await;
+    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.click("[data-test=author]").await;
+    browser.ready("user").await;
+    browser.el("[data-test=followers]").await;
+
+    // Liking asks them to sign in, and signing in brings them back to the article.
+    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    browser.ready("article").await;
+    browser.click("[data-action=like]").await;
+    browser.ready("login").await;
+    let hash = browser.js("return location.hash;", vec![]).await;
+    assert!(
+        hash.as_str().is_some_and(|hash| hash.contains("article")),
+        "the login page should come back to the article: {hash}"
+    );
+    browser
+        .fill("form input[name=email]", "author@example.com")
+        .await;
+    browser.fill("form input[name=password]", PASSWORD).await;
+    browser
+        .click("form:has(input[name=email]) button[type=submit]")
+        .await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    browser.click("[data-action=like]").await;
+    browser
+        .wait_js(
+            "the like to show",
+            "return document.querySelector('[data-action=like]')\
+             ?.getAttribute('aria-pressed') === 'true';",
+            vec![],
+        )
+        .await;
 
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");

@@ -47,10 +47,10 @@ const page = (name, file, exportName, { auth = false } = {}) => ({ name, file, e
 
 const ROUTES = [
   [/^\/?$/, page("home", "home.js", "home")],
-  [/^\/article\/(\d+)$/, page("article", "article.js", "article", { auth: true })],
-  [/^\/user\/(\d+)$/, page("user", "user.js", "user", { auth: true })],
+  [/^\/article\/(\d+)$/, page("article", "article.js", "article")],
+  [/^\/user\/(\d+)$/, page("user", "user.js", "user")],
   [/^\/search$/, page("search", "search.js", "search")],
-  [/^\/tag\/(\d+)$/, page("tag", "tag.js", "tag", { auth: true })],
+  [/^\/tag\/(\d+)$/, page("tag", "tag.js", "tag")],
   [/^\/signup$/, page("signup", "auth.js", "signup")],
   [/^\/login$/, page("login", "auth.js", "login")],
   [/^\/me$/, page("me", "me.js", "me", { auth: true })],

@@ -72,7 +72,7 @@ export function onSubmit(form, alert, handler) {
     try {
       await handler(submitter);
     } catch (err) {
-      if (!isAbort(err)) alert?.show(errorText(err));
+      if (!isAbort(err) && !signInFirst(err)) alert?.show(errorText(err));
     } finally {
       busy = false;
       buttons.forEach((b) => { b.disabled = false; });
@@ -83,6 +83,16 @@ export function onSubmit(form, alert, handler) {
   return form;
 }
 
+/**
+ * When `err` says the caller must sign in (a visitor liking, commenting, following or
+ * rewarding; a session that ended), goes to the login page, which comes back here after: true.
+ */
+function signInFirst(err) {
+  if (err?.status !== 401 && err?.code !== 401001) return false;
+  location.assign(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+  return true;
+}
+
 /** A button that runs `fn` with itself disabled meanwhile; errors go to `alert`. */
 export function actionButton(label, action, fn, alert, attrs = {}) {
   const btn = h("button", { type: "button", dataset: { action }, ...attrs }, label);
@@ -90,7 +100,7 @@ export function actionButton(label, action, fn, alert, attrs = {}) {
     if (btn.disabled) return;
     btn.disabled = true;
     alert?.clear();
-    try { await fn(btn); } catch (err) { if (!isAbort(err)) alert?.show(errorText(err)); } finally {
+    try { await fn(btn); } catch (err) { if (!isAbort(err) && !signInFirst(err)) alert?.show(errorText(err)); } finally {
       btn.disabled = false;
     }
   });

@@ -16,7 +16,8 @@ export async function user(ctx) {
   const [profile, stats, check, articles] = await Promise.all([
     api(`/users/${uid}`, { signal }),
     api("/follow/static", { query: { uid }, signal }),
-    self ? null : api("/follow/check", { query: { followee: uid }, signal }),
+    // A visitor follows nobody: asked to sign in when they try.
+    self || !me ? null : api("/follow/check", { query: { followee: uid }, signal }),
     api("/articles/pub", { query: { author: uid, limit: 10 }, signal }),
   ]);
 
