@@ -352,8 +352,11 @@ async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_li
     let id = publish(&browser, &server, title, "Open to everyone.", "open").await;
     log_out(&browser).await;
 
-    // A visitor opens the article: no login page.
-    browser.open(&server.url(&format!("/#/article/{id}"))).await;
+    // A visitor finds it among the latest articles on the home page, and opens it: no login.
+    browser.open(&server.url("/")).await;
+    browser.ready("home").await;
+    browser.wait_text("[data-test=latest]", title).await;
+    browser.click("[data-test=latest] a").await;
     browser.ready("article").await;
     browser.wait_text("[data-test=title]", title).await;
     browser

@@ -1,6 +1,7 @@
-// pages/home.js — #/ : the hot list (public, with the time it was computed), and for a logged-in
-// reader the latest published articles (GET /articles/pub) and their feed (GET /feed), each with
-// "more". Anonymous visitors get the hot list, a search box and an invitation to log in.
+// pages/home.js — #/ : the hot list (public, with the time it was computed), the latest published
+// articles (GET /articles/pub) and, for a logged-in reader, their feed (GET /feed), each with
+// "more". Anonymous visitors get the hot list, the latest articles (unless the site requires a
+// login to read), a search box and an invitation to log in.
 
 import { h, decodeHtml } from "../dom.js";
 import { api, apiWithHeaders } from "../api.js";
@@ -15,10 +16,11 @@ export async function home(ctx) {
   const { signal } = ctx;
   const [hot, latest, feed] = await Promise.all([
     settle(apiWithHeaders("/ranking/top", { query: { limit: 20 }, signal })),
-    me ? settle(api("/articles/pub", { query: { limit: 10 }, signal })) : null,
+    settle(api("/articles/pub", { query: { limit: 10 }, signal })),
     me ? settle(api("/feed", { query: { limit: 20 }, signal })) : null,
   ]);
-  for (const r of [hot, latest, feed]) if (r && !r.ok && (r.e?.name === "AbortError" || r.e?.status === 401)) throw r.e;
+  // A visitor refused the latest articles (the site requires a login to read) still gets the rest.
+  for (const r of [hot, latest, feed]) if (r && !r.ok && (r.e?.name === "AbortError" || (me && r.e?.status === 401))) throw r.e;
 
   const searchBox = input("q", { type: "search", placeholder: t("search.placeholder"), "aria-label": t("search.label") });
   const searchForm = h("form", { class: "search-inline", role: "search" }, searchBox,
@@ -56,6 +58,20 @@ export async function home(ctx) {
       hot.e?.status === 503 ? t("home.hotNotYet") : errorText(hot.e)));
   }
 
+  // Latest.
+  const latestList = h("ul", { class: "articles", dataset: { test: "latest" } });
+  const latestSection = h("section", { class: "card", "aria-labelledby": "latest-title" },
+    h("h2", { id: "latest-title" }, t("home.latest")), latestList);
+  if (latest.ok) {
+    const p = pager(latestList, (cursor) => api("/articles/pub", { query: { cursor, limit: 10 } }), (a) => articleItem(a));
+    for (const a of latest.v.items || []) latestList.append(articleItem(a));
+    if (!(latest.v.items || []).length) latestList.append(emptyItem(t("home.latestEmpty")));
+    p.setNext(latest.v.next);
+    latestSection.append(p.el);
+  } else {
+    latestSection.append(h("div", { class: "alert", role: "alert" }, errorText(latest.e)));
+  }
+
   if (!me) {
     left.append(
       h("section", { class: "card intro" },
@@ -64,6 +80,7 @@ export async function home(ctx) {
         h("p", { class: "actions" },
           h("a", { class: "button primary", href: "#/login" }, t("nav.login")),
           h("a", { class: "button", href: "#/signup" }, t("nav.signup")))),
+      ...(latest.ok ? [latestSection] : []),
       hotSection);
     right.append(h("section", { class: "card" }, h("h2", null, t("nav.search")), searchForm));
     return h("section", null, heading(t("home.title")), main);
@@ -81,20 +98,6 @@ export async function home(ctx) {
     feedSection.append(p.el);
   } else {
     feedSection.append(h("div", { class: "alert", role: "alert" }, errorText(feed.e)));
-  }
-
-  // Latest.
-  const latestList = h("ul", { class: "articles", dataset: { test: "latest" } });
-  const latestSection = h("section", { class: "card", "aria-labelledby": "latest-title" },
-    h("h2", { id: "latest-title" }, t("home.latest")), latestList);
-  if (latest.ok) {
-    const p = pager(latestList, (cursor) => api("/articles/pub", { query: { cursor, limit: 10 } }), (a) => articleItem(a));
-    for (const a of latest.v.items || []) latestList.append(articleItem(a));
-    if (!(latest.v.items || []).length) latestList.append(emptyItem(t("home.latestEmpty")));
-    p.setNext(latest.v.next);
-    latestSection.append(p.el);
-  } else {
-    latestSection.append(h("div", { class: "alert", role: "alert" }, errorText(latest.e)));
   }
 
   left.append(latestSection, feedSection);
