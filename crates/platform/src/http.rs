@@ -95,6 +95,21 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
         .filter(|token| !token.is_empty())
 }
 
+/// The values of every cookie called `name` in the request's `Cookie` headers (unquoted; empty
+/// ones left out).
+pub fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .filter(|(cookie, _)| cookie.trim() == name)
+        .map(|(_, value)| value.trim().trim_matches('"'))
+        .filter(|value| !value.is_empty())
+        .collect()
+}
+
 /// The answers of the course's routes, for the course's web frontend.
 ///
 /// That frontend reads the body of 2xx answers only: anything else shows the person an empty

@@ -17,7 +17,7 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use platform::{error::AppError, rate_limit::RateLimiter, redis::Redis};
 use sha2::{Digest, Sha256};
 
@@ -95,15 +95,9 @@ pub fn identify(headers: &HeaderMap, client: IpAddr) -> (String, bool) {
 
 /// The visitor id of the request's cookie, if it is one this module set (32 hex digits).
 fn cookie(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, id)| id)
-        .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    platform::http::cookie_values(headers, COOKIE)
+        .into_iter()
+        .find(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The `Set-Cookie` value that keeps visitor `id`: first-party, not for scripts, sent on
@@ -146,6 +140,8 @@ impl Visitors {
 
 #[cfg(test)]
 mod tests {
+    use axum::http::header;
+
     use super::*;
 
     #[test]

@@ -127,7 +127,7 @@ async fn callback(
     ApiQuery(query): ApiQuery<CallbackQuery>,
 ) -> Result<Response, WechatLoginError> {
     let app = routes.login.app().ok_or(WechatLoginError::NotConfigured)?;
-    let signed_states = cookie_values(&headers, STATE_COOKIE);
+    let signed_states = platform::http::cookie_values(&headers, STATE_COOKIE);
     let signed_in = routes
         .login
         .finish(Callback {
@@ -204,20 +204,6 @@ fn state_cookie(app: &WechatApp, value: &str, max_age: Duration) -> Result<Heade
         app.redirect_uri.path(),
     ))
     .map_err(|err| AppError::Internal(anyhow::anyhow!("state cookie: {err}")))
-}
-
-/// The values of every cookie called `name` in the request's `Cookie` headers.
-fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .filter(|(cookie, _)| cookie.trim() == name)
-        .map(|(_, value)| value.trim().trim_matches('"'))
-        .filter(|value| !value.is_empty())
-        .collect()
 }
 
 impl IntoResponse for WechatLoginError {
@@ -302,7 +288,7 @@ mod tests {
     #[test]
     fn state_cookies_are_found_among_others() {
         let mut headers = HeaderMap::new();
-        assert!(cookie_values(&headers, STATE_COOKIE).is_empty());
+        assert!(platform::http::cookie_values(&headers, STATE_COOKIE).is_empty());
         headers.append(
             header::COOKIE,
             HeaderValue::from_static("a=1; webook_wechat_state=tok.en.sig ;b=2"),
@@ -312,7 +298,7 @@ mod tests {
             HeaderValue::from_static("webook_wechat_state=\"other\"; webook_wechat_state="),
         );
         assert_eq!(
-            cookie_values(&headers, STATE_COOKIE),
+            platform::http::cookie_values(&headers, STATE_COOKIE),
             ["tok.en.sig", "other"]
         );
     }
