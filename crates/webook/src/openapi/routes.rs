@@ -323,7 +323,9 @@ const AUTHENTICATING: [&str; 3] = ["AuthUser", "Writer", "Admin"];
 
 /// Handlers of `source` whose `#[utoipa::path]` and signature disagree about the access
 /// token: one takes an authenticating extractor ([`AUTHENTICATING`]) and the other does not
-/// say `security(("access_token" = []))`, or the reverse.
+/// say `security(("access_token" = []))`, or the reverse; or one takes a `Reader` (a token
+/// optional: visitors may read) and the other does not say `security((), ("access_token" =
+/// []))`, or the reverse.
 fn security_mismatches(source: &str) -> Vec<String> {
     let code = code_mask(source);
     let mut problems = Vec::new();
@@ -348,21 +350,34 @@ fn security_mismatches(source: &str) -> Vec<String> {
         let Some(params_end) = matching(source, &code, name_end) else {
             continue;
         };
-        let authenticates = source[name_end..params_end]
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .any(|word| AUTHENTICATING.contains(&word));
+        let words =
+            source[name_end..params_end].split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        let (authenticates, reads) = words.fold((false, false), |(auth, reads), word| {
+            (
+                auth || AUTHENTICATING.contains(&word),
+                reads || word == "Reader",
+            )
+        });
         let says = attribute.contains("\"access_token\"");
-        if authenticates != says {
-            problems.push(format!(
-                "{name}: {}",
-                if authenticates {
-                    "authenticates its caller but its #[utoipa::path] has no \
-                     security((\"access_token\" = []))"
-                } else {
-                    "its #[utoipa::path] asks for the access token but it takes no AuthUser, \
-                     Writer or Admin"
-                }
-            ));
+        let optional = attribute.contains("security((),");
+        let problem = if reads {
+            (!(says && optional)).then_some(
+                "reads for visitors (a Reader) but its #[utoipa::path] has no \
+                 security((), (\"access_token\" = []))",
+            )
+        } else if authenticates {
+            (!says || optional).then_some(
+                "authenticates its caller but its #[utoipa::path] has no \
+                 security((\"access_token\" = []))",
+            )
+        } else {
+            says.then_some(
+                "its #[utoipa::path] asks for the access token but it takes no AuthUser, \
+                 Writer, Admin or Reader",
+            )
+        };
+        if let Some(problem) = problem {
+            problems.push(format!("{name}: {problem}"));
         }
     }
     problems
@@ -473,15 +488,25 @@ fn a_handler_says_it_needs_the_access_token_exactly_when_it_authenticates() {
         async fn c(ApiQuery(q): ApiQuery<Q>) -> R {}
         #[utoipa::path(get, path = "/d")]
         async fn d(_admin: Admin, area: AdminArea) -> R {}
+        #[utoipa::path(get, path = "/e", security((), ("access_token" = [])))]
+        async fn e(Reader(caller): Reader) -> R {}
+        #[utoipa::path(get, path = "/f", security(("access_token" = [])))]
+        async fn f(_reader: Reader) -> R {}
+        #[utoipa::path(get, path = "/g", security((), ("access_token" = [])))]
+        async fn g(user: AuthUser) -> R {}
     "#;
     assert_eq!(
         security_mismatches(source),
         [
             "b: authenticates its caller but its #[utoipa::path] has no \
              security((\"access_token\" = []))",
-            "c: its #[utoipa::path] asks for the access token but it takes no AuthUser, Writer \
-             or Admin",
+            "c: its #[utoipa::path] asks for the access token but it takes no AuthUser, Writer, \
+             Admin or Reader",
             "d: authenticates its caller but its #[utoipa::path] has no \
+             security((\"access_token\" = []))",
+            "f: reads for visitors (a Reader) but its #[utoipa::path] has no \
+             security((), (\"access_token\" = []))",
+            "g: authenticates its caller but its #[utoipa::path] has no \
              security((\"access_token\" = []))",
         ]
     );
