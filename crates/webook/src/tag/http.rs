@@ -18,6 +18,7 @@ use crate::{
     biz::Biz,
     tag::{
         model::{Tag, TaggedArticle},
+        service::Topic,
         TagService,
     },
 };
@@ -46,6 +47,7 @@ pub fn router(routes: TagRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/tags/attach", post(attach))
         .route("/tags/biz", get(object_tags))
         .route("/tags/{id}/articles", get(articles))
+        .route("/topics/{name}", get(topic))
         .with_state(Arc::new(routes))
 }
 
@@ -199,7 +201,33 @@ async fn articles(
     ))
 }
 
+/// `GET /topics/{name}` **(webook)**: a topic — every owner's tags of that name, compared
+/// normalised — with a page of its published articles, newest first.
+#[utoipa::path(
+    get,
+    path = "/topics/{name}",
+    security((), ("access_token" = [])),
+    params(("name" = String, Path, description = "Any spelling of the topic's name \
+            (`Rust`, `rust`, `ｒｕｓｔ`)."), PageQuery),
+    responses((status = 200, description = "The topic and a page of its articles. Code 4: a \
+               name no tag could have; 404001: no tag of that name.", body = Envelope<Topic>))
+)]
+async fn topic(
+    State(state): State<Arc<TagRoutes>>,
+    _reader: Reader,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Topic> {
+    let limit = page_limit(query.limit)?;
+    Ok(Reply(
+        state
+            .tags
+            .topic(&name, query.cursor.as_deref(), limit)
+            .await?,
+    ))
+}
+
 /// The tag routes' description ([`platform::openapi`]).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(create, owned_tags, attach, object_tags, articles))]
+#[openapi(paths(create, owned_tags, attach, object_tags, articles, topic))]
 pub struct TagsApi;

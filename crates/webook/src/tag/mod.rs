@@ -1,6 +1,8 @@
 //! Tags: each user's own labels (a tag belongs to its creator, unique per creator by its
 //! normalised name: [`model`]; at most `tag_max_per_user` of them: [`settings`]), put by an object's owner on their objects (articles today, any
-//! [`Biz`](crate::biz::Biz) tomorrow), and the published articles carrying a tag.
+//! [`Biz`](crate::biz::Biz) tomorrow), and the published articles carrying a tag. Every owner's
+//! tags of one key are one **topic** (`/topics/{name}`, [`Topic`]): readers browse its articles
+//! whoever wrote them.
 //!
 //! Data flow: `/tags*` ([`http`]) call [`TagService`] ([`service`]: the rules, the cached tag
 //! list of each owner, served in pages) over [`store`] (SQL: one insert-or-nothing under the
@@ -21,14 +23,14 @@ pub use seed::{
     insert_seeded_tag_rows, insert_seeded_tags, next_tag_id, SeededTag, SeededTagRow,
     SEEDED_BULK_TABLES,
 };
-pub use service::TagService;
+pub use service::{TagService, Topic};
 pub use settings::TagSettings;
 
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 /// The tags feature: provides [`TagService`] and serves `/tags*`.
@@ -40,16 +42,23 @@ impl Feature for Tags {
         "tags"
     }
 
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<TagService>()] }
+    }
+
     fn settings(&self) -> &'static [SettingsSpec] {
         &[settings::SETTINGS]
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            14,
-            "tags",
-            include_str!("../../migrations/0014_tags.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(14, "tags", include_str!("../../migrations/0014_tags.sql")),
+            Migration::new(
+                32,
+                "topics",
+                include_str!("../../migrations/0032_topics.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

@@ -246,6 +246,49 @@ impl TagService {
         });
         Ok(Page { items, next })
     }
+
+    /// Topic `name` (any spelling of it: compared normalised) with a page of its published
+    /// articles, newest first, after `cursor`. Code 4 for a name no tag could have; 404001
+    /// when no owner has a tag of that name.
+    pub async fn topic(
+        &self,
+        name: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Topic, AppError> {
+        let key = TagName::parse(name)?.key;
+        let after = match cursor {
+            Some(cursor) => ArticleCursor::decode(cursor)?,
+            None => ArticleCursor::START,
+        };
+        let Some(shown) = self.store.topic_name(&key).await? else {
+            return Err(AppError::NotFound(Msg::new("no such topic", "话题不存在")));
+        };
+        let (items, more) = self.store.topic_articles(&key, after, limit).await?;
+        let next = items.last().filter(|_| more).map(|last| {
+            ArticleCursor {
+                article_id: last.id,
+            }
+            .encode()
+        });
+        Ok(Topic {
+            name: shown,
+            key,
+            articles: Page { items, next },
+        })
+    }
+}
+
+/// A topic: every owner's tags of one normalised name, and a page of its articles.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct Topic {
+    /// The name it is shown by (as most of its articles' tags write it).
+    pub name: String,
+    /// Its normalised name ([`crate::tag::tag_key`]): what `/topics/{name}` and `/t/{name}`
+    /// accept any spelling of.
+    pub key: String,
+    /// Its published articles, newest first.
+    pub articles: Page<TaggedArticle>,
 }
 
 fn no_such_object() -> AppError {

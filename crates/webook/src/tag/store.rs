@@ -367,6 +367,55 @@ impl TagStore {
     }
 }
 
+impl TagStore {
+    /// Up to `limit` published articles carrying a tag of key `key` (topic `key`: any
+    /// owner's), newest id first, strictly below `after`; and whether more follow. An article
+    /// carries at most one tag of a key (its owner's tags are unique by key), so no article
+    /// shows twice. One statement, over the tags of that key (`tags_by_key`).
+    pub async fn topic_articles(
+        &self,
+        key: &str,
+        after: ArticleCursor,
+        limit: usize,
+    ) -> sqlx::Result<(Vec<TaggedArticle>, bool)> {
+        let rows: Vec<TaggedRow> = sqlx::query_as(
+            "SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
+             COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.comment_cnt, 0) AS comment_cnt, \
+             p.ctime, p.utime \
+             FROM tags t \
+             JOIN tag_bizs b ON b.tid = t.id AND b.biz = $2 AND b.biz_id < $3 \
+             JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
+             LEFT JOIN users u ON u.id = p.author_id \
+             LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
+             WHERE t.name_key = $1 ORDER BY b.biz_id DESC LIMIT $4",
+        )
+        .bind(key)
+        .bind(Biz::Article.as_str())
+        .bind(after.article_id)
+        .bind(limit as i64 + 1)
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut articles: Vec<TaggedArticle> =
+            rows.into_iter().filter_map(TaggedRow::article).collect();
+        let more = articles.len() > limit;
+        articles.truncate(limit);
+        Ok((articles, more))
+    }
+
+    /// The name topic `key` is shown by: the one its most articles' tags are written as (the
+    /// oldest tag's on a tie); `None` when no tag has that key.
+    pub async fn topic_name(&self, key: &str) -> sqlx::Result<Option<String>> {
+        sqlx::query_scalar(
+            "SELECT t.name FROM tags t LEFT JOIN tag_bizs b ON b.tid = t.id \
+             WHERE t.name_key = $1 GROUP BY t.id, t.name \
+             ORDER BY COUNT(b.biz_id) DESC, t.id LIMIT 1",
+        )
+        .bind(key)
+        .fetch_optional(self.db.pool())
+        .await
+    }
+}
+
 /// The re-key of one owner's tags (`tags`: id, name, stored key; by id): the oldest of each new
 /// key keeps it, the others merge into it; changed keys go through a placeholder first, so no
 /// two rows hold one key at any moment (the unique index checks each statement).
