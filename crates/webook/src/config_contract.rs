@@ -92,6 +92,11 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("anonymous_reading", "false", "false"),
     ("anonymous_read_window", "2h", r#""2h""#),
     (
+        "site_url",
+        "https://contract.example",
+        r#""https://contract.example""#,
+    ),
+    (
         "wechat_app_id",
         "wxcontract0123456",
         r#""wxcontract0123456""#,

@@ -6,7 +6,7 @@ use platform::feature::Feature;
 
 use crate::{
     account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    payment, phone_login, ranking, reward, search, sms, tag, user, wechat_login,
+    payment, phone_login, ranking, reward, search, site, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
@@ -31,6 +31,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     &jobs::Jobs,
     &events_admin::EventsAdmin,
     &console::Console,
+    // After the console: its pages are the console's document, filled in.
+    &site::Site,
     // Last: it routes the database every other feature uses during an online move.
     &db_move::DbMove,
 ];

@@ -49,6 +49,7 @@ pub mod reward;
 pub mod schema;
 pub mod search;
 pub mod seed;
+pub mod site;
 pub mod sms;
 pub mod tag;
 pub mod terminal;

@@ -18,9 +18,11 @@ pub mod settings;
 pub mod store;
 pub mod visitors;
 
+/// The reader copy of a published article (what the reader view and the public pages show).
+pub use model::PublishedArticle as ReaderCopy;
 pub use model::{
-    abstract_of_text, text_of, text_prefix_of, ArticleEvent, ArticleStatus, TOPIC_PUBLISHED,
-    TOPIC_WITHDRAWN,
+    abstract_of_text, text_of, text_prefix_of, ArticleEvent, ArticleStatus, PublishedItem,
+    TOPIC_PUBLISHED, TOPIC_WITHDRAWN,
 };
 pub use seed::{
     insert_seeded_articles, next_article_id, published_after, published_authors, PublishedArticle,

@@ -15,6 +15,9 @@
 mod assets;
 mod http;
 mod instances;
+mod shell;
+
+pub use shell::{ConsoleShell, ShellPage};
 
 use async_trait::async_trait;
 
@@ -32,6 +35,10 @@ pub struct Console;
 impl Feature for Console {
     fn name(&self) -> &'static str {
         "console"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<ConsoleShell>()] }
     }
 
     fn needs(&self) -> &'static [Service] {
@@ -66,6 +73,8 @@ impl Feature for Console {
         registry.background("instance_reports", move |background| {
             reporter.run(reporting, background.stop)
         });
+        let index = std::str::from_utf8(&bundle.index.bytes)?;
+        registry.provide(ConsoleShell::new(index, &bundle.version)?);
         registry.routes(http::router(http::ConsoleRoutes { bundle, instances }));
         Ok(())
     }

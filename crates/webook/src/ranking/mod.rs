@@ -30,7 +30,7 @@ use clap::FromArgMatches;
 use platform::{
     config::{Config, SettingsSpec},
     db::{Db, Migration},
-    feature::{CliCommands, Feature, Platform, Registry},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     redis::Redis,
     telemetry::MetricsSpec,
 };
@@ -48,6 +48,10 @@ const RANKING_LOCK_TTL: Duration = Duration::from_secs(30);
 impl Feature for Ranking {
     fn name(&self) -> &'static str {
         "ranking"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<RankingService>()] }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

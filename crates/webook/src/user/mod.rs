@@ -23,7 +23,7 @@ pub use store::{InsertError, UserStore, WechatIdentity};
 use async_trait::async_trait;
 use platform::{
     db::Migration,
-    feature::{Feature, Platform, Registry},
+    feature::{Feature, Platform, Registry, Service},
 };
 
 /// The users feature: profiles. Installed after auth, whose extractors its handlers use; it
@@ -34,6 +34,10 @@ pub struct Users;
 impl Feature for Users {
     fn name(&self) -> &'static str {
         "users"
+    }
+
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<UserService>()] }
     }
 
     fn migrations(&self) -> &'static [Migration] {

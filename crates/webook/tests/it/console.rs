@@ -362,10 +362,10 @@ async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_li
     browser
         .wait_text("[data-test=content]", "Open to everyone.")
         .await;
-    // Its tag's page, and its author's.
+    // Its tag's topic, and its author's page.
     browser.click("[data-test=tags] a").await;
-    browser.ready("tag").await;
-    browser.wait_text("[data-test=tag-articles]", title).await;
+    browser.ready("topic").await;
+    browser.wait_text("[data-test=topic-articles]", title).await;
     browser.open(&server.url(&format!("/#/article/{id}"))).await;
     browser.ready("article").await;
     browser.click("[data-test=author]").await;
@@ -401,6 +401,99 @@ async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_li
         )
         .await;
 
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn a_public_page_reads_without_script_and_the_console_takes_it_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    let browser = Browser::start("public_pages").await;
+    sign_up(&browser, &server, "public@example.com").await;
+    let title = "Server-rendered 服务端渲染的页面";
+    let id = publish(
+        &browser,
+        &server,
+        title,
+        "Readable by crawlers.",
+        "Rendering",
+    )
+    .await;
+    log_out(&browser).await;
+
+    // Without JavaScript (a crawler, a link preview): the content and the share card are in
+    // the page as served.
+    let plain = Browser::start_without_script("public_pages_no_script").await;
+    plain.open(&server.url(&format!("/a/{id}"))).await;
+    let shown = |css: &'static str| {
+        let plain = &plain;
+        async move {
+            let element = plain.el(css).await;
+            element.text().await.unwrap()
+        }
+    };
+    assert_eq!(shown("[data-test=ssr-article] h1").await, title);
+    assert!(shown("[data-test=ssr-article] .content")
+        .await
+        .contains("Readable by crawlers."));
+    let meta = |css: &'static str| {
+        let plain = &plain;
+        async move {
+            let found = plain
+                .client()
+                .find(fantoccini::Locator::Css(css))
+                .await
+                .unwrap();
+            found.attr("content").await.unwrap().unwrap_or_default()
+        }
+    };
+    assert_eq!(meta("meta[property='og:title']").await, title);
+    assert_eq!(
+        meta("meta[property='og:description']").await,
+        "Readable by crawlers."
+    );
+    assert!(meta("meta[property='og:image']")
+        .await
+        .starts_with("http://"));
+    assert_eq!(meta("meta[name='twitter:card']").await, "summary");
+    let lang = plain
+        .client()
+        .find(fantoccini::Locator::Css("html"))
+        .await
+        .unwrap();
+    // Mostly Chinese by its letters' weight: a Chinese page.
+    assert_eq!(lang.attr("lang").await.unwrap().as_deref(), Some("zh-CN"));
+    // The topic page and the author page too.
+    plain.open(&server.url("/t/rendering")).await;
+    assert!(shown("[data-test=ssr-topic]").await.contains(title));
+    plain.click("[data-test=ssr-topic] .meta a").await;
+    assert!(shown("[data-test=ssr-author]").await.contains(title));
+    plain.close().await;
+
+    // With JavaScript, the console takes the page over: the live article, whose like asks the
+    // visitor to sign in and brings them back to this very page.
+    browser.open(&server.url(&format!("/a/{id}"))).await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    browser.click("[data-action=like]").await;
+    browser.ready("login").await;
+    browser
+        .fill("form input[name=email]", "public@example.com")
+        .await;
+    browser.fill("form input[name=password]", PASSWORD).await;
+    browser
+        .click("form:has(input[name=email]) button[type=submit]")
+        .await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
+    let path = browser.js("return location.pathname;", vec![]).await;
+    assert_eq!(path, json!(format!("/a/{id}")));
+    // The topic's page in the console lists it.
+    browser.open(&server.url("/t/Rendering")).await;
+    browser.ready("topic").await;
+    browser.wait_text("[data-test=topic-articles]", title).await;
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");
     browser.close().await;

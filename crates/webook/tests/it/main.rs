@@ -47,6 +47,7 @@ mod search_pruning;
 mod search_quality;
 mod search_recall;
 mod seed;
+mod site;
 mod sms_providers;
 mod sql_scheduler;
 mod statement_counts;

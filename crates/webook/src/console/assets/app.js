@@ -13,7 +13,7 @@
 //   pages/article.js   #/article/:id      reader view, likes, collects, tags, comments, reward
 //   pages/user.js      #/user/:id         profile, follow, articles, followers/followees
 //   pages/search.js    #/search?q=        articles and users
-//   pages/tag.js       #/tag/:id          a tag's articles
+//   pages/tag.js       #/tag/:id          a tag's articles; #/topic/:name a topic (every author's)
 //   pages/auth.js      #/signup, #/login  (email+password and SMS code)
 //   pages/me.js        #/me, #/me/articles, #/me/account
 //   pages/editor.js    #/write, #/write/:id
@@ -22,7 +22,10 @@
 //   pages/events.js    #/ops/events       event consumer groups, parked events: replay, discard (admins)
 //   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
 //
-// Routing is by location.hash (so no console path meets an API route). A page is
+// Routing is by location.hash (so no console path meets an API route). The public site's
+// server-rendered pages are this same document at clean paths (/a/:id, /u/:id, /t/:name): with no
+// hash, such a path is read as its route (#/article/:id, #/user/:id, #/topic/:name), so the
+// console takes over the rendered page; links within it are hashes as everywhere else. A page is
 // `async (ctx) => Node`: ctx = {params, query, signal, onLeave(fn), redirect(hash)}; it issues its
 // first API calls (in parallel), builds its DOM and returns it; the router mounts it. Leaving a
 // route aborts `signal` (pending fetches, long polls) and runs the onLeave callbacks (timers).
@@ -30,7 +33,7 @@
 //
 // Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
-// performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag,
+// performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag, topic,
 // signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, notfound. Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
@@ -41,7 +44,7 @@ import { h } from "./dom.js";
 import { t, lang, setLang } from "./i18n.js";
 import { api, isAbort } from "./api.js";
 import * as session from "./session.js";
-import { errorText, heading } from "./ui.js";
+import { errorText, heading, here, routeOfPath } from "./ui.js";
 
 const page = (name, file, exportName, { auth = false } = {}) => ({ name, file, exportName, auth });
 
@@ -51,6 +54,7 @@ const ROUTES = [
   [/^\/user\/(\d+)$/, page("user", "user.js", "user")],
   [/^\/search$/, page("search", "search.js", "search")],
   [/^\/tag\/(\d+)$/, page("tag", "tag.js", "tag")],
+  [/^\/topic\/(.+)$/, page("topic", "tag.js", "topic")],
   [/^\/signup$/, page("signup", "auth.js", "signup")],
   [/^\/login$/, page("login", "auth.js", "login")],
   [/^\/me$/, page("me", "me.js", "me", { auth: true })],
@@ -74,7 +78,7 @@ let seq = 0;
 let firstRoute = true;
 
 function parseHash() {
-  const raw = location.hash.replace(/^#/, "") || "/";
+  const raw = location.hash.replace(/^#/, "") || routeOfPath(location.pathname);
   const q = raw.indexOf("?");
   const path = q < 0 ? raw : raw.slice(0, q);
   const query = new URLSearchParams(q < 0 ? "" : raw.slice(q + 1));
@@ -127,7 +131,7 @@ async function route() {
       name = found.def.name;
       if (found.def.auth && !session.loggedIn()) {
         clearTimeout(loading);
-        location.replace(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+        location.replace(`#/login?next=${encodeURIComponent(here())}`);
         return;
       }
       const mod = await import(`./pages/${found.def.file}`);
@@ -146,7 +150,7 @@ async function route() {
     if (isAbort(err) || seq !== my) return;
     if (err?.status === 401 || err?.code === 401001) {
       session.clear();
-      location.replace(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+      location.replace(`#/login?next=${encodeURIComponent(here())}`);
       return;
     }
     node = h("section", null, heading(t("err.title")), h("div", { class: "alert", role: "alert" }, errorText(err)));

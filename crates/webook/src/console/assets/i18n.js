@@ -34,6 +34,7 @@ const en = {
   "search.rebuilding": "The search index is being rebuilt. Please try again in a minute.",
   "search.suggestions": "Suggestions", "search.kindArticle": "Article", "search.kindUser": "Person",
   "tag.title": "Tag {id}", "tag.empty": "No published articles carry this tag.",
+  "topic.feed": "Atom feed",
 
   "auth.signupTitle": "Create an account", "auth.loginTitle": "Log in", "auth.email": "Email",
   "auth.password": "Password", "auth.confirmPassword": "Confirm password",
@@ -229,6 +230,7 @@ const zh = {
   "search.rebuilding": "搜索索引正在重建，请一分钟后再试。",
   "search.suggestions": "搜索建议", "search.kindArticle": "文章", "search.kindUser": "用户",
   "tag.title": "标签 {id}", "tag.empty": "没有带这个标签的已发表文章。",
+  "topic.feed": "Atom 订阅",
 
   "auth.signupTitle": "注册账号", "auth.loginTitle": "登录", "auth.email": "邮箱",
   "auth.password": "密码", "auth.confirmPassword": "确认密码",

@@ -89,7 +89,7 @@ export function onSubmit(form, alert, handler) {
  */
 function signInFirst(err) {
   if (err?.status !== 401 && err?.code !== 401001) return false;
-  location.assign(`#/login?next=${encodeURIComponent(location.hash || "#/")}`);
+  location.assign(`#/login?next=${encodeURIComponent(here())}`);
   return true;
 }
 
@@ -194,13 +194,21 @@ export function heading(text, level = 1) {
   return h(`h${level}`, { tabindex: "-1", class: "page-title" }, text);
 }
 
-/** A link to a tag's page (#/tag/:id). The API's tag page knows only the id, so the name is
- * remembered for this tab (sessionStorage) to title the page. */
+/** A link to a tag's topic (#/topic/:name): the articles of every author who uses that tag. */
 export function tagLink(tag) {
-  try { sessionStorage.setItem(`webook.tag.${tag.id}`, tag.name); } catch { /* no storage */ }
-  return h("a", { class: "tag", href: `#/tag/${tag.id}` }, `#${tag.name}`);
+  return h("a", { class: "tag", href: `#/topic/${encodeURIComponent(tag.name)}` }, `#${tag.name}`);
 }
 
-export function tagName(id) {
-  try { return sessionStorage.getItem(`webook.tag.${id}`) || ""; } catch { return ""; }
+
+/** The route of a public page's clean path (/a/7 → /article/7, /t/rust → /topic/rust), or "/"
+ * for any other path. */
+export function routeOfPath(pathname) {
+  const m = /^\/(a|u|t)\/([^/]+)$/.exec(pathname);
+  if (!m) return "/";
+  return `/${{ a: "article", u: "user", t: "topic" }[m[1]]}/${m[2]}`;
+}
+
+/** The current route as a hash (what a sign-in returns to), on a clean path too. */
+export function here() {
+  return location.hash || `#${routeOfPath(location.pathname)}`;
 }

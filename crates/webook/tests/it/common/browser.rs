@@ -47,6 +47,15 @@ impl Browser {
     /// Starts `chromedriver` and a headless Chromium session at desktop size, in English
     /// unless the page chooses otherwise.
     pub async fn start(test: &'static str) -> Self {
+        Self::start_with(test, &[]).await
+    }
+
+    /// [`Self::start`] with JavaScript off: what a crawler or a link preview reads.
+    pub async fn start_without_script(test: &'static str) -> Self {
+        Self::start_with(test, &["--blink-settings=scriptEnabled=false"]).await
+    }
+
+    async fn start_with(test: &'static str, extra_args: &[&str]) -> Self {
         let driver_path = program("WEBOOK_TEST_CHROMEDRIVER", "/usr/bin/chromedriver");
         let chromium = program("WEBOOK_TEST_CHROMIUM", "/usr/bin/chromium");
         let port = TcpListener::bind("127.0.0.1:0")
@@ -73,17 +82,22 @@ impl Browser {
             reqwest::get(format!("{url}/status")).await.is_ok()
         })
         .await;
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+            "--lang=en-US",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+        ];
+        args.extend_from_slice(extra_args);
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),
-            json!({
-                "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--window-size=1280,900", "--lang=en-US", "--no-first-run",
-                    "--disable-extensions", "--disable-background-networking",
-                ],
-            }),
+            json!({ "binary": chromium, "args": args }),
         );
         let client = ClientBuilder::rustls()
             .expect("TLS roots")

@@ -1,14 +1,14 @@
-// pages/tag.js — #/tag/:id : the published articles carrying a tag, newest first, with "more".
-// The API knows only the tag's id: its name is the one remembered when a tag link was shown.
+// pages/tag.js — #/tag/:id : the published articles carrying one author's tag, newest first, with
+// "more" (the API knows only the tag's id; the console links tags to their topics);
+// #/topic/:name : a topic — every author's tags of that name — newest first, with its feed.
 
 import { h } from "../dom.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { pager, articleItem, emptyItem, heading, tagName } from "../ui.js";
+import { pager, articleItem, emptyItem, heading } from "../ui.js";
 
 export async function tag(ctx) {
   const id = Number(ctx.params[0]);
-  const name = tagName(id);
   const load = (cursor, signal) => api(`/tags/${id}/articles`, { query: { cursor, limit: 20 }, signal });
   const first = await load(null, ctx.signal);
   const list = h("ul", { class: "articles", dataset: { test: "tag-articles" } });
@@ -17,6 +17,24 @@ export async function tag(ctx) {
   if (!(first.items || []).length) list.append(emptyItem(t("tag.empty")));
   p.setNext(first.next);
   return h("section", null,
-    heading(name ? `#${name}` : t("tag.title", { id })),
+    heading(t("tag.title", { id })),
+    h("section", { class: "card" }, list, p.el));
+}
+
+export async function topic(ctx) {
+  const name = ctx.params[0];
+  const load = (cursor, signal) =>
+    api(`/topics/${encodeURIComponent(name)}`, { query: { cursor, limit: 20 }, signal });
+  const first = await load(null, ctx.signal);
+  const list = h("ul", { class: "articles", dataset: { test: "topic-articles" } });
+  const p = pager(list, async (cursor) => (await load(cursor)).articles, (a) => articleItem(a));
+  for (const a of first.articles.items || []) list.append(articleItem(a));
+  if (!(first.articles.items || []).length) list.append(emptyItem(t("tag.empty")));
+  p.setNext(first.articles.next);
+  const feed = h("a", { class: "feed", href: `/t/${encodeURIComponent(first.key)}/feed.atom`,
+    type: "application/atom+xml" }, t("topic.feed"));
+  return h("section", null,
+    heading(`#${first.name}`),
+    h("p", { class: "meta" }, feed),
     h("section", { class: "card" }, list, p.el));
 }
