@@ -3,7 +3,7 @@
 #
 #   scripts/bench.sh [--duration SECS] [--rounds N] [--dataset ARTICLES]
 #                    [--database-url URL [--redis-url URL]] [SCENARIO...]
-#       scenarios: healthz login reads browse likes mixed ranking (default: all)
+#       scenarios: healthz login reads browse pages likes mixed ranking (default: all)
 #
 # Builds `cargo build --profile dist`, seeds a dataset into a fresh temp data dir (or the database
 # given) with `webook seed --articles N --users N/10 --likes 5N --collects N/2 --reads 100N
@@ -32,6 +32,11 @@
 #              all read counters must have grown by the reads answered, as for reads (the
 #              database is read with python3's sqlite3 module, or psql for PostgreSQL), and a
 #              check line gives each in-process cache's hit rate during the run (/metrics);
+#   - pages:   wrk -t2 -c64 GET /a/ID, the public site's server-rendered article pages, as an
+#              anonymous visitor with a browser's User-Agent and Accept-Encoding, ids by the same
+#              Zipf draw as browse (a page is first checked to be a rendered article with its share
+#              card); a check line gives its requests/s as a ratio to browse's in the same run, and
+#              the caches' hit rates;
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
@@ -87,16 +92,16 @@ while (($#)); do
     --database-url) (($# >= 2)) || usage; database_url=$2; shift 2 ;;
     --redis-url) (($# >= 2)) || usage; redis_url=$2; shift 2 ;;
     -h | --help) usage ;;
-    healthz | login | reads | browse | likes | mixed | ranking) scenarios+=("$1"); shift ;;
+    healthz | login | reads | browse | pages | likes | mixed | ranking) scenarios+=("$1"); shift ;;
     *) printf 'bench: unknown argument %q\n' "$1" >&2; usage ;;
   esac
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
 [[ $dataset =~ ^[0-9]+$ ]] || die "--dataset must be a whole number of articles, got '$dataset'"
-((${#scenarios[@]})) || scenarios=(healthz login reads browse likes mixed ranking)
+((${#scenarios[@]})) || scenarios=(healthz login reads browse pages likes mixed ranking)
 if ((dataset < 1000)); then
   for scenario in "${scenarios[@]}"; do
-    [[ $scenario != browse && $scenario != ranking ]] ||
+    [[ $scenario != browse && $scenario != pages && $scenario != ranking ]] ||
       die "the $scenario scenario needs a dataset: --dataset of at least 1000 articles"
   done
 fi
@@ -392,6 +397,39 @@ check_browse_exact() { # SERVED_BEFORE ABANDONED_BEFORE READS_BEFORE
   checks+=("browse: $served reads of $(wc -l <"$tmp/published.txt") articles answered and $abandoned abandoned, the counters grew by $counted (exact within the abandoned)")
 }
 
+# The published articles the Zipf scenarios draw from, once: all but the reader's own (the reads
+# and mixed checks count its reads alone).
+browse_rps=
+published_ids() {
+  reader_and_article
+  [[ -s $tmp/published.txt ]] && return 0
+  db_query "SELECT id FROM published_articles WHERE status = 2 AND id <> $article ORDER BY id" >"$tmp/published.txt"
+  (($(wc -l <"$tmp/published.txt") > 0)) || die "the dataset has no published article"
+}
+# A browser's User-Agent (a crawler's reads are not what pages measures).
+browser_ua='Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0 Safari/537.36'
+# zipf_lua PREFIX: a wrk request() drawing GET PREFIX<id> by Zipf's law (s = 1) over one random
+# order of the published ids — the site's popularity ranking, the same in every thread and every
+# run (a seed of its own); each thread then draws its own sequence.
+zipf_lua() {
+  cat <<LUA
+local ids, cumulative, total = {}, {}, 0
+for line in io.lines("$tmp/published.txt") do ids[#ids + 1] = line end
+math.randomseed(1)
+for i = #ids, 2, -1 do local j = math.random(i); ids[i], ids[j] = ids[j], ids[i] end
+math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
+for i = 1, #ids do total = total + 1 / i; cumulative[i] = total end
+function request()
+  local target, low, high = math.random() * total, 1, #ids
+  while low < high do
+    local middle = math.floor((low + high) / 2)
+    if cumulative[middle] < target then low = middle + 1 else high = middle end
+  end
+  return wrk.format("GET", "$1" .. ids[low])
+end
+LUA
+}
+
 # The in-process caches' lookups so far, one "CACHE HITS MISSES" line per cache (the local layer:
 # embedded, every lookup; cluster, the near caches in front of Redis).
 cache_lookups() {
@@ -563,30 +601,11 @@ LUA
       [[ -z $redis_url ]] || check_redis_per_request reads "$tmp/reads.txt" "$asked_before"
       ;;
     browse)
-      reader_and_article
-      # Not the reader's own article: the reads and mixed checks count its reads alone.
-      db_query "SELECT id FROM published_articles WHERE status = 2 AND id <> $article ORDER BY id" >"$tmp/published.txt"
-      (($(wc -l <"$tmp/published.txt") > 0)) || die "browse: the dataset has no published article"
-      wrk_script "$tmp/browse.lua" <<LUA
+      published_ids
+      { zipf_lua /articles/pub/; cat <<LUA; } | wrk_script "$tmp/browse.lua"
 wrk.headers["Authorization"] = "Bearer $token"
 wrk.headers["User-Agent"] = "$ua"
 wrk.headers["Accept-Encoding"] = "gzip, deflate, br, zstd"
--- Zipf (s = 1) over one random order of the published ids: the site's popularity ranking, the
--- same in every thread and every run (a seed of its own); each thread then draws its own sequence.
-local ids, cumulative, total = {}, {}, 0
-for line in io.lines("$tmp/published.txt") do ids[#ids + 1] = line end
-math.randomseed(1)
-for i = #ids, 2, -1 do local j = math.random(i); ids[i], ids[j] = ids[j], ids[i] end
-math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "0", 16) % 1000003)
-for i = 1, #ids do total = total + 1 / i; cumulative[i] = total end
-function request()
-  local target, low, high = math.random() * total, 1, #ids
-  while low < high do
-    local middle = math.floor((low + high) / 2)
-    if cumulative[middle] < target then low = middle + 1 else high = middle end
-  end
-  return wrk.format("GET", "/articles/pub/" .. ids[low])
-end
 LUA
       before_served=$(route_requests 200)
       before_abandoned=$(route_requests 499)
@@ -595,9 +614,28 @@ LUA
       note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID (gzip accepted), Zipf over $(wc -l <"$tmp/published.txt") published articles"
       run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
       record browse "$tmp/browse.txt"
+      browse_rps=$last_rps
       check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
       check_cache_hits browse "$lookups_before"
       [[ -z $redis_url ]] || check_redis_per_request browse "$tmp/browse.txt" "$asked_before"
+      ;;
+    pages)
+      published_ids
+      first_page=$(curl -sS --max-time 30 -A "$browser_ua" "$base/a/$(head -1 "$tmp/published.txt")")
+      [[ $first_page == *'property="og:title"'* && $first_page == *'data-test="ssr-article"'* ]] ||
+        die "pages: /a/ID did not answer a rendered article page: ${first_page:0:300}"
+      { zipf_lua /a/; cat <<LUA; } | wrk_script "$tmp/pages.lua"
+wrk.headers["User-Agent"] = "$browser_ua"
+wrk.headers["Accept-Encoding"] = "gzip, deflate, br, zstd"
+LUA
+      lookups_before=$(cache_lookups)
+      note "pages: wrk -t2 -c64 -d${duration}s GET /a/ID as a visitor (gzip accepted), Zipf over $(wc -l <"$tmp/published.txt") published articles"
+      run_wrk "$tmp/pages.txt" -t2 -c64 -s "$tmp/pages.lua" "$base"
+      record pages "$tmp/pages.txt"
+      check_cache_hits pages "$lookups_before"
+      [[ -z $browse_rps ]] ||
+        checks+=("pages: $(awk -v p="$last_rps" -v b="$browse_rps" 'BEGIN { printf "%.2f", p / b }') × browse's requests/s in this run")
+      [[ -z $redis_url ]] || check_redis_per_request pages "$tmp/pages.txt" "$asked_before"
       ;;
     likes)
       reader_and_article

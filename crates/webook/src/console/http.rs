@@ -126,15 +126,7 @@ fn send(asset: &Asset, etag: &str, cache_control: &'static str, request: &Header
         header::CACHE_CONTROL,
         HeaderValue::from_static(cache_control),
     );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
+    super::ConsoleShell::security_headers(&mut headers);
     headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     if let Ok(value) = HeaderValue::from_str(&etag) {
         headers.insert(header::ETAG, value);

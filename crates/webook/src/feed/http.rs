@@ -44,6 +44,8 @@ pub fn router(routes: FeedRoutes, idempotency: Arc<Idempotency>) -> Router {
         .route("/follow/static", get(counts))
         .route("/follow/check", get(check))
         .route("/feed", get(feed))
+        .route("/topics/follow", post(follow_topic))
+        .route("/topics/followed", get(followed_topics))
         .with_state(Arc::new(routes))
 }
 
@@ -232,6 +234,51 @@ struct FeedQuery {
     limit: Option<i64>,
 }
 
+/// A topic to follow or stop following.
+#[derive(Deserialize, ToSchema)]
+struct TopicFollowRequest {
+    /// Any spelling of the topic's name (`Rust`, `rust`).
+    name: String,
+    /// `true` to follow, `false` to stop.
+    follow: bool,
+}
+
+/// `POST /topics/follow` **(webook)**: follows a topic — its new articles, by any author, come
+/// into the caller's feed — or stops following it; idempotent.
+#[utoipa::path(
+    post,
+    path = "/topics/follow",
+    security(("access_token" = [])),
+    request_body = TopicFollowRequest,
+    responses((status = 200, description = "Done. Code 4: a name no tag could have, or a 201st \
+               topic; 404001: no tag has that name (following only).", body = Envelope<Null>))
+)]
+async fn follow_topic(
+    State(state): State<Arc<FeedRoutes>>,
+    Writer(user): Writer,
+    ApiJson(request): ApiJson<TopicFollowRequest>,
+) -> ApiResult<()> {
+    state
+        .feed
+        .follow_topic(user.uid, &request.name, request.follow)
+        .await?;
+    Ok(Reply(()))
+}
+
+/// `GET /topics/followed` **(webook)**: the topics the caller follows (normalised names).
+#[utoipa::path(
+    get,
+    path = "/topics/followed",
+    security(("access_token" = [])),
+    responses((status = 200, description = "The topics, by name.", body = Envelope<Vec<String>>))
+)]
+async fn followed_topics(
+    State(state): State<Arc<FeedRoutes>>,
+    user: AuthUser,
+) -> ApiResult<Vec<String>> {
+    Ok(Reply(state.feed.followed_topics(user.uid).await?))
+}
+
 /// The caller's feed, newest first by (`ctime`, `id`).
 #[utoipa::path(
     get,
@@ -257,5 +304,15 @@ async fn feed(
 
 /// The follow and feed routes' description ([`platform::openapi`]).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(follow, cancel, followees, followers, counts, check, feed))]
+#[openapi(paths(
+    follow,
+    cancel,
+    followees,
+    followers,
+    counts,
+    check,
+    feed,
+    follow_topic,
+    followed_topics
+))]
 pub struct FeedApi;

@@ -1,13 +1,15 @@
 //! Follows and the feed: who follows whom, with exact counts and keyset-paged lists, and each
-//! reader's feed of what the authors they follow published, who liked their articles, who
-//! followed them and who commented — pushed to small audiences, pulled from big authors.
+//! reader's feed of what the authors and topics they follow published, who liked their
+//! articles, who followed them and who commented — pushed to small audiences, pulled from big
+//! authors and from topics.
 //!
 //! Data flow: `/follow/*` and `/feed` ([`http`]) call [`FollowService`] ([`follows`], over
 //! [`follow_store`]: one transaction per follow, with its event in the outbox and the
 //! follower's inbox adjusted) and [`FeedService`] ([`service`], over [`store`]). The feed's
 //! consumers turn outbox events — articles published and withdrawn, likes, follows, comments —
 //! into items and fan articles out to inboxes in batches; readers merge their inbox with the
-//! outboxes of the big authors they follow. [`jobs`] caps the inboxes. See [`service`] for the
+//! outboxes of the big authors they follow and the articles of the topics they follow
+//! (`/topics/follow`, the same article item whichever way it comes, so never twice). [`jobs`] caps the inboxes. See [`service`] for the
 //! rules.
 
 pub mod follow_store;
@@ -64,6 +66,11 @@ impl Feature for Feed {
                 25,
                 "feed items by article",
                 include_str!("../../migrations/0025_feed_by_article.sql"),
+            ),
+            Migration::new(
+                33,
+                "topic follows",
+                include_str!("../../migrations/0033_topic_follows.sql"),
             ),
         ];
         MIGRATIONS

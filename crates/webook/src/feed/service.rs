@@ -13,7 +13,10 @@
 //! The choice is made once per article, when its event is handled, and recorded on the item, so
 //! an author crossing the threshold either way leaves every earlier item where it was: no item is
 //! in two places (duplicate) or none (gap). Likes, follows and comments have one recipient each
-//! and are always pushed. A withdrawal takes the article's item out of every inbox and outbox
+//! and are always pushed. **Topics** a reader follows (`/topics/follow`) are pulled too: a page
+//! reads, per followed topic, the newest article items carrying a tag of it — the very items of
+//! those articles, pushed or pulled, so an article the reader also gets from its author is the
+//! same item and the merge drops the second copy. A withdrawal takes the article's item out of every inbox and outbox
 //! and the `like` and `comment` items about it out of their recipients' inboxes (the items stay,
 //! so that a republication puts back those whose like or comment still stands).
 //!
@@ -30,8 +33,8 @@
 //! again. Only what changed between those two statements can come up short; the page then looks
 //! further, and after `MAX_ROUNDS` (4) rounds it stops only if it holds an item: **a page is
 //! empty only at the end**. The statements one page took are counted ([`PageCost`], histogram
-//! `feed_page_statements`): one round is two, plus one per 50 pull authors followed, after one
-//! to three that find the pull authors.
+//! `feed_page_statements`): one round is two, plus one per 50 pull authors and one per 50 topics
+//! followed, after two to four that find the pull authors and the topics followed.
 //!
 //! **Read-your-writes.** A follow back-fills the followee's newest pushed articles into the
 //! follower's inbox in the follow's transaction, and their pulled articles are merged from the
@@ -55,7 +58,7 @@ use crate::{
     comment::{CommentEvent, TOPIC_COMMENT_CHANGED},
     feed::{
         model::{Cursor, FeedItem, FollowEvent, Page},
-        store::{FeedStore, AUTHORS_PER_QUERY},
+        store::{FeedStore, TopicFollow, AUTHORS_PER_QUERY},
         TOPIC_FOLLOW_CHANGED,
     },
     interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
@@ -65,6 +68,8 @@ use platform::{
     telemetry::{MetricsSpec, JOB_DURATION_BUCKETS},
 };
 
+/// Most topics one reader follows (each costs a page a part of a statement).
+pub const MAX_FOLLOWED_TOPICS: i64 = 200;
 /// Consumer group of every topic the feed consumes.
 pub const FEED_GROUP: &str = "feed";
 /// Inbox rows written per fan-out transaction.
@@ -195,6 +200,8 @@ impl FeedService {
         };
         let mut cost = PageCost::default();
         let pull_authors = self.followed_pull_authors(reader, &mut cost).await?;
+        let topics = self.store.followed_topics(reader).await?;
+        cost.statements += 1;
         // One more than the page, to know whether another page follows.
         let wanted = limit + 1;
         let mut items: Vec<FeedItem> = Vec::with_capacity(wanted);
@@ -214,6 +221,14 @@ impl FeedService {
                         .await?,
                 );
                 cost.statements += pull_authors.len().div_ceil(AUTHORS_PER_QUERY);
+            }
+            if !topics.is_empty() {
+                sources.extend(
+                    self.store
+                        .topic_heads(reader, &topics, before, fetch)
+                        .await?,
+                );
+                cost.statements += topics.len().div_ceil(AUTHORS_PER_QUERY);
             }
             let candidates = merge_newest(sources, fetch);
             exhausted = candidates.len() < fetch;
@@ -249,6 +264,48 @@ impl FeedService {
             },
             cost,
         ))
+    }
+
+    /// Makes `reader` follow topic `name` (any spelling of a tag's name) or stop following it;
+    /// idempotent. Code 4 for a name no tag could have or beyond [`MAX_FOLLOWED_TOPICS`];
+    /// 404001 when no tag has that name (following only).
+    pub async fn follow_topic(
+        &self,
+        reader: i64,
+        name: &str,
+        follow: bool,
+    ) -> Result<(), platform::error::AppError> {
+        use platform::error::{AppError, Msg};
+        let key = crate::tag::TagName::parse(name)?.key;
+        let done = self
+            .store
+            .set_topic_follow(
+                reader,
+                &key,
+                follow,
+                MAX_FOLLOWED_TOPICS,
+                platform::db::now_millis(),
+            )
+            .await?;
+        match done {
+            TopicFollow::Done => Ok(()),
+            TopicFollow::NoSuchTopic => {
+                Err(AppError::NotFound(Msg::new("no such topic", "话题不存在")))
+            }
+            TopicFollow::TooMany => Err(AppError::InvalidInput(Msg::field(
+                "name",
+                format!("at most {MAX_FOLLOWED_TOPICS} topics may be followed"),
+                format!("最多关注 {MAX_FOLLOWED_TOPICS} 个话题"),
+            ))),
+        }
+    }
+
+    /// The topics `reader` follows (their normalised names), by name.
+    pub async fn followed_topics(
+        &self,
+        reader: i64,
+    ) -> Result<Vec<String>, platform::error::AppError> {
+        Ok(self.store.followed_topics(reader).await?)
     }
 
     /// The pull authors `reader` follows, probed from the smaller side: the reader's followees

@@ -35,6 +35,17 @@ pub struct FanOutStep {
     pub done: bool,
 }
 
+/// What [`FeedStore::set_topic_follow`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicFollow {
+    /// The reader follows (or no longer follows) the topic, now or already.
+    Done,
+    /// No tag has that name.
+    NoSuchTopic,
+    /// The reader follows as many topics as allowed.
+    TooMany,
+}
+
 /// A like or follow notice: `actor` did it to `object` (the article, the followee) at `time`.
 struct Notice {
     kind: FeedKind,
@@ -73,13 +84,16 @@ macro_rules! notice_stands {
 
 /// SQL: whether reader `$1` may see item `e` now, by the source tables — what they no longer
 /// show, the feed never shows, whether or not the consumers caught up: an article while it is
-/// published and the reader follows its author, a like while it is on and its article
+/// published and the reader follows its author or a topic it carries, a like while it is on and its article
 /// published, a follow while it holds, a comment while it is not deleted and its article (if
 /// any) published.
 pub const VISIBLE: &str = concat!(
     "((e.kind = 'article' AND ",
     article_published!(),
-    " AND EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1)) \
+    " AND (EXISTS (SELECT 1 FROM follows f WHERE f.follower = $1 AND f.followee = e.actor AND f.status = 1) \
+     OR EXISTS (SELECT 1 FROM tag_bizs tb JOIN tags tt ON tt.id = tb.tid \
+     JOIN topic_follows tf ON tf.uid = $1 AND tf.topic = tt.name_key \
+     WHERE tb.biz = 'article' AND tb.biz_id = e.article_id))) \
      OR (e.kind = 'follow' AND EXISTS (SELECT 1 FROM follows f WHERE f.follower = e.actor \
      AND f.followee = $1 AND f.status = 1)) \
      OR ",
@@ -475,18 +489,58 @@ impl FeedStore {
         before: Cursor,
         limit: usize,
     ) -> sqlx::Result<Vec<Vec<Cursor>>> {
-        let mut heads = Vec::with_capacity(authors.len());
-        for chunk in authors.chunks(AUTHORS_PER_QUERY) {
+        self.heads_by_part(reader, authors, before, limit, |n, key| {
+            format!(
+                "SELECT {n} AS part, e.ctime, e.id FROM feed_events e \
+                 WHERE e.actor = ${key} AND e.kind = 'article' AND e.delivery = 2 \
+                 AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) AND {VISIBLE} \
+                 ORDER BY e.ctime DESC, e.id DESC LIMIT $4"
+            )
+        })
+        .await
+    }
+
+    /// The newest `limit` article items of each of `topics` (tag keys) strictly before
+    /// `before` that `reader` may see now, whatever their delivery: the articles carrying a tag
+    /// of the topic, by any author (each topic's part from its tags' rows, `tags_by_key`, and
+    /// the items by article, `feed_events_article`). Parts as [`FeedStore::outbox_heads`].
+    pub async fn topic_heads(
+        &self,
+        reader: i64,
+        topics: &[String],
+        before: Cursor,
+        limit: usize,
+    ) -> sqlx::Result<Vec<Vec<Cursor>>> {
+        self.heads_by_part(reader, topics, before, limit, |n, key| {
+            format!(
+                "SELECT {n} AS part, e.ctime, e.id FROM tags t \
+                 JOIN tag_bizs b ON b.tid = t.id AND b.biz = 'article' \
+                 JOIN feed_events e ON e.article_id = b.biz_id AND e.kind = 'article' \
+                 WHERE t.name_key = ${key} AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) \
+                 AND {VISIBLE} ORDER BY e.ctime DESC, e.id DESC LIMIT $4"
+            )
+        })
+        .await
+    }
+
+    /// One part of heads per key — `part(n, placeholder)` the SQL of part `n` whose key is
+    /// placeholder `$placeholder` (`$1`–`$4`: reader, cursor time and id, limit) — as one
+    /// `UNION ALL` per [`AUTHORS_PER_QUERY`] keys; each part sorted in feed order.
+    async fn heads_by_part<K>(
+        &self,
+        reader: i64,
+        keys: &[K],
+        before: Cursor,
+        limit: usize,
+        part: impl Fn(usize, usize) -> String,
+    ) -> sqlx::Result<Vec<Vec<Cursor>>>
+    where
+        K: for<'q> sqlx::Encode<'q, Any> + sqlx::Type<Any> + Clone + Send + 'static,
+    {
+        let mut heads = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(AUTHORS_PER_QUERY) {
             let parts: Vec<String> = (0..chunk.len())
-                .map(|n| {
-                    format!(
-                        "SELECT * FROM (SELECT {n} AS part, e.ctime, e.id FROM feed_events e \
-                         WHERE e.actor = ${} AND e.kind = 'article' AND e.delivery = 2 \
-                         AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) AND {VISIBLE} \
-                         ORDER BY e.ctime DESC, e.id DESC LIMIT $4) AS h{n}",
-                        n + 5
-                    )
-                })
+                .map(|n| format!("SELECT * FROM ({}) AS h{n}", part(n, n + 5)))
                 .collect();
             let sql = parts.join(" UNION ALL ");
             let mut query = sqlx::query_as::<_, (i64, i64, i64)>(&sql)
@@ -494,8 +548,8 @@ impl FeedStore {
                 .bind(before.time)
                 .bind(before.id)
                 .bind(limit as i64);
-            for author in chunk {
-                query = query.bind(*author);
+            for key in chunk {
+                query = query.bind(key.clone());
             }
             let rows = query.fetch_all(self.db.pool()).await?;
             let mut parts = vec![Vec::new(); chunk.len()];
@@ -510,6 +564,64 @@ impl FeedStore {
             heads.extend(parts);
         }
         Ok(heads)
+    }
+
+    /// The topics (tag keys) `reader` follows, by key.
+    pub async fn followed_topics(&self, reader: i64) -> sqlx::Result<Vec<String>> {
+        sqlx::query_scalar("SELECT topic FROM topic_follows WHERE uid = $1 ORDER BY topic")
+            .bind(reader)
+            .fetch_all(self.db.pool())
+            .await
+    }
+
+    /// Makes `reader` follow topic `topic` (a tag key) from `now`, or stop following it.
+    /// Following is refused ([`TopicFollow::NoSuchTopic`]) for a key no tag has, and
+    /// ([`TopicFollow::TooMany`]) beyond `cap` topics; both idempotent.
+    pub async fn set_topic_follow(
+        &self,
+        reader: i64,
+        topic: &str,
+        follow: bool,
+        cap: i64,
+        now: i64,
+    ) -> sqlx::Result<TopicFollow> {
+        if !follow {
+            sqlx::query("DELETE FROM topic_follows WHERE uid = $1 AND topic = $2")
+                .bind(reader)
+                .bind(topic)
+                .execute(self.db.writer())
+                .await?;
+            return Ok(TopicFollow::Done);
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO topic_follows (uid, topic, ctime) SELECT $1, $2, $3 \
+             WHERE EXISTS (SELECT 1 FROM tags WHERE name_key = $2) \
+             AND (SELECT COUNT(*) FROM topic_follows WHERE uid = $1) < $4 \
+             ON CONFLICT (uid, topic) DO NOTHING",
+        )
+        .bind(reader)
+        .bind(topic)
+        .bind(now)
+        .bind(cap)
+        .execute(self.db.writer())
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(TopicFollow::Done);
+        }
+        let (followed, exists): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM topic_follows WHERE uid = $1 AND topic = $2), \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM tags WHERE name_key = $2 LIMIT 1) AS x)",
+        )
+        .bind(reader)
+        .bind(topic)
+        .fetch_one(self.db.pool())
+        .await?;
+        Ok(match (followed, exists) {
+            (1.., _) => TopicFollow::Done,
+            (_, 0) => TopicFollow::NoSuchTopic,
+            _ => TopicFollow::TooMany,
+        })
     }
 
     /// The items `ids` as `reader` may see them now ([`VISIBLE`]), in one query. Items not

@@ -730,6 +730,37 @@ fn page_number(n: &str) -> Option<i64> {
         .filter(|n| (0..=i64::MAX / SITEMAP_PAGE - 1).contains(n))
 }
 
+/// A sitemap of page `n` of the ids `read` lists, each at `prefix` and its id; 404 for a page
+/// number out of range or while visitors may not read.
+async fn id_sitemap<F>(
+    routes: &SiteRoutes,
+    n: &str,
+    request: &HeaderMap,
+    prefix: &str,
+    read: F,
+) -> Response
+where
+    F: AsyncFnOnce(&SiteStore, i64) -> sqlx::Result<Vec<super::store::Listed<i64>>>,
+{
+    let Some(n) = page_number(n).filter(|_| routes.open) else {
+        return closed();
+    };
+    match read(&routes.store, n).await {
+        Ok(rows) => {
+            let urls = rows
+                .into_iter()
+                .map(|row| (format!("{prefix}{}", row.key), row.lastmod));
+            send(
+                request,
+                XML,
+                Bytes::from(render::sitemap(&origin(routes, request), urls)),
+                None,
+            )
+        }
+        Err(err) => AppError::from(err).into_response(),
+    }
+}
+
 /// `GET /sitemaps/articles/{n}` **(webook)**: the published articles with ids
 /// `n × 10 000 ..< (n + 1) × 10 000`, each with its last publish.
 #[utoipa::path(
@@ -747,23 +778,10 @@ async fn sitemap_articles(
     Path(n): Path<String>,
     request: HeaderMap,
 ) -> Response {
-    let Some(n) = page_number(&n).filter(|_| routes.open) else {
-        return closed();
-    };
-    match routes.store.articles_on(n).await {
-        Ok(rows) => {
-            let urls = rows
-                .into_iter()
-                .map(|row| (format!("/a/{}", row.key), row.lastmod));
-            send(
-                &request,
-                XML,
-                Bytes::from(render::sitemap(&origin(&routes, &request), urls)),
-                None,
-            )
-        }
-        Err(err) => AppError::from(err).into_response(),
-    }
+    id_sitemap(&routes, &n, &request, "/a/", async |store, n| {
+        store.articles_on(n).await
+    })
+    .await
 }
 
 /// `GET /sitemaps/authors/{n}` **(webook)**: the authors of published articles with ids
@@ -783,23 +801,10 @@ async fn sitemap_authors(
     Path(n): Path<String>,
     request: HeaderMap,
 ) -> Response {
-    let Some(n) = page_number(&n).filter(|_| routes.open) else {
-        return closed();
-    };
-    match routes.store.authors_on(n).await {
-        Ok(rows) => {
-            let urls = rows
-                .into_iter()
-                .map(|row| (format!("/u/{}", row.key), row.lastmod));
-            send(
-                &request,
-                XML,
-                Bytes::from(render::sitemap(&origin(&routes, &request), urls)),
-                None,
-            )
-        }
-        Err(err) => AppError::from(err).into_response(),
-    }
+    id_sitemap(&routes, &n, &request, "/u/", async |store, n| {
+        store.authors_on(n).await
+    })
+    .await
 }
 
 /// `GET /sitemaps/topics` **(webook)**: the topics carried by published articles (up to

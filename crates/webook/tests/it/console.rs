@@ -382,15 +382,7 @@ async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_li
         hash.as_str().is_some_and(|hash| hash.contains("article")),
         "the login page should come back to the article: {hash}"
     );
-    browser
-        .fill("form input[name=email]", "author@example.com")
-        .await;
-    browser.fill("form input[name=password]", PASSWORD).await;
-    browser
-        .click("form:has(input[name=email]) button[type=submit]")
-        .await;
-    browser.ready("article").await;
-    browser.wait_text("[data-test=title]", title).await;
+    sign_in_and_return_to_article(&browser, "author@example.com", title).await;
     browser.click("[data-action=like]").await;
     browser
         .wait_js(
@@ -404,6 +396,18 @@ async fn a_visitor_reads_an_article_its_author_and_a_tag_and_signs_in_only_to_li
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");
     browser.close().await;
+}
+
+/// On the login page a write sent them to: signs `email` in, and waits for the article titled
+/// `title` they came from.
+async fn sign_in_and_return_to_article(browser: &Browser, email: &str, title: &str) {
+    browser.fill("form input[name=email]", email).await;
+    browser.fill("form input[name=password]", PASSWORD).await;
+    browser
+        .click("form:has(input[name=email]) button[type=submit]")
+        .await;
+    browser.ready("article").await;
+    browser.wait_text("[data-test=title]", title).await;
 }
 
 #[tokio::test]
@@ -479,21 +483,25 @@ async fn a_public_page_reads_without_script_and_the_console_takes_it_over() {
     browser.wait_text("[data-test=title]", title).await;
     browser.click("[data-action=like]").await;
     browser.ready("login").await;
-    browser
-        .fill("form input[name=email]", "public@example.com")
-        .await;
-    browser.fill("form input[name=password]", PASSWORD).await;
-    browser
-        .click("form:has(input[name=email]) button[type=submit]")
-        .await;
-    browser.ready("article").await;
-    browser.wait_text("[data-test=title]", title).await;
+    sign_in_and_return_to_article(&browser, "public@example.com", title).await;
     let path = browser.js("return location.pathname;", vec![]).await;
     assert_eq!(path, json!(format!("/a/{id}")));
-    // The topic's page in the console lists it.
+    // The topic's page in the console lists it, and following the topic holds across a reload.
     browser.open(&server.url("/t/Rendering")).await;
     browser.ready("topic").await;
     browser.wait_text("[data-test=topic-articles]", title).await;
+    browser
+        .wait_attr("[data-action=follow-topic]", "aria-pressed", "false")
+        .await;
+    browser.click("[data-action=follow-topic]").await;
+    browser
+        .wait_attr("[data-action=follow-topic]", "aria-pressed", "true")
+        .await;
+    browser.open(&server.url("/#/topic/rendering")).await;
+    browser.ready("topic").await;
+    browser
+        .wait_attr("[data-action=follow-topic]", "aria-pressed", "true")
+        .await;
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");
     browser.close().await;

@@ -695,7 +695,102 @@ async fn comments_and_likes_leave_the_feed_with_their_source(setup: Setup) {
     .await;
 }
 
+/// Tags `article` of `author` with a tag named `name` (creating it).
+async fn tag_article(app: &TestApp, author: &Member, article: i64, name: &str) {
+    let tid = post(app, "/tags", Some(&author.token), json!({ "name": name })).await;
+    assert_eq!(tid.code(), 0, "{}", tid.raw);
+    let attach = json!({"biz": "article", "bizId": article, "tids": [tid.json()["data"]]});
+    let attached = post(app, "/tags/attach", Some(&author.token), attach).await;
+    assert_eq!(attached.code(), 0, "{}", attached.raw);
+}
+
+async fn follow_topic(app: &TestApp, who: &Member, name: &str, on: bool) -> i64 {
+    let body = json!({ "name": name, "follow": on });
+    post(app, "/topics/follow", Some(&who.token), body)
+        .await
+        .code()
+}
+
+/// The reader follows a pushing author, a pulling author and a topic that articles of both and
+/// of a stranger carry: each article is in the feed once (the topic brings the same item its
+/// author's delivery does), the stranger's only while the topic is followed, drafts never.
+async fn a_followed_topic_brings_its_articles_once_across_push_and_pull(setup: Setup) {
+    // Authors with more than one follower pull.
+    let app = app_with_threshold(setup, 1).await;
+    let reader = member(&app, "reader").await;
+    let (small, big, fan) = (
+        member(&app, "small").await,
+        member(&app, "big").await,
+        member(&app, "fan").await,
+    );
+    let stranger = member(&app, "stranger").await;
+    assert_eq!(follow(&app, &reader, small.uid, true).await, 0);
+    assert_eq!(follow(&app, &reader, big.uid, true).await, 0);
+    assert_eq!(follow(&app, &fan, big.uid, true).await, 0);
+    // No tag has the name yet; a name no tag could have.
+    assert_eq!(follow_topic(&app, &reader, "rust", true).await, 404001);
+    assert_eq!(follow_topic(&app, &reader, "  ", true).await, 4);
+
+    let pushed = publish(&app, &small, "pushed").await;
+    tag_article(&app, &small, pushed, "Rust").await;
+    let pulled = publish(&app, &big, "pulled").await;
+    tag_article(&app, &big, pulled, "rust").await;
+    let topical = publish(&app, &stranger, "topical").await;
+    tag_article(&app, &stranger, topical, "RUST").await;
+    let unrelated = publish(&app, &stranger, "unrelated").await;
+    tag_article(&app, &stranger, unrelated, "go").await;
+    let draft = post(
+        &app,
+        "/articles/edit",
+        Some(&stranger.token),
+        json!({"title": "draft", "content": "<p>x</p>"}),
+    )
+    .await;
+    tag_article(
+        &app,
+        &stranger,
+        draft.json()["data"].as_i64().unwrap(),
+        "rust",
+    )
+    .await;
+    assert_eq!(wait_for_delivery(&app, pushed).await, 1);
+    assert_eq!(wait_for_delivery(&app, pulled).await, 2);
+
+    // Any spelling follows the one topic, twice is once.
+    assert_eq!(follow_topic(&app, &reader, "Ｒｕｓｔ", true).await, 0);
+    assert_eq!(follow_topic(&app, &reader, "rust", true).await, 0);
+    let followed = get(&app, "/topics/followed", Some(&reader.token)).await;
+    assert_eq!(followed.json()["data"], json!(["rust"]));
+    let expected: HashSet<i64> = [pushed, pulled, topical].into();
+    wait_for_articles(&app, &reader, &expected).await;
+    for limit in [1, 2, 100] {
+        let ids = article_ids(&whole_feed(&app, &reader, limit).await);
+        assert_eq!(
+            ids.len(),
+            expected.len(),
+            "an article twice (pages of {limit}): {ids:?}"
+        );
+    }
+
+    // Unfollowed: the stranger's article goes, the followed authors' stay.
+    assert_eq!(follow_topic(&app, &reader, "rust", false).await, 0);
+    let ids: HashSet<i64> = article_ids(&whole_feed(&app, &reader, 100).await)
+        .into_iter()
+        .collect();
+    assert_eq!(ids, [pushed, pulled].into());
+    // Followed again, then the article withdrawn: gone again.
+    assert_eq!(follow_topic(&app, &reader, "rust", true).await, 0);
+    wait_for_articles(&app, &reader, &expected).await;
+    withdraw(&app, &stranger, topical).await;
+    let ids: HashSet<i64> = article_ids(&whole_feed(&app, &reader, 100).await)
+        .into_iter()
+        .collect();
+    assert_eq!(ids, [pushed, pulled].into());
+    app.stop().await.unwrap();
+}
+
 setup_tests!(
+    a_followed_topic_brings_its_articles_once_across_push_and_pull,
     follows_are_idempotent_and_counts_exact_under_concurrency,
     lists_page_with_cursors_and_show_whom_the_caller_follows,
     a_reader_sees_every_item_once_in_order_while_authors_publish,
@@ -1016,14 +1111,14 @@ async fn hidden_items_never_leave_a_page_empty_before_the_end(database: TestDb) 
     let (page, cost) = feed.page_with_cost(1, None, 5).await.unwrap();
     assert_eq!(kinds_and_actors(&page), vec![("follow", 2)]);
     assert_eq!(page.next, None, "the end");
-    // The database skips the 300 hidden items within one statement: one round, three
+    // The database skips the 300 hidden items within one statement: one round, four
     // statements (the pull authors followed — their site-wide count is cached from the first
-    // page —, the inbox's heads, their items).
+    // page —, the topics followed, the inbox's heads, their items).
     assert_eq!(
         cost,
         webook::feed::service::PageCost {
             rounds: 1,
-            statements: 3
+            statements: 4
         }
     );
 

@@ -29,12 +29,12 @@ const en = {
   "feed.commentOn": "{actor} commented on {article}", "feed.comment": "{actor} commented",
 
   "search.title": "Search", "search.titleFor": "Search: {q}", "search.label": "Search articles and people",
-  "search.placeholder": "Search articles and people", "search.go": "Search", "search.articles": "Articles",
+  "search.placeholder": "Search…", "search.go": "Search", "search.articles": "Articles",
   "search.users": "People", "search.noArticles": "No articles found.", "search.noUsers": "No people found.",
   "search.rebuilding": "The search index is being rebuilt. Please try again in a minute.",
   "search.suggestions": "Suggestions", "search.kindArticle": "Article", "search.kindUser": "Person",
   "tag.title": "Tag {id}", "tag.empty": "No published articles carry this tag.",
-  "topic.feed": "Atom feed",
+  "topic.feed": "Atom feed", "topic.follow": "Follow topic", "topic.unfollow": "Unfollow topic",
 
   "auth.signupTitle": "Create an account", "auth.loginTitle": "Log in", "auth.email": "Email",
   "auth.password": "Password", "auth.confirmPassword": "Confirm password",
@@ -225,12 +225,12 @@ const zh = {
   "feed.commentOn": "{actor} 评论了 {article}", "feed.comment": "{actor} 发表了评论",
 
   "search.title": "搜索", "search.titleFor": "搜索：{q}", "search.label": "搜索文章和用户",
-  "search.placeholder": "搜索文章和用户", "search.go": "搜索", "search.articles": "文章",
+  "search.placeholder": "搜索…", "search.go": "搜索", "search.articles": "文章",
   "search.users": "用户", "search.noArticles": "没有找到文章。", "search.noUsers": "没有找到用户。",
   "search.rebuilding": "搜索索引正在重建，请一分钟后再试。",
   "search.suggestions": "搜索建议", "search.kindArticle": "文章", "search.kindUser": "用户",
   "tag.title": "标签 {id}", "tag.empty": "没有带这个标签的已发表文章。",
-  "topic.feed": "Atom 订阅",
+  "topic.feed": "Atom 订阅", "topic.follow": "关注话题", "topic.unfollow": "取消关注",
 
   "auth.signupTitle": "注册账号", "auth.loginTitle": "登录", "auth.email": "邮箱",
   "auth.password": "密码", "auth.confirmPassword": "确认密码",

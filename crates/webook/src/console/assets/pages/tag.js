@@ -5,7 +5,8 @@
 import { h } from "../dom.js";
 import { api } from "../api.js";
 import { t } from "../i18n.js";
-import { pager, articleItem, emptyItem, heading } from "../ui.js";
+import * as session from "../session.js";
+import { alertBox, actionButton, pager, articleItem, emptyItem, heading } from "../ui.js";
 
 export async function tag(ctx) {
   const id = Number(ctx.params[0]);
@@ -25,7 +26,25 @@ export async function topic(ctx) {
   const name = ctx.params[0];
   const load = (cursor, signal) =>
     api(`/topics/${encodeURIComponent(name)}`, { query: { cursor, limit: 20 }, signal });
-  const first = await load(null, ctx.signal);
+  const me = session.current();
+  const [first, followedTopics] = await Promise.all([
+    load(null, ctx.signal),
+    // A visitor follows nothing: asked to sign in when they try.
+    me ? api("/topics/followed", { signal: ctx.signal }) : [],
+  ]);
+  let followed = followedTopics.includes(first.key);
+  const alert = alertBox();
+  const followBtn = actionButton("", "follow-topic", async () => {
+    await api("/topics/follow", { method: "POST", body: { name: first.key, follow: !followed } });
+    followed = !followed;
+    paint();
+  }, alert);
+  const paint = () => {
+    followBtn.textContent = followed ? t("topic.unfollow") : t("topic.follow");
+    followBtn.setAttribute("aria-pressed", String(followed));
+    followBtn.classList.toggle("primary", !followed);
+  };
+  paint();
   const list = h("ul", { class: "articles", dataset: { test: "topic-articles" } });
   const p = pager(list, async (cursor) => (await load(cursor)).articles, (a) => articleItem(a));
   for (const a of first.articles.items || []) list.append(articleItem(a));
@@ -35,6 +54,7 @@ export async function topic(ctx) {
     type: "application/atom+xml" }, t("topic.feed"));
   return h("section", null,
     heading(`#${first.name}`),
-    h("p", { class: "meta" }, feed),
+    h("p", { class: "meta" }, followBtn, " ", feed),
+    alert,
     h("section", { class: "card" }, list, p.el));
 }
