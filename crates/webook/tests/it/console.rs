@@ -264,6 +264,8 @@ async fn a_newcomer_publishes_and_a_reader_reads_likes_comments_follows_searches
     // A reward through the fake payment page, in a second window.
     browser.open(&server.url(&format!("/#/article/{id}"))).await;
     browser.ready("article").await;
+    // Rewarding is folded away after the comments until asked for.
+    browser.click("[data-action=open-reward]").await;
     browser.fill("input[name=amount]", "1.00").await;
     browser.click("[data-action=reward]").await;
     let qr = browser.el("[data-test=qr]").await;

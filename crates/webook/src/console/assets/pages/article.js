@@ -88,9 +88,10 @@ export async function article(ctx) {
     h("div", { class: "actions" }, likeBtn, collectBtn),
     actionAlert);
 
-  const parts = [section];
+  // Content first, then the conversation; rewarding is one click away, not a form in every
+  // reader's path.
+  const parts = [section, commentsSection(id, art, comments, me, bump)];
   if (!mine) parts.push(rewardSection(id, ctx));
-  parts.push(commentsSection(id, art, comments, me, bump));
   return h("div", { class: "article-page" }, parts);
 }
 
@@ -131,8 +132,9 @@ function rewardSection(id, ctx) {
     poll = new AbortController();
     watch(data.rid, status, poll.signal, ctx.signal);
   });
-  return h("section", { class: "card reward", "aria-labelledby": "reward-title" },
-    h("h2", { id: "reward-title" }, t("reward.title")), form, result);
+  return h("details", { class: "card reward" },
+    h("summary", { dataset: { action: "open-reward" } }, h("h2", { id: "reward-title" }, t("reward.title"))),
+    form, result);
 }
 
 /** The QR code must hold a URL a phone can open: the fake provider's codeURL is a bare path. */

@@ -9,6 +9,9 @@ import { t } from "../i18n.js";
 import * as session from "../session.js";
 import { pager, articleItem, emptyItem, time, userLink, errorText, input, heading } from "../ui.js";
 
+// The page's h1 for screen readers and the outline; the header's logo already shows the name.
+const homeHeading = () => { const h1 = heading(t("home.title")); h1.classList.add("sr-only"); return h1; };
+
 const settle = (p) => p.then((v) => ({ ok: true, v }), (e) => ({ ok: false, e }));
 
 export async function home(ctx) {
@@ -83,7 +86,7 @@ export async function home(ctx) {
       ...(latest.ok ? [latestSection] : []),
       hotSection);
     right.append(h("section", { class: "card" }, h("h2", null, t("nav.search")), searchForm));
-    return h("section", null, heading(t("home.title")), main);
+    return h("section", null, homeHeading(), main);
   }
 
   // Feed.
@@ -102,7 +105,7 @@ export async function home(ctx) {
 
   left.append(latestSection, feedSection);
   right.append(h("section", { class: "card" }, h("h2", null, t("nav.search")), searchForm), hotSection);
-  return h("section", null, heading(t("home.title")), main);
+  return h("section", null, homeHeading(), main);
 }
 
 /** One feed item: who did what, with the article or comment concerned. */

@@ -50,8 +50,9 @@ export async function search(ctx) {
   }
 
   const artList = h("ul", { class: "articles", dataset: { test: "search-articles" } });
-  const artPager = pager(artList, async (cursor) => (await api("/search", { query: { q, type: "article", cursor, limit: LIMIT } })).articles, hitItem);
-  for (const a of data.articles?.items || []) artList.append(hitItem(a));
+  const item = (a) => hitItem(a, q);
+  const artPager = pager(artList, async (cursor) => (await api("/search", { query: { q, type: "article", cursor, limit: LIMIT } })).articles, item);
+  for (const a of data.articles?.items || []) artList.append(item(a));
   if (!(data.articles?.items || []).length) artList.append(emptyItem(t("search.noArticles")));
   artPager.setNext(data.articles?.next);
 
@@ -228,7 +229,23 @@ function userOption(u) {
   return suggestion("user", u.id, `#/user/${u.id}`, t("search.kindUser"), u.nickname || `user${u.id}`);
 }
 
-function hitItem(a) {
+/** Whether tag `name` is what query `q` asked for: a word of the query within the name or the
+ * name within the query, compared as the server folds them (NFKC, lower case). A hit found by its
+ * tag alone then shows why. */
+function tagMatches(name, q) {
+  const fold = (text) => String(text).normalize("NFKC").toLowerCase();
+  const tag = fold(name);
+  const query = fold(q);
+  return query.includes(tag) || query.split(/\s+/).some((word) => word && tag.includes(word));
+}
+
+function tagOf(n, q) {
+  const name = typeof n === "string" ? n : n.name;
+  const label = tagMatches(name, q) ? h("em", null, `#${name}`) : `#${name}`;
+  return h("a", { class: "tag", href: `#/topic/${encodeURIComponent(name)}` }, label);
+}
+
+function hitItem(a, q) {
   const title = a.highlight?.title ? highlight(a.highlight.title) : a.title || t("untitled");
   const snippet = a.highlight?.content ? highlight(a.highlight.content) : decodeHtml(a.abstract || "");
   return h("li", { class: "article-item", dataset: { id: a.id } },
@@ -238,7 +255,7 @@ function hitItem(a) {
       a.author ? [userLink(a.author), " · "] : null,
       time(a.ctime),
       ` · ${t("count.likes", { n: a.likeCnt ?? 0 })}`,
-      (a.tags || []).length ? [" · ", (a.tags || []).map((n) => h("span", { class: "tag" }, `#${typeof n === "string" ? n : n.name}`))] : null));
+      (a.tags || []).length ? [" · ", (a.tags || []).map((n) => tagOf(n, q))] : null));
 }
 
 function userHit(u) {
