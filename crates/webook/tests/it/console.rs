@@ -478,6 +478,20 @@ async fn a_public_page_reads_without_script_and_the_console_takes_it_over() {
     assert!(shown("[data-test=ssr-author]").await.contains(title));
     plain.close().await;
 
+    // A visitor searches too: the article is found by its tag, which the hit marks.
+    platform::testing::wait_until("the search index to hold the tagged article", || async {
+        server.search_article_ids("rendering").await.contains(&id)
+    })
+    .await;
+    browser.open(&server.url("/#/search?q=rendering")).await;
+    browser.ready("search").await;
+    browser
+        .wait_text("[data-test=search-articles]", title)
+        .await;
+    browser
+        .wait_text("[data-test=search-articles] .tag em", "#Rendering")
+        .await;
+
     // With JavaScript, the console takes the page over: the live article, whose like asks the
     // visitor to sign in and brings them back to this very page.
     browser.open(&server.url(&format!("/a/{id}"))).await;
