@@ -1,6 +1,7 @@
 //! `/follow/*` and `/feed` (API.md → Follows and the feed): thin handlers over
-//! [`FollowService`] and [`FeedService`]. Every route needs a logged-in caller; following
-//! honours `Idempotency-Key`.
+//! [`FollowService`] and [`FeedService`]. A user's counts and follower and followee lists are
+//! open to visitors without an account (`anonymous_reading`; they name the user); the rest
+//! needs a logged-in caller. Following honours `Idempotency-Key`.
 
 use platform::caller::{AuthUser, Reader, Writer};
 use platform::idempotency::Idempotency;
@@ -103,7 +104,7 @@ async fn set_follow(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
-    /// Whose list (default: the caller).
+    /// Whose list (default: the caller; required for a visitor without an account).
     uid: Option<i64>,
     /// The `next` of the previous page.
     cursor: Option<String>,
@@ -118,16 +119,20 @@ fn subject(uid: Option<i64>, caller: i64) -> Result<i64, AppError> {
 
 async fn list(
     state: &FeedRoutes,
-    caller: i64,
+    caller: &platform::caller::Caller,
     query: ListQuery,
     side: Side,
 ) -> ApiResult<Page<FollowUser>> {
-    let uid = subject(query.uid, caller)?;
+    // A visitor names the user, and follows nobody (no `followed` is true for user 0).
+    let (uid, asker) = match caller.uid() {
+        Some(me) => (subject(query.uid, me)?, me),
+        None => (positive_id("uid", query.uid.unwrap_or(0))?, 0),
+    };
     let limit = page_limit(query.limit)?;
     Ok(Reply(
         state
             .follows
-            .list(caller, uid, side, query.cursor.as_deref(), limit)
+            .list(asker, uid, side, query.cursor.as_deref(), limit)
             .await?,
     ))
 }
@@ -136,34 +141,34 @@ async fn list(
 #[utoipa::path(
     get,
     path = "/follow/followees",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(ListQuery),
     responses((status = 200, description = "A page; `followed`: whether the caller follows \
                that user.", body = Envelope<Page<FollowUser>>))
 )]
 async fn followees(
     State(state): State<Arc<FeedRoutes>>,
-    user: AuthUser,
+    Reader(caller): Reader,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> ApiResult<Page<FollowUser>> {
-    list(&state, user.uid, query, Side::Followees).await
+    list(&state, &caller, query, Side::Followees).await
 }
 
 /// Who follows a user, newest follow first.
 #[utoipa::path(
     get,
     path = "/follow/followers",
-    security(("access_token" = [])),
+    security((), ("access_token" = [])),
     params(ListQuery),
     responses((status = 200, description = "A page; `followed`: whether the caller follows \
                that user.", body = Envelope<Page<FollowUser>>))
 )]
 async fn followers(
     State(state): State<Arc<FeedRoutes>>,
-    user: AuthUser,
+    Reader(caller): Reader,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> ApiResult<Page<FollowUser>> {
-    list(&state, user.uid, query, Side::Followers).await
+    list(&state, &caller, query, Side::Followers).await
 }
 
 #[derive(Deserialize, IntoParams)]

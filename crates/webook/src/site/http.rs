@@ -29,7 +29,7 @@ use crate::{
     article::{ArticleService, ReaderCopy},
     console::{ConsoleShell, ShellPage},
     ranking::RankingService,
-    tag::TagService,
+    tag::{TagService, TopicOrder},
     user::UserService,
 };
 use platform::{error::AppError, http::accepts_gzip, http::etag_matches, prerendered::Prerendered};
@@ -304,11 +304,16 @@ fn failed(routes: &SiteRoutes, request: &HeaderMap, err: AppError) -> Response {
     }
 }
 
+/// Parameter `name` of a page's query string.
+fn param_of(query: Option<&str>, name: &str) -> Option<String> {
+    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
+
 /// The `cursor` of a page's query string.
 fn cursor_of(query: Option<&str>) -> Option<String> {
-    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(key, _)| key == "cursor")
-        .map(|(_, value)| value.into_owned())
+    param_of(query, "cursor")
 }
 
 /// `GET /a/{id}` **(webook)**: a published article as a page — title, author, date and
@@ -456,10 +461,17 @@ async fn topic(
         return bare(&routes, &request, StatusCode::OK, "webook", "");
     }
     let cursor = cursor_of(query.as_deref());
-    match routes.tags.topic(&name, cursor.as_deref(), LIST_LEN).await {
+    // An unknown order is the default one (a page, not an API, answers what it can).
+    let order =
+        TopicOrder::parse(param_of(query.as_deref(), "sort").as_deref()).unwrap_or_default();
+    match routes
+        .tags
+        .topic(&name, order, cursor.as_deref(), LIST_LEN)
+        .await
+    {
         Ok(topic) => {
             let origin = origin(&routes, &request);
-            let html = render::topic_page(&routes.shell, &origin, &topic);
+            let html = render::topic_page(&routes.shell, &origin, &topic, order);
             send(&request, HTML, Bytes::from(html), None)
         }
         Err(err) => failed(&routes, &request, err),
@@ -647,7 +659,11 @@ async fn topic_feed(
     if !routes.open {
         return closed();
     }
-    match routes.tags.topic(&name, None, FEED_ENTRIES).await {
+    match routes
+        .tags
+        .topic(&name, TopicOrder::Newest, None, FEED_ENTRIES)
+        .await
+    {
         Ok(topic) => {
             let entries = entries_of(topic.articles.items.into_iter().map(|item| Entry {
                 id: item.id,

@@ -15,7 +15,7 @@ use platform::text::escape_html as esc;
 use crate::{
     article::{PublishedItem, ReaderCopy},
     console::{ConsoleShell, ShellPage},
-    tag::Topic,
+    tag::{Topic, TopicOrder},
     user::Person,
 };
 
@@ -325,8 +325,9 @@ pub fn topic_path(key: &str) -> String {
     )
 }
 
-/// A topic's page: its name and a page of its articles (from any author).
-pub fn topic_page(shell: &ConsoleShell, origin: &str, topic: &Topic) -> String {
+/// A topic's page: its name and a page of its articles (from any author) in `order`, with
+/// links to both orders.
+pub fn topic_page(shell: &ConsoleShell, origin: &str, topic: &Topic, order: TopicOrder) -> String {
     let path = topic_path(&topic.key);
     let url = format!("{origin}{path}");
     let description = esc(&format!("#{} on {SITE_NAME}", topic.name));
@@ -345,8 +346,14 @@ pub fn topic_page(shell: &ConsoleShell, origin: &str, topic: &Topic) -> String {
             )),
         },
     );
+    let (sort, newest, hottest) = match order {
+        TopicOrder::Newest => ("", " aria-current=\"page\"", ""),
+        TopicOrder::Hottest => ("&amp;sort=hot", "", " aria-current=\"page\""),
+    };
     let mut main = format!(
         "<section data-test=\"ssr-topic\"><h1 class=\"page-title\">#{}</h1>\
+         <p class=\"meta\"><a href=\"{path}\"{newest}>Newest</a> · \
+         <a href=\"{path}?sort=hot\"{hottest}>Most liked</a></p>\
          <section class=\"card\"><ul class=\"articles\">",
         esc(&topic.name)
     );
@@ -364,7 +371,7 @@ pub fn topic_page(shell: &ConsoleShell, origin: &str, topic: &Topic) -> String {
     if let Some(next) = &topic.articles.next {
         let _ = write!(
             main,
-            "<p><a rel=\"next\" href=\"{path}?cursor={}\">→</a></p>",
+            "<p><a rel=\"next\" href=\"{path}?cursor={}{sort}\">→</a></p>",
             esc(next)
         );
     }

@@ -19,7 +19,7 @@ use crate::{
     tag::{
         model::{Tag, TaggedArticle},
         service::Topic,
-        TagService,
+        TagService, TopicOrder,
     },
 };
 use platform::{
@@ -201,6 +201,17 @@ async fn articles(
     ))
 }
 
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct TopicQuery {
+    /// `new` (default): newest first; `hot`: most liked first.
+    sort: Option<String>,
+    /// The `next` of the previous page (of the same `sort`).
+    cursor: Option<String>,
+    /// 1–100 (default 20).
+    limit: Option<i64>,
+}
+
 /// `GET /topics/{name}` **(webook)**: a topic — every owner's tags of that name, compared
 /// normalised — with a page of its published articles, newest first.
 #[utoipa::path(
@@ -208,7 +219,7 @@ async fn articles(
     path = "/topics/{name}",
     security((), ("access_token" = [])),
     params(("name" = String, Path, description = "Any spelling of the topic's name \
-            (`Rust`, `rust`, `ｒｕｓｔ`)."), PageQuery),
+            (`Rust`, `rust`, `ｒｕｓｔ`)."), TopicQuery),
     responses((status = 200, description = "The topic and a page of its articles. Code 4: a \
                name no tag could have; 404001: no tag of that name.", body = Envelope<Topic>))
 )]
@@ -216,13 +227,14 @@ async fn topic(
     State(state): State<Arc<TagRoutes>>,
     _reader: Reader,
     ApiPath(name): ApiPath<String>,
-    ApiQuery(query): ApiQuery<PageQuery>,
+    ApiQuery(query): ApiQuery<TopicQuery>,
 ) -> ApiResult<Topic> {
     let limit = page_limit(query.limit)?;
+    let order = TopicOrder::parse(query.sort.as_deref())?;
     Ok(Reply(
         state
             .tags
-            .topic(&name, query.cursor.as_deref(), limit)
+            .topic(&name, order, query.cursor.as_deref(), limit)
             .await?,
     ))
 }

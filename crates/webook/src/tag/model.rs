@@ -229,6 +229,83 @@ impl ArticleCursor {
     }
 }
 
+/// The order of a topic's articles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TopicOrder {
+    /// Newest article (by id) first; paging never repeats or skips one.
+    #[default]
+    Newest,
+    /// Most liked first (ties: newest first), by the likes when each page is read: a like
+    /// between two pages can move an article across the cut.
+    Hottest,
+}
+
+impl TopicOrder {
+    /// `new` (or absent) or `hot`; code 4 naming `sort` otherwise.
+    pub fn parse(sort: Option<&str>) -> Result<Self, AppError> {
+        match sort {
+            None | Some("new") => Ok(Self::Newest),
+            Some("hot") => Ok(Self::Hottest),
+            Some(_) => Err(AppError::InvalidInput(Msg::field(
+                "sort",
+                "must be new or hot",
+                "须为 new 或 hot",
+            ))),
+        }
+    }
+}
+
+/// Where a page of a topic's articles starts: after the last one served (its likes count only
+/// in [`TopicOrder::Hottest`]). Sent to clients as an opaque string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicCursor {
+    /// The last article's likes when it was served.
+    pub likes: i64,
+    /// The last article id served.
+    pub article_id: i64,
+}
+
+impl TopicCursor {
+    /// The first page.
+    pub const START: Self = Self {
+        likes: i64::MAX,
+        article_id: i64::MAX,
+    };
+
+    /// The opaque spelling of the cursor after `last` in `order`.
+    pub fn after(order: TopicOrder, last: &TaggedArticle) -> String {
+        match order {
+            TopicOrder::Newest => ArticleCursor {
+                article_id: last.id,
+            }
+            .encode(),
+            TopicOrder::Hottest => platform::page::encode_cursor(&[last.like_cnt, last.id]),
+        }
+    }
+
+    /// Parses what [`TopicCursor::after`] wrote for `order`; anything else is invalid input
+    /// naming `cursor`.
+    pub fn decode(order: TopicOrder, value: &str) -> Result<Self, AppError> {
+        match order {
+            TopicOrder::Newest => Ok(Self {
+                likes: i64::MAX,
+                article_id: ArticleCursor::decode(value)?.article_id,
+            }),
+            TopicOrder::Hottest => {
+                let [likes, article_id] = platform::page::decode_cursor(value)?;
+                if likes < 0 || article_id <= 0 {
+                    return Err(AppError::InvalidInput(Msg::field(
+                        "cursor",
+                        "is not a cursor this list gave",
+                        "不是本列表给出的游标",
+                    )));
+                }
+                Ok(Self { likes, article_id })
+            }
+        }
+    }
+}
+
 /// A published article carrying a tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]

@@ -43,8 +43,8 @@ use crate::{
     biz::Biz,
     tag::{
         model::{
-            distinct_tag_ids, ArticleCursor, Tag, TagCursor, TagName, TaggedArticle,
-            TOPIC_TAGS_CHANGED,
+            distinct_tag_ids, ArticleCursor, Tag, TagCursor, TagName, TaggedArticle, TopicCursor,
+            TopicOrder, TOPIC_TAGS_CHANGED,
         },
         settings::TagSettings,
         store::{Created, ReplaceError, TagStore},
@@ -248,29 +248,28 @@ impl TagService {
     }
 
     /// Topic `name` (any spelling of it: compared normalised) with a page of its published
-    /// articles, newest first, after `cursor`. Code 4 for a name no tag could have; 404001
-    /// when no owner has a tag of that name.
+    /// articles in `order`, after `cursor`. Code 4 for a name no tag could have; 404001 when
+    /// no owner has a tag of that name.
     pub async fn topic(
         &self,
         name: &str,
+        order: TopicOrder,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Topic, AppError> {
         let key = TagName::parse(name)?.key;
         let after = match cursor {
-            Some(cursor) => ArticleCursor::decode(cursor)?,
-            None => ArticleCursor::START,
+            Some(cursor) => TopicCursor::decode(order, cursor)?,
+            None => TopicCursor::START,
         };
         let Some(shown) = self.store.topic_name(&key).await? else {
             return Err(AppError::NotFound(Msg::new("no such topic", "话题不存在")));
         };
-        let (items, more) = self.store.topic_articles(&key, after, limit).await?;
-        let next = items.last().filter(|_| more).map(|last| {
-            ArticleCursor {
-                article_id: last.id,
-            }
-            .encode()
-        });
+        let (items, more) = self.store.topic_articles(&key, order, after, limit).await?;
+        let next = items
+            .last()
+            .filter(|_| more)
+            .map(|last| TopicCursor::after(order, last));
         Ok(Topic {
             name: shown,
             key,
@@ -287,7 +286,7 @@ pub struct Topic {
     /// Its normalised name ([`crate::tag::tag_key`]): what `/topics/{name}` and `/t/{name}`
     /// accept any spelling of.
     pub key: String,
-    /// Its published articles, newest first.
+    /// Its published articles, in the order asked for.
     pub articles: Page<TaggedArticle>,
 }
 

@@ -31,8 +31,8 @@ use std::collections::HashMap;
 use crate::{
     biz::Biz,
     tag::model::{
-        tag_key, ArticleCursor, Tag, TagName, TaggedArticle, TagsEvent, TAG_KEY_RULES,
-        TOPIC_TAGS_CHANGED,
+        tag_key, ArticleCursor, Tag, TagName, TaggedArticle, TagsEvent, TopicCursor, TopicOrder,
+        TAG_KEY_RULES, TOPIC_TAGS_CHANGED,
     },
     user::Person,
 };
@@ -369,32 +369,51 @@ impl TagStore {
 
 impl TagStore {
     /// Up to `limit` published articles carrying a tag of key `key` (topic `key`: any
-    /// owner's), newest id first, strictly below `after`; and whether more follow. An article
+    /// owner's), in `order` strictly after `after`; and whether more follow. An article
     /// carries at most one tag of a key (its owner's tags are unique by key), so no article
     /// shows twice. One statement, over the tags of that key (`tags_by_key`).
     pub async fn topic_articles(
         &self,
         key: &str,
-        after: ArticleCursor,
+        order: TopicOrder,
+        after: TopicCursor,
         limit: usize,
     ) -> sqlx::Result<(Vec<TaggedArticle>, bool)> {
-        let rows: Vec<TaggedRow> = sqlx::query_as(
-            "SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
-             COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.comment_cnt, 0) AS comment_cnt, \
-             p.ctime, p.utime \
-             FROM tags t \
-             JOIN tag_bizs b ON b.tid = t.id AND b.biz = $2 AND b.biz_id < $3 \
-             JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
-             LEFT JOIN users u ON u.id = p.author_id \
-             LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
-             WHERE t.name_key = $1 ORDER BY b.biz_id DESC LIMIT $4",
-        )
-        .bind(key)
-        .bind(Biz::Article.as_str())
-        .bind(after.article_id)
-        .bind(limit as i64 + 1)
-        .fetch_all(self.db.pool())
-        .await?;
+        macro_rules! topic_sql {
+            ($after:literal, $order:literal) => {
+                concat!(
+                    "SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
+                     COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.comment_cnt, 0) AS comment_cnt, \
+                     p.ctime, p.utime \
+                     FROM tags t \
+                     JOIN tag_bizs b ON b.tid = t.id AND b.biz = $2 \
+                     JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
+                     LEFT JOIN users u ON u.id = p.author_id \
+                     LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
+                     WHERE t.name_key = $1 AND ",
+                    $after,
+                    " ORDER BY ",
+                    $order,
+                    " LIMIT $4"
+                )
+            };
+        }
+        let sql = match order {
+            TopicOrder::Newest => topic_sql!("b.biz_id < $3", "b.biz_id DESC"),
+            TopicOrder::Hottest => topic_sql!(
+                "(COALESCE(i.like_cnt, 0) < $5 OR (COALESCE(i.like_cnt, 0) = $5 AND p.id < $3))",
+                "like_cnt DESC, p.id DESC"
+            ),
+        };
+        let mut query = sqlx::query_as::<_, TaggedRow>(sql)
+            .bind(key)
+            .bind(Biz::Article.as_str())
+            .bind(after.article_id)
+            .bind(limit as i64 + 1);
+        if order == TopicOrder::Hottest {
+            query = query.bind(after.likes);
+        }
+        let rows = query.fetch_all(self.db.pool()).await?;
         let mut articles: Vec<TaggedArticle> =
             rows.into_iter().filter_map(TaggedRow::article).collect();
         let more = articles.len() > limit;

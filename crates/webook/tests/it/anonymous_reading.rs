@@ -28,6 +28,7 @@ async fn app(setup: Setup, anonymous_reading: bool) -> TestApp {
 /// it, and a draft with a tag of its own.
 struct Content {
     author: Member,
+    fan: Member,
     article: i64,
     root: i64,
     tag: i64,
@@ -36,6 +37,15 @@ struct Content {
 
 async fn content(app: &TestApp) -> Content {
     let author = member(app, "author").await;
+    let fan = member(app, "fan").await;
+    let followed = post(
+        app,
+        "/follow/follow",
+        Some(&fan.token),
+        json!({"followee": author.uid}),
+    )
+    .await;
+    assert_eq!(followed.code(), 0, "{}", followed.raw);
     let article = publish(app, &author, "Read me without an account").await;
     let ok = |answer: common::Answer| {
         assert_eq!(answer.code(), 0, "{}", answer.raw);
@@ -68,6 +78,7 @@ async fn content(app: &TestApp) -> Content {
     }
     Content {
         author,
+        fan,
         article,
         root,
         tag,
@@ -86,7 +97,7 @@ fn readable(c: &Content) -> Vec<(String, Shows)> {
             .as_array()
             .is_some_and(|items| items.iter().any(|item| item["id"] == json!(article)))
     };
-    let (author, root, tag) = (c.author.uid, c.root, c.tag);
+    let (author, fan, root, tag) = (c.author.uid, c.fan.uid, c.root, c.tag);
     vec![
         (
             format!("/articles/pub/{article}"),
@@ -106,7 +117,21 @@ fn readable(c: &Content) -> Vec<(String, Shows)> {
         ),
         (
             format!("/follow/static?uid={author}"),
-            Box::new(|data: &Value| data["followers"] == json!(0)),
+            Box::new(|data: &Value| data["followers"] == json!(1)),
+        ),
+        (
+            format!("/follow/followers?uid={author}"),
+            Box::new(move |data: &Value| {
+                data["items"][0]["id"] == json!(fan) && data["items"][0]["followed"] == json!(false)
+            }),
+        ),
+        (
+            format!("/follow/followees?uid={fan}"),
+            Box::new(move |data: &Value| data["items"][0]["id"] == json!(author)),
+        ),
+        (
+            "/topics/rust".to_owned(),
+            Box::new(move |data: &Value| has_article(&data["articles"]["items"])),
         ),
         (
             format!("/comments?biz=article&bizId={article}"),

@@ -474,7 +474,9 @@ async fn a_public_page_reads_without_script_and_the_console_takes_it_over() {
     // The topic page and the author page too.
     plain.open(&server.url("/t/rendering")).await;
     assert!(shown("[data-test=ssr-topic]").await.contains(title));
-    plain.click("[data-test=ssr-topic] .meta a").await;
+    plain
+        .click("[data-test=ssr-topic] .article-item .meta a")
+        .await;
     assert!(shown("[data-test=ssr-author]").await.contains(title));
     plain.close().await;
 
@@ -517,6 +519,17 @@ async fn a_public_page_reads_without_script_and_the_console_takes_it_over() {
     browser.ready("topic").await;
     browser
         .wait_attr("[data-action=follow-topic]", "aria-pressed", "true")
+        .await;
+    // Most liked first: the same one article, and the order marked as the current one.
+    browser.click("[data-test=topic-sort] a:last-child").await;
+    browser.ready("topic").await;
+    browser.wait_text("[data-test=topic-articles]", title).await;
+    browser
+        .wait_attr(
+            "[data-test=topic-sort] a:last-child",
+            "aria-current",
+            "page",
+        )
         .await;
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");

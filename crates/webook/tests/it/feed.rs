@@ -297,7 +297,23 @@ async fn lists_page_with_cursors_and_show_whom_the_caller_follows(setup: Setup) 
         .await;
         assert_eq!(answer.code(), 4, "{bad}: {}", answer.raw);
     }
-    assert_eq!(get(&app, "/follow/followers", None).await.status, 401);
+    // A visitor reads anyone's lists (`anonymous_reading`), naming whose; a token that does
+    // not check out is refused, not taken for a visitor.
+    let visitor = get(&app, "/follow/followers", None).await;
+    assert_eq!(visitor.code(), 4, "{}", visitor.raw);
+    let visitor = get(
+        &app,
+        &format!("/follow/followers?uid={}&limit=5", star.uid),
+        None,
+    )
+    .await;
+    assert_eq!(visitor.code(), 0, "{}", visitor.raw);
+    assert_eq!(
+        get(&app, "/follow/followers", Some("not-a-token"))
+            .await
+            .status,
+        401
+    );
 }
 
 async fn a_reader_sees_every_item_once_in_order_while_authors_publish(setup: Setup) {

@@ -260,10 +260,53 @@ async fn topics_gather_every_authors_tag_of_a_name_newest_first(setup: Setup) {
     assert_eq!(page["key"], "rust");
     assert_eq!(page["articles"]["items"][0]["id"], second);
     let next = page["articles"]["next"].as_str().unwrap().to_owned();
+    let next_newest = next.clone();
     let page = data(get(&app, &format!("/topics/Rust?limit=1&cursor={next}"), None).await);
     assert_eq!(page["articles"]["items"][0]["id"], first);
     assert!(page["articles"]["next"].is_null(), "{page}");
     assert_eq!(get(&app, "/topics/never-used", None).await.code(), 404001);
+
+    // Most liked first: the older article, liked once, leads; paging goes on in that order.
+    data(
+        post(
+            &app,
+            "/articles/pub/like",
+            Some(&bob.token),
+            json!({"id": first, "like": true}),
+        )
+        .await,
+    );
+    let page = data(get(&app, "/topics/rust?sort=hot&limit=1", None).await);
+    assert_eq!(page["articles"]["items"][0]["id"], first);
+    assert_eq!(page["articles"]["items"][0]["likeCnt"], 1);
+    let next = page["articles"]["next"].as_str().unwrap().to_owned();
+    let page = data(
+        get(
+            &app,
+            &format!("/topics/rust?sort=hot&limit=1&cursor={next}"),
+            None,
+        )
+        .await,
+    );
+    assert_eq!(page["articles"]["items"][0]["id"], second);
+    assert!(page["articles"]["next"].is_null(), "{page}");
+    assert_eq!(get(&app, "/topics/rust?sort=top", None).await.code(), 4);
+    // A newest-first cursor is not a most-liked one.
+    assert_eq!(
+        get(
+            &app,
+            &format!("/topics/rust?sort=hot&cursor={next_newest}"),
+            None
+        )
+        .await
+        .code(),
+        4
+    );
+    let (_, _, html) = fetch(&app, "/t/rust?sort=hot", &[]).await;
+    assert!(
+        html.find("Ownership explained") < html.find("Async traits"),
+        "most liked first"
+    );
 
     // The page: both, not the draft, not the other topic's.
     let (status, _, html) = fetch(&app, "/t/RUST", &[]).await;

@@ -35,6 +35,7 @@ const en = {
   "search.suggestions": "Suggestions", "search.kindArticle": "Article", "search.kindUser": "Person",
   "tag.title": "Tag {id}", "tag.empty": "No published articles carry this tag.",
   "topic.feed": "Atom feed", "topic.follow": "Follow topic", "topic.unfollow": "Unfollow topic",
+  "topic.sort.new": "Newest", "topic.sort.hot": "Most liked",
 
   "auth.signupTitle": "Create an account", "auth.loginTitle": "Log in", "auth.email": "Email",
   "auth.password": "Password", "auth.confirmPassword": "Confirm password",
@@ -231,6 +232,7 @@ const zh = {
   "search.suggestions": "搜索建议", "search.kindArticle": "文章", "search.kindUser": "用户",
   "tag.title": "标签 {id}", "tag.empty": "没有带这个标签的已发表文章。",
   "topic.feed": "Atom 订阅", "topic.follow": "关注话题", "topic.unfollow": "取消关注",
+  "topic.sort.new": "最新", "topic.sort.hot": "最多赞",
 
   "auth.signupTitle": "注册账号", "auth.loginTitle": "登录", "auth.email": "邮箱",
   "auth.password": "密码", "auth.confirmPassword": "确认密码",

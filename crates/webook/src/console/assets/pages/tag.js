@@ -1,6 +1,7 @@
 // pages/tag.js — #/tag/:id : the published articles carrying one author's tag, newest first, with
 // "more" (the API knows only the tag's id; the console links tags to their topics);
-// #/topic/:name : a topic — every author's tags of that name — newest first, with its feed.
+// #/topic/:name[?sort=hot] : a topic — every author's tags of that name — newest (or most liked)
+// first, with its feed and a follow button.
 
 import { h } from "../dom.js";
 import { api } from "../api.js";
@@ -24,8 +25,9 @@ export async function tag(ctx) {
 
 export async function topic(ctx) {
   const name = ctx.params[0];
+  const sort = ctx.query.get("sort") === "hot" ? "hot" : "new";
   const load = (cursor, signal) =>
-    api(`/topics/${encodeURIComponent(name)}`, { query: { cursor, limit: 20 }, signal });
+    api(`/topics/${encodeURIComponent(name)}`, { query: { sort, cursor, limit: 20 }, signal });
   const me = session.current();
   const [first, followedTopics] = await Promise.all([
     load(null, ctx.signal),
@@ -55,6 +57,10 @@ export async function topic(ctx) {
   return h("section", null,
     heading(`#${first.name}`),
     h("p", { class: "meta" }, followBtn, " ", feed),
+    h("p", { class: "tabs-inline", dataset: { test: "topic-sort" } },
+      ["new", "hot"].map((s, i) => [i ? " · " : null,
+        h("a", { href: `#/topic/${encodeURIComponent(first.key)}${s === "hot" ? "?sort=hot" : ""}`,
+          "aria-current": s === sort ? "page" : null }, t(`topic.sort.${s}`))])),
     alert,
     h("section", { class: "card" }, list, p.el));
 }
