@@ -26,8 +26,8 @@ pub struct ConsoleShell {
     before_main: String,
     /// From `</main>` to the end, without the `<noscript>` notice.
     closing: String,
-    /// The version of the console's files (`/assets/<version>/…`).
-    version: String,
+    /// The path prefix of the console's files, `/assets/<version>`.
+    assets: String,
 }
 
 /// What one server-rendered page puts into the shell.
@@ -72,18 +72,13 @@ impl ConsoleShell {
             head_rest: format!("</title>{head_rest}"),
             before_main: format!("</head>{before_main}<main id=\"main\" tabindex=\"-1\">"),
             closing: format!("</main>{closing}"),
-            version: version.to_owned(),
+            assets: format!("/assets/{version}"),
         })
     }
 
     /// The path prefix of the console's files (`/assets/<version>`).
-    pub fn assets(&self) -> String {
-        format!("/assets/{}", self.version)
-    }
-
-    /// The version of the console's files: a page rendered into the shell changes with it.
-    pub fn version(&self) -> &str {
-        &self.version
+    pub fn assets(&self) -> &str {
+        &self.assets
     }
 
     /// The whole document of `page`.

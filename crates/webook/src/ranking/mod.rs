@@ -17,6 +17,7 @@ pub mod service;
 pub mod settings;
 pub mod store;
 
+pub use cache::RankedArticle;
 pub use jobs::{RankingJob, RANKING_JOB};
 pub use service::{HotListParams, RankingService};
 pub use settings::{RankingMode, RankingSettings};

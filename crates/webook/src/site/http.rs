@@ -135,12 +135,12 @@ impl ArticlePages {
         }
         self.lookups.count(false);
         let html = render::article_page(shell, origin, &article).into_bytes();
-        let (etag, gzip_etag) = etags(&html);
+        let digest = digest(&html);
         let page = Arc::new(ArticlePage {
             body: Prerendered::new(html)?,
             origin: origin.to_owned(),
-            etag,
-            gzip_etag,
+            etag: etag(&digest, ""),
+            gzip_etag: etag(&digest, "-gzip"),
             article,
         });
         self.pages.insert(page.article.id, page.clone());
@@ -180,14 +180,44 @@ impl SitemapIndex {
     }
 }
 
-/// Strong ETags of `body`, plain and gzipped (two representations, two tags).
-fn etags(body: &[u8]) -> (HeaderValue, HeaderValue) {
-    let digest = hex::encode(&sha2::Sha256::digest(body)[..12]);
-    (
-        HeaderValue::from_str(&format!("\"{digest}\"")).unwrap_or(HeaderValue::from_static("\"\"")),
-        HeaderValue::from_str(&format!("\"{digest}-gzip\""))
-            .unwrap_or(HeaderValue::from_static("\"\"")),
-    )
+/// A strong ETag of `body`, for its representation `suffix` (`""` plain, `"-gzip"`: two
+/// representations, two tags).
+fn etag(digest: &str, suffix: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{digest}{suffix}\""))
+        .unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+/// The digest an ETag of `body` is made of.
+fn digest(body: &[u8]) -> String {
+    hex::encode(&sha2::Sha256::digest(body)[..12])
+}
+
+/// The headers every answer of the site carries: revalidated on each use, its `etag`, and a
+/// page's security headers.
+fn caching_headers(etag: HeaderValue, html: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(header::ETAG, etag);
+    if html {
+        ConsoleShell::security_headers(&mut headers);
+    }
+    headers
+}
+
+/// Whether the client's copy is current: `If-None-Match` names `etag`, or, without it,
+/// `If-Modified-Since` is not before `last_modified` (ms; whole seconds compared).
+fn fresh(request: &HeaderMap, etag: &HeaderValue, last_modified: Option<i64>) -> bool {
+    match request.get(header::IF_NONE_MATCH) {
+        Some(wanted) => etag_matches(wanted.as_bytes(), etag.as_bytes()),
+        None => match (last_modified, request.get(header::IF_MODIFIED_SINCE)) {
+            (Some(modified), Some(since)) => since
+                .to_str()
+                .ok()
+                .and_then(|since| chrono::DateTime::parse_from_rfc2822(since).ok())
+                .is_some_and(|since| modified / 1000 <= since.timestamp()),
+            _ => false,
+        },
+    }
 }
 
 /// The origin links name: `site_url`, else `http://` and the request's `Host` when it is a
@@ -210,43 +240,23 @@ fn origin(routes: &SiteRoutes, headers: &HeaderMap) -> String {
     format!("http://{host}")
 }
 
-/// `body` as `content_type` with its caching headers, or 304 when `If-None-Match` names it.
+/// `body` as `content_type` with its caching headers, or 304 when the client's copy is current.
 fn send(
     request: &HeaderMap,
     content_type: &'static str,
     body: Bytes,
     last_modified: Option<i64>,
 ) -> Response {
-    let (etag, _) = etags(&body);
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if content_type.starts_with("text/html") {
-        ConsoleShell::security_headers(&mut headers);
-    }
-    let modified = last_modified.map(http_date);
-    if let Some(value) = modified
-        .as_deref()
-        .and_then(|m| HeaderValue::from_str(m).ok())
-    {
+    let etag = etag(&digest(&body), "");
+    let fresh = fresh(request, &etag, last_modified);
+    let mut headers = caching_headers(etag, content_type.starts_with("text/html"));
+    if let Some(value) = last_modified.and_then(|ms| HeaderValue::from_str(&http_date(ms)).ok()) {
         headers.insert(header::LAST_MODIFIED, value);
     }
-    let fresh = match request.get(header::IF_NONE_MATCH) {
-        Some(wanted) => etag_matches(wanted.as_bytes(), etag.as_bytes()),
-        None => match (last_modified, request.get(header::IF_MODIFIED_SINCE)) {
-            (Some(modified), Some(since)) => since
-                .to_str()
-                .ok()
-                .and_then(|since| chrono::DateTime::parse_from_rfc2822(since).ok())
-                .is_some_and(|since| modified / 1000 <= since.timestamp()),
-            _ => false,
-        },
-    };
-    headers.insert(header::ETAG, etag);
     if fresh {
-        headers.remove(header::CONTENT_TYPE);
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     (headers, body).into_response()
 }
 
@@ -354,15 +364,10 @@ async fn article(
     };
     let gzip = accepts_gzip(&request);
     let etag = if gzip { &page.gzip_etag } else { &page.etag };
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    let fresh = fresh(&request, etag, None);
+    let mut headers = caching_headers(etag.clone(), true);
     headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
-    headers.insert(header::ETAG, etag.clone());
-    ConsoleShell::security_headers(&mut headers);
-    if request
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|wanted| etag_matches(wanted.as_bytes(), etag.as_bytes()))
-    {
+    if fresh {
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(HTML));
@@ -536,7 +541,7 @@ async fn latest_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) 
     }
     match routes.articles.published(None, None, FEED_ENTRIES).await {
         Ok(page) => {
-            let entries = entries_of(page.items.into_iter().map(published_entry));
+            let entries = entries_of(page.items.into_iter().map(Entry::from));
             feed(
                 &routes,
                 &request,
@@ -549,17 +554,6 @@ async fn latest_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) 
             )
         }
         Err(err) => feed_failed(err),
-    }
-}
-
-fn published_entry(item: crate::article::PublishedItem) -> Entry {
-    Entry {
-        id: item.id,
-        title: item.title,
-        summary: item.abstract_text,
-        author: item.author,
-        published: item.ctime,
-        updated: item.utime,
     }
 }
 
@@ -578,14 +572,7 @@ async fn hot_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> 
         return closed();
     }
     let entries = match routes.ranking.top().await {
-        Some(snapshot) => entries_of(snapshot.items.iter().map(|item| Entry {
-            id: item.id,
-            title: item.title.clone(),
-            summary: item.abstract_text.clone(),
-            author: item.author.clone(),
-            published: item.ctime,
-            updated: item.utime,
-        })),
+        Some(snapshot) => entries_of(snapshot.items.iter().map(Entry::from)),
         None => Vec::new(),
     };
     feed(
@@ -621,7 +608,7 @@ async fn author_feed(
     }
     match author_of(&routes, &id, None, FEED_ENTRIES).await {
         Ok((author, page)) => {
-            let entries = entries_of(page.items.into_iter().map(published_entry));
+            let entries = entries_of(page.items.into_iter().map(Entry::from));
             let title = format!("{} · webook", author.name);
             let path = format!("/u/{}/feed.atom", author.id);
             let page = format!("/u/{}", author.id);
@@ -665,14 +652,7 @@ async fn topic_feed(
         .await
     {
         Ok(topic) => {
-            let entries = entries_of(topic.articles.items.into_iter().map(|item| Entry {
-                id: item.id,
-                title: item.title,
-                summary: item.abstract_text,
-                author: item.author,
-                published: item.ctime,
-                updated: item.utime,
-            }));
+            let entries = entries_of(topic.articles.items.into_iter().map(Entry::from));
             let title = format!("#{} · webook", topic.name);
             let page = render::topic_path(&topic.key);
             let path = format!("{page}/feed.atom");

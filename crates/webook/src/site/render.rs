@@ -15,7 +15,8 @@ use platform::text::escape_html as esc;
 use crate::{
     article::{PublishedItem, ReaderCopy},
     console::{ConsoleShell, ShellPage},
-    tag::{Topic, TopicOrder},
+    ranking::RankedArticle,
+    tag::{TaggedArticle, Topic, TopicOrder},
     user::Person,
 };
 
@@ -405,6 +406,45 @@ pub struct Entry {
     pub published: i64,
     /// Last publish (ms).
     pub updated: i64,
+}
+
+impl From<PublishedItem> for Entry {
+    fn from(item: PublishedItem) -> Self {
+        Self {
+            id: item.id,
+            title: item.title,
+            summary: item.abstract_text,
+            author: item.author,
+            published: item.ctime,
+            updated: item.utime,
+        }
+    }
+}
+
+impl From<TaggedArticle> for Entry {
+    fn from(item: TaggedArticle) -> Self {
+        Self {
+            id: item.id,
+            title: item.title,
+            summary: item.abstract_text,
+            author: item.author,
+            published: item.ctime,
+            updated: item.utime,
+        }
+    }
+}
+
+impl From<&RankedArticle> for Entry {
+    fn from(item: &RankedArticle) -> Self {
+        Self {
+            id: item.id,
+            title: item.title.clone(),
+            summary: item.abstract_text.clone(),
+            author: item.author.clone(),
+            published: item.ctime,
+            updated: item.utime,
+        }
+    }
 }
 
 /// What a feed is about.

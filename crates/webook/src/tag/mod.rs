@@ -18,7 +18,7 @@ pub mod service;
 pub mod settings;
 pub mod store;
 
-pub use model::{tag_key, Tag, TagName, TagsEvent, TopicOrder, TOPIC_TAGS_CHANGED};
+pub use model::{tag_key, Tag, TagName, TaggedArticle, TagsEvent, TopicOrder, TOPIC_TAGS_CHANGED};
 pub use seed::{
     insert_seeded_tag_rows, insert_seeded_tags, next_tag_id, SeededTag, SeededTagRow,
     SEEDED_BULK_TABLES,
