@@ -33,7 +33,8 @@
 //
 // Hooks for the browser tests: before a route renders, data-ready is removed from <html>; when
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
-// performance.mark("console-ready") is recorded. Page names: home, article, user, search, tag, topic,
+// performance.mark("console-ready") is recorded ("console-route" when routing starts and
+// "console-module" when the page's module is loaded split the load into phases). Page names: home, article, user, search, tag, topic,
 // signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, notfound. Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
@@ -117,6 +118,7 @@ async function route() {
   current = { controller, leave, seq: my };
   delete root.dataset.ready;
 
+  performance.mark("console-route");
   const { path, query } = parseHash();
   const found = match(path);
   renderNav(path);
@@ -135,6 +137,7 @@ async function route() {
         return;
       }
       const mod = await import(`./pages/${found.def.file}`);
+      performance.mark("console-module");
       if (seq !== my) return;
       const ctx = {
         params: found.params,

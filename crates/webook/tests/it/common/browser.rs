@@ -36,6 +36,29 @@ fn program(env: &str, default: &str) -> String {
     path
 }
 
+/// A Chrome DevTools Protocol command through chromedriver's vendor endpoint.
+#[derive(Debug)]
+struct CdpCommand {
+    body: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for CdpCommand {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        (axum::http::Method::POST, Some(self.body.to_string()))
+    }
+}
+
 /// A headless Chromium session.
 pub struct Browser {
     client: Option<Client>,
@@ -130,6 +153,19 @@ impl Browser {
         match self.client().execute(script, args).await {
             Ok(value) => value,
             Err(err) => self.fail(&format!("run {script}"), &err.to_string()).await,
+        }
+    }
+
+    /// Runs Chrome DevTools Protocol command `cmd` with `params` (chromedriver's
+    /// `goog/cdp/execute`) and returns its result: Chromium's own counters, such as
+    /// `Performance.getMetrics`, which WebDriver does not expose.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        let command = CdpCommand {
+            body: json!({ "cmd": cmd, "params": params }),
+        };
+        match self.client().issue_cmd(command).await {
+            Ok(value) => value,
+            Err(err) => self.fail(&format!("CDP {cmd}"), &err.to_string()).await,
         }
     }
 
