@@ -502,8 +502,11 @@ impl FeedStore {
 
     /// The newest `limit` article items of each of `topics` (tag keys) strictly before
     /// `before` that `reader` may see now, whatever their delivery: the articles carrying a tag
-    /// of the topic, by any author (each topic's part from its tags' rows, `tags_by_key`, and
-    /// the items by article, `feed_events_article`). Parts as [`FeedStore::outbox_heads`].
+    /// of the topic, by any author (each topic's part from its tags' rows — an `IN` list of
+    /// the topic's tags, `tags_by_key`, then `tag_bizs_by_tag` — and the items by article,
+    /// `feed_events_article`). Parts as [`FeedStore::outbox_heads`]. A part reads and sorts
+    /// every item of its topic, so a page costs the sum of the followed topics' sizes
+    /// (docs/PERFORMANCE.md → Topics).
     pub async fn topic_heads(
         &self,
         reader: i64,
@@ -513,10 +516,10 @@ impl FeedStore {
     ) -> sqlx::Result<Vec<Vec<Cursor>>> {
         self.heads_by_part(reader, topics, before, limit, |n, key| {
             format!(
-                "SELECT {n} AS part, e.ctime, e.id FROM tags t \
-                 JOIN tag_bizs b ON b.tid = t.id AND b.biz = 'article' \
+                "SELECT {n} AS part, e.ctime, e.id FROM tag_bizs b \
                  JOIN feed_events e ON e.article_id = b.biz_id AND e.kind = 'article' \
-                 WHERE t.name_key = ${key} AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) \
+                 WHERE b.tid IN (SELECT id FROM tags WHERE name_key = ${key}) AND b.biz = 'article' \
+                 AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) \
                  AND {VISIBLE} ORDER BY e.ctime DESC, e.id DESC LIMIT $4"
             )
         })

@@ -76,7 +76,7 @@ impl Feature for Site {
             open,
             // An eighth of the cache budget (the reader view's pages have a quarter).
             pages: http::ArticlePages::new(platform.config.cache_memory_bytes / 8),
-            sitemap_index: http::SitemapIndex::default(),
+            sitemaps: http::SitemapCache::default(),
         }));
         Ok(())
     }

@@ -529,7 +529,7 @@ pub fn sitemap_index(origin: &str, sitemaps: &[(String, i64)]) -> String {
 }
 
 /// A sitemap (sitemaps.org 0.9) of `(path, lastmod ms)`.
-pub fn sitemap(origin: &str, urls: impl Iterator<Item = (String, i64)>) -> String {
+pub fn sitemap(origin: &str, urls: &[(String, i64)]) -> String {
     let mut out = String::with_capacity(64 * 1024);
     out.push_str(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
@@ -540,8 +540,8 @@ pub fn sitemap(origin: &str, urls: impl Iterator<Item = (String, i64)>) -> Strin
             out,
             "<url><loc>{}{}</loc><lastmod>{}</lastmod></url>",
             esc(origin),
-            esc(&path),
-            rfc3339(lastmod)
+            esc(path),
+            rfc3339(*lastmod)
         );
     }
     out.push_str("</urlset>\n");

@@ -372,6 +372,12 @@ impl TagStore {
     /// owner's), in `order` strictly after `after`; and whether more follow. An article
     /// carries at most one tag of a key (its owner's tags are unique by key), so no article
     /// shows twice. One statement, over the tags of that key (`tags_by_key`).
+    ///
+    /// The topic's tags are an `IN` list, not a join: joined, SQLite (which keeps no table
+    /// statistics) walked every article's tag rows and looked each tag up (160 ms a hot page
+    /// on the 100 000-article dataset); with the list it walks the tag rows newest first for
+    /// the newest order, and the topic's own rows (`tag_bizs_by_tag`) for the hottest — a cost
+    /// that grows with the topic (docs/PERFORMANCE.md → Topics).
     pub async fn topic_articles(
         &self,
         key: &str,
@@ -385,12 +391,11 @@ impl TagStore {
                     "SELECT p.id, p.title, p.abstract, p.author_id, u.nickname, \
                      COALESCE(i.like_cnt, 0) AS like_cnt, COALESCE(i.comment_cnt, 0) AS comment_cnt, \
                      p.ctime, p.utime \
-                     FROM tags t \
-                     JOIN tag_bizs b ON b.tid = t.id AND b.biz = $2 \
+                     FROM tag_bizs b \
                      JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
                      LEFT JOIN users u ON u.id = p.author_id \
                      LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
-                     WHERE t.name_key = $1 AND ",
+                     WHERE b.tid IN (SELECT id FROM tags WHERE name_key = $1) AND b.biz = $2 AND ",
                     $after,
                     " ORDER BY ",
                     $order,

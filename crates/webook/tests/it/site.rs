@@ -567,6 +567,17 @@ async fn sitemaps_list_what_is_published_and_robots_name_them(setup: Setup) {
     }
     assert_eq!(fetch(&app, "/sitemaps/articles/-1", &[]).await.0, 404);
     assert_eq!(fetch(&app, "/sitemaps/articles/nine", &[]).await.0, 404);
+
+    // A sitemap is read at most once per TTL (each read scans published articles): an article
+    // published since shows on its page only when its sitemap is read again, minutes later.
+    let later = publish(&app, &author, "Later", "<p>l</p>").await;
+    assert_eq!(fetch(&app, &format!("/a/{later}"), &[]).await.0, 200);
+    let (_, _, xml) = fetch(&app, "/sitemaps/articles/0", &[]).await;
+    let listed = valid_sitemap(&xml, "urlset");
+    assert!(
+        listed.contains(&format!("/a/{kept}")) && !listed.contains(&format!("/a/{later}")),
+        "the kept entries, not a new read: {listed:?}"
+    );
     app.stop().await.unwrap();
 }
 
