@@ -25,9 +25,10 @@ pub mod store;
 pub use follows::FollowService;
 pub use model::{Delivery, FeedKind, FollowEvent, TOPIC_FOLLOW_CHANGED};
 pub use seed::{
-    insert_seeded_feed_items, insert_seeded_follow_counts, insert_seeded_follows,
-    insert_seeded_inbox_rows, insert_seeded_pull_authors, next_feed_item_id, seeded_bulk_tables,
-    SeededFeedItem, SeededFollow, SeededFollowCount, SeededInboxRow, SeededPullAuthor,
+    index_seeded_topics, insert_seeded_feed_items, insert_seeded_follow_counts,
+    insert_seeded_follows, insert_seeded_inbox_rows, insert_seeded_pull_authors, next_feed_item_id,
+    seeded_bulk_tables, SeededFeedItem, SeededFollow, SeededFollowCount, SeededInboxRow,
+    SeededPullAuthor,
 };
 pub use service::FeedService;
 pub use settings::FeedSettings;
@@ -71,6 +72,11 @@ impl Feature for Feed {
                 33,
                 "topic follows",
                 include_str!("../../migrations/0033_topic_follows.sql"),
+            ),
+            Migration::new(
+                34,
+                "feed items by topic",
+                include_str!("../../migrations/0034_feed_topic_items.sql"),
             ),
         ];
         MIGRATIONS

@@ -243,3 +243,21 @@ pub async fn insert_seeded_inbox_rows(
     }
     Ok(())
 }
+
+/// Writes the topic rows of the article items of articles `articles` (a seed run's), once their
+/// tags are in: the rows [`super::store::FeedStore::index_topics`] would have written.
+pub async fn index_seeded_topics(
+    conn: &mut AnyConnection,
+    articles: std::ops::Range<i64>,
+) -> sqlx::Result<u64> {
+    let sql = format!(
+        "{} AND e.article_id >= $1 AND e.article_id < $2",
+        super::store::TOPIC_ROWS
+    );
+    let done = sqlx::query(&sql)
+        .bind(articles.start)
+        .bind(articles.end)
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected())
+}

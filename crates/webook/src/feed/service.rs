@@ -16,7 +16,10 @@
 //! and are always pushed. **Topics** a reader follows (`/topics/follow`) are pulled too: a page
 //! reads, per followed topic, the newest article items carrying a tag of it — the very items of
 //! those articles, pushed or pulled, so an article the reader also gets from its author is the
-//! same item and the merge drops the second copy. A withdrawal takes the article's item out of every inbox and outbox
+//! same item and the merge drops the second copy. Those items are found through the feed's
+//! index of topics (`feed_topic_items`), which the consumers of `article_published` and
+//! `tags_changed` keep: each writes the article's rows again from the tags it carries then, so
+//! a page reads a few rows per topic however large the topic. A withdrawal takes the article's item out of every inbox and outbox
 //! and the `like` and `comment` items about it out of their recipients' inboxes (the items stay,
 //! so that a republication puts back those whose like or comment still stands).
 //!
@@ -62,6 +65,7 @@ use crate::{
         TOPIC_FOLLOW_CHANGED,
     },
     interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
+    tag::{TagsEvent, TOPIC_TAGS_CHANGED},
 };
 use platform::{
     events::{Event, EventStream, Subscription},
@@ -359,6 +363,8 @@ impl FeedService {
                 .await?;
             // A republication: the notices about it that still stand return to the inboxes.
             self.store.restore_notices(published.id).await?;
+            // Its topics' readers find it by the tags it carries now.
+            self.store.index_topics(published.id).await?;
             match pending {
                 Some(item) => {
                     metrics::counter!(FEED_ARTICLES_TOTAL, "delivery" => "push").increment(1);
@@ -367,6 +373,17 @@ impl FeedService {
                 None => {
                     metrics::counter!(FEED_ARTICLES_TOTAL, "delivery" => "pull").increment(1);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `tags_changed` events: an article's topic rows follow its tags (articles not
+    /// published yet have no item, and get their rows when they are).
+    pub async fn apply_tags(&self, events: &[Event]) -> anyhow::Result<()> {
+        for changed in parse::<TagsEvent>(events)? {
+            if changed.biz == Biz::Article {
+                self.store.index_topics(changed.biz_id).await?;
             }
         }
         Ok(())
@@ -437,6 +454,7 @@ impl FeedService {
             TOPIC_LIKE_CHANGED => self.apply_likes(events).await,
             TOPIC_FOLLOW_CHANGED => self.apply_follows(events).await,
             TOPIC_COMMENT_CHANGED => self.apply_comments(events).await,
+            TOPIC_TAGS_CHANGED => self.apply_tags(events).await,
             other => anyhow::bail!("the feed does not consume {other}"),
         }
     }
@@ -482,12 +500,13 @@ impl FeedService {
 }
 
 /// The topics the feed consumes.
-pub const CONSUMED_TOPICS: [&str; 5] = [
+pub const CONSUMED_TOPICS: [&str; 6] = [
     TOPIC_PUBLISHED,
     TOPIC_WITHDRAWN,
     TOPIC_LIKE_CHANGED,
     TOPIC_FOLLOW_CHANGED,
     TOPIC_COMMENT_CHANGED,
+    TOPIC_TAGS_CHANGED,
 ];
 
 /// The payloads of `events` as `T`; an event that does not decode fails the batch permanently

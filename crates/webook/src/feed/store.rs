@@ -101,6 +101,14 @@ pub const VISIBLE: &str = concat!(
     ")"
 );
 
+/// SQL: inserts the topic rows of article items (`feed_topic_items`) from the tags they carry;
+/// the caller appends conditions on `e`, the item.
+pub(crate) const TOPIC_ROWS: &str =
+    "INSERT INTO feed_topic_items (topic, ctime, event_id, article_id) \
+     SELECT DISTINCT t.name_key, e.ctime, e.id, e.article_id FROM feed_events e \
+     JOIN tag_bizs b ON b.biz = 'article' AND b.biz_id = e.article_id \
+     JOIN tags t ON t.id = b.tid WHERE e.kind = 'article'";
+
 /// Reads and writes the feed.
 #[derive(Debug, Clone)]
 pub struct FeedStore {
@@ -502,11 +510,10 @@ impl FeedStore {
 
     /// The newest `limit` article items of each of `topics` (tag keys) strictly before
     /// `before` that `reader` may see now, whatever their delivery: the articles carrying a tag
-    /// of the topic, by any author (each topic's part from its tags' rows — an `IN` list of
-    /// the topic's tags, `tags_by_key`, then `tag_bizs_by_tag` — and the items by article,
-    /// `feed_events_article`). Parts as [`FeedStore::outbox_heads`]. A part reads and sorts
-    /// every item of its topic, so a page costs the sum of the followed topics' sizes
-    /// (docs/PERFORMANCE.md → Topics).
+    /// of the topic, by any author: each topic's part a range of `feed_topic_items`, newest
+    /// first, read until `limit` items are visible (an item's topic rows are written again when
+    /// it is published and when its tags change: [`FeedStore::index_topics`]). Parts as
+    /// [`FeedStore::outbox_heads`].
     pub async fn topic_heads(
         &self,
         reader: i64,
@@ -516,11 +523,11 @@ impl FeedStore {
     ) -> sqlx::Result<Vec<Vec<Cursor>>> {
         self.heads_by_part(reader, topics, before, limit, |n, key| {
             format!(
-                "SELECT {n} AS part, e.ctime, e.id FROM tag_bizs b \
-                 JOIN feed_events e ON e.article_id = b.biz_id AND e.kind = 'article' \
-                 WHERE b.tid IN (SELECT id FROM tags WHERE name_key = ${key}) AND b.biz = 'article' \
-                 AND (e.ctime < $2 OR (e.ctime = $2 AND e.id < $3)) \
-                 AND {VISIBLE} ORDER BY e.ctime DESC, e.id DESC LIMIT $4"
+                "SELECT {n} AS part, e.ctime, e.id FROM feed_topic_items ti \
+                 JOIN feed_events e ON e.id = ti.event_id \
+                 WHERE ti.topic = ${key} \
+                 AND (ti.ctime < $2 OR (ti.ctime = $2 AND ti.event_id < $3)) \
+                 AND {VISIBLE} ORDER BY ti.ctime DESC, ti.event_id DESC LIMIT $4"
             )
         })
         .await
@@ -567,6 +574,25 @@ impl FeedStore {
             heads.extend(parts);
         }
         Ok(heads)
+    }
+
+    /// Writes article `article_id`'s topic rows (`feed_topic_items`) again from the tags it
+    /// carries now: none while it has no item, one per tag key with its item's place in the
+    /// feed. Idempotent, and order-free: whichever of the publication and a tag change is
+    /// applied last reads the state both left.
+    pub async fn index_topics(&self, article_id: i64) -> sqlx::Result<()> {
+        let mut tx = self.db.writer().begin().await?;
+        sqlx::query("DELETE FROM feed_topic_items WHERE article_id = $1")
+            .bind(article_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&format!(
+            "{TOPIC_ROWS} AND e.article_id = $1 ON CONFLICT (topic, ctime, event_id) DO NOTHING"
+        ))
+        .bind(article_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await
     }
 
     /// The topics (tag keys) `reader` follows, by key.

@@ -12,7 +12,9 @@
 //! order, [`READ_BATCH`] at a time ([`crate::article::published_after`]), and has the tag
 //! feature write their tag rows. The non-unique index of the tag rows
 //! ([`crate::tag::SEEDED_BULK_TABLES`]) is dropped first and built once before the commit
-//! ([`indexes`](super::indexes)), as for the feed. Interrupted, the phase leaves no tag at all.
+//! ([`indexes`](super::indexes)), as for the feed. Last, the feed indexes this run's article
+//! items by the topics they now carry ([`crate::feed::index_seeded_topics`]). Interrupted, the
+//! phase leaves no tag at all.
 //!
 //! Reproducibility: an author's tag names draw from [`Stream::TagNames`] (by user index), an
 //! article's tags from [`Stream::ArticleTags`] (by article index), so the same plan gives the
@@ -130,6 +132,9 @@ pub async fn seed_tags(
     restore_indexes(&mut tx, &suspended)
         .await
         .context("building the tag rows' index")?;
+    crate::feed::index_seeded_topics(&mut tx, articles)
+        .await
+        .context("indexing the feed's items by topic")?;
     tx.commit().await.context("committing tags")?;
     Ok(written)
 }

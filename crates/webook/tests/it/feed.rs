@@ -729,7 +729,8 @@ async fn follow_topic(app: &TestApp, who: &Member, name: &str, on: bool) -> i64 
 
 /// The reader follows a pushing author, a pulling author and a topic that articles of both and
 /// of a stranger carry: each article is in the feed once (the topic brings the same item its
-/// author's delivery does), the stranger's only while the topic is followed, drafts never.
+/// author's delivery does), the stranger's only while the topic is followed and the article
+/// carries it (tags attached after publication count), drafts never.
 async fn a_followed_topic_brings_its_articles_once_across_push_and_pull(setup: Setup) {
     // Authors with more than one follower pull.
     let app = app_with_threshold(setup, 1).await;
@@ -802,6 +803,18 @@ async fn a_followed_topic_brings_its_articles_once_across_push_and_pull(setup: S
         .into_iter()
         .collect();
     assert_eq!(ids, [pushed, pulled].into());
+    // Tags changed after publication: an article joins the topic, then leaves it.
+    tag_article(&app, &stranger, unrelated, "Rust").await;
+    wait_for_articles(&app, &reader, &[pushed, pulled, unrelated].into()).await;
+    tag_article(&app, &stranger, unrelated, "go").await;
+    let ids: HashSet<i64> = article_ids(&whole_feed(&app, &reader, 100).await)
+        .into_iter()
+        .collect();
+    assert_eq!(
+        ids,
+        [pushed, pulled].into(),
+        "gone at once, not when indexed"
+    );
     app.stop().await.unwrap();
 }
 
