@@ -58,6 +58,11 @@ impl Feature for Tags {
                 "topics",
                 include_str!("../../migrations/0032_topics.sql"),
             ),
+            Migration::new(
+                35,
+                "tag rows by topic",
+                include_str!("../../migrations/0035_tag_rows_by_topic.sql"),
+            ),
         ];
         MIGRATIONS
     }

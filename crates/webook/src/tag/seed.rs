@@ -105,6 +105,19 @@ pub async fn insert_seeded_tag_rows(
                 .bind(row.ctime);
         }
         query.execute(&mut *conn).await?;
+        // Each row carries its tag's key, as an attach writes it (topic pages).
+        let (first, last) = chunk.iter().fold((i64::MAX, i64::MIN), |(lo, hi), row| {
+            (lo.min(row.article_id), hi.max(row.article_id))
+        });
+        sqlx::query(
+            "UPDATE tag_bizs SET name_key = (SELECT t.name_key FROM tags t WHERE t.id = tag_bizs.tid) \
+             WHERE biz = $1 AND biz_id >= $2 AND biz_id <= $3 AND name_key = ''",
+        )
+        .bind(Biz::Article.as_str())
+        .bind(first)
+        .bind(last)
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }

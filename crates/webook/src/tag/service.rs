@@ -142,9 +142,14 @@ impl TagService {
             .await?)
     }
 
-    /// Computes the stored keys again if older rules made them (module docs), then drops the
+    /// Gives tag rows written without their tag's key that key ([`TagStore::key_tag_rows`]),
+    /// computes the stored keys again if older rules made them (module docs), then drops the
     /// cached lists of the owners concerned.
     pub async fn rekey(&self) -> anyhow::Result<()> {
+        let keyed = self.store.key_tag_rows().await?;
+        if keyed > 0 {
+            tracing::info!(rows = keyed, "tag rows given their tag's key");
+        }
         let Some(report) = self.store.rekey(now_millis()).await? else {
             return Ok(());
         };

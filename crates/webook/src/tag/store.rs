@@ -37,7 +37,7 @@ use crate::{
     user::Person,
 };
 use platform::{
-    db::{placeholders, row_placeholders, Db},
+    db::{placeholders, Db},
     events::outbox,
 };
 
@@ -253,18 +253,19 @@ impl TagStore {
             .execute(&mut *tx)
             .await?;
         if !tags.is_empty() {
+            // From the tags' rows: each tag row carries its tag's key (topic pages).
             let sql = format!(
-                "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) VALUES {}",
-                row_placeholders(tags.len(), 5)
+                "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime, name_key) \
+                 SELECT id, uid, $1, $2, $3, name_key FROM tags WHERE uid = $4 AND id IN ({})",
+                placeholders(5, tags.len())
             );
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query(&sql)
+                .bind(biz.as_str())
+                .bind(biz_id)
+                .bind(now)
+                .bind(uid);
             for tag in &tags {
-                query = query
-                    .bind(tag.id)
-                    .bind(uid)
-                    .bind(biz.as_str())
-                    .bind(biz_id)
-                    .bind(now);
+                query = query.bind(tag.id);
             }
             query.execute(&mut *tx).await?;
         }
@@ -371,13 +372,9 @@ impl TagStore {
     /// Up to `limit` published articles carrying a tag of key `key` (topic `key`: any
     /// owner's), in `order` strictly after `after`; and whether more follow. An article
     /// carries at most one tag of a key (its owner's tags are unique by key), so no article
-    /// shows twice. One statement, over the tags of that key (`tags_by_key`).
-    ///
-    /// The topic's tags are an `IN` list, not a join: joined, SQLite (which keeps no table
-    /// statistics) walked every article's tag rows and looked each tag up (160 ms a hot page
-    /// on the 100 000-article dataset); with the list it walks the tag rows newest first for
-    /// the newest order, and the topic's own rows (`tag_bizs_by_tag`) for the hottest — a cost
-    /// that grows with the topic (docs/PERFORMANCE.md → Topics).
+    /// shows twice. One statement, over the topic's tag rows (`tag_bizs_by_topic`): newest
+    /// first, a range read until the page is full; hottest, every row of the topic, sorted by
+    /// likes (a cost that grows with the topic: docs/PERFORMANCE.md → Topics).
     pub async fn topic_articles(
         &self,
         key: &str,
@@ -395,7 +392,7 @@ impl TagStore {
                      JOIN published_articles p ON p.id = b.biz_id AND p.status = 2 \
                      LEFT JOIN users u ON u.id = p.author_id \
                      LEFT JOIN interactives i ON i.biz = $2 AND i.biz_id = p.id \
-                     WHERE b.tid IN (SELECT id FROM tags WHERE name_key = $1) AND b.biz = $2 AND ",
+                     WHERE b.name_key = $1 AND b.biz = $2 AND ",
                     $after,
                     " ORDER BY ",
                     $order,
@@ -424,6 +421,19 @@ impl TagStore {
         let more = articles.len() > limit;
         articles.truncate(limit);
         Ok((articles, more))
+    }
+
+    /// Gives the tag rows an older binary inserted without their tag's key (`''`) that key;
+    /// how many. Run at start-up: during a rolling upgrade, instances of the previous release
+    /// may still attach tags after the migration that added the column.
+    pub async fn key_tag_rows(&self) -> sqlx::Result<u64> {
+        let done = sqlx::query(
+            "UPDATE tag_bizs SET name_key = (SELECT t.name_key FROM tags t WHERE t.id = tag_bizs.tid) \
+             WHERE name_key = ''",
+        )
+        .execute(self.db.writer())
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// The name topic `key` is shown by: the one its most articles' tags are written as (the
@@ -469,8 +479,8 @@ async fn rekey_owner(
     }
     for (merged, keeper) in &merges {
         sqlx::query(
-            "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) \
-             SELECT $1, uid, biz, biz_id, ctime FROM tag_bizs WHERE tid = $2 \
+            "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime, name_key) \
+             SELECT $1, uid, biz, biz_id, ctime, name_key FROM tag_bizs WHERE tid = $2 \
              ON CONFLICT (biz, biz_id, tid) DO NOTHING",
         )
         .bind(keeper)
@@ -501,6 +511,14 @@ async fn rekey_owner(
             .execute(&mut **tx)
             .await?;
     }
+    // The owner's tag rows carry their tags' keys.
+    sqlx::query(
+        "UPDATE tag_bizs SET name_key = (SELECT t.name_key FROM tags t WHERE t.id = tag_bizs.tid) \
+         WHERE tid IN (SELECT id FROM tags WHERE uid = $1)",
+    )
+    .bind(uid)
+    .execute(&mut **tx)
+    .await?;
     report.rekeyed += changes.len();
     report.merged += merges.len();
     report.owners.push(uid);

@@ -513,6 +513,9 @@ async fn tags_stored_under_older_rules_merge_at_start_up(setup: Setup) {
     );
     assert_eq!(stored_tags(&app, first).await, [ids[0]]);
     assert_eq!(stored_tags(&app, second).await, [ids[0]]);
+    // The rows, written without a key as the older release did, carry the new one: the topic
+    // lists both articles.
+    assert_eq!(topic_ids(&app, &bob, "rust").await, [second, first]);
     assert_eq!(tag(&app, &alice, "rust").await, ids[0]);
     assert_eq!(tag(&app, &alice, "R\u{00FC}st").await, ids[3]);
     assert_eq!(tag(&app, &alice, "a b").await, ids[5]);
@@ -538,6 +541,17 @@ async fn tags_stored_under_older_rules_merge_at_start_up(setup: Setup) {
     // Once per database: a restart does not run it again (a row keyed by hand stays).
     let new = tag(&app, &alice, "New").await;
     app.stop().await.unwrap();
+    // A row an instance of the release before the key column attached (a rolling upgrade)
+    // gets its key at the next start.
+    sqlx::query(
+        "INSERT INTO tag_bizs (tid, uid, biz, biz_id, ctime) VALUES ($1, $2, 'article', $3, 0)",
+    )
+    .bind(ids[3])
+    .bind(alice.uid)
+    .bind(first)
+    .execute(db.db.writer())
+    .await
+    .unwrap();
     sqlx::query("UPDATE tags SET name_key = 'by hand' WHERE id = $1")
         .bind(new)
         .execute(db.db.writer())
@@ -550,6 +564,18 @@ async fn tags_stored_under_older_rules_merge_at_start_up(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(key, "by hand");
+    assert_eq!(topic_ids(&app, &bob, "r%C3%BCst").await, [first]);
+}
+
+/// The ids of the articles on the first page of topic `name` (as a path segment), newest first.
+async fn topic_ids(app: &TestApp, reader: &Member, name: &str) -> Vec<i64> {
+    let topic = get(app, &format!("/topics/{name}"), Some(&reader.token)).await;
+    assert_eq!(topic.code(), 0, "{}", topic.raw);
+    ids_of(
+        topic.json()["data"]["articles"]["items"]
+            .as_array()
+            .unwrap(),
+    )
 }
 
 /// Sum of the tag-list cache's hits across layers, from `/metrics` (process-wide: compared
