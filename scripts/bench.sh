@@ -3,7 +3,7 @@
 #
 #   scripts/bench.sh [--duration SECS] [--rounds N] [--dataset ARTICLES]
 #                    [--database-url URL [--redis-url URL]] [SCENARIO...]
-#       scenarios: healthz login reads browse pages likes mixed ranking (default: all)
+#       scenarios: healthz login reads browse pages topics likes mixed ranking (default: all)
 #
 # Builds `cargo build --profile dist`, seeds a dataset into a fresh temp data dir (or the database
 # given) with `webook seed --articles N --users N/10 --likes 5N --collects N/2 --reads 100N
@@ -37,6 +37,11 @@
 #              Zipf draw as browse (a page is first checked to be a rendered article with its share
 #              card); a check line gives its requests/s as a ratio to browse's in the same run, and
 #              the caches' hit rates;
+#   - topics:  the dataset's topics (every tag key; 40 names, ~3 400 articles each at 100 000),
+#              each page checked to answer "code":0 with articles first: wrk -t2 -c64 GET
+#              /topics/KEY (newest first) over all topics in turn, then ?sort=hot (most liked
+#              first), then GET /feed as the reader once it follows every topic (a page merges
+#              the newest items of 40 topics); a check line gives each as a ratio to reads;
 #   - likes:   wrk -t2 -c64 POST /articles/pub/like, each connection alternating like/unlike
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
@@ -98,10 +103,10 @@ while (($#)); do
 done
 [[ $duration =~ ^[1-9][0-9]*$ ]] || die "--duration must be a positive whole number of seconds, got '$duration'"
 [[ $dataset =~ ^[0-9]+$ ]] || die "--dataset must be a whole number of articles, got '$dataset'"
-((${#scenarios[@]})) || scenarios=(healthz login reads browse pages likes mixed ranking)
+((${#scenarios[@]})) || scenarios=(healthz login reads browse pages topics likes mixed ranking)
 if ((dataset < 1000)); then
   for scenario in "${scenarios[@]}"; do
-    [[ $scenario != browse && $scenario != pages && $scenario != ranking ]] ||
+    [[ $scenario != browse && $scenario != pages && $scenario != topics && $scenario != ranking ]] ||
       die "the $scenario scenario needs a dataset: --dataset of at least 1000 articles"
   done
 fi
@@ -636,6 +641,50 @@ LUA
       [[ -z $browse_rps ]] ||
         checks+=("pages: $(awk -v p="$last_rps" -v b="$browse_rps" 'BEGIN { printf "%.2f", p / b }') × browse's requests/s in this run")
       [[ -z $redis_url ]] || check_redis_per_request pages "$tmp/pages.txt" "$asked_before"
+      ;;
+    topics)
+      reader_and_article
+      db_query "SELECT DISTINCT name_key FROM tags ORDER BY name_key" >"$tmp/topics.txt"
+      (($(wc -l <"$tmp/topics.txt") > 0)) || die "topics: the dataset has no tag"
+      topic_paths="$tmp/topic-paths.txt"
+      python3 -c 'import sys, urllib.parse
+for key in sys.stdin.read().splitlines(): print("/topics/" + urllib.parse.quote(key, safe=""))' \
+        <"$tmp/topics.txt" >"$topic_paths"
+      first_topic=$(curl -sS --max-time 30 -A "$ua" "$base$(head -1 "$topic_paths")?sort=hot")
+      [[ $first_topic == *'"code":0'* && $first_topic == *'"items":[{'* ]] ||
+        die "topics: a topic did not answer its articles: ${first_topic:0:300}"
+      reads_rps=
+      for row in "${rows[@]}"; do [[ $row == "| reads |"* ]] && reads_rps=$(awk -F'|' '{ print $3 }' <<<"$row"); done
+      for order in new hot; do
+        wrk_script "$tmp/topics-$order.lua" <<LUA
+wrk.headers["User-Agent"] = "$ua"
+local paths, n = {}, 0
+for line in io.lines("$topic_paths") do paths[#paths + 1] = line .. "?sort=$order" end
+function request()
+  n = n + 1
+  return wrk.format("GET", paths[(n % #paths) + 1])
+end
+LUA
+        note "topics: wrk -t2 -c64 -d${duration}s GET /topics/KEY?sort=$order over $(wc -l <"$topic_paths") topics"
+        run_wrk "$tmp/topics-$order.txt" -t2 -c64 -s "$tmp/topics-$order.lua" "$base"
+        record "topics_$order" "$tmp/topics-$order.txt"
+        [[ -z $reads_rps ]] ||
+          checks+=("topics_$order: $(awk -v p="$last_rps" -v b="$reads_rps" 'BEGIN { printf "%.2f", p / b }') × reads' requests/s in this run")
+      done
+      while IFS= read -r key; do
+        answer=$(curl -sS --max-time 30 -A "$ua" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+          -d "$(python3 -c 'import json, sys; print(json.dumps({"name": sys.argv[1], "follow": True}))' "$key")" "$base/topics/follow")
+        [[ $answer == *'"code":0'* ]] || die "topics: following $key failed: $answer"
+      done <"$tmp/topics.txt"
+      wrk_script "$tmp/topic-feed.lua" <<LUA
+wrk.headers["Authorization"] = "Bearer $token"
+wrk.headers["User-Agent"] = "$ua"
+LUA
+      note "topics: wrk -t2 -c64 -d${duration}s GET /feed as a reader following all $(wc -l <"$tmp/topics.txt") topics"
+      run_wrk "$tmp/topic-feed.txt" -t2 -c64 -s "$tmp/topic-feed.lua" "$base/feed"
+      record topic_feed "$tmp/topic-feed.txt"
+      [[ -z $reads_rps ]] ||
+        checks+=("topic_feed: $(awk -v p="$last_rps" -v b="$reads_rps" 'BEGIN { printf "%.2f", p / b }') × reads' requests/s in this run")
       ;;
     likes)
       reader_and_article

@@ -502,8 +502,12 @@ impl RewardService {
         .collect();
         async move {
             for consumer in consumers {
-                if let Err(err) = consumer.await {
-                    tracing::error!(%err, "a reward consumer panicked");
+                match consumer.await {
+                    Err(err) if err.is_panic() => {
+                        tracing::error!(%err, "a reward consumer panicked");
+                    }
+                    // Cancelled with the runtime at shutdown: no failure to report.
+                    _ => {}
                 }
             }
         }
