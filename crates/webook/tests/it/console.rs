@@ -86,13 +86,18 @@ async fn log_in(browser: &Browser, server: &Server, email: &str) {
 async fn log_in_with(browser: &Browser, server: &Server, email: &str, password: &str) {
     browser.open(&server.url("/#/login")).await;
     browser.ready("login").await;
+    submit_login(browser, email, password).await;
+    browser.el("[data-test=whoami]").await;
+    left(browser, "login").await;
+}
+
+/// On the login page: fills in `email` and `password` and submits.
+async fn submit_login(browser: &Browser, email: &str, password: &str) {
     browser.fill("form input[name=email]", email).await;
     browser.fill("form input[name=password]", password).await;
     browser
         .click("form:has(input[name=email]) button[type=submit]")
         .await;
-    browser.el("[data-test=whoami]").await;
-    left(browser, "login").await;
 }
 
 async fn log_out(browser: &Browser) {
@@ -481,13 +486,7 @@ async fn sign_in_and_return(browser: &Browser, page: &str, hash: &str) {
         at.as_str().is_some_and(|at| at.contains(&next)),
         "the login page should come back to {hash}: {at}"
     );
-    browser
-        .fill("form input[name=email]", "reader@example.com")
-        .await;
-    browser.fill("form input[name=password]", PASSWORD).await;
-    browser
-        .click("form:has(input[name=email]) button[type=submit]")
-        .await;
+    submit_login(browser, "reader@example.com", PASSWORD).await;
     browser.ready(page).await;
     browser.el("[data-test=whoami]").await;
     assert_eq!(
@@ -499,11 +498,7 @@ async fn sign_in_and_return(browser: &Browser, page: &str, hash: &str) {
 /// On the login page a write sent them to: signs `email` in, and waits for the article titled
 /// `title` they came from.
 async fn sign_in_and_return_to_article(browser: &Browser, email: &str, title: &str) {
-    browser.fill("form input[name=email]", email).await;
-    browser.fill("form input[name=password]", PASSWORD).await;
-    browser
-        .click("form:has(input[name=email]) button[type=submit]")
-        .await;
+    submit_login(browser, email, PASSWORD).await;
     browser.ready("article").await;
     browser.wait_text("[data-test=title]", title).await;
 }
