@@ -3,7 +3,8 @@
 //! steady traffic (reads, likes, comments, publishes) while `/metrics` is sampled every 200 ms
 //! for `event_group_lag_seconds` of every group:
 //! 1. **poison** — the feed's `article_published` handler fails permanently for two articles
-//!    (`/debug/event-faults`): every other (topic, group) keeps its lag under 1 s at p99, the
+//!    (`/debug/event-faults`): every other (topic, group) keeps its lag under 1 s at p99 (search,
+//!    which gathers for 250 ms and commits per batch, under 3 s), the
 //!    other articles reach the follower's feed, exactly those two events are parked for the feed
 //!    and `/readyz` says so; after the fix a replay (`POST /admin/events/replay`) puts each in
 //!    the feed once and the parked rows become `replayed`;
@@ -59,6 +60,13 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 const MAX_SAMPLES: usize = 1500;
 /// The bound on the other groups' lag (p99 of the samples of a phase).
 const LAG_BOUND_SECONDS: f64 = 1.0;
+/// The bound on the in-process search groups' lag. Search gathers events for 250 ms and then
+/// commits its index (segment files and meta, each synced to disk) once per batch, so its lag is
+/// that gather plus a commit: on the CI machine, under the whole suite's load, a commit took up
+/// to 1.4 s (a run where `search/article_published` reached 1.7 s at p99 in the poison phase while
+/// every other group stayed under 1 s). Held behind the feed's failing handler it would lag for
+/// as long as the outage lasts (10 s and more), far past this bound.
+const SEARCH_LAG_BOUND_SECONDS: f64 = 3.0;
 /// Pages a listing may take before a test gives up on it (a loop that stops by itself).
 const MAX_PAGES: usize = 100;
 
@@ -473,7 +481,7 @@ impl Lags {
     }
 
     /// Asserts that in `phase` every (topic, group) but the feed's `article_published` kept its
-    /// lag under the bound at p99; returns a line of figures (p50 and p99 over all of them, the
+    /// lag under its bound at p99; returns a line of figures (p50 and p99 over all of them, the
     /// worst group's p99 and max).
     fn assert_others_kept_up(&self, phase: &str, expected: &[(&str, &str)]) -> String {
         let groups = self.of(phase);
@@ -491,9 +499,14 @@ impl Lags {
                 continue;
             }
             let p99 = quantile(values, 0.99);
+            let bound = if group == "search" {
+                SEARCH_LAG_BOUND_SECONDS
+            } else {
+                LAG_BOUND_SECONDS
+            };
             assert!(
-                p99 < LAG_BOUND_SECONDS,
-                "{phase}: {group}/{topic} lagged {p99} s at p99 (samples {values:?})"
+                p99 < bound,
+                "{phase}: {group}/{topic} lagged {p99} s at p99, over {bound} s (samples {values:?})"
             );
             let max = values.last().copied().unwrap_or(0.0);
             if max >= worst.2 {
