@@ -9,7 +9,9 @@
 //!   the token names (a token that does not check out is refused, 401, so a client with a stale
 //!   token learns to refresh rather than silently reading as a stranger);
 //! - [`AuthUser`]: a signed-in user (401 without a valid token, 403001 from another User-Agent);
-//! - [`Writer`]: a signed-in user within the per-user write limit (429001 beyond it);
+//! - [`Writer`]: a signed-in user within the per-user write limit (429001 beyond it) whom
+//!   every installed [`GatesWrites`] lets write (a suspended account is refused there, by the
+//!   moderation feature);
 //! - [`Admin`]: a signed-in user with admin rights (403002 otherwise, naming the [`AdminArea`]
 //!   the routes layered in), checked before any other extractor so a non-admin learns nothing
 //!   about ids or bodies.
@@ -125,14 +127,29 @@ pub trait ResolvesCallers: Send + Sync + 'static {
     }
 }
 
-/// The installed resolver, as requests carry it in their extensions; cheap to clone.
+/// A check every [`Writer`] passes after the write limit, installed by a feature other than
+/// sign-in (moderation: a suspended account may read but not write; new accounts write less).
+#[async_trait]
+pub trait GatesWrites: Send + Sync + 'static {
+    /// Whether user `uid` may write now (the refusal otherwise).
+    async fn check_write(&self, uid: i64) -> Result<(), AppError>;
+}
+
+/// The installed resolver and write gates, as requests carry them in their extensions; cheap
+/// to clone.
 #[derive(Clone)]
-pub struct Callers(Arc<dyn ResolvesCallers>);
+pub struct Callers(Arc<dyn ResolvesCallers>, Arc<[Arc<dyn GatesWrites>]>);
 
 impl Callers {
-    /// Wraps `resolver`.
+    /// Wraps `resolver`, with no write gates.
     pub fn new(resolver: Arc<dyn ResolvesCallers>) -> Self {
-        Self(resolver)
+        Self(resolver, Arc::new([]))
+    }
+
+    /// The same resolver with `gates` checked on every write, in order.
+    #[must_use]
+    pub fn with_gates(self, gates: Vec<Arc<dyn GatesWrites>>) -> Self {
+        Self(self.0, gates.into())
     }
 
     /// The resolver of the request in `parts` (500 when the routes were built without one).
@@ -224,6 +241,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Writer {
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         let (callers, user) = signed_in(parts).await?;
         callers.0.check_write_rate(user.uid).await?;
+        for gate in callers.1.iter() {
+            gate.check_write(user.uid).await?;
+        }
         Ok(Self(user))
     }
 }

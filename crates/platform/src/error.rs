@@ -46,6 +46,8 @@ pub const CODE_WRONG_CREDENTIALS: i32 = 401002;
 pub const CODE_WRONG_CLIENT: i32 = 403001;
 /// Business code: not allowed (not the author, not an admin).
 pub const CODE_FORBIDDEN: i32 = 403002;
+/// The caller's account is suspended: it may sign in and read, not write.
+pub const CODE_SUSPENDED: i32 = 403003;
 /// Business code: no such object (or route).
 pub const CODE_NOT_FOUND: i32 = 404001;
 /// Business code: already exists.
@@ -234,6 +236,10 @@ pub enum AppError {
     /// The caller may not do this (HTTP 200, code 403002).
     #[error("{0}")]
     Forbidden(Msg),
+    /// The caller's account is suspended by a moderator: reads work, writes do not (HTTP 200,
+    /// code 403003); the message says until when and why.
+    #[error("{0}")]
+    Suspended(Msg),
     /// No such object (HTTP 200, code 404001).
     #[error("{0}")]
     NotFound(Msg),
@@ -277,6 +283,7 @@ impl AppError {
             Self::InvalidInput(_)
             | Self::WrongCredentials
             | Self::Forbidden(_)
+            | Self::Suspended(_)
             | Self::NotFound(_)
             | Self::Conflict(_)
             | Self::Disabled(_) => StatusCode::OK,
@@ -303,6 +310,7 @@ impl AppError {
             Self::InvalidInput(msg)
             | Self::BadRequest(msg)
             | Self::Forbidden(msg)
+            | Self::Suspended(msg)
             | Self::NotFound(msg)
             | Self::Conflict(msg)
             | Self::Disabled(msg) => Cow::Borrowed(msg.text(lang)),
@@ -360,6 +368,7 @@ impl AppError {
             Self::WrongCredentials => CODE_WRONG_CREDENTIALS,
             Self::WrongClient => CODE_WRONG_CLIENT,
             Self::Forbidden(_) => CODE_FORBIDDEN,
+            Self::Suspended(_) => CODE_SUSPENDED,
             Self::NotFound(_) | Self::NoRoute => CODE_NOT_FOUND,
             Self::Conflict(_) => CODE_CONFLICT,
             Self::RateLimited { .. } => CODE_RATE_LIMITED,

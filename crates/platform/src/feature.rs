@@ -42,7 +42,7 @@ use scheduler::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    caller::{Callers, ResolvesCallers},
+    caller::{Callers, GatesWrites, ResolvesCallers},
     client_ip::TrustedProxies,
     config::{Config, SettingsSpec},
     db::{Db, Migration},
@@ -296,6 +296,7 @@ pub struct Registry {
     durable_jobs: Option<(SqlJobStore, WorkerOptions)>,
     services: Services,
     callers: Option<Callers>,
+    write_gates: Vec<Arc<dyn GatesWrites>>,
     installing: Option<Installing>,
 }
 
@@ -341,6 +342,7 @@ impl Registry {
             durable_jobs: None,
             services: Services::default(),
             callers: None,
+            write_gates: Vec::new(),
             installing: None,
         }
     }
@@ -388,6 +390,12 @@ impl Registry {
     /// feature that owns sign-in.
     pub fn resolve_callers(&mut self, resolver: Arc<dyn ResolvesCallers>) {
         self.callers = Some(Callers::new(resolver));
+    }
+
+    /// Checks `gate` on every write ([`crate::caller::Writer`]) after the write limit and the
+    /// gates installed before it.
+    pub fn gate_writes(&mut self, gate: Arc<dyn GatesWrites>) {
+        self.write_gates.push(gate);
     }
 
     /// Serves `routes` (with their state already given) beside the other features' routes.
@@ -475,7 +483,9 @@ impl Registry {
             )
         })?;
         Ok(Installed {
-            routes: self.routes.layer(axum::Extension(callers)),
+            routes: self
+                .routes
+                .layer(axum::Extension(callers.with_gates(self.write_gates))),
             fast_paths: self.fast_paths,
             jobs: self.jobs,
             executors: self.executors,

@@ -152,6 +152,11 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("feed_inbox_cap", "2000", "2000"),
     ("comment_rate_limit", "5", "5"),
     ("comment_rate_window", "2m", r#""2m""#),
+    ("moderation_report_limit", "7", "7"),
+    ("moderation_report_window", "2h", r#""2h""#),
+    ("moderation_new_account_period", "2days", r#""2days""#),
+    ("moderation_new_account_write_limit", "9", "9"),
+    ("moderation_new_account_window", "30m", r#""30m""#),
     ("tag_max_per_user", "50", "50"),
     (
         "search_dir",
@@ -621,6 +626,18 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_COMMENT_RATE_WINDOW",
             "0s",
             &["comment_rate_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_MODERATION_REPORT_LIMIT",
+            "0",
+            &["moderation_report_limit", "WEBOOK_MODERATION_REPORT_LIMIT"],
+        );
+        refused(
+            jail,
+            "WEBOOK_MODERATION_NEW_ACCOUNT_WINDOW",
+            "0s",
+            &["moderation_new_account_window"],
         );
         for bad in ["0", "100001"] {
             refused(

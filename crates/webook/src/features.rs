@@ -6,7 +6,7 @@ use platform::feature::Feature;
 
 use crate::{
     account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    payment, phone_login, ranking, reward, search, site, sms, tag, user, wechat_login,
+    moderation, payment, phone_login, ranking, reward, search, site, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
@@ -24,6 +24,7 @@ pub const FEATURES: &[&dyn Feature] = &[
     &comment::Comments,
     &tag::Tags,
     &search::Search,
+    &moderation::Moderation,
     &account::Accounts,
     &payment::Payments,
     &reward::Rewards,

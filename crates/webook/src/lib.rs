@@ -40,6 +40,7 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod moderation;
 pub mod openapi;
 pub mod outside_http;
 pub mod payment;

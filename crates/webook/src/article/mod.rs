@@ -29,6 +29,7 @@ pub use seed::{
     SeededArticle,
 };
 pub use service::ArticleService;
+pub use store::{Moderated, Moderation};
 
 use async_trait::async_trait;
 use platform::{
@@ -74,6 +75,11 @@ impl Feature for Articles {
                 20,
                 "published_by_author",
                 include_str!("../../migrations/0020_published_by_author.sql"),
+            ),
+            Migration::new(
+                36,
+                "article_moderation",
+                include_str!("../../migrations/0036_article_moderation.sql"),
             ),
         ];
         MIGRATIONS

@@ -55,6 +55,11 @@ pub enum ArticleStatus {
     Published = 2,
     /// Withdrawn by the author; readers get 404001.
     Private = 3,
+    /// Reader copy only: hidden by a moderator (readers get 404001, the author sees why); a
+    /// moderator may restore it.
+    Hidden = 4,
+    /// Reader copy only: removed by a moderator for good (as hidden, but never restored).
+    Removed = 5,
 }
 
 /// Its number in the API, described for the OpenAPI document.
@@ -62,10 +67,11 @@ impl utoipa::PartialSchema for ArticleStatus {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::Integer)
-            .enum_values(Some([1, 2, 3]))
+            .enum_values(Some([1, 2, 3, 4, 5]))
             .description(Some(
                 "1 unpublished (never published, or edited since the last publish), 2 \
-                 published, 3 private (withdrawn).",
+                 published, 3 private (withdrawn); of a reader copy only: 4 hidden by a \
+                 moderator, 5 removed by a moderator.",
             ))
             .into()
     }
@@ -87,6 +93,8 @@ impl TryFrom<i64> for ArticleStatus {
             1 => Ok(Self::Unpublished),
             2 => Ok(Self::Published),
             3 => Ok(Self::Private),
+            4 => Ok(Self::Hidden),
+            5 => Ok(Self::Removed),
             other => Err(format!("unknown article status {other}")),
         }
     }
@@ -111,6 +119,10 @@ pub struct Article {
     pub ctime: i64,
     /// Last edited (ms).
     pub utime: i64,
+    /// **(webook)** Why a moderator hid or removed the reader copy; absent when readers can
+    /// see it (or it was never published).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hidden: String,
 }
 
 /// One row of the author's list.
@@ -131,6 +143,10 @@ pub struct ListItem {
     pub ctime: i64,
     /// Last edited (ms).
     pub utime: i64,
+    /// **(webook)** Why a moderator hid or removed the reader copy; absent when readers can
+    /// see it (or it was never published).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hidden: String,
 }
 
 /// One published article of `GET /articles/pub` (the latest, or one author's), with its counts.

@@ -23,7 +23,7 @@ use crate::article::{
     cache::{ArticleCache, FIRST_PAGE_LEN},
     model::{Article, Draft, ListItem, PublishedArticle, PublishedItem},
     reader_page::ReaderPage,
-    store::{ArticleStore, WriteError},
+    store::{ArticleStore, Moderated, Moderation, WriteError},
 };
 use platform::{
     cpu,
@@ -58,6 +58,10 @@ fn write_error(err: WriteError) -> AppError {
         WriteError::NotFound => NO_SUCH_ARTICLE,
         WriteError::NotAuthor => NOT_THE_AUTHOR,
         WriteError::NoSuchAuthor => AppError::Unauthorized,
+        WriteError::Hidden => AppError::Forbidden(Msg::new(
+            "a moderator hid this article: it cannot be published again",
+            "该文章已被管理员隐藏，不能再次发表",
+        )),
         WriteError::Db(err) => err.into(),
     }
 }
@@ -153,6 +157,36 @@ impl ArticleService {
             service.cache.forget_reader_copy(id).await;
             service.cache.forget_first_page(author).await;
             Ok(())
+        })
+        .await
+    }
+
+    /// A moderator's `action` on article `id`'s reader copy ([`ArticleStore::moderate`]): the
+    /// same event and cache steps as a withdrawal or a publish, so every surface that follows
+    /// them (feed, hot list, search, topics, the reader view on every instance) follows this.
+    /// `None`: the article was never published.
+    pub async fn moderate(
+        &self,
+        id: i64,
+        action: Moderation,
+        reason: &str,
+    ) -> Result<Option<Moderated>, AppError> {
+        let service = self.clone();
+        let reason = reason.to_owned();
+        to_completion(async move {
+            let Some(moderated) = service
+                .store
+                .moderate(id, action, &reason, now_millis())
+                .await?
+            else {
+                return Ok(None);
+            };
+            if moderated.changed {
+                service.outbox.committed();
+                service.cache.forget_reader_copy(id).await;
+                service.cache.forget_first_page(moderated.author).await;
+            }
+            Ok(Some(moderated))
         })
         .await
     }

@@ -25,9 +25,34 @@ pub enum WriteError {
     /// `author_id` said so.
     #[error("no such author")]
     NoSuchAuthor,
+    /// A moderator hid or removed the reader copy: the author may not publish it again.
+    #[error("hidden by a moderator")]
+    Hidden,
     /// Anything else.
     #[error(transparent)]
     Db(sqlx::Error),
+}
+
+/// What a moderator does to an article's reader copy ([`ArticleStore::moderate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moderation {
+    /// Readers lose it (as on withdrawal); the author sees why; restorable.
+    Hide,
+    /// As hide, for good.
+    Remove,
+    /// A hidden copy comes back: published again, unless its author withdrew it meanwhile.
+    Restore,
+}
+
+/// What [`ArticleStore::moderate`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moderated {
+    /// The article's author.
+    pub author: i64,
+    /// Whether the reader copy's status changed (false: it already was so, or cannot be).
+    pub changed: bool,
+    /// Whether readers' view changed: an event went to the outbox.
+    pub announced: bool,
 }
 
 impl From<sqlx::Error> for WriteError {
@@ -139,6 +164,15 @@ impl ArticleStore {
         let mut tx = self.db.writer().begin().await?;
         let id =
             upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Published, now).await?;
+        let reader_status: Option<i64> =
+            sqlx::query_scalar("SELECT status FROM published_articles WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if matches!(reader_status, Some(4 | 5)) {
+            // Rolled back: the author's copy stays as it was.
+            return Err(WriteError::Hidden);
+        }
         sqlx::query(
             "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
@@ -176,22 +210,100 @@ impl ArticleStore {
         if changed == 0 {
             return Err(why_not_written(&mut tx, id).await);
         }
-        sqlx::query("UPDATE published_articles SET status = $1, utime = $2 WHERE id = $3 AND author_id = $4")
-            .bind(i64::from(ArticleStatus::Private))
-            .bind(now)
-            .bind(id)
-            .bind(author)
-            .execute(&mut *tx)
-            .await?;
+        // A copy a moderator hid or removed stays so (its author cannot publish it again).
+        sqlx::query(
+            "UPDATE published_articles SET status = $1, utime = $2 \
+             WHERE id = $3 AND author_id = $4 AND status NOT IN (4, 5)",
+        )
+        .bind(i64::from(ArticleStatus::Private))
+        .bind(now)
+        .bind(id)
+        .bind(author)
+        .execute(&mut *tx)
+        .await?;
         record_event(&mut tx, TOPIC_WITHDRAWN, id, author, now).await?;
         tx.commit().await?;
         Ok(())
     }
 
+    /// A moderator's `action` on the reader copy of `id`, with `reason` for its author, in one
+    /// transaction with the event readers' views follow: [`TOPIC_WITHDRAWN`] when a published
+    /// copy is hidden or removed, [`TOPIC_PUBLISHED`] when a restored one is published again.
+    /// Repeating an action changes nothing ([`Moderated::changed`] false). `None`: no reader
+    /// copy (never published).
+    pub async fn moderate(
+        &self,
+        id: i64,
+        action: Moderation,
+        reason: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<Moderated>> {
+        let mut tx = self.db.writer().begin().await?;
+        // Touching the row takes its lock (PostgreSQL; SQLite has one writer anyway).
+        let row: Option<(i64, i64)> = sqlx::query_as(
+            "UPDATE published_articles SET utime = utime WHERE id = $1 RETURNING author_id, status",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((author, status)) = row else {
+            return Ok(None);
+        };
+        let (next, reason) = match (action, status) {
+            (Moderation::Hide, 2 | 3) => (4, reason),
+            (Moderation::Remove, 2..=4) => (5, reason),
+            (Moderation::Restore, 4) => {
+                let author_status: i64 =
+                    sqlx::query_scalar("SELECT status FROM articles WHERE id = $1")
+                        .bind(id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let back = if author_status == i64::from(ArticleStatus::Private) {
+                    3
+                } else {
+                    2
+                };
+                (back, "")
+            }
+            _ => {
+                return Ok(Some(Moderated {
+                    author,
+                    changed: false,
+                    announced: false,
+                }))
+            }
+        };
+        sqlx::query(
+            "UPDATE published_articles SET status = $1, hidden_reason = $2, utime = $3 WHERE id = $4",
+        )
+        .bind(next)
+        .bind(reason)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        let topic = match (status, next) {
+            (2, 4 | 5) => Some(TOPIC_WITHDRAWN),
+            (_, 2) => Some(TOPIC_PUBLISHED),
+            _ => None,
+        };
+        if let Some(topic) = topic {
+            record_event(&mut tx, topic, id, author, now).await?;
+        }
+        tx.commit().await?;
+        Ok(Some(Moderated {
+            author,
+            changed: true,
+            announced: topic.is_some(),
+        }))
+    }
+
     /// The author's copy `id`, whoever wrote it (callers check authorship).
     pub async fn author_copy(&self, id: i64) -> sqlx::Result<Option<Article>> {
         sqlx::query_as(
-            "SELECT id, author_id, title, content, status, ctime, utime FROM articles WHERE id = $1",
+            "SELECT a.id, a.author_id, a.title, a.content, a.status, a.ctime, a.utime, \
+             COALESCE(p.hidden_reason, '') AS hidden FROM articles a \
+             LEFT JOIN published_articles p ON p.id = a.id WHERE a.id = $1",
         )
         .bind(id)
         .fetch_optional(self.db.pool())
@@ -206,8 +318,10 @@ impl ArticleStore {
         limit: i64,
     ) -> sqlx::Result<Vec<ListItem>> {
         sqlx::query_as(
-            "SELECT id, title, abstract, status, ctime, utime FROM articles \
-             WHERE author_id = $1 ORDER BY utime DESC, id DESC LIMIT $2 OFFSET $3",
+            "SELECT a.id, a.title, a.abstract, a.status, a.ctime, a.utime, \
+             COALESCE(p.hidden_reason, '') AS hidden FROM articles a \
+             LEFT JOIN published_articles p ON p.id = a.id \
+             WHERE a.author_id = $1 ORDER BY a.utime DESC, a.id DESC LIMIT $2 OFFSET $3",
         )
         .bind(author)
         .bind(limit)

@@ -42,6 +42,10 @@ impl Feature for Comments {
         "comments"
     }
 
+    fn provides(&self) -> &'static [Service] {
+        const { &[Service::of::<CommentService>()] }
+    }
+
     fn needs(&self) -> &'static [Service] {
         const { &[Service::of::<InteractiveService>()] }
     }

@@ -22,7 +22,7 @@ use crate::{
     comment::{
         model::{CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED},
         settings::CommentSettings,
-        store::{CommentStore, NotDeleted, Refused},
+        store::{CommentModerated, CommentModeration, CommentStore, NotDeleted, Refused},
     },
     interactive::InteractiveService,
 };
@@ -131,7 +131,7 @@ impl CommentService {
             let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
             let deletion = match service
                 .store
-                .delete(caller, id, now_millis(), announce)
+                .delete(Some(caller), id, now_millis(), announce)
                 .await?
             {
                 Ok(deletion) => deletion,
@@ -151,6 +151,59 @@ impl CommentService {
             };
             metrics::counter!(COMMENTS_TOTAL, "action" => action).increment(1);
             Ok(deletion.outcome)
+        })
+        .await
+    }
+
+    /// A moderator's hide or restore of comment `id` ([`CommentStore::moderate`]); `None`: no
+    /// such comment. The object's cached counts follow, as after a deletion.
+    pub async fn moderate(
+        &self,
+        id: i64,
+        action: CommentModeration,
+    ) -> Result<Option<CommentModerated>, AppError> {
+        let service = self.clone();
+        to_completion(async move {
+            let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
+            let moderated = service
+                .store
+                .moderate(id, action, now_millis(), announce)
+                .await?;
+            if let Some(moderated) = moderated.filter(|moderated| moderated.changed) {
+                if moderated.events > 0 {
+                    service.outbox.committed();
+                }
+                service
+                    .interactive
+                    .comments_changed(moderated.biz, moderated.biz_id)
+                    .await;
+            }
+            Ok(moderated)
+        })
+        .await
+    }
+
+    /// A moderator's deletion of comment `id` (shown or hidden), as its author's would be;
+    /// `None`: no such comment (or already deleted).
+    pub async fn delete_as_moderator(&self, id: i64) -> Result<Option<Deleted>, AppError> {
+        let service = self.clone();
+        to_completion(async move {
+            let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
+            let Ok(deletion) = service
+                .store
+                .delete(None, id, now_millis(), announce)
+                .await?
+            else {
+                return Ok(None);
+            };
+            if deletion.events > 0 {
+                service.outbox.committed();
+            }
+            service
+                .interactive
+                .comments_changed(deletion.biz, deletion.biz_id)
+                .await;
+            Ok(Some(deletion.outcome))
         })
         .await
     }

@@ -17,6 +17,11 @@
 //! deletions of one thread serialise without deadlocking, and a reply can never attach to a
 //! parent that is being removed. The object's `comment_cnt` (in `interactives`) moves in the
 //! same transaction ([`add_comments`]); the `comment_changed` events go to the outbox there too.
+//!
+//! `deleted` is 0 (shown), 1 (a tombstone: content cleared) or 2 (hidden by a moderator:
+//! content kept for a restore). A hidden comment counts as deleted everywhere — it is shown as a
+//! tombstone while replies point at it and left out of listings otherwise, counts leave it, it
+//! takes no replies — until a moderator restores it ([`CommentStore::moderate`]).
 
 use std::collections::HashMap;
 
@@ -46,6 +51,36 @@ pub enum Refused {
     NoObject,
     /// No such parent on that object (or it is deleted).
     NoParent,
+}
+
+/// The `deleted` value of a comment a moderator hid.
+const HIDDEN: i64 = 2;
+
+/// Listings leave out hidden comments nothing answers (one with replies shows as a tombstone).
+const LISTED: &str = "NOT (c.deleted = 2 AND c.child_cnt = 0)";
+
+/// What a moderator does to a comment ([`CommentStore::moderate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommentModeration {
+    /// Readers lose it as if it were deleted; the content is kept.
+    Hide,
+    /// A hidden comment comes back.
+    Restore,
+}
+
+/// What [`CommentStore::moderate`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommentModerated {
+    /// The comment's author.
+    pub author: i64,
+    /// The object it is on.
+    pub biz: Biz,
+    /// Its id.
+    pub biz_id: i64,
+    /// Whether anything changed (false: it already was so).
+    pub changed: bool,
+    /// Events recorded in the outbox.
+    pub events: usize,
 }
 
 /// Why a comment could not be deleted.
@@ -91,6 +126,7 @@ pub struct Thread {
 /// The comment a deletion touched (and locked): what deciding and counting need.
 #[derive(sqlx::FromRow)]
 struct Touched {
+    deleted: i64,
     uid: i64,
     biz: String,
     biz_id: i64,
@@ -171,13 +207,14 @@ impl CommentStore {
         Ok(Ok(Written { id, events }))
     }
 
-    /// Deletes comment `id` for `caller`, who must be its author or the object's: a comment
-    /// with replies becomes a tombstone (content cleared), a leaf is removed together with the
-    /// tombstoned ancestors it was the last reply of. Counters move and, with `announce`, the
-    /// deletion's events are recorded — all in one transaction.
+    /// Deletes comment `id` for `caller`, who must be its author or the object's (`None`: a
+    /// moderator, who may also delete a hidden comment): a comment with replies becomes a
+    /// tombstone (content cleared), a leaf is removed together with the tombstoned ancestors
+    /// it was the last reply of. Counters move (unless it was hidden: they already did) and,
+    /// with `announce`, the deletion's events are recorded — all in one transaction.
     pub async fn delete(
         &self,
-        caller: i64,
+        caller: Option<i64>,
         id: i64,
         now: i64,
         announce: bool,
@@ -185,13 +222,15 @@ impl CommentStore {
         let mut tx = self.db.writer().begin().await?;
         // Touching the row takes its lock (PostgreSQL; SQLite has one writer anyway).
         let row: Option<Touched> = sqlx::query_as(
-            "UPDATE comments SET utime = utime WHERE id = $1 AND deleted = 0 \
-             RETURNING uid, biz, biz_id, root_id, parent_id, child_cnt",
+            "UPDATE comments SET utime = utime WHERE id = $1 AND (deleted = 0 OR (deleted = 2 AND $2 = 1)) \
+             RETURNING deleted, uid, biz, biz_id, root_id, parent_id, child_cnt",
         )
         .bind(id)
+        .bind(i64::from(caller.is_none()))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(Touched {
+            deleted: was,
             uid: author,
             biz,
             biz_id,
@@ -206,9 +245,12 @@ impl CommentStore {
             return Ok(Err(NotDeleted::NoComment));
         };
         let owner = biz.owner(&mut *tx, biz_id).await?;
-        if caller != author && owner != Some(caller) {
-            return Ok(Err(NotDeleted::NotAllowed));
+        if let Some(caller) = caller {
+            if caller != author && owner != Some(caller) {
+                return Ok(Err(NotDeleted::NotAllowed));
+            }
         }
+        let was_hidden = was == HIDDEN;
         let parent_author: Option<i64> = if parent_id == 0 {
             None
         } else {
@@ -228,6 +270,16 @@ impl CommentStore {
             remove_with_empty_ancestors(&mut tx, id, parent_id).await?;
             Deleted::Removed
         };
+        if was_hidden {
+            // Hiding already took it out of the counts and withdrew its events.
+            tx.commit().await?;
+            return Ok(Ok(Deletion {
+                outcome,
+                biz,
+                biz_id,
+                events: 0,
+            }));
+        }
         if root_id != 0 {
             sqlx::query(
                 "UPDATE comments SET reply_cnt = reply_cnt - 1 WHERE id = $1 AND reply_cnt > 0",
@@ -261,6 +313,99 @@ impl CommentStore {
         }))
     }
 
+    /// A moderator's `action` on comment `id`, in one transaction: hiding takes it out of the
+    /// counts (the object's, its root's) and, with `announce`, withdraws its events
+    /// (`comment_changed` with `on: false`, as a deletion); restoring puts both back. Repeating
+    /// an action changes nothing. `None`: no such comment (or deleted).
+    pub async fn moderate(
+        &self,
+        id: i64,
+        action: CommentModeration,
+        now: i64,
+        announce: bool,
+    ) -> sqlx::Result<Option<CommentModerated>> {
+        let (from, to, step) = match action {
+            CommentModeration::Hide => (0, HIDDEN, -1),
+            CommentModeration::Restore => (HIDDEN, 0, 1),
+        };
+        let mut tx = self.db.writer().begin().await?;
+        let row: Option<(i64, String, i64, i64, i64, String, i64)> = sqlx::query_as(
+            "UPDATE comments SET deleted = $1, utime = $2 WHERE id = $3 AND deleted = $4 \
+             RETURNING uid, biz, biz_id, root_id, parent_id, content, ctime",
+        )
+        .bind(to)
+        .bind(now)
+        .bind(id)
+        .bind(from)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((author, biz, biz_id, root_id, parent_id, content, ctime)) = row else {
+            let state: Option<(i64, i64, String, i64)> =
+                sqlx::query_as("SELECT deleted, uid, biz, biz_id FROM comments WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Ok(match state {
+                Some((deleted, author, biz, biz_id)) if deleted == to => {
+                    biz.parse().ok().map(|biz| CommentModerated {
+                        author,
+                        biz,
+                        biz_id,
+                        changed: false,
+                        events: 0,
+                    })
+                }
+                _ => None,
+            });
+        };
+        let Ok(biz) = biz.parse::<Biz>() else {
+            return Ok(None);
+        };
+        if root_id != 0 {
+            sqlx::query(
+                "UPDATE comments SET reply_cnt = reply_cnt + $1 WHERE id = $2 AND reply_cnt + $1 >= 0",
+            )
+            .bind(step)
+            .bind(root_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        add_comments(&mut tx, biz, biz_id, step, now).await?;
+        let owner = biz.owner(&mut *tx, biz_id).await?;
+        let parent_author: Option<i64> = if parent_id == 0 {
+            None
+        } else {
+            sqlx::query_scalar("SELECT uid FROM comments WHERE id = $1")
+                .bind(parent_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        };
+        let events = match (announce, owner) {
+            (true, Some(owner)) => {
+                let restored = action == CommentModeration::Restore;
+                let event = CommentEvent {
+                    id,
+                    uid: author,
+                    recipient: 0,
+                    article_id: article_of(biz, biz_id),
+                    content: if restored { content } else { String::new() },
+                    on: restored,
+                    time: if restored { ctime } else { now },
+                };
+                record(&mut tx, biz, biz_id, event, owner, parent_author).await?
+            }
+            _ => 0,
+        };
+        tx.commit().await?;
+        Ok(Some(CommentModerated {
+            author,
+            biz,
+            biz_id,
+            changed: true,
+            events,
+        }))
+    }
+
     /// Top-level comments of the object, newest first, strictly before comment id `before`
     /// (all when `None`), at most `limit`; each with its reply count but not yet its replies.
     pub async fn top_level(
@@ -272,7 +417,7 @@ impl CommentStore {
     ) -> sqlx::Result<Vec<CommentView>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM comments c LEFT JOIN users u ON u.id = c.uid \
-             WHERE c.biz = $1 AND c.biz_id = $2 AND c.root_id = 0 AND c.id < $3 \
+             WHERE c.biz = $1 AND c.biz_id = $2 AND c.root_id = 0 AND c.id < $3 AND {LISTED} \
              ORDER BY c.id DESC LIMIT $4"
         );
         let rows: Vec<CommentRow> = sqlx::query_as(&sql)
@@ -298,7 +443,7 @@ impl CommentStore {
                     format!(
                         "SELECT * FROM (SELECT {COLUMNS} FROM comments c \
                          LEFT JOIN users u ON u.id = c.uid \
-                         WHERE c.root_id = ${n} ORDER BY c.id LIMIT {PREVIEW_REPLIES}) r{n}"
+                         WHERE c.root_id = ${n} AND {LISTED} ORDER BY c.id LIMIT {PREVIEW_REPLIES}) r{n}"
                     )
                 })
                 .collect();
@@ -345,7 +490,7 @@ impl CommentStore {
     ) -> sqlx::Result<Vec<CommentView>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM comments c LEFT JOIN users u ON u.id = c.uid \
-             WHERE c.root_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3"
+             WHERE c.root_id = $1 AND c.id > $2 AND {LISTED} ORDER BY c.id LIMIT $3"
         );
         let rows: Vec<CommentRow> = sqlx::query_as(&sql)
             .bind(root)

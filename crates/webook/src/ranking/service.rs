@@ -18,7 +18,9 @@
 //! **Withdrawals** ([`RankingService::withdrawal_consumer`]): an article withdrawn after the list
 //! was computed leaves it when the withdrawal event arrives, not at the next computation: the
 //! consuming instance removes it from its snapshot and from the shared copy in place (same
-//! fence, fewer items), and every other instance installs that copy at its next refresh.
+//! fence, fewer items), and every other instance installs that copy at its next refresh. A
+//! withdrawal that arrives after the article was published again (by its author, or restored
+//! by a moderator) takes nothing off.
 
 use std::{sync::Arc, time::Duration};
 
@@ -342,10 +344,14 @@ impl RankingService {
             move |batch| {
                 let service = service.clone();
                 async move {
-                    let ids: Vec<i64> = batch
+                    let mut ids: Vec<i64> = batch
                         .iter()
                         .map(|event| Ok(event.decode::<ArticleEvent>()?.id))
                         .collect::<anyhow::Result<_>>()?;
+                    // An article published again since (a republish, a moderator's restore)
+                    // stays: a late withdrawal must not take it off a list computed after it.
+                    let back = service.inner.store.published_now(&ids).await?;
+                    ids.retain(|id| !back.contains(id));
                     if ids.is_empty() {
                         return Ok(());
                     }

@@ -127,7 +127,7 @@ impl RankingStore {
         let sql = format!(
             "SELECT p.id, p.title, p.abstract, COALESCE(u.nickname, '') AS nickname \
              FROM published_articles p LEFT JOIN users u ON u.id = p.author_id \
-             WHERE p.id IN ({})",
+             WHERE p.status = 2 AND p.id IN ({})",
             placeholders(1, ids.len())
         );
         let mut query = sqlx::query_as::<_, DetailsRow>(&sql);
@@ -136,6 +136,22 @@ impl RankingStore {
         }
         let rows = query.fetch_all(self.db.pool()).await?;
         Ok(rows.into_iter().map(|row| (row.id, row.details)).collect())
+    }
+
+    /// Those of `ids` readers can see now (published), in one query.
+    pub async fn published_now(&self, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT id FROM published_articles WHERE status = 2 AND id IN ({})",
+            placeholders(1, ids.len())
+        );
+        let mut query = sqlx::query_scalar::<_, i64>(&sql);
+        for id in ids {
+            query = query.bind(id);
+        }
+        query.fetch_all(self.db.pool()).await
     }
 
     /// The shared list called `name`, if any.

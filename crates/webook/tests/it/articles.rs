@@ -539,6 +539,9 @@ async fn racing_publishes_and_withdrawals_never_leave_a_stale_reader_copy(setup:
                 );
             }
             ArticleStatus::Unpublished => panic!("round {round}: no draft was saved"),
+            ArticleStatus::Hidden | ArticleStatus::Removed => {
+                panic!("round {round}: an author's copy is never hidden")
+            }
         }
         // Republish so that the next withdrawal round starts from a published, cached copy.
         if truth.status == ArticleStatus::Private {

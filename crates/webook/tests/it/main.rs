@@ -31,6 +31,7 @@ mod interactive;
 mod jobs;
 mod jobs_admin;
 mod migrations;
+mod moderation;
 mod openapi;
 mod payment;
 mod payment_jobs;

@@ -1,0 +1,417 @@
+//! SQL of moderation (`moderation_reports`, `moderation_suspensions`, `moderation_log`), one
+//! implementation for SQLite and PostgreSQL. What happens to the targets themselves is their
+//! features' (articles, comments): this store only reads them for a report's snapshot.
+
+use sqlx::{Any, Transaction};
+
+use crate::moderation::model::{Kind, LogEntry, QueueItem, ReportView};
+use platform::db::Db;
+
+/// Most reports one queue item carries (the newest).
+pub const REPORTS_PER_ITEM: i64 = 20;
+/// Longest snapshot kept of a target, in characters.
+const SNAPSHOT_CHARS: usize = 2000;
+
+/// Why a report was not filed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotFiled {
+    /// No such target, or readers cannot see it.
+    NoTarget,
+    /// The reporter's own content or account.
+    Own,
+    /// The reporter already has an open report of it.
+    Duplicate,
+}
+
+/// A suspension row: until (ms) and why.
+pub type SuspensionRow = (i64, String);
+
+/// Reads and writes moderation's tables.
+#[derive(Debug, Clone)]
+pub struct ModerationStore {
+    db: Db,
+}
+
+impl ModerationStore {
+    /// A store on `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The owner and content of a target readers can see: a published article's author, title
+    /// and text; a shown comment's author and text; a user and their nickname and about.
+    async fn visible(&self, kind: Kind, id: i64) -> sqlx::Result<Option<(i64, String)>> {
+        let pool = self.db.pool();
+        Ok(match kind {
+            Kind::Article => {
+                let row: Option<(i64, String, String)> = sqlx::query_as(
+                    "SELECT author_id, title, content FROM published_articles \
+                     WHERE id = $1 AND status = 2",
+                )
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+                row.map(|(author, title, content)| {
+                    (
+                        author,
+                        format!("{title}\n{}", crate::article::text_of(&content)),
+                    )
+                })
+            }
+            Kind::Comment => {
+                sqlx::query_as("SELECT uid, content FROM comments WHERE id = $1 AND deleted = 0")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+            }
+            Kind::User => {
+                let row: Option<(i64, String, String)> =
+                    sqlx::query_as("SELECT id, nickname, about_me FROM users WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(pool)
+                        .await?;
+                row.map(|(uid, nickname, about)| (uid, format!("{nickname}\n{about}")))
+            }
+        })
+    }
+
+    /// Files `reporter`'s report of a target with its snapshot; returns its id.
+    pub async fn file(
+        &self,
+        reporter: i64,
+        kind: Kind,
+        id: i64,
+        reason: &str,
+        note: &str,
+        now: i64,
+    ) -> sqlx::Result<Result<i64, NotFiled>> {
+        let Some((owner, content)) = self.visible(kind, id).await? else {
+            return Ok(Err(NotFiled::NoTarget));
+        };
+        if owner == reporter {
+            return Ok(Err(NotFiled::Own));
+        }
+        let snapshot: String = content.chars().take(SNAPSHOT_CHARS).collect();
+        let filed = sqlx::query_scalar(
+            "INSERT INTO moderation_reports (target_kind, target_id, reporter, reason, note, \
+             snapshot, state, ctime, closed_by, closed_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'open', $7, 0, 0) RETURNING id",
+        )
+        .bind(kind.as_str())
+        .bind(id)
+        .bind(reporter)
+        .bind(reason)
+        .bind(note)
+        .bind(&snapshot)
+        .bind(now)
+        .fetch_one(self.db.writer())
+        .await;
+        match filed {
+            Ok(id) => Ok(Ok(id)),
+            Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
+                Ok(Err(NotFiled::Duplicate))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Targets with open reports: most reported first (`by_count`) or newest report first,
+    /// then by target; `offset` and `limit` page them. Each with its newest open reports.
+    pub async fn queue(
+        &self,
+        by_count: bool,
+        offset: i64,
+        limit: i64,
+    ) -> sqlx::Result<Vec<QueueItem>> {
+        let order = if by_count {
+            "open DESC, latest DESC"
+        } else {
+            "latest DESC, open DESC"
+        };
+        let groups: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT target_kind, target_id, COUNT(*) AS open, MAX(ctime) AS latest \
+             FROM moderation_reports WHERE state = 'open' GROUP BY target_kind, target_id \
+             ORDER BY {order}, target_kind, target_id LIMIT $1 OFFSET $2"
+        ))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut items = Vec::with_capacity(groups.len());
+        for (kind, id, open, latest) in groups {
+            let Some(kind) = Kind::parse(&kind) else {
+                continue;
+            };
+            items.push(QueueItem {
+                kind,
+                id,
+                open,
+                latest,
+                reports: self.reports(kind, id, true, REPORTS_PER_ITEM).await?,
+            });
+        }
+        Ok(items)
+    }
+
+    /// A target's reports, newest first (only the open ones when `open`).
+    pub async fn reports(
+        &self,
+        kind: Kind,
+        id: i64,
+        open: bool,
+        limit: i64,
+    ) -> sqlx::Result<Vec<ReportView>> {
+        sqlx::query_as(
+            "SELECT id, reporter, reason, note, snapshot, state, ctime FROM moderation_reports \
+             WHERE target_kind = $1 AND target_id = $2 AND ($3 = 0 OR state = 'open') \
+             ORDER BY id DESC LIMIT $4",
+        )
+        .bind(kind.as_str())
+        .bind(id)
+        .bind(i64::from(open))
+        .bind(limit)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// Closes a target's open reports as `state` (dismissed or actioned; none when empty) and
+    /// logs the action,
+    /// in one transaction; returns (reports closed, log id).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn close_and_log(
+        &self,
+        admin: i64,
+        action: &str,
+        kind: Kind,
+        id: i64,
+        state: &str,
+        reason: &str,
+        outcome: &str,
+        now: i64,
+    ) -> sqlx::Result<(u64, i64)> {
+        let mut tx = self.db.writer().begin().await?;
+        let closed = close(&mut tx, admin, kind, id, state, now).await?;
+        let log = log(&mut tx, admin, action, kind, id, reason, outcome, now).await?;
+        tx.commit().await?;
+        Ok((closed, log))
+    }
+
+    /// Suspends `uid` until `until` (ms) for `reason`, replacing an earlier suspension; closes
+    /// the user's open reports and logs it, in one transaction. Returns (changed, closed, log).
+    pub async fn suspend(
+        &self,
+        admin: i64,
+        uid: i64,
+        until: i64,
+        reason: &str,
+        now: i64,
+    ) -> sqlx::Result<Option<(bool, u64, i64)>> {
+        let mut tx = self.db.writer().begin().await?;
+        let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE id = $1")
+            .bind(uid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Ok(None);
+        }
+        let before: Option<SuspensionRow> = sqlx::query_as(
+            "SELECT suspended_until, reason FROM moderation_suspensions WHERE uid = $1",
+        )
+        .bind(uid)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let changed = before.as_ref().map(|(was, _)| *was) != Some(until);
+        sqlx::query(
+            "INSERT INTO moderation_suspensions (uid, suspended_until, reason, admin, ctime) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (uid) DO UPDATE SET \
+             suspended_until = excluded.suspended_until, reason = excluded.reason, \
+             admin = excluded.admin, ctime = excluded.ctime",
+        )
+        .bind(uid)
+        .bind(until)
+        .bind(reason)
+        .bind(admin)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let closed = close(&mut tx, admin, Kind::User, uid, "actioned", now).await?;
+        let outcome = if until == i64::MAX {
+            "suspended for good".to_owned()
+        } else {
+            format!("suspended until {until}")
+        };
+        let outcome = if changed {
+            outcome
+        } else {
+            format!("unchanged ({outcome})")
+        };
+        let log = log(
+            &mut tx,
+            admin,
+            "suspend",
+            Kind::User,
+            uid,
+            reason,
+            &outcome,
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some((changed, closed, log)))
+    }
+
+    /// Lifts `uid`'s suspension and logs it; returns (changed, log).
+    pub async fn lift(
+        &self,
+        admin: i64,
+        uid: i64,
+        reason: &str,
+        now: i64,
+    ) -> sqlx::Result<(bool, i64)> {
+        let mut tx = self.db.writer().begin().await?;
+        let changed = sqlx::query("DELETE FROM moderation_suspensions WHERE uid = $1")
+            .bind(uid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        let outcome = if changed {
+            "lifted"
+        } else {
+            "unchanged (not suspended)"
+        };
+        let log = log(
+            &mut tx,
+            admin,
+            "lift",
+            Kind::User,
+            uid,
+            reason,
+            outcome,
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((changed, log))
+    }
+
+    /// When user `uid`'s account was created and, if suspended, until when and why (one
+    /// indexed read per write: the write gate's question).
+    pub async fn writer_state(
+        &self,
+        uid: i64,
+    ) -> sqlx::Result<(Option<i64>, Option<SuspensionRow>)> {
+        let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT u.ctime, s.suspended_until, s.reason FROM users u \
+             LEFT JOIN moderation_suspensions s ON s.uid = u.id WHERE u.id = $1",
+        )
+        .bind(uid)
+        .fetch_optional(self.db.pool())
+        .await?;
+        Ok(match row {
+            Some((ctime, Some(until), reason)) => {
+                (Some(ctime), Some((until, reason.unwrap_or_default())))
+            }
+            Some((ctime, None, _)) => (Some(ctime), None),
+            None => (None, None),
+        })
+    }
+
+    /// The published articles of `uid` (when their content is hidden with a suspension).
+    pub async fn published_by(&self, uid: i64) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT id FROM published_articles WHERE author_id = $1 AND status = 2 ORDER BY id",
+        )
+        .bind(uid)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// The shown comments of `uid`.
+    pub async fn comments_by(&self, uid: i64) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar("SELECT id FROM comments WHERE uid = $1 AND deleted = 0 ORDER BY id")
+            .bind(uid)
+            .fetch_all(self.db.pool())
+            .await
+    }
+
+    /// The audit log, newest first, before entry `before` (all when `None`), at most `limit`;
+    /// only one target's when given.
+    pub async fn log(
+        &self,
+        target: Option<(Kind, i64)>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> sqlx::Result<Vec<LogEntry>> {
+        let (kind, id) = target.map_or(("", 0), |(kind, id)| (kind.as_str(), id));
+        sqlx::query_as(
+            "SELECT id, admin, action, target_kind, target_id, reason, outcome, ctime \
+             FROM moderation_log WHERE id < $1 AND ($2 = '' OR (target_kind = $2 AND target_id = $3)) \
+             ORDER BY id DESC LIMIT $4",
+        )
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(kind)
+        .bind(id)
+        .bind(limit)
+        .fetch_all(self.db.pool())
+        .await
+    }
+}
+
+/// Closes a target's open reports as `state` (none when `state` is empty); how many.
+async fn close(
+    tx: &mut Transaction<'static, Any>,
+    admin: i64,
+    kind: Kind,
+    id: i64,
+    state: &str,
+    now: i64,
+) -> sqlx::Result<u64> {
+    if state.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(
+        "UPDATE moderation_reports SET state = $1, closed_by = $2, closed_at = $3 \
+         WHERE target_kind = $4 AND target_id = $5 AND state = 'open'",
+    )
+    .bind(state)
+    .bind(admin)
+    .bind(now)
+    .bind(kind.as_str())
+    .bind(id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
+
+/// Appends an audit log entry; its id.
+#[allow(clippy::too_many_arguments)]
+async fn log(
+    tx: &mut Transaction<'static, Any>,
+    admin: i64,
+    action: &str,
+    kind: Kind,
+    id: i64,
+    reason: &str,
+    outcome: &str,
+    now: i64,
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO moderation_log (admin, action, target_kind, target_id, reason, outcome, ctime) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+    )
+    .bind(admin)
+    .bind(action)
+    .bind(kind.as_str())
+    .bind(id)
+    .bind(reason)
+    .bind(outcome)
+    .bind(now)
+    .fetch_one(&mut **tx)
+    .await
+}

@@ -1,0 +1,1089 @@
+//! Moderation on {SQLite, PostgreSQL} × {embedded, Redis}: reports are checked, filed once per
+//! reporter and target, rate-limited and grouped into the review queue with the target as it
+//! was; an admin's hide takes a reported article out of the reader view, the public page, the
+//! lists, the hot list, the follower's feed, search and its topic (its author still sees it, and
+//! why, and cannot publish it again), and a restore brings it back everywhere; a hidden comment
+//! leaves its thread (a tombstone while replies point at it) and the counts, takes no replies
+//! and comes back; a suspended account reads but cannot write until the suspension ends or is
+//! lifted; new accounts write less; every action is logged, and repeating one changes nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use crate::common;
+
+use common::{get, member, post, publish, Member, Setup};
+use platform::{db::now_millis, testing::wait_until};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use webook::{moderation::settings::ModerationSettings, testing::TestApp};
+
+setup_tests!(
+    reports_are_checked_filed_once_and_queued_with_their_target,
+    a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back,
+    a_hidden_comment_leaves_its_thread_and_counts_and_comes_back,
+    a_suspended_account_reads_but_cannot_write_until_lifted,
+    new_accounts_write_less,
+);
+
+/// An app whose first account (signed up here) is an admin, without the general write limit;
+/// `configure` adjusts moderation's settings.
+async fn app_with(
+    setup: Setup,
+    configure: impl FnOnce(&mut ModerationSettings),
+) -> (TestApp, Member) {
+    let app = setup
+        .spawn(|config| {
+            let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+            auth.admins = vec![1];
+            auth.auth_rate_limit = 1_000_000;
+            auth.write_rate_limit = 0;
+            // The hot list is computed by the tests (rank), never by the schedule meanwhile.
+            config
+                .settings_mut::<webook::ranking::RankingSettings>()
+                .ranking_schedule = "@yearly".to_owned();
+            let moderation = config.settings_mut::<ModerationSettings>();
+            moderation.moderation_new_account_period = std::time::Duration::ZERO;
+            configure(moderation);
+        })
+        .await;
+    let admin = member(&app, "admin").await;
+    assert_eq!(admin.uid, 1, "the first account is the admin");
+    (app, admin)
+}
+
+async fn app(setup: Setup) -> (TestApp, Member) {
+    app_with(setup, |_| {}).await
+}
+
+/// Asserts an answer's HTTP status and business code; returns its JSON.
+#[track_caller]
+fn expect(answer: &common::Answer, code: i64) -> Value {
+    assert_eq!(
+        answer.status_and_code(),
+        (StatusCode::OK, code),
+        "{}",
+        answer.raw
+    );
+    answer.json()
+}
+
+async fn report(app: &TestApp, who: &Member, kind: &str, id: i64, reason: &str) -> common::Answer {
+    post(
+        app,
+        "/moderation/reports",
+        Some(&who.token),
+        json!({"kind": kind, "id": id, "reason": reason, "note": "look"}),
+    )
+    .await
+}
+
+async fn act(app: &TestApp, admin: &Member, body: Value) -> Value {
+    expect(
+        &post(app, "/admin/moderation/act", Some(&admin.token), body).await,
+        0,
+    )["data"]
+        .clone()
+}
+
+fn ids(items: &Value) -> Vec<i64> {
+    items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect()
+}
+
+async fn queue(app: &TestApp, admin: &Member, sort: &str) -> Vec<Value> {
+    expect(
+        &get(
+            app,
+            &format!("/admin/moderation/queue?sort={sort}"),
+            Some(&admin.token),
+        )
+        .await,
+        0,
+    )["data"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn comment(app: &TestApp, who: &Member, article: i64, parent: Option<i64>) -> i64 {
+    let mut body = json!({"biz": "article", "bizId": article, "content": "a comment"});
+    if let Some(parent) = parent {
+        body["parentId"] = json!(parent);
+    }
+    expect(&post(app, "/comments", Some(&who.token), body).await, 0)["data"]
+        .as_i64()
+        .unwrap()
+}
+
+/// Reports: every field checked at the edge, a target readers cannot see is 404001, one's own is
+/// refused, one open report per reporter and target (409001), the limit per window holds; the
+/// queue groups open reports by target (most reported or newest first) with the snapshot of the
+/// target as reported; dismissing closes them; only admins see the queue.
+async fn reports_are_checked_filed_once_and_queued_with_their_target(setup: Setup) {
+    let (app, admin) = app_with(setup, |settings| settings.moderation_report_limit = 5).await;
+    let author = member(&app, "author").await;
+    let readers = [member(&app, "r1").await, member(&app, "r2").await];
+    let article = publish(&app, &author, "Spam here").await;
+    let other = publish(&app, &author, "Another").await;
+
+    for (body, field) in [
+        (
+            json!({"kind": "post", "id": article, "reason": "spam"}),
+            "kind",
+        ),
+        (json!({"kind": "article", "id": 0, "reason": "spam"}), "id"),
+        (
+            json!({"kind": "article", "id": article, "reason": "bad"}),
+            "reason",
+        ),
+        (
+            json!({"kind": "article", "id": article, "reason": "other"}),
+            "note",
+        ),
+        (
+            json!({"kind": "article", "id": article, "reason": "spam", "note": "x".repeat(501)}),
+            "note",
+        ),
+    ] {
+        let answer = post(&app, "/moderation/reports", Some(&readers[0].token), body).await;
+        assert!(
+            expect(&answer, 4)["msg"].as_str().unwrap().contains(field),
+            "{}",
+            answer.raw
+        );
+    }
+    expect(
+        &report(&app, &readers[0], "article", 999_999, "spam").await,
+        404_001,
+    );
+    expect(&report(&app, &author, "article", article, "spam").await, 4);
+    expect(&report(&app, &author, "user", author.uid, "abuse").await, 4);
+    assert_eq!(
+        post(
+            &app,
+            "/moderation/reports",
+            None,
+            json!({"kind": "article", "id": article, "reason": "spam"})
+        )
+        .await
+        .status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let first = expect(
+        &report(&app, &readers[0], "article", article, "spam").await,
+        0,
+    );
+    assert!(first["data"].as_i64().unwrap() > 0);
+    expect(
+        &report(&app, &readers[0], "article", article, "abuse").await,
+        409_001,
+    );
+    expect(
+        &report(&app, &readers[1], "article", article, "illegal").await,
+        0,
+    );
+    expect(
+        &report(&app, &readers[1], "article", other, "spam").await,
+        0,
+    );
+    // Reader 0 has used 2 of 5 (a refused duplicate counts too: 3); two more pass, then 429.
+    expect(
+        &report(&app, &readers[0], "article", other, "spam").await,
+        0,
+    );
+    expect(
+        &report(&app, &readers[0], "user", author.uid, "spam").await,
+        0,
+    );
+    let limited = report(&app, &readers[0], "user", readers[1].uid, "spam").await;
+    assert_eq!(
+        limited.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        limited.raw
+    );
+
+    // Editing the article after the reports does not change what the queue shows.
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"id": article, "title": "Clean now", "content": "<p>clean</p>"}),
+        )
+        .await,
+        0,
+    );
+    let by_count = queue(&app, &admin, "count").await;
+    let targets: Vec<(String, i64, i64)> = by_count
+        .iter()
+        .map(|item| {
+            (
+                item["kind"].as_str().unwrap().to_owned(),
+                item["id"].as_i64().unwrap(),
+                item["open"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("article".to_owned(), other, 2),
+            ("article".to_owned(), article, 2),
+            ("user".to_owned(), author.uid, 1)
+        ],
+        "most reported first, ties by newest report: {by_count:?}"
+    );
+    let reports = by_count[1]["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0]["reason"], "illegal", "newest first");
+    assert!(
+        reports[0]["snapshot"]
+            .as_str()
+            .unwrap()
+            .starts_with("Spam here"),
+        "{reports:?}"
+    );
+    let newest: Vec<i64> = queue(&app, &admin, "newest")
+        .await
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(newest, [author.uid, other, article]);
+    expect(
+        &get(
+            &app,
+            "/admin/moderation/queue?sort=worst",
+            Some(&admin.token),
+        )
+        .await,
+        4,
+    );
+    let refused = get(&app, "/admin/moderation/queue", Some(&readers[0].token)).await;
+    assert!(
+        expect(&refused, 403_002)["msg"]
+            .as_str()
+            .unwrap()
+            .contains("moderate"),
+        "{}",
+        refused.raw
+    );
+
+    let dismissed = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": other, "action": "dismiss", "reason": "not spam"}),
+    )
+    .await;
+    assert_eq!(dismissed["closed"], 2, "{dismissed}");
+    let left: Vec<i64> = queue(&app, &admin, "count")
+        .await
+        .iter()
+        .map(|item| item["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(left, [article, author.uid]);
+    // Closed, a reporter may report it again.
+    expect(
+        &report(&app, &readers[1], "article", other, "spam").await,
+        0,
+    );
+    let all = expect(
+        &get(
+            &app,
+            &format!("/admin/moderation/reports?kind=article&id={other}"),
+            Some(&admin.token),
+        )
+        .await,
+        0,
+    );
+    let states: Vec<&str> = all["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|report| report["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["open", "dismissed", "dismissed"]);
+}
+
+/// Computes the hot list now, as the `n`th computation (the scheduled one is yearly here).
+async fn rank(app: &TestApp, n: i64) {
+    app.service::<webook::ranking::RankingService>()
+        .compute((n, 0), now_millis(), |_| {}, || true)
+        .await
+        .unwrap();
+}
+
+/// What each surface shows of article `id` right now.
+struct Surfaces {
+    reader_view: i64,
+    public_page: StatusCode,
+    latest: bool,
+    by_author: bool,
+    hot: bool,
+    feed: bool,
+    search: bool,
+    topic: bool,
+}
+
+async fn surfaces(
+    app: &TestApp,
+    reader: &Member,
+    author: &Member,
+    id: i64,
+    word: &str,
+) -> Surfaces {
+    let token = Some(reader.token.as_str());
+    let contains = |items: &Value| ids(items).contains(&id);
+    let latest = get(app, "/articles/pub?limit=50", token).await.json();
+    let by_author = get(
+        app,
+        &format!("/articles/pub?author={}&limit=50", author.uid),
+        token,
+    )
+    .await
+    .json();
+    let hot = get(app, "/ranking/top", None).await.json();
+    let feed = get(app, "/feed?limit=50", token).await.json();
+    let feed_ids: Vec<i64> = feed["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["article"]["id"].as_i64())
+        .collect();
+    let search = get(app, &format!("/search?q={word}&type=article"), token)
+        .await
+        .json();
+    let topic = get(app, "/topics/moderated", token).await.json();
+    Surfaces {
+        reader_view: get(app, &format!("/articles/pub/{id}"), token).await.code(),
+        public_page: get(app, &format!("/a/{id}"), None).await.status,
+        latest: contains(&latest["data"]["items"]),
+        by_author: contains(&by_author["data"]["items"]),
+        hot: contains(&hot["data"]),
+        feed: feed_ids.contains(&id),
+        search: contains(&search["data"]["articles"]["items"]),
+        topic: contains(&topic["data"]["articles"]["items"]),
+    }
+}
+
+impl Surfaces {
+    fn everywhere(&self) -> bool {
+        self.reader_view == 0
+            && self.public_page == StatusCode::OK
+            && self.latest
+            && self.by_author
+            && self.hot
+            && self.feed
+            && self.search
+            && self.topic
+    }
+
+    fn nowhere(&self) -> bool {
+        self.reader_view == 404_001
+            && self.public_page == StatusCode::NOT_FOUND
+            && !self.latest
+            && !self.by_author
+            && !self.hot
+            && !self.feed
+            && !self.search
+            && !self.topic
+    }
+}
+
+async fn author_item(app: &TestApp, author: &Member, id: i64) -> Value {
+    let list = expect(
+        &post(
+            app,
+            "/articles/list",
+            Some(&author.token),
+            json!({"offset": 0, "limit": 10}),
+        )
+        .await,
+        0,
+    );
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["id"] == id)
+        .cloned()
+        .unwrap()
+}
+
+async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    expect(
+        &post(
+            &app,
+            "/follow/follow",
+            Some(&reader.token),
+            json!({"followee": author.uid}),
+        )
+        .await,
+        0,
+    );
+    let word = "zanzibarquokka";
+    let id = expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"title": format!("About {word}"), "content": format!("<p>{word} facts</p>")}),
+        )
+        .await,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    let tag = expect(
+        &post(
+            &app,
+            "/tags",
+            Some(&author.token),
+            json!({"name": "Moderated"}),
+        )
+        .await,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    expect(
+        &post(
+            &app,
+            "/tags/attach",
+            Some(&author.token),
+            json!({"biz": "article", "bizId": id, "tids": [tag]}),
+        )
+        .await,
+        0,
+    );
+    expect(
+        &post(
+            &app,
+            "/articles/pub/like",
+            Some(&reader.token),
+            json!({"id": id, "like": true}),
+        )
+        .await,
+        0,
+    );
+    rank(&app, 1).await;
+    wait_until("the article to be on every surface", || async {
+        surfaces(&app, &reader, &author, id, word)
+            .await
+            .everywhere()
+    })
+    .await;
+    expect(&report(&app, &reader, "article", id, "spam").await, 0);
+
+    let non_admin = post(
+        &app,
+        "/admin/moderation/act",
+        Some(&reader.token),
+        json!({"kind": "article", "id": id, "action": "hide", "reason": "spam"}),
+    )
+    .await;
+    expect(&non_admin, 403_002);
+    for (body, field) in [
+        (
+            json!({"kind": "article", "id": id, "action": "suspend", "reason": "x"}),
+            "action",
+        ),
+        (
+            json!({"kind": "article", "id": id, "action": "hide", "reason": " "}),
+            "reason",
+        ),
+        (
+            json!({"kind": "article", "id": id, "action": "erase", "reason": "x"}),
+            "action",
+        ),
+    ] {
+        let answer = post(&app, "/admin/moderation/act", Some(&admin.token), body).await;
+        assert!(
+            expect(&answer, 4)["msg"].as_str().unwrap().contains(field),
+            "{}",
+            answer.raw
+        );
+    }
+    expect(
+        &post(
+            &app,
+            "/admin/moderation/act",
+            Some(&admin.token),
+            json!({"kind": "article", "id": 999_999, "action": "hide", "reason": "x"}),
+        )
+        .await,
+        404_001,
+    );
+
+    let hidden = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "hide", "reason": "advertising"}),
+    )
+    .await;
+    assert_eq!(
+        (&hidden["changed"], &hidden["closed"], &hidden["outcome"]),
+        (&json!(true), &json!(1), &json!("hidden")),
+        "{hidden}"
+    );
+    // The reader view and the public page at once (the write fixed the caches); the rest as
+    // their consumers apply the withdrawal event.
+    let now = surfaces(&app, &reader, &author, id, word).await;
+    assert_eq!(
+        (now.reader_view, now.public_page),
+        (404_001, StatusCode::NOT_FOUND)
+    );
+    wait_until("the hidden article to leave every surface", || async {
+        surfaces(&app, &reader, &author, id, word).await.nowhere()
+    })
+    .await;
+    let mine = author_item(&app, &author, id).await;
+    assert_eq!(mine["hidden"], "advertising", "{mine}");
+    let detail = expect(
+        &get(&app, &format!("/articles/detail/{id}"), Some(&author.token)).await,
+        0,
+    );
+    assert_eq!(detail["data"]["hidden"], "advertising");
+    let republish = post(
+        &app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"id": id, "title": "again", "content": "<p>again</p>"}),
+    )
+    .await;
+    expect(&republish, 403_002);
+    assert_eq!(
+        author_item(&app, &author, id).await["title"],
+        format!("About {word}"),
+        "a refused publish changes nothing"
+    );
+    // Withdrawn meanwhile, it stays hidden.
+    expect(
+        &post(
+            &app,
+            "/articles/withdraw",
+            Some(&author.token),
+            json!({"id": id}),
+        )
+        .await,
+        0,
+    );
+    assert_eq!(
+        author_item(&app, &author, id).await["hidden"],
+        "advertising"
+    );
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"id": id, "title": "t", "content": "<p>c</p>"}),
+        )
+        .await,
+        403_002,
+    );
+
+    let again = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "hide", "reason": "advertising"}),
+    )
+    .await;
+    assert_eq!(again["changed"], false, "{again}");
+
+    // Restored while withdrawn: back to the author's private copy, not to readers.
+    let restored = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "restore", "reason": "appeal upheld"}),
+    )
+    .await;
+    assert_eq!(restored["changed"], true, "{restored}");
+    assert!(author_item(&app, &author, id).await.get("hidden").is_none());
+    assert_eq!(
+        get(&app, &format!("/articles/pub/{id}"), Some(&reader.token))
+            .await
+            .code(),
+        404_001
+    );
+    // The author publishes it again: every surface has it back.
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"id": id, "title": format!("About {word}"), "content": format!("<p>{word} facts</p>")}),
+        )
+        .await,
+        0,
+    );
+    rank(&app, 2).await;
+    wait_until("the restored article to be back everywhere", || async {
+        surfaces(&app, &reader, &author, id, word)
+            .await
+            .everywhere()
+    })
+    .await;
+
+    // Hidden again, then restored straight away: readers get it back without its author.
+    act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "hide", "reason": "again"}),
+    )
+    .await;
+    wait_until("hidden again", || async {
+        surfaces(&app, &reader, &author, id, word).await.nowhere()
+    })
+    .await;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "restore", "reason": "ok"}),
+    )
+    .await;
+    rank(&app, 3).await;
+    wait_until("restored to readers", || async {
+        surfaces(&app, &reader, &author, id, word)
+            .await
+            .everywhere()
+    })
+    .await;
+
+    // Removed for good: no restore brings it back.
+    let removed = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "delete", "reason": "illegal"}),
+    )
+    .await;
+    assert_eq!(removed["outcome"], "deleted");
+    let restore = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": id, "action": "restore", "reason": "oops"}),
+    )
+    .await;
+    assert_eq!(restore["changed"], false, "{restore}");
+    assert_eq!(
+        get(&app, &format!("/articles/pub/{id}"), Some(&reader.token))
+            .await
+            .code(),
+        404_001
+    );
+
+    let log = expect(
+        &get(
+            &app,
+            &format!("/admin/moderation/log?kind=article&id={id}"),
+            Some(&admin.token),
+        )
+        .await,
+        0,
+    );
+    let entries: Vec<(String, String, i64)> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["action"].as_str().unwrap().to_owned(),
+                entry["reason"].as_str().unwrap().to_owned(),
+                entry["admin"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String, i64)> = [
+        ("restore", "oops"),
+        ("delete", "illegal"),
+        ("restore", "ok"),
+        ("hide", "again"),
+        ("restore", "appeal upheld"),
+        ("hide", "advertising"),
+        ("hide", "advertising"),
+    ]
+    .iter()
+    .map(|(action, reason)| ((*action).to_owned(), (*reason).to_owned(), admin.uid))
+    .collect();
+    assert_eq!(entries, expected, "newest first");
+    assert!(log["data"][0]["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("unchanged"));
+}
+
+/// The comments of an article's thread, as (id, deleted, content) top level and replies.
+async fn thread(app: &TestApp, reader: &Member, article: i64) -> (Vec<(i64, bool, String)>, i64) {
+    let page = expect(
+        &get(
+            app,
+            &format!("/comments?biz=article&bizId={article}&limit=50"),
+            Some(&reader.token),
+        )
+        .await,
+        0,
+    );
+    let mut shown = Vec::new();
+    for item in page["data"]["items"].as_array().unwrap() {
+        for comment in std::iter::once(item).chain(item["replies"].as_array().unwrap().iter()) {
+            shown.push((
+                comment["id"].as_i64().unwrap(),
+                comment["deleted"].as_bool().unwrap(),
+                comment["content"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    (shown, page["data"]["total"].as_i64().unwrap())
+}
+
+async fn a_hidden_comment_leaves_its_thread_and_counts_and_comes_back(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    let troll = member(&app, "troll").await;
+    let article = publish(&app, &author, "Thread").await;
+    let root = comment(&app, &troll, article, None).await;
+    let reply = comment(&app, &reader, article, Some(root)).await;
+    let leaf = comment(&app, &troll, article, None).await;
+    let text = "a comment".to_owned();
+    assert_eq!(
+        thread(&app, &reader, article).await,
+        (
+            vec![
+                (leaf, false, text.clone()),
+                (root, false, text.clone()),
+                (reply, false, text.clone())
+            ],
+            3
+        )
+    );
+    for id in [root, leaf] {
+        expect(&report(&app, &reader, "comment", id, "abuse").await, 0);
+    }
+    for id in [root, leaf] {
+        let hidden = act(
+            &app,
+            &admin,
+            json!({"kind": "comment", "id": id, "action": "hide", "reason": "abuse"}),
+        )
+        .await;
+        assert_eq!(
+            (&hidden["changed"], &hidden["closed"]),
+            (&json!(true), &json!(1))
+        );
+    }
+    // The root has a reply: a tombstone; the leaf is gone; the counts left both.
+    assert_eq!(
+        thread(&app, &reader, article).await,
+        (
+            vec![(root, true, String::new()), (reply, false, text.clone())],
+            1
+        )
+    );
+    let view = expect(
+        &get(
+            &app,
+            &format!("/articles/pub/{article}"),
+            Some(&reader.token),
+        )
+        .await,
+        0,
+    );
+    assert_eq!(view["data"]["commentCnt"], 1, "{view}");
+    expect(
+        &report(&app, &reader, "comment", leaf, "spam").await,
+        404_001,
+    );
+    let answer = post(
+        &app,
+        "/comments",
+        Some(&reader.token),
+        json!({"biz": "article", "bizId": article, "content": "re", "parentId": leaf}),
+    )
+    .await;
+    expect(&answer, 404_001);
+    // Its author cannot delete it either: it is the moderators' now.
+    assert_eq!(
+        common::call(
+            &app,
+            reqwest::Method::DELETE,
+            &format!("/comments/{leaf}"),
+            Some(&troll.token),
+            common::UA,
+            None
+        )
+        .await
+        .code(),
+        404_001
+    );
+    let again = act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": leaf, "action": "hide", "reason": "abuse"}),
+    )
+    .await;
+    assert_eq!(again["changed"], false);
+
+    let restored = act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": leaf, "action": "restore", "reason": "fine"}),
+    )
+    .await;
+    assert_eq!(restored["changed"], true);
+    assert_eq!(
+        thread(&app, &reader, article).await,
+        (
+            vec![
+                (leaf, false, text.clone()),
+                (root, true, String::new()),
+                (reply, false, text.clone())
+            ],
+            2
+        )
+    );
+    // A moderator deletes the hidden root: the tombstone stays for its reply, counts unchanged;
+    // then the restored leaf: gone, counted out.
+    for id in [root, leaf] {
+        let deleted = act(
+            &app,
+            &admin,
+            json!({"kind": "comment", "id": id, "action": "delete", "reason": "abuse"}),
+        )
+        .await;
+        assert_eq!(deleted["outcome"], "deleted");
+    }
+    assert_eq!(
+        thread(&app, &reader, article).await,
+        (
+            vec![(root, true, String::new()), (reply, false, text.clone())],
+            1
+        )
+    );
+    let restore = post(
+        &app,
+        "/admin/moderation/act",
+        Some(&admin.token),
+        json!({"kind": "comment", "id": root, "action": "restore", "reason": "no"}),
+    )
+    .await;
+    expect(&restore, 404_001);
+    assert_eq!(
+        thread(&app, &reader, article).await.0[0],
+        (root, true, String::new()),
+        "a deleted comment stays deleted"
+    );
+}
+
+async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let user = member(&app, "suspect").await;
+    let article = publish(&app, &author, "Readable").await;
+    let own = publish(&app, &user, "Mine").await;
+    let own_comment = comment(&app, &user, article, None).await;
+    expect(&report(&app, &author, "user", user.uid, "spam").await, 0);
+
+    let past = post(
+        &app,
+        "/admin/moderation/act",
+        Some(&admin.token),
+        json!({"kind": "user", "id": user.uid, "action": "suspend", "reason": "spam",
+               "until": now_millis() - 1}),
+    )
+    .await;
+    expect(&past, 4);
+    let myself = post(
+        &app,
+        "/admin/moderation/act",
+        Some(&admin.token),
+        json!({"kind": "user", "id": admin.uid, "action": "suspend", "reason": "x"}),
+    )
+    .await;
+    expect(&myself, 4);
+    let until = now_millis() + 3_600_000;
+    let suspended = act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": user.uid, "action": "suspend", "reason": "spam links",
+               "until": until, "hideContent": true}),
+    )
+    .await;
+    assert_eq!(
+        (&suspended["changed"], &suspended["closed"]),
+        (&json!(true), &json!(1)),
+        "{suspended}"
+    );
+
+    let token = Some(user.token.as_str());
+    let writes = [
+        (
+            "/articles/publish",
+            json!({"title": "t", "content": "<p>c</p>"}),
+        ),
+        (
+            "/articles/edit",
+            json!({"title": "t", "content": "<p>c</p>"}),
+        ),
+        ("/articles/pub/like", json!({"id": article, "like": true})),
+        (
+            "/comments",
+            json!({"biz": "article", "bizId": article, "content": "hi"}),
+        ),
+        ("/follow/follow", json!({"followee": author.uid})),
+        ("/users/edit", json!({"nickname": "new"})),
+        (
+            "/moderation/reports",
+            json!({"kind": "article", "id": article, "reason": "spam"}),
+        ),
+    ];
+    for (path, body) in &writes {
+        let answer = post(&app, path, token, body.clone()).await;
+        let msg = expect(&answer, 403_003)["msg"].as_str().unwrap().to_owned();
+        assert!(
+            msg.contains("suspended") && msg.contains("spam links"),
+            "{path}: {msg}"
+        );
+    }
+    // Reads work, and the account can see why.
+    expect(
+        &get(&app, &format!("/articles/pub/{article}"), token).await,
+        0,
+    );
+    expect(&get(&app, "/feed", token).await, 0);
+    let me = expect(&get(&app, "/moderation/me", token).await, 0);
+    assert_eq!(
+        (&me["data"]["until"], &me["data"]["reason"]),
+        (&json!(until), &json!("spam links"))
+    );
+    // Its content was hidden with it.
+    assert_eq!(
+        get(&app, &format!("/articles/pub/{own}"), Some(&author.token))
+            .await
+            .code(),
+        404_001
+    );
+    let (shown, _) = thread(&app, &author, article).await;
+    assert!(
+        !shown.iter().any(|(id, _, _)| *id == own_comment),
+        "{shown:?}"
+    );
+    // Others are untouched.
+    expect(
+        &post(
+            &app,
+            "/articles/pub/like",
+            Some(&author.token),
+            json!({"id": own, "like": true}),
+        )
+        .await,
+        404_001,
+    );
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"title": "t", "content": "<p>c</p>"}),
+        )
+        .await,
+        0,
+    );
+
+    let lifted = act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": user.uid, "action": "lift", "reason": "appeal"}),
+    )
+    .await;
+    assert_eq!(lifted["changed"], true);
+    let again = act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": user.uid, "action": "lift", "reason": "appeal"}),
+    )
+    .await;
+    assert_eq!(again["changed"], false);
+    expect(&get(&app, "/moderation/me", token).await, 0)["data"]
+        .is_null()
+        .then_some(())
+        .expect("no suspension");
+    for (path, body) in &writes[..6] {
+        expect(&post(&app, path, token, body.clone()).await, 0);
+    }
+
+    // For good, without hiding content: its articles stay readable.
+    let forever = act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": user.uid, "action": "suspend", "reason": "repeat"}),
+    )
+    .await;
+    assert_eq!(forever["outcome"], "suspended");
+    let msg = expect(
+        &post(
+            &app,
+            "/articles/pub/like",
+            token,
+            json!({"id": article, "like": false}),
+        )
+        .await,
+        403_003,
+    )["msg"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(msg.contains("for good"), "{msg}");
+    assert!(expect(&get(&app, "/moderation/me", token).await, 0)["data"]["until"].is_null());
+    expect(
+        &post(
+            &app,
+            "/admin/moderation/act",
+            Some(&admin.token),
+            json!({"kind": "user", "id": 999_999, "action": "suspend", "reason": "x"}),
+        )
+        .await,
+        404_001,
+    );
+}
+
+/// An account younger than the new-account period makes at most the new-account number of
+/// writes per window; an older one is not held to it.
+async fn new_accounts_write_less(setup: Setup) {
+    let (app, _admin) = app_with(setup, |settings| {
+        settings.moderation_new_account_period = std::time::Duration::from_secs(3600);
+        settings.moderation_new_account_write_limit = 3;
+    })
+    .await;
+    let newcomer = member(&app, "newcomer").await;
+    let veteran = member(&app, "veteran").await;
+    sqlx::query("UPDATE users SET ctime = ctime - 7200000 WHERE id = $1")
+        .bind(veteran.uid)
+        .execute(app.platform.db.writer())
+        .await
+        .unwrap();
+    let draft = json!({"title": "t", "content": "<p>c</p>"});
+    for _ in 0..3 {
+        expect(
+            &post(&app, "/articles/edit", Some(&newcomer.token), draft.clone()).await,
+            0,
+        );
+    }
+    // A course route: HTTP 200 with code 429001, as the course's frontend expects.
+    let limited = post(&app, "/articles/edit", Some(&newcomer.token), draft.clone()).await;
+    expect(&limited, 429_001);
+    for _ in 0..5 {
+        expect(
+            &post(&app, "/articles/edit", Some(&veteran.token), draft.clone()).await,
+            0,
+        );
+    }
+}
