@@ -152,6 +152,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("feed_inbox_cap", "2000", "2000"),
     ("comment_rate_limit", "5", "5"),
     ("comment_rate_window", "2m", r#""2m""#),
+    ("screening_poll", "5s", r#""5s""#),
     ("moderation_report_limit", "7", "7"),
     ("moderation_report_window", "2h", r#""2h""#),
     ("moderation_new_account_period", "2days", r#""2days""#),
@@ -626,6 +627,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_COMMENT_RATE_WINDOW",
             "0s",
             &["comment_rate_window"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SCREENING_POLL",
+            "10ms",
+            &["screening_poll", "at least 100ms"],
         );
         refused(
             jail,

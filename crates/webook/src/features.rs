@@ -6,7 +6,8 @@ use platform::feature::Feature;
 
 use crate::{
     account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    moderation, payment, phone_login, ranking, reward, search, site, sms, tag, user, wechat_login,
+    moderation, payment, phone_login, ranking, reward, screening, search, site, sms, tag, user,
+    wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
@@ -18,6 +19,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     &phone_login::PhoneLogin,
     &wechat_login::WechatLogin,
     &interactive::Interactive,
+    // Before the features that write text: they screen it.
+    &screening::ScreeningFeature,
     &article::Articles,
     &ranking::Ranking,
     &feed::Feed,

@@ -48,6 +48,7 @@ pub mod phone_login;
 pub mod ranking;
 pub mod reward;
 pub mod schema;
+pub mod screening;
 pub mod search;
 pub mod seed;
 pub mod site;

@@ -29,7 +29,7 @@ pub use seed::{
     SeededArticle,
 };
 pub use service::ArticleService;
-pub use store::{Moderated, Moderation};
+pub use store::{Moderated, Moderation, HELD_PREFIX};
 
 use async_trait::async_trait;
 use platform::{
@@ -38,7 +38,7 @@ use platform::{
     feature::{Feature, Platform, Registry, Service},
 };
 
-use crate::interactive::InteractiveService;
+use crate::{interactive::InteractiveService, screening::Screening};
 use cache::ArticleCache;
 use store::ArticleStore;
 
@@ -57,7 +57,12 @@ impl Feature for Articles {
     }
 
     fn needs(&self) -> &'static [Service] {
-        const { &[Service::of::<InteractiveService>()] }
+        const {
+            &[
+                Service::of::<InteractiveService>(),
+                Service::of::<Screening>(),
+            ]
+        }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {
@@ -97,7 +102,8 @@ impl Feature for Articles {
                 platform.config.cache_memory_bytes,
             ),
             platform.outbox.clone(),
-        );
+        )
+        .screened_by(registry.get::<Screening>()?);
         let settings = platform.config.settings::<settings::ArticleSettings>()?;
         registry.routes(http::router(
             http::ArticleRoutes {

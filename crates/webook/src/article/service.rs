@@ -25,6 +25,7 @@ use crate::article::{
     reader_page::ReaderPage,
     store::{ArticleStore, Moderated, Moderation, WriteError},
 };
+use crate::screening::{Outcome, Screening};
 use platform::{
     cpu,
     db::now_millis,
@@ -45,6 +46,7 @@ pub struct ArticleService {
     store: ArticleStore,
     cache: ArticleCache,
     outbox: Outbox,
+    screening: Screening,
 }
 
 const NO_SUCH_ARTICLE: AppError = AppError::NotFound(Msg::new("no such article", "文章不存在"));
@@ -87,7 +89,15 @@ impl ArticleService {
             store,
             cache,
             outbox,
+            screening: Screening::none(),
         }
+    }
+
+    /// The same service, screening what is published against the word lists.
+    #[must_use]
+    pub fn screened_by(mut self, screening: Screening) -> Self {
+        self.screening = screening;
+        self
     }
 
     /// Saves the author's draft (new when `id` is None); returns the id. Runs to completion even
@@ -122,12 +132,20 @@ impl ArticleService {
         content: &str,
     ) -> Result<i64, AppError> {
         let draft = parse_draft(title, content, true).await?;
+        let held = match self
+            .screening
+            .verdict(&draft.title, &draft.content, true)
+            .await?
+        {
+            Outcome::Clean => None,
+            Outcome::Held(reason) => Some(reason),
+        };
         let service = self.clone();
         to_completion(async move {
             let now = now_millis();
             let id = service
                 .store
-                .publish(author, id, &draft, now)
+                .publish(author, id, &draft, now, held.as_deref())
                 .await
                 .map_err(write_error)?;
             // Committed, with its event in the outbox: from here nothing may fail the publish

@@ -33,6 +33,10 @@ pub enum WriteError {
     Db(sqlx::Error),
 }
 
+/// How the reason of a reader copy held by screening begins (a held copy's author may publish
+/// it again; one a moderator hid may not).
+pub const HELD_PREFIX: &str = "held for review";
+
 /// What a moderator does to an article's reader copy ([`ArticleStore::moderate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moderation {
@@ -154,41 +158,61 @@ impl ArticleStore {
     /// Saves and publishes in one transaction: the author's copy and the reader copy get the same
     /// content; the reader copy keeps its first-publication `ctime`; the
     /// [`TOPIC_PUBLISHED`] event goes to the outbox (last, after the rows it reports are locked).
+    /// `held` (screening's reason) keeps the reader copy hidden (status 4) for a moderator to
+    /// approve: no event, or [`TOPIC_WITHDRAWN`] when readers saw the previous version. A copy
+    /// a moderator hid or removed is refused ([`WriteError::Hidden`]); one only held may be
+    /// published again (screened again).
     pub async fn publish(
         &self,
         author: i64,
         id: Option<i64>,
         draft: &Draft,
         now: i64,
+        held: Option<&str>,
     ) -> Result<i64, WriteError> {
         let mut tx = self.db.writer().begin().await?;
         let id =
             upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Published, now).await?;
-        let reader_status: Option<i64> =
-            sqlx::query_scalar("SELECT status FROM published_articles WHERE id = $1")
+        let reader: Option<(i64, String)> =
+            sqlx::query_as("SELECT status, hidden_reason FROM published_articles WHERE id = $1")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        if matches!(reader_status, Some(4 | 5)) {
-            // Rolled back: the author's copy stays as it was.
-            return Err(WriteError::Hidden);
+        if let Some((status @ (4 | 5), reason)) = &reader {
+            if *status == 5 || !reason.starts_with(HELD_PREFIX) {
+                // Rolled back: the author's copy stays as it was.
+                return Err(WriteError::Hidden);
+            }
         }
+        let status = if held.is_some() {
+            ArticleStatus::Hidden
+        } else {
+            ArticleStatus::Published
+        };
         sqlx::query(
-            "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+            "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime, hidden_reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8) \
              ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content, \
-             abstract = excluded.abstract, status = excluded.status, utime = excluded.utime",
+             abstract = excluded.abstract, status = excluded.status, utime = excluded.utime, \
+             hidden_reason = excluded.hidden_reason",
         )
         .bind(id)
         .bind(author)
         .bind(&draft.title)
         .bind(&draft.content)
         .bind(&draft.abstract_text)
-        .bind(i64::from(ArticleStatus::Published))
+        .bind(i64::from(status))
         .bind(now)
+        .bind(held.unwrap_or(""))
         .execute(&mut *tx)
         .await?;
-        record_event(&mut tx, TOPIC_PUBLISHED, id, author, now).await?;
+        match (held, &reader) {
+            (None, _) => record_event(&mut tx, TOPIC_PUBLISHED, id, author, now).await?,
+            (Some(_), Some((2, _))) => {
+                record_event(&mut tx, TOPIC_WITHDRAWN, id, author, now).await?;
+            }
+            (Some(_), _) => {}
+        }
         tx.commit().await?;
         Ok(id)
     }

@@ -20,7 +20,7 @@ pub use model::{
 pub use seed::{insert_seeded_comments, next_comment_id, SeededComment};
 pub use service::CommentService;
 pub use settings::CommentSettings;
-pub use store::CommentStore;
+pub use store::{CommentModerated, CommentModeration, CommentStore};
 
 use async_trait::async_trait;
 use platform::{
@@ -30,7 +30,7 @@ use platform::{
     telemetry::MetricsSpec,
 };
 
-use crate::interactive::InteractiveService;
+use crate::{interactive::InteractiveService, screening::Screening};
 
 /// The comments feature: it provides [`CommentService`] and the `/comments` routes, and
 /// records `comment_changed` events for the feed.
@@ -47,7 +47,12 @@ impl Feature for Comments {
     }
 
     fn needs(&self) -> &'static [Service] {
-        const { &[Service::of::<InteractiveService>()] }
+        const {
+            &[
+                Service::of::<InteractiveService>(),
+                Service::of::<Screening>(),
+            ]
+        }
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {
@@ -79,7 +84,8 @@ impl Feature for Comments {
             platform.outbox.clone(),
             settings,
             platform.redis_with_prefix(),
-        )?;
+        )?
+        .screened_by(registry.get::<Screening>()?);
         registry.routes(http::router(
             http::CommentRoutes {
                 comments: comments.clone(),

@@ -25,6 +25,7 @@ use crate::{
         store::{CommentModerated, CommentModeration, CommentStore, NotDeleted, Refused},
     },
     interactive::InteractiveService,
+    screening::{Outcome, Screening},
 };
 use platform::{
     db::now_millis,
@@ -73,6 +74,7 @@ pub struct CommentService {
     interactive: InteractiveService,
     outbox: Outbox,
     limiter: Option<RateLimiter>,
+    screening: Screening,
 }
 
 impl CommentService {
@@ -87,6 +89,7 @@ impl CommentService {
         let (limit, window) = (settings.comment_rate_limit, settings.comment_rate_window);
         let limiter = RateLimiter::unless_off("comment", redis, limit, window)?;
         Ok(Self {
+            screening: Screening::none(),
             store,
             interactive,
             outbox,
@@ -94,10 +97,25 @@ impl CommentService {
         })
     }
 
-    /// Writes `comment`; returns its id once it, its counts and its events are committed.
+    /// The same service, screening comments against the word lists.
+    #[must_use]
+    pub fn screened_by(mut self, screening: Screening) -> Self {
+        self.screening = screening;
+        self
+    }
+
+    /// Writes `comment`; returns its id once it, its counts and its events are committed. A
+    /// comment with a word of a refusing list is refused (code 4); so, for now, is one with a
+    /// word of a holding list (comments are not held for review).
     pub async fn create(&self, comment: NewComment) -> Result<i64, AppError> {
         if let Some(limiter) = &self.limiter {
             limiter.check(&comment.uid.to_string()).await?;
+        }
+        if let Outcome::Held(reason) = self.screening.verdict("", &comment.content, false).await? {
+            return Err(AppError::InvalidInput(Msg::owned(
+                format!("content: {reason}; comments are not held, so it cannot be posted as is"),
+                format!("content：{reason}；评论不支持待审核，请修改后再发"),
+            )));
         }
         let service = self.clone();
         to_completion(async move {

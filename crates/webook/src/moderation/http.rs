@@ -27,7 +27,10 @@ use platform::{
 };
 
 use crate::moderation::{
-    model::{Acted, Action, Kind, LogEntry, Order, QueueItem, Reason, ReportView, Suspension},
+    model::{
+        Acted, Action, HeldArticle, Kind, LogEntry, Order, QueueItem, Reason, ReportView,
+        Suspension,
+    },
     service::ModerationService,
 };
 
@@ -49,6 +52,7 @@ pub fn router(moderation: Arc<ModerationService>, idempotency: Arc<Idempotency>)
     let admin = Router::new()
         .route("/admin/moderation/queue", get(queue))
         .route("/admin/moderation/reports", get(reports))
+        .route("/admin/moderation/held", get(held))
         .route("/admin/moderation/act", post(act).route_layer(idempotent()))
         .route("/admin/moderation/log", get(log))
         .layer(axum::Extension(ADMIN_AREA));
@@ -198,6 +202,39 @@ async fn queue(
         moderation
             .queue(by_count, offset, limit(query.limit, 50)?)
             .await?,
+    ))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct PageQuery {
+    /// Items to skip (0–10 000).
+    offset: Option<i64>,
+    /// 1–200 (default 50).
+    limit: Option<i64>,
+}
+
+/// Articles the word lists hold for review, the longest waiting first **(admins)**: approve
+/// one with the action `restore`, reject it with `delete`.
+#[utoipa::path(
+    get,
+    path = "/admin/moderation/held",
+    security(("access_token" = [])),
+    params(PageQuery),
+    responses((status = 200, description = "The held articles; code 4 for an invalid offset or \
+               limit.", body = Envelope<Vec<HeldArticle>>))
+)]
+async fn held(
+    _admin: Admin,
+    State(moderation): State<Arc<ModerationService>>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Vec<HeldArticle>> {
+    let offset = query.offset.unwrap_or(0);
+    if !(0..=MAX_OFFSET).contains(&offset) {
+        return Err(invalid("offset", "must be 0 to 10000", "须为 0 到 10000"));
+    }
+    Ok(Reply(
+        moderation.held(offset, limit(query.limit, 50)?).await?,
     ))
 }
 
@@ -353,5 +390,5 @@ async fn log(
 
 /// The routes' OpenAPI description.
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(report, me, queue, reports, act, log))]
+#[openapi(paths(report, me, queue, held, reports, act, log))]
 pub struct ModerationApi;

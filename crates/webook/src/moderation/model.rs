@@ -207,3 +207,23 @@ pub struct Suspension {
     /// Why.
     pub reason: String,
 }
+
+/// An article screening held for review: approve it with `restore`, reject it with `delete`.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldArticle {
+    /// The article.
+    pub id: i64,
+    /// Its author.
+    pub author_id: i64,
+    /// Its title as submitted.
+    pub title: String,
+    /// Its abstract as submitted.
+    #[serde(rename = "abstract")]
+    #[sqlx(rename = "abstract")]
+    pub abstract_text: String,
+    /// Why it is held (the list and the word).
+    pub reason: String,
+    /// Submitted (ms).
+    pub utime: i64,
+}

@@ -17,9 +17,12 @@ use platform::{
 
 use crate::{
     article::{ArticleService, Moderation},
-    comment::{store::CommentModeration, CommentService},
+    comment::{CommentModeration, CommentService},
     moderation::{
-        model::{Acted, Action, Kind, LogEntry, Order, QueueItem, Reason, ReportView, Suspension},
+        model::{
+            Acted, Action, HeldArticle, Kind, LogEntry, Order, QueueItem, Reason, ReportView,
+            Suspension,
+        },
         settings::ModerationSettings,
         store::{ModerationStore, NotFiled},
     },
@@ -173,6 +176,11 @@ impl ModerationService {
         limit: i64,
     ) -> Result<Vec<QueueItem>, AppError> {
         Ok(self.store.queue(by_count, offset, limit).await?)
+    }
+
+    /// Articles held for review ([`ModerationStore::held`]).
+    pub async fn held(&self, offset: i64, limit: i64) -> Result<Vec<HeldArticle>, AppError> {
+        Ok(self.store.held(offset, limit).await?)
     }
 
     /// Every report of one target, newest first.

@@ -4,7 +4,7 @@
 
 use sqlx::{Any, Transaction};
 
-use crate::moderation::model::{Kind, LogEntry, QueueItem, ReportView};
+use crate::moderation::model::{HeldArticle, Kind, LogEntry, QueueItem, ReportView};
 use platform::db::Db;
 
 /// Most reports one queue item carries (the newest).
@@ -156,6 +156,20 @@ impl ModerationStore {
             });
         }
         Ok(items)
+    }
+
+    /// Articles screening holds for review, oldest submission first (the one waiting longest).
+    pub async fn held(&self, offset: i64, limit: i64) -> sqlx::Result<Vec<HeldArticle>> {
+        sqlx::query_as(
+            "SELECT id, author_id, title, abstract, hidden_reason AS reason, utime \
+             FROM published_articles WHERE status = 4 AND hidden_reason LIKE $1 \
+             ORDER BY utime, id LIMIT $2 OFFSET $3",
+        )
+        .bind(format!("{}%", crate::article::HELD_PREFIX))
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.db.pool())
+        .await
     }
 
     /// A target's reports, newest first (only the open ones when `open`).

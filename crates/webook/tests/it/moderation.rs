@@ -23,7 +23,362 @@ setup_tests!(
     a_hidden_comment_leaves_its_thread_and_counts_and_comes_back,
     a_suspended_account_reads_but_cannot_write_until_lifted,
     new_accounts_write_less,
+    word_lists_refuse_or_hold_what_is_written,
 );
+
+/// Two cluster instances on one database and Redis, the first account an admin, word lists
+/// polled every 100 ms.
+async fn pair() -> (TestApp, TestApp, Member) {
+    let (first, second) = common::cluster_pair(|config| {
+        let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+        auth.admins = vec![1];
+        auth.auth_rate_limit = 1_000_000;
+        auth.write_rate_limit = 0;
+        config
+            .settings_mut::<webook::screening::settings::ScreeningSettings>()
+            .screening_poll = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let admin = member(&first, "admin").await;
+    assert_eq!(admin.uid, 1);
+    (first, second, admin)
+}
+
+/// A hide on one instance: the other, which had the reader copy cached, answers 404001 as soon
+/// as the action returns (the same versioned cache as a withdrawal); a comment hidden there is
+/// gone from the other's thread at once; a suspension there refuses writes here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hide_or_suspension_on_one_instance_holds_on_the_other_at_once() {
+    let (first, second, admin) = pair().await;
+    let author = member(&first, "author").await;
+    let reader = member(&second, "reader").await;
+    let article = publish(&second, &author, "Cached").await;
+    let leaf = comment(&second, &reader, article, None).await;
+    for _ in 0..2 {
+        expect(
+            &get(
+                &second,
+                &format!("/articles/pub/{article}"),
+                Some(&reader.token),
+            )
+            .await,
+            0,
+        );
+    }
+    assert_eq!(thread(&second, &reader, article).await.0.len(), 1);
+    act(
+        &first,
+        &admin,
+        json!({"kind": "article", "id": article, "action": "hide", "reason": "x"}),
+    )
+    .await;
+    expect(
+        &get(
+            &second,
+            &format!("/articles/pub/{article}"),
+            Some(&reader.token),
+        )
+        .await,
+        404_001,
+    );
+    assert_eq!(
+        get(&second, &format!("/a/{article}"), None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    act(
+        &first,
+        &admin,
+        json!({"kind": "article", "id": article, "action": "restore", "reason": "x"}),
+    )
+    .await;
+    expect(
+        &get(
+            &second,
+            &format!("/articles/pub/{article}"),
+            Some(&reader.token),
+        )
+        .await,
+        0,
+    );
+    act(
+        &first,
+        &admin,
+        json!({"kind": "comment", "id": leaf, "action": "hide", "reason": "x"}),
+    )
+    .await;
+    assert_eq!(thread(&second, &reader, article).await, (vec![], 0));
+    act(
+        &first,
+        &admin,
+        json!({"kind": "user", "id": reader.uid, "action": "suspend", "reason": "x"}),
+    )
+    .await;
+    expect(
+        &post(
+            &second,
+            "/articles/pub/like",
+            Some(&reader.token),
+            json!({"id": article, "like": true}),
+        )
+        .await,
+        403_003,
+    );
+}
+
+/// An edit of the word lists on one instance applies on the other within its poll, without a
+/// restart, and so does a deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn word_list_edits_apply_on_every_instance_without_a_restart() {
+    let (first, second, admin) = pair().await;
+    let author = member(&second, "author").await;
+    let draft = |title: &str| json!({"title": title, "content": "<p>hello</p>"});
+    expect(
+        &post(
+            &second,
+            "/articles/publish",
+            Some(&author.token),
+            draft("buy spamcoin"),
+        )
+        .await,
+        0,
+    );
+    expect(
+        &common::call(
+            &first,
+            reqwest::Method::PUT,
+            "/admin/moderation/word-lists/coins",
+            Some(&admin.token),
+            common::UA,
+            Some(json!({"action": "refuse", "words": ["spamcoin"]})),
+        )
+        .await,
+        0,
+    );
+    wait_until("the other instance to refuse the new word", || async {
+        post(
+            &second,
+            "/articles/publish",
+            Some(&author.token),
+            draft("buy SPAM coin"),
+        )
+        .await
+        .code()
+            == 4
+    })
+    .await;
+    expect(
+        &common::call(
+            &first,
+            reqwest::Method::DELETE,
+            "/admin/moderation/word-lists/coins",
+            Some(&admin.token),
+            common::UA,
+            None,
+        )
+        .await,
+        0,
+    );
+    wait_until("the other instance to forget the deleted list", || async {
+        post(
+            &second,
+            "/articles/publish",
+            Some(&author.token),
+            draft("buy spamcoin"),
+        )
+        .await
+        .code()
+            == 0
+    })
+    .await;
+}
+
+async fn put_list(app: &TestApp, admin: &Member, name: &str, body: Value) -> common::Answer {
+    common::call(
+        app,
+        reqwest::Method::PUT,
+        &format!("/admin/moderation/word-lists/{name}"),
+        Some(&admin.token),
+        common::UA,
+        Some(body),
+    )
+    .await
+}
+
+/// A refusing list refuses articles and comments naming the list, whatever the disguise; a
+/// holding list keeps an article from readers until a moderator restores (approves) it, and
+/// lists it for review; lists are checked at the edge and only admins edit them.
+async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    let article = publish(&app, &author, "Open").await;
+    expect(
+        &put_list(
+            &app,
+            &admin,
+            "contact",
+            json!({"action": "refuse", "words": ["微信", "WeChat"]}),
+        )
+        .await,
+        0,
+    );
+    expect(
+        &put_list(
+            &app,
+            &admin,
+            "ads",
+            json!({"action": "hold", "words": ["代开发票"]}),
+        )
+        .await,
+        0,
+    );
+    for (body, field) in [
+        (json!({"action": "block", "words": ["x"]}), "action"),
+        (json!({"action": "hold", "words": ["..."]}), "words"),
+        (
+            json!({"action": "hold", "words": ["x".repeat(65)]}),
+            "words",
+        ),
+    ] {
+        let answer = put_list(&app, &admin, "bad", body).await;
+        assert!(
+            expect(&answer, 4)["msg"].as_str().unwrap().contains(field),
+            "{}",
+            answer.raw
+        );
+    }
+    expect(
+        &put_list(
+            &app,
+            &reader,
+            "mine",
+            json!({"action": "hold", "words": ["x"]}),
+        )
+        .await,
+        403_002,
+    );
+    let lists = expect(
+        &get(&app, "/admin/moderation/word-lists", Some(&admin.token)).await,
+        0,
+    );
+    let names: Vec<&str> = lists["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|list| list["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ads", "contact"]);
+
+    for content in [
+        "<p>加我微 信</p>",
+        "<p>add me on ＷＥ-CHAT</p>",
+        "<p>微<b>信</b></p>",
+    ] {
+        let refused = post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"title": "hi", "content": content}),
+        )
+        .await;
+        let msg = expect(&refused, 4)["msg"].as_str().unwrap().to_owned();
+        assert!(msg.contains("contact"), "{content}: {msg}");
+    }
+    let refused = post(
+        &app,
+        "/comments",
+        Some(&reader.token),
+        json!({"biz": "article", "bizId": article, "content": "ping me on we.chat"}),
+    )
+    .await;
+    expect(&refused, 4);
+    // A class of words that only contain a listed word is not refused.
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"title": "wechatty birds", "content": "<p>chatter</p>"}),
+        )
+        .await,
+        0,
+    );
+
+    let held = expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"title": "Services", "content": "<p>代开<b>发票</b>, cheap</p>"}),
+        )
+        .await,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    expect(
+        &get(&app, &format!("/articles/pub/{held}"), Some(&reader.token)).await,
+        404_001,
+    );
+    let mine = author_item(&app, &author, held).await;
+    assert!(
+        mine["hidden"]
+            .as_str()
+            .unwrap()
+            .starts_with("held for review"),
+        "{mine}"
+    );
+    assert!(mine["hidden"].as_str().unwrap().contains("ads"), "{mine}");
+    let queue = expect(
+        &get(&app, "/admin/moderation/held", Some(&admin.token)).await,
+        0,
+    );
+    assert_eq!(ids(&queue["data"]), [held]);
+    // The author may fix it and publish again: screened again, clean, published.
+    let fixed = post(
+        &app,
+        "/articles/publish",
+        Some(&author.token),
+        json!({"id": held, "title": "Services", "content": "<p>accounting</p>"}),
+    )
+    .await;
+    expect(&fixed, 0);
+    expect(
+        &get(&app, &format!("/articles/pub/{held}"), Some(&reader.token)).await,
+        0,
+    );
+    // Held again by an edit: readers lose the published version until a moderator approves.
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"id": held, "title": "Services", "content": "<p>代开发票</p>"}),
+        )
+        .await,
+        0,
+    );
+    expect(
+        &get(&app, &format!("/articles/pub/{held}"), Some(&reader.token)).await,
+        404_001,
+    );
+    let approved = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": held, "action": "restore", "reason": "legitimate"}),
+    )
+    .await;
+    assert_eq!(approved["changed"], true);
+    expect(
+        &get(&app, &format!("/articles/pub/{held}"), Some(&reader.token)).await,
+        0,
+    );
+    let queue = expect(
+        &get(&app, "/admin/moderation/held", Some(&admin.token)).await,
+        0,
+    );
+    assert_eq!(ids(&queue["data"]), Vec::<i64>::new());
+}
 
 /// An app whose first account (signed up here) is an admin, without the general write limit;
 /// `configure` adjusts moderation's settings.
