@@ -11,6 +11,7 @@
 //! row the [`service::WriteGate`] reads on each write (the platform's write gates), with the
 //! stricter limit of new accounts.
 
+pub mod cli;
 pub mod http;
 pub mod model;
 pub mod service;
@@ -20,10 +21,11 @@ pub mod store;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use clap::FromArgMatches;
 use platform::{
     config::SettingsSpec,
     db::Migration,
-    feature::{Feature, Platform, Registry, Service},
+    feature::{CliCommands, Feature, Platform, Registry, Service},
     telemetry::MetricsSpec,
 };
 
@@ -65,6 +67,16 @@ impl Feature for Moderation {
             include_str!("../../migrations/0038_moderation.sql"),
         )];
         MIGRATIONS
+    }
+
+    fn cli(&self) -> Option<CliCommands> {
+        Some(CliCommands::of::<cli::ModerationCli>(|matches, context| {
+            Box::pin(async move {
+                let cli::ModerationCli::Moderation { command } =
+                    cli::ModerationCli::from_arg_matches(&matches)?;
+                cli::run(&context.config, context.schema, command).await
+            })
+        }))
     }
 
     fn metrics(&self) -> &'static [MetricsSpec] {

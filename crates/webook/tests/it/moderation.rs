@@ -1442,3 +1442,139 @@ async fn new_accounts_write_less(setup: Setup) {
         );
     }
 }
+
+/// `POST path` on a real server with `token`: the answer's envelope.
+async fn server_post(
+    server: &common::process::Server,
+    token: &str,
+    path: &str,
+    body: Value,
+) -> Value {
+    reqwest::Client::new()
+        .post(server.url(path))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `webook moderation …` on a running embedded server's data: the queue shows the report, a
+/// suspension made offline refuses the user's next write on the server at once, lifting it lets
+/// them write again, dismissing closes the report, and the log names each action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_moderation_command_suspends_lifts_and_dismisses_on_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let mut command = common::process::webook(dir);
+    command.env("WEBOOK_LOG", "warn,webook::app=info");
+    let server = common::process::Server::start(command);
+    let password = "Moderation-Passw0rd!";
+    let author = server
+        .sign_up_and_log_in("author@example.com", password)
+        .await;
+    let reader = server
+        .sign_up_and_log_in("reader@example.com", password)
+        .await;
+    let article = server_post(
+        &server,
+        &author,
+        "/articles/publish",
+        json!({"title": "Reported", "content": "<p>spam spam</p>"}),
+    )
+    .await["data"]
+        .as_i64()
+        .unwrap();
+    let filed = server_post(
+        &server,
+        &reader,
+        "/moderation/reports",
+        json!({"kind": "article", "id": article, "reason": "spam", "note": "ads"}),
+    )
+    .await;
+    assert_eq!(filed["code"], 0, "{filed}");
+    let run = |args: &[&str]| {
+        common::cli_succeeded(
+            common::process::webook(dir)
+                .env("WEBOOK_LOG", "warn")
+                .args(args)
+                .output()
+                .unwrap(),
+            args,
+        )
+    };
+    let queue = common::table_cells(&run(&["moderation", "queue"]));
+    assert_eq!(
+        queue[0],
+        ["KIND", "ID", "OPEN", "LATEST", "REASON", "AS REPORTED"]
+    );
+    assert_eq!(queue[1][..3], ["article", &article.to_string(), "1"]);
+    assert_eq!(queue[1][4], "spam");
+    assert!(queue[1][5].starts_with("Reported"), "{queue:?}");
+
+    let suspended = run(&[
+        "moderation",
+        "suspend",
+        "--user",
+        "1",
+        "--for",
+        "1h",
+        "--reason",
+        "spam",
+    ]);
+    assert!(suspended.contains("user 1 suspended until"), "{suspended}");
+    let refused = server_post(
+        &server,
+        &author,
+        "/articles/edit",
+        json!({"title": "t", "content": "<p>c</p>"}),
+    )
+    .await;
+    assert_eq!(refused["code"], 403_003, "{refused}");
+    assert!(
+        refused["msg"].as_str().unwrap().contains("spam"),
+        "{refused}"
+    );
+    let lifted = run(&["moderation", "lift", "--user", "1", "--reason", "appeal"]);
+    assert!(lifted.contains("lifted"), "{lifted}");
+    let written = server_post(
+        &server,
+        &author,
+        "/articles/edit",
+        json!({"title": "t", "content": "<p>c</p>"}),
+    )
+    .await;
+    assert_eq!(written["code"], 0, "{written}");
+
+    let dismissed = run(&[
+        "moderation",
+        "dismiss",
+        "--kind",
+        "article",
+        "--id",
+        &article.to_string(),
+        "--reason",
+        "fine",
+    ]);
+    assert!(dismissed.starts_with("1 open report(s)"), "{dismissed}");
+    assert_eq!(run(&["moderation", "queue"]), "no open reports\n");
+    let log = common::table_cells(&run(&["moderation", "log"]));
+    let actions: Vec<&str> = log[1..].iter().map(|row| row[3].as_str()).collect();
+    assert_eq!(actions, ["dismiss", "lift", "suspend"]);
+    assert!(
+        log[1][6].contains("fine (webook moderation, by "),
+        "{log:?}"
+    );
+    let bad = common::cli_refused(
+        common::process::webook(dir)
+            .env("WEBOOK_LOG", "warn")
+            .args(["moderation", "suspend", "--user", "999", "--reason", "x"])
+            .output()
+            .unwrap(),
+        &[],
+    );
+    assert!(bad.contains("no user 999"), "{bad}");
+}
