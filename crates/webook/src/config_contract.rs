@@ -153,6 +153,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("comment_rate_limit", "5", "5"),
     ("comment_rate_window", "2m", r#""2m""#),
     ("tag_max_per_user", "50", "50"),
+    ("notifications_retention", "30days", r#""30days""#),
     (
         "search_dir",
         "/tmp/contract-search",
@@ -630,6 +631,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
                 &["tag_max_per_user", "1-100000"],
             );
         }
+        refused(
+            jail,
+            "WEBOOK_NOTIFICATIONS_RETENTION",
+            "10m",
+            &["notifications_retention", "at least 1h"],
+        );
         refused(
             jail,
             "WEBOOK_SEARCH_WRITER_HEAP",
