@@ -31,6 +31,7 @@ mod interactive;
 mod jobs;
 mod jobs_admin;
 mod migrations;
+mod notifications;
 mod openapi;
 mod payment;
 mod payment_jobs;
