@@ -36,8 +36,8 @@ CREATE INDEX notifications_utime ON notifications (utime);
 -- like, collect, follow, comment or reward towards a recipient (`source` like, collect, follow,
 -- comment, reward; `subject_id` the article, 0, the comment, the reward). `time` is the time of
 -- the newest event applied, so an older event delivered late changes nothing; `on_flag` whether
--- it stands; `notification_id` the row it counts in (0: none). The latest actors of a row are
--- its sources that stand, newest first.
+-- it stands; `notification_id` the row it counts in (0, or a row since deleted: none). The
+-- latest actors of a row are its sources that stand, newest first.
 CREATE TABLE notification_sources (
     recipient       BIGINT NOT NULL,
     source          TEXT NOT NULL,

@@ -257,8 +257,9 @@ impl NotificationStore {
         tx.commit().await
     }
 
-    /// Deletes up to `limit` notifications last changed before `before` (ms), and sources last
-    /// moved before it; returns the notifications deleted.
+    /// Deletes up to `limit` notifications last changed before `before` (ms), and the sources
+    /// last moved before it that count in no notification any more; returns the notifications
+    /// deleted.
     pub async fn purge_before(&self, before: i64, limit: i64) -> sqlx::Result<u64> {
         let mut tx = self.db.writer().begin().await?;
         let ids: Vec<i64> = sqlx::query_scalar(
@@ -269,24 +270,24 @@ impl NotificationStore {
         .fetch_all(&mut *tx)
         .await?;
         if !ids.is_empty() {
-            let list = placeholders(1, ids.len());
-            let detach = format!(
-                "UPDATE notification_sources SET notification_id = 0 \
-                 WHERE notification_id IN ({list})"
+            let sql = format!(
+                "DELETE FROM notifications WHERE id IN ({})",
+                placeholders(1, ids.len())
             );
-            let delete = format!("DELETE FROM notifications WHERE id IN ({list})");
-            for sql in [detach, delete] {
-                let mut query = sqlx::query(&sql);
-                for id in &ids {
-                    query = query.bind(*id);
-                }
-                query.execute(&mut *tx).await?;
+            let mut query = sqlx::query(&sql);
+            for id in &ids {
+                query = query.bind(*id);
             }
+            query.execute(&mut *tx).await?;
         }
-        sqlx::query("DELETE FROM notification_sources WHERE time < $1")
-            .bind(before)
-            .execute(&mut *tx)
-            .await?;
+        // A source that still counts in a row stays with it (its undoing must find it).
+        sqlx::query(
+            "DELETE FROM notification_sources WHERE time < $1 AND NOT EXISTS \
+             (SELECT 1 FROM notifications n WHERE n.id = notification_sources.notification_id)",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(ids.len() as u64)
     }
@@ -416,26 +417,18 @@ async fn apply_one(
             move_source(tx, key, *on, *time, target, applied).await
         }
         Change::Withdrawn { article } => {
-            // Its likes', collects' and comments' notifications go; the sources stay (detached),
-            // so an unlike after the withdrawal still finds its like.
-            let gone: Vec<(i64, i64)> = sqlx::query_as(
+            // Its likes', collects' and comments' notifications go. Their sources stay as they
+            // are: an unlike after the withdrawal finds its like, and the row it pointed to is
+            // gone (ids are never handed out again), so it takes nothing from anyone.
+            let gone: Vec<i64> = sqlx::query_scalar(
                 "DELETE FROM notifications WHERE article_id = $1 \
-                 AND kind IN ('like', 'collect', 'comment', 'reply') RETURNING id, recipient",
+                 AND kind IN ('like', 'collect', 'comment', 'reply') RETURNING recipient",
             )
             .bind(*article)
             .fetch_all(&mut *tx)
             .await?;
-            for (id, recipient) in &gone {
-                sqlx::query(
-                    "UPDATE notification_sources SET notification_id = 0 \
-                     WHERE notification_id = $1",
-                )
-                .bind(*id)
-                .execute(&mut *tx)
-                .await?;
-                applied.recipients.push(*recipient);
-            }
             applied.removed += gone.len() as u64;
+            applied.recipients.extend(gone);
             Ok(())
         }
     }
@@ -614,7 +607,7 @@ impl Row {
             id: self.id,
             actors,
             actor_cnt: self.actor_cnt,
-            article: (self.article_id != 0).then(|| AboutArticle {
+            article: (self.article_id != 0).then_some(AboutArticle {
                 id: self.article_id,
                 title,
             }),
