@@ -2,18 +2,26 @@
 //! route needs a signed-in caller and concerns only the caller's own inbox; the writes (`POST
 //! /notifications/read`, `PUT /notifications/preferences`) go through the write rate limit.
 //! Input is checked here (code 4 naming the field) before the service is called.
+//! `GET /notifications/stream` is Server-Sent Events: an `unread` event with `{"count": n}` at
+//! once and whenever the count changes ([`super::live`]), a keep-alive comment every 15 s, and
+//! an end after [`STREAM_LIFETIME`] (clients reconnect; `EventSource` does by itself), so a
+//! stopping server never waits long for its streams.
 
-use std::sync::Arc;
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
     extract::State,
+    response::sse::{Event, KeepAlive, Sse},
     routing::{get, post},
     Router,
 };
+use futures_util::Stream;
 use serde::Deserialize;
+use tokio::sync::broadcast::{error::RecvError, Receiver};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::notifications::{
+    live::EVERYONE,
     model::{NotificationView, Preferences, Unread},
     NotificationService,
 };
@@ -35,6 +43,7 @@ pub fn router(routes: NotificationRoutes) -> Router {
     Router::new()
         .route("/notifications", get(list))
         .route("/notifications/unread", get(unread))
+        .route("/notifications/stream", get(stream))
         .route("/notifications/read", post(read))
         .route(
             "/notifications/preferences",
@@ -84,6 +93,92 @@ async fn list(
 )]
 async fn unread(State(state): State<Arc<NotificationRoutes>>, user: AuthUser) -> ApiResult<Unread> {
     Ok(Reply(state.notifications.unread(user.uid).await?))
+}
+
+/// Longest a stream stays open before it ends (the client reconnects).
+pub const STREAM_LIFETIME: Duration = Duration::from_secs(600);
+/// How often an idle stream sends a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The caller's unread count, live: Server-Sent Events.
+#[utoipa::path(
+    get,
+    path = "/notifications/stream",
+    security(("access_token" = [])),
+    responses((status = 200, description = "`text/event-stream`: an `unread` event whose data \
+               is `{\"count\": n}` at once and whenever the count changes, on whichever \
+               instance the change was made; a keep-alive comment every 15 s; the stream ends \
+               after 10 minutes (reconnect).", content_type = "text/event-stream", body = String))
+)]
+async fn stream(
+    State(state): State<Arc<NotificationRoutes>>,
+    user: AuthUser,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let notifications = state.notifications.clone();
+    // Listening before the first read: no change can fall between the two.
+    let changes = notifications.live().subscribe();
+    let watch = Watch {
+        notifications,
+        changes,
+        uid: user.uid,
+        last: None,
+        first: true,
+        deadline: tokio::time::Instant::now() + STREAM_LIFETIME,
+    };
+    let events = futures_util::stream::unfold(watch, |mut watch| async move {
+        let count = watch.next_count().await?;
+        let event = Event::default()
+            .event("unread")
+            .data(format!("{{\"count\":{count}}}"));
+        Some((Ok(event), watch))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+/// One stream's view of its user's count.
+struct Watch {
+    notifications: NotificationService,
+    changes: Receiver<i64>,
+    uid: i64,
+    /// The count sent last.
+    last: Option<i64>,
+    first: bool,
+    deadline: tokio::time::Instant,
+}
+
+impl Watch {
+    /// The next count to send (a different one from the last); `None` when the stream ends.
+    async fn next_count(&mut self) -> Option<i64> {
+        loop {
+            if !self.first {
+                tokio::time::timeout_at(self.deadline, self.woken())
+                    .await
+                    .ok()??;
+            }
+            self.first = false;
+            match self.notifications.unread(self.uid).await {
+                Ok(Unread { count }) if self.last != Some(count) => {
+                    self.last = Some(count);
+                    return Some(count);
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(%err, uid = self.uid, "cannot read an unread count"),
+            }
+        }
+    }
+
+    /// Until this user's count may have changed; `None` if no change can come any more.
+    async fn woken(&mut self) -> Option<()> {
+        loop {
+            match self.changes.recv().await {
+                Ok(uid) if uid == self.uid || uid == EVERYONE => return Some(()),
+                Ok(_) => {}
+                // Fell behind: whatever it missed, one read covers it.
+                Err(RecvError::Lagged(_)) => return Some(()),
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
 }
 
 /// Which notifications to mark read: one (`id`) or all (`all: true`), not both.
@@ -184,7 +279,7 @@ async fn set_preferences(
 
 /// The notification routes' description ([`platform::openapi`]).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(list, unread, read, preferences, set_preferences))]
+#[openapi(paths(list, unread, stream, read, preferences, set_preferences))]
 pub struct NotificationsApi;
 
 #[cfg(test)]

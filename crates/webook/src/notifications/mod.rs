@@ -10,10 +10,12 @@
 //! deduplicated by event id, each source's state kept so counts stay exact and late events
 //! change nothing). `/notifications*` ([`http`]) reads and marks the caller's rows; the
 //! `purge_notifications` maintenance job ([`jobs`]) deletes rows older than
-//! `notifications_retention` ([`settings`]).
+//! `notifications_retention` ([`settings`]). `GET /notifications/stream` sends the caller's
+//! unread count as it changes ([`live`]: in-process broadcast, Redis pub/sub across instances).
 
 mod http;
 pub mod jobs;
+pub mod live;
 pub mod model;
 pub mod service;
 pub mod settings;
@@ -72,8 +74,12 @@ impl Feature for Notifications {
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<NotificationSettings>()?;
         let store = NotificationStore::new(platform.db.clone());
-        let notifications =
-            NotificationService::new(store.clone(), RewardStore::new(platform.db.clone()));
+        let live = live::Live::new(platform.redis_with_prefix());
+        let notifications = NotificationService::new(
+            store.clone(),
+            RewardStore::new(platform.db.clone()),
+            live.clone(),
+        );
         registry.maintenance(
             &platform.config,
             jobs::PurgeNotifications::new(store, settings.notifications_retention),
@@ -81,6 +87,10 @@ impl Feature for Notifications {
         let (consumer, events) = (notifications.clone(), platform.events.clone());
         registry.background("notifications consumers", move |background| {
             consumer.consumers(&events, background.subscription, background.stop)
+        });
+        let redis_url = platform.config.redis_url.clone();
+        registry.background("notifications live relay", move |background| {
+            live.relay(redis_url, background.stop)
         });
         registry.routes(http::router(http::NotificationRoutes {
             notifications: notifications.clone(),

@@ -30,6 +30,7 @@ use crate::{
     feed::{FollowEvent, TOPIC_FOLLOW_CHANGED},
     interactive::{InteractionEvent, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED},
     notifications::{
+        live::Live,
         model::{Change, Kind, NotificationView, Preferences, Source, Unread},
         store::NotificationStore,
     },
@@ -89,17 +90,28 @@ fn describe_metrics() {
 pub struct NotificationService {
     store: NotificationStore,
     rewards: RewardStore,
+    live: Live,
 }
 
 impl NotificationService {
-    /// The service over `store`, finding rewards in `rewards`.
-    pub fn new(store: NotificationStore, rewards: RewardStore) -> Self {
-        Self { store, rewards }
+    /// The service over `store`, finding rewards in `rewards`, telling open streams through
+    /// `live`.
+    pub fn new(store: NotificationStore, rewards: RewardStore, live: Live) -> Self {
+        Self {
+            store,
+            rewards,
+            live,
+        }
     }
 
     /// The store.
     pub fn store(&self) -> &NotificationStore {
         &self.store
+    }
+
+    /// Who must look at their unread count again (`GET /notifications/stream`).
+    pub fn live(&self) -> &Live {
+        &self.live
     }
 
     /// A page of `uid`'s notifications, newest first (by last change, then id).
@@ -126,6 +138,7 @@ impl NotificationService {
     /// Marks `uid`'s notification `id` read; 404001 if it has none such.
     pub async fn mark_read(&self, uid: i64, id: i64) -> Result<(), AppError> {
         if self.store.mark_read(uid, id).await? {
+            self.live.changed(&[uid]).await;
             Ok(())
         } else {
             Err(AppError::NotFound(Msg::new(
@@ -137,7 +150,9 @@ impl NotificationService {
 
     /// Marks all of `uid`'s notifications read.
     pub async fn mark_all_read(&self, uid: i64) -> Result<(), AppError> {
-        self.store.mark_all_read(uid).await?;
+        if self.store.mark_all_read(uid).await? > 0 {
+            self.live.changed(&[uid]).await;
+        }
         Ok(())
     }
 
@@ -235,6 +250,7 @@ impl NotificationService {
             return Ok(());
         }
         let applied = self.store.apply(GROUP, changes, now_millis()).await?;
+        self.live.changed(&applied.recipients).await;
         metrics::counter!(NOTIFICATIONS_WRITTEN_TOTAL, "topic" => topic.to_owned())
             .increment(applied.written);
         metrics::counter!(NOTIFICATIONS_REMOVED_TOTAL, "topic" => topic.to_owned())

@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use std::collections::HashSet;
+use std::{collections::HashSet, time::Duration};
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -21,7 +21,7 @@ use platform::{events::Event, testing::wait_until};
 use webook::{
     comment::CommentSettings,
     interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
-    notifications::NotificationService,
+    notifications::{jobs::PurgeNotifications, NotificationService},
     testing::TestApp,
 };
 
@@ -259,7 +259,7 @@ async fn a_redelivered_or_late_event_changes_nothing(setup: Setup) {
     // The unlike of the first like, delivered twice: one actor less, once.
     let unliked = like_event("dup-4", first.uid, article, false, now + 20);
     service
-        .apply(TOPIC_LIKE_CHANGED, &[unliked.clone()])
+        .apply(TOPIC_LIKE_CHANGED, std::slice::from_ref(&unliked))
         .await
         .unwrap();
     service.apply(TOPIC_LIKE_CHANGED, &[unliked]).await.unwrap();
@@ -593,6 +593,149 @@ async fn input_is_checked_at_the_edge(setup: Setup) {
     assert_eq!(unread(&app, &user).await, 0);
 }
 
+async fn retention_deletes_what_is_older(setup: Setup) {
+    let app = app(setup).await;
+    let [author, old, recent] = cast::<3>(&app, "aged").await;
+    let article = publish(&app, &author, "long ago").await;
+    let service: NotificationService = app.service();
+    let now = platform::db::now_millis();
+    let hour = 3_600_000;
+    // A like three days ago (its own day's row) and one now.
+    service
+        .apply(
+            TOPIC_LIKE_CHANGED,
+            &[
+                like_event("aged-1", old.uid, article, true, now - 72 * hour),
+                like_event("aged-2", recent.uid, article, true, now),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(of_kind(&app, &author, "like").await.len(), 2);
+    let job = PurgeNotifications::new(service.store().clone(), Duration::from_secs(24 * 3600));
+    assert_eq!(job.purge().await.unwrap(), 1);
+    let likes = of_kind(&app, &author, "like").await;
+    assert_eq!(likes.len(), 1, "{likes:?}");
+    assert_eq!(actor_ids(&likes[0]), [recent.uid]);
+    // The old like's undoing, after its row went, takes nothing from the recent row.
+    service
+        .apply(
+            TOPIC_LIKE_CHANGED,
+            &[like_event("aged-3", old.uid, article, false, now + 1)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(of_kind(&app, &author, "like").await[0]["actorCnt"], 1);
+    assert_eq!(job.purge().await.unwrap(), 0);
+}
+
+/// An open `GET /notifications/stream` of `who`.
+struct Stream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Stream {
+    async fn open(app: &TestApp, who: &Member) -> Self {
+        let response = app
+            .client
+            .get(app.url("/notifications/stream"))
+            .bearer_auth(&who.token)
+            .header(reqwest::header::USER_AGENT, common::UA)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let content_type = response.headers()["content-type"].to_str().unwrap();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{content_type}"
+        );
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The count of the next `unread` event (keep-alive comments skipped); fails after 10 s.
+    async fn next_count(&mut self) -> i64 {
+        let read = async {
+            loop {
+                while let Some(end) = self.buffer.find("\n\n") {
+                    let event: String = self.buffer.drain(..end + 2).collect();
+                    if let Some(data) = event.lines().find_map(|line| line.strip_prefix("data: ")) {
+                        assert!(event.contains("event: unread"), "{event}");
+                        let data: Value = serde_json::from_str(data).unwrap();
+                        return data["count"].as_i64().unwrap();
+                    }
+                }
+                let chunk = self
+                    .response
+                    .chunk()
+                    .await
+                    .unwrap()
+                    .expect("the stream ended");
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .unwrap_or_else(|_| panic!("no unread event within 10 s"))
+    }
+}
+
+async fn the_unread_count_streams_as_it_changes(setup: Setup) {
+    let app = app(setup).await;
+    let [star, fan, other] = cast::<3>(&app, "live").await;
+    let mut stream = Stream::open(&app, &star).await;
+    assert_eq!(stream.next_count().await, 0, "the count at once");
+    // Someone else's notification wakes nobody here; the star's own do.
+    follow(&app, &star, other.uid, true).await;
+    follow(&app, &fan, star.uid, true).await;
+    assert_eq!(stream.next_count().await, 1);
+    follow(&app, &other, star.uid, true).await;
+    assert_eq!(stream.next_count().await, 2);
+    let read = post(
+        &app,
+        "/notifications/read",
+        Some(&star.token),
+        json!({"all": true}),
+    )
+    .await;
+    assert_eq!(read.code(), 0, "{}", read.raw);
+    assert_eq!(stream.next_count().await, 0);
+    // Anonymous callers get no stream.
+    let anonymous = get(&app, "/notifications/stream", None).await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
+}
+
+/// Two instances sharing PostgreSQL and Redis: a stream open on one hears of changes whichever
+/// instance applied them (the consumers of the group run on both) and of reads made on the
+/// other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_streams_hear_of_changes_made_on_another_instance() {
+    let (first, second) = common::cluster_pair(|config| {
+        let auth = config.settings_mut::<webook::auth::settings::AuthSettings>();
+        auth.auth_rate_limit = 1_000_000;
+        auth.write_rate_limit = 0;
+    })
+    .await;
+    let [star, fan] = cast::<2>(&first, "pair").await;
+    let mut stream = Stream::open(&first, &star).await;
+    assert_eq!(stream.next_count().await, 0);
+    follow(&second, &fan, star.uid, true).await;
+    assert_eq!(stream.next_count().await, 1);
+    let read = post(
+        &second,
+        "/notifications/read",
+        Some(&star.token),
+        json!({"all": true}),
+    )
+    .await;
+    assert_eq!(read.code(), 0, "{}", read.raw);
+    assert_eq!(stream.next_count().await, 0);
+}
+
 setup_tests!(
     each_kind_reaches_its_recipient_once_and_never_the_actor,
     a_redelivered_or_late_event_changes_nothing,
@@ -601,4 +744,6 @@ setup_tests!(
     a_muted_kind_is_not_produced,
     a_deleted_comment_and_a_withdrawn_article_take_their_notifications,
     input_is_checked_at_the_edge,
+    the_unread_count_streams_as_it_changes,
+    retention_deletes_what_is_older,
 );
