@@ -9,8 +9,8 @@
 //! newest event applied to it and the notification it counts in:
 //! - its row is created if missing and then touched (`UPDATE … RETURNING`), which locks it
 //!   (PostgreSQL; SQLite has one writer), so two transactions moving one source queue;
-//! - an event older than the source's time changes nothing (an unlike delivered before its like
-//!   stays applied);
+//! - an event older than the source's time changes nothing (a like delivered after its unlike
+//!   leaves the unlike in force);
 //! - a source turning on adds its actor to the notification (`INSERT … ON CONFLICT DO UPDATE`
 //!   on the row's unique key (recipient, kind, group key): `actor_cnt + 1`, unread again, on top)
 //!   and a source turning off takes it away (`actor_cnt - 1`; the row goes at 0). Only real
@@ -19,7 +19,10 @@
 //!   however likes and unlikes interleave.
 //!
 //! Nothing is written for the actor themself, nor for a kind the recipient turned off (the
-//! source is still recorded, without a notification, so its later undoing stays exact).
+//! source is still recorded, without a notification, so its later undoing stays exact). A
+//! withdrawal deletes the article's rows and leaves their sources pointing at ids that are never
+//! handed out again, so undoing one later takes nothing from anyone; the retention deletes rows
+//! by age, and sources by age once they count in no row.
 //!
 //! **Reading.** A page is one keyset range of `notifications_page` (recipient, utime, id), with
 //! the article's current title, then one statement for the latest actors of all its rows (the

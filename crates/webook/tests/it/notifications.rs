@@ -207,6 +207,23 @@ async fn each_kind_reaches_its_recipient_once_and_never_the_actor(setup: Setup) 
     // author's answers to others.
     assert!(inbox(&app, &other).await.is_empty());
     assert_eq!(unread(&app, &author).await, 6);
+    // Counted by source topic (metrics are process-wide: a lower bound).
+    let metrics = app.metrics_text().await;
+    for topic in [
+        "comment_changed",
+        "like_changed",
+        "follow_changed",
+        "payment_succeeded",
+    ] {
+        let counted = metrics.lines().any(|line| {
+            line.strip_prefix(&format!(
+                "notifications_written_total{{topic=\"{topic}\"}} "
+            ))
+            .and_then(|value| value.parse::<f64>().ok())
+            .is_some_and(|value| value >= 1.0)
+        });
+        assert!(counted, "no notifications_written_total for {topic}");
+    }
 }
 
 /// An event of `topic` built by hand, as the stream would deliver it again.
