@@ -159,6 +159,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("moderation_new_account_write_limit", "9", "9"),
     ("moderation_new_account_window", "30m", r#""30m""#),
     ("tag_max_per_user", "50", "50"),
+    ("notifications_retention", "30days", r#""30days""#),
     (
         "search_dir",
         "/tmp/contract-search",
@@ -654,6 +655,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
                 &["tag_max_per_user", "1-100000"],
             );
         }
+        refused(
+            jail,
+            "WEBOOK_NOTIFICATIONS_RETENTION",
+            "10m",
+            &["notifications_retention", "at least 1h"],
+        );
         refused(
             jail,
             "WEBOOK_SEARCH_WRITER_HEAP",

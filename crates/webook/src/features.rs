@@ -6,8 +6,8 @@ use platform::feature::Feature;
 
 use crate::{
     account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    moderation, payment, phone_login, ranking, reward, screening, search, site, sms, tag, user,
-    wechat_login,
+    moderation, notifications, payment, phone_login, ranking, reward, screening, search, site, sms,
+    tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
@@ -31,6 +31,8 @@ pub const FEATURES: &[&dyn Feature] = &[
     &account::Accounts,
     &payment::Payments,
     &reward::Rewards,
+    // After every feature whose events it consumes (comments, likes, follows, rewards).
+    &notifications::Notifications,
     // After every feature with executors: it checks new jobs against every one registered.
     &jobs::Jobs,
     &events_admin::EventsAdmin,

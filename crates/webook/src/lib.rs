@@ -11,7 +11,7 @@
 //! flags; each feature brings its own settings section) into [`app`], which opens the platform's
 //! backends, installs every feature of [`features::FEATURES`] — [`auth`], [`user`], [`interactive`],
 //! [`article`], [`ranking`], [`feed`], [`comment`], [`tag`], [`search`], [`account`],
-//! [`payment`], [`reward`], [`jobs`], [`events_admin`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
+//! [`payment`], [`reward`], [`notifications`], [`jobs`], [`events_admin`], [`console`] and more, each a folder with one public face, its `mod.rs` — and
 //! serves their routes until a shutdown signal drains it. [`schema`] is every feature's tables;
 //! [`biz`] the kinds of object interactions attach to; [`seed`] fills a database with realistic
 //! data; [`outside_http`] what the clients of outside providers share.
@@ -41,6 +41,7 @@ pub mod jobs;
 #[cfg(test)]
 mod layering;
 pub mod moderation;
+pub mod notifications;
 pub mod openapi;
 pub mod outside_http;
 pub mod payment;

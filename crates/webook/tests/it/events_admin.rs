@@ -110,13 +110,17 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
 
     let db = embedded_db(dir).await;
     withdraw_with_a_garbled_event(&db, article).await;
-    wait_until("ranking and feed to park the garbled event", || async {
-        let open = parked::list(&db, &Filter::default(), 10).await.unwrap();
-        open.len() == 2 && open.iter().all(|row| row.state == "parked")
-    })
+    wait_until(
+        "ranking, feed and notifications to park the garbled event",
+        || async {
+            let open = parked::list(&db, &Filter::default(), 10).await.unwrap();
+            open.len() == 3 && open.iter().all(|row| row.state == "parked")
+        },
+    )
     .await;
     let ranking = parked_of(&db, "ranking").await;
     let feed = parked_of(&db, "feed").await;
+    let notifications = parked_of(&db, "notifications").await;
 
     // Groups: both know their parked event; the position went past it (nothing waits).
     let groups = cells(&succeeds(dir, &["events", "groups"]));
@@ -134,7 +138,7 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
             "DISCARDED"
         ]
     );
-    for group in ["ranking", "feed"] {
+    for group in ["ranking", "feed", "notifications"] {
         let row = row(&groups, group, "article_withdrawn");
         assert_eq!(row[3..], ["0", "0.0s", "1", "0", "0", "0"], "{row:?}");
     }
@@ -142,7 +146,7 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
     let published = row(&groups, "feed", "article_published");
     assert_eq!(published[5..], ["0", "0", "0", "0"], "{published:?}");
 
-    // Parked: both events, newest first, with the kind of failure, attempts and the error.
+    // Parked: the three events, newest first, with the kind of failure, attempts and the error.
     let listed = succeeds(dir, &["events", "parked"]);
     let rows = cells(&listed);
     assert_eq!(
@@ -159,8 +163,8 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
             "LAST ERROR"
         ]
     );
-    assert_eq!(rows.len(), 3, "{listed}");
-    for parked in [&ranking, &feed] {
+    assert_eq!(rows.len(), 4, "{listed}");
+    for parked in [&ranking, &feed, &notifications] {
         let row = row(&rows, &parked.id.to_string(), &parked.group);
         assert_eq!(
             row[2..7],
@@ -288,6 +292,21 @@ async fn the_events_command_lists_discards_and_replays_what_groups_parked() {
     .await;
     let replayed = parked_of(&db, "ranking").await;
     assert!(replayed.resolved_at.is_some(), "{replayed:?}");
+    // The notifications' too (an operator would replay it repaired; discarding is enough here).
+    assert_eq!(
+        succeeds(
+            dir,
+            &[
+                "events",
+                "discard",
+                "--id",
+                &notifications.id.to_string(),
+                "--reason",
+                "a test article"
+            ]
+        ),
+        "1 parked event(s) discarded\n"
+    );
     assert_eq!(succeeds(dir, &["events", "parked"]), "no parked events\n");
     let listed = cells(&succeeds(dir, &["events", "parked", "--state", "replayed"]));
     assert_eq!(listed.len(), 2, "{listed:?}");

@@ -32,6 +32,7 @@ mod jobs;
 mod jobs_admin;
 mod migrations;
 mod moderation;
+mod notifications;
 mod openapi;
 mod payment;
 mod payment_jobs;
