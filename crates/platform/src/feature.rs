@@ -178,6 +178,10 @@ pub struct Platform {
     pub schema: &'static [Migration],
     /// `Idempotency-Key` for creating routes ([`crate::idempotency`]).
     pub idempotency: Arc<Idempotency>,
+    /// Cancelled when the process starts to drain (the shutdown signal), before in-flight
+    /// requests are waited for: long-lived responses (event streams) end on it, so they never
+    /// hold the drain for `shutdown_timeout`.
+    pub draining: CancellationToken,
 }
 
 impl Platform {

@@ -140,6 +140,7 @@ impl App {
             status: platform::status::StatusBoard::default(),
             schema: &crate::schema::MIGRATIONS,
             idempotency: Idempotency::new(db_for_keys, body_limit),
+            draining: CancellationToken::new(),
         };
         let mut registry = Registry::new(JobRegistry::for_mode(
             &platform.config,
@@ -267,6 +268,7 @@ impl App {
             () = &mut server => anyhow::bail!("the HTTP server stopped by itself"),
             () = shutdown => {
                 tracing::info!(grace = ?config.shutdown_timeout, "shutting down: draining in-flight requests");
+                platform.draining.cancel();
                 stopping.cancel();
                 bounded(config.shutdown_timeout, "in-flight requests", "abandoning them", &mut server).await;
             }

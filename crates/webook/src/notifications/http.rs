@@ -4,8 +4,8 @@
 //! Input is checked here (code 4 naming the field) before the service is called.
 //! `GET /notifications/stream` is Server-Sent Events: an `unread` event with `{"count": n}` at
 //! once and whenever the count changes ([`super::live`]), a keep-alive comment every 15 s, and
-//! an end after [`STREAM_LIFETIME`] (clients reconnect; `EventSource` does by itself), so a
-//! stopping server never waits long for its streams.
+//! an end after [`STREAM_LIFETIME`] (clients reconnect; `EventSource` does by itself) or as
+//! soon as the process starts to drain, so a stopping server never waits for its streams.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -36,6 +36,8 @@ use platform::{
 pub struct NotificationRoutes {
     /// Notifications.
     pub notifications: NotificationService,
+    /// Cancelled when the process starts to drain: open streams end at once.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// The routes.
@@ -124,6 +126,7 @@ async fn stream(
         last: None,
         first: true,
         deadline: tokio::time::Instant::now() + STREAM_LIFETIME,
+        draining: state.draining.clone(),
     };
     let events = futures_util::stream::unfold(watch, |mut watch| async move {
         let count = watch.next_count().await?;
@@ -144,6 +147,8 @@ struct Watch {
     last: Option<i64>,
     first: bool,
     deadline: tokio::time::Instant,
+    /// The process is stopping: the stream ends (the client reconnects to another instance).
+    draining: tokio_util::sync::CancellationToken,
 }
 
 impl Watch {
@@ -151,9 +156,11 @@ impl Watch {
     async fn next_count(&mut self) -> Option<i64> {
         loop {
             if !self.first {
-                tokio::time::timeout_at(self.deadline, self.woken())
-                    .await
-                    .ok()??;
+                let draining = self.draining.clone();
+                tokio::select! {
+                    woken = tokio::time::timeout_at(self.deadline, self.woken()) => woken.ok()??,
+                    () = draining.cancelled() => return None,
+                }
             }
             self.first = false;
             match self.notifications.unread(self.uid).await {

@@ -94,6 +94,7 @@ impl Feature for Notifications {
         });
         registry.routes(http::router(http::NotificationRoutes {
             notifications: notifications.clone(),
+            draining: platform.draining.clone(),
         }));
         registry.provide(notifications);
         Ok(())

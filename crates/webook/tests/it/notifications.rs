@@ -764,3 +764,50 @@ setup_tests!(
     the_unread_count_streams_as_it_changes,
     retention_deletes_what_is_older,
 );
+
+/// A stopping server ends its open notification streams at once instead of waiting for them:
+/// with a minute's `shutdown_timeout`, a server whose drain waited for an open stream would
+/// not exit within the wait limit (and would log that requests outlived it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_ends_its_streams_instead_of_waiting_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::process::webook(dir.path());
+    command
+        .env("WEBOOK_LOG", "warn,webook::app=info")
+        .env("WEBOOK_SHUTDOWN_TIMEOUT", "60s");
+    let server = common::process::Server::start(command);
+    let token = server
+        .sign_up_and_log_in("streamer@example.com", "Stream-Passw0rd!")
+        .await;
+    let mut response = reqwest::Client::new()
+        .get(server.url("/notifications/stream"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let first = response.chunk().await.unwrap().expect("the first event");
+    assert!(
+        String::from_utf8_lossy(&first).contains("event: unread"),
+        "{first:?}"
+    );
+    server.terminate();
+    // The stream ends (the body completes) rather than being cut when the drain gives up.
+    let rest = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(chunk) = response.chunk().await.transpose() {
+            chunk.expect("the stream ends cleanly");
+        }
+    })
+    .await;
+    assert!(
+        rest.is_ok(),
+        "the stream did not end within 20 s of the signal"
+    );
+    let log = server.new_log_lines();
+    assert!(
+        !log.iter()
+            .any(|line| line.contains("outlived shutdown_timeout")),
+        "{log:?}"
+    );
+    assert_eq!(server.exit_code().await, 0);
+}
