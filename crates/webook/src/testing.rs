@@ -40,6 +40,10 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
     auth.jwt_refresh_secret = Some(Secret::new("test-refresh-secret-0123456789abcdef"));
     // Tests write in bursts from one user; the write limit has a test of its own.
     auth.write_rate_limit = 1_000_000;
+    // New accounts too (every test's accounts are new); that limit has a test of its own.
+    config
+        .settings_mut::<crate::moderation::settings::ModerationSettings>()
+        .moderation_new_account_period = std::time::Duration::ZERO;
     // Tests poll search until a change shows; the search limit has a test of its own.
     config.settings_mut::<SearchSettings>().search_rate_limit = 0;
     // Tests' job receivers listen on loopback, which production refuses by default.

@@ -29,7 +29,7 @@ pub use seed::{
     SeededArticle,
 };
 pub use service::ArticleService;
-pub use store::{Moderated, Moderation, HELD_PREFIX};
+pub use store::{Moderated, Moderation};
 
 use async_trait::async_trait;
 use platform::{

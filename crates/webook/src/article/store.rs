@@ -33,18 +33,16 @@ pub enum WriteError {
     Db(sqlx::Error),
 }
 
-/// How the reason of a reader copy held by screening begins (a held copy's author may publish
-/// it again; one a moderator hid may not).
-pub const HELD_PREFIX: &str = "held for review";
-
 /// What a moderator does to an article's reader copy ([`ArticleStore::moderate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Moderation {
-    /// Readers lose it (as on withdrawal); the author sees why; restorable.
+    /// Readers lose it (as on withdrawal); the author sees why; restorable. A copy the word
+    /// lists hold becomes the moderator's: its author may no longer publish it again.
     Hide,
     /// As hide, for good.
     Remove,
-    /// A hidden copy comes back: published again, unless its author withdrew it meanwhile.
+    /// A hidden copy comes back as it was (published, or withdrawn if its author withdrew it
+    /// before or since); a held one is published (approved).
     Restore,
 }
 
@@ -173,13 +171,16 @@ impl ArticleStore {
         let mut tx = self.db.writer().begin().await?;
         let id =
             upsert_author_copy(&mut tx, author, id, draft, ArticleStatus::Published, now).await?;
-        let reader: Option<(i64, String)> =
-            sqlx::query_as("SELECT status, hidden_reason FROM published_articles WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if let Some((status @ (4 | 5), reason)) = &reader {
-            if *status == 5 || !reason.starts_with(HELD_PREFIX) {
+        // Touching the reader copy takes its lock (PostgreSQL; SQLite has one writer anyway), so
+        // a moderator's hide cannot slip between this check and the write below.
+        let reader: Option<(i64, i64)> = sqlx::query_as(
+            "UPDATE published_articles SET utime = utime WHERE id = $1 RETURNING status, held",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((status, was_held)) = reader {
+            if status == 5 || (status == 4 && was_held == 0) {
                 // Rolled back: the author's copy stays as it was.
                 return Err(WriteError::Hidden);
             }
@@ -190,11 +191,11 @@ impl ArticleStore {
             ArticleStatus::Published
         };
         sqlx::query(
-            "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime, hidden_reason) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8) \
+            "INSERT INTO published_articles (id, author_id, title, content, abstract, status, ctime, utime, \
+             hidden_reason, held, restore_to) VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, 2) \
              ON CONFLICT (id) DO UPDATE SET title = excluded.title, content = excluded.content, \
              abstract = excluded.abstract, status = excluded.status, utime = excluded.utime, \
-             hidden_reason = excluded.hidden_reason",
+             hidden_reason = excluded.hidden_reason, held = excluded.held, restore_to = 2",
         )
         .bind(id)
         .bind(author)
@@ -204,9 +205,10 @@ impl ArticleStore {
         .bind(i64::from(status))
         .bind(now)
         .bind(held.unwrap_or(""))
+        .bind(i64::from(held.is_some()))
         .execute(&mut *tx)
         .await?;
-        match (held, &reader) {
+        match (held, reader) {
             (None, _) => record_event(&mut tx, TOPIC_PUBLISHED, id, author, now).await?,
             (Some(_), Some((2, _))) => {
                 record_event(&mut tx, TOPIC_WITHDRAWN, id, author, now).await?;
@@ -234,10 +236,13 @@ impl ArticleStore {
         if changed == 0 {
             return Err(why_not_written(&mut tx, id).await);
         }
-        // A copy a moderator hid or removed stays so (its author cannot publish it again).
+        // A copy a moderator hid or removed stays so (its author cannot publish it again), to be
+        // restored as withdrawn; one only held for review is withdrawn from the review.
         sqlx::query(
-            "UPDATE published_articles SET status = $1, utime = $2 \
-             WHERE id = $3 AND author_id = $4 AND status NOT IN (4, 5)",
+            "UPDATE published_articles SET \
+             status = CASE WHEN status = 5 OR (status = 4 AND held = 0) THEN status ELSE $1 END, \
+             hidden_reason = CASE WHEN status = 5 OR (status = 4 AND held = 0) THEN hidden_reason ELSE '' END, \
+             held = 0, restore_to = $1, utime = $2 WHERE id = $3 AND author_id = $4",
         )
         .bind(i64::from(ArticleStatus::Private))
         .bind(now)
@@ -264,31 +269,23 @@ impl ArticleStore {
     ) -> sqlx::Result<Option<Moderated>> {
         let mut tx = self.db.writer().begin().await?;
         // Touching the row takes its lock (PostgreSQL; SQLite has one writer anyway).
-        let row: Option<(i64, i64)> = sqlx::query_as(
-            "UPDATE published_articles SET utime = utime WHERE id = $1 RETURNING author_id, status",
+        let row: Option<(i64, i64, i64, i64)> = sqlx::query_as(
+            "UPDATE published_articles SET utime = utime WHERE id = $1 \
+             RETURNING author_id, status, held, restore_to",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((author, status)) = row else {
+        let Some((author, status, held, restore_to)) = row else {
             return Ok(None);
         };
-        let (next, reason) = match (action, status) {
-            (Moderation::Hide, 2 | 3) => (4, reason),
-            (Moderation::Remove, 2..=4) => (5, reason),
-            (Moderation::Restore, 4) => {
-                let author_status: i64 =
-                    sqlx::query_scalar("SELECT status FROM articles WHERE id = $1")
-                        .bind(id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                let back = if author_status == i64::from(ArticleStatus::Private) {
-                    3
-                } else {
-                    2
-                };
-                (back, "")
-            }
+        // (next status, reason, restore_to): a hide remembers what a restore gives back (a held
+        // copy was never shown: published once approved).
+        let (next, reason, restore_to) = match (action, status) {
+            (Moderation::Hide, 2 | 3) => (4, reason, status),
+            (Moderation::Hide, 4) if held == 1 => (4, reason, restore_to),
+            (Moderation::Remove, 2..=4) => (5, reason, restore_to),
+            (Moderation::Restore, 4) => (restore_to, "", restore_to),
             _ => {
                 return Ok(Some(Moderated {
                     author,
@@ -298,10 +295,12 @@ impl ArticleStore {
             }
         };
         sqlx::query(
-            "UPDATE published_articles SET status = $1, hidden_reason = $2, utime = $3 WHERE id = $4",
+            "UPDATE published_articles SET status = $1, hidden_reason = $2, held = 0, \
+             restore_to = $3, utime = $4 WHERE id = $5",
         )
         .bind(next)
         .bind(reason)
+        .bind(restore_to)
         .bind(now)
         .bind(id)
         .execute(&mut *tx)

@@ -129,12 +129,8 @@ impl CommentService {
                 Err(Refused::NoObject) => return Err(NO_SUCH_OBJECT),
                 Err(Refused::NoParent) => return Err(NO_SUCH_PARENT),
             };
-            if written.events > 0 {
-                service.outbox.committed();
-            }
             service
-                .interactive
-                .comments_changed(comment.biz, comment.biz_id)
+                .committed(comment.biz, comment.biz_id, written.events)
                 .await;
             metrics::counter!(COMMENTS_TOTAL, "action" => "create").increment(1);
             Ok(written.id)
@@ -156,12 +152,8 @@ impl CommentService {
                 Err(NotDeleted::NoComment) => return Err(NO_SUCH_COMMENT),
                 Err(NotDeleted::NotAllowed) => return Err(NOT_ALLOWED),
             };
-            if deletion.events > 0 {
-                service.outbox.committed();
-            }
             service
-                .interactive
-                .comments_changed(deletion.biz, deletion.biz_id)
+                .committed(deletion.biz, deletion.biz_id, deletion.events)
                 .await;
             let action = match deletion.outcome {
                 Deleted::Tombstoned => "tombstone",
@@ -188,12 +180,8 @@ impl CommentService {
                 .moderate(id, action, now_millis(), announce)
                 .await?;
             if let Some(moderated) = moderated.filter(|moderated| moderated.changed) {
-                if moderated.events > 0 {
-                    service.outbox.committed();
-                }
                 service
-                    .interactive
-                    .comments_changed(moderated.biz, moderated.biz_id)
+                    .committed(moderated.biz, moderated.biz_id, moderated.events)
                     .await;
             }
             Ok(moderated)
@@ -214,16 +202,21 @@ impl CommentService {
             else {
                 return Ok(None);
             };
-            if deletion.events > 0 {
-                service.outbox.committed();
-            }
             service
-                .interactive
-                .comments_changed(deletion.biz, deletion.biz_id)
+                .committed(deletion.biz, deletion.biz_id, deletion.events)
                 .await;
             Ok(Some(deletion.outcome))
         })
         .await
+    }
+
+    /// After a committed write of `events` events on an object: the outbox relay is woken if
+    /// there are any, and the object's cached counts are dropped.
+    async fn committed(&self, biz: Biz, biz_id: i64, events: usize) {
+        if events > 0 {
+            self.outbox.committed();
+        }
+        self.interactive.comments_changed(biz, biz_id).await;
     }
 
     /// A page of the object's top-level comments, newest first, after `cursor`, each with its

@@ -29,7 +29,7 @@ use platform::{
     telemetry::MetricsSpec,
 };
 
-use crate::{article::ArticleService, comment::CommentService};
+use crate::{article::ArticleService, auth::AuthSettings, comment::CommentService};
 pub use service::ModerationService;
 use settings::ModerationSettings;
 use store::ModerationStore;
@@ -94,6 +94,7 @@ impl Feature for Moderation {
             registry.get::<ArticleService>()?,
             registry.get::<CommentService>()?,
             settings,
+            platform.config.settings::<AuthSettings>()?.write_rate_limit > 0,
             platform.redis_with_prefix(),
         )?);
         registry.gate_writes(Arc::new(service::WriteGate(moderation.clone())));

@@ -91,11 +91,14 @@ impl std::fmt::Debug for ModerationService {
 
 impl ModerationService {
     /// The service; with `redis`, the report and new-account limits hold across instances.
+    /// The new-account limit is stricter than the general write limit: off while that is off
+    /// (`writes_limited` false, as load tests run), or while its period is 0.
     pub fn new(
         store: ModerationStore,
         articles: ArticleService,
         comments: CommentService,
         settings: &ModerationSettings,
+        writes_limited: bool,
         redis: Option<(&Redis, &str)>,
     ) -> anyhow::Result<Self> {
         let reports = RateLimiter::of_mode(
@@ -104,7 +107,7 @@ impl ModerationService {
             settings.moderation_report_limit,
             settings.moderation_report_window,
         )?;
-        let new_accounts = if settings.moderation_new_account_period.is_zero() {
+        let new_accounts = if settings.moderation_new_account_period.is_zero() || !writes_limited {
             None
         } else {
             Some((
@@ -268,10 +271,10 @@ impl ModerationService {
             }
             (Action::Delete, Kind::Comment) => match self.comments.delete_as_moderator(id).await? {
                 Some(_) => (true, "deleted".to_owned()),
-                None => (
-                    false,
-                    "unchanged (no such comment, or already deleted)".to_owned(),
-                ),
+                None if self.store.exists(Kind::Comment, id).await? => {
+                    (false, "unchanged (already deleted)".to_owned())
+                }
+                None => return Err(NO_SUCH_TARGET),
             },
             (Action::Suspend, Kind::User) => {
                 let (changed, closed, log) = self
@@ -280,7 +283,7 @@ impl ModerationService {
                     .await?
                     .ok_or(NO_SUCH_TARGET)?;
                 if hide_content {
-                    self.hide_content_of(id, reason).await?;
+                    self.hide_content_of(admin, id, reason, now).await?;
                 }
                 count_action(action, changed);
                 let outcome = if hide_content {
@@ -296,6 +299,9 @@ impl ModerationService {
                 });
             }
             (Action::Lift, Kind::User) => {
+                if !self.store.exists(Kind::User, id).await? {
+                    return Err(NO_SUCH_TARGET);
+                }
                 let (changed, log) = self.store.lift(admin, id, reason, now).await?;
                 count_action(action, changed);
                 return Ok(Acted {
@@ -336,16 +342,51 @@ impl ModerationService {
         })
     }
 
-    /// Hides every published article and shown comment of `uid` (a suspension's option).
-    async fn hide_content_of(&self, uid: i64, reason: &str) -> Result<(), AppError> {
+    /// Hides every published article and shown comment of `uid` (a suspension's option), each
+    /// logged and its open reports closed as its own hide would.
+    async fn hide_content_of(
+        &self,
+        admin: i64,
+        uid: i64,
+        reason: &str,
+        now: i64,
+    ) -> Result<(), AppError> {
         for article in self.store.published_by(uid).await? {
-            self.articles
+            let changed = self
+                .articles
                 .moderate(article, Moderation::Hide, reason)
+                .await?
+                .is_some_and(|moderated| moderated.changed);
+            self.store
+                .close_and_log(
+                    admin,
+                    "hide",
+                    Kind::Article,
+                    article,
+                    "actioned",
+                    reason,
+                    &outcome_of(Action::Hide, changed),
+                    now,
+                )
                 .await?;
         }
         for comment in self.store.comments_by(uid).await? {
-            self.comments
+            let changed = self
+                .comments
                 .moderate(comment, CommentModeration::Hide)
+                .await?
+                .is_some_and(|moderated| moderated.changed);
+            self.store
+                .close_and_log(
+                    admin,
+                    "hide",
+                    Kind::Comment,
+                    comment,
+                    "actioned",
+                    reason,
+                    &outcome_of(Action::Hide, changed),
+                    now,
+                )
                 .await?;
         }
         Ok(())

@@ -37,7 +37,7 @@ impl Default for ModerationSettings {
             moderation_report_limit: 20,
             moderation_report_window: Duration::from_secs(3600),
             moderation_new_account_period: Duration::from_secs(24 * 3600),
-            moderation_new_account_write_limit: 30,
+            moderation_new_account_write_limit: 60,
             moderation_new_account_window: Duration::from_secs(3600),
         }
     }

@@ -80,6 +80,20 @@ impl ModerationStore {
         })
     }
 
+    /// Whether a comment (in any state) or a user `id` exists.
+    pub async fn exists(&self, kind: Kind, id: i64) -> sqlx::Result<bool> {
+        let sql = match kind {
+            Kind::Article => "SELECT id FROM articles WHERE id = $1",
+            Kind::Comment => "SELECT id FROM comments WHERE id = $1",
+            Kind::User => "SELECT id FROM users WHERE id = $1",
+        };
+        let found: Option<i64> = sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_optional(self.db.pool())
+            .await?;
+        Ok(found.is_some())
+    }
+
     /// Files `reporter`'s report of a target with its snapshot; returns its id.
     pub async fn file(
         &self,
@@ -162,10 +176,9 @@ impl ModerationStore {
     pub async fn held(&self, offset: i64, limit: i64) -> sqlx::Result<Vec<HeldArticle>> {
         sqlx::query_as(
             "SELECT id, author_id, title, abstract, hidden_reason AS reason, utime \
-             FROM published_articles WHERE status = 4 AND hidden_reason LIKE $1 \
-             ORDER BY utime, id LIMIT $2 OFFSET $3",
+             FROM published_articles WHERE status = 4 AND held = 1 \
+             ORDER BY utime, id LIMIT $1 OFFSET $2",
         )
-        .bind(format!("{}%", crate::article::HELD_PREFIX))
         .bind(limit)
         .bind(offset)
         .fetch_all(self.db.pool())

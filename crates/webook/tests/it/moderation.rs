@@ -362,6 +362,34 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
         &get(&app, &format!("/articles/pub/{held}"), Some(&reader.token)).await,
         404_001,
     );
+    // A moderator hides the held article: it is theirs now, its author may not publish it again
+    // (not even fixed), and it leaves the held list.
+    let hidden = act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": held, "action": "hide", "reason": "looks like fraud"}),
+    )
+    .await;
+    assert_eq!(hidden["changed"], true, "{hidden}");
+    let queue = expect(
+        &get(&app, "/admin/moderation/held", Some(&admin.token)).await,
+        0,
+    );
+    assert_eq!(ids(&queue["data"]), Vec::<i64>::new());
+    expect(
+        &post(
+            &app,
+            "/articles/publish",
+            Some(&author.token),
+            json!({"id": held, "title": "Services", "content": "<p>accounting</p>"}),
+        )
+        .await,
+        403_002,
+    );
+    assert_eq!(
+        author_item(&app, &author, held).await["hidden"],
+        "looks like fraud"
+    );
     let approved = act(
         &app,
         &admin,
@@ -380,11 +408,11 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     assert_eq!(ids(&queue["data"]), Vec::<i64>::new());
 }
 
-/// An app whose first account (signed up here) is an admin, without the general write limit;
-/// `configure` adjusts moderation's settings.
+/// An app whose first account (signed up here) is an admin, without the general write limit
+/// (and so without the new-account limit); `configure` adjusts the config last.
 async fn app_with(
     setup: Setup,
-    configure: impl FnOnce(&mut ModerationSettings),
+    configure: impl FnOnce(&mut platform::config::Config),
 ) -> (TestApp, Member) {
     let app = setup
         .spawn(|config| {
@@ -396,9 +424,7 @@ async fn app_with(
             config
                 .settings_mut::<webook::ranking::RankingSettings>()
                 .ranking_schedule = "@yearly".to_owned();
-            let moderation = config.settings_mut::<ModerationSettings>();
-            moderation.moderation_new_account_period = std::time::Duration::ZERO;
-            configure(moderation);
+            configure(config);
         })
         .await;
     let admin = member(&app, "admin").await;
@@ -430,6 +456,11 @@ async fn report(app: &TestApp, who: &Member, kind: &str, id: i64, reason: &str) 
         json!({"kind": kind, "id": id, "reason": reason, "note": "look"}),
     )
     .await
+}
+
+/// `POST /admin/moderation/act` as `who`: the answer, whatever it is.
+async fn act_answer(app: &TestApp, who: &Member, body: Value) -> common::Answer {
+    post(app, "/admin/moderation/act", Some(&who.token), body).await
 }
 
 async fn act(app: &TestApp, admin: &Member, body: Value) -> Value {
@@ -479,7 +510,12 @@ async fn comment(app: &TestApp, who: &Member, article: i64, parent: Option<i64>)
 /// queue groups open reports by target (most reported or newest first) with the snapshot of the
 /// target as reported; dismissing closes them; only admins see the queue.
 async fn reports_are_checked_filed_once_and_queued_with_their_target(setup: Setup) {
-    let (app, admin) = app_with(setup, |settings| settings.moderation_report_limit = 5).await;
+    let (app, admin) = app_with(setup, |config| {
+        config
+            .settings_mut::<ModerationSettings>()
+            .moderation_report_limit = 5;
+    })
+    .await;
     let author = member(&app, "author").await;
     let readers = [member(&app, "r1").await, member(&app, "r2").await];
     let article = publish(&app, &author, "Spam here").await;
@@ -838,10 +874,9 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
     .await;
     expect(&report(&app, &reader, "article", id, "spam").await, 0);
 
-    let non_admin = post(
+    let non_admin = act_answer(
         &app,
-        "/admin/moderation/act",
-        Some(&reader.token),
+        &reader,
         json!({"kind": "article", "id": id, "action": "hide", "reason": "spam"}),
     )
     .await;
@@ -868,10 +903,9 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
         );
     }
     expect(
-        &post(
+        &act_answer(
             &app,
-            "/admin/moderation/act",
-            Some(&admin.token),
+            &admin,
             json!({"kind": "article", "id": 999_999, "action": "hide", "reason": "x"}),
         )
         .await,
@@ -934,6 +968,18 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
     assert_eq!(
         author_item(&app, &author, id).await["hidden"],
         "advertising"
+    );
+    // A draft saved since (the author's copy is no longer "withdrawn") changes nothing either:
+    // a restore gives back what the author left, a withdrawn article.
+    expect(
+        &post(
+            &app,
+            "/articles/edit",
+            Some(&author.token),
+            json!({"id": id, "title": format!("About {word}"), "content": "<p>draft</p>"}),
+        )
+        .await,
+        0,
     );
     expect(
         &post(
@@ -1223,14 +1269,20 @@ async fn a_hidden_comment_leaves_its_thread_and_counts_and_comes_back(setup: Set
             1
         )
     );
-    let restore = post(
+    let restore = act_answer(
         &app,
-        "/admin/moderation/act",
-        Some(&admin.token),
+        &admin,
         json!({"kind": "comment", "id": root, "action": "restore", "reason": "no"}),
     )
     .await;
     expect(&restore, 404_001);
+    let missing = act_answer(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": 999_999, "action": "delete", "reason": "x"}),
+    )
+    .await;
+    expect(&missing, 404_001);
     assert_eq!(
         thread(&app, &reader, article).await.0[0],
         (root, true, String::new()),
@@ -1247,19 +1299,17 @@ async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
     let own_comment = comment(&app, &user, article, None).await;
     expect(&report(&app, &author, "user", user.uid, "spam").await, 0);
 
-    let past = post(
+    let past = act_answer(
         &app,
-        "/admin/moderation/act",
-        Some(&admin.token),
+        &admin,
         json!({"kind": "user", "id": user.uid, "action": "suspend", "reason": "spam",
                "until": now_millis() - 1}),
     )
     .await;
     expect(&past, 4);
-    let myself = post(
+    let myself = act_answer(
         &app,
-        "/admin/moderation/act",
-        Some(&admin.token),
+        &admin,
         json!({"kind": "user", "id": admin.uid, "action": "suspend", "reason": "x"}),
     )
     .await;
@@ -1331,6 +1381,18 @@ async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
         !shown.iter().any(|(id, _, _)| *id == own_comment),
         "{shown:?}"
     );
+    // Each hidden item is logged as its own hide.
+    let log = expect(
+        &get(
+            &app,
+            &format!("/admin/moderation/log?kind=article&id={own}"),
+            Some(&admin.token),
+        )
+        .await,
+        0,
+    );
+    assert_eq!(log["data"][0]["action"], "hide", "{log}");
+    assert_eq!(log["data"][0]["reason"], "spam links", "{log}");
     // Others are untouched.
     expect(
         &post(
@@ -1399,11 +1461,19 @@ async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
     assert!(msg.contains("for good"), "{msg}");
     assert!(expect(&get(&app, "/moderation/me", token).await, 0)["data"]["until"].is_null());
     expect(
-        &post(
+        &act_answer(
             &app,
-            "/admin/moderation/act",
-            Some(&admin.token),
+            &admin,
             json!({"kind": "user", "id": 999_999, "action": "suspend", "reason": "x"}),
+        )
+        .await,
+        404_001,
+    );
+    expect(
+        &act_answer(
+            &app,
+            &admin,
+            json!({"kind": "user", "id": 999_998, "action": "lift", "reason": "x"}),
         )
         .await,
         404_001,
@@ -1411,11 +1481,19 @@ async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
 }
 
 /// An account younger than the new-account period makes at most the new-account number of
-/// writes per window; an older one is not held to it.
+/// writes per window; an older one is not held to it; with the general write limit off (load
+/// tests), neither is a new account.
 async fn new_accounts_write_less(setup: Setup) {
-    let (app, _admin) = app_with(setup, |settings| {
-        settings.moderation_new_account_period = std::time::Duration::from_secs(3600);
-        settings.moderation_new_account_write_limit = 3;
+    let limits = |config: &mut platform::config::Config| {
+        let moderation = config.settings_mut::<ModerationSettings>();
+        moderation.moderation_new_account_period = std::time::Duration::from_secs(3600);
+        moderation.moderation_new_account_write_limit = 3;
+    };
+    let (app, _admin) = app_with(setup, |config| {
+        limits(config);
+        config
+            .settings_mut::<webook::auth::settings::AuthSettings>()
+            .write_rate_limit = 1_000;
     })
     .await;
     let newcomer = member(&app, "newcomer").await;
@@ -1438,6 +1516,22 @@ async fn new_accounts_write_less(setup: Setup) {
     for _ in 0..5 {
         expect(
             &post(&app, "/articles/edit", Some(&veteran.token), draft.clone()).await,
+            0,
+        );
+    }
+    app.stop().await.unwrap();
+
+    let (unlimited, _admin) = app_with(setup, limits).await;
+    let newcomer = member(&unlimited, "newcomer").await;
+    for _ in 0..5 {
+        expect(
+            &post(
+                &unlimited,
+                "/articles/edit",
+                Some(&newcomer.token),
+                draft.clone(),
+            )
+            .await,
             0,
         );
     }
