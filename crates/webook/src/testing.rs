@@ -42,7 +42,7 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
     auth.write_rate_limit = 1_000_000;
     // New accounts too (every test's accounts are new); that limit has a test of its own.
     config
-        .settings_mut::<crate::moderation::settings::ModerationSettings>()
+        .settings_mut::<crate::moderation::ModerationSettings>()
         .moderation_new_account_period = std::time::Duration::ZERO;
     // Tests poll search until a change shows; the search limit has a test of its own.
     config.settings_mut::<SearchSettings>().search_rate_limit = 0;

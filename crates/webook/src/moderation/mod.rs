@@ -31,7 +31,7 @@ use platform::{
 
 use crate::{article::ArticleService, auth::AuthSettings, comment::CommentService};
 pub use service::ModerationService;
-use settings::ModerationSettings;
+pub use settings::ModerationSettings;
 use store::ModerationStore;
 
 /// The moderation feature.
