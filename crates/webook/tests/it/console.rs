@@ -1694,8 +1694,10 @@ const TIMED_LOADS: usize = 5;
 const PAGE_LOAD_BUDGET_MS: f64 = 120.0;
 /// The same served by the unoptimised test build, whose server spends several times longer on
 /// each API call (measured: 76–123 ms where the release build takes under 100): still far
-/// below what a scan of the 100 000 articles or a missing index would cost.
-const DEBUG_PAGE_LOAD_BUDGET_MS: f64 = 250.0;
+/// below what a scan of the 100 000 articles or a missing index would cost. Under the whole
+/// suite's load (`scripts/test.sh`, 2026-12-06) even a page with no API call took 103 ms and
+/// search 261 ms at the median, so the bound is 350 ms: a scan still costs seconds.
+const DEBUG_PAGE_LOAD_BUDGET_MS: f64 = 350.0;
 
 /// Every console page, loaded as a new document on the database `webook seed` makes with
 /// 100 000 articles: the time from the navigation's start to the page's `console-ready` mark
