@@ -159,6 +159,15 @@ struct QueueQuery {
     limit: Option<i64>,
 }
 
+fn offset(offset: Option<i64>) -> Result<i64, AppError> {
+    let offset = offset.unwrap_or(0);
+    if (0..=MAX_OFFSET).contains(&offset) {
+        Ok(offset)
+    } else {
+        Err(invalid("offset", "must be 0 to 10000", "须为 0 到 10000"))
+    }
+}
+
 fn limit(limit: Option<i64>, default: i64) -> Result<i64, AppError> {
     let limit = limit.unwrap_or(default);
     if (1..=MAX_LIMIT).contains(&limit) {
@@ -194,10 +203,7 @@ async fn queue(
             ))
         }
     };
-    let offset = query.offset.unwrap_or(0);
-    if !(0..=MAX_OFFSET).contains(&offset) {
-        return Err(invalid("offset", "must be 0 to 10000", "须为 0 到 10000"));
-    }
+    let offset = offset(query.offset)?;
     Ok(Reply(
         moderation
             .queue(by_count, offset, limit(query.limit, 50)?)
@@ -229,10 +235,7 @@ async fn held(
     State(moderation): State<Arc<ModerationService>>,
     ApiQuery(query): ApiQuery<PageQuery>,
 ) -> ApiResult<Vec<HeldArticle>> {
-    let offset = query.offset.unwrap_or(0);
-    if !(0..=MAX_OFFSET).contains(&offset) {
-        return Err(invalid("offset", "must be 0 to 10000", "须为 0 到 10000"));
-    }
+    let offset = offset(query.offset)?;
     Ok(Reply(
         moderation.held(offset, limit(query.limit, 50)?).await?,
     ))

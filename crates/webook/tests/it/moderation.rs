@@ -274,13 +274,7 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
         "<p>add me on ＷＥ-CHAT</p>",
         "<p>微<b>信</b></p>",
     ] {
-        let refused = post(
-            &app,
-            "/articles/publish",
-            Some(&author.token),
-            json!({"title": "hi", "content": content}),
-        )
-        .await;
+        let refused = publish_as(&app, &author, json!({"title": "hi", "content": content})).await;
         let msg = expect(&refused, 4)["msg"].as_str().unwrap().to_owned();
         assert!(msg.contains("contact"), "{content}: {msg}");
     }
@@ -294,10 +288,9 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     expect(&refused, 4);
     // A class of words that only contain a listed word is not refused.
     expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"title": "wechatty birds", "content": "<p>chatter</p>"}),
         )
         .await,
@@ -305,10 +298,9 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     );
 
     let held = expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"title": "Services", "content": "<p>代开<b>发票</b>, cheap</p>"}),
         )
         .await,
@@ -335,10 +327,9 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     );
     assert_eq!(ids(&queue["data"]), [held]);
     // The author may fix it and publish again: screened again, clean, published.
-    let fixed = post(
+    let fixed = publish_as(
         &app,
-        "/articles/publish",
-        Some(&author.token),
+        &author,
         json!({"id": held, "title": "Services", "content": "<p>accounting</p>"}),
     )
     .await;
@@ -349,10 +340,9 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     );
     // Held again by an edit: readers lose the published version until a moderator approves.
     expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"id": held, "title": "Services", "content": "<p>代开发票</p>"}),
         )
         .await,
@@ -377,10 +367,9 @@ async fn word_lists_refuse_or_hold_what_is_written(setup: Setup) {
     );
     assert_eq!(ids(&queue["data"]), Vec::<i64>::new());
     expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"id": held, "title": "Services", "content": "<p>accounting</p>"}),
         )
         .await,
@@ -456,6 +445,11 @@ async fn report(app: &TestApp, who: &Member, kind: &str, id: i64, reason: &str) 
         json!({"kind": kind, "id": id, "reason": reason, "note": "look"}),
     )
     .await
+}
+
+/// `POST /articles/publish` of `body` as `who`: the answer, whatever it is.
+async fn publish_as(app: &TestApp, who: &Member, body: Value) -> common::Answer {
+    post(app, "/articles/publish", Some(&who.token), body).await
 }
 
 /// `POST /admin/moderation/act` as `who`: the answer, whatever it is.
@@ -601,10 +595,9 @@ async fn reports_are_checked_filed_once_and_queued_with_their_target(setup: Setu
 
     // Editing the article after the reports does not change what the queue shows.
     expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"id": article, "title": "Clean now", "content": "<p>clean</p>"}),
         )
         .await,
@@ -822,10 +815,9 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
     );
     let word = "zanzibarquokka";
     let id = expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"title": format!("About {word}"), "content": format!("<p>{word} facts</p>")}),
         )
         .await,
@@ -941,10 +933,9 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
         0,
     );
     assert_eq!(detail["data"]["hidden"], "advertising");
-    let republish = post(
+    let republish = publish_as(
         &app,
-        "/articles/publish",
-        Some(&author.token),
+        &author,
         json!({"id": id, "title": "again", "content": "<p>again</p>"}),
     )
     .await;
@@ -982,10 +973,9 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
         0,
     );
     expect(
-        &post(
+        &publish_as(
             &app,
-            "/articles/publish",
-            Some(&author.token),
+            &author,
             json!({"id": id, "title": "t", "content": "<p>c</p>"}),
         )
         .await,
@@ -1017,13 +1007,7 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
     );
     // The author publishes it again: every surface has it back.
     expect(
-        &post(
-            &app,
-            "/articles/publish",
-            Some(&author.token),
-            json!({"id": id, "title": format!("About {word}"), "content": format!("<p>{word} facts</p>")}),
-        )
-        .await,
+        &publish_as(&app, &author, json!({"id": id, "title": format!("About {word}"), "content": format!("<p>{word} facts</p>")})).await,
         0,
     );
     rank(&app, 2).await;
@@ -1405,13 +1389,7 @@ async fn a_suspended_account_reads_but_cannot_write_until_lifted(setup: Setup) {
         404_001,
     );
     expect(
-        &post(
-            &app,
-            "/articles/publish",
-            Some(&author.token),
-            json!({"title": "t", "content": "<p>c</p>"}),
-        )
-        .await,
+        &publish_as(&app, &author, json!({"title": "t", "content": "<p>c</p>"})).await,
         0,
     );
 
