@@ -21,7 +21,9 @@ use crate::{
     },
 };
 use platform::{
-    error::{positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, Reply},
+    error::{
+        positive_id, ApiJson, ApiPath, ApiQuery, ApiResult, AppError, Msg, Reply, ReplyWithMsg,
+    },
     openapi::{Envelope, Null},
     page::{page_limit, Page},
 };
@@ -70,14 +72,16 @@ struct CreateRequest {
     params(platform::idempotency::IdempotencyKey),
     request_body = CreateRequest,
     responses((status = 200, description = "`data`: the new comment's id. Code 4 names an \
-               invalid field; 404001: no such object, not published, or no such parent; \
-               429001 (HTTP 429) beyond `comment_rate_limit`.", body = Envelope<i64>))
+               invalid field (or a word the site refuses); 404001: no such object, not \
+               published, or no such parent; 429001 (HTTP 429) beyond `comment_rate_limit`. \
+               A comment the word lists hold for review is written but shows only once a \
+               moderator approves it: `msg` then says so and why.", body = Envelope<i64>))
 )]
 async fn create(
     State(state): State<Arc<CommentRoutes>>,
     Writer(user): Writer,
     ApiJson(request): ApiJson<CreateRequest>,
-) -> ApiResult<i64> {
+) -> Result<ReplyWithMsg<i64>, AppError> {
     let comment = NewComment::new(
         user.uid,
         request.biz,
@@ -85,7 +89,15 @@ async fn create(
         request.parent_id,
         request.content,
     )?;
-    Ok(Reply(state.comments.create(comment).await?))
+    let posted = state.comments.post(comment).await?;
+    let msg = match posted.held {
+        Some(reason) => Msg::owned(
+            format!("held for review ({reason}): it shows once a moderator approves it"),
+            format!("待审核（{reason}）：管理员通过后显示"),
+        ),
+        None => Msg::new("ok", "ok"),
+    };
+    Ok(ReplyWithMsg(msg, posted.id))
 }
 
 /// Deletes a comment (its author, or the author of the object commented on).

@@ -15,7 +15,7 @@ pub mod settings;
 pub mod store;
 
 pub use model::{
-    CommentEvent, CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED,
+    CommentEvent, CommentView, Deleted, NewComment, Posted, ThreadPage, TOPIC_COMMENT_CHANGED,
 };
 pub use seed::{insert_seeded_comments, next_comment_id, SeededComment};
 pub use service::CommentService;
@@ -60,11 +60,18 @@ impl Feature for Comments {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            13,
-            "comments",
-            include_str!("../../migrations/0013_comments.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                13,
+                "comments",
+                include_str!("../../migrations/0013_comments.sql"),
+            ),
+            Migration::new(
+                40,
+                "comment_held",
+                include_str!("../../migrations/0040_comment_held.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

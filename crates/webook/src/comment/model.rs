@@ -40,6 +40,16 @@ pub struct CommentEvent {
     pub time: i64,
 }
 
+/// What [`crate::comment::CommentService::post`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posted {
+    /// The new comment's id.
+    pub id: i64,
+    /// Why the word lists hold it for review (it shows once a moderator approves it); `None`:
+    /// it shows now.
+    pub held: Option<String>,
+}
+
 /// A comment to write, checked ([`NewComment::new`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewComment {

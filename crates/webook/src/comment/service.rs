@@ -20,7 +20,7 @@
 use crate::{
     biz::Biz,
     comment::{
-        model::{CommentView, Deleted, NewComment, ThreadPage, TOPIC_COMMENT_CHANGED},
+        model::{CommentView, Deleted, NewComment, Posted, ThreadPage, TOPIC_COMMENT_CHANGED},
         settings::CommentSettings,
         store::{CommentModerated, CommentModeration, CommentStore, NotDeleted, Refused},
     },
@@ -104,25 +104,29 @@ impl CommentService {
         self
     }
 
-    /// Writes `comment`; returns its id once it, its counts and its events are committed. A
-    /// comment with a word of a refusing list is refused (code 4); so, for now, is one with a
-    /// word of a holding list (comments are not held for review).
+    /// Writes `comment`; returns its id once it, its counts and its events are committed
+    /// ([`CommentService::post`] says whether it was held).
     pub async fn create(&self, comment: NewComment) -> Result<i64, AppError> {
+        Ok(self.post(comment).await?.id)
+    }
+
+    /// Writes `comment`. A comment with a word of a refusing list is refused (code 4); one with
+    /// a word of a holding list is written hidden, for review ([`Posted::held`] says why), and
+    /// counts and announces nothing until a moderator approves it (`restore`).
+    pub async fn post(&self, comment: NewComment) -> Result<Posted, AppError> {
         if let Some(limiter) = &self.limiter {
             limiter.check(&comment.uid.to_string()).await?;
         }
-        if let Outcome::Held(reason) = self.screening.verdict("", &comment.content, false).await? {
-            return Err(AppError::InvalidInput(Msg::owned(
-                format!("content: {reason}; comments are not held, so it cannot be posted as is"),
-                format!("content：{reason}；评论不支持待审核，请修改后再发"),
-            )));
-        }
+        let held = match self.screening.verdict("", &comment.content, false).await? {
+            Outcome::Clean => None,
+            Outcome::Held(reason) => Some(reason),
+        };
         let service = self.clone();
         to_completion(async move {
             let announce = service.outbox.wants(TOPIC_COMMENT_CHANGED);
             let written = match service
                 .store
-                .create(&comment, now_millis(), announce)
+                .create(&comment, now_millis(), announce, held.as_deref())
                 .await?
             {
                 Ok(written) => written,
@@ -132,8 +136,12 @@ impl CommentService {
             service
                 .committed(comment.biz, comment.biz_id, written.events)
                 .await;
-            metrics::counter!(COMMENTS_TOTAL, "action" => "create").increment(1);
-            Ok(written.id)
+            let action = if held.is_some() { "hold" } else { "create" };
+            metrics::counter!(COMMENTS_TOTAL, "action" => action).increment(1);
+            Ok(Posted {
+                id: written.id,
+                held,
+            })
         })
         .await
     }

@@ -149,11 +149,15 @@ impl CommentStore {
 
     /// Writes `comment` (a top-level comment, or a reply attached to its parent's root), moves
     /// the counters and, with `announce`, records its events — all in one transaction.
+    ///
+    /// `held` (why the word lists hold it): the comment is written hidden for review instead —
+    /// out of the counts, without events — until a moderator's restore publishes it.
     pub async fn create(
         &self,
         comment: &NewComment,
         now: i64,
         announce: bool,
+        held: Option<&str>,
     ) -> sqlx::Result<Result<Written, Refused>> {
         let mut tx = self.db.writer().begin().await?;
         let Some(owner) = comment.biz.visible_owner(&mut *tx, comment.biz_id).await? else {
@@ -161,15 +165,17 @@ impl CommentStore {
         };
         let (root_id, parent_author) = match comment.parent_id {
             None => (0, None),
-            Some(parent_id) => match attach_to_parent(&mut tx, comment, parent_id).await? {
-                Some((root_id, parent_author)) => (root_id, Some(parent_author)),
-                None => return Ok(Err(Refused::NoParent)),
-            },
+            Some(parent_id) => {
+                match attach_to_parent(&mut tx, comment, parent_id, held.is_none()).await? {
+                    Some((root_id, parent_author)) => (root_id, Some(parent_author)),
+                    None => return Ok(Err(Refused::NoParent)),
+                }
+            }
         };
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO comments (biz, biz_id, uid, root_id, parent_id, content, deleted, \
-             child_cnt, reply_cnt, ctime, utime) VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, $7, $7) \
-             RETURNING id",
+             child_cnt, reply_cnt, ctime, utime, held, held_reason) \
+             VALUES ($1, $2, $3, $4, $5, $6, $8, 0, 0, $7, $7, $9, $10) RETURNING id",
         )
         .bind(comment.biz.as_str())
         .bind(comment.biz_id)
@@ -178,8 +184,16 @@ impl CommentStore {
         .bind(comment.parent_id.unwrap_or(0))
         .bind(&comment.content)
         .bind(now)
+        .bind(if held.is_some() { HIDDEN } else { 0 })
+        .bind(i64::from(held.is_some()))
+        .bind(held.unwrap_or(""))
         .fetch_one(&mut *tx)
         .await?;
+        if held.is_some() {
+            // Hidden until approved: the restore counts it and records its events.
+            tx.commit().await?;
+            return Ok(Ok(Written { id, events: 0 }));
+        }
         add_comments(&mut tx, comment.biz, comment.biz_id, 1, now).await?;
         let events = if announce {
             let event = CommentEvent {
@@ -330,7 +344,8 @@ impl CommentStore {
         };
         let mut tx = self.db.writer().begin().await?;
         let row: Option<(i64, String, i64, i64, i64, String, i64)> = sqlx::query_as(
-            "UPDATE comments SET deleted = $1, utime = $2 WHERE id = $3 AND deleted = $4 \
+            "UPDATE comments SET deleted = $1, utime = $2, held = 0, held_reason = '' \
+             WHERE id = $3 AND deleted = $4 \
              RETURNING uid, biz, biz_id, root_id, parent_id, content, ctime",
         )
         .bind(to)
@@ -521,28 +536,37 @@ impl CommentStore {
 
 /// Counts a reply on its parent (which must be a comment on the same object, not deleted) and,
 /// when the parent is itself a reply, on the thread's root. Returns the root and the parent's
-/// author; `None` when there is no such parent.
+/// author; `None` when there is no such parent. An uncounted reply (held for review) is only
+/// the parent's child: no reply count moves until it is approved.
 async fn attach_to_parent(
     tx: &mut AnyConnection,
     comment: &NewComment,
     parent_id: i64,
+    counted: bool,
 ) -> sqlx::Result<Option<(i64, i64)>> {
     let parent: Option<(i64, i64)> = sqlx::query_as(
         "UPDATE comments SET child_cnt = child_cnt + 1, \
-           reply_cnt = reply_cnt + CASE WHEN root_id = 0 THEN 1 ELSE 0 END \
+           reply_cnt = reply_cnt + CASE WHEN root_id = 0 THEN $4 ELSE 0 END \
          WHERE id = $1 AND biz = $2 AND biz_id = $3 AND deleted = 0 \
          RETURNING root_id, uid",
     )
     .bind(parent_id)
     .bind(comment.biz.as_str())
     .bind(comment.biz_id)
+    .bind(i64::from(counted))
     .fetch_optional(&mut *tx)
     .await?;
     let Some((parent_root, parent_author)) = parent else {
         return Ok(None);
     };
-    if parent_root == 0 {
-        return Ok(Some((parent_id, parent_author)));
+    // The parent is the root, or the root's reply count does not move (a held reply).
+    let root = if parent_root == 0 {
+        parent_id
+    } else {
+        parent_root
+    };
+    if parent_root == 0 || !counted {
+        return Ok(Some((root, parent_author)));
     }
     sqlx::query("UPDATE comments SET reply_cnt = reply_cnt + 1 WHERE id = $1")
         .bind(parent_root)

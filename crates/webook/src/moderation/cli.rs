@@ -163,14 +163,16 @@ pub async fn execute(
             ))
         }
         ModerationCommand::Held { limit } => {
-            let held = store.held(0, limit).await?;
-            if held.is_empty() {
-                return Ok("no article is held for review\n".to_owned());
+            let articles = store.held(0, limit).await?;
+            let comments = store.held_comments(0, limit).await?;
+            if articles.is_empty() && comments.is_empty() {
+                return Ok("nothing is held for review\n".to_owned());
             }
-            let rows = held
+            let rows = articles
                 .into_iter()
                 .map(|article| {
                     vec![
+                        "article".to_owned(),
                         article.id.to_string(),
                         article.author_id.to_string(),
                         time_text(article.utime),
@@ -178,8 +180,26 @@ pub async fn execute(
                         article.reason,
                     ]
                 })
+                .chain(comments.into_iter().map(|comment| {
+                    vec![
+                        "comment".to_owned(),
+                        comment.id.to_string(),
+                        comment.author_id.to_string(),
+                        time_text(comment.ctime),
+                        comment
+                            .content
+                            .chars()
+                            .take(60)
+                            .collect::<String>()
+                            .replace('\n', " "),
+                        comment.reason,
+                    ]
+                }))
                 .collect();
-            Ok(table(&["ID", "AUTHOR", "SUBMITTED", "TITLE", "WHY"], rows))
+            Ok(table(
+                &["KIND", "ID", "AUTHOR", "SUBMITTED", "TEXT", "WHY"],
+                rows,
+            ))
         }
         ModerationCommand::Log {
             kind: name,
@@ -228,7 +248,7 @@ pub async fn execute(
                 None => i64::MAX,
             };
             let (changed, closed, _) = store
-                .suspend(0, user, until, &reason(&why)?, now)
+                .suspend(0, user, until, &reason(&why)?, now, true)
                 .await?
                 .with_context(|| format!("no user {user}"))?;
             let when = if until == i64::MAX {
@@ -242,7 +262,7 @@ pub async fn execute(
             ))
         }
         ModerationCommand::Lift { user, reason: why } => {
-            let (changed, _) = store.lift(0, user, &reason(&why)?, now).await?;
+            let (changed, _) = store.lift(0, user, &reason(&why)?, now, true).await?;
             Ok(if changed {
                 format!("user {user}'s suspension lifted; by {by}\n")
             } else {
@@ -264,6 +284,7 @@ pub async fn execute(
                     &reason(&why)?,
                     "dismissed",
                     now,
+                    None,
                 )
                 .await?;
             Ok(format!(

@@ -28,8 +28,8 @@ use platform::{
 
 use crate::moderation::{
     model::{
-        Acted, Action, HeldArticle, Kind, LogEntry, Order, QueueItem, Reason, ReportView,
-        Suspension,
+        Acted, Action, HeldArticle, HeldComment, Kind, LogEntry, Order, QueueItem, Reason,
+        ReportView, Suspension,
     },
     service::ModerationService,
 };
@@ -53,6 +53,7 @@ pub fn router(moderation: Arc<ModerationService>, idempotency: Arc<Idempotency>)
         .route("/admin/moderation/queue", get(queue))
         .route("/admin/moderation/reports", get(reports))
         .route("/admin/moderation/held", get(held))
+        .route("/admin/moderation/held-comments", get(held_comments))
         .route("/admin/moderation/act", post(act).route_layer(idempotent()))
         .route("/admin/moderation/log", get(log))
         .layer(axum::Extension(ADMIN_AREA));
@@ -241,6 +242,29 @@ async fn held(
     ))
 }
 
+/// Comments the word lists hold for review, the longest waiting first **(admins)**: approve
+/// one with the action `restore`, reject it with `delete`.
+#[utoipa::path(
+    get,
+    path = "/admin/moderation/held-comments",
+    security(("access_token" = [])),
+    params(PageQuery),
+    responses((status = 200, description = "The held comments; code 4 for an invalid offset or \
+               limit.", body = Envelope<Vec<HeldComment>>))
+)]
+async fn held_comments(
+    _admin: Admin,
+    State(moderation): State<Arc<ModerationService>>,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Vec<HeldComment>> {
+    let offset = offset(query.offset)?;
+    Ok(Reply(
+        moderation
+            .held_comments(offset, limit(query.limit, 50)?)
+            .await?,
+    ))
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct TargetQuery {
@@ -393,5 +417,5 @@ async fn log(
 
 /// The routes' OpenAPI description.
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(report, me, queue, held, reports, act, log))]
+#[openapi(paths(report, me, queue, held, held_comments, reports, act, log))]
 pub struct ModerationApi;

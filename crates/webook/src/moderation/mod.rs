@@ -9,7 +9,10 @@
 //! (reader view, lists, hot list, feed, search, topics, comment threads) by the same outbox
 //! events and cache steps as a withdrawal or a deletion, on every instance. A suspension is a
 //! row the [`service::WriteGate`] reads on each write (the platform's write gates), with the
-//! stricter limit of new accounts.
+//! stricter limit of new accounts. Every action but a dismissal records a
+//! [`ModerationEvent`] (topic `moderation_acted`) with its audit entry, in one transaction: the
+//! notifications feature tells the author or the account what happened and why. Content the
+//! word lists hold (articles, comments) waits hidden until an admin approves it with `restore`.
 
 pub mod cli;
 pub mod http;
@@ -30,6 +33,7 @@ use platform::{
 };
 
 use crate::{article::ArticleService, auth::AuthSettings, comment::CommentService};
+pub use model::{ModerationEvent, TOPIC_MODERATION_ACTED};
 pub use service::ModerationService;
 pub use settings::ModerationSettings;
 use store::ModerationStore;
@@ -93,6 +97,7 @@ impl Feature for Moderation {
             ModerationStore::new(platform.db.clone()),
             registry.get::<ArticleService>()?,
             registry.get::<CommentService>()?,
+            platform.outbox.clone(),
             settings,
             platform.config.settings::<AuthSettings>()?.write_rate_limit > 0,
             platform.redis_with_prefix(),

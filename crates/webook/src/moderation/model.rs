@@ -4,6 +4,60 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+/// Topic of [`ModerationEvent`]: an admin's action on a user's content or account, recorded
+/// with its audit entry (one transaction).
+pub const TOPIC_MODERATION_ACTED: &str = "moderation_acted";
+
+/// What a moderation action did to someone's content or account, for the person it concerns
+/// (the notifications feature tells them). Recorded for every action but dismissals, whether
+/// it changed anything or not: a repeat after a crash between the change and its audit entry
+/// still tells them, and the consumer keeps one notification per target at its latest action,
+/// so a repeat tells them nothing twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModerationEvent {
+    /// The audit entry.
+    pub log: i64,
+    /// Whom it concerns: the content's author, or the account.
+    pub recipient: i64,
+    /// `hide`, `restore`, `approve` (a restore of content held for review), `delete`,
+    /// `suspend` or `lift`.
+    pub action: String,
+    /// `article`, `comment` or `user`.
+    pub target: String,
+    /// The target's id.
+    pub id: i64,
+    /// The article concerned (the article, or the one a comment is on; 0: none).
+    pub article: i64,
+    /// The comment concerned (0: none).
+    pub comment: i64,
+    /// A comment's text as it was (empty otherwise).
+    pub excerpt: String,
+    /// The moderator's reason.
+    pub reason: String,
+    /// A suspension's end (ms; `None`: for good, or not a suspension).
+    pub until: Option<i64>,
+    /// When (ms).
+    pub time: i64,
+}
+
+/// Whom an action concerns and what to tell them: a [`ModerationEvent`] without its audit
+/// entry, its reason and its time (the store adds those).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// Whom it concerns.
+    pub recipient: i64,
+    /// The action as they are told it (`approve` for a restore of held content).
+    pub action: &'static str,
+    /// The article concerned (0: none).
+    pub article: i64,
+    /// The comment concerned (0: none).
+    pub comment: i64,
+    /// A comment's text as it was.
+    pub excerpt: String,
+    /// A suspension's end (ms).
+    pub until: Option<i64>,
+}
+
 /// What a report or an action is about.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
@@ -226,4 +280,26 @@ pub struct HeldArticle {
     pub reason: String,
     /// Submitted (ms).
     pub utime: i64,
+}
+
+/// A comment screening held for review: approve it with `restore`, reject it with `delete`.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldComment {
+    /// The comment.
+    pub id: i64,
+    /// Its author.
+    pub author_id: i64,
+    /// The kind of object it is on (`article`).
+    pub biz: String,
+    /// The object.
+    pub biz_id: i64,
+    /// The comment it answers (0: none).
+    pub parent_id: i64,
+    /// Its text as submitted.
+    pub content: String,
+    /// Why it is held (the list and the word).
+    pub reason: String,
+    /// Submitted (ms).
+    pub ctime: i64,
 }

@@ -11,6 +11,7 @@ use platform::{
     db::now_millis,
     detached::to_completion,
     error::{AppError, Msg},
+    events::outbox::Outbox,
     rate_limit::RateLimiter,
     redis::Redis,
 };
@@ -20,8 +21,8 @@ use crate::{
     comment::{CommentModeration, CommentService},
     moderation::{
         model::{
-            Acted, Action, HeldArticle, Kind, LogEntry, Order, QueueItem, Reason, ReportView,
-            Suspension,
+            Acted, Action, HeldArticle, HeldComment, Kind, LogEntry, Notice, Order, QueueItem,
+            Reason, ReportView, Suspension, TOPIC_MODERATION_ACTED,
         },
         settings::ModerationSettings,
         store::{ModerationStore, NotFiled},
@@ -81,6 +82,7 @@ pub struct ModerationService {
     comments: CommentService,
     reports: RateLimiter,
     new_accounts: Option<(RateLimiter, i64)>,
+    outbox: Outbox,
 }
 
 impl std::fmt::Debug for ModerationService {
@@ -97,6 +99,7 @@ impl ModerationService {
         store: ModerationStore,
         articles: ArticleService,
         comments: CommentService,
+        outbox: Outbox,
         settings: &ModerationSettings,
         writes_limited: bool,
         redis: Option<(&Redis, &str)>,
@@ -127,6 +130,7 @@ impl ModerationService {
             comments,
             reports,
             new_accounts,
+            outbox,
         })
     }
 
@@ -186,6 +190,15 @@ impl ModerationService {
         Ok(self.store.held(offset, limit).await?)
     }
 
+    /// Comments held for review ([`ModerationStore::held_comments`]).
+    pub async fn held_comments(
+        &self,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<HeldComment>, AppError> {
+        Ok(self.store.held_comments(offset, limit).await?)
+    }
+
     /// Every report of one target, newest first.
     pub async fn reports(&self, kind: Kind, id: i64) -> Result<Vec<ReportView>, AppError> {
         Ok(self.store.reports(kind, id, false, 500).await?)
@@ -241,9 +254,11 @@ impl ModerationService {
             until,
             hide_content,
         } = *order;
-        let (changed, outcome) = match (action, kind) {
-            (Action::Dismiss, _) => (false, "dismissed".to_owned()),
+        let announce = self.outbox.wants(TOPIC_MODERATION_ACTED);
+        let (changed, outcome, notice) = match (action, kind) {
+            (Action::Dismiss, _) => (false, "dismissed".to_owned(), None),
             (Action::Hide | Action::Restore | Action::Delete, Kind::Article) => {
+                let approval = action == Action::Restore && self.store.is_held(kind, id).await?;
                 let moderation = match action {
                     Action::Hide => Moderation::Hide,
                     Action::Restore => Moderation::Restore,
@@ -254,34 +269,42 @@ impl ModerationService {
                     .moderate(id, moderation, reason)
                     .await?
                     .ok_or(NO_SUCH_TARGET)?;
-                (moderated.changed, outcome_of(action, moderated.changed))
-            }
-            (Action::Hide | Action::Restore, Kind::Comment) => {
-                let moderation = if action == Action::Hide {
-                    CommentModeration::Hide
-                } else {
-                    CommentModeration::Restore
+                let notice = Notice {
+                    recipient: moderated.author,
+                    action: told(action, approval),
+                    article: id,
+                    comment: 0,
+                    excerpt: String::new(),
+                    until: None,
                 };
-                let moderated = self
-                    .comments
-                    .moderate(id, moderation)
-                    .await?
-                    .ok_or(NO_SUCH_TARGET)?;
-                (moderated.changed, outcome_of(action, moderated.changed))
+                (
+                    moderated.changed,
+                    outcome_of(action, moderated.changed),
+                    Some(notice),
+                )
             }
-            (Action::Delete, Kind::Comment) => match self.comments.delete_as_moderator(id).await? {
-                Some(_) => (true, "deleted".to_owned()),
-                None if self.store.exists(Kind::Comment, id).await? => {
-                    (false, "unchanged (already deleted)".to_owned())
-                }
-                None => return Err(NO_SUCH_TARGET),
-            },
+            (Action::Hide | Action::Restore | Action::Delete, Kind::Comment) => {
+                let (author, article, text) =
+                    self.store.comment_brief(id).await?.ok_or(NO_SUCH_TARGET)?;
+                let approval = action == Action::Restore && self.store.is_held(kind, id).await?;
+                let (changed, outcome) = self.moderate_comment(action, id).await?;
+                let notice = Notice {
+                    recipient: author,
+                    action: told(action, approval),
+                    article,
+                    comment: id,
+                    excerpt: text,
+                    until: None,
+                };
+                (changed, outcome, Some(notice))
+            }
             (Action::Suspend, Kind::User) => {
                 let (changed, closed, log) = self
                     .store
-                    .suspend(admin, id, until.unwrap_or(i64::MAX), reason, now)
+                    .suspend(admin, id, until.unwrap_or(i64::MAX), reason, now, announce)
                     .await?
                     .ok_or(NO_SUCH_TARGET)?;
+                self.outbox.committed();
                 if hide_content {
                     self.hide_content_of(admin, id, reason, now).await?;
                 }
@@ -302,7 +325,8 @@ impl ModerationService {
                 if !self.store.exists(Kind::User, id).await? {
                     return Err(NO_SUCH_TARGET);
                 }
-                let (changed, log) = self.store.lift(admin, id, reason, now).await?;
+                let (changed, log) = self.store.lift(admin, id, reason, now, announce).await?;
+                self.outbox.committed();
                 count_action(action, changed);
                 return Ok(Acted {
                     outcome: if changed { "lifted" } else { "unchanged" }.to_owned(),
@@ -331,8 +355,10 @@ impl ModerationService {
                 reason,
                 &outcome,
                 now,
+                notice.filter(|_| announce),
             )
             .await?;
+        self.outbox.committed();
         count_action(action, changed);
         Ok(Acted {
             outcome,
@@ -340,6 +366,30 @@ impl ModerationService {
             closed,
             log,
         })
+    }
+
+    /// Hides, restores or deletes comment `id`: (changed, the log's outcome).
+    async fn moderate_comment(&self, action: Action, id: i64) -> Result<(bool, String), AppError> {
+        if action == Action::Delete {
+            return match self.comments.delete_as_moderator(id).await? {
+                Some(_) => Ok((true, "deleted".to_owned())),
+                None if self.store.exists(Kind::Comment, id).await? => {
+                    Ok((false, "unchanged (already deleted)".to_owned()))
+                }
+                None => Err(NO_SUCH_TARGET),
+            };
+        }
+        let moderation = if action == Action::Hide {
+            CommentModeration::Hide
+        } else {
+            CommentModeration::Restore
+        };
+        let moderated = self
+            .comments
+            .moderate(id, moderation)
+            .await?
+            .ok_or(NO_SUCH_TARGET)?;
+        Ok((moderated.changed, outcome_of(action, moderated.changed)))
     }
 
     /// Hides every published article and shown comment of `uid` (a suspension's option), each
@@ -367,6 +417,7 @@ impl ModerationService {
                     reason,
                     &outcome_of(Action::Hide, changed),
                     now,
+                    None,
                 )
                 .await?;
         }
@@ -386,6 +437,7 @@ impl ModerationService {
                     reason,
                     &outcome_of(Action::Hide, changed),
                     now,
+                    None,
                 )
                 .await?;
         }
@@ -407,6 +459,15 @@ impl ModerationService {
 fn count_action(action: Action, changed: bool) {
     metrics::counter!(MODERATION_ACTIONS_TOTAL, "action" => action.as_str(), "changed" => changed.to_string())
         .increment(1);
+}
+
+/// The action as the person it concerns is told it: a restore of held content is an approval.
+fn told(action: Action, approval: bool) -> &'static str {
+    if approval {
+        "approve"
+    } else {
+        action.as_str()
+    }
 }
 
 /// The log's outcome of an action that changed something or not.

@@ -4,8 +4,11 @@
 
 use sqlx::{Any, Transaction};
 
-use crate::moderation::model::{HeldArticle, Kind, LogEntry, QueueItem, ReportView};
-use platform::db::Db;
+use crate::moderation::model::{
+    HeldArticle, HeldComment, Kind, LogEntry, ModerationEvent, Notice, QueueItem, ReportView,
+    TOPIC_MODERATION_ACTED,
+};
+use platform::{db::Db, events::outbox};
 
 /// Most reports one queue item carries (the newest).
 pub const REPORTS_PER_ITEM: i64 = 20;
@@ -185,6 +188,44 @@ impl ModerationStore {
         .await
     }
 
+    /// Comments screening holds for review, the one waiting longest first.
+    pub async fn held_comments(&self, offset: i64, limit: i64) -> sqlx::Result<Vec<HeldComment>> {
+        sqlx::query_as(
+            "SELECT id, uid AS author_id, biz, biz_id, parent_id, content, held_reason AS reason, \
+             ctime FROM comments WHERE held = 1 ORDER BY id LIMIT $1 OFFSET $2",
+        )
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.db.pool())
+        .await
+    }
+
+    /// Comment `id`'s author, the article it is on (0: another kind of object) and its text.
+    pub async fn comment_brief(&self, id: i64) -> sqlx::Result<Option<(i64, i64, String)>> {
+        let row: Option<(i64, String, i64, String)> =
+            sqlx::query_as("SELECT uid, biz, biz_id, content FROM comments WHERE id = $1")
+                .bind(id)
+                .fetch_optional(self.db.pool())
+                .await?;
+        Ok(row.map(|(uid, biz, biz_id, content)| {
+            (uid, if biz == "article" { biz_id } else { 0 }, content)
+        }))
+    }
+
+    /// Whether article or comment `id` is held for review (a restore of it is an approval).
+    pub async fn is_held(&self, kind: Kind, id: i64) -> sqlx::Result<bool> {
+        let sql = match kind {
+            Kind::Article => "SELECT held FROM published_articles WHERE id = $1 AND status = 4",
+            Kind::Comment => "SELECT held FROM comments WHERE id = $1",
+            Kind::User => return Ok(false),
+        };
+        let held: Option<i64> = sqlx::query_scalar(sql)
+            .bind(id)
+            .fetch_optional(self.db.pool())
+            .await?;
+        Ok(held == Some(1))
+    }
+
     /// A target's reports, newest first (only the open ones when `open`).
     pub async fn reports(
         &self,
@@ -206,9 +247,9 @@ impl ModerationStore {
         .await
     }
 
-    /// Closes a target's open reports as `state` (dismissed or actioned; none when empty) and
-    /// logs the action,
-    /// in one transaction; returns (reports closed, log id).
+    /// Closes a target's open reports as `state` (dismissed or actioned; none when empty),
+    /// logs the action and, with a `notice`, records the [`ModerationEvent`] telling whom it
+    /// concerns — in one transaction; returns (reports closed, log id).
     #[allow(clippy::too_many_arguments)]
     pub async fn close_and_log(
         &self,
@@ -220,16 +261,22 @@ impl ModerationStore {
         reason: &str,
         outcome: &str,
         now: i64,
+        notice: Option<Notice>,
     ) -> sqlx::Result<(u64, i64)> {
         let mut tx = self.db.writer().begin().await?;
         let closed = close(&mut tx, admin, kind, id, state, now).await?;
         let log = log(&mut tx, admin, action, kind, id, reason, outcome, now).await?;
+        if let Some(notice) = notice {
+            announce(&mut tx, log, admin, kind, id, notice, reason, now).await?;
+        }
         tx.commit().await?;
         Ok((closed, log))
     }
 
     /// Suspends `uid` until `until` (ms) for `reason`, replacing an earlier suspension; closes
     /// the user's open reports and logs it, in one transaction. Returns (changed, closed, log).
+    ///
+    /// With `announce`, the [`ModerationEvent`] telling the account goes with it.
     pub async fn suspend(
         &self,
         admin: i64,
@@ -237,6 +284,7 @@ impl ModerationStore {
         until: i64,
         reason: &str,
         now: i64,
+        announce_it: bool,
     ) -> sqlx::Result<Option<(bool, u64, i64)>> {
         let mut tx = self.db.writer().begin().await?;
         let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE id = $1")
@@ -288,17 +336,30 @@ impl ModerationStore {
             now,
         )
         .await?;
+        if announce_it {
+            let notice = Notice {
+                recipient: uid,
+                action: "suspend",
+                article: 0,
+                comment: 0,
+                excerpt: String::new(),
+                until: (until != i64::MAX).then_some(until),
+            };
+            announce(&mut tx, log, admin, Kind::User, uid, notice, reason, now).await?;
+        }
         tx.commit().await?;
         Ok(Some((changed, closed, log)))
     }
 
     /// Lifts `uid`'s suspension and logs it; returns (changed, log).
+    /// With `announce_it`, the [`ModerationEvent`] telling the account goes with it.
     pub async fn lift(
         &self,
         admin: i64,
         uid: i64,
         reason: &str,
         now: i64,
+        announce_it: bool,
     ) -> sqlx::Result<(bool, i64)> {
         let mut tx = self.db.writer().begin().await?;
         let changed = sqlx::query("DELETE FROM moderation_suspensions WHERE uid = $1")
@@ -323,6 +384,17 @@ impl ModerationStore {
             now,
         )
         .await?;
+        if announce_it {
+            let notice = Notice {
+                recipient: uid,
+                action: "lift",
+                article: 0,
+                comment: 0,
+                excerpt: String::new(),
+                until: None,
+            };
+            announce(&mut tx, log, admin, Kind::User, uid, notice, reason, now).await?;
+        }
         tx.commit().await?;
         Ok((changed, log))
     }
@@ -440,5 +512,44 @@ async fn log(
     .bind(outcome)
     .bind(now)
     .fetch_one(&mut **tx)
+    .await
+}
+
+/// Records the [`ModerationEvent`] of audit entry `log` for whom `notice` names — never to the
+/// acting admin themself. Last in its transaction (the outbox's rule).
+#[allow(clippy::too_many_arguments)]
+async fn announce(
+    tx: &mut Transaction<'static, Any>,
+    log: i64,
+    admin: i64,
+    kind: Kind,
+    id: i64,
+    notice: Notice,
+    reason: &str,
+    now: i64,
+) -> sqlx::Result<()> {
+    if notice.recipient == admin || notice.recipient <= 0 {
+        return Ok(());
+    }
+    let event = ModerationEvent {
+        log,
+        recipient: notice.recipient,
+        action: notice.action.to_owned(),
+        target: kind.as_str().to_owned(),
+        id,
+        article: notice.article,
+        comment: notice.comment,
+        excerpt: notice.excerpt,
+        reason: reason.to_owned(),
+        until: notice.until,
+        time: now,
+    };
+    outbox::record(
+        tx,
+        TOPIC_MODERATION_ACTED,
+        &notice.recipient.to_string(),
+        &event,
+        now,
+    )
     .await
 }

@@ -1,11 +1,12 @@
 //! Notifications: each user's inbox of what happened to them — replies to their comments,
 //! comments on their articles, likes and collects of their articles (grouped per article and
-//! day: "12 people liked …"), new followers, rewards received — with an unread count, read
+//! day: "12 people liked …"), new followers, rewards received, moderators' actions on their
+//! content or account — with an unread count, read
 //! marks, per-kind preferences and a retention.
 //!
 //! Data flow: the features that change things record outbox events (`comment_changed`,
 //! `like_changed`, `collect_changed`, `follow_changed`, `payment_succeeded`,
-//! `payment_refunded`, `article_withdrawn`); this feature's consumers (group `notifications`,
+//! `payment_refunded`, `article_withdrawn`, `moderation_acted`); this feature's consumers (group `notifications`,
 //! [`service`]) turn them into rows of `notifications` ([`store`]: one transaction per batch,
 //! deduplicated by event id, each source's state kept so counts stay exact and late events
 //! change nothing). `/notifications*` ([`http`]) reads and marks the caller's rows; the
@@ -55,11 +56,18 @@ impl Feature for Notifications {
     }
 
     fn migrations(&self) -> &'static [Migration] {
-        const MIGRATIONS: &[Migration] = &[Migration::new(
-            37,
-            "notifications",
-            include_str!("../../migrations/0037_notifications.sql"),
-        )];
+        const MIGRATIONS: &[Migration] = &[
+            Migration::new(
+                37,
+                "notifications",
+                include_str!("../../migrations/0037_notifications.sql"),
+            ),
+            Migration::new(
+                41,
+                "moderation_notifications",
+                include_str!("../../migrations/0041_moderation_notifications.sql"),
+            ),
+        ];
         MIGRATIONS
     }
 

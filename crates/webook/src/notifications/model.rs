@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{comment::CommentEvent, user::Person};
+use crate::{comment::CommentEvent, moderation::ModerationEvent, user::Person};
 use platform::error::{AppError, Msg};
 
 /// Characters of a comment kept as the notification's excerpt.
@@ -32,8 +32,8 @@ pub enum Kind {
     Follow,
     /// Someone rewarded the user's article (a payment that succeeded).
     Reward,
-    /// Moderation decisions about the user's content (produced by the moderation feature; a
-    /// preference only until it does).
+    /// A moderator's action on the user's content or account (one notification per target, at
+    /// its latest action).
     Moderation,
 }
 
@@ -163,6 +163,8 @@ pub enum Change {
         /// The article.
         article: i64,
     },
+    /// A moderator acted on the recipient's content or account.
+    Moderation(ModerationEvent),
 }
 
 /// The first [`EXCERPT_CHARS`] characters of `content`.
@@ -193,13 +195,27 @@ pub struct AboutComment {
     pub excerpt: String,
 }
 
+/// What a moderator did, in a `moderation` notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct AboutModeration {
+    /// `hide`, `restore`, `approve` (held content published), `delete`, `suspend` or `lift`.
+    pub action: String,
+    /// `article`, `comment` or `user` (the recipient's account).
+    pub target: String,
+    /// The moderator's reason.
+    pub reason: String,
+    /// A suspension's end (ms); absent for good, or for other actions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+}
+
 /// A notification as the API shows it (API.md → Notifications).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NotificationView {
     /// Id (what `POST /notifications/read` takes).
     pub id: i64,
-    /// `reply`, `comment`, `like`, `collect`, `follow` or `reward`.
+    /// `reply`, `comment`, `like`, `collect`, `follow`, `reward` or `moderation`.
     pub kind: String,
     /// The latest actors (at most 3), newest first.
     pub actors: Vec<Person>,
@@ -214,6 +230,9 @@ pub struct NotificationView {
     /// A reward's amount, fen.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amt: Option<i64>,
+    /// What a moderator did (`moderation` notifications).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moderation: Option<AboutModeration>,
     /// Whether the user has read it (a new actor makes it unread again).
     pub read: bool,
     /// When it last changed (ms): the list's order.

@@ -14,7 +14,9 @@
 //! - `follow_changed`: a `follow` for the followee; a cancel removes it;
 //! - `payment_succeeded` of a reward: a `reward` for the article's author (the reward row says
 //!   who paid whom); `payment_refunded` removes it;
-//! - `article_withdrawn`: the article's like, collect, comment and reply notifications go.
+//! - `article_withdrawn`: the article's like, collect, comment and reply notifications go;
+//! - `moderation_acted`: the author's (or the account's) `moderation` notification of that
+//!   target shows the latest action and its reason (a repeat of it changes nothing).
 //!
 //! Never to the actor themself; never of a kind the recipient turned off — preferences are read
 //! when the event is handled (within a batch's wait of the action, usually), not when it happened.
@@ -29,6 +31,7 @@ use crate::{
     comment::{CommentEvent, TOPIC_COMMENT_CHANGED},
     feed::{FollowEvent, TOPIC_FOLLOW_CHANGED},
     interactive::{InteractionEvent, TOPIC_COLLECT_CHANGED, TOPIC_LIKE_CHANGED},
+    moderation::{ModerationEvent, TOPIC_MODERATION_ACTED},
     notifications::{
         live::Live,
         model::{Change, Kind, NotificationView, Preferences, Source, Unread},
@@ -53,7 +56,7 @@ const EVENT_BATCH: usize = 100;
 const EVENT_MAX_WAIT: Duration = Duration::from_millis(20);
 
 /// The topics notifications consume.
-pub const CONSUMED_TOPICS: [&str; 7] = [
+pub const CONSUMED_TOPICS: [&str; 8] = [
     TOPIC_COMMENT_CHANGED,
     TOPIC_LIKE_CHANGED,
     TOPIC_COLLECT_CHANGED,
@@ -61,6 +64,7 @@ pub const CONSUMED_TOPICS: [&str; 7] = [
     TOPIC_PAYMENT_SUCCEEDED,
     TOPIC_PAYMENT_REFUNDED,
     TOPIC_WITHDRAWN,
+    TOPIC_MODERATION_ACTED,
 ];
 
 /// Counter: notifications written or given a new actor, by `topic`.
@@ -234,6 +238,7 @@ impl NotificationService {
             TOPIC_WITHDRAWN => Some(Change::Withdrawn {
                 article: event.decode::<ArticleEvent>()?.id,
             }),
+            TOPIC_MODERATION_ACTED => Some(Change::Moderation(event.decode::<ModerationEvent>()?)),
             other => anyhow::bail!("notifications do not consume {other}"),
         })
     }

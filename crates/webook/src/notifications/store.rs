@@ -35,9 +35,10 @@ use sqlx::AnyConnection;
 
 use crate::{
     biz::Biz,
+    moderation::ModerationEvent,
     notifications::model::{
-        excerpt, period_key, AboutArticle, AboutComment, Change, Kind, NotificationView, Source,
-        SHOWN_ACTORS,
+        excerpt, period_key, AboutArticle, AboutComment, AboutModeration, Change, Kind,
+        NotificationView, Source, SHOWN_ACTORS,
     },
     user::Person,
 };
@@ -142,7 +143,8 @@ impl NotificationStore {
         let [utime, id] = after.unwrap_or([i64::MAX, i64::MAX]);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT n.id, n.kind, n.article_id, n.comment_id, n.excerpt, n.amt, n.actor_cnt, \
-             n.is_read, n.utime, p.title AS title, p.status AS status \
+             n.is_read, n.utime, n.group_key, n.action, n.reason, n.until_ms, \
+             p.title AS title, p.status AS status \
              FROM notifications n LEFT JOIN published_articles p ON p.id = n.article_id \
              WHERE n.recipient = $1 AND (n.utime < $2 OR (n.utime = $2 AND n.id < $3)) \
              ORDER BY n.utime DESC, n.id DESC LIMIT $4",
@@ -434,7 +436,60 @@ async fn apply_one(
             applied.recipients.extend(gone);
             Ok(())
         }
+        Change::Moderation(event) => moderated(tx, event, applied).await,
     }
+}
+
+/// Sets the recipient's notification of a moderated target to `event`'s action: one row per
+/// target, unread and on top when the action differs from the one it shows; a repeat of that
+/// action (an admin's retry), an event older than the row, and a muted kind change nothing.
+async fn moderated(
+    tx: &mut AnyConnection,
+    event: &ModerationEvent,
+    applied: &mut Applied,
+) -> sqlx::Result<()> {
+    if event.recipient <= 0 || is_muted(tx, event.recipient, Kind::Moderation).await? {
+        return Ok(());
+    }
+    let group_key = format!("{}:{}", event.target, event.id);
+    let until = event.until.unwrap_or(0);
+    let shown: Option<(String, i64, i64)> = sqlx::query_as(
+        "SELECT action, until_ms, utime FROM notifications \
+         WHERE recipient = $1 AND kind = $2 AND group_key = $3",
+    )
+    .bind(event.recipient)
+    .bind(Kind::Moderation.as_str())
+    .bind(&group_key)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some((action, shown_until, utime)) = shown {
+        if (action == event.action && shown_until == until) || utime > event.time {
+            return Ok(());
+        }
+    }
+    sqlx::query(
+        "INSERT INTO notifications (recipient, kind, group_key, article_id, comment_id, excerpt, \
+         amt, actor_cnt, is_read, ctime, utime, action, reason, until_ms) \
+         VALUES ($1, $2, $3, $4, $5, $6, 0, 0, 0, $7, $7, $8, $9, $10) \
+         ON CONFLICT (recipient, kind, group_key) DO UPDATE SET is_read = 0, \
+         utime = excluded.utime, action = excluded.action, reason = excluded.reason, \
+         until_ms = excluded.until_ms",
+    )
+    .bind(event.recipient)
+    .bind(Kind::Moderation.as_str())
+    .bind(&group_key)
+    .bind(event.article)
+    .bind(event.comment)
+    .bind(excerpt(&event.excerpt))
+    .bind(event.time)
+    .bind(&event.action)
+    .bind(&event.reason)
+    .bind(until)
+    .execute(&mut *tx)
+    .await?;
+    applied.written += 1;
+    applied.recipients.push(event.recipient);
+    Ok(())
 }
 
 /// Turns source `key` on or off as of `time`, and its notification with it.
@@ -595,17 +650,34 @@ struct Row {
     actor_cnt: i64,
     is_read: i64,
     utime: i64,
+    group_key: String,
+    action: String,
+    reason: String,
+    until_ms: i64,
     title: Option<String>,
     status: Option<i64>,
 }
 
 impl Row {
     fn view(self, actors: Vec<Person>) -> NotificationView {
-        // The published title; none once withdrawn (status 2 is published).
+        let moderation = self.kind == Kind::Moderation.as_str();
+        // The published title; none once withdrawn (status 2 is published) — but a moderation
+        // notice names its recipient's own article, whatever became of it.
         let title = match (self.title, self.status) {
             (Some(title), Some(2)) => title,
+            (Some(title), Some(_)) if moderation => title,
             _ => String::new(),
         };
+        let about = moderation.then(|| AboutModeration {
+            action: self.action,
+            target: self
+                .group_key
+                .split_once(':')
+                .map_or("", |(target, _)| target)
+                .to_owned(),
+            reason: self.reason,
+            until: (self.until_ms != 0).then_some(self.until_ms),
+        });
         NotificationView {
             id: self.id,
             actors,
@@ -619,6 +691,7 @@ impl Row {
                 excerpt: platform::text::escape_html(&self.excerpt),
             }),
             amt: (self.kind == Kind::Reward.as_str()).then_some(self.amt),
+            moderation: about,
             kind: self.kind,
             read: self.is_read != 0,
             time: self.utime,

@@ -5,7 +5,9 @@
 //! why, and cannot publish it again), and a restore brings it back everywhere; a hidden comment
 //! leaves its thread (a tombstone while replies point at it) and the counts, takes no replies
 //! and comes back; a suspended account reads but cannot write until the suspension ends or is
-//! lifted; new accounts write less; every action is logged, and repeating one changes nothing.
+//! lifted; new accounts write less; every action is logged, and repeating one changes nothing;
+//! a comment the word lists hold shows only once approved; each action tells the author (or
+//! the account) what happened and why, once per target and action.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -24,6 +26,8 @@ setup_tests!(
     a_suspended_account_reads_but_cannot_write_until_lifted,
     new_accounts_write_less,
     word_lists_refuse_or_hold_what_is_written,
+    held_comments_show_only_once_approved,
+    moderation_actions_tell_whom_they_concern_once_and_why,
 );
 
 /// Two cluster instances on one database and Redis, the first account an admin, word lists
@@ -1649,4 +1653,298 @@ async fn the_moderation_command_suspends_lifts_and_dismisses_on_a_running_server
         &[],
     );
     assert!(bad.contains("no user 999"), "{bad}");
+}
+
+/// `who`'s `moderation` notifications, newest first.
+async fn notices(app: &TestApp, who: &Member) -> Vec<Value> {
+    let answer = expect(
+        &get(app, "/notifications?limit=100", Some(&who.token)).await,
+        0,
+    );
+    answer["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["kind"] == "moderation")
+        .cloned()
+        .collect()
+}
+
+/// Waits until `who`'s newest moderation notification is `action` on `target`; returns it.
+async fn notice_of(app: &TestApp, who: &Member, action: &str, target: &str) -> Value {
+    wait_until(
+        &format!("{} told {action} of a {target}", who.uid),
+        || async {
+            notices(app, who).await.first().is_some_and(|notice| {
+                notice["moderation"]["action"] == action && notice["moderation"]["target"] == target
+            })
+        },
+    )
+    .await;
+    notices(app, who).await.remove(0)
+}
+
+async fn held_comments(app: &TestApp, admin: &Member) -> Vec<i64> {
+    ids(&expect(
+        &get(app, "/admin/moderation/held-comments", Some(&admin.token)).await,
+        0,
+    )["data"])
+}
+
+/// A comment with a word of a holding list is written but shown to nobody, counted nowhere
+/// and answerable by no one until an admin approves it (`restore`): then it shows, counts, and
+/// its article's author hears of it; its own author is told it was approved. A delete rejects
+/// one for good.
+async fn held_comments_show_only_once_approved(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    let article = publish(&app, &author, "Open").await;
+    expect(
+        &put_list(
+            &app,
+            &admin,
+            "ads",
+            json!({"action": "hold", "words": ["代开发票"]}),
+        )
+        .await,
+        0,
+    );
+    let before = thread(&app, &reader, article).await;
+    let shown = comment(&app, &reader, article, None).await;
+    let posted = expect(
+        &post(
+            &app,
+            "/comments",
+            Some(&reader.token),
+            json!({"biz": "article", "bizId": article, "content": "代开 发票, 找我"}),
+        )
+        .await,
+        0,
+    );
+    let held = posted["data"].as_i64().unwrap();
+    let msg = posted["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("held for review") && msg.contains("ads"),
+        "{msg}"
+    );
+    let (comments, total) = thread(&app, &reader, article).await;
+    assert_eq!(total, before.1 + 1, "only the clean comment counts");
+    assert!(
+        comments.iter().all(|(id, _, _)| *id != held),
+        "{comments:?}"
+    );
+    assert!(comments.iter().any(|(id, _, _)| *id == shown));
+    let reply = post(
+        &app,
+        "/comments",
+        Some(&author.token),
+        json!({"biz": "article", "bizId": article, "parentId": held, "content": "what?"}),
+    )
+    .await;
+    expect(&reply, 404_001);
+    assert_eq!(held_comments(&app, &admin).await, [held]);
+    expect(
+        &get(&app, "/admin/moderation/held-comments", Some(&reader.token)).await,
+        403_002,
+    );
+    let listed = expect(
+        &get(&app, "/admin/moderation/held-comments", Some(&admin.token)).await,
+        0,
+    );
+    assert_eq!(listed["data"][0]["authorId"], reader.uid);
+    assert_eq!(listed["data"][0]["bizId"], article);
+    assert!(listed["data"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("ads"));
+
+    let approved = act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": held, "action": "restore", "reason": "an invoice joke"}),
+    )
+    .await;
+    assert_eq!(approved["changed"], true, "{approved}");
+    let (comments, total) = thread(&app, &reader, article).await;
+    assert_eq!(total, before.1 + 2);
+    assert!(comments
+        .iter()
+        .any(|(id, deleted, _)| *id == held && !deleted));
+    assert_eq!(held_comments(&app, &admin).await, Vec::<i64>::new());
+    let told = notice_of(&app, &reader, "approve", "comment").await;
+    assert_eq!(told["comment"]["id"], held, "{told}");
+    assert_eq!(told["moderation"]["reason"], "an invoice joke");
+    // The article's author hears of the comment once it shows (never while it was held).
+    wait_until("the author hears of the approved comment", || async {
+        let answer = get(&app, "/notifications?limit=100", Some(&author.token)).await;
+        answer.json()["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["kind"] == "comment" && item["comment"]["id"] == held)
+    })
+    .await;
+
+    // Rejected: deleted, it never shows and nothing counts it.
+    let rejected = expect(
+        &post(
+            &app,
+            "/comments",
+            Some(&reader.token),
+            json!({"biz": "article", "bizId": article, "content": "代开发票 again"}),
+        )
+        .await,
+        0,
+    )["data"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(held_comments(&app, &admin).await, [rejected]);
+    let deleted = act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": rejected, "action": "delete", "reason": "spam"}),
+    )
+    .await;
+    assert_eq!(deleted["changed"], true, "{deleted}");
+    assert_eq!(held_comments(&app, &admin).await, Vec::<i64>::new());
+    let (comments, total) = thread(&app, &reader, article).await;
+    assert_eq!(total, before.1 + 2);
+    assert!(comments.iter().all(|(id, _, _)| *id != rejected));
+    let told = notice_of(&app, &reader, "delete", "comment").await;
+    assert_eq!(told["comment"]["id"], rejected);
+}
+
+/// Each action tells whom it concerns — the author of an article or a comment, the suspended
+/// account — what was done and why, in one notification per target kept at its latest action:
+/// a repeated action (an admin's retry) tells nothing twice, a restore turns the same
+/// notification into "restored" and makes it unread again. Nobody is told of their own action,
+/// and a muted kind is not produced.
+async fn moderation_actions_tell_whom_they_concern_once_and_why(setup: Setup) {
+    let (app, admin) = app(setup).await;
+    let author = member(&app, "author").await;
+    let reader = member(&app, "reader").await;
+    let article = publish(&app, &author, "Reported").await;
+    let unread = |who: &Member| {
+        let (app, token) = (&app, who.token.clone());
+        async move {
+            get(app, "/notifications/unread", Some(&token)).await.json()["data"]["count"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+
+    let hide = json!({"kind": "article", "id": article, "action": "hide", "reason": "spam links"});
+    assert_eq!(act(&app, &admin, hide.clone()).await["changed"], true);
+    let told = notice_of(&app, &author, "hide", "article").await;
+    assert_eq!(told["article"]["id"], article, "{told}");
+    assert_eq!(
+        told["article"]["title"], "Reported",
+        "its author sees which: {told}"
+    );
+    assert_eq!(told["moderation"]["reason"], "spam links");
+    assert_eq!(told["read"], false);
+    assert_eq!(told["actorCnt"], 0, "moderators stay anonymous: {told}");
+    assert_eq!(told["actors"], json!([]));
+    let notice = told["id"].as_i64().unwrap();
+    expect(
+        &post(
+            &app,
+            "/notifications/read",
+            Some(&author.token),
+            json!({"id": notice}),
+        )
+        .await,
+        0,
+    );
+    assert_eq!(unread(&author).await, 0);
+    // A retry changes nothing; the admin's action on their own article tells nobody.
+    assert_eq!(act(&app, &admin, hide).await["changed"], false);
+    let own = publish(&app, &admin, "Mine").await;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": own, "action": "hide", "reason": "test"}),
+    )
+    .await;
+    // The restore comes after both on the same topic: once it shows, they were applied.
+    act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": article, "action": "restore", "reason": "on appeal"}),
+    )
+    .await;
+    let told = notice_of(&app, &author, "restore", "article").await;
+    assert_eq!(told["id"], notice, "the same notification, now restored");
+    assert_eq!(told["read"], false);
+    assert_eq!(told["moderation"]["reason"], "on appeal");
+    assert_eq!(notices(&app, &author).await.len(), 1);
+    assert_eq!(unread(&author).await, 1);
+    assert_eq!(notices(&app, &admin).await, Vec::<Value>::new());
+
+    // A hidden comment: its author sees which comment (its text) and why.
+    let reply = comment(&app, &reader, article, None).await;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": reply, "action": "hide", "reason": "rude"}),
+    )
+    .await;
+    let told = notice_of(&app, &reader, "hide", "comment").await;
+    assert_eq!(told["comment"]["id"], reply);
+    assert_eq!(told["comment"]["excerpt"], "a comment");
+    assert_eq!(told["article"]["id"], article);
+
+    // A suspension says until when; its lift turns the same notification into "lifted".
+    let until = now_millis() + 3_600_000;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": reader.uid, "action": "suspend", "reason": "abuse", "until": until}),
+    )
+    .await;
+    let told = notice_of(&app, &reader, "suspend", "user").await;
+    assert_eq!(told["moderation"]["until"], until, "{told}");
+    assert_eq!(told["moderation"]["reason"], "abuse");
+    act(
+        &app,
+        &admin,
+        json!({"kind": "user", "id": reader.uid, "action": "lift", "reason": "appeal granted"}),
+    )
+    .await;
+    let lifted = notice_of(&app, &reader, "lift", "user").await;
+    assert_eq!(lifted["id"], told["id"]);
+    assert!(lifted["moderation"].get("until").is_none(), "{lifted}");
+
+    // Muted: nothing is produced for the author; the reader's later notice proves the author's
+    // event was applied first.
+    expect(
+        &common::call(
+            &app,
+            reqwest::Method::PUT,
+            "/notifications/preferences",
+            Some(&author.token),
+            common::UA,
+            Some(json!({"muted": ["moderation"]})),
+        )
+        .await,
+        0,
+    );
+    let second = publish(&app, &author, "Another").await;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "article", "id": second, "action": "hide", "reason": "spam"}),
+    )
+    .await;
+    act(
+        &app,
+        &admin,
+        json!({"kind": "comment", "id": reply, "action": "restore", "reason": "fine"}),
+    )
+    .await;
+    notice_of(&app, &reader, "restore", "comment").await;
+    let author_notices = notices(&app, &author).await;
+    assert_eq!(author_notices.len(), 1, "{author_notices:?}");
+    assert_eq!(author_notices[0]["article"]["id"], article);
 }

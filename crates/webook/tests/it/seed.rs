@@ -905,7 +905,7 @@ async fn seeding_again_adds_after_existing_rows(test: TestDb) {
     )
     .unwrap();
     let written = webook::comment::CommentStore::new(test.db.clone())
-        .create(&comment, UNTIL, false)
+        .create(&comment, UNTIL, false, None)
         .await
         .unwrap()
         .unwrap();

@@ -211,14 +211,14 @@ async fn thread_of_roots_with_replies(db: &Db, roots: usize, replies: usize) -> 
     let store = CommentStore::new(db.clone());
     for _ in 0..roots {
         let root = store
-            .create(&new_comment(None), 1, false)
+            .create(&new_comment(None), 1, false, None)
             .await
             .unwrap()
             .unwrap()
             .id;
         for _ in 0..replies {
             store
-                .create(&new_comment(Some(root)), 1, false)
+                .create(&new_comment(Some(root)), 1, false, None)
                 .await
                 .unwrap()
                 .unwrap();
