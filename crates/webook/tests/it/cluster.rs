@@ -17,6 +17,9 @@
 //!   (also on SQLite);
 //! - a reward's payment acknowledged by a server killed before its event left the outbox (Redis
 //!   refusing writes) is credited to the author once after the restart (also on SQLite);
+//! - moderation: a comment and an article an admin hides on one instance leave every surface of
+//!   all three (the reader view, the public page and the thread at once; lists, hot list, feed
+//!   and search as their consumers apply the event), and a restore brings the article back;
 //! - search: a publish and a withdrawal reach every instance's index within 2 s, and an
 //!   instance killed with kill -9 resumes from the stream positions of its last index commit —
 //!   after the restart it applies exactly the events it missed, no rebuild, nothing twice.
@@ -1299,4 +1302,322 @@ async fn search_reaches_every_instance_and_a_killed_one_resumes_where_its_index_
     );
     assert_eq!(metric(&cluster, 2, removed).await, 0.0);
     assert_eq!(search_ids(&cluster, 2, "集群搜索").await, Vec::<i64>::new());
+}
+
+/// What instance `index` shows a reader of article `article` and its comment `comment`.
+#[derive(Debug, Clone, PartialEq)]
+struct Shown {
+    /// The reader view's code.
+    reader_view: i64,
+    /// The public page's status.
+    public_page: StatusCode,
+    /// In the latest list, the author's list, the hot list, the reader's feed, search.
+    latest: bool,
+    by_author: bool,
+    hot: bool,
+    feed: bool,
+    search: bool,
+    /// The comment in its thread: (deleted, content), or absent.
+    comment: Option<(bool, String)>,
+    /// The thread's total (-1: unreadable).
+    comments: i64,
+    /// The thread's code.
+    thread: i64,
+}
+
+impl Shown {
+    fn article_everywhere(&self) -> bool {
+        self.reader_view == 0
+            && self.public_page == StatusCode::OK
+            && self.latest
+            && self.by_author
+            && self.hot
+            && self.feed
+            && self.search
+            && self.thread == 0
+    }
+
+    fn article_nowhere(&self) -> bool {
+        self.reader_view == 404_001
+            && self.public_page == StatusCode::NOT_FOUND
+            && !self.latest
+            && !self.by_author
+            && !self.hot
+            && !self.feed
+            && !self.search
+            && self.thread == 404_001
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn shown(
+    cluster: &Cluster,
+    index: usize,
+    reader: &str,
+    author: i64,
+    article: i64,
+    comment: i64,
+    word: &str,
+) -> Shown {
+    let ids = |items: &Value| -> Vec<i64> {
+        items
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|item| item["id"].as_i64())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let has = |items: &Value| ids(items).contains(&article);
+    let (_, view) = cluster
+        .get(index, &format!("/articles/pub/{article}"), reader)
+        .await;
+    let (page, _, _) = cluster
+        .call(
+            index,
+            Method::GET,
+            &format!("/a/{article}"),
+            None,
+            None,
+            &[],
+        )
+        .await;
+    let (_, latest) = cluster.get(index, "/articles/pub?limit=50", reader).await;
+    let (_, by_author) = cluster
+        .get(
+            index,
+            &format!("/articles/pub?author={author}&limit=50"),
+            reader,
+        )
+        .await;
+    let (_, hot, _) = cluster
+        .call(index, Method::GET, "/ranking/top", None, None, &[])
+        .await;
+    let (_, feed) = cluster.get(index, "/feed?limit=50", reader).await;
+    let feed_ids: Vec<i64> = feed["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["article"]["id"].as_i64())
+        .collect();
+    let (_, search) = cluster
+        .get(index, &format!("/search?q={word}&type=article"), reader)
+        .await;
+    let (_, thread) = cluster
+        .get(
+            index,
+            &format!("/comments?biz=article&bizId={article}&limit=50"),
+            reader,
+        )
+        .await;
+    // A hidden article's thread is unreadable (404001), as a withdrawn one's.
+    let items = thread["data"]["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let comment = items.iter().find(|item| item["id"] == comment).map(|item| {
+        (
+            item["deleted"].as_bool().unwrap(),
+            item["content"].as_str().unwrap().to_owned(),
+        )
+    });
+    Shown {
+        reader_view: view["code"].as_i64().unwrap(),
+        public_page: page,
+        latest: has(&latest["data"]["items"]),
+        by_author: has(&by_author["data"]["items"]),
+        hot: has(&hot["data"]),
+        feed: feed_ids.contains(&article),
+        search: has(&search["data"]["articles"]["items"]),
+        comment,
+        comments: thread["data"]["total"].as_i64().unwrap_or(-1),
+        thread: thread["code"].as_i64().unwrap(),
+    }
+}
+
+/// Moderation across three real processes: a reported comment an admin hides on one instance
+/// is gone from its thread on all three as soon as the action answers (a tombstone, since a
+/// reply points at it, with the thread's total one less); the reported article hidden there
+/// answers 404001 and its public page 404 on all three at once, and leaves the lists, the hot
+/// list, the feed and search on all three as their consumers apply the withdrawal event; the
+/// author is told on whichever instance they ask; a restore brings the article back everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hidden_comment_and_article_leave_every_surface_of_all_three_instances_at_once() {
+    let cluster = Cluster::start_with(
+        RedisServer::start().await,
+        vec![
+            ("WEBOOK_ADMINS", "[1]".to_owned()),
+            ("WEBOOK_MODERATION_NEW_ACCOUNT_PERIOD", "0s".to_owned()),
+        ],
+    )
+    .await;
+    let (admin, _) = cluster.user("moderator@example.com").await;
+    let (author, _) = cluster.user("moderated-author@example.com").await;
+    let (reader, _) = cluster.user("moderated-reader@example.com").await;
+    let (witness, _) = cluster.user("moderation-witness@example.com").await;
+    let word = "quokkastampede";
+    let author_uid = cluster.get(0, "/users/profile", &author).await.1["Id"]
+        .as_i64()
+        .unwrap();
+    let ok = |answer: (StatusCode, Value)| {
+        assert_eq!(
+            (answer.0, answer.1["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{}",
+            answer.1
+        );
+        answer.1["data"].clone()
+    };
+    ok(cluster
+        .post(
+            1,
+            "/follow/follow",
+            &reader,
+            json!({"followee": author_uid}),
+        )
+        .await);
+    let article = cluster
+        .publish(0, &author, None, &format!("About {word}"))
+        .await;
+    let comment = ok(cluster
+        .post(
+            2,
+            "/comments",
+            &reader,
+            json!({"biz": "article", "bizId": article, "content": "buy cheap pills"}),
+        )
+        .await)
+    .as_i64()
+    .unwrap();
+    ok(cluster
+        .post(
+            0,
+            "/comments",
+            &author,
+            json!({"biz": "article", "bizId": article, "parentId": comment, "content": "no"}),
+        )
+        .await);
+    cluster.like(2, &reader, article, true).await;
+    let jobs = ok(cluster.get(0, "/jobs", &admin).await);
+    let ranking = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|job| job["name"] == "ranking")
+        .unwrap()["id"]
+        .clone();
+    ok(cluster
+        .post(0, &format!("/jobs/{ranking}/trigger"), &admin, Value::Null)
+        .await);
+    // Every instance shows it everywhere, and has read (so cached) the reader copy and thread.
+    for index in 0..3 {
+        wait_until(&format!("instance {index} to show the article"), || async {
+            let now = shown(&cluster, index, &reader, author_uid, article, comment, word).await;
+            now.article_everywhere() && now.comment == Some((false, "buy cheap pills".into()))
+        })
+        .await;
+    }
+    let before = shown(&cluster, 0, &reader, author_uid, article, comment, word)
+        .await
+        .comments;
+
+    for (kind, id) in [("comment", comment), ("article", article)] {
+        ok(cluster
+            .post(
+                1,
+                "/moderation/reports",
+                &witness,
+                json!({"kind": kind, "id": id, "reason": "spam"}),
+            )
+            .await);
+    }
+    let hidden = ok(cluster
+        .post(
+            2,
+            "/admin/moderation/act",
+            &admin,
+            json!({"kind": "comment", "id": comment, "action": "hide", "reason": "spam"}),
+        )
+        .await);
+    assert_eq!(hidden["changed"], true, "{hidden}");
+    for index in 0..3 {
+        let now = shown(&cluster, index, &reader, author_uid, article, comment, word).await;
+        assert_eq!(
+            (now.comment, now.comments),
+            (Some((true, String::new())), before - 1),
+            "instance {index}, at once"
+        );
+    }
+
+    let hidden = ok(cluster
+        .post(
+            0,
+            "/admin/moderation/act",
+            &admin,
+            json!({"kind": "article", "id": article, "action": "hide", "reason": "advertising"}),
+        )
+        .await);
+    assert_eq!(
+        (&hidden["changed"], &hidden["closed"]),
+        (&json!(true), &json!(1))
+    );
+    for index in 0..3 {
+        let now = shown(&cluster, index, &reader, author_uid, article, comment, word).await;
+        assert_eq!(
+            (now.reader_view, now.public_page),
+            (404_001, StatusCode::NOT_FOUND),
+            "instance {index}, at once"
+        );
+    }
+    for index in 0..3 {
+        wait_until(&format!("instance {index} to show it nowhere"), || async {
+            shown(&cluster, index, &reader, author_uid, article, comment, word)
+                .await
+                .article_nowhere()
+        })
+        .await;
+    }
+    for index in 0..3 {
+        wait_until(
+            &format!("the author to be told on instance {index}"),
+            || async {
+                let told = ok(cluster.get(index, "/notifications?limit=50", &author).await);
+                told["items"].as_array().unwrap().iter().any(|item| {
+                    item["moderation"]["action"] == "hide"
+                        && item["moderation"]["reason"] == "advertising"
+                        && item["article"]["id"] == article
+                })
+            },
+        )
+        .await;
+    }
+
+    ok(cluster
+        .post(
+            1,
+            "/admin/moderation/act",
+            &admin,
+            json!({"kind": "article", "id": article, "action": "restore", "reason": "appeal"}),
+        )
+        .await);
+    for index in 0..3 {
+        assert_eq!(
+            cluster.read(index, &reader, article).await["id"],
+            article,
+            "instance {index}, at once"
+        );
+    }
+    ok(cluster
+        .post(0, &format!("/jobs/{ranking}/trigger"), &admin, Value::Null)
+        .await);
+    for index in 0..3 {
+        wait_until(&format!("instance {index} to show it again"), || async {
+            shown(&cluster, index, &reader, author_uid, article, comment, word)
+                .await
+                .article_everywhere()
+        })
+        .await;
+    }
 }
