@@ -6,7 +6,7 @@
 //! with 304; feeds also carry `Last-Modified` (their newest entry) and answer
 //! `If-Modified-Since`. Pages are `Cache-Control: no-cache` (revalidated on each view, so a
 //! withdrawn article disappears at once); each sitemap (the index included) is read at most
-//! every [`SITEMAP_TTL`] ([`SitemapCache`]). An article's page is rendered once per reader copy and kept,
+//! every [`SITEMAP_TTL`] ([`SitemapCache`]), an article sitemap less what was unpublished since. An article's page is rendered once per reader copy and kept,
 //! compressed, in memory ([`ArticlePages`]); the others are rendered per request from the same
 //! services (and caches) as the API.
 //!
@@ -155,11 +155,19 @@ impl ArticlePages {
 /// all of them for the index, the authors' pages and the topics (30–300 ms on the
 /// 100 000-article dataset) — so whoever asks again within the TTL, a crawler or a flood, gets
 /// the kept entries. One read at a time: the others wait for it, then find its result kept.
+///
+/// An article sitemap kept is checked against the articles unpublished since it was read (an
+/// indexed range of `published_articles (utime)`): a withdrawn or hidden article leaves it at
+/// once, on every instance, not after the TTL.
 #[derive(Debug)]
 pub struct SitemapCache {
-    kept: moka::sync::Cache<String, Sitemaps>,
+    kept: moka::sync::Cache<String, (Sitemaps, i64)>,
     reading: tokio::sync::Mutex<()>,
 }
+
+/// How far another instance's clock may be behind this one's, as far as a kept sitemap's check
+/// for unpublished articles goes (ms).
+const CLOCK_SKEW_MS: i64 = 10_000;
 
 /// A sitemap's entries: (path, last change in ms).
 type Sitemaps = Arc<Vec<(String, i64)>>;
@@ -177,21 +185,22 @@ impl Default for SitemapCache {
 }
 
 impl SitemapCache {
-    /// The entries of sitemap `path`, kept or from `read`.
-    async fn entries<F>(&self, path: &str, read: F) -> sqlx::Result<Sitemaps>
+    /// The entries of sitemap `path`, kept or from `read`, and when they were read (ms).
+    async fn entries<F>(&self, path: &str, read: F) -> sqlx::Result<(Sitemaps, i64)>
     where
         F: AsyncFnOnce() -> sqlx::Result<Vec<(String, i64)>>,
     {
-        if let Some(entries) = self.kept.get(path) {
-            return Ok(entries);
+        if let Some(kept) = self.kept.get(path) {
+            return Ok(kept);
         }
         let _one_read = self.reading.lock().await;
-        if let Some(entries) = self.kept.get(path) {
-            return Ok(entries);
+        if let Some(kept) = self.kept.get(path) {
+            return Ok(kept);
         }
-        let entries = Arc::new(read().await?);
-        self.kept.insert(path.to_owned(), entries.clone());
-        Ok(entries)
+        let read_at = platform::db::now_millis();
+        let kept = (Arc::new(read().await?), read_at);
+        self.kept.insert(path.to_owned(), kept.clone());
+        Ok(kept)
     }
 }
 
@@ -743,7 +752,7 @@ async fn sitemap_index(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap
     }
     let read = async || index_entries(&routes.store).await;
     match routes.sitemaps.entries("/sitemap.xml", read).await {
-        Ok(entries) => {
+        Ok((entries, _)) => {
             let body = render::sitemap_index(&origin(&routes, &request), &entries);
             send(&request, XML, Bytes::from(body), None)
         }
@@ -759,12 +768,13 @@ fn page_number(n: &str) -> Option<i64> {
 
 /// Sitemap `n` under `sitemaps` (its path without the number): the ids `read` lists, each at
 /// `prefix` and its id; 404 for a page number out of range or while visitors may not read.
+/// For `articles`, a kept sitemap leaves out what was unpublished since it was read.
 async fn id_sitemap<F>(
     routes: &SiteRoutes,
     sitemaps: &str,
     n: &str,
     request: &HeaderMap,
-    prefix: &str,
+    (prefix, articles): (&str, bool),
     read: F,
 ) -> Response
 where
@@ -780,14 +790,35 @@ where
             .map(|row| (format!("{prefix}{}", row.key), row.lastmod))
             .collect())
     };
-    match routes
+    let kept = routes
         .sitemaps
         .entries(&format!("{sitemaps}/{n}"), rows)
-        .await
-    {
-        Ok(urls) => send_sitemap(routes, request, &urls),
-        Err(err) => AppError::from(err).into_response(),
-    }
+        .await;
+    let urls = match kept {
+        Ok((urls, read_at)) if articles => {
+            match routes
+                .store
+                .unpublished_since(n, read_at.saturating_sub(CLOCK_SKEW_MS))
+                .await
+            {
+                Ok(gone) if gone.is_empty() => urls,
+                Ok(gone) => {
+                    let gone: std::collections::HashSet<String> =
+                        gone.iter().map(|id| format!("{prefix}{id}")).collect();
+                    Arc::new(
+                        urls.iter()
+                            .filter(|(path, _)| !gone.contains(path))
+                            .cloned()
+                            .collect(),
+                    )
+                }
+                Err(err) => return AppError::from(err).into_response(),
+            }
+        }
+        Ok((urls, _)) => urls,
+        Err(err) => return AppError::from(err).into_response(),
+    };
+    send_sitemap(routes, request, &urls)
 }
 
 /// A sitemap of `urls` (paths of this site, with their last change).
@@ -822,7 +853,7 @@ async fn sitemap_articles(
         "/sitemaps/articles",
         &n,
         &request,
-        "/a/",
+        ("/a/", true),
         async |store, n| store.articles_on(n).await,
     )
     .await
@@ -850,7 +881,7 @@ async fn sitemap_authors(
         "/sitemaps/authors",
         &n,
         &request,
-        "/u/",
+        ("/u/", false),
         async |store, n| store.authors_on(n).await,
     )
     .await
@@ -878,7 +909,7 @@ async fn sitemap_topics(State(routes): State<Arc<SiteRoutes>>, request: HeaderMa
             .collect())
     };
     match routes.sitemaps.entries("/sitemaps/topics", rows).await {
-        Ok(urls) => send_sitemap(&routes, &request, &urls),
+        Ok((urls, _)) => send_sitemap(&routes, &request, &urls),
         Err(err) => AppError::from(err).into_response(),
     }
 }

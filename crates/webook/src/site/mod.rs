@@ -18,10 +18,12 @@ mod settings;
 mod store;
 
 pub use settings::SiteSettings;
+pub use store::SITEMAP_PAGE;
 
 use async_trait::async_trait;
 use platform::{
     config::SettingsSpec,
+    db::Migration,
     feature::{Feature, Platform, Registry, Service},
 };
 
@@ -37,6 +39,15 @@ pub struct Site;
 impl Feature for Site {
     fn name(&self) -> &'static str {
         "site"
+    }
+
+    fn migrations(&self) -> &'static [Migration] {
+        const MIGRATIONS: &[Migration] = &[Migration::new(
+            42,
+            "published_by_utime",
+            include_str!("../../migrations/0042_published_by_utime.sql"),
+        )];
+        MIGRATIONS
     }
 
     fn settings(&self) -> &'static [SettingsSpec] {

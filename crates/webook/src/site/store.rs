@@ -76,6 +76,20 @@ impl SiteStore {
         .await
     }
 
+    /// The articles of page `n` whose reader copy stopped being published (withdrawn, hidden,
+    /// removed) at `since` (ms) or later: what a sitemap kept since then must leave out.
+    pub async fn unpublished_since(&self, n: i64, since: i64) -> sqlx::Result<Vec<i64>> {
+        sqlx::query_scalar(
+            "SELECT id FROM published_articles WHERE utime >= $1 AND status <> 2 \
+             AND id >= $2 AND id < $3",
+        )
+        .bind(since)
+        .bind(n.saturating_mul(SITEMAP_PAGE))
+        .bind(n.saturating_add(1).saturating_mul(SITEMAP_PAGE))
+        .fetch_all(self.db.pool())
+        .await
+    }
+
     /// The authors of published articles on page `n`, by id, with their latest publish.
     pub async fn authors_on(&self, n: i64) -> sqlx::Result<Vec<Listed<i64>>> {
         sqlx::query_as(

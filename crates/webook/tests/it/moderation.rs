@@ -716,6 +716,7 @@ struct Surfaces {
     feed: bool,
     search: bool,
     topic: bool,
+    sitemap: bool,
 }
 
 async fn surfaces(
@@ -747,6 +748,12 @@ async fn surfaces(
         .await
         .json();
     let topic = get(app, "/topics/moderated", token).await.json();
+    let sitemap = get(
+        app,
+        &format!("/sitemaps/articles/{}", id / webook::site::SITEMAP_PAGE),
+        None,
+    )
+    .await;
     Surfaces {
         reader_view: get(app, &format!("/articles/pub/{id}"), token).await.code(),
         public_page: get(app, &format!("/a/{id}"), None).await.status,
@@ -756,6 +763,7 @@ async fn surfaces(
         feed: feed_ids.contains(&id),
         search: contains(&search["data"]["articles"]["items"]),
         topic: contains(&topic["data"]["articles"]["items"]),
+        sitemap: sitemap.raw.contains(&format!("/a/{id}</loc>")),
     }
 }
 
@@ -769,6 +777,7 @@ impl Surfaces {
             && self.feed
             && self.search
             && self.topic
+            && self.sitemap
     }
 
     fn nowhere(&self) -> bool {
@@ -780,6 +789,7 @@ impl Surfaces {
             && !self.feed
             && !self.search
             && !self.topic
+            && !self.sitemap
     }
 }
 
@@ -919,12 +929,12 @@ async fn a_hidden_article_leaves_every_surface_and_a_restore_brings_it_back(setu
         (&json!(true), &json!(1), &json!("hidden")),
         "{hidden}"
     );
-    // The reader view and the public page at once (the write fixed the caches); the rest as
-    // their consumers apply the withdrawal event.
+    // The reader view, the public page and the (kept) sitemap at once (the write fixed the
+    // caches); the rest as their consumers apply the withdrawal event.
     let now = surfaces(&app, &reader, &author, id, word).await;
     assert_eq!(
-        (now.reader_view, now.public_page),
-        (404_001, StatusCode::NOT_FOUND)
+        (now.reader_view, now.public_page, now.sitemap),
+        (404_001, StatusCode::NOT_FOUND, false)
     );
     wait_until("the hidden article to leave every surface", || async {
         surfaces(&app, &reader, &author, id, word).await.nowhere()
