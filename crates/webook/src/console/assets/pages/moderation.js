@@ -142,7 +142,7 @@ function queueCard(item) {
       h("span", { class: "badge bad", dataset: { test: "open" } }, t("mod.openReports", { n: item.open })),
       h("span", { class: "meta" }, " · ", t("mod.latest"), " ", time(item.latest))),
     h("p", { class: "meta" }, t("mod.snapshot")),
-    h("pre", { class: "snapshot", dataset: { test: "snapshot" } }, shown || "—"),
+    h("pre", { class: "snapshot", dataset: { test: "snapshot" } }, shown.trim() ? shown : "—"),
     h("ul", { class: "reports", dataset: { test: "reports" } }, reports.map((r) => reportItem(r, shown))),
     item.open > reports.length ? h("p", { class: "meta" }, t("mod.moreReports", { n: item.open - reports.length })) : null,
     actionForm(item, (action, r) => {
