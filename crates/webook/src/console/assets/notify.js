@@ -11,7 +11,8 @@
 // opened again at once when it had worked, else after a growing pause (1 s doubling to 60 s,
 // with jitter). While it is down the count is polled (GET /notifications/unread) at once and
 // every 30 s. Pages that change the count (marking read) call refresh() for an immediate
-// answer.
+// answer. The stream is closed while the page sits in the back/forward cache (pagehide) and
+// opened again when it comes back (pageshow).
 
 import { acceptLanguage } from "./i18n.js";
 import { api, freshAccess, renewAccess, isAbort } from "./api.js";
@@ -153,6 +154,11 @@ export function start(uid, onCount) {
 
 /** Stops the stream and the polling (logout). */
 export function stop() {
+  parked = null;
+  end();
+}
+
+function end() {
   if (!run) return;
   const my = run;
   run = null;
@@ -160,3 +166,20 @@ export function stop() {
   my.controller.abort();
   stopPolling(my);
 }
+
+// A page left for another is kept in the back/forward cache with its open requests: a stream
+// would hold one of the browser's few connections to this server until the server next wrote
+// to it (a keep-alive, up to 15 s), and a few quick reloads would wait that long for one. So the
+// stream closes when the page is hidden that way and opens again if the page comes back.
+let parked = null; // {uid, onCount} while the page is in the cache
+window.addEventListener("pagehide", () => {
+  if (!run) return;
+  parked = { uid: run.uid, onCount: run.onCount };
+  end();
+});
+window.addEventListener("pageshow", (e) => {
+  if (!e.persisted || !parked) return;
+  const { uid, onCount } = parked;
+  parked = null;
+  start(uid, onCount);
+});
