@@ -2212,6 +2212,8 @@ async fn console_pages_load_within_budget_on_a_seeded_100_000_article_database()
         ("my-articles", "#/me/articles".to_owned()),
         ("account", "#/me/account".to_owned()),
         ("jobs", "#/ops/jobs".to_owned()),
+        ("notifications", "#/notifications".to_owned()),
+        ("moderation", "#/ops/moderation".to_owned()),
     ];
 
     let browser = Browser::start("page_timing").await;
