@@ -22,6 +22,7 @@
 //! - cluster mode: two instances on PostgreSQL + Redis, a change made through one shows on the
 //!   other; the unread badge on one instance follows likes, comments and follows made through
 //!   the other live (the notification stream), the notifications page shows and reads them;
+//! - the badge's stream renews a refused access token by itself, and the badge goes at logout;
 //! - the console's assets: versioned, gzipped, cached, under the CSP;
 //! - page load times on a seeded 100 000-article database (browser navigation timing), split
 //!   into phases (document, scripts, page module, API calls, DOM) with Chromium's main-thread
@@ -1845,17 +1846,7 @@ async fn in_cluster_mode_the_unread_badge_follows_what_is_done_on_another_instan
     let first = cluster_instance(dir.path(), 0, &db, &redis);
     let second = cluster_instance(dir.path(), 1, &db, &redis);
     let author = api_login(&first, "live-author@example.com").await;
-    // `GET /users/profile` answers the bare profile (no envelope).
-    let profile: Value = reqwest::Client::new()
-        .get(first.url("/users/profile"))
-        .bearer_auth(&author)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let author_uid = profile["Id"].as_i64().unwrap();
+    let author_uid = user_id(&first, &author).await;
     let fan = api_login(&second, "live-fan@example.com").await;
     let title = "Told at once";
     let article = api_post(
@@ -1988,6 +1979,85 @@ async fn in_cluster_mode_the_unread_badge_follows_what_is_done_on_another_instan
     // Logging out takes the badge away.
     log_out(&browser).await;
     assert_eq!(rows(&browser, "[data-test=unread]").await, 0);
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+/// The id of the holder of `token` (`GET /users/profile` answers the bare profile).
+async fn user_id(server: &Server, token: &str) -> i64 {
+    let profile: Value = reqwest::Client::new()
+        .get(server.url("/users/profile"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    profile["Id"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn the_unread_badge_renews_a_refused_token_and_goes_at_logout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    let author = api_login(&server, "badge@example.com").await;
+    let fan = api_login(&server, "badge-fan@example.com").await;
+    let browser = Browser::start("badge_token").await;
+    log_in(&browser, &server, "badge@example.com").await;
+
+    // An access token the server refuses, on a page that calls nothing else: the stream's own
+    // 401 renews it (with the refresh token, as every call does) and the stream then works.
+    browser
+        .js(
+            "localStorage.setItem('webook.access', 'not.a.token'); return true;",
+            vec![],
+        )
+        .await;
+    browser.open(&server.url("/?renew=1#/no-such-page")).await;
+    browser.ready("notfound").await;
+    browser
+        .js("window.sameDocument = true; return true;", vec![])
+        .await;
+    badge_from_stream(&browser, 0).await;
+    let polls = browser
+        .js(
+            "return document.querySelector('[data-test=unread]').dataset.polls ?? null;",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        polls,
+        Value::Null,
+        "the stream renewed the token itself, never down"
+    );
+    let renewed = browser
+        .js("return localStorage.getItem('webook.access');", vec![])
+        .await;
+    assert_ne!(renewed, json!("not.a.token"), "the token was renewed");
+    let author_id = user_id(&server, &author).await;
+    api_post(
+        &server,
+        &fan,
+        "/follow/follow",
+        json!({ "followee": author_id }),
+    )
+    .await;
+    badge_from_stream(&browser, 1).await;
+
+    // Logged out: no badge, and the notifier stopped (it forgets the count it had).
+    log_out(&browser).await;
+    assert_eq!(rows(&browser, "[data-test=unread]").await, 0);
+    let kept = browser
+        .js(
+            "const app = document.querySelector('script[type=module]').src; \
+             return import(app.replace(/app\\.js$/, 'notify.js')).then((m) => m.unread());",
+            vec![],
+        )
+        .await;
+    assert_eq!(kept, Value::Null, "the notifier still holds a count");
 
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");

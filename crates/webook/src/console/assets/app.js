@@ -42,7 +42,8 @@
 // "console-module" when the page's module is loaded split the load into phases). Page names: home, article, user, search, tag, topic,
 // signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, moderation,
 // held, word-lists, moderation-log, notifications, notfound. The unread badge is [data-test=unread] (its
-// data-count the count, data-via "stream" or "poll" as it came; hidden at 0). Form
+// data-count the count, data-via "stream" or "poll" as it came, data-polls how many polls answered; hidden
+// at 0). Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
 // (stop a job, withdraw an article, refund a payment) are window.confirm() dialogs, and window.consoleProblems
@@ -218,6 +219,7 @@ function paintUnread() {
 function onUnread(count, via) {
   unreadCount = Math.max(0, count);
   if (via) unreadBadge.dataset.via = via; // "stream" or "poll": how the count came (tests)
+  if (via === "poll") unreadBadge.dataset.polls = String(Number(unreadBadge.dataset.polls || 0) + 1);
   paintUnread();
 }
 
