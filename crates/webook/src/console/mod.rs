@@ -3,11 +3,17 @@
 //! It is a set of hand-written ES modules and one stylesheet under `assets/` (no build step, no
 //! Node toolchain), embedded in the binary ([`assets::Bundle`]) and talking to the public JSON
 //! API like any other client — readers (home, article, author, search, tag pages), writers
-//! (sign-up and login, profile, editor, their articles and account) and operators (jobs
-//! dashboard; reconciliation findings at `#/ops/findings`, each open one offering the actions
-//! its kind allows — credit, refund, resolve — with a note; refunds at `#/ops/refunds`, listed
-//! by status, and a form refunding a paid payment by its trade number; parked events; the
-//! database move; instances). Pages are `#/…` fragments of the one page at `/`, so no console
+//! (sign-up and login, profile, editor, their articles and account), every signed-in user
+//! (notifications at `#/notifications`: each kind in words, mark one or all read, the kinds not
+//! to be told about; an unread badge in the top bar fed live by `GET /notifications/stream`,
+//! read with `fetch` since the token goes in a header, polling `GET /notifications/unread` while
+//! the stream is down) and operators (jobs dashboard; reconciliation findings at
+//! `#/ops/findings`, each open one offering the actions its kind allows — credit, refund,
+//! resolve — with a note; refunds at `#/ops/refunds`, listed by status, and a form refunding a
+//! paid payment by its trade number; parked events; moderation at `#/ops/moderation` — the
+//! review queue with each target's content as reported and the actions its kind allows, held
+//! articles to approve or reject, the word lists, the audit log; the database move;
+//! instances). Pages are `#/…` fragments of the one page at `/`, so no console
 //! path collides with an API route. What the console needs beyond the other features' routes
 //! lives here too: the QR code of a payment URL and the instance overview ([`instances`]), fed
 //! by every process's heartbeat.

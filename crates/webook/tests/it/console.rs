@@ -16,8 +16,13 @@
 //! - an admin watches the events page show what two consumer groups parked (a withdrawal
 //!   whose event does not decode), sees a replay of it fail again, discards one with a reason
 //!   and, the payload repaired, replays the other's group: the article leaves the hot list;
+//! - an admin works the moderation pages: the review queue (a reported article shown as it was
+//!   reported, hidden with a reason — and a repeat shown as changing nothing), the audit log, a
+//!   word list created and edited, a held article approved;
 //! - cluster mode: two instances on PostgreSQL + Redis, a change made through one shows on the
-//!   other;
+//!   other; the unread badge on one instance follows likes, comments and follows made through
+//!   the other live (the notification stream), the notifications page shows and reads them;
+//! - the badge's stream renews a refused access token by itself, and the badge goes at logout;
 //! - the console's assets: versioned, gzipped, cached, under the CSP;
 //! - page load times on a seeded 100 000-article database (browser navigation timing), split
 //!   into phases (document, scripts, page module, API calls, DOM) with Chromium's main-thread
@@ -1578,6 +1583,487 @@ async fn in_cluster_mode_a_change_made_on_one_instance_shows_on_the_other() {
     browser.close().await;
 }
 
+/// `GET path` with `token` (none when empty): the whole envelope, whatever its code.
+async fn api_envelope(server: &Server, token: &str, path: &str) -> Value {
+    let mut request = reqwest::Client::new().get(server.url(path));
+    if !token.is_empty() {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_admin_works_the_review_queue_held_articles_and_word_lists_from_the_moderation_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[("WEBOOK_ADMINS", "[1]")]);
+    let admin = api_login(&server, "admin@example.com").await;
+    let author = api_login(&server, "author@example.com").await;
+    let reader = api_login(&server, "reader@example.com").await;
+    let commenter = api_login(&server, "commenter@example.com").await;
+    let article = api_post(
+        &server,
+        &author,
+        "/articles/publish",
+        json!({"title": "Spammy offer", "content": "<p>Buy cheap followers now</p>"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    let comment = api_post(
+        &server,
+        &commenter,
+        "/comments",
+        json!({"biz": "article", "bizId": article, "content": "Nice offer, thanks"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    // Two readers report the article, one the comment.
+    for (who, reason, note) in [
+        (&reader, "spam", "advertising"),
+        (&commenter, "other", "links to a shop"),
+    ] {
+        api_post(
+            &server,
+            who,
+            "/moderation/reports",
+            json!({"kind": "article", "id": article, "reason": reason, "note": note}),
+        )
+        .await;
+    }
+    api_post(
+        &server,
+        &reader,
+        "/moderation/reports",
+        json!({"kind": "comment", "id": comment, "reason": "abuse"}),
+    )
+    .await;
+
+    // The queue, reached from the operator pages' tabs: most reported first, each target with
+    // its content as reported and its reports.
+    let browser = Browser::start("moderation_page").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/jobs']").await;
+    browser.ready("jobs").await;
+    browser.click("a[href='#/ops/moderation']").await;
+    browser.ready("moderation").await;
+    let card = format!("[data-test=queue] .mod-item[data-kind=article][data-id='{article}']");
+    browser
+        .wait_text(
+            &format!("{card} [data-test=snapshot]"),
+            "Buy cheap followers now",
+        )
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=snapshot]"), "Spammy offer")
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=reports]"), "advertising")
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=reports]"), "links to a shop")
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=open]"), "2 open reports")
+        .await;
+    let order = browser
+        .js(
+            "return [...document.querySelectorAll('[data-test=queue] .mod-item')] \
+             .map(c => c.dataset.kind + ' ' + c.dataset.id);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        order,
+        json!([format!("article {article}"), format!("comment {comment}")]),
+        "most reported first"
+    );
+    // A user's actions are not offered for an article.
+    assert_eq!(
+        rows(&browser, &format!("{card} [data-action=suspend]")).await,
+        0
+    );
+
+    // Hidden with a reason: the article leaves the readers' view and the log says who and why.
+    let reason = "advertising is not allowed here";
+    browser
+        .fill(&format!("{card} input[name=reason]"), reason)
+        .await;
+    browser.click(&format!("{card} [data-action=hide]")).await;
+    browser
+        .wait_attr(
+            &format!("{card} [data-test=result]"),
+            "data-changed",
+            "true",
+        )
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=result]"), "hidden")
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=result]"), "reports closed: 2")
+        .await;
+    let read = api_envelope(&server, &reader, &format!("/articles/pub/{article}")).await;
+    assert_eq!(read["code"], 404_001, "a hidden article: {read}");
+    let logged = api_get(
+        &server,
+        &admin,
+        &format!("/admin/moderation/log?kind=article&id={article}"),
+    )
+    .await;
+    assert_eq!(logged[0]["action"], "hide", "{logged}");
+    assert_eq!(logged[0]["reason"], reason, "{logged}");
+    assert_eq!(logged[0]["admin"], 1, "{logged}");
+    assert_eq!(logged[0]["outcome"], "hidden", "{logged}");
+    // The same again changes nothing, and the page says so.
+    browser.click(&format!("{card} [data-action=hide]")).await;
+    browser
+        .wait_attr(
+            &format!("{card} [data-test=result]"),
+            "data-changed",
+            "false",
+        )
+        .await;
+    browser
+        .wait_text(&format!("{card} [data-test=result]"), "Nothing changed")
+        .await;
+
+    // The audit log page lists both, newest first.
+    browser.click("a[href='#/ops/moderation/log']").await;
+    browser.ready("moderation-log").await;
+    let entry = format!("[data-test=mod-log] tr[data-kind=article][data-target='{article}']");
+    browser
+        .wait_text(
+            &format!("{entry}[data-action=hide] [data-test=reason]"),
+            reason,
+        )
+        .await;
+    assert_eq!(
+        rows(&browser, &format!("{entry}[data-action=hide]")).await,
+        2
+    );
+
+    // Word lists: a new hold list, then edited; the API keeps what the page sent.
+    browser.click("a[href='#/ops/moderation/words']").await;
+    browser.ready("word-lists").await;
+    browser.fill("form input[name=name]", "invoices").await;
+    browser
+        .el("form:has(#new-list-title) select[name=action]")
+        .await
+        .select_by_value("hold")
+        .await
+        .unwrap();
+    browser
+        .fill("form:has(#new-list-title) textarea[name=words]", "代开发票")
+        .await;
+    browser.click("[data-action=create-list]").await;
+    let list = "[data-test=word-lists] form[data-list=invoices]";
+    browser.el(list).await;
+    browser
+        .fill(
+            &format!("{list} textarea[name=words]"),
+            "代开发票\nfake receipts\n",
+        )
+        .await;
+    browser
+        .click(&format!("{list} [data-action=save-list]"))
+        .await;
+    browser
+        .wait_text(&format!("{list} [role=status]"), "saved")
+        .await;
+    let lists = api_get(&server, &admin, "/admin/moderation/word-lists").await;
+    let saved = lists
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "invoices")
+        .unwrap_or_else(|| panic!("no list invoices in {lists}"));
+    assert_eq!(saved["action"], "hold", "{saved}");
+    assert_eq!(
+        saved["words"],
+        json!(["代开发票", "fake receipts"]),
+        "{saved}"
+    );
+    assert_eq!(saved["admin"], 1, "{saved}");
+
+    // An article with a word of it is held; approved from the held tab, readers see it.
+    let held = api_post(
+        &server,
+        &author,
+        "/articles/publish",
+        json!({"title": "Office services", "content": "<p>代开发票, cheap</p>"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    let hidden = api_envelope(&server, &reader, &format!("/articles/pub/{held}")).await;
+    assert_eq!(hidden["code"], 404_001, "a held article: {hidden}");
+    browser.click("a[href='#/ops/moderation/held']").await;
+    browser.ready("held").await;
+    let row = format!("[data-test=held] tr[data-held='{held}']");
+    browser
+        .wait_text(&format!("{row} [data-test=title]"), "Office services")
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=held-reason]"), "invoices")
+        .await;
+    browser
+        .fill(
+            &format!("{row} input[name=reason]"),
+            "a quote, not an offer",
+        )
+        .await;
+    browser.click(&format!("{row} [data-action=approve]")).await;
+    browser.wait_attr(&row, "data-state", "approved").await;
+    let public = api_envelope(&server, "", &format!("/articles/pub/{held}")).await;
+    assert_eq!(public["code"], 0, "approved: {public}");
+    assert_eq!(public["data"]["title"], "Office services", "{public}");
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+/// Waits until the nav's unread badge shows `count`, as the notification stream told it (not a
+/// poll: the page was not reloaded, and the stream is what brought it).
+async fn badge_from_stream(browser: &Browser, count: i64) {
+    browser
+        .wait_js(
+            &format!("the unread badge at {count}, from the stream"),
+            "const b = document.querySelector('[data-test=unread]'); \
+             return b !== null && b.dataset.count === arguments[0] && b.dataset.via === 'stream' \
+               && b.hidden === (arguments[0] === '0') && window.sameDocument === true;",
+            vec![json!(count.to_string())],
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn in_cluster_mode_the_unread_badge_follows_what_is_done_on_another_instance_live() {
+    let db = TestDb::postgres(&webook::schema::MIGRATIONS).await;
+    let redis = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = cluster_instance(dir.path(), 0, &db, &redis);
+    let second = cluster_instance(dir.path(), 1, &db, &redis);
+    let author = api_login(&first, "live-author@example.com").await;
+    let author_uid = user_id(&first, &author).await;
+    let fan = api_login(&second, "live-fan@example.com").await;
+    let title = "Told at once";
+    let article = api_post(
+        &first,
+        &author,
+        "/articles/publish",
+        json!({"title": title, "content": "<p>Worth a like.</p>"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+
+    // The author has the console open on the first instance: no notification yet.
+    let browser = Browser::start("live_notifications").await;
+    log_in(&browser, &first, "live-author@example.com").await;
+    browser.open(&first.url("/#/")).await;
+    browser.ready("home").await;
+    browser
+        .js("window.sameDocument = true; return true;", vec![])
+        .await;
+    badge_from_stream(&browser, 0).await;
+
+    // The fan acts through the second instance; the badge on the first follows, page unreloaded.
+    api_post(
+        &second,
+        &fan,
+        "/articles/pub/like",
+        json!({"id": article, "like": true}),
+    )
+    .await;
+    badge_from_stream(&browser, 1).await;
+    let words = "A comment from the other instance";
+    api_post(
+        &second,
+        &fan,
+        "/comments",
+        json!({"biz": "article", "bizId": article, "content": words}),
+    )
+    .await;
+    api_post(
+        &second,
+        &fan,
+        "/follow/follow",
+        json!({ "followee": author_uid }),
+    )
+    .await;
+    badge_from_stream(&browser, 3).await;
+
+    // The notifications page shows each kind, unread.
+    browser.click("[data-test=notifications-link]").await;
+    browser.ready("notifications").await;
+    let list = "[data-test=notifications]";
+    browser
+        .wait_text(
+            &format!("{list} li[data-kind=like]"),
+            &format!("liked {title}"),
+        )
+        .await;
+    browser
+        .wait_text(&format!("{list} li[data-kind=comment]"), words)
+        .await;
+    browser
+        .wait_text(&format!("{list} li[data-kind=follow]"), "followed you")
+        .await;
+    assert_eq!(
+        rows(&browser, &format!("{list} li[data-read=false]")).await,
+        3
+    );
+
+    // One marked read, then all: the badge follows, and the other instance agrees.
+    browser
+        .click(&format!("{list} li[data-kind=follow] [data-action=read]"))
+        .await;
+    browser
+        .wait_attr(&format!("{list} li[data-kind=follow]"), "data-read", "true")
+        .await;
+    browser
+        .wait_attr("[data-test=unread]", "data-count", "2")
+        .await;
+    browser.click("[data-action=read-all]").await;
+    browser
+        .wait_attr("[data-test=unread]", "data-count", "0")
+        .await;
+    assert_eq!(
+        rows(&browser, &format!("{list} li[data-read=false]")).await,
+        0
+    );
+    assert_eq!(
+        api_get(&second, &author, "/notifications/unread").await["count"],
+        0
+    );
+
+    // A second person's like joins the day's like of the article: one row, "2 people liked".
+    let other = api_login(&second, "live-other@example.com").await;
+    api_post(
+        &second,
+        &other,
+        "/articles/pub/like",
+        json!({"id": article, "like": true}),
+    )
+    .await;
+    badge_from_stream(&browser, 1).await;
+    // The list is read when the page is opened: away and back (the same document).
+    browser.click("a.brand").await;
+    browser.ready("home").await;
+    browser.click("[data-test=notifications-link]").await;
+    browser.ready("notifications").await;
+    browser
+        .wait_text(
+            &format!("{list} li[data-kind=like][data-read=false]"),
+            &format!("2 people liked {title}"),
+        )
+        .await;
+    assert_eq!(
+        rows(&browser, &format!("{list} li[data-kind=like]")).await,
+        1
+    );
+
+    // Preferences: follows muted from the page, as the API keeps them.
+    browser
+        .click("[data-test=preferences] input[value=follow]")
+        .await;
+    browser.click("[data-action=save-preferences]").await;
+    browser.wait_text("[data-test=prefs-status]", "Saved").await;
+    assert_eq!(
+        api_get(&first, &author, "/notifications/preferences").await["muted"],
+        json!(["follow"])
+    );
+
+    // Logging out takes the badge away.
+    log_out(&browser).await;
+    assert_eq!(rows(&browser, "[data-test=unread]").await, 0);
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
+/// The id of the holder of `token` (`GET /users/profile` answers the bare profile).
+async fn user_id(server: &Server, token: &str) -> i64 {
+    let profile: Value = reqwest::Client::new()
+        .get(server.url("/users/profile"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    profile["Id"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn the_unread_badge_renews_a_refused_token_and_goes_at_logout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[]);
+    let author = api_login(&server, "badge@example.com").await;
+    let fan = api_login(&server, "badge-fan@example.com").await;
+    let browser = Browser::start("badge_token").await;
+    log_in(&browser, &server, "badge@example.com").await;
+
+    // An access token the server refuses, on a page that calls nothing else: the stream's own
+    // 401 renews it (with the refresh token, as every call does) and the stream then works.
+    browser
+        .js(
+            "localStorage.setItem('webook.access', 'not.a.token'); return true;",
+            vec![],
+        )
+        .await;
+    browser.open(&server.url("/?renew=1#/no-such-page")).await;
+    browser.ready("notfound").await;
+    browser
+        .js("window.sameDocument = true; return true;", vec![])
+        .await;
+    badge_from_stream(&browser, 0).await;
+    let polls = browser
+        .js(
+            "return document.querySelector('[data-test=unread]').dataset.polls ?? null;",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        polls,
+        Value::Null,
+        "the stream renewed the token itself, never down"
+    );
+    let renewed = browser
+        .js("return localStorage.getItem('webook.access');", vec![])
+        .await;
+    assert_ne!(renewed, json!("not.a.token"), "the token was renewed");
+    let author_id = user_id(&server, &author).await;
+    api_post(
+        &server,
+        &fan,
+        "/follow/follow",
+        json!({ "followee": author_id }),
+    )
+    .await;
+    badge_from_stream(&browser, 1).await;
+
+    // Logged out: no badge, and the notifier stopped (it forgets the count it had).
+    log_out(&browser).await;
+    assert_eq!(rows(&browser, "[data-test=unread]").await, 0);
+    let kept = browser
+        .js(
+            "const app = document.querySelector('script[type=module]').src; \
+             return import(app.replace(/app\\.js$/, 'notify.js')).then((m) => m.unread());",
+            vec![],
+        )
+        .await;
+    assert_eq!(kept, Value::Null, "the notifier still holds a count");
+
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}
+
 #[tokio::test]
 async fn assets_are_versioned_gzipped_cached_and_under_a_strict_policy() {
     let dir = tempfile::tempdir().unwrap();
@@ -1796,6 +2282,8 @@ async fn console_pages_load_within_budget_on_a_seeded_100_000_article_database()
         ("my-articles", "#/me/articles".to_owned()),
         ("account", "#/me/account".to_owned()),
         ("jobs", "#/ops/jobs".to_owned()),
+        ("notifications", "#/notifications".to_owned()),
+        ("moderation", "#/ops/moderation".to_owned()),
     ];
 
     let browser = Browser::start("page_timing").await;

@@ -3,6 +3,8 @@
 // matching the UI, the access token as `Authorization: Bearer`, and on a 401 exactly one
 // refresh with the refresh token (both rotate; one refresh at a time, across tabs too) and one
 // retry. When the session is gone the tokens are cleared and listeners of session.js hear it.
+// freshAccess() and renewAccess() give the same token handling to notify.js, whose stream
+// api() cannot read.
 
 import { acceptLanguage, t } from "./i18n.js";
 import { tokens, clear as clearSession } from "./session.js";
@@ -145,4 +147,18 @@ export async function apiWithHeaders(path, opts = {}) {
   const json = r.body;
   if (json && typeof json.code === "number" && json.code === 0 && r.status < 300) return { data: json.data, headers: r.headers };
   throw new ApiError(r.status, json?.code ?? -1, json?.msg || t("err.http", { status: r.status }), { retryAfter: r.headers.get("Retry-After") });
+}
+
+/** The access token to send now, refreshed first when it is about to expire (as api() does):
+ * for the one request api() cannot make, the notification stream read with fetch. */
+export async function freshAccess() {
+  if (tokens.refresh() && tokens.accessExpiring()) await refresh(tokens.access());
+  return tokens.access();
+}
+
+/** After a 401 for the access token `stale`: the one refresh api() would do (shared with it, so
+ * never two at once). Resolves true when a retry is worth it; a refused refresh token clears
+ * the session, as in api(). */
+export function renewAccess(stale) {
+  return refresh(stale);
 }

@@ -21,6 +21,11 @@
 //                      #/ops/instances (admins)
 //   pages/events.js    #/ops/events       event consumer groups, parked events: replay, discard (admins)
 //   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
+//   pages/moderation.js #/ops/moderation  review queue (dismiss/hide/restore/delete/suspend/lift),
+//                      #/ops/moderation/held (approve/reject), /words (word lists), /log (admins)
+//   pages/notifications.js #/notifications  the inbox: kinds rendered, mark read, preferences
+//   notify.js          the nav's unread badge, live (SSE read with fetch; polling while it is down),
+//                      loaded after the first page has rendered
 //
 // Routing is by location.hash (so no console path meets an API route). The public site's
 // server-rendered pages are this same document at clean paths (/a/:id, /u/:id, /t/:name): with no
@@ -35,7 +40,10 @@
 // its first paint is done, <html data-page="<name>" data-ready="<n>"> is set (n counts up) and
 // performance.mark("console-ready") is recorded ("console-route" when routing starts and
 // "console-module" when the page's module is loaded split the load into phases). Page names: home, article, user, search, tag, topic,
-// signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, notfound. Form
+// signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, moderation,
+// held, word-lists, moderation-log, notifications, notfound. The unread badge is [data-test=unread] (its
+// data-count the count, data-via "stream" or "poll" as it came, data-polls how many polls answered; hidden
+// at 0). Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
 // data-test (see the pages), errors appear in [role=alert] with the API's msg, confirmations
 // (stop a job, withdraw an article, refund a payment) are window.confirm() dialogs, and window.consoleProblems
@@ -68,6 +76,11 @@ const ROUTES = [
   [/^\/ops\/instances$/, page("instances", "ops.js", "instances", { auth: true })],
   [/^\/ops\/events$/, page("events", "events.js", "events", { auth: true })],
   [/^\/ops\/move$/, page("move", "move.js", "move", { auth: true })],
+  [/^\/ops\/moderation$/, page("moderation", "moderation.js", "queue", { auth: true })],
+  [/^\/ops\/moderation\/held$/, page("held", "moderation.js", "held", { auth: true })],
+  [/^\/ops\/moderation\/words$/, page("word-lists", "moderation.js", "wordLists", { auth: true })],
+  [/^\/ops\/moderation\/log$/, page("moderation-log", "moderation.js", "log", { auth: true })],
+  [/^\/notifications$/, page("notifications", "notifications.js", "notifications", { auth: true })],
 ];
 
 const root = document.documentElement;
@@ -172,6 +185,7 @@ async function route() {
   const h1 = main.querySelector("h1");
   document.title = h1 ? `${h1.textContent} · webook` : "webook";
   markReady(name);
+  if (!notifier) setTimeout(followUnread, 0); // after the first paint, never before it
 }
 
 function notFound() {
@@ -189,6 +203,36 @@ function navLink(href, label, path, attrs = {}) {
 }
 
 let navKey = "";
+// The unread badge: one element, kept across nav rebuilds; notify.js feeds it.
+const unreadBadge = h("span", { class: "badge unread", dataset: { test: "unread", count: "0" }, hidden: true }, "0");
+let bell = null; // the nav's link to #/notifications
+let unreadCount = 0;
+let notifier = null; // notify.js, once loaded
+
+function paintUnread() {
+  unreadBadge.textContent = unreadCount > 99 ? "99+" : String(unreadCount);
+  unreadBadge.dataset.count = String(unreadCount);
+  unreadBadge.hidden = unreadCount <= 0;
+  bell?.setAttribute("aria-label", t("nav.notificationsUnread", { n: unreadCount }));
+}
+
+function onUnread(count, via) {
+  unreadCount = Math.max(0, count);
+  if (via) unreadBadge.dataset.via = via; // "stream" or "poll": how the count came (tests)
+  if (via === "poll") unreadBadge.dataset.polls = String(Number(unreadBadge.dataset.polls || 0) + 1);
+  paintUnread();
+}
+
+/** Loads notify.js (once) and follows the signed-in user's unread count; stops at logout. */
+async function followUnread() {
+  if (!notifier) {
+    if (!session.loggedIn()) return;
+    try { notifier = await import("./notify.js"); } catch { return; }
+  }
+  const me = session.current();
+  if (me) notifier.start(me.uid, onUnread);
+  else { notifier.stop(); onUnread(0); }
+}
 
 function renderNav(path = parseHash().path) {
   const me = session.current();
@@ -203,6 +247,9 @@ function renderNav(path = parseHash().path) {
       links.push(navLink("#/ops/jobs", t("nav.ops"), path, { dataset: { test: "ops-link" } }),
         navLink("#/ops/move", t("nav.move"), path, { dataset: { test: "move-link" } }));
     }
+    bell = navLink("#/notifications", [t("nav.notifications"), unreadBadge], path, { dataset: { test: "notifications-link" } });
+    paintUnread();
+    links.push(bell);
     links.push(navLink("#/me", me.name || t("nav.me"), path, { dataset: { test: "whoami" }, class: "whoami" }));
     const out = h("button", { type: "button", class: "link", dataset: { action: "logout" } }, t("nav.logout"));
     out.addEventListener("click", logout);
@@ -229,7 +276,7 @@ async function logout() {
 
 // The skip link must not change the hash (that would be a route).
 document.getElementById("skip")?.addEventListener("click", (e) => { e.preventDefault(); main.focus(); });
-session.onChange(() => renderNav());
+session.onChange(() => { renderNav(); if (notifier) followUnread(); });
 window.addEventListener("hashchange", route);
 root.lang = lang() === "zh" ? "zh-CN" : "en";
 route();

@@ -14,13 +14,14 @@ import * as session from "../session.js";
 import { field, input, textarea, select, alertBox, statusLine, onSubmit, actionButton, table, empty, tabs,
   heading, errorText, time } from "../ui.js";
 
-/** The operator pages' tab bar (the move page uses it too). */
+/** The operator pages' tab bar (the events, moderation and move pages use it too). */
 export const opsTabs = (current) => tabs([
   ["#/ops/jobs", t("ops.jobs")],
   ["#/ops/findings", t("ops.findings")],
   ["#/ops/refunds", t("ops.refunds")],
   ["#/ops/instances", t("ops.instances")],
   ["#/ops/events", t("ops.events")],
+  ["#/ops/moderation", t("ops.moderation")],
   ["#/ops/move", t("ops.move")],
 ], current);
 
