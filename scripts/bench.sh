@@ -46,7 +46,9 @@
 #              (every request a write transaction); afterwards likeCnt must be 0 or 1 and agree
 #              with the reader's "liked" flag;
 #   - mixed:   wrk -t2 -c64, nine article reads to one like/unlike per connection (a reader's
-#              traffic); afterwards reads are exact and likes consistent, as above;
+#              traffic); afterwards reads are exact and likes consistent, as above, and a check
+#              line gives the notification delay (a like's event to its notification in the
+#              author's inbox) at p50 and p99, from the server's histogram (/metrics);
 #   - ranking: on the dataset's articles and likes, runs the
 #              `ranking` job (`webook jobs trigger ranking` on the same database), waits for a
 #              list computed after the trigger, checks that GET /ranking/top answers a JSON
@@ -444,6 +446,25 @@ cache_lookups() {
         if (/result="hit"/) hits[cache] += $NF; else misses[cache] += $NF; seen[cache] = 1 }
       END { for (c in seen) printf "%s %d %d\n", c, hits[c], misses[c] }' | sort
 }
+# The notification delay histogram of the likes' events so far (event published → its
+# notification committed), one "LE COUNT" line per bucket, by bound.
+notification_delays() {
+  curl -sS --max-time 30 "$base/metrics" |
+    awk '/^notification_delay_seconds_bucket\{/ && /topic="like_changed"/ {
+        match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+        if (le == "+Inf") le = 1e9; printf "%s %d\n", le, $NF }' | sort -g
+}
+# A check line with the p50 and p99 of the notification delay since DELAYS_BEFORE (a
+# notification_delays output): the first bucket bound holding that share of the events.
+check_notification_delay() { # SCENARIO DELAYS_BEFORE
+  checks+=("$1: notification delay (like → author's inbox) $(awk 'NR == FNR { before[$1] = $2; next }
+      { print $1, $2 - before[$1] }' <(printf '%s\n' "$2") <(notification_delays) |
+    awk '{ le[NR] = $1; n[NR] = $2 } END { total = n[NR]
+      if (total == 0) { print "not measured (no like event handled)"; exit }
+      for (i = 1; i <= NR; i++) { if (!p50 && n[i] >= 0.5 * total) p50 = le[i]; if (!p99 && n[i] >= 0.99 * total) p99 = le[i] }
+      printf "p50 <= %s ms, p99 <= %s ms over %d events", p50 * 1000, p99 * 1000, total }')")
+}
+
 # A check line with each cache's hit rate since LOOKUPS_BEFORE (a cache_lookups output).
 check_cache_hits() { # SCENARIO LOOKUPS_BEFORE
   checks+=("$1: local cache hit rates: $(join -a1 -e0 -o 0,1.2,1.3,2.2,2.3 <(cache_lookups) <(printf '%s\n' "$2") |
@@ -724,10 +745,12 @@ function request()
 end
 LUA
       note "mixed: wrk -t2 -c64 -d${duration}s, 9 GET /articles/pub/$article to 1 POST /articles/pub/like"
+      delays_before=$(notification_delays)
       run_wrk "$tmp/mixed.txt" -t2 -c64 -s "$tmp/mixed.lua" "$base"
       record mixed "$tmp/mixed.txt"
       check_reads_exact mixed
       check_likes_consistent mixed
+      check_notification_delay mixed "$delays_before"
       [[ -z $redis_url ]] || check_redis_per_request mixed "$tmp/mixed.txt" "$asked_before"
       ;;
     ranking)

@@ -72,9 +72,18 @@ pub const NOTIFICATIONS_WRITTEN_TOTAL: &str = "notifications_written_total";
 /// Counter: notifications removed or given one actor less, by `topic`.
 pub const NOTIFICATIONS_REMOVED_TOTAL: &str = "notifications_removed_total";
 
+/// Histogram: from an event's publication to its batch's commit in the inboxes (seconds), by
+/// `topic` — what a user waits, after a like, for its notification.
+pub const NOTIFICATION_DELAY_SECONDS: &str = "notification_delay_seconds";
+
+/// Buckets of [`NOTIFICATION_DELAY_SECONDS`]: milliseconds to seconds.
+const DELAY_BUCKETS: &[f64] = &[
+    0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
 /// The feature's metrics.
 pub const METRICS: MetricsSpec = MetricsSpec {
-    histogram_buckets: &[],
+    histogram_buckets: &[(NOTIFICATION_DELAY_SECONDS, DELAY_BUCKETS)],
     describe: describe_metrics,
 };
 
@@ -82,6 +91,11 @@ fn describe_metrics() {
     metrics::describe_counter!(
         NOTIFICATIONS_WRITTEN_TOTAL,
         "Notifications written or given a new actor, by source topic"
+    );
+    metrics::describe_histogram!(
+        NOTIFICATION_DELAY_SECONDS,
+        metrics::Unit::Seconds,
+        "From an event's publication to its notification's commit, by source topic"
     );
     metrics::describe_counter!(
         NOTIFICATIONS_REMOVED_TOTAL,
@@ -255,6 +269,11 @@ impl NotificationService {
             return Ok(());
         }
         let applied = self.store.apply(GROUP, changes, now_millis()).await?;
+        let delay = metrics::histogram!(NOTIFICATION_DELAY_SECONDS, "topic" => topic.to_owned());
+        let committed = now_millis();
+        for event in events {
+            delay.record(committed.saturating_sub(event.time).max(0) as f64 / 1000.0);
+        }
         self.live.changed(&applied.recipients).await;
         metrics::counter!(NOTIFICATIONS_WRITTEN_TOTAL, "topic" => topic.to_owned())
             .increment(applied.written);

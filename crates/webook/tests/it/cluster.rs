@@ -1594,6 +1594,19 @@ async fn a_hidden_comment_and_article_leave_every_surface_of_all_three_instances
         .await;
     }
 
+    // The instance that applied it measured its delay (event to inbox).
+    let mut measured = 0.0;
+    for index in 0..3 {
+        measured += cluster
+            .instance(index)
+            .metric("notification_delay_seconds_count{topic=\"moderation_acted\"}")
+            .await;
+    }
+    assert!(
+        measured >= 1.0,
+        "no instance measured a moderation notice's delay"
+    );
+
     ok(cluster
         .post(
             1,
