@@ -18,7 +18,8 @@
 //!   and, the payload repaired, replays the other's group: the article leaves the hot list;
 //! - an admin works the moderation pages: the review queue (a reported article shown as it was
 //!   reported, hidden with a reason — and a repeat shown as changing nothing), the audit log, a
-//!   word list created and edited, a held article approved;
+//!   word list created and edited, a held article and a held comment approved, the author told
+//!   why on their notifications page;
 //! - cluster mode: two instances on PostgreSQL + Redis, a change made through one shows on the
 //!   other; the unread badge on one instance follows likes, comments and follows made through
 //!   the other live (the notification stream), the notifications page shows and reads them;
@@ -1818,6 +1819,60 @@ async fn an_admin_works_the_review_queue_held_articles_and_word_lists_from_the_m
     let public = api_envelope(&server, "", &format!("/articles/pub/{held}")).await;
     assert_eq!(public["code"], 0, "approved: {public}");
     assert_eq!(public["data"]["title"], "Office services", "{public}");
+
+    // A comment with the word is held as well; approved from the same page, it shows.
+    let held_comment = api_post(
+        &server,
+        &reader,
+        "/comments",
+        json!({"biz": "article", "bizId": held, "content": "代开发票 for me too?"}),
+    )
+    .await
+    .as_i64()
+    .unwrap();
+    let thread_ids = |thread: Value| -> Vec<i64> {
+        thread["data"]["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["id"].as_i64().unwrap())
+            .collect()
+    };
+    let thread_path = format!("/comments?biz=article&bizId={held}&limit=50");
+    let thread = api_envelope(&server, "", &thread_path).await;
+    assert!(!thread_ids(thread).contains(&held_comment), "held");
+    // Away and back: the held page reads the lists again.
+    browser.click("a[href='#/ops/moderation']").await;
+    browser.ready("moderation").await;
+    browser.click("a[href='#/ops/moderation/held']").await;
+    browser.ready("held").await;
+    let row = format!("[data-test=held-comments] tr[data-held='{held_comment}']");
+    browser
+        .wait_text(&format!("{row} [data-test=content]"), "for me too?")
+        .await;
+    browser
+        .fill(&format!("{row} input[name=reason]"), "harmless")
+        .await;
+    browser.click(&format!("{row} [data-action=approve]")).await;
+    browser.wait_attr(&row, "data-state", "approved").await;
+    let thread = api_envelope(&server, "", &thread_path).await;
+    assert!(thread_ids(thread).contains(&held_comment), "approved");
+
+    // The article's author is told of the approval, and why, on their notifications page.
+    log_out(&browser).await;
+    log_in(&browser, &server, "author@example.com").await;
+    browser.open(&server.url("/#/notifications")).await;
+    browser.ready("notifications").await;
+    let told = "[data-test=notifications] li[data-kind=moderation]:has([data-action=approve])";
+    browser
+        .wait_text(&format!("{told} [data-test=moderation]"), "approved")
+        .await;
+    browser
+        .wait_text(
+            &format!("{told} [data-test=reason]"),
+            "a quote, not an offer",
+        )
+        .await;
 
     let problems = browser.problems().await;
     assert!(problems.is_empty(), "the pages reported {problems:?}");

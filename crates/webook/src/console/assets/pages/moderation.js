@@ -9,8 +9,9 @@
 //    optionally hiding their content — and lift), each with the required reason and an
 //    Idempotency-Key of its own per click. The answer is shown as it is: what changed and the
 //    reports closed, or that nothing changed (`changed: false`).
-//  - #/ops/moderation/held: articles the word lists hold (GET /admin/moderation/held), each to
-//    approve (the action `restore`) or reject (`delete`), with a reason.
+//  - #/ops/moderation/held: articles and comments the word lists hold (GET
+//    /admin/moderation/held, /admin/moderation/held-comments), each to approve (the action
+//    `restore`) or reject (`delete`), with a reason.
 //  - #/ops/moderation/words: the word lists (GET/PUT/DELETE /admin/moderation/word-lists):
 //    edit a list's mode (refuse or hold) and its words (one per line), delete it, create one.
 //  - #/ops/moderation/log: the audit log (GET /admin/moderation/log), newest first, optionally
@@ -189,30 +190,46 @@ export async function queue(ctx) {
     list, none, more, alert);
 }
 
-// ---- held articles -------------------------------------------------------------------------
+// ---- held for review ----------------------------------------------------------------------
 
-function heldRow(a) {
+/** What the held page lists: articles and comments, each from its own route. */
+const HELD = [
+  { kind: "article", path: "/admin/moderation/held", test: "held" },
+  { kind: "comment", path: "/admin/moderation/held-comments", test: "held-comments" },
+];
+
+/** What a held item says: an article's title and abstract, a comment's text and its article. */
+function heldContent(kind, a) {
+  if (kind === "article") {
+    return [h("strong", { dataset: { test: "title" } }, a.title || t("untitled")),
+      a.abstract ? h("p", { class: "abstract" }, decodeHtml(a.abstract)) : null];
+  }
+  return [h("p", { class: "snapshot", dataset: { test: "content" } }, a.content),
+    a.biz === "article" ? h("a", { href: `#/article/${a.bizId}` }, t("mod.onArticle", { id: a.bizId })) : null];
+}
+
+function heldRow(kind, a) {
+  const target = `${kind} ${a.id}`;
   const alert = alertBox();
   const result = h("p", { class: "status", role: "status", tabindex: "-1", dataset: { test: "result" } });
   const reason = input("reason", { maxlength: 500, placeholder: t("mod.reasonPlaceholder"),
-    "aria-label": t("mod.reasonFor", { target: `article ${a.id}` }) });
+    "aria-label": t("mod.reasonFor", { target }) });
   const approve = h("button", { type: "submit", class: "small", dataset: { action: "approve" } }, t("mod.approve"));
   const reject = h("button", { type: "submit", class: "small danger", dataset: { action: "reject" } }, t("mod.reject"));
-  const form = h("form", { class: "inline-form", "aria-label": t("mod.actOn", { target: `article ${a.id}` }) },
+  const form = h("form", { class: "inline-form", "aria-label": t("mod.actOn", { target }) },
     reason, approve, reject, alert);
-  const tr = h("tr", { dataset: { held: a.id } },
+  const tr = h("tr", { dataset: { held: a.id, kind } },
     h("td", { class: "num" }, String(a.id)),
-    h("td", null, h("strong", { dataset: { test: "title" } }, a.title || t("untitled")),
-      a.abstract ? h("p", { class: "abstract" }, decodeHtml(a.abstract)) : null),
+    h("td", null, heldContent(kind, a)),
     h("td", null, h("a", { href: `#/user/${a.authorId}` }, t("mod.user", { id: a.authorId }))),
     h("td", { class: "note", dataset: { test: "held-reason" } }, a.reason),
-    h("td", null, time(a.utime)),
+    h("td", null, time(a.utime ?? a.ctime)),
     h("td", { class: "row-actions" }, form, result));
   onSubmit(form, alert, async (submitter) => {
     const approving = submitter?.dataset.action !== "reject";
     const action = approving ? "restore" : "delete";
     if (!approving && !confirm(t("mod.confirmReject", { id: a.id }))) return;
-    const r = await act({ kind: "article", id: a.id, action, reason: reason.value.trim() });
+    const r = await act({ kind, id: a.id, action, reason: reason.value.trim() });
     result.textContent = actedText(action, r);
     result.dataset.changed = String(!!r?.changed);
     if (r?.changed) {
@@ -224,32 +241,41 @@ function heldRow(a) {
   return tr;
 }
 
-export async function held(ctx) {
-  const load = (offset, signal) => api("/admin/moderation/held", { query: { offset, limit: HELD_PAGE }, signal });
-  let first;
-  try { first = await load(0, ctx.signal); } catch (err) { throw notAdmin(err); }
+/** One kind's held items: a table paged by offset. */
+function heldSection({ kind, path, test }, first) {
   const tbody = h("tbody");
-  for (const a of first || []) tbody.append(heldRow(a));
-  let offset = (first || []).length;
+  for (const a of first) tbody.append(heldRow(kind, a));
+  let offset = first.length;
   const alert = alertBox();
   const more = h("button", { type: "button", class: "more", dataset: { action: "more" },
-    hidden: (first || []).length < HELD_PAGE }, t("more"));
+    hidden: first.length < HELD_PAGE }, t("more"));
   more.addEventListener("click", async () => {
     more.disabled = true; alert.clear();
     try {
-      const next = await load(offset);
-      for (const a of next || []) tbody.append(heldRow(a));
-      offset += (next || []).length;
-      more.hidden = (next || []).length < HELD_PAGE || offset > MAX_OFFSET;
+      const next = (await api(path, { query: { offset, limit: HELD_PAGE } })) || [];
+      for (const a of next) tbody.append(heldRow(kind, a));
+      offset += next.length;
+      more.hidden = next.length < HELD_PAGE || offset > MAX_OFFSET;
     } catch (err) { alert.show(errorText(err)); } finally { more.disabled = false; }
   });
+  const what = kind === "article" ? t("editor.title") : t("mod.commentText");
+  return h("section", { class: "card" },
+    h("h2", null, t(kind === "article" ? "mod.heldArticles" : "mod.heldComments")),
+    table([t("runs.id"), what, t("mod.author"), t("mod.heldReason"), t("mod.submitted"), ""], tbody,
+      { class: "list held", dataset: { test } }),
+    first.length ? null : empty(t(kind === "article" ? "mod.heldEmpty" : "mod.heldCommentsEmpty")),
+    more, alert);
+}
+
+export async function held(ctx) {
+  let firsts;
+  try {
+    firsts = await Promise.all(HELD.map((held) =>
+      api(held.path, { query: { offset: 0, limit: HELD_PAGE }, signal: ctx.signal })));
+  } catch (err) { throw notAdmin(err); }
   return page(t("mod.heldTitle"), "#/ops/moderation/held",
     h("p", { class: "meta" }, t("mod.heldHint")),
-    h("section", { class: "card" },
-      table([t("runs.id"), t("editor.title"), t("mod.author"), t("mod.heldReason"), t("mod.submitted"), ""], tbody,
-        { class: "list held", dataset: { test: "held" } }),
-      (first || []).length ? null : empty(t("mod.heldEmpty")),
-      more, alert));
+    HELD.map((held, i) => heldSection(held, firsts[i] || [])));
 }
 
 // ---- word lists ----------------------------------------------------------------------------
