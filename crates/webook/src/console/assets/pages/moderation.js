@@ -194,8 +194,10 @@ export async function queue(ctx) {
 
 /** What the held page lists: articles and comments, each from its own route. */
 const HELD = [
-  { kind: "article", path: "/admin/moderation/held", test: "held" },
-  { kind: "comment", path: "/admin/moderation/held-comments", test: "held-comments" },
+  { kind: "article", test: "held",
+    load: (offset, signal) => api("/admin/moderation/held", { query: { offset, limit: HELD_PAGE }, signal }) },
+  { kind: "comment", test: "held-comments",
+    load: (offset, signal) => api("/admin/moderation/held-comments", { query: { offset, limit: HELD_PAGE }, signal }) },
 ];
 
 /** What a held item says: an article's title and abstract, a comment's text and its article. */
@@ -242,7 +244,7 @@ function heldRow(kind, a) {
 }
 
 /** One kind's held items: a table paged by offset. */
-function heldSection({ kind, path, test }, first) {
+function heldSection({ kind, test, load }, first) {
   const tbody = h("tbody");
   for (const a of first) tbody.append(heldRow(kind, a));
   let offset = first.length;
@@ -252,7 +254,7 @@ function heldSection({ kind, path, test }, first) {
   more.addEventListener("click", async () => {
     more.disabled = true; alert.clear();
     try {
-      const next = (await api(path, { query: { offset, limit: HELD_PAGE } })) || [];
+      const next = (await load(offset)) || [];
       for (const a of next) tbody.append(heldRow(kind, a));
       offset += next.length;
       more.hidden = next.length < HELD_PAGE || offset > MAX_OFFSET;
@@ -270,8 +272,7 @@ function heldSection({ kind, path, test }, first) {
 export async function held(ctx) {
   let firsts;
   try {
-    firsts = await Promise.all(HELD.map((held) =>
-      api(held.path, { query: { offset: 0, limit: HELD_PAGE }, signal: ctx.signal })));
+    firsts = await Promise.all(HELD.map((held) => held.load(0, ctx.signal)));
   } catch (err) { throw notAdmin(err); }
   return page(t("mod.heldTitle"), "#/ops/moderation/held",
     h("p", { class: "meta" }, t("mod.heldHint")),
