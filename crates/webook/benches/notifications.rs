@@ -4,7 +4,7 @@
 //! - `baseline/user_by_id`: `SELECT nickname FROM users WHERE id = ?` through the store's pool;
 //! - `unread/{heavy,typical}`: [`NotificationStore::unread`] — the index-only count of
 //!   `(recipient, is_read)` that `GET /notifications/unread` (and every stream's wake-up) runs —
-//!   for a user with 2 000 notifications, 1 000 of them unread, and for one with 20, 10 unread;
+//!   for a user with 2 000 notifications, 1 000 of them unread, and for one with 20, all unread;
 //! - `page/{heavy,typical}`: [`NotificationStore::page`], the first page of 20 (keyset range, the
 //!   titles' join, then one statement for the actors of all its rows).
 //!
@@ -33,7 +33,8 @@ const TYPICAL: i64 = 500;
 const ROWS_PER_STATEMENT: i64 = 500;
 
 /// Users, then notifications: row `n` goes to the heavy user when `n % 100 == 0`, else to a user
-/// in 2..=USERS; every other row unread; one standing like source per row.
+/// in 2..=USERS; rows read and unread by alternating hundreds (so half of each user's);
+/// one standing like source per row.
 async fn fill(db: &Db) {
     let mut tx = db.writer().begin().await.unwrap();
     for first in (1..=USERS).step_by(ROWS_PER_STATEMENT as usize) {
@@ -63,7 +64,7 @@ async fn fill(db: &Db) {
                 format!(
                     "({n}, {}, 'like', '{n}:0', {n}, 0, '', 0, 1, {}, {n}, {n})",
                     recipient(n),
-                    n % 2
+                    (n / 100) % 2
                 )
             })
             .collect();
