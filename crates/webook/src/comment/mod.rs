@@ -6,6 +6,9 @@
 //! counters, the object's `comment_cnt` in `interactives`, and one `comment_changed` event per
 //! recipient in the outbox). The feed consumes those events into `comment` items; the article
 //! reader view and feed items show the count through the interactive feature's counts.
+//! Screening ([`crate::screening`]) refuses a comment with a refused word; one with a held word
+//! is written hidden (`held`), out of the counts and without events, until a moderator's
+//! restore publishes it as a new comment would be.
 
 mod http;
 pub mod model;
