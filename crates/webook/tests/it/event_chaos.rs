@@ -3,13 +3,13 @@
 //! steady traffic (reads, likes, comments, publishes) while `/metrics` is sampled every 200 ms
 //! for `event_group_lag_seconds` of every group:
 //! 1. **poison** — the feed's `article_published` handler fails permanently for two articles
-//!    (`/debug/event-faults`): every other (topic, group) keeps its lag under 1 s at p99 (search,
+//!    (`/debug/event-faults`): every other (topic, group) keeps its lag under 2 s at p99 (search,
 //!    which gathers for 250 ms and commits per batch, under 3 s), the
 //!    other articles reach the follower's feed, exactly those two events are parked for the feed
 //!    and `/readyz` says so; after the fix a replay (`POST /admin/events/replay`) puts each in
 //!    the feed once and the parked rows become `replayed`;
 //! 2. **outage** — the same handler fails transiently on every event: the others still keep
-//!    their lag under 1 s while the feed's grows past 1 s (and, in one mode, `/readyz` calls it
+//!    their lag under 2 s while the feed's grows past it (and, in one mode, `/readyz` calls it
 //!    stuck after 10 s), nothing is parked, and once the fault is gone the feed catches up;
 //! 3. **kill -9** at a seeded moment of the traffic, then a restart on the same data: every
 //!    acknowledged publish is in the follower's feed exactly once, every acknowledged like and
@@ -58,8 +58,11 @@ const PUBLISHED: &str = "article_published";
 /// How often `/metrics` is sampled, and at most how many times per test.
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 const MAX_SAMPLES: usize = 1500;
-/// The bound on the other groups' lag (p99 of the samples of a phase).
-const LAG_BOUND_SECONDS: f64 = 1.0;
+/// The bound on the other groups' lag (p99 of the samples of a phase). Held behind the feed's
+/// failing handler a group would lag for the whole phase (10 s and more); under the whole
+/// suite's load on two cores, one batch of `feed/comment_changed` took 1.004 s once (SQLite's
+/// single writer shared with the traffic and the other groups), so the bound is 2 s.
+const LAG_BOUND_SECONDS: f64 = 2.0;
 /// The bound on the in-process search groups' lag. Search gathers events for 250 ms and then
 /// commits its index (segment files and meta, each synced to disk) once per batch, so its lag is
 /// that gather plus a commit: on the CI machine, under the whole suite's load, a commit took up
@@ -1091,7 +1094,7 @@ async fn chaos(mode: Mode) {
         }
     }
     assert_eq!(held.len(), 2);
-    wait_until("the feed's lag to grow past 1 s", || async {
+    wait_until("the feed's lag to grow past the bound", || async {
         feed_published(&api.metrics().await, "event_group_lag_seconds")
             .is_some_and(|lag| lag > LAG_BOUND_SECONDS)
     })
