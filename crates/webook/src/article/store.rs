@@ -55,6 +55,8 @@ pub struct Moderated {
     pub changed: bool,
     /// Whether readers' view changed: an event went to the outbox.
     pub announced: bool,
+    /// Whether the copy was held for review before (a restore of it is an approval).
+    pub was_held: bool,
 }
 
 impl From<sqlx::Error> for WriteError {
@@ -279,6 +281,7 @@ impl ArticleStore {
         let Some((author, status, held, restore_to)) = row else {
             return Ok(None);
         };
+        let was_held = status == 4 && held == 1;
         // (next status, reason, restore_to): a hide remembers what a restore gives back (a held
         // copy was never shown: published once approved).
         let (next, reason, restore_to) = match (action, status) {
@@ -291,6 +294,7 @@ impl ArticleStore {
                     author,
                     changed: false,
                     announced: false,
+                    was_held,
                 }))
             }
         };
@@ -318,6 +322,7 @@ impl ArticleStore {
             author,
             changed: true,
             announced: topic.is_some(),
+            was_held,
         }))
     }
 

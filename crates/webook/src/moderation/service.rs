@@ -258,7 +258,6 @@ impl ModerationService {
         let (changed, outcome, notice) = match (action, kind) {
             (Action::Dismiss, _) => (false, "dismissed".to_owned(), None),
             (Action::Hide | Action::Restore | Action::Delete, Kind::Article) => {
-                let approval = action == Action::Restore && self.store.is_held(kind, id).await?;
                 let moderation = match action {
                     Action::Hide => Moderation::Hide,
                     Action::Restore => Moderation::Restore,
@@ -271,7 +270,7 @@ impl ModerationService {
                     .ok_or(NO_SUCH_TARGET)?;
                 let notice = Notice {
                     recipient: moderated.author,
-                    action: told(action, approval),
+                    action: told(action, moderated.was_held),
                     article: id,
                     comment: 0,
                     excerpt: String::new(),
@@ -284,16 +283,14 @@ impl ModerationService {
                 )
             }
             (Action::Hide | Action::Restore | Action::Delete, Kind::Comment) => {
-                let (author, article, text) =
-                    self.store.comment_brief(id).await?.ok_or(NO_SUCH_TARGET)?;
-                let approval = action == Action::Restore && self.store.is_held(kind, id).await?;
+                let brief = self.store.comment_brief(id).await?.ok_or(NO_SUCH_TARGET)?;
                 let (changed, outcome) = self.moderate_comment(action, id).await?;
                 let notice = Notice {
-                    recipient: author,
-                    action: told(action, approval),
-                    article,
+                    recipient: brief.author,
+                    action: told(action, brief.held),
+                    article: brief.article,
                     comment: id,
-                    excerpt: text,
+                    excerpt: brief.content,
                     until: None,
                 };
                 (changed, outcome, Some(notice))
@@ -462,8 +459,8 @@ fn count_action(action: Action, changed: bool) {
 }
 
 /// The action as the person it concerns is told it: a restore of held content is an approval.
-fn told(action: Action, approval: bool) -> &'static str {
-    if approval {
+fn told(action: Action, was_held: bool) -> &'static str {
+    if action == Action::Restore && was_held {
         "approve"
     } else {
         action.as_str()

@@ -26,6 +26,19 @@ pub enum NotFiled {
     Duplicate,
 }
 
+/// What a moderator's action tells about a comment ([`ModerationStore::comment_brief`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommentBrief {
+    /// Its author.
+    pub author: i64,
+    /// The article it is on (0: another kind of object).
+    pub article: i64,
+    /// Its text.
+    pub content: String,
+    /// Whether it is held for review.
+    pub held: bool,
+}
+
 /// A suspension row: until (ms) and why.
 pub type SuspensionRow = (i64, String);
 
@@ -200,30 +213,22 @@ impl ModerationStore {
         .await
     }
 
-    /// Comment `id`'s author, the article it is on (0: another kind of object) and its text.
-    pub async fn comment_brief(&self, id: i64) -> sqlx::Result<Option<(i64, i64, String)>> {
-        let row: Option<(i64, String, i64, String)> =
-            sqlx::query_as("SELECT uid, biz, biz_id, content FROM comments WHERE id = $1")
+    /// Comment `id`'s author, the article it is on (0: another kind of object), its text and
+    /// whether it is held for review (a restore of it is an approval).
+    pub async fn comment_brief(&self, id: i64) -> sqlx::Result<Option<CommentBrief>> {
+        let row: Option<(i64, String, i64, String, i64)> =
+            sqlx::query_as("SELECT uid, biz, biz_id, content, held FROM comments WHERE id = $1")
                 .bind(id)
                 .fetch_optional(self.db.pool())
                 .await?;
-        Ok(row.map(|(uid, biz, biz_id, content)| {
-            (uid, if biz == "article" { biz_id } else { 0 }, content)
-        }))
-    }
-
-    /// Whether article or comment `id` is held for review (a restore of it is an approval).
-    pub async fn is_held(&self, kind: Kind, id: i64) -> sqlx::Result<bool> {
-        let sql = match kind {
-            Kind::Article => "SELECT held FROM published_articles WHERE id = $1 AND status = 4",
-            Kind::Comment => "SELECT held FROM comments WHERE id = $1",
-            Kind::User => return Ok(false),
-        };
-        let held: Option<i64> = sqlx::query_scalar(sql)
-            .bind(id)
-            .fetch_optional(self.db.pool())
-            .await?;
-        Ok(held == Some(1))
+        Ok(
+            row.map(|(author, biz, biz_id, content, held)| CommentBrief {
+                author,
+                article: if biz == "article" { biz_id } else { 0 },
+                content,
+                held: held == 1,
+            }),
+        )
     }
 
     /// A target's reports, newest first (only the open ones when `open`).
