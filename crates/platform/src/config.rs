@@ -242,6 +242,10 @@ pub const KEYS: &[&str] = &[
     "role",
 ];
 
+/// The platform's keys that change while the process runs ([`Config::with_live`]): an admin
+/// sets them in the database and every instance applies them within seconds.
+pub const LIVE_KEYS: &[&str] = &["log"];
+
 /// Format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -517,6 +521,165 @@ impl Config {
     }
 }
 
+impl Config {
+    /// This configuration with the live settings `overrides` (key → value, as an admin set
+    /// them) on top, validated as at start-up: the same one-line errors, their origin
+    /// `live setting`. `self` is the start-up configuration (defaults → file → environment →
+    /// flags), so removing an override brings the key back to it. A key no section knows, or one
+    /// that needs a restart, is refused naming it.
+    pub fn with_live(
+        &self,
+        overrides: &BTreeMap<String, serde_json::Value>,
+    ) -> anyhow::Result<Config> {
+        for key in overrides.keys() {
+            self.check_live_key(key)?;
+        }
+        let live = LiveLayer(overrides.clone());
+        let mut config = if LIVE_KEYS.iter().any(|key| overrides.contains_key(*key)) {
+            let exposed = exposing_secrets(|| serde_json::to_value(self))
+                .context("rendering the configuration")?;
+            let config: Config = live.over(exposed, KEYS)?;
+            config.validate()?;
+            config
+        } else {
+            let mut config = self.clone();
+            config.sections = Sections::default();
+            config
+        };
+        for section in &self.sections.0 {
+            let touched = section
+                .live_keys()
+                .iter()
+                .any(|key| overrides.contains_key(*key));
+            config.sections.0.push(if touched {
+                section.relayered(&live, &config)?
+            } else {
+                section.clone_box()
+            });
+        }
+        Ok(config)
+    }
+
+    /// Whether `key` is a setting, and one that changes without a restart: an error naming the
+    /// key and what to do otherwise.
+    pub fn check_live_key(&self, key: &str) -> anyhow::Result<()> {
+        if LIVE_KEYS.contains(&key)
+            || self
+                .sections
+                .0
+                .iter()
+                .any(|section| section.live_keys().contains(&key))
+        {
+            return Ok(());
+        }
+        let known = KEYS.contains(&key)
+            || self
+                .sections
+                .0
+                .iter()
+                .any(|section| section.keys().contains(&key));
+        if known {
+            bail!(
+                "{key} needs a restart: set it in webook.toml, WEBOOK_{} or --{}, then restart \
+                 the instances",
+                key.to_uppercase(),
+                key.replace('_', "-")
+            );
+        }
+        bail!("unknown setting {key:?}; the settings are listed in docs/CONFIG.md")
+    }
+
+    /// Every setting with its value, secrets redacted (`"<redacted>"`, or `""` when unset),
+    /// and whether it is live: the platform's keys, then each section's.
+    pub fn entries(&self) -> anyhow::Result<Vec<(&'static str, serde_json::Value, bool)>> {
+        let mut entries = Vec::new();
+        let platform = serde_json::to_value(self).context("rendering the configuration")?;
+        for key in KEYS {
+            let value = platform
+                .get(*key)
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            entries.push((*key, value, LIVE_KEYS.contains(key)));
+        }
+        for section in &self.sections.0 {
+            let table = section.to_toml()?;
+            let values = serde_json::to_value(&table).context("rendering the configuration")?;
+            for key in section.keys() {
+                let value = values.get(*key).cloned().unwrap_or(serde_json::Value::Null);
+                entries.push((*key, value, section.live_keys().contains(key)));
+            }
+        }
+        Ok(entries)
+    }
+}
+
+/// The name of the live-settings layer in error messages.
+const LIVE_LAYER: &str = "live setting";
+
+/// The live settings as the top configuration layer.
+#[derive(Debug, Clone)]
+struct LiveLayer(BTreeMap<String, serde_json::Value>);
+
+impl LiveLayer {
+    /// `T` read from `base` (a whole section or the platform's keys, secrets exposed) with this
+    /// layer's values of `keys` in place of the base's.
+    fn over<T: DeserializeOwned>(
+        &self,
+        mut base: serde_json::Value,
+        keys: &[&str],
+    ) -> anyhow::Result<T> {
+        let mine: BTreeMap<&String, &serde_json::Value> = self
+            .0
+            .iter()
+            .filter(|(key, _)| keys.contains(&key.as_str()))
+            .collect();
+        if let Some(table) = base.as_object_mut() {
+            // Replaced, not merged: a table value (a rollout) must not keep the base's entries.
+            for key in mine.keys() {
+                table.remove(key.as_str());
+            }
+        }
+        Figment::from(Serialized::defaults(base))
+            .merge(LiveProvider(mine))
+            .extract()
+            .map_err(describe_figment_error)
+    }
+}
+
+struct LiveProvider<'a>(BTreeMap<&'a String, &'a serde_json::Value>);
+
+impl figment::Provider for LiveProvider<'_> {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(LIVE_LAYER)
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        Serialized::defaults(&self.0).data()
+    }
+}
+
+thread_local! {
+    /// Set while [`exposing_secrets`] runs: [`Secret`]s serialise as themselves.
+    static EXPOSE_SECRETS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `render` with [`Secret`]s serialising as their values, to re-read a configuration in
+/// memory ([`Config::with_live`]); what it renders must never be shown.
+fn exposing_secrets<R>(render: impl FnOnce() -> R) -> R {
+    /// Hides them again however `render` ends.
+    struct Hide;
+    impl Drop for Hide {
+        fn drop(&mut self) {
+            EXPOSE_SECRETS.with(|flag| flag.set(false));
+        }
+    }
+    EXPOSE_SECRETS.with(|flag| flag.set(true));
+    let _hide = Hide;
+    render()
+}
+
 /// A feature's own settings: a section of flat keys in the same layers as the platform's (the
 /// TOML key `k` is the env var `WEBOOK_K`), loaded by [`Config::load`] and read with
 /// [`Config::settings`].
@@ -526,6 +689,11 @@ pub trait Settings:
     /// Every key of the section (serde field names); env vars outside every section's keys are
     /// ignored, file keys outside them are refused.
     const KEYS: &'static [&'static str];
+
+    /// The keys among [`Settings::KEYS`] that change while the process runs: live settings
+    /// ([`Config::with_live`]). Whoever reads one reads it from the live configuration
+    /// (`platform::live`) at the time of use, never once at start-up.
+    const LIVE: &'static [&'static str] = &[];
 
     /// Checks what the type system cannot; `config` holds the platform's validated keys.
     /// Errors name the key and its env var, in one line.
@@ -587,6 +755,10 @@ trait Section: Any + Send + Sync + fmt::Debug {
     fn to_toml(&self) -> anyhow::Result<toml::Table>;
     fn validate(&self, config: &Config) -> anyhow::Result<()>;
     fn mode_note(&self, config: &Config) -> Option<String>;
+    fn keys(&self) -> &'static [&'static str];
+    fn live_keys(&self) -> &'static [&'static str];
+    fn exposed(&self) -> anyhow::Result<serde_json::Value>;
+    fn relayered(&self, live: &LiveLayer, config: &Config) -> anyhow::Result<Box<dyn Section>>;
 }
 
 impl<T: Settings> Section for T {
@@ -612,6 +784,24 @@ impl<T: Settings> Section for T {
 
     fn mode_note(&self, config: &Config) -> Option<String> {
         Settings::mode_note(self, config)
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        T::KEYS
+    }
+
+    fn live_keys(&self) -> &'static [&'static str] {
+        T::LIVE
+    }
+
+    fn exposed(&self) -> anyhow::Result<serde_json::Value> {
+        exposing_secrets(|| serde_json::to_value(self)).context("rendering the configuration")
+    }
+
+    fn relayered(&self, live: &LiveLayer, config: &Config) -> anyhow::Result<Box<dyn Section>> {
+        let section: T = live.over(self.exposed()?, T::KEYS)?;
+        Settings::validate(&section, config)?;
+        Ok(Box::new(section))
     }
 }
 
@@ -680,6 +870,7 @@ fn describe_figment_error(err: figment::Error) -> anyhow::Error {
     let origin = match err.metadata.as_ref() {
         Some(metadata) => match &metadata.source {
             Some(figment::Source::File(path)) => format!("in {}", path.display()),
+            _ if metadata.name == LIVE_LAYER => LIVE_LAYER.to_owned(),
             _ if metadata.name.contains("environment") => {
                 format!("from env {ENV_PREFIX}{}", key.to_uppercase())
             }
@@ -756,6 +947,9 @@ impl Serialize for Secret {
     /// `"<redacted>"`, or `""` for an empty (unset) secret, so a printed configuration shows
     /// which secrets are set without showing any.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if EXPOSE_SECRETS.with(std::cell::Cell::get) {
+            return serializer.serialize_str(&self.0);
+        }
         serializer.serialize_str(if self.0.is_empty() { "" } else { "<redacted>" })
     }
 }

@@ -158,8 +158,12 @@ impl CliCommands {
 /// The opened backends every feature builds on; cheap to clone.
 #[derive(Clone)]
 pub struct Platform {
-    /// The effective configuration (the platform's keys and every feature's section).
+    /// The configuration at start-up (the platform's keys and every feature's section). Live
+    /// settings are read from [`Platform::live`] instead, at the time of use.
     pub config: Arc<Config>,
+    /// The configuration in effect: `config` with the live settings on top
+    /// ([`crate::live`]).
+    pub live: crate::live::LiveConfig,
     /// The SQL store.
     pub db: Db,
     /// Redis, in cluster mode only.

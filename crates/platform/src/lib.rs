@@ -50,6 +50,7 @@ pub mod http;
 pub mod idempotency;
 pub mod instance_lock;
 pub mod jobs;
+pub mod live;
 pub mod openapi;
 pub mod ops;
 pub mod page;

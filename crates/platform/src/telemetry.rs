@@ -264,6 +264,7 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         "Requests sent to Redis on the shared connection (a pipeline or script call counts once)"
     );
     crate::rate_limit::describe_metrics();
+    crate::live::describe_metrics();
     scheduler::describe_job_metrics();
     scheduler::sql::describe_metrics();
     for spec in features {

@@ -129,8 +129,10 @@ impl App {
         };
         let outbox = Outbox::new(db.clone(), events.clone());
         let (db_for_keys, body_limit) = (db.clone(), config.body_limit_bytes);
+        let config = Arc::new(config);
         let platform = Platform {
-            config: Arc::new(config),
+            live: platform::live::LiveConfig::new(config.clone()),
+            config,
             db,
             redis,
             events,

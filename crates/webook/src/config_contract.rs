@@ -160,6 +160,8 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("moderation_new_account_window", "30m", r#""30m""#),
     ("tag_max_per_user", "50", "50"),
     ("notifications_retention", "30days", r#""30days""#),
+    ("notifications_stream", "10%, 7", r#""10%, 7""#),
+    ("live_settings_poll", "5s", r#""5s""#),
     (
         "search_dir",
         "/tmp/contract-search",
@@ -660,6 +662,18 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_NOTIFICATIONS_RETENTION",
             "10m",
             &["notifications_retention", "at least 1h"],
+        );
+        refused(
+            jail,
+            "WEBOOK_NOTIFICATIONS_STREAM",
+            "150%",
+            &["notifications_stream", "0% to 100%"],
+        );
+        refused(
+            jail,
+            "WEBOOK_LIVE_SETTINGS_POLL",
+            "10ms",
+            &["live_settings_poll", "at least 100ms"],
         );
         refused(
             jail,

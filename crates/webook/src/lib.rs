@@ -40,6 +40,7 @@ pub mod interactive;
 pub mod jobs;
 #[cfg(test)]
 mod layering;
+pub mod live_settings;
 pub mod moderation;
 pub mod notifications;
 pub mod openapi;

@@ -189,16 +189,23 @@ pub fn comment_service(
         None,
         32 << 20,
     );
-    let settings = comment::CommentSettings {
-        comment_rate_limit: 0,
-        ..comment::CommentSettings::default()
-    };
+    let mut config = platform::config::Config::with_defaults(&[comment::settings::SETTINGS]);
+    config
+        .settings_mut::<comment::CommentSettings>()
+        .comment_rate_limit = 0;
+    let live = platform::live::LiveConfig::new(std::sync::Arc::new(config));
+    let limiter = platform::live::LiveRateLimiter::new(
+        "comment",
+        &live,
+        None,
+        comment::settings::comment_limit,
+    )
+    .expect("a comment limiter that is off");
     comment::CommentService::new(
         comment::CommentStore::new(db.clone()),
         interactive,
         outbox,
-        &settings,
-        None,
+        limiter,
     )
     .expect("a comment service without a rate limit")
 }

@@ -38,7 +38,7 @@ use platform::{
     db::Migration,
     error::AppError,
     feature::{CliCommands, Feature, Platform, Registry, Service},
-    rate_limit::RateLimiter,
+    live::{LiveConfig, LiveRateLimiter},
 };
 
 use crate::user::UserStore;
@@ -103,7 +103,7 @@ impl Feature for Auth {
         registry.resolve_callers(std::sync::Arc::new(SessionCallers {
             auth: auth.clone(),
             admins: admins.clone(),
-            anonymous_reading: settings.anonymous_reading,
+            live: platform.live.clone(),
         }));
         registry.provide(admins);
         registry.provide(auth);
@@ -116,7 +116,8 @@ impl Feature for Auth {
 pub struct SessionCallers {
     auth: AuthService,
     admins: Admins,
-    anonymous_reading: bool,
+    /// Where `anonymous_reading` (live) is read.
+    live: LiveConfig,
 }
 
 #[async_trait]
@@ -138,7 +139,10 @@ impl ResolvesCallers for SessionCallers {
     }
 
     fn anonymous_reading(&self) -> bool {
-        self.anonymous_reading
+        self.live
+            .current()
+            .settings::<AuthSettings>()
+            .is_ok_and(|settings| settings.anonymous_reading)
     }
 }
 
@@ -160,18 +164,14 @@ async fn build_service(
         None => SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
     };
     let shared = platform.redis_with_prefix();
-    let auth_limiter = RateLimiter::of_mode(
-        "auth",
-        shared,
-        settings.auth_rate_limit,
-        settings.auth_rate_window,
-    )?;
-    let write_limiter = RateLimiter::unless_off(
-        "write",
-        shared,
-        settings.write_rate_limit,
-        settings.write_rate_window,
-    )?;
+    let auth_limiter = LiveRateLimiter::new("auth", &platform.live, shared, |config| {
+        let settings = config.settings::<AuthSettings>()?;
+        Ok((settings.auth_rate_limit, settings.auth_rate_window))
+    })?;
+    let write_limiter = LiveRateLimiter::new("write", &platform.live, shared, |config| {
+        let settings = config.settings::<AuthSettings>()?;
+        Ok((settings.write_rate_limit, settings.write_rate_window))
+    })?;
     Ok(AuthService::new(
         UserStore::new(db.clone()),
         PasswordHasher::new()?,

@@ -14,7 +14,7 @@ use platform::{
     caller::AuthUser,
     db::now_millis,
     error::{AppError, Msg},
-    rate_limit::RateLimiter,
+    live::LiveRateLimiter,
 };
 
 /// Counter: authentication events by `event`.
@@ -32,10 +32,11 @@ pub struct TokenPair {
 /// The rate limits of sign-in and writes.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Sign-up and login attempts, per client IP.
-    pub auth: RateLimiter,
-    /// Writes (publishing, likes, profile edits, …), per user; `None` when turned off.
-    pub writes: Option<RateLimiter>,
+    /// Sign-up and login attempts, per client IP (live: `auth_rate_limit`).
+    pub auth: LiveRateLimiter,
+    /// Writes (publishing, likes, profile edits, …), per user; off at 0 (live:
+    /// `write_rate_limit`).
+    pub writes: LiveRateLimiter,
 }
 
 /// Sign-in and sessions; cheap to clone.
@@ -77,10 +78,7 @@ impl AuthService {
 
     /// Counts one write by `uid`; `RateLimited` when over `write_rate_limit`.
     pub async fn check_write_rate(&self, uid: i64) -> Result<(), AppError> {
-        match &self.limits.writes {
-            Some(limiter) => limiter.check(&uid.to_string()).await,
-            None => Ok(()),
-        }
+        self.limits.writes.check(&uid.to_string()).await
     }
 
     /// Registers an account; returns its id. 409001 when the email is taken (decided by the

@@ -97,6 +97,14 @@ impl Settings for AuthSettings {
         "anonymous_reading",
     ];
 
+    const LIVE: &'static [&'static str] = &[
+        "auth_rate_limit",
+        "auth_rate_window",
+        "write_rate_limit",
+        "write_rate_window",
+        "anonymous_reading",
+    ];
+
     fn validate(&self, config: &Config) -> anyhow::Result<()> {
         if self.write_rate_window.is_zero() {
             bail!("invalid write_rate_window (WEBOOK_WRITE_RATE_WINDOW): must be above 0");

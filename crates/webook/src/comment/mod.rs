@@ -30,6 +30,7 @@ use platform::{
     config::SettingsSpec,
     db::Migration,
     feature::{Feature, Platform, Registry, Service},
+    live::LiveRateLimiter,
     telemetry::MetricsSpec,
 };
 
@@ -87,13 +88,17 @@ impl Feature for Comments {
     }
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
-        let settings = platform.config.settings::<CommentSettings>()?;
+        let limiter = LiveRateLimiter::new(
+            "comment",
+            &platform.live,
+            platform.redis_with_prefix(),
+            settings::comment_limit,
+        )?;
         let comments = CommentService::new(
             CommentStore::new(platform.db.clone()),
             registry.get::<InteractiveService>()?,
             platform.outbox.clone(),
-            settings,
-            platform.redis_with_prefix(),
+            limiter,
         )?
         .screened_by(registry.get::<Screening>()?);
         registry.routes(http::router(

@@ -21,7 +21,6 @@ use crate::{
     biz::Biz,
     comment::{
         model::{CommentView, Deleted, NewComment, Posted, ThreadPage, TOPIC_COMMENT_CHANGED},
-        settings::CommentSettings,
         store::{CommentModerated, CommentModeration, CommentStore, NotDeleted, Refused},
     },
     interactive::InteractiveService,
@@ -32,9 +31,8 @@ use platform::{
     detached::to_completion,
     error::{AppError, Msg},
     events::outbox::Outbox,
+    live::LiveRateLimiter,
     page::{decode_cursor, encode_cursor, Page},
-    rate_limit::RateLimiter,
-    redis::Redis,
     telemetry::MetricsSpec,
 };
 
@@ -73,21 +71,18 @@ pub struct CommentService {
     store: CommentStore,
     interactive: InteractiveService,
     outbox: Outbox,
-    limiter: Option<RateLimiter>,
+    limiter: LiveRateLimiter,
     screening: Screening,
 }
 
 impl CommentService {
-    /// The service; with `redis`, the per-user limit holds across every instance.
+    /// The service, limiting each user's comments with `limiter` (`comment_rate_limit`).
     pub fn new(
         store: CommentStore,
         interactive: InteractiveService,
         outbox: Outbox,
-        settings: &CommentSettings,
-        redis: Option<(&Redis, &str)>,
+        limiter: LiveRateLimiter,
     ) -> anyhow::Result<Self> {
-        let (limit, window) = (settings.comment_rate_limit, settings.comment_rate_window);
-        let limiter = RateLimiter::unless_off("comment", redis, limit, window)?;
         Ok(Self {
             screening: Screening::none(),
             store,
@@ -114,8 +109,8 @@ impl CommentService {
     /// a word of a holding list is written hidden, for review ([`Posted::held`] says why), and
     /// counts and announces nothing until a moderator approves it (`restore`).
     pub async fn post(&self, comment: NewComment) -> Result<Posted, AppError> {
-        if let Some(limiter) = &self.limiter {
-            limiter.check(&comment.uid.to_string()).await?;
+        {
+            self.limiter.check(&comment.uid.to_string()).await?;
         }
         let held = match self.screening.verdict("", &comment.content, false).await? {
             Outcome::Clean => None,

@@ -33,6 +33,7 @@ impl Default for CommentSettings {
 
 impl Settings for CommentSettings {
     const KEYS: &'static [&'static str] = &["comment_rate_limit", "comment_rate_window"];
+    const LIVE: &'static [&'static str] = Self::KEYS;
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if self.comment_rate_window.is_zero() {
@@ -40,4 +41,10 @@ impl Settings for CommentSettings {
         }
         Ok(())
     }
+}
+
+/// The comment limit and its window in `config` (read live by the comment service's limiter).
+pub fn comment_limit(config: &Config) -> anyhow::Result<(u32, std::time::Duration)> {
+    let settings = config.settings::<CommentSettings>()?;
+    Ok((settings.comment_rate_limit, settings.comment_rate_window))
 }

@@ -100,7 +100,7 @@ impl Feature for Moderation {
             platform.outbox.clone(),
             settings,
             platform.config.settings::<AuthSettings>()?.write_rate_limit > 0,
-            platform.redis_with_prefix(),
+            (&platform.live, platform.redis_with_prefix()),
         )?);
         registry.gate_writes(Arc::new(service::WriteGate(moderation.clone())));
         registry.routes(http::router(

@@ -12,6 +12,7 @@ use platform::{
     detached::to_completion,
     error::{AppError, Msg},
     events::outbox::Outbox,
+    live::{LiveConfig, LiveRateLimiter},
     rate_limit::RateLimiter,
     redis::Redis,
 };
@@ -80,7 +81,7 @@ pub struct ModerationService {
     store: ModerationStore,
     articles: ArticleService,
     comments: CommentService,
-    reports: RateLimiter,
+    reports: LiveRateLimiter,
     new_accounts: Option<(RateLimiter, i64)>,
     outbox: Outbox,
 }
@@ -102,14 +103,15 @@ impl ModerationService {
         outbox: Outbox,
         settings: &ModerationSettings,
         writes_limited: bool,
-        redis: Option<(&Redis, &str)>,
+        (live, redis): (&LiveConfig, Option<(&Redis, &str)>),
     ) -> anyhow::Result<Self> {
-        let reports = RateLimiter::of_mode(
-            "moderation_report",
-            redis,
-            settings.moderation_report_limit,
-            settings.moderation_report_window,
-        )?;
+        let reports = LiveRateLimiter::new("moderation_report", live, redis, |config| {
+            let settings = config.settings::<ModerationSettings>()?;
+            Ok((
+                settings.moderation_report_limit,
+                settings.moderation_report_window,
+            ))
+        })?;
         let new_accounts = if settings.moderation_new_account_period.is_zero() || !writes_limited {
             None
         } else {

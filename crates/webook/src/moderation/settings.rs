@@ -51,6 +51,7 @@ impl Settings for ModerationSettings {
         "moderation_new_account_write_limit",
         "moderation_new_account_window",
     ];
+    const LIVE: &'static [&'static str] = &["moderation_report_limit", "moderation_report_window"];
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if self.moderation_report_limit == 0 {

@@ -11,11 +11,14 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
     extract::State,
-    response::sse::{Event, KeepAlive, Sse},
+    http::StatusCode,
+    response::{
+        sse::{Event, KeepAlive, Sse},
+        IntoResponse, Response,
+    },
     routing::{get, post},
     Router,
 };
-use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::broadcast::{error::RecvError, Receiver};
 use utoipa::{IntoParams, ToSchema};
@@ -38,6 +41,8 @@ pub struct NotificationRoutes {
     pub notifications: NotificationService,
     /// Cancelled when the process starts to drain: open streams end at once.
     pub draining: tokio_util::sync::CancellationToken,
+    /// Who gets the stream (`notifications_stream`, a grey-release switch).
+    pub stream_switch: platform::live::Switch,
 }
 
 /// The routes.
@@ -110,12 +115,14 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
     responses((status = 200, description = "`text/event-stream`: an `unread` event whose data \
                is `{\"count\": n}` at once and whenever the count changes, on whichever \
                instance the change was made; a keep-alive comment every 15 s; the stream ends \
-               after 10 minutes (reconnect).", content_type = "text/event-stream", body = String))
+               after 10 minutes (reconnect).", content_type = "text/event-stream", body = String),
+               (status = 204, description = "The stream is switched off for this user (setting \
+               `notifications_stream`): poll `GET /notifications/unread` instead."))
 )]
-async fn stream(
-    State(state): State<Arc<NotificationRoutes>>,
-    user: AuthUser,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+async fn stream(State(state): State<Arc<NotificationRoutes>>, user: AuthUser) -> Response {
+    if !state.stream_switch.on_for(Some(user.uid)) {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     let notifications = state.notifications.clone();
     // Listening before the first read: no change can fall between the two.
     let changes = notifications.live().subscribe();
@@ -133,9 +140,11 @@ async fn stream(
         let event = Event::default()
             .event("unread")
             .data(format!("{{\"count\":{count}}}"));
-        Some((Ok(event), watch))
+        Some((Ok::<_, Infallible>(event), watch))
     });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response()
 }
 
 /// One stream's view of its user's count.

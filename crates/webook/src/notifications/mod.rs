@@ -103,6 +103,16 @@ impl Feature for Notifications {
         registry.routes(http::router(http::NotificationRoutes {
             notifications: notifications.clone(),
             draining: platform.draining.clone(),
+            stream_switch: platform::live::Switch::new(
+                platform.live.clone(),
+                "notifications_stream",
+                |config| {
+                    config
+                        .settings::<NotificationSettings>()
+                        .ok()
+                        .map(|settings| &settings.notifications_stream)
+                },
+            ),
         }));
         registry.provide(notifications);
         Ok(())

@@ -11,9 +11,9 @@ use utoipa::IntoParams;
 use platform::{
     client_ip::{ClientIp, KnowsProxies, TrustedProxies},
     error::{ApiQuery, ApiResult, Reply},
+    live::LiveRateLimiter,
     openapi::Envelope,
     page::page_limit,
-    rate_limit::RateLimiter,
 };
 
 use super::service::{SearchResults, SearchService, SearchType};
@@ -23,7 +23,7 @@ pub struct SearchRoutes {
     /// The index and the database behind it.
     pub search: SearchService,
     /// Searches per client address; `None` when `search_rate_limit` is 0.
-    pub limiter: Option<RateLimiter>,
+    pub limiter: LiveRateLimiter,
     /// Proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: TrustedProxies,
 }
@@ -71,8 +71,8 @@ async fn search(
     ApiQuery(query): ApiQuery<SearchQuery>,
 ) -> ApiResult<SearchResults> {
     // Every request counts, refused ones too: the limit is on what an address may ask.
-    if let Some(limiter) = &routes.limiter {
-        limiter.check(&ip.to_string()).await?;
+    {
+        routes.limiter.check(&ip.to_string()).await?;
     }
     let kind = SearchType::parse(query.kind.as_deref())?;
     let limit = page_limit(query.limit)?;

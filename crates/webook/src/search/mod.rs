@@ -47,7 +47,7 @@ use clap::FromArgMatches;
 use platform::{
     config::SettingsSpec,
     feature::{CliCommands, Feature, Platform, Registry},
-    rate_limit::RateLimiter,
+    live::LiveRateLimiter,
     telemetry::MetricsSpec,
 };
 
@@ -155,11 +155,14 @@ impl Feature for Search {
         registry.background("search feeder", move |background| {
             feeder.run(events, opened, interval, background.stop)
         });
-        let limiter = RateLimiter::unless_off(
+        let limiter = LiveRateLimiter::new(
             "search",
+            &platform.live,
             platform.redis_with_prefix(),
-            settings.search_rate_limit,
-            settings.search_rate_window,
+            |config| {
+                let settings = config.settings::<SearchSettings>()?;
+                Ok((settings.search_rate_limit, settings.search_rate_window))
+            },
         )?;
         registry.routes(http::router(http::SearchRoutes {
             search: search.clone(),

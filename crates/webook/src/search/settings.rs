@@ -83,6 +83,7 @@ impl Settings for SearchSettings {
         "search_synonyms",
         "search_synonyms_builtin",
     ];
+    const LIVE: &'static [&'static str] = &["search_rate_limit", "search_rate_window"];
 
     fn validate(&self, _config: &Config) -> anyhow::Result<()> {
         if self.search_writer_heap < MIN_WRITER_HEAP {

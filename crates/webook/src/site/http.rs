@@ -64,12 +64,22 @@ pub struct SiteRoutes {
     pub store: SiteStore,
     /// The configured origin (`site_url`), if any.
     pub origin: Option<String>,
-    /// Whether visitors may read (`anonymous_reading`).
-    pub open: bool,
+    /// Where `anonymous_reading` (live) is read: whether visitors may read.
+    pub live: platform::live::LiveConfig,
     /// Rendered article pages.
     pub pages: ArticlePages,
     /// The sitemaps' entries, kept for [`SITEMAP_TTL`].
     pub sitemaps: SitemapCache,
+}
+
+impl SiteRoutes {
+    /// Whether visitors may read now (`anonymous_reading`).
+    fn open(&self) -> bool {
+        self.live
+            .current()
+            .settings::<crate::auth::AuthSettings>()
+            .is_ok_and(|settings| settings.anonymous_reading)
+    }
 }
 
 /// The routes.
@@ -386,7 +396,7 @@ async fn article(
     Path(id): Path<String>,
     request: HeaderMap,
 ) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return bare(&routes, &request, StatusCode::OK, "webook", "");
     }
     let Some(id) = id.parse::<i64>().ok().filter(|id| *id > 0) else {
@@ -462,7 +472,7 @@ async fn author(
     RawQuery(query): RawQuery,
     request: HeaderMap,
 ) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return bare(&routes, &request, StatusCode::OK, "webook", "");
     }
     let cursor = cursor_of(query.as_deref());
@@ -501,7 +511,7 @@ async fn topic(
     RawQuery(query): RawQuery,
     request: HeaderMap,
 ) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return bare(&routes, &request, StatusCode::OK, "webook", "");
     }
     let cursor = cursor_of(query.as_deref());
@@ -575,7 +585,7 @@ fn entries_of(items: impl Iterator<Item = Entry>) -> Vec<Entry> {
     )
 )]
 async fn latest_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     match routes.articles.published(None, None, FEED_ENTRIES).await {
@@ -607,7 +617,7 @@ async fn latest_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) 
     )
 )]
 async fn hot_feed(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     let entries = match routes.ranking.top().await {
@@ -642,7 +652,7 @@ async fn author_feed(
     Path(id): Path<String>,
     request: HeaderMap,
 ) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     match author_of(&routes, &id, None, FEED_ENTRIES).await {
@@ -682,7 +692,7 @@ async fn topic_feed(
     Path(name): Path<String>,
     request: HeaderMap,
 ) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     match routes
@@ -718,7 +728,7 @@ async fn topic_feed(
     responses((status = 200, description = "The rules.", content_type = "text/plain", body = String))
 )]
 async fn robots(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Response {
-    let body = if routes.open {
+    let body = if routes.open() {
         format!(
             "User-agent: *\nAllow: /\nDisallow: /admin/\nDisallow: /pay/\nDisallow: /oauth2/\n\
              Disallow: /users/\nDisallow: /search\n\nSitemap: {}/sitemap.xml\n",
@@ -747,7 +757,7 @@ async fn robots(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Re
     )
 )]
 async fn sitemap_index(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     let read = async || index_entries(&routes.store).await;
@@ -780,7 +790,7 @@ async fn id_sitemap<F>(
 where
     F: AsyncFnOnce(&SiteStore, i64) -> sqlx::Result<Vec<super::store::Listed<i64>>>,
 {
-    let Some(n) = page_number(n).filter(|_| routes.open) else {
+    let Some(n) = page_number(n).filter(|_| routes.open()) else {
         return closed();
     };
     let rows = async || {
@@ -898,7 +908,7 @@ async fn sitemap_authors(
     )
 )]
 async fn sitemap_topics(State(routes): State<Arc<SiteRoutes>>, request: HeaderMap) -> Response {
-    if !routes.open {
+    if !routes.open() {
         return closed();
     }
     let rows = async || {

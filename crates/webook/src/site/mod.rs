@@ -28,8 +28,8 @@ use platform::{
 };
 
 use crate::{
-    article::ArticleService, auth::AuthSettings, console::ConsoleShell, ranking::RankingService,
-    tag::TagService, user::UserService,
+    article::ArticleService, console::ConsoleShell, ranking::RankingService, tag::TagService,
+    user::UserService,
 };
 
 /// The public site feature.
@@ -72,10 +72,6 @@ impl Feature for Site {
 
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let settings = platform.config.settings::<SiteSettings>()?;
-        let open = platform
-            .config
-            .settings::<AuthSettings>()?
-            .anonymous_reading;
         registry.routes(http::router(http::SiteRoutes {
             articles: registry.get::<ArticleService>()?,
             users: registry.get::<UserService>()?,
@@ -84,7 +80,7 @@ impl Feature for Site {
             shell: registry.get::<ConsoleShell>()?,
             store: store::SiteStore::new(platform.db.clone()),
             origin: settings.origin(),
-            open,
+            live: platform.live.clone(),
             // An eighth of the cache budget (the reader view's pages have a quarter).
             pages: http::ArticlePages::new(platform.config.cache_memory_bytes / 8),
             sitemaps: http::SitemapCache::default(),

@@ -20,6 +20,8 @@
 //! - moderation: a comment and an article an admin hides on one instance leave every surface of
 //!   all three (the reader view, the public page and the thread at once; lists, hot list, feed
 //!   and search as their consumers apply the event), and a restore brings the article back;
+//! - live settings: a change on one instance applies on all three within the poll, a restarted
+//!   instance starts with it, and the command line changes them for the running cluster;
 //! - search: a publish and a withdrawal reach every instance's index within 2 s, and an
 //!   instance killed with kill -9 resumes from the stream positions of its last index commit —
 //!   after the restart it applies exactly the events it missed, no rebuild, nothing twice.
@@ -1633,4 +1635,183 @@ async fn a_hidden_comment_and_article_leave_every_surface_of_all_three_instances
         })
         .await;
     }
+}
+
+/// Live settings across three instances: a change made on one applies on all three within the
+/// poll, without a restart; the shared write limit then holds whichever instance a write
+/// reaches; a grey-release switch decides the same for a user on every instance; an instance
+/// started afterwards begins with the stored values; `webook settings` on the command line
+/// changes them for the running cluster, and every change is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_setting_changed_on_one_instance_applies_on_all_three_without_a_restart() {
+    let mut cluster = Cluster::start_with(
+        RedisServer::start().await,
+        vec![
+            ("WEBOOK_ADMINS", "[1]".to_owned()),
+            ("WEBOOK_LIVE_SETTINGS_POLL", "200ms".to_owned()),
+        ],
+    )
+    .await;
+    let (admin, _) = cluster.user("settings-admin@example.com").await;
+    let (writer, _) = cluster.user("settings-writer@example.com").await;
+    let ok = |answer: (StatusCode, Value)| {
+        assert_eq!(
+            (answer.0, answer.1["code"].as_i64()),
+            (StatusCode::OK, Some(0)),
+            "{}",
+            answer.1
+        );
+        answer.1["data"].clone()
+    };
+    let (_, set, _) = cluster
+        .call(
+            0,
+            Method::PUT,
+            "/admin/settings/write_rate_limit",
+            Some(&admin),
+            Some(json!({"value": 3})),
+            &[],
+        )
+        .await;
+    assert_eq!(set["data"]["value"], json!(3), "{set}");
+    for index in 0..3 {
+        wait_until("every instance applies write_rate_limit", || async {
+            live_setting(&cluster, &admin, index, "write_rate_limit").await == json!(3)
+        })
+        .await;
+    }
+    // One limit for the whole cluster: three writes pass, wherever they land; then none does.
+    let draft = json!({"title": "t", "content": "<p>c</p>"});
+    for index in 0..3 {
+        ok(cluster
+            .post(index, "/articles/edit", &writer, draft.clone())
+            .await);
+    }
+    for index in 0..3 {
+        let (status, body) = cluster
+            .post(index, "/articles/edit", &writer, draft.clone())
+            .await;
+        assert_eq!(
+            (status, body["code"].as_i64()),
+            (StatusCode::OK, Some(429_001)),
+            "instance {index}: {body}"
+        );
+    }
+    // The switch: off for the writer on every instance, on for the admin listed by id.
+    let (_, off, _) = cluster
+        .call(
+            1,
+            Method::PUT,
+            "/admin/settings/notifications_stream",
+            Some(&admin),
+            Some(json!({"value": "0%, 1"})),
+            &[],
+        )
+        .await;
+    assert_eq!(off["data"]["value"], json!("1"), "{off}");
+    for index in 0..3 {
+        wait_until(
+            "every instance switches the stream off for the writer",
+            || async { stream_status(&cluster, index, &writer).await == StatusCode::NO_CONTENT },
+        )
+        .await;
+        assert_eq!(stream_status(&cluster, index, &admin).await, StatusCode::OK);
+    }
+    let versions: Vec<f64> = futures_util::future::join_all(
+        (0..3).map(|index| cluster.instance(index).metric("live_settings_version")),
+    )
+    .await;
+    assert!(
+        versions
+            .iter()
+            .all(|version| *version == versions[0] && *version >= 2.0),
+        "{versions:?}"
+    );
+    // A restarted instance starts with the stored values, before its first poll.
+    let old = cluster.instances[2].take().unwrap();
+    old.terminate();
+    assert_eq!(old.exit_code().await, 0);
+    cluster.instances[2] = Some(cluster.spawn(2));
+    assert_eq!(
+        live_setting(&cluster, &admin, 2, "write_rate_limit").await,
+        json!(3)
+    );
+    assert_eq!(
+        stream_status(&cluster, 2, &writer).await,
+        StatusCode::NO_CONTENT,
+        "the switch holds on the restarted instance at once"
+    );
+    // The command line changes them for the running cluster.
+    let output = webook(&cluster.dir.path().join("instance-0"))
+        .env("WEBOOK_DATABASE_URL", &cluster.database_url)
+        .env("WEBOOK_LOG", "warn")
+        .args(["settings", "set", "write_rate_limit", "1000"])
+        .output()
+        .unwrap();
+    let printed = common::cli_succeeded(output, &["settings", "set"]);
+    assert!(
+        // The command's own start-up value: it reads no instance's environment.
+        printed.starts_with("write_rate_limit = 1000 (start-up value 120)"),
+        "{printed}"
+    );
+    for index in 0..3 {
+        wait_until(
+            "every instance applies the command line's value",
+            || async {
+                live_setting(&cluster, &admin, index, "write_rate_limit").await == json!(1000)
+            },
+        )
+        .await;
+    }
+    let refused = webook(&cluster.dir.path().join("instance-0"))
+        .env("WEBOOK_DATABASE_URL", &cluster.database_url)
+        .env("WEBOOK_LOG", "warn")
+        .args(["settings", "set", "write_rate_window", "0s"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        common::cli_refused(refused, &["settings", "set"]).trim(),
+        "error: invalid write_rate_window (WEBOOK_WRITE_RATE_WINDOW): must be above 0"
+    );
+    let log = ok(cluster.get(2, "/admin/settings-log", &admin).await);
+    let keys: Vec<(&str, &str)> = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["key"].as_str().unwrap(),
+                entry["via"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys.len(), 3, "{log}");
+    assert_eq!(keys[0].0, "write_rate_limit");
+    assert!(keys[0].1.starts_with("cli:"), "{log}");
+    assert_eq!(
+        (keys[1], keys[2]),
+        (("notifications_stream", "api"), ("write_rate_limit", "api"))
+    );
+}
+
+/// Setting `key`'s value in effect on instance `index`, as `admin` sees it.
+async fn live_setting(cluster: &Cluster, admin: &str, index: usize, key: &str) -> Value {
+    let (status, body) = cluster
+        .get(index, &format!("/admin/settings/{key}"), admin)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["data"]["value"].clone()
+}
+
+/// The status of `GET /notifications/stream` on instance `index` (the stream is dropped).
+async fn stream_status(cluster: &Cluster, index: usize, token: &str) -> StatusCode {
+    cluster
+        .client
+        .get(cluster.instance(index).url("/notifications/stream"))
+        .header("user-agent", UA)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
 }

@@ -30,6 +30,7 @@ mod http_conventions;
 mod interactive;
 mod jobs;
 mod jobs_admin;
+mod live_settings;
 mod migrations;
 mod moderation;
 mod notifications;

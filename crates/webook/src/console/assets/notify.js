@@ -12,7 +12,9 @@
 // with jitter). While it is down the count is polled (GET /notifications/unread) at once and
 // every 30 s. Pages that change the count (marking read) call refresh() for an immediate
 // answer. The stream is closed while the page sits in the back/forward cache (pagehide) and
-// opened again when it comes back (pageshow).
+// opened again when it comes back (pageshow). A 204 answer means the stream is switched off for
+// this user (the `notifications_stream` rollout): the count is polled, and the stream asked
+// for again every 10 minutes (the rollout may have widened).
 
 import { acceptLanguage } from "./i18n.js";
 import { api, freshAccess, renewAccess, isAbort } from "./api.js";
@@ -20,6 +22,7 @@ import { api, freshAccess, renewAccess, isAbort } from "./api.js";
 const POLL_MS = 30000;
 const FIRST_PAUSE_MS = 1000;
 const MAX_PAUSE_MS = 60000;
+const SWITCHED_OFF_MS = 600000;
 
 let run = null; // {uid, controller, pollTimer, onCount}
 let last = null;
@@ -117,6 +120,12 @@ async function loop(my) {
       if (res.status === 401 && !renewed) {
         renewed = true;
         if (await renewAccess(access)) continue; // a new token: at once, once
+      }
+      if (res.status === 204) {
+        renewed = false;
+        startPolling(my);
+        await pause(SWITCHED_OFF_MS, signal);
+        continue;
       }
       if (res.ok && res.body) {
         renewed = false;
