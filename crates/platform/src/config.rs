@@ -589,11 +589,15 @@ impl Config {
         bail!("unknown setting {key:?}; the settings are listed in docs/CONFIG.md")
     }
 
-    /// Every setting with its value, secrets redacted (`"<redacted>"`, or `""` when unset),
-    /// and whether it is live: the platform's keys, then each section's.
+    /// Every setting with its value, secrets and URL passwords redacted (`"<redacted>"`, or
+    /// `""` when unset), and whether it is live: the platform's keys, then each section's.
     pub fn entries(&self) -> anyhow::Result<Vec<(&'static str, serde_json::Value, bool)>> {
         let mut entries = Vec::new();
-        let platform = serde_json::to_value(self).context("rendering the configuration")?;
+        let mut shown = self.clone();
+        shown.sections = Sections::default();
+        shown.database_url = self.database_url.as_deref().map(redact_url);
+        shown.redis_url = self.redis_url.as_deref().map(redact_url);
+        let platform = serde_json::to_value(&shown).context("rendering the configuration")?;
         for key in KEYS {
             let value = platform
                 .get(*key)

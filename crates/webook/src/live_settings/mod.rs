@@ -168,4 +168,21 @@ mod tests {
             .to_string()
             .starts_with("unknown setting \"write_rate_limt\""));
     }
+
+    #[test]
+    fn the_listed_values_show_no_secret_and_no_url_password() {
+        let mut config = config();
+        config.database_url = Some("postgres://webook:sekrit-pw@db.internal/webook".to_owned());
+        config.redis_url = Some("redis://:sekrit-redis@cache.internal:6379/".to_owned());
+        let listed = serde_json::to_string(&config.entries().unwrap()).unwrap();
+        for secret in [
+            "sekrit-pw",
+            "sekrit-redis",
+            &"a".repeat(40),
+            &"m".repeat(24),
+        ] {
+            assert!(!listed.contains(secret), "{secret} shown in {listed}");
+        }
+        assert!(listed.contains("db.internal"), "{listed}");
+    }
 }

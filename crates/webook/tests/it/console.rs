@@ -2466,3 +2466,133 @@ async fn main_thread(browser: &Browser) -> (f64, f64, f64) {
         metric("TaskDuration"),
     )
 }
+
+/// The live settings page: an admin reaches it from the operator tabs, changes a limit (the
+/// API then answers the new value and the server enforces it), sees a refused value's one-line
+/// message under its row, resets the limit, and finds both changes in the log; the settings
+/// that need a restart are listed apart, read-only.
+#[tokio::test]
+async fn an_admin_changes_and_resets_a_live_setting_from_the_settings_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[("WEBOOK_ADMINS", "[1]")]);
+    let admin = api_login(&server, "admin@example.com").await;
+    let browser = Browser::start("settings_page").await;
+    log_in(&browser, &server, "admin@example.com").await;
+    browser.click("a[href='#/ops/jobs']").await;
+    browser.ready("jobs").await;
+    browser.click("a[href='#/ops/settings']").await;
+    browser.ready("settings").await;
+    let row = "[data-test=live-settings] tr[data-setting=comment_rate_limit]";
+    browser
+        .wait_text(&format!("{row} [data-test=set-by]"), "start-up value")
+        .await;
+    browser.fill(&format!("{row} input[name=value]"), "1").await;
+    browser
+        .click(&format!("{row} [data-action=save-setting]"))
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=set-by]"), "admin 1")
+        .await;
+    let stored = api_get(&server, &admin, "/admin/settings/comment_rate_limit").await;
+    assert_eq!(
+        (stored["value"].clone(), stored["overridden"].clone()),
+        (json!(1), json!(true)),
+        "{stored}"
+    );
+    // A value the server refuses: its message under the row, nothing stored.
+    let window = "[data-test=live-settings] tr[data-setting=comment_rate_window]";
+    browser
+        .fill(&format!("{window} input[name=value]"), "0s")
+        .await;
+    browser
+        .click(&format!("{window} [data-action=save-setting]"))
+        .await;
+    browser
+        .wait_text(
+            &format!("{window} [role=alert]"),
+            "invalid comment_rate_window (WEBOOK_COMMENT_RATE_WINDOW): must be above 0",
+        )
+        .await;
+    let window_stored = api_get(&server, &admin, "/admin/settings/comment_rate_window").await;
+    assert_eq!(window_stored["overridden"], json!(false), "{window_stored}");
+    // Reset: back to the start-up value.
+    browser
+        .click(&format!("{row} [data-action=reset-setting]"))
+        .await;
+    browser
+        .wait_text(&format!("{row} [data-test=set-by]"), "start-up value")
+        .await;
+    let reset = api_get(&server, &admin, "/admin/settings/comment_rate_limit").await;
+    assert_eq!(reset["overridden"], json!(false), "{reset}");
+    // The log: the reset, then the change.
+    browser
+        .wait_text(
+            "[data-test=settings-log] tr[data-key=comment_rate_limit]",
+            "admin 1",
+        )
+        .await;
+    let entries: i64 = browser
+        .js(
+            "return document.querySelectorAll('[data-test=settings-log] tr[data-key=comment_rate_limit]').length",
+            vec![],
+        )
+        .await
+        .as_i64()
+        .unwrap();
+    assert_eq!(entries, 2);
+    // Restart-only settings are listed (folded away), but not as live rows.
+    browser.click("details summary").await;
+    browser.el("details tr[data-setting=listen]").await;
+    let live_listen: i64 = browser
+        .js(
+            "return document.querySelectorAll('[data-test=live-settings] tr[data-setting=listen]').length",
+            vec![],
+        )
+        .await
+        .as_i64()
+        .unwrap();
+    assert_eq!(live_listen, 0);
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "{problems:?}");
+    browser.close().await;
+}
+
+/// With the live stream switched off for everyone (`notifications_stream = off`, the grey
+/// release's switch), the stream answers 204 and the badge learns the count by polling at once,
+/// without an error on the page.
+#[tokio::test]
+async fn with_the_stream_switched_off_the_unread_badge_polls() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded(dir.path(), &[("WEBOOK_NOTIFICATIONS_STREAM", "off")]);
+    let author = api_login(&server, "switched-off@example.com").await;
+    let fan = api_login(&server, "switched-off-fan@example.com").await;
+    let author_id = user_id(&server, &author).await;
+    api_post(
+        &server,
+        &fan,
+        "/follow/follow",
+        json!({ "followee": author_id }),
+    )
+    .await;
+    platform::testing::wait_until("the follow's notification", || async {
+        api_get(&server, &author, "/notifications/unread").await["count"] == json!(1)
+    })
+    .await;
+    let browser = Browser::start("badge_switched_off").await;
+    log_in(&browser, &server, "switched-off@example.com").await;
+    browser
+        .wait_js(
+            "the unread badge at 1, from a poll",
+            "const b = document.querySelector('[data-test=unread]'); \
+             return b !== null && b.dataset.count === '1' && b.dataset.via === 'poll' && !b.hidden;",
+            vec![],
+        )
+        .await;
+    let off = server
+        .metric("feature_switch_decisions_total{switch=\"notifications_stream\",variant=\"off\"}")
+        .await;
+    assert!(off >= 1.0, "the stream was asked for and refused: {off}");
+    let problems = browser.problems().await;
+    assert!(problems.is_empty(), "the pages reported {problems:?}");
+    browser.close().await;
+}

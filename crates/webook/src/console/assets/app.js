@@ -23,6 +23,7 @@
 //   pages/move.js      #/ops/move         online database move SQLite → PostgreSQL (admins)
 //   pages/moderation.js #/ops/moderation  review queue (dismiss/hide/restore/delete/suspend/lift),
 //                      #/ops/moderation/held (approve/reject), /words (word lists), /log (admins)
+//   pages/settings.js  #/ops/settings     live settings: change, reset, restart-only ones, audit log (admins)
 //   pages/notifications.js #/notifications  the inbox: kinds rendered, mark read, preferences
 //   notify.js          the nav's unread badge, live (SSE read with fetch; polling while it is down),
 //                      loaded after the first page has rendered
@@ -41,7 +42,7 @@
 // performance.mark("console-ready") is recorded ("console-route" when routing starts and
 // "console-module" when the page's module is loaded split the load into phases). Page names: home, article, user, search, tag, topic,
 // signup, login, me, my-articles, editor, account, jobs, findings, refunds, instances, events, move, moderation,
-// held, word-lists, moderation-log, notifications, notfound. The unread badge is [data-test=unread] (its
+// held, word-lists, moderation-log, settings, notifications, notfound. The unread badge is [data-test=unread] (its
 // data-count the count, data-via "stream" or "poll" as it came, data-polls how many polls answered; hidden
 // at 0). Form
 // fields are named as the API fields, action buttons carry data-action, displayed values
@@ -80,6 +81,7 @@ const ROUTES = [
   [/^\/ops\/moderation\/held$/, page("held", "moderation.js", "held", { auth: true })],
   [/^\/ops\/moderation\/words$/, page("word-lists", "moderation.js", "wordLists", { auth: true })],
   [/^\/ops\/moderation\/log$/, page("moderation-log", "moderation.js", "log", { auth: true })],
+  [/^\/ops\/settings$/, page("settings", "settings.js", "settings", { auth: true })],
   [/^\/notifications$/, page("notifications", "notifications.js", "notifications", { auth: true })],
 ];
 

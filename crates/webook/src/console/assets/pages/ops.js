@@ -14,7 +14,7 @@ import * as session from "../session.js";
 import { field, input, textarea, select, alertBox, statusLine, onSubmit, actionButton, table, empty, tabs,
   heading, errorText, time } from "../ui.js";
 
-/** The operator pages' tab bar (the events, moderation and move pages use it too). */
+/** The operator pages' tab bar (the events, moderation, move and settings pages use it too). */
 export const opsTabs = (current) => tabs([
   ["#/ops/jobs", t("ops.jobs")],
   ["#/ops/findings", t("ops.findings")],
@@ -23,6 +23,7 @@ export const opsTabs = (current) => tabs([
   ["#/ops/events", t("ops.events")],
   ["#/ops/moderation", t("ops.moderation")],
   ["#/ops/move", t("ops.move")],
+  ["#/ops/settings", t("ops.settings")],
 ], current);
 
 /** Not an admin (any more): the nav forgets the Ops link, the error goes to the page. */
