@@ -20,8 +20,9 @@
 #
 # State (data dirs, logs, pid files) lives in target/test-services/ and is wiped at
 # start (stopping services left over by a killed run) and removed at exit.
-# Installs redis-server / postgresql / libfaketime / chromium + chromium-driver with apt-get
-# when missing and running as root.
+# Installs redis-server / postgresql / libfaketime / chromium + chromium-driver, and prometheus
+# (for /usr/bin/promtool) + nginx (the tests of deploy/), with apt-get when missing and running as
+# root; prometheus and nginx are installed without starting their services, and left disabled.
 set -euo pipefail
 
 log() { printf 'with-services: %s\n' "$*" >&2; }
@@ -45,6 +46,8 @@ SOCKDIR=
 CHILD=
 CLEANED=
 APT_UPDATED=
+POLICY_RC_D=/usr/sbin/policy-rc.d
+ADDED_POLICY=   # set while our policy-rc.d keeps installed packages' services from starting
 
 # --- helpers -----------------------------------------------------------------
 
@@ -158,6 +161,7 @@ cleanup() {
   fi
   stop_postgres
   stop_redis
+  [ -z "$ADDED_POLICY" ] || as_root rm -f "$POLICY_RC_D"
   rm -rf "$STATE"
   [ -z "$SOCKDIR" ] || [[ "$SOCKDIR" == "$STATE"/* ]] || rm -rf "$SOCKDIR"
   log "stopped services"
@@ -289,6 +293,31 @@ if ! find_chromium; then
   apt_install chromium chromium-driver ||
     die "chromium / chromedriver not found; install them (Debian: 'apt-get install chromium chromium-driver')"
   find_chromium || die "chromium / chromedriver still not found after installing them"
+fi
+
+# --- promtool and nginx (tests of deploy/: the alert rules, the reverse-proxy example) ---
+
+find_deploy_tools() {
+  [ -x /usr/bin/promtool ] && [ -x /usr/sbin/nginx ]
+}
+if ! find_deploy_tools; then
+  # The tests want the tools, not the services: Debian starts both when they are installed.
+  # A policy-rc.d that refuses every start keeps them stopped meanwhile (unless the host has a
+  # policy of its own); afterwards they are disabled, so they do not start at boot either.
+  if [ ! -e "$POLICY_RC_D" ] &&
+    as_root sh -c "printf '#!/bin/sh\\n# with-services.sh: no service starts while it installs\\nexit 101\\n' >'$POLICY_RC_D' && chmod 755 '$POLICY_RC_D'"; then
+    ADDED_POLICY=1
+  fi
+  installed=
+  apt_install --no-install-recommends prometheus nginx && installed=1
+  if [ -n "$ADDED_POLICY" ]; then as_root rm -f "$POLICY_RC_D"; ADDED_POLICY=; fi
+  [ -n "$installed" ] ||
+    die "promtool / nginx not found; install them (Debian: 'apt-get install --no-install-recommends prometheus nginx')"
+  for unit in prometheus nginx; do
+    if [ -d /run/systemd/system ]; then as_root systemctl stop "$unit" >/dev/null 2>&1 || true; fi
+    if command -v systemctl >/dev/null; then as_root systemctl disable "$unit" >/dev/null 2>&1 || true; fi
+  done
+  find_deploy_tools || die "promtool / nginx still not found after installing prometheus and nginx"
 fi
 
 # --- run the command ----------------------------------------------------------

@@ -17,7 +17,8 @@
 //! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
 //!   outlive their request ([`detached`]), one embedded server per database
 //!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
-//!   free-text fields ([`text`]), what features report on `/readyz` ([`status`]);
+//!   free-text fields ([`text`]), what features report on `/readyz` ([`status`]), the health
+//!   gauges of the readiness probes and the data directory's free space ([`health`]);
 //! - the configuration core ([`config`]): layering, one-line errors, secrets, and the
 //!   [`config::Settings`] sections features bring;
 //! - `testing` (feature `test-support`): fresh databases per backend, private Redis servers,
@@ -46,6 +47,7 @@ pub mod events;
 pub mod fast_path;
 pub mod feature;
 pub mod headers;
+pub mod health;
 pub mod http;
 pub mod idempotency;
 pub mod instance_lock;

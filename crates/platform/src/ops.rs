@@ -1,6 +1,8 @@
 //! Operations endpoints: liveness (`/healthz`), readiness (`/readyz`: the database answers and
 //! takes a write, and, in cluster mode, Redis answers) and Prometheus metrics (`/metrics`, on
-//! `ops_listen` instead of the API port when that is set).
+//! `ops_listen` instead of the API port when that is set). Every readiness probe also sets the
+//! health gauges ([`crate::health`]); [`watch_health`] repeats its read-only probes periodically
+//! so they stay current.
 //!
 //! On the API port `/metrics` is not public ([`MetricsAccess::Guarded`]): it answers a client in
 //! `metrics_allowed_networks` (default: loopback) or one presenting `metrics_token` as a bearer
@@ -254,11 +256,13 @@ async fn readyz(State(state): State<Arc<Platform>>) -> Response {
         .into_response()
 }
 
-/// Probes the database (a read and a write) and Redis, each bounded by a 2 s timeout.
+/// Probes the database (a read and a write) and Redis, each bounded by a 2 s timeout, and sets
+/// the health gauges from what it found ([`crate::health::record`]).
 pub async fn readiness(state: &Platform) -> Readiness {
-    let database = match state.db.ping(PROBE_TIMEOUT).await {
+    let answers = database_answers(state).await;
+    let database = if answers {
         // Reachable is not enough: a full disk leaves reads working and every write failing.
-        Ok(()) => match state.db.probe_writer(PROBE_TIMEOUT).await {
+        match state.db.probe_writer(PROBE_TIMEOUT).await {
             Ok(()) => "up",
             Err(err) => {
                 tracing::warn!(
@@ -267,22 +271,12 @@ pub async fn readiness(state: &Platform) -> Readiness {
                 );
                 "not writable"
             }
-        },
-        Err(err) => {
-            tracing::warn!(error = format!("{err:#}"), "readiness: database down");
-            "down"
         }
+    } else {
+        "down"
     };
-    let redis = match &state.redis {
-        None => "not configured",
-        Some(redis) => match redis.ping(PROBE_TIMEOUT).await {
-            Ok(()) => "up",
-            Err(err) => {
-                tracing::warn!(error = format!("{err:#}"), "readiness: redis down");
-                "down"
-            }
-        },
-    };
+    let redis = redis_status(state).await;
+    record_health(state, answers, redis);
     Readiness {
         mode: if state.config.is_cluster() {
             "cluster"
@@ -292,6 +286,65 @@ pub async fn readiness(state: &Platform) -> Readiness {
         database,
         redis,
         details: state.status.snapshot(),
+    }
+}
+
+/// Whether the database answers a trivial query within the probe timeout (logged when not).
+async fn database_answers(state: &Platform) -> bool {
+    match state.db.ping(PROBE_TIMEOUT).await {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(error = format!("{err:#}"), "readiness: database down");
+            false
+        }
+    }
+}
+
+/// `up`, `down` (logged) or `not configured` (embedded mode).
+async fn redis_status(state: &Platform) -> &'static str {
+    match &state.redis {
+        None => "not configured",
+        Some(redis) => match redis.ping(PROBE_TIMEOUT).await {
+            Ok(()) => "up",
+            Err(err) => {
+                tracing::warn!(error = format!("{err:#}"), "readiness: redis down");
+                "down"
+            }
+        },
+    }
+}
+
+fn record_health(state: &Platform, database_answers: bool, redis: &str) {
+    crate::health::record(
+        database_answers,
+        state.redis.as_ref().map(|_| redis == "up"),
+        &state.config.data_dir,
+    );
+}
+
+/// Until `stop`: every [`crate::health::PROBE_INTERVAL`], the probes of [`readiness`] that write
+/// nothing (the database and Redis answer) and the health gauges ([`crate::health`]) from them,
+/// so the gauges stay current when no `/readyz` request refreshes them. The writer probe stays
+/// with `/readyz`: a write every few seconds would be one more change for an online database
+/// move to copy and compare.
+pub async fn watch_health(state: Platform, stop: tokio_util::sync::CancellationToken) {
+    crate::health::describe_metrics();
+    let mut ticks = tokio::time::interval(crate::health::PROBE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {},
+            () = stop.cancelled() => return,
+        }
+        let probe = async {
+            let answers = database_answers(&state).await;
+            let redis = redis_status(&state).await;
+            record_health(&state, answers, redis);
+        };
+        tokio::select! {
+            () = probe => {},
+            () = stop.cancelled() => return,
+        }
     }
 }
 

@@ -341,8 +341,8 @@ fn what_listeners_serve(
     Ok((served, ops_served))
 }
 
-/// Starts the metrics upkeep, every feature's background task, the outbox relay and the event
-/// groups' monitor, all until `stop`.
+/// Starts the metrics upkeep, every feature's background task, the outbox relay, the event
+/// groups' monitor and the health probe, all until `stop`.
 fn start_background(
     platform: &Platform,
     tasks: Vec<(&'static str, platform::feature::BackgroundTask)>,
@@ -376,6 +376,8 @@ fn start_background(
             .clone()
             .monitor(platform.status.clone(), stop.clone()),
     );
+    // The database, Redis and the data directory's free space as gauges (platform::health).
+    background.spawn(ops::watch_health(platform.clone(), stop.clone()));
     background
 }
 

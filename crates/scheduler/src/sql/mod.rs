@@ -116,7 +116,7 @@ pub use executor::{Executor, Executors};
 pub use http::HttpExecutor;
 pub use model::{
     next_fire, plan_claim, ClaimKind, ClaimPlan, JobRow, JobStatus, Misfire, OverlapPolicy, RunRow,
-    RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_UNRECORDED_FIRE_TIMES,
+    RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_MISFIRED, SQL_UNRECORDED_FIRE_TIMES,
 };
 pub use store::{
     check_name, Claim, DbClock, Dialect, Due, NewJob, PoolSource, SqlJobStore, StoreError,

@@ -403,6 +403,16 @@ pub fn passed_during_run(schedule: &Schedule, next_time: i64, now: i64) -> (Vec<
 
 /// Counter: missed fire times beyond [`MAX_RECORDED_MISSES`] that got no row.
 pub const SQL_UNRECORDED_FIRE_TIMES: &str = "scheduler_sql_unrecorded_fire_times_total";
+/// Counter: fire times recorded as `misfired` (they passed while no instance ran the job, or were
+/// claimed more than `misfire_after` late), counted by the instance whose claim recorded them.
+pub const SQL_MISFIRED: &str = "scheduler_sql_misfired_total";
+
+/// Counts `count` fire times a committed claim recorded as misfired ([`SQL_MISFIRED`]).
+pub fn note_misfired(count: usize) {
+    if count > 0 {
+        metrics::counter!(SQL_MISFIRED).increment(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+}
 
 /// Logs and counts fire times that passed without a row of their own.
 pub fn note_unrecorded(count: u64, what: &str) {

@@ -616,9 +616,11 @@ impl SqlJobStore {
                 tracing::warn!(job = %job.name, run_at = plan.run_at, "fire time already recorded; not running it again");
             }
             tx.commit().await?;
+            crate::sql::model::note_misfired(plan.misfired.len());
             return Ok(None);
         };
         tx.commit().await?;
+        crate::sql::model::note_misfired(plan.misfired.len());
         Ok(Some(Claim {
             job_id: job.id,
             token,

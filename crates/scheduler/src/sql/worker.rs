@@ -55,6 +55,12 @@ pub fn describe_metrics() {
         metrics::Unit::Seconds,
         "Seconds from a durable job's fire time to its claim"
     );
+    metrics::describe_counter!(
+        crate::sql::model::SQL_MISFIRED,
+        "Durable-job fire times recorded as misfired (passed while no instance ran the job)"
+    );
+    // Exported from the start (0), so a restart shows as a counter reset, not a new series.
+    metrics::counter!(crate::sql::model::SQL_MISFIRED).increment(0);
 }
 
 /// Tuning of one instance.

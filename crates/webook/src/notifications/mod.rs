@@ -22,6 +22,7 @@ pub mod service;
 pub mod settings;
 pub mod store;
 
+pub use http::STREAM_LIFETIME;
 pub use model::{Kind, NotificationView, Preferences, Unread};
 pub use service::{NotificationService, GROUP, NOTIFICATIONS_WRITTEN_TOTAL};
 pub use settings::NotificationSettings;

@@ -225,6 +225,10 @@ impl Feature for Payments {
             .await?;
             watch::ensure_job(&jobs, &settings.pay_watch_schedule).await?;
         }
+        let counted = payments.clone();
+        registry.background("payment discrepancies gauge", move |background| {
+            reconcile::watch_open_discrepancies(counted, background.stop)
+        });
         registry.routes(http::router(http::PaymentRoutes {
             payments: payments.clone(),
             fake: fake.clone(),

@@ -21,6 +21,9 @@
 //!   answer, a lost credit's event recorded again once — and "fixed" is recorded only once the
 //!   effect is verified (a later run sees the posting).
 //!
+//! The gauge `payment_discrepancies_open` is set by each comparison and, on every instance, once
+//! a minute by [`watch_open_discrepancies`].
+//!
 //! Which days are compared, and when, is [`super::catch_up`]'s: each run of `payment_reconcile`
 //! (hourly at :30 by default) calls [`reconcile_day`] for every day of the look-back window
 //! (`pay_reconcile_lookback`, 7 days) whose bill is published and that is not yet done in
@@ -73,6 +76,31 @@ pub struct SweepReport {
     pub errors: u64,
     /// Refunds under way that completed.
     pub refunded: u64,
+}
+
+/// How often every instance counts the discrepancies waiting for a person again.
+pub const OPEN_GAUGE_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Until `stop`: sets [`PAYMENT_DISCREPANCIES_OPEN`] at once and every [`OPEN_GAUGE_INTERVAL`],
+/// on every instance — the daily comparison sets it only where it ran, and a restart would
+/// otherwise hide open discrepancies until the next one (an alert watches the gauge).
+pub async fn watch_open_discrepancies(
+    payments: PaymentService,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(OPEN_GAUGE_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {},
+            () = stop.cancelled() => return,
+        }
+        match payments.store().open_discrepancies().await {
+            Ok(open) => metrics::gauge!(PAYMENT_DISCREPANCIES_OPEN).set(open as f64),
+            // The readiness probe reports an unreachable database; nothing to add here.
+            Err(err) => tracing::debug!(%err, "cannot count open payment discrepancies"),
+        }
+    }
 }
 
 /// Settles the pending payments that expired before `now` (less the grace), then the refunds

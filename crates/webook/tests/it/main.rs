@@ -22,6 +22,7 @@ mod comments;
 mod console;
 mod db_move;
 mod db_move_chaos;
+mod deploy;
 mod event_chaos;
 mod events_admin;
 mod feed;
