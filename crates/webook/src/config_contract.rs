@@ -73,6 +73,13 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("cache_memory_bytes", "2097152", "2097152"),
     ("role", "worker", r#""worker""#),
     (
+        "otlp_endpoint",
+        "http://127.0.0.1:4318",
+        r#""http://127.0.0.1:4318""#,
+    ),
+    ("otlp_sampling_ratio", "0.25", "0.25"),
+    ("otlp_service_name", "contract", r#""contract""#),
+    (
         "jwt_access_secret",
         "access-secret-0123456789abcdef0123456789",
         r#""<redacted>""#,
