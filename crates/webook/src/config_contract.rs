@@ -395,6 +395,7 @@ fn every_section_serialises_exactly_its_keys() {
     let config = Config {
         redis_url: Some("redis://127.0.0.1/".into()),
         ops_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9090))),
+        otlp_endpoint: Some("http://127.0.0.1:4318".into()),
         ..Config::with_defaults(&crate::app::settings())
     };
     let shown = printed(&{
