@@ -67,7 +67,7 @@ impl Received {
         self.attributes.get(key).map(String::as_str)
     }
 
-    fn from_pid(&self, pid: u32) -> bool {
+    fn exported_by(&self, pid: u32) -> bool {
         self.instance.ends_with(&format!("-{pid}"))
     }
 }
@@ -335,7 +335,7 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
     assert_eq!(server.parent, client_span, "{}", describe());
     assert_eq!(server.name, "POST /articles/publish");
     assert_eq!(server.attribute("http.response.status_code"), Some("200"));
-    assert!(server.from_pid(a_pid), "{}", server.instance);
+    assert!(server.exported_by(a_pid), "{}", server.instance);
     assert_eq!(server.service, "webook-it");
 
     // SQL statements of the publish are client spans under the server span, with their text
@@ -345,7 +345,7 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
         .filter(|span| {
             span.kind == CLIENT
                 && span.attributes.contains_key("db.query.text")
-                && span.from_pid(a_pid)
+                && span.exported_by(a_pid)
                 && descends_from(&trace, span, &server.span_id)
         })
         .collect();
@@ -369,7 +369,7 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
                 && span.attribute("messaging.destination.name") == Some("article_published")
         })
         .unwrap();
-    assert!(producer.from_pid(a_pid));
+    assert!(producer.exported_by(a_pid));
     assert!(
         descends_from(&trace, producer, &server.span_id),
         "the producer is part of the request:\n{}",
@@ -393,12 +393,12 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
             span.kind == CONSUMER && span.attribute("messaging.consumer.group.name") == Some("feed")
         })
         .unwrap();
-    assert!(feed.from_pid(b_pid), "consumed on B: {}", feed.instance);
+    assert!(feed.exported_by(b_pid), "consumed on B: {}", feed.instance);
     assert_eq!(feed.parent, producer.span_id);
     assert_eq!(feed.name, "article_published process");
     assert!(
         trace.iter().any(|span| span.kind == CLIENT
-            && span.from_pid(b_pid)
+            && span.exported_by(b_pid)
             && descends_from(&trace, span, &feed.span_id)),
         "the fan-out's statements are under the consumer span:\n{}",
         describe()
@@ -418,7 +418,7 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
     assert!(receiver
         .trace(&trace_id)
         .iter()
-        .all(|span| span.from_pid(a_pid) || span.from_pid(b_pid)));
+        .all(|span| span.exported_by(a_pid) || span.exported_by(b_pid)));
 
     // A read of the article: its cache lookups are spans saying whether they hit, and its Redis
     // commands are spans named by command (never by key).
