@@ -10,7 +10,8 @@
 //! - `otlp_sampling_ratio = 0` exports no new trace (a sampled `traceparent` from a caller is
 //!   still honoured: the control that shows the exporter runs);
 //! - `otlp_endpoint` unset: nothing is exported and no exporter thread runs, even with the
-//!   OpenTelemetry SDK's own `OTEL_EXPORTER_OTLP_ENDPOINT` set.
+//!   OpenTelemetry SDK's own `OTEL_EXPORTER_OTLP_ENDPOINT` set;
+//! - an `http` job's call carries the `traceparent` of its run's span, which is exported.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -23,7 +24,7 @@ use std::{
 use axum::{
     body::Bytes,
     http::{header, HeaderMap, StatusCode},
-    routing::post,
+    routing::{any, post},
     Router,
 };
 use opentelemetry_proto::tonic::{
@@ -545,4 +546,90 @@ async fn without_an_endpoint_nothing_is_exported_and_no_exporter_runs() {
     assert_eq!(receiver.posts(), 0);
     let (status, answer) = server.get_json("/healthz").await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+}
+
+#[tokio::test]
+async fn an_http_jobs_call_carries_its_runs_trace() {
+    let receiver = Receiver::start().await;
+    // The job's target: records the traceparent of each call.
+    let calls = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
+    let seen = calls.clone();
+    let hook = Router::new().route(
+        "/hook",
+        any(move |headers: HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(
+                    headers
+                        .get("traceparent")
+                        .map(|value| value.to_str().unwrap().to_owned()),
+                );
+                StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, hook).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded_instance(
+        dir.path(),
+        &[
+            ("WEBOOK_OTLP_ENDPOINT", &receiver.endpoint),
+            ("WEBOOK_ADMINS", "1"),
+            ("WEBOOK_JOB_HTTP_ALLOWED_NETWORKS", "127.0.0.0/8"),
+            ("WEBOOK_JOB_POLL_MAX", "200ms"),
+        ],
+    );
+    let admin = server
+        .sign_up_and_log_in("admin@example.com", PASSWORD)
+        .await;
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(server.url("/jobs"))
+        .bearer_auth(&admin)
+        .json(
+            &json!({"name": "traced-hook", "cron": "@yearly", "executor": "http",
+                      "cfg": {"url": hook_url}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created["code"], 0, "{created}");
+    let id = created["data"].as_i64().unwrap();
+    let triggered: Value = client
+        .post(server.url(&format!("/jobs/{id}/trigger")))
+        .bearer_auth(&admin)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(triggered["code"], 0, "{triggered}");
+
+    wait_until("the job's call", || async {
+        !calls.lock().unwrap().is_empty()
+    })
+    .await;
+    let traceparent = calls.lock().unwrap()[0]
+        .clone()
+        .expect("the call carries a traceparent");
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    let (trace_id, span_id) = (parts[1].to_owned(), parts[2].to_owned());
+    // The span it names is the run's, exported with the job's name.
+    wait_until("the run's span", || async {
+        receiver.trace(&trace_id).iter().any(|span| {
+            span.span_id == span_id
+                && span.name == "job"
+                && span.attribute("job") == Some("traced-hook")
+        })
+    })
+    .await;
 }
