@@ -306,11 +306,16 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
                 .iter()
                 .any(|span| span.kind == CLIENT && descends_from(&trace, span, &feed.span_id))
         });
-        feed_sql.then_some(trace.clone())
+        // The server span ends last on A (after the answer), so it may come in a later batch.
+        let server = trace.iter().any(|span| {
+            span.kind == SERVER && span.attribute("http.route") == Some("/articles/publish")
+        });
+        (feed_sql && server).then_some(trace.clone())
     };
-    wait_until("the publish's trace with B's feed consumer", || async {
-        shape().is_some()
-    })
+    wait_until(
+        "the publish's trace, its server span and B's feed consumer",
+        || async { shape().is_some() },
+    )
     .await;
     let trace = shape().unwrap();
     let describe = || {
