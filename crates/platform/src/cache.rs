@@ -381,8 +381,25 @@ impl VersionedCache {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Looks `key` up.
+    /// Looks `key` up. Traced ([`crate::tracing_otlp`]): a `cache get` span under the current
+    /// one, with `cache.name` and `cache.hit`.
     pub async fn get(&self, key: &str) -> Lookup {
+        let span = tracing::debug_span!(
+            target: crate::tracing_otlp::TARGET,
+            "cache",
+            otel.name = "cache get",
+            cache.name = self.name,
+            cache.hit = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.lookup(key).await;
+        }
+        let lookup = tracing::Instrument::instrument(self.lookup(key), span.clone()).await;
+        span.record("cache.hit", matches!(lookup, Lookup::Hit(_)));
+        lookup
+    }
+
+    async fn lookup(&self, key: &str) -> Lookup {
         let local = self.local.get(key);
         let Some(remote) = &self.remote else {
             return match local {

@@ -147,6 +147,15 @@ pub struct Config {
     /// only; needs cluster mode so another process consumes its events) or `worker` (jobs and
     /// consumers; HTTP only for /healthz, /readyz and /metrics).
     pub role: Role,
+    /// Base URL of an OTLP/HTTP collector (e.g. `http://otel-collector:4318`); traces are posted
+    /// to `{otlp_endpoint}/v1/traces` as protobuf. Unset: no tracing at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces exported, 0 to 1 (parent-based: a trace continued from a caller's
+    /// `traceparent` keeps the caller's decision).
+    pub otlp_sampling_ratio: f64,
+    /// `service.name` of the exported spans.
+    pub otlp_service_name: String,
     /// The features' own sections ([`Settings`]), in the order they were loaded; read them
     /// with [`Config::settings`].
     #[serde(skip)]
@@ -206,6 +215,9 @@ impl Default for Config {
             purge_schedule: "@every 10m".to_owned(),
             cache_memory_bytes: 32 * 1024 * 1024,
             role: Role::All,
+            otlp_endpoint: None,
+            otlp_sampling_ratio: 1.0,
+            otlp_service_name: "webook".to_owned(),
             sections: Sections::default(),
         }
     }
@@ -240,6 +252,9 @@ pub const KEYS: &[&str] = &[
     "purge_schedule",
     "cache_memory_bytes",
     "role",
+    "otlp_endpoint",
+    "otlp_sampling_ratio",
+    "otlp_service_name",
 ];
 
 /// The platform's keys that change while the process runs ([`Config::with_live`]): an admin
@@ -486,6 +501,20 @@ impl Config {
             );
         }
         self.purge_schedule()?;
+        if let Some(endpoint) = &self.otlp_endpoint {
+            let parsed = url::Url::parse(endpoint).map_err(|err| {
+                anyhow::anyhow!("invalid otlp_endpoint (WEBOOK_OTLP_ENDPOINT) {endpoint:?}: {err}")
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.query().is_some() {
+                bail!("invalid otlp_endpoint (WEBOOK_OTLP_ENDPOINT) {endpoint:?}: expected an http:// or https:// base URL such as http://collector:4318");
+            }
+        }
+        if !(0.0..=1.0).contains(&self.otlp_sampling_ratio) {
+            bail!("invalid otlp_sampling_ratio (WEBOOK_OTLP_SAMPLING_RATIO): 0 to 1 (the share of new traces exported)");
+        }
+        if self.otlp_service_name.trim().is_empty() {
+            bail!("invalid otlp_service_name (WEBOOK_OTLP_SERVICE_NAME): must not be empty");
+        }
         if self.role == Role::Api && !self.is_cluster() {
             bail!(
                 "invalid role (WEBOOK_ROLE / --role) api: an API-only process needs cluster mode \

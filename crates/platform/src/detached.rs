@@ -27,9 +27,13 @@ where
     T: Send + 'static,
     F: Future<Output = Result<T, AppError>> + Send + 'static,
 {
-    WRITES
-        .spawn(work)
-        .await
+    // Traced, the work stays in the caller's span (its statements, its events' context).
+    let task = if crate::tracing_otlp::enabled() {
+        WRITES.spawn(tracing::Instrument::in_current_span(work))
+    } else {
+        WRITES.spawn(tracing::Instrument::instrument(work, tracing::Span::none()))
+    };
+    task.await
         .map_err(|err| AppError::Internal(anyhow::anyhow!("a write task failed: {err}")))?
 }
 

@@ -13,7 +13,9 @@
 //!    - the language of `msg` in error answers, from `Accept-Language` ([`Lang`]);
 //!    - `X-Content-Type-Options: nosniff` on every answer (no browser guesses a JSON answer
 //!      into HTML);
-//!    - a `tracing` span carrying method, path and request id;
+//!    - a `tracing` span carrying method, path and request id — when traces are exported, an
+//!      OpenTelemetry server span named by the route, continuing the caller's `traceparent`
+//!      ([`crate::tracing_otlp`]);
 //!    - CORS per `API.md` ([`CorsPolicy`]: preflights answered here, grants added to responses);
 //!    - Prometheus metrics by matched route, method and status (499 when the client went away
 //!      before the answer), plus an in-flight gauge;
@@ -54,13 +56,13 @@ use futures_util::{future::BoxFuture, FutureExt};
 use metrics::{Counter, Gauge, Histogram};
 use tower::{Layer, Service};
 use tower_http::{compression::CompressionLayer, CompressionLevel};
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::{
     config::Config,
     cors::CorsPolicy,
     error::{AppError, Lang},
-    telemetry,
+    telemetry, tracing_otlp,
 };
 
 pub use crate::headers::{ACCESS_TOKEN_HEADER, REFRESH_TOKEN_HEADER};
@@ -203,19 +205,26 @@ where
                 id
             }
         };
-        let span = tracing::info_span!(
-            "request",
-            method = %request.method(),
-            path = %request.uri().path(),
-            request_id = %String::from_utf8_lossy(request_id.as_bytes()),
-        );
+        let route = request.extensions().get::<MatchedPath>().cloned();
+        let traced = tracing_otlp::enabled();
+        let span = if traced {
+            server_span(&request, &request_id, route.as_ref())
+        } else {
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                path = %request.uri().path(),
+                request_id = %String::from_utf8_lossy(request_id.as_bytes()),
+            )
+        };
+        // Its status is recorded at the end (only when traced: the log's span stays as it was).
+        let traced_span = traced.then(|| span.clone());
         let lang = Lang::negotiate(
             request
                 .headers()
                 .get(axum::http::header::ACCEPT_LANGUAGE)
                 .and_then(|value| value.to_str().ok()),
         );
-        let route = request.extensions().get::<MatchedPath>().cloned();
         let method = request.method().clone();
         let preflight = shared.cors.preflight(request.method(), request.headers());
         let origin = shared.cors.allowed_origin(request.headers());
@@ -252,6 +261,9 @@ where
                 axum::http::header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             );
+            if let Some(span) = traced_span {
+                record_status(&span, response.status());
+            }
             // Answered: counted with its status here, not as abandoned by the guard.
             if let Some((route, method)) = in_flight.abandoned.take() {
                 record_request(
@@ -265,6 +277,36 @@ where
         }
         .instrument(span)
         .boxed()
+    }
+}
+
+/// The span of a request when traces are exported: an OpenTelemetry server span named by the
+/// matched route (`POST /articles/publish`), continuing the caller's `traceparent` if it sent
+/// one ([`tracing_otlp`]).
+fn server_span(request: &Request, request_id: &HeaderValue, route: Option<&MatchedPath>) -> Span {
+    let route = route.map_or(UNMATCHED, MatchedPath::as_str);
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        request_id = %String::from_utf8_lossy(request_id.as_bytes()),
+        otel.name = %format_args!("{} {route}", request.method()),
+        otel.kind = "server",
+        http.request.method = %request.method(),
+        http.route = route,
+        url.path = %request.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    tracing_otlp::continue_from_headers(&span, request.headers());
+    span
+}
+
+/// Records the answer's status on a traced request's span (5xx marks the span failed).
+fn record_status(span: &Span, status: StatusCode) {
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
     }
 }
 

@@ -14,7 +14,8 @@
 //!   limits ([`rate_limit`]), the server with its connection limits ([`serve`]), answers
 //!   whose constant part is serialised and gzipped once ([`prerendered`]), answers served from
 //!   memory ahead of the middleware ([`fast_path`]);
-//! - operations: logging and metrics ([`telemetry`]), periodic jobs ([`jobs`]), writes that
+//! - operations: logging and metrics ([`telemetry`]), distributed tracing over OTLP
+//!   ([`tracing_otlp`]), periodic jobs ([`jobs`]), writes that
 //!   outlive their request ([`detached`]), one embedded server per database
 //!   ([`instance_lock`]), CPU-bound work off the async workers ([`cpu`]), the rules of
 //!   free-text fields ([`text`]), what features report on `/readyz` ([`status`]), the health
@@ -67,6 +68,7 @@ pub mod telemetry;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod text;
+pub mod tracing_otlp;
 
 /// Returns `url` with any password replaced by `***`, for logs, errors and `--print-config`.
 /// Works on malformed URLs too (they are the ones that end up in error messages).

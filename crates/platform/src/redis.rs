@@ -10,6 +10,9 @@
 //! (`db::pool`), for Redis. Every Redis use already treats an error as "Redis is away"
 //! and degrades (the database answers, events go to the in-process queue, rate limits count on
 //! the instance).
+//!
+//! Traced ([`crate::tracing_otlp`]): each command or pipeline on a handle is a client span named
+//! by its command(s) — never its keys or values — under the span it runs in.
 
 use std::{
     sync::{
@@ -25,7 +28,9 @@ use redis::{
     Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value,
 };
 
-use crate::redact_url;
+use tracing::Instrument;
+
+use crate::{redact_url, tracing_otlp};
 
 /// How long connecting or one command may take before it fails.
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
@@ -157,11 +162,21 @@ impl ConnectionLike for RedisConnection {
             Err(err) => return Box::pin(async move { Err(err) }),
         };
         self.round_trips.increment(1);
-        Box::pin(async move {
-            let result = self.inner.req_packed_command(cmd).await;
-            probe.record(&self.circuit, &result);
-            result
-        })
+        let span = tracing::debug_span!(
+            target: tracing_otlp::TARGET,
+            "redis",
+            otel.name = %command_name(cmd),
+            otel.kind = "client",
+            db.system.name = "redis",
+        );
+        Box::pin(
+            async move {
+                let result = self.inner.req_packed_command(cmd).await;
+                probe.record(&self.circuit, &result);
+                result
+            }
+            .instrument(span),
+        )
     }
 
     fn req_packed_commands<'a>(
@@ -175,19 +190,53 @@ impl ConnectionLike for RedisConnection {
             Err(err) => return Box::pin(async move { Err(err) }),
         };
         self.round_trips.increment(1);
-        Box::pin(async move {
-            let result = self
-                .inner
-                .req_packed_commands(pipeline, offset, count)
-                .await;
-            probe.record(&self.circuit, &result);
-            result
-        })
+        let span = tracing::debug_span!(
+            target: tracing_otlp::TARGET,
+            "redis",
+            otel.name = %pipeline_name(pipeline),
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.batch.size = pipeline.len(),
+        );
+        Box::pin(
+            async move {
+                let result = self
+                    .inner
+                    .req_packed_commands(pipeline, offset, count)
+                    .await;
+                probe.record(&self.circuit, &result);
+                result
+            }
+            .instrument(span),
+        )
     }
 
     fn get_db(&self) -> i64 {
         self.inner.get_db()
     }
+}
+
+/// A command's name (its first argument, upper-cased: `GET`, `EVALSHA`), for its span; never its
+/// keys or values.
+fn command_name(cmd: &Cmd) -> String {
+    match cmd.args_iter().next() {
+        Some(redis::Arg::Simple(name)) => String::from_utf8_lossy(name).to_ascii_uppercase(),
+        _ => "COMMAND".to_owned(),
+    }
+}
+
+/// `PIPELINE XADD` (or `PIPELINE GET SET`): the distinct commands of a pipeline, in order.
+fn pipeline_name(pipeline: &Pipeline) -> String {
+    let mut name = "PIPELINE".to_owned();
+    let mut seen = Vec::new();
+    for command in pipeline.cmd_iter().map(command_name) {
+        if !seen.contains(&command) && seen.len() < 4 {
+            name.push(' ');
+            name.push_str(&command);
+            seen.push(command);
+        }
+    }
+    name
 }
 
 impl std::fmt::Debug for Redis {

@@ -4,16 +4,19 @@
 //! the code that owns its table; this is the one list of them.
 
 use crate::{
-    db::{Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION},
+    db::{
+        Migration, EVENT_GROUPS_MIGRATION, META_MIGRATION, OUTBOX_MIGRATION, OUTBOX_TRACE_MIGRATION,
+    },
     events::dedup::CONSUMED_EVENTS_MIGRATION,
     idempotency::IDEMPOTENCY_MIGRATION,
 };
 
 /// Every platform migration, in version order.
-pub const MIGRATIONS: [Migration; 5] = [
+pub const MIGRATIONS: [Migration; 6] = [
     META_MIGRATION,
     IDEMPOTENCY_MIGRATION,
     OUTBOX_MIGRATION,
     EVENT_GROUPS_MIGRATION,
     CONSUMED_EVENTS_MIGRATION,
+    OUTBOX_TRACE_MIGRATION,
 ];

@@ -1,7 +1,10 @@
-//! Logs and metrics.
+//! Logs, metrics and the subscriber traces are exported through.
 //!
-//! Logs: `tracing` to stderr, filtered by `log` (`WEBOOK_LOG`, EnvFilter syntax), as text or JSON
-//! (`log_format`). Logging never fails or stalls the code that logs: a formatted line goes into a
+//! Logs: `tracing` to stderr, filtered by `log` (`WEBOOK_LOG`, EnvFilter syntax; changed while
+//! the process runs with [`set_log_filter`]), as text or JSON (`log_format`). The filter is the
+//! log's own (a per-layer filter): the trace exporter, when `otlp_endpoint` is set, sits beside
+//! it in the same subscriber with a filter of its own ([`crate::tracing_otlp`]; its sampling
+//! ratio is changed with [`set_trace_sampling_ratio`]). Logging never fails or stalls the code that logs: a formatted line goes into a
 //! bounded queue ([`LOG_QUEUE_LINES`]) and one thread of its own writes the queue to stderr. A
 //! line that finds the queue full (the output is slower than the logging, or blocked: a pipe
 //! nobody reads) or that the output refuses (a full disk, a closed pipe) is dropped and counted
@@ -22,7 +25,10 @@ use std::{
 
 use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tracing_subscriber::{fmt::MakeWriter, EnvFilter};
+use tracing_subscriber::{
+    fmt::MakeWriter, layer::SubscriberExt, reload, util::SubscriberInitExt, EnvFilter, Layer,
+    Registry,
+};
 
 use crate::config::{Config, LogFormat};
 
@@ -55,24 +61,77 @@ pub const JOB_DURATION_BUCKETS: &[f64] = &[
 /// beyond that, a takeover (≤ lease) or a backlog.
 const SCHEDULE_LAG_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
 
-/// Installs the global log subscriber, writing through the log queue (module docs). A second
-/// call (tests start many apps) keeps the first.
+/// Installs the global log subscriber, writing through the log queue (module docs), with the
+/// trace exporter's layers when `otlp_endpoint` is set. A second call (tests start many apps)
+/// keeps the first, and builds no exporter.
 pub fn init_logging(config: &Config) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(&config.log).context("invalid log (WEBOOK_LOG)")?;
+    if tracing::dispatcher::has_been_set() {
+        return Ok(());
+    }
     let ansi = std::io::stderr().is_terminal();
     let writer = LogQueue::get().context("starting the log writer")?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let (filter, handle) = reload::Layer::new(filter);
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         // Our writer never fails; tracing's own report of a failed write goes to stderr with
         // `eprintln!`, which panics when stderr cannot be written.
         .log_internal_errors(false)
         .with_ansi(ansi);
-    let _already_installed = match config.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let lines: crate::tracing_otlp::BoxedLayer<Registry> = match config.log_format {
+        LogFormat::Text => lines.with_filter(filter).boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),
     };
+    let tracing = crate::tracing_otlp::layers::<Registry>(config)?;
+    let mut layers = vec![lines];
+    let tracing = tracing.map(|mut tracing| {
+        layers.append(&mut tracing.layers);
+        tracing
+    });
+    let installed = tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .is_ok();
+    if installed {
+        let _first = LOG_FILTER.set(handle);
+    }
+    if let Some(tracing) = tracing {
+        if installed {
+            tracing.installed();
+        } else {
+            tracing.discarded();
+        }
+    }
     Ok(())
+}
+
+/// The handle of the installed log filter ([`set_log_filter`]).
+static LOG_FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// Replaces the log filter (EnvFilter syntax, as `log`) of the running process; an invalid
+/// filter is refused and the old one stays. Traces are not affected (their filter is their own).
+pub fn set_log_filter(filter: &str) -> anyhow::Result<()> {
+    let parsed = EnvFilter::try_new(filter)
+        .map_err(|err| anyhow::anyhow!("invalid log filter {filter:?}: {err}"))?;
+    let handle = LOG_FILTER
+        .get()
+        .context("logging is not initialised in this process")?;
+    handle
+        .reload(parsed)
+        .context("the log subscriber has gone away")?;
+    Ok(())
+}
+
+/// Changes the share of new traces exported (0 to 1; clamped) while the process runs; traces
+/// continued from a caller keep the caller's decision. No effect when tracing is off.
+pub fn set_trace_sampling_ratio(ratio: f64) {
+    crate::tracing_otlp::set_sampling_ratio(ratio);
+}
+
+/// Sends the spans still buffered for export and stops the exporter, waiting at most `limit`
+/// (the end of the process; nothing when tracing is off).
+pub async fn flush_traces(limit: Duration) {
+    crate::tracing_otlp::shutdown(limit).await;
 }
 
 /// Waits up to `limit` until every log line queued so far is written (or dropped): the end of
@@ -271,4 +330,44 @@ fn install_recorder(features: &[MetricsSpec]) -> anyhow::Result<PrometheusHandle
         (spec.describe)();
     }
     Ok(handle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tracing::Level;
+
+    use super::{init_logging, set_log_filter};
+    use crate::config::Config;
+
+    /// The one test of this crate that installs the global subscriber.
+    #[test]
+    fn the_log_filter_changes_while_the_process_runs() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            init_logging(&Config::default()).unwrap();
+        });
+        assert!(
+            !crate::tracing_otlp::enabled(),
+            "no endpoint: no tracing layers"
+        );
+        assert!(!tracing::enabled!(target: "telemetry_test", Level::DEBUG));
+        set_log_filter("info,telemetry_test=debug").unwrap();
+        assert!(tracing::enabled!(target: "telemetry_test", Level::DEBUG));
+        assert!(!tracing::enabled!(target: "elsewhere", Level::DEBUG));
+        let refused = set_log_filter("info,telemetry_test=loud").unwrap_err();
+        assert!(
+            refused.to_string().contains("invalid log filter"),
+            "{refused}"
+        );
+        assert!(
+            tracing::enabled!(target: "telemetry_test", Level::DEBUG),
+            "a refused filter leaves the last one"
+        );
+        set_log_filter("info").unwrap();
+        assert!(!tracing::enabled!(target: "telemetry_test", Level::DEBUG));
+    }
 }

@@ -149,6 +149,7 @@ fn published(id: i64, author: i64, time: i64) -> Event {
             .unwrap()
             .into(),
         time,
+        traceparent: None,
     }
 }
 

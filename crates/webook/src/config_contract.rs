@@ -73,6 +73,13 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("cache_memory_bytes", "2097152", "2097152"),
     ("role", "worker", r#""worker""#),
     (
+        "otlp_endpoint",
+        "http://127.0.0.1:4318",
+        r#""http://127.0.0.1:4318""#,
+    ),
+    ("otlp_sampling_ratio", "0.25", "0.25"),
+    ("otlp_service_name", "contract", r#""contract""#),
+    (
         "jwt_access_secret",
         "access-secret-0123456789abcdef0123456789",
         r#""<redacted>""#,
@@ -390,6 +397,7 @@ fn every_section_serialises_exactly_its_keys() {
     let config = Config {
         redis_url: Some("redis://127.0.0.1/".into()),
         ops_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 9090))),
+        otlp_endpoint: Some("http://127.0.0.1:4318".into()),
         ..Config::with_defaults(&crate::app::settings())
     };
     let shown = printed(&{

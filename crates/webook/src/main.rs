@@ -30,7 +30,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(cli.run());
+    let outcome = runtime.block_on(async {
+        let outcome = cli.run().await;
+        // The spans still buffered for export (nothing when tracing is off).
+        platform::telemetry::flush_traces(LOG_FLUSH_LIMIT).await;
+        outcome
+    });
     platform::telemetry::flush_logs(LOG_FLUSH_LIMIT);
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -130,6 +130,13 @@ pub const OUTBOX_MIGRATION: Migration = Migration::new(
     include_str!("../../migrations/0010_event_outbox.sql"),
 );
 
+/// The outbox rows' trace context ([`crate::tracing_otlp`]).
+pub const OUTBOX_TRACE_MIGRATION: Migration = Migration::new(
+    44,
+    "event outbox trace context",
+    include_str!("../../migrations/0044_outbox_traceparent.sql"),
+);
+
 /// Consumer groups' progress through the outbox and their parked events
 /// ([`crate::events::delivery`], [`crate::events::parked`]).
 pub const EVENT_GROUPS_MIGRATION: Migration = Migration::new(

@@ -374,6 +374,22 @@ impl InjectedFault {
     }
 }
 
+/// The span a batch of `topic` is handled in by `group`, continuing the trace of its first traced
+/// event ([`crate::tracing_otlp::consumer_span`]; none when tracing is off).
+pub(super) fn consumer_span(topic: &str, group: &str, events: &[Event]) -> tracing::Span {
+    if !crate::tracing_otlp::enabled() {
+        return tracing::Span::none();
+    }
+    crate::tracing_otlp::consumer_span(
+        topic,
+        group,
+        events.len(),
+        events
+            .iter()
+            .filter_map(|event| event.traceparent.as_deref()),
+    )
+}
+
 /// Calls `handler` with `events`, turning a panic (while making the future or polling it) into
 /// a permanent failure.
 pub(super) async fn call<H, Fut>(handler: &mut H, events: Vec<Event>) -> anyhow::Result<()>
@@ -442,7 +458,8 @@ impl Consumer {
                 return Err(err);
             }
         }
-        call(handler, events).await
+        let span = consumer_span(&self.topic, &self.group, &events);
+        tracing::Instrument::instrument(call(handler, events), span).await
     }
 
     /// Hands `batch` to `handler` until every event of it is handled or parked (module docs);

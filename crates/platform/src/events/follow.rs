@@ -195,6 +195,7 @@ impl EventStream {
         };
         drop(funnel);
         let topics: Vec<String> = topics.iter().map(|topic| (*topic).to_owned()).collect();
+        let group = group.to_owned();
         async move {
             match backend {
                 Backend::InProcess(_) => {
@@ -210,8 +211,11 @@ impl EventStream {
                             }
                             // Each consumer gets the outcome with its kind kept, so a transient
                             // failure stays one (never parked) and a permanent one is parked.
-                            let outcome =
-                                handler(events, Positions::default()).await.map_err(|err| {
+                            let span = followed_span(&group, &events);
+                            let handled = handler(events, Positions::default());
+                            let outcome = tracing::Instrument::instrument(handled, span)
+                                .await
+                                .map_err(|err| {
                                     (
                                         super::failure::classify(&err),
                                         super::failure::unmarked(&err),
@@ -239,6 +243,7 @@ impl EventStream {
                     let follower = RedisFollower {
                         backend,
                         topics,
+                        group,
                         positions: from,
                         batch_size: batch_size.max(1),
                         max_wait,
@@ -298,9 +303,25 @@ impl StreamInfo {
     }
 }
 
+/// The consumer span of a followed batch (its topics, in order of first appearance, name it).
+fn followed_span(group: &str, events: &[Event]) -> tracing::Span {
+    if !crate::tracing_otlp::enabled() {
+        return tracing::Span::none();
+    }
+    let mut topics: Vec<&str> = Vec::new();
+    for event in events {
+        if !topics.contains(&event.topic.as_str()) {
+            topics.push(&event.topic);
+        }
+    }
+    super::delivery::consumer_span(&topics.join(","), group, events)
+}
+
 struct RedisFollower {
     backend: std::sync::Arc<RedisBackend>,
     topics: Vec<String>,
+    /// The follower's name (the consumer span's group).
+    group: String,
     positions: Positions,
     batch_size: usize,
     max_wait: Duration,
@@ -327,13 +348,17 @@ impl RedisFollower {
                     self.positions.advance(&reached);
                     Ok(())
                 }
-                Ok((events, reached)) => match handler(events, reached.clone()).await {
-                    Ok(()) => {
-                        self.positions.advance(&reached);
-                        Ok(())
+                Ok((events, reached)) => {
+                    let span = followed_span(&self.group, &events);
+                    let handled = handler(events, reached.clone());
+                    match tracing::Instrument::instrument(handled, span).await {
+                        Ok(()) => {
+                            self.positions.advance(&reached);
+                            Ok(())
+                        }
+                        Err(err) => Err(err.context("a followed batch failed; it is read again")),
                     }
-                    Err(err) => Err(err.context("a followed batch failed; it is read again")),
-                },
+                }
                 Err(err) => {
                     self.connection = None;
                     Err(anyhow::Error::from(err).context("cannot follow events in redis"))

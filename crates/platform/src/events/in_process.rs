@@ -114,13 +114,21 @@ impl InProcess {
     }
 
     /// Queues the event for every group of `topic`, waiting while a queue is full.
-    pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
+    pub(super) async fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: Bytes,
+        time: i64,
+        traceparent: Option<String>,
+    ) {
         let event = Event {
             id: next_local_id(),
             topic: topic.to_owned(),
             key: key.to_owned(),
             payload,
             time,
+            traceparent,
         };
         for sender in self.senders(topic) {
             // Waits when the group's queue is full (backpressure); fails only if it stopped.
@@ -382,7 +390,7 @@ impl Consumer {
         limit: i64,
     ) -> sqlx::Result<Vec<super::outbox_row::OutboxRow>> {
         sqlx::query_as(
-            "SELECT id, topic, event_key, payload, created_at FROM event_outbox \
+            "SELECT id, topic, event_key, payload, created_at, traceparent FROM event_outbox \
              WHERE topic = $1 AND id > $2 ORDER BY id LIMIT $3",
         )
         .bind(&self.topic)

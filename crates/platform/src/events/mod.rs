@@ -7,6 +7,10 @@
 //! the write's transaction and relayed by the [`outbox`], so none is lost between the commit and
 //! the publish; consumers that must apply each once use [`dedup`].
 //!
+//! Traced ([`crate::tracing_otlp`]): a publish (or outbox insert) is a producer span whose
+//! `traceparent` the event carries — in the outbox row, the stream entry (field `tp`), the
+//! in-process queue — and each batch a group handles runs in a consumer span continuing it.
+//!
 //! Layout: this file is the API (types, [`EventStream`], settings, metric names); `in_process`
 //! holds the in-process queues and their consumer loop, `redis_streams` the Redis backend,
 //! [`outbox`] the transactional outbox and its relay, [`dedup`] the applied-event ids.
@@ -177,6 +181,9 @@ pub struct Event {
     pub payload: Bytes,
     /// When it was published (ms).
     pub time: i64,
+    /// The W3C `traceparent` of the span that published it (recorded it, for the outbox), when
+    /// traces are exported: the consumer's span continues that trace ([`crate::tracing_otlp`]).
+    pub traceparent: Option<String>,
 }
 
 impl Event {
@@ -475,10 +482,21 @@ impl EventStream {
     ) -> anyhow::Result<()> {
         let payload = Bytes::from(serde_json::to_vec(payload).context("serialising an event")?);
         let time = now_millis();
-        match &self.backend {
-            Backend::InProcess(local) => local.publish(topic, key, payload, time).await,
-            Backend::Redis(backend) => backend.publish(topic, key, payload, time).await,
-        }
+        let span = crate::tracing_otlp::producer_span(topic, 1);
+        let traceparent = crate::tracing_otlp::traceparent_of(&span);
+        let published = async {
+            match &self.backend {
+                Backend::InProcess(local) => {
+                    local.publish(topic, key, payload, time, traceparent).await;
+                }
+                Backend::Redis(backend) => {
+                    backend
+                        .publish(topic, key, payload, time, traceparent)
+                        .await;
+                }
+            }
+        };
+        tracing::Instrument::instrument(published, span).await;
         count_published(topic);
         Ok(())
     }

@@ -4,7 +4,8 @@
 //!
 //! Data flow:
 //! 1. A store writes its change and, in the same transaction, [`record`]s the event as a row of
-//!    `event_outbox` (topic, key, JSON payload). Rolled back, the event never existed.
+//!    `event_outbox` (topic, key, JSON payload, and the `traceparent` of the recording span
+//!    when traces are exported). Rolled back, the event never existed.
 //! 2. After the commit the service calls [`Outbox::committed`], which wakes this process's relay
 //!    (every [`POLL_INTERVAL`] it also looks by itself: rows of other instances, rows left by a
 //!    process that died, rows a failed pass kept).
@@ -88,6 +89,19 @@ pub async fn record_many<P: Serialize>(
     if events.is_empty() {
         return Ok(());
     }
+    // Traced, the rows carry the context of their producer span (module docs of `events`).
+    let span = crate::tracing_otlp::producer_span(topic, events.len());
+    let traceparent = crate::tracing_otlp::traceparent_of(&span);
+    tracing::Instrument::instrument(insert_rows(tx, topic, events, now, traceparent), span).await
+}
+
+async fn insert_rows<P: Serialize>(
+    tx: &mut AnyConnection,
+    topic: &str,
+    events: &[(String, P)],
+    now: i64,
+    traceparent: Option<String>,
+) -> sqlx::Result<()> {
     if ORDERED.load(std::sync::atomic::Ordering::Acquire) && tx.backend_name() == "PostgreSQL" {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(ORDER_LOCK_KEY)
@@ -97,14 +111,20 @@ pub async fn record_many<P: Serialize>(
     // Chunks keep every statement under SQLite's bound-parameter limit.
     for chunk in events.chunks(RECORD_CHUNK) {
         let sql = format!(
-            "INSERT INTO event_outbox (topic, event_key, payload, created_at) VALUES {}",
-            crate::db::row_placeholders(chunk.len(), 4)
+            "INSERT INTO event_outbox (topic, event_key, payload, created_at, traceparent) \
+             VALUES {}",
+            crate::db::row_placeholders(chunk.len(), 5)
         );
         let mut query = sqlx::query(&sql);
         for (key, payload) in chunk {
             let payload =
                 serde_json::to_string(payload).map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
-            query = query.bind(topic).bind(key.clone()).bind(payload).bind(now);
+            query = query
+                .bind(topic)
+                .bind(key.clone())
+                .bind(payload)
+                .bind(now)
+                .bind(traceparent.clone());
         }
         query.execute(&mut *tx).await?;
     }
@@ -112,7 +132,7 @@ pub async fn record_many<P: Serialize>(
 }
 
 /// Rows of one [`record_many`] statement.
-const RECORD_CHUNK: usize = 200;
+const RECORD_CHUNK: usize = 190;
 
 /// Records `payload` as an event of `topic` about `key`, in the caller's transaction.
 pub async fn record(
@@ -138,8 +158,8 @@ struct Announced {
     unconsumed_trimmed: i64,
 }
 
-const SELECT_BATCH: &str =
-    "SELECT id, topic, event_key, payload, created_at FROM event_outbox ORDER BY id LIMIT $1";
+const SELECT_BATCH: &str = "SELECT id, topic, event_key, payload, created_at, traceparent \
+     FROM event_outbox ORDER BY id LIMIT $1";
 
 /// What [`Outbox::relay`] did.
 struct Relayed {

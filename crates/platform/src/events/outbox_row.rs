@@ -14,7 +14,8 @@ pub fn event_id(id: i64) -> String {
     format!("outbox-{id}")
 }
 
-/// One row of `event_outbox` (selected as `id, topic, event_key, payload, created_at`).
+/// One row of `event_outbox` (selected as `id, topic, event_key, payload, created_at,
+/// traceparent`).
 #[derive(sqlx::FromRow)]
 pub(super) struct OutboxRow {
     pub(super) id: i64,
@@ -23,6 +24,7 @@ pub(super) struct OutboxRow {
     key: String,
     payload: String,
     created_at: i64,
+    traceparent: Option<String>,
 }
 
 impl OutboxRow {
@@ -33,6 +35,7 @@ impl OutboxRow {
             key: self.key,
             payload: Bytes::from(self.payload.into_bytes()),
             time: self.created_at,
+            traceparent: self.traceparent,
         }
     }
 }

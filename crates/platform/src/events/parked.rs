@@ -185,6 +185,8 @@ impl Parked {
             key: self.key.clone(),
             payload: Bytes::from(self.payload.clone().into_bytes()),
             time: self.published_at,
+            // A replay is an operator's act, not part of the publishing trace.
+            traceparent: None,
         }
     }
 }

@@ -51,6 +51,7 @@ impl RedisBackend {
                 key: &event.key,
                 time: event.time,
                 payload: &event.payload,
+                traceparent: event.traceparent.as_deref(),
             };
             entry.add_to(&mut pipeline, &self.prefix, self.options.max_len);
         }
@@ -68,13 +69,21 @@ impl RedisBackend {
     /// Hands the event to the publisher task, which `XADD`s it with whatever else is waiting
     /// (one pipeline per batch), or queues it in-process when Redis cannot take it, and returns
     /// once that is done: concurrent publishers share one round trip (a group commit).
-    pub(super) async fn publish(&self, topic: &str, key: &str, payload: Bytes, time: i64) {
+    pub(super) async fn publish(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: Bytes,
+        time: i64,
+        traceparent: Option<String>,
+    ) {
         let (added, is_added) = oneshot::channel();
         let unsent = Unsent {
             topic: topic.to_owned(),
             key: key.to_owned(),
             payload,
             time,
+            traceparent,
             added,
         };
         let sender = self.publisher.start(self);
@@ -100,13 +109,15 @@ impl RedisBackend {
 }
 
 /// A stream entry as it is added: `XADD key MAXLEN ~ max_len * [i <id>] k <key> t <time> p
-/// <payload>` (the id field only for outbox events, whose id outlives a retried add).
+/// <payload> [tp <traceparent>]` (the id field only for outbox events, whose id outlives a
+/// retried add; the trace context only when the publish was traced).
 struct Entry<'a> {
     id: Option<&'a str>,
     topic: &'a str,
     key: &'a str,
     time: i64,
     payload: &'a Bytes,
+    traceparent: Option<&'a str>,
 }
 
 impl Entry<'_> {
@@ -127,8 +138,11 @@ impl Entry<'_> {
             .arg("t")
             .arg(self.time)
             .arg("p")
-            .arg(self.payload.as_ref())
-            .ignore();
+            .arg(self.payload.as_ref());
+        if let Some(traceparent) = self.traceparent {
+            command.arg("tp").arg(traceparent);
+        }
+        command.ignore();
     }
 }
 
@@ -143,6 +157,7 @@ struct Unsent {
     key: String,
     payload: Bytes,
     time: i64,
+    traceparent: Option<String>,
     /// Told once the event is in Redis or the in-process queues.
     added: oneshot::Sender<()>,
 }
@@ -229,6 +244,7 @@ async fn add_buffered(
                 key: &unsent.key,
                 time: unsent.time,
                 payload: &unsent.payload,
+                traceparent: unsent.traceparent.as_deref(),
             };
             entry.add_to(&mut pipeline, &prefix, max_len);
         }
@@ -273,7 +289,13 @@ async fn fall_back(local: &InProcess, events: &[Unsent], error: &str) {
         );
         metrics::counter!(EVENTS_FALLBACK_TOTAL, "topic" => topic.to_owned()).increment(1);
         local
-            .publish(topic, key, event.payload.clone(), event.time)
+            .publish(
+                topic,
+                key,
+                event.payload.clone(),
+                event.time,
+                event.traceparent.clone(),
+            )
             .await;
     }
 }
@@ -335,12 +357,17 @@ pub(super) fn entry_event(topic: &str, mut entry: StreamId) -> Option<Event> {
     let key: String = redis::from_redis_value(entry.map.remove("k")?).ok()?;
     let time: i64 = redis::from_redis_value(entry.map.remove("t")?).ok()?;
     let payload: Vec<u8> = redis::from_redis_value(entry.map.remove("p")?).ok()?;
+    let traceparent = entry
+        .map
+        .remove("tp")
+        .and_then(|value| redis::from_redis_value(value).ok());
     Some(Event {
         id,
         topic: topic.to_owned(),
         key,
         payload: Bytes::from(payload),
         time,
+        traceparent,
     })
 }
 

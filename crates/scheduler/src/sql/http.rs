@@ -111,6 +111,8 @@ pub struct HttpExecutor {
     client: reqwest::Client,
     policy: Arc<TargetPolicy>,
     headers: RunHeaders,
+    /// Adds headers of the run's context to each call (a trace context), if set.
+    propagate: Option<fn(&mut reqwest::header::HeaderMap)>,
 }
 
 /// The names of the headers a run is announced with.
@@ -153,7 +155,15 @@ impl HttpExecutor {
             client,
             policy,
             headers,
+            propagate: None,
         })
+    }
+
+    /// Has `propagate` add headers to every call, inside the run's span: the application's
+    /// trace context (`traceparent`), so the called service continues the run's trace.
+    pub fn with_propagation(mut self, propagate: fn(&mut reqwest::header::HeaderMap)) -> Self {
+        self.propagate = Some(propagate);
+        self
     }
 }
 
@@ -172,14 +182,19 @@ impl Executor for HttpExecutor {
         let cfg = HttpCfg::parse(&cfg, &self.policy).map_err(anyhow::Error::msg)?;
         let method = reqwest::Method::from_bytes(cfg.method.as_bytes())?;
         let scheduled_at = ctx.scheduled_at().timestamp_millis();
-        let request = self
+        let mut request = self
             .client
             .request(method, &cfg.url)
             .timeout(Duration::from_millis(cfg.timeout_ms))
             .header(&self.headers.job, &job.name)
             .header(&self.headers.scheduled_at, scheduled_at.to_string())
-            .header(&self.headers.token, ctx.fencing_token().to_string())
-            .send();
+            .header(&self.headers.token, ctx.fencing_token().to_string());
+        if let Some(propagate) = self.propagate {
+            let mut headers = reqwest::header::HeaderMap::new();
+            propagate(&mut headers);
+            request = request.headers(headers);
+        }
+        let request = request.send();
         let response = tokio::select! {
             // `{:#}` keeps the resolver's refusal, which reqwest wraps in its own error.
             response = request => response.map_err(|err| anyhow::anyhow!("calling {}: {:#}", cfg.url, anyhow::Error::from(err)))?,

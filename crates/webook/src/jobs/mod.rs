@@ -140,10 +140,12 @@ fn worker_options(settings: &JobSettings) -> WorkerOptions {
 /// The `http` executor: calls public addresses and the internal networks in `allowed_networks`
 /// (config `job_http_allowed_networks`).
 pub fn http_executor(allowed_networks: Vec<ipnet::IpNet>) -> anyhow::Result<HttpExecutor> {
-    HttpExecutor::new(
+    Ok(HttpExecutor::new(
         TargetPolicy::allowing(allowed_networks),
         HTTP_JOB_HEADER_PREFIX,
-    )
+    )?
+    // Traced, each call carries the run's `traceparent` (platform::tracing_otlp).
+    .with_propagation(platform::tracing_otlp::inject_current))
 }
 
 /// Prefix of the headers the `http` executor announces a run with: `x-webook-job`,

@@ -397,12 +397,12 @@ impl PlatformCertificates {
                 "",
             )
             .map_err(|err| refused(format!("signing the request failed: {err}")))?;
-        let mut response = self
+        let request = self
             .http
             .get(self.url.clone())
             .header(header::AUTHORIZATION, authorization)
-            .header(header::ACCEPT, "application/json")
-            .send()
+            .header(header::ACCEPT, "application/json");
+        let mut response = crate::outside_http::send(request)
             .await
             .map_err(transport_error)?;
         let status = response.status();

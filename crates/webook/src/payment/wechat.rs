@@ -224,7 +224,9 @@ impl WechatPay {
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(body);
         }
-        let mut response = request.send().await.map_err(transport_error)?;
+        let mut response = crate::outside_http::send(request)
+            .await
+            .map_err(transport_error)?;
         let status = response.status();
         let headers = response.headers().clone();
         let mut answer = Vec::new();

@@ -81,8 +81,7 @@ pub async fn exchange(
     interpret: impl FnOnce(u16, &[u8]) -> Result<(), SendError>,
 ) -> Result<(), SendError> {
     let outcome = async {
-        let answer = request
-            .send()
+        let answer = crate::outside_http::send(request)
             .await
             .map_err(|err| transport_error(provider, err))?;
         let status = answer.status().as_u16();

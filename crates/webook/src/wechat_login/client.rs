@@ -149,7 +149,9 @@ impl WechatClient {
 
     /// GET `url`; the body of a 2xx answer, at most [`MAX_ANSWER_BYTES`].
     async fn fetch(&self, url: Url) -> Result<Vec<u8>, reqwest::Error> {
-        let mut response = self.http.get(url).send().await?.error_for_status()?;
+        let mut response = crate::outside_http::send(self.http.get(url))
+            .await?
+            .error_for_status()?;
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await? {
             body.extend_from_slice(&chunk);

@@ -892,6 +892,7 @@ fn published_event() -> platform::events::Event {
             .unwrap()
             .into(),
         time: 5000,
+        traceparent: None,
     }
 }
 
@@ -1109,6 +1110,7 @@ fn article_event(topic: &str, time: i64) -> platform::events::Event {
             .unwrap()
             .into(),
         time,
+        traceparent: None,
     }
 }
 

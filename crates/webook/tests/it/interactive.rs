@@ -619,6 +619,7 @@ async fn a_read_batch_refills_the_counters_it_changed() {
                 .unwrap()
                 .into(),
                 time: 0,
+                traceparent: None,
             })
             .collect();
         service.apply_read_batch(events).await.unwrap();

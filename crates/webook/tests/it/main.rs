@@ -36,6 +36,7 @@ mod migrations;
 mod moderation;
 mod notifications;
 mod openapi;
+mod otlp_tracing;
 mod payment;
 mod payment_jobs;
 mod phone_login;

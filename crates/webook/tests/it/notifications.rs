@@ -241,6 +241,7 @@ fn like_event(id: &str, uid: i64, article: i64, on: bool, time: i64) -> Event {
         key: format!("article:{article}"),
         payload: serde_json::to_vec(&payload).unwrap().into(),
         time,
+        traceparent: None,
     }
 }
 
