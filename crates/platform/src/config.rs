@@ -259,7 +259,7 @@ pub const KEYS: &[&str] = &[
 
 /// The platform's keys that change while the process runs ([`Config::with_live`]): an admin
 /// sets them in the database and every instance applies them within seconds.
-pub const LIVE_KEYS: &[&str] = &["log"];
+pub const LIVE_KEYS: &[&str] = &["log", "otlp_sampling_ratio"];
 
 /// Format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

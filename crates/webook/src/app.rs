@@ -144,6 +144,18 @@ impl App {
             idempotency: Idempotency::new(db_for_keys, body_limit),
             draining: CancellationToken::new(),
         };
+        // The platform's live keys act on the process: its log filter and trace sampling.
+        platform.live.on_change(|old, new| {
+            if old.log != new.log {
+                match platform::telemetry::set_log_filter(&new.log) {
+                    Ok(()) => tracing::info!(log = %new.log, "log filter changed"),
+                    Err(err) => tracing::warn!(error = %err, "the log filter is unchanged"),
+                }
+            }
+            if old.otlp_sampling_ratio != new.otlp_sampling_ratio {
+                platform::telemetry::set_trace_sampling_ratio(new.otlp_sampling_ratio);
+            }
+        });
         let mut registry = Registry::new(JobRegistry::for_mode(
             &platform.config,
             platform.redis.as_ref(),

@@ -455,3 +455,82 @@ async fn a_change_on_one_instance_applies_on_the_other_within_its_poll() {
     .await;
     assert_eq!(write(&second, &writer).await, 0);
 }
+
+/// `log` is live: a running process logs what its new filter lets through, and no longer
+/// what it filters out, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_filter_changes_in_a_running_process() {
+    use common::process::{webook, Server};
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command
+        .env("WEBOOK_ADMINS", "[1]")
+        .env("WEBOOK_LOG", "warn,webook::app=info");
+    let server = Server::start(command);
+    let admin = server
+        .sign_up_and_log_in("log-admin@example.com", "Log-Passw0rd!")
+        .await;
+    let set = |key: &'static str, value: Value| {
+        let (server, admin) = (&server, admin.clone());
+        async move {
+            let answer: Value = reqwest::Client::new()
+                .put(server.url(&format!("/admin/settings/{key}")))
+                .bearer_auth(admin)
+                .json(&json!({ "value": value }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(answer["code"], 0, "{answer}");
+        }
+    };
+    // Under the start-up filter, applying a change logs nothing (its line is platform::live's).
+    set("write_rate_limit", json!(50)).await;
+    set("log", json!("warn,webook::app=info,platform::live=info")).await;
+    let before: Vec<String> = server.new_log_lines();
+    assert!(
+        !before
+            .iter()
+            .any(|line| line.contains("live settings applied")),
+        "{before:?}"
+    );
+    // Under the new one, the next change's line is written.
+    set("write_rate_limit", json!(60)).await;
+    let mut seen = Vec::new();
+    wait_until("the next change's line under the live filter", || {
+        seen.extend(server.new_log_lines());
+        let found = seen
+            .iter()
+            .any(|line| line.contains("live settings applied"));
+        async move { found }
+    })
+    .await;
+    // Back to the start-up filter: the line is gone again.
+    let reset: Value = reqwest::Client::new()
+        .delete(server.url("/admin/settings/log"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        reset["data"]["value"],
+        json!("warn,webook::app=info"),
+        "{reset}"
+    );
+    // (The reset's own line, version 4, is written under the filter it replaces.)
+    set("write_rate_limit", json!(70)).await;
+    set("write_rate_limit", json!(80)).await;
+    let after = server.new_log_lines();
+    assert!(
+        !after
+            .iter()
+            .any(|line| line.contains("live settings applied")
+                && (line.contains("version=5") || line.contains("version=6"))),
+        "{after:?}"
+    );
+}
