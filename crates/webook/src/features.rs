@@ -5,14 +5,16 @@
 use platform::feature::Feature;
 
 use crate::{
-    account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    moderation, notifications, payment, phone_login, ranking, reward, screening, search, site, sms,
-    tag, user, wechat_login,
+    account, article, auth, backup, comment, console, db_move, events_admin, feed, interactive,
+    jobs, moderation, notifications, payment, phone_login, ranking, reward, screening, search,
+    site, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
 /// ([`platform::feature::check_wiring`] checks it before anything opens).
 pub const FEATURES: &[&dyn Feature] = &[
+    // First: a data dir with an unfinished restore serves nothing (it refuses to start).
+    &backup::Backup,
     &auth::Auth,
     &user::Users,
     &sms::Sms,
