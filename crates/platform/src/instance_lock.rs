@@ -10,8 +10,8 @@
 //!   life of the process.
 //!
 //! Cluster mode (Redis) takes no lock: sharing a database is what it is for. Commands that are
-//! safe beside a running server (`jobs`, `rank`, `migrate`) take none either; `serve` and `seed`
-//! (which assumes no concurrent writer) do.
+//! safe beside a running server (`jobs`, `rank`, `migrate`, `backup`) take none either; `serve`,
+//! `seed` (which assumes no concurrent writer) and `restore` (which replaces the database) do.
 
 use std::{
     fs::File,
@@ -47,11 +47,16 @@ impl InstanceLock {
             return Ok(None);
         }
         let url = config.database_url();
+        // Only a second server has the choice of cluster mode; a command needs the server gone.
+        let alternative = if what.starts_with("webook serve") {
+            ", or run several instances in cluster mode (redis_url)"
+        } else {
+            ""
+        };
         let busy = |holder: &str| {
             anyhow::anyhow!(
                 "another webook process{holder} is already using the database {} in embedded \
-                 mode; stop it before starting {what}, or run several instances in cluster mode \
-                 (redis_url)",
+                 mode; stop it before starting {what}{alternative}",
                 redact_url(&url)
             )
         };

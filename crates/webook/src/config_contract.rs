@@ -289,6 +289,13 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("reward_rate_limit", "6", "6"),
     ("reward_rate_window", "2m", r#""2m""#),
     ("db_move_pause_deadline", "3s", r#""3s""#),
+    (
+        "backup_dir",
+        "/tmp/contract-backups",
+        r#""/tmp/contract-backups""#,
+    ),
+    ("backup_schedule", "0 15 3 * * *", r#""0 15 3 * * *""#),
+    ("backup_keep", "14", "14"),
 ];
 
 /// `--print-config`'s TOML, parsed.

@@ -5,15 +5,17 @@
 use platform::feature::Feature;
 
 use crate::{
-    account, article, auth, comment, console, db_move, events_admin, feed, interactive, jobs,
-    live_settings, moderation, notifications, payment, phone_login, ranking, reward, screening,
-    search, site, sms, tag, user, wechat_login,
+    account, article, auth, backup, comment, console, db_move, events_admin, feed, interactive,
+    jobs, live_settings, moderation, notifications, payment, phone_login, ranking, reward,
+    screening, search, site, sms, tag, user, wechat_login,
 };
 
 /// Every feature, in install order: a feature comes after those whose services it needs
 /// ([`platform::feature::check_wiring`] checks it before anything opens).
 pub const FEATURES: &[&dyn Feature] = &[
-    // First: the stored live settings apply before any feature reads the configuration.
+    // First: a data dir with an unfinished restore serves nothing (it refuses to start).
+    &backup::Backup,
+    // Then the stored live settings apply before any feature reads the configuration.
     &live_settings::LiveSettingsFeature,
     &auth::Auth,
     &user::Users,

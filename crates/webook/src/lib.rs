@@ -26,6 +26,7 @@ pub mod account;
 pub mod app;
 pub mod article;
 pub mod auth;
+pub mod backup;
 pub mod biz;
 pub mod cli;
 pub mod comment;

@@ -28,7 +28,7 @@ pub use http::with_tokens;
 pub use jobs::PurgeExpiredSessions;
 pub use password::PasswordHasher;
 pub use service::{AuthService, TokenPair, AUTH_EVENTS_TOTAL};
-pub use settings::AuthSettings;
+pub use settings::{AuthSettings, SECRETS_FILE};
 
 use async_trait::async_trait;
 use clap::FromArgMatches;

@@ -37,6 +37,7 @@ pub mod synonyms;
 mod tiered;
 pub mod tokens;
 
+pub use cli::reindex;
 pub use service::{SearchService, SearchType};
 pub use settings::SearchSettings;
 

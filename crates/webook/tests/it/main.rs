@@ -16,6 +16,7 @@ mod common;
 mod account;
 mod anonymous_reading;
 mod articles;
+mod backup;
 mod chaos;
 mod cluster;
 mod comments;
