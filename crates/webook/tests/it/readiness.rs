@@ -22,7 +22,8 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
     let (status, body) = app.get_json("/healthz").await;
     assert_eq!((status, body["code"].as_i64()), (StatusCode::OK, Some(0)));
     // Features report on `details`: the search index, ready once its (empty) rebuild is done;
-    // the event consumer groups, `ok` while none is stuck or has parked events.
+    // the event consumer groups, `ok` while none is stuck or has parked events; the live
+    // settings, the version applied (0: none ever stored).
     wait_until(
         "the search index is ready and the groups reported",
         || async {
@@ -36,7 +37,7 @@ async fn embedded_app_is_alive_and_ready_without_redis() {
     assert_eq!(
         body["data"],
         json!({"mode": "embedded", "database": "up", "redis": "not configured",
-               "details": {"events": "ok", "search": "ready"}})
+               "details": {"events": "ok", "live_settings": "version 0", "search": "ready"}})
     );
     app.stop().await.unwrap();
 }
@@ -58,7 +59,7 @@ async fn cluster_app_on_postgres_and_redis_is_ready() {
     assert_eq!(
         body["data"],
         json!({"mode": "cluster", "database": "up", "redis": "up",
-               "details": {"events": "ok", "search": "ready"}})
+               "details": {"events": "ok", "live_settings": "version 0", "search": "ready"}})
     );
     app.stop().await.unwrap();
 }
