@@ -185,8 +185,8 @@ impl LiveConfig {
         metrics::gauge!(LIVE_SETTINGS_VERSION).set(version as f64);
         metrics::gauge!(LIVE_SETTINGS_REFUSED).set(applied.refused.len() as f64);
         if changed {
-            let old = self.0.current.swap(Arc::new(config));
-            let new = self.0.current.load_full();
+            let new = Arc::new(config);
+            let old = self.0.current.swap(new.clone());
             self.0.generation.fetch_add(1, Ordering::AcqRel);
             tracing::info!(version, keys = ?applied.values.keys().collect::<Vec<_>>(), "live settings applied");
             for hook in self

@@ -20,7 +20,7 @@ use crate::{
     live_settings::{
         service::{LiveSettings, SettingView},
         settings::LiveSettingsSettings,
-        store::LiveSettingsStore,
+        store::{json_of, LiveSettingsStore},
     },
     terminal::{operator, table, time_text},
 };
@@ -92,12 +92,6 @@ pub async fn run(
     db.close().await;
     print!("{}", result?);
     Ok(())
-}
-
-/// A value as the command line gives it: JSON when it reads as JSON (`10`, `true`, `[…]`),
-/// else the text itself.
-fn value_of(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
 }
 
 fn shown(value: &serde_json::Value) -> String {
@@ -172,7 +166,7 @@ pub async fn execute(
         }
         SettingsCommand::Set { key, value } => {
             let view = service
-                .set(&key, Some(value_of(&value)), (0, &operator()))
+                .set(&key, Some(json_of(&value)), (0, &operator()))
                 .await
                 .map_err(cli_error)?;
             Ok(line(&view, poll))

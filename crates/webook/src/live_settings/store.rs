@@ -224,9 +224,10 @@ impl LiveSettingsStore {
     }
 }
 
-/// A stored value: JSON as this feature writes it; anything else is kept as text (and refused by
-/// the configuration with a message naming the key).
-fn json_of(text: &str) -> serde_json::Value {
+/// A value as text: JSON when it reads as JSON (`10`, `true`, `[…]`, as this feature stores
+/// values), else the text itself (the command line's `30s`; anything else stored is then refused
+/// by the configuration with a message naming the key).
+pub fn json_of(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
 }
 
