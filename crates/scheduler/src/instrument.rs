@@ -42,16 +42,33 @@ pub fn describe_job_metrics() {
     );
 }
 
+/// Makes a run's span (not yet entered) continue the trace a context names (a W3C
+/// `traceparent`): the hook [`crate::sql::WorkerOptions::continue_trace`] takes. The crate
+/// knows no tracing system; the application's hook does.
+pub type ContinueTrace = fn(&tracing::Span, &str);
+
 /// `job` wrapped with tracing, metrics and error logging.
 #[derive(Debug)]
 pub(crate) struct Instrumented<J> {
     inner: J,
+    /// The trace this run continues, and the hook that makes its span do so.
+    parent: Option<(ContinueTrace, String)>,
 }
 
 impl<J: Job> Instrumented<J> {
     /// Wraps `inner`.
     pub(crate) fn new(inner: J) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            parent: None,
+        }
+    }
+
+    /// Has the run's span continue the trace `context` names, through `hook`.
+    #[cfg_attr(not(feature = "sql"), allow(dead_code))]
+    pub(crate) fn continuing(mut self, hook: ContinueTrace, context: String) -> Self {
+        self.parent = Some((hook, context));
+        self
     }
 }
 
@@ -96,6 +113,9 @@ impl<J: Job> Job for Instrumented<J> {
             scheduled_at = %ctx.scheduled_at().to_rfc3339(),
             fencing_token = ctx.fencing_token(),
         );
+        if let Some((hook, context)) = &self.parent {
+            hook(&span, context);
+        }
         let mut record = RunRecord {
             job: name,
             started: Instant::now(),

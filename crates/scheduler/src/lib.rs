@@ -12,7 +12,8 @@ pub mod sql;
 
 pub use clock::{Clock, SystemClock, TokioClock};
 pub use instrument::{
-    describe_job_metrics, JOB_DURATION, JOB_INTERRUPTS, JOB_LOCK_HELD, JOB_RUNS, JOB_SKIPS,
+    describe_job_metrics, ContinueTrace, JOB_DURATION, JOB_INTERRUPTS, JOB_LOCK_HELD, JOB_RUNS,
+    JOB_SKIPS,
 };
 pub use job::{Job, JobContext};
 #[cfg(feature = "redis")]

@@ -24,6 +24,8 @@
 //! Context across processes, as W3C `traceparent` (`00-<trace>-<span>-<flags>`):
 //! - HTTP in: [`continue_from_headers`] makes the server span a child of the caller's;
 //! - HTTP out: [`inject`] adds the current span's `traceparent` to a request's headers;
+//! - durable jobs: a trigger stores the current `traceparent` with the job, and the run it
+//!   causes continues it ([`continue_from`]);
 //! - events: a publish (and an outbox insert) is a producer span whose `traceparent`
 //!   ([`traceparent_of`]) travels with the event — in the outbox row, the Redis Streams entry,
 //!   the in-process queue — and the batch that consumes it runs in a consumer span
@@ -145,6 +147,18 @@ pub fn continue_from_headers(span: &Span, headers: &axum::http::HeaderMap) {
         return;
     };
     let _ = span.set_parent(parent);
+}
+
+/// Makes `span` (not yet entered) a child of the span `traceparent` names, if it is valid: how
+/// work started later from a stored context continues its trace (a durable job run its
+/// trigger's request asked for: `scheduler::sql::WorkerOptions::continue_trace`).
+pub fn continue_from(span: &Span, traceparent: &str) {
+    if !enabled() {
+        return;
+    }
+    if let Some(parent) = parse_traceparent(traceparent) {
+        let _ = span.set_parent(parent);
+    }
 }
 
 /// Adds the `traceparent` of `span` to `headers` (an outgoing request), if it is traced.

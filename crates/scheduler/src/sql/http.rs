@@ -275,6 +275,7 @@ mod tests {
             next_time: 0,
             scheduled_at: 0,
             trigger_at: 0,
+            trigger_trace: String::new(),
             utime: 0,
             version: 1,
             owner: String::new(),

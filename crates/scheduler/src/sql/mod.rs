@@ -24,7 +24,13 @@
 //! - **no silent drops after downtime**: every missed fire time is recorded, as `misfired` or by
 //!   running it, per the job's misfire policy.
 //!
-//! The schema is [`SCHEMA`]; the application includes it in its migrations.
+//! The schema is [`SCHEMA`], [`RUNS_RETENTION_SCHEMA`] and [`TRIGGER_TRACE_SCHEMA`], in this
+//! order; the application includes them in its migrations.
+//!
+//! Traces: a trigger made inside a traced operation (an admin's request) stores that
+//! operation's context with the trigger ([`SqlJobStore::with_trace_context`]), and the run it
+//! causes continues it ([`WorkerOptions::continue_trace`]), so a request and the job run it
+//! asked for are one trace. The crate knows no tracing system: both are hooks.
 //!
 //! # Example
 //!
@@ -37,7 +43,8 @@
 //! use scheduler::{
 //!     sql::{
 //!         DbClock, Dialect, Executor, Executors, JobRow, Misfire, NewJob, OverlapPolicy,
-//!         SqlJobStore, SqlScheduler, WorkerOptions, SCHEMA,
+//!         SqlJobStore, SqlScheduler, WorkerOptions, RUNS_RETENTION_SCHEMA, SCHEMA,
+//!         TRIGGER_TRACE_SCHEMA,
 //!     },
 //!     JobContext,
 //! };
@@ -69,8 +76,10 @@
 //!         .connect("sqlite::memory:")
 //!         .await?;
 //!     // `{{id}}` is the engine's auto-increment primary key.
-//!     let schema = SCHEMA.replace("{{id}}", "INTEGER PRIMARY KEY AUTOINCREMENT");
-//!     sqlx::raw_sql(&schema).execute(&pool).await?;
+//!     for schema in [SCHEMA, RUNS_RETENTION_SCHEMA, TRIGGER_TRACE_SCHEMA] {
+//!         let schema = schema.replace("{{id}}", "INTEGER PRIMARY KEY AUTOINCREMENT");
+//!         sqlx::raw_sql(&schema).execute(&pool).await?;
+//!     }
 //!     let store = SqlJobStore::new(pool.clone(), pool, DbClock::Database(Dialect::Sqlite));
 //!
 //!     let mut executors = Executors::new();
@@ -110,6 +119,9 @@ mod worker;
 pub const SCHEMA: &str = include_str!("schema.sql");
 /// The index [`SqlJobStore::purge_runs_before`] deletes by: a migration after [`SCHEMA`].
 pub const RUNS_RETENTION_SCHEMA: &str = include_str!("schema_runs_retention.sql");
+/// The column a trigger's trace context is kept in ([`SqlJobStore::with_trace_context`]): a
+/// migration after [`RUNS_RETENTION_SCHEMA`].
+pub const TRIGGER_TRACE_SCHEMA: &str = include_str!("schema_trigger_trace.sql");
 
 pub use executor::{Executor, Executors};
 #[cfg(feature = "http")]
@@ -120,6 +132,7 @@ pub use model::{
 };
 pub use store::{
     check_name, Claim, DbClock, Dialect, Due, NewJob, PoolSource, SqlJobStore, StoreError,
+    TraceContext,
 };
 #[cfg(feature = "http")]
 pub use target::TargetPolicy;

@@ -125,6 +125,8 @@ pub struct JobRow {
     pub scheduled_at: i64,
     /// Pending manual trigger time (ms), 0 for none.
     pub trigger_at: i64,
+    /// The trace context the pending trigger was made in (a W3C `traceparent`), '' for none.
+    pub trigger_trace: String,
     /// Last heartbeat or change (ms, database clock).
     pub utime: i64,
     /// Bumped by every claim and operator action; a claim's value is its fencing token.
@@ -448,6 +450,7 @@ mod tests {
             next_time,
             scheduled_at: 0,
             trigger_at: 0,
+            trigger_trace: String::new(),
             utime: T0,
             version: 7,
             owner: String::new(),

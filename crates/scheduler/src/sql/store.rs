@@ -110,10 +110,13 @@ pub struct Claim {
     pub kind: ClaimKind,
     /// Database time of the claim (ms).
     pub claimed_at: i64,
+    /// The trace context of the trigger this claim runs (a W3C `traceparent`), if it was made
+    /// in a traced operation ([`SqlJobStore::with_trace_context`]).
+    pub trace: Option<String>,
 }
 
 const JOB_COLUMNS: &str = "id, name, cron, timezone, executor, cfg, status, next_time, \
-     scheduled_at, trigger_at, utime, version, owner, misfire, overlap, timeout_ms, ctime";
+     scheduled_at, trigger_at, trigger_trace, utime, version, owner, misfire, overlap, timeout_ms, ctime";
 const RUN_COLUMNS: &str =
     "id, job_id, scheduled_at, token, owner, started_at, finished_at, status, error";
 /// Rows per multi-row insert (5 parameters each; well under both engines' limits).
@@ -145,6 +148,7 @@ fn job_from_row(row: &AnyRow) -> sqlx::Result<JobRow> {
         next_time: row.try_get("next_time")?,
         scheduled_at: row.try_get("scheduled_at")?,
         trigger_at: row.try_get("trigger_at")?,
+        trigger_trace: row.try_get("trigger_trace")?,
         utime: row.try_get("utime")?,
         version: row.try_get("version")?,
         owner: row.try_get("owner")?,
@@ -232,7 +236,12 @@ impl PoolSource for FixedPools {
 pub struct SqlJobStore {
     pools: Arc<dyn PoolSource>,
     clock: DbClock,
+    trace_context: Option<TraceContext>,
 }
+
+/// The trace context of the operation running now (a W3C `traceparent`), if it is traced: the
+/// hook [`SqlJobStore::with_trace_context`] takes.
+pub type TraceContext = fn() -> Option<String>;
 
 impl SqlJobStore {
     /// A store reading through `reads` and writing through `writes` (the same pool on
@@ -243,7 +252,19 @@ impl SqlJobStore {
 
     /// A store taking its pools from `pools` at every operation.
     pub fn with_pools(pools: Arc<dyn PoolSource>, clock: DbClock) -> Self {
-        Self { pools, clock }
+        Self {
+            pools,
+            clock,
+            trace_context: None,
+        }
+    }
+
+    /// Has [`Self::trigger`] store the trace context `current` reports (the operator's request),
+    /// so the run the trigger causes continues that trace ([`Claim::trace`]).
+    #[must_use]
+    pub fn with_trace_context(mut self, current: TraceContext) -> Self {
+        self.trace_context = Some(current);
+        self
     }
 
     /// The current time (ms) by [`DbClock`].
@@ -446,18 +467,27 @@ impl SqlJobStore {
     }
 
     /// Asks for one run now, without moving the schedule (a running job runs it after the
-    /// current run). A stopped job refuses.
+    /// current run). A stopped job refuses. The trigger keeps the caller's trace context, if
+    /// the store was given a hook for it (a later trigger before the run replaces both).
     pub async fn trigger(&self, id: i64) -> Result<(), StoreError> {
         let job = self.get(id).await?.ok_or(StoreError::NotFound)?;
         if job.status == JobStatus::Paused {
             return Err(StoreError::Paused(job.name));
         }
         let now = self.now().await?;
-        sqlx::query("UPDATE jobs SET trigger_at = $2 WHERE id = $1 AND status <> 'paused'")
-            .bind(id)
-            .bind(now)
-            .execute(&self.pools.writes().await)
-            .await?;
+        let trace = self
+            .trace_context
+            .and_then(|current| current())
+            .unwrap_or_default();
+        sqlx::query(
+            "UPDATE jobs SET trigger_at = $2, trigger_trace = $3 \
+             WHERE id = $1 AND status <> 'paused'",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(trace)
+        .execute(&self.pools.writes().await)
+        .await?;
         Ok(())
     }
 
@@ -542,7 +572,8 @@ impl SqlJobStore {
         let token = sqlx::query_scalar::<_, i64>(
             "UPDATE jobs SET status = $1, version = version + 1, owner = $2, utime = $3, \
                  scheduled_at = CASE WHEN $9 = 1 THEN $4 ELSE scheduled_at END, next_time = $5, \
-                 trigger_at = CASE WHEN $6 = 1 THEN 0 ELSE trigger_at END \
+                 trigger_at = CASE WHEN $6 = 1 THEN 0 ELSE trigger_at END, \
+                 trigger_trace = CASE WHEN $6 = 1 THEN '' ELSE trigger_trace END \
              WHERE id = $7 AND version = $8 AND ( \
                  (status = 'waiting' AND (next_time <= $3 OR trigger_at > 0)) \
                  OR (status = 'running' AND utime < $10)) \
@@ -629,6 +660,8 @@ impl SqlJobStore {
             next_time: plan.next_time,
             kind: plan.kind,
             claimed_at: now,
+            trace: (plan.kind == ClaimKind::Triggered && !job.trigger_trace.is_empty())
+                .then(|| job.trigger_trace.clone()),
         }))
     }
 

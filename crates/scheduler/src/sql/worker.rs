@@ -23,7 +23,7 @@ use tokio::{sync::Semaphore, time::Instant};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
-    instrument::Instrumented,
+    instrument::{ContinueTrace, Instrumented},
     job::{Job, JobContext},
     ownership::Ownership,
     schedule::Schedule,
@@ -78,6 +78,9 @@ pub struct WorkerOptions {
     pub max_idle_poll: Duration,
     /// A fire time claimed later than this after it came due is a misfire.
     pub misfire_after: Duration,
+    /// Makes the span of a run whose trigger kept a trace context ([`Claim::trace`]) continue
+    /// that trace; `None`: runs start traces of their own.
+    pub continue_trace: Option<ContinueTrace>,
 }
 
 impl Default for WorkerOptions {
@@ -89,6 +92,7 @@ impl Default for WorkerOptions {
             lease: Duration::from_secs(10),
             max_idle_poll: Duration::from_secs(1),
             misfire_after: Duration::from_secs(5),
+            continue_trace: None,
         }
     }
 }
@@ -397,10 +401,13 @@ impl ClaimedRun {
             shared.options.heartbeat,
             stop_heartbeat.clone(),
         ));
-        let run = Instrumented::new(ExecutorRun {
+        let mut run = Instrumented::new(ExecutorRun {
             job: job.clone(),
             executor,
         });
+        if let (Some(hook), Some(context)) = (shared.options.continue_trace, claim.trace.clone()) {
+            run = run.continuing(hook, context);
+        }
         let mut handle = tokio::spawn(async move { run.run(ctx).await });
         let deadline = Instant::now() + job.timeout();
         let finished = tokio::select! {

@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use clap::FromArgMatches;
 use scheduler::sql::{
     DbClock, Dialect, Executors, HttpExecutor, SqlJobStore, TargetPolicy, WorkerOptions,
-    RUNS_RETENTION_SCHEMA, SCHEMA,
+    RUNS_RETENTION_SCHEMA, SCHEMA, TRIGGER_TRACE_SCHEMA,
 };
 
 use platform::{
@@ -66,6 +66,7 @@ impl Feature for Jobs {
         const MIGRATIONS: &[Migration] = &[
             Migration::new(5, "jobs", SCHEMA),
             Migration::new(9, "job runs retention", RUNS_RETENTION_SCHEMA),
+            Migration::new(45, "job trigger traces", TRIGGER_TRACE_SCHEMA),
         ];
         MIGRATIONS
     }
@@ -133,6 +134,8 @@ fn worker_options(settings: &JobSettings) -> WorkerOptions {
         heartbeat: settings.job_heartbeat,
         lease: settings.job_lease,
         max_idle_poll: settings.job_poll_max,
+        // A triggered run continues its trigger's request trace (platform::tracing_otlp).
+        continue_trace: Some(platform::tracing_otlp::continue_from),
         ..WorkerOptions::default()
     }
 }
@@ -179,12 +182,14 @@ pub async fn ensure_job(jobs: &SqlJobStore, job: &scheduler::sql::NewJob) -> any
 
 /// The durable-job store on `db`: reads on the shared pool, writes on the writer pool (SQLite's
 /// single writer), time from the database's own clock — each asked of `db` at every operation,
-/// so the store follows an online database move.
+/// so the store follows an online database move. A trigger keeps the trace context of the
+/// request that made it, and the run continues it.
 pub fn store(db: &Db) -> SqlJobStore {
     SqlJobStore::with_pools(
         Arc::new(RoutedPools(db.clone())),
         DbClock::Database(dialect(db.kind())),
     )
+    .with_trace_context(platform::tracing_otlp::current_traceparent)
 }
 
 /// The pools `db` routes to at the moment of asking, once its routing is open: while an online

@@ -11,7 +11,10 @@
 //!   still honoured: the control that shows the exporter runs);
 //! - `otlp_endpoint` unset: nothing is exported and no exporter thread runs, even with the
 //!   OpenTelemetry SDK's own `OTEL_EXPORTER_OTLP_ENDPOINT` set;
-//! - an `http` job's call carries the `traceparent` of its run's span, which is exported.
+//! - a job triggered by a traced request runs in that request's trace: the run's span is a
+//!   child of the trigger route's server span (the trigger is kept with the job row, so any
+//!   instance's worker continues it), and the `http` job's call carries the `traceparent` of
+//!   the run's span, which is exported.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -554,7 +557,7 @@ async fn without_an_endpoint_nothing_is_exported_and_no_exporter_runs() {
 }
 
 #[tokio::test]
-async fn an_http_jobs_call_carries_its_runs_trace() {
+async fn a_triggered_job_runs_in_its_triggers_trace_and_its_call_carries_it() {
     let receiver = Receiver::start().await;
     // The job's target: records the traceparent of each call.
     let calls = Arc::new(Mutex::new(Vec::<Option<String>>::new()));
@@ -606,9 +609,11 @@ async fn an_http_jobs_call_carries_its_runs_trace() {
         .unwrap();
     assert_eq!(created["code"], 0, "{created}");
     let id = created["data"].as_i64().unwrap();
+    let (client_traceparent, client_trace, client_span) = client_traceparent();
     let triggered: Value = client
         .post(server.url(&format!("/jobs/{id}/trigger")))
         .bearer_auth(&admin)
+        .header("traceparent", &client_traceparent)
         .json(&json!({}))
         .send()
         .await
@@ -628,7 +633,10 @@ async fn an_http_jobs_call_carries_its_runs_trace() {
     let parts: Vec<&str> = traceparent.split('-').collect();
     assert_eq!(parts.len(), 4, "{traceparent}");
     let (trace_id, span_id) = (parts[1].to_owned(), parts[2].to_owned());
-    // The span it names is the run's, exported with the job's name.
+    // The run continues the trigger's trace: the client's trace id.
+    assert_eq!(trace_id, client_trace, "{traceparent}");
+    // The span it names is the run's, exported with the job's name, and a child of the trigger
+    // route's server span, itself the child of the client's span.
     wait_until("the run's span", || async {
         receiver.trace(&trace_id).iter().any(|span| {
             span.span_id == span_id
@@ -637,4 +645,13 @@ async fn an_http_jobs_call_carries_its_runs_trace() {
         })
     })
     .await;
+    let trace = receiver.trace(&trace_id);
+    let run = trace.iter().find(|span| span.span_id == span_id).unwrap();
+    let trigger = trace
+        .iter()
+        .find(|span| span.span_id == run.parent)
+        .unwrap_or_else(|| panic!("the run's parent is exported: {trace:#?}"));
+    assert_eq!(trigger.kind, SERVER, "{trigger:?}");
+    assert_eq!(trigger.name, "POST /jobs/{id}/trigger", "{trigger:?}");
+    assert_eq!(trigger.parent, client_span, "{trigger:?}");
 }

@@ -482,6 +482,7 @@ fn worker(
             lease,
             max_idle_poll: Duration::from_millis(200),
             misfire_after: Duration::from_secs(5),
+            continue_trace: None,
         },
     )
     .start()
