@@ -11,8 +11,16 @@ use scheduler::{Job, JobContext};
 use super::{
     manifest::{self, Manifest},
     take::{take, Source},
-    FAILURES_TOTAL, LAST_DURATION_SECONDS, LAST_SIZE_BYTES, LAST_SUCCESS_SECONDS, SUCCESSES_TOTAL,
+    FAILURES_TOTAL, LAST_DURATION_SECONDS, LAST_FAILURE_SECONDS, LAST_SIZE_BYTES,
+    LAST_SUCCESS_SECONDS, SUCCESSES_TOTAL,
 };
+
+/// Counts a failed backup (or pruning) and stamps its time, for the alert that fires while the
+/// newest attempt is a failure.
+fn note_failure() {
+    metrics::counter!(FAILURES_TOTAL).increment(1);
+    metrics::gauge!(LAST_FAILURE_SECONDS).set(platform::db::now_millis() as f64 / 1000.0);
+}
 
 /// Name of the job.
 pub const BACKUP_JOB: &str = "backup";
@@ -35,6 +43,7 @@ impl BackupJob {
         // Present from the start, so an alert on their increase has a series to read.
         metrics::counter!(FAILURES_TOTAL).increment(0);
         metrics::counter!(SUCCESSES_TOTAL).increment(0);
+        metrics::gauge!(LAST_FAILURE_SECONDS).set(0.0);
         let newest = manifest::list(&self.dir)
             .ok()
             .and_then(|backups| backups.last().cloned())
@@ -63,7 +72,7 @@ impl Job for BackupJob {
         let taken = match taken {
             Ok(taken) => taken,
             Err(err) => {
-                metrics::counter!(FAILURES_TOTAL).increment(1);
+                note_failure();
                 return Err(err.context("taking the scheduled backup"));
             }
         };
@@ -90,7 +99,7 @@ impl Job for BackupJob {
                 Ok(())
             }
             Err(err) => {
-                metrics::counter!(FAILURES_TOTAL).increment(1);
+                note_failure();
                 Err(err.context("deleting old backups (backup_keep)"))
             }
         }

@@ -47,6 +47,10 @@ use scheduler::{Guard, JobOptions};
 /// Gauge: when the last scheduled backup of this process was complete, seconds since the epoch
 /// (at start, the newest backup already in `backup_dir`).
 pub const LAST_SUCCESS_SECONDS: &str = "backup_last_success_timestamp_seconds";
+/// Gauge: when the last scheduled backup of this process failed (or its pruning did), seconds
+/// since the epoch; 0 until one fails. Later than [`LAST_SUCCESS_SECONDS`] (or with no success
+/// at all): the newest attempt failed.
+pub const LAST_FAILURE_SECONDS: &str = "backup_last_failure_timestamp_seconds";
 /// Gauge: how long the last scheduled backup of this process took.
 pub const LAST_DURATION_SECONDS: &str = "backup_last_duration_seconds";
 /// Gauge: the bytes of the last backup (database and secrets).
@@ -75,6 +79,12 @@ fn describe_metrics() {
         metrics::Unit::Seconds,
         "When the last scheduled backup was complete (seconds since the epoch; at start, the \
          newest in backup_dir): alert when time() minus it exceeds the schedule by a margin"
+    );
+    metrics::describe_gauge!(
+        LAST_FAILURE_SECONDS,
+        metrics::Unit::Seconds,
+        "When the last scheduled backup (or its deletion of old backups) failed (seconds since \
+         the epoch): later than the last success means the newest attempt failed"
     );
     metrics::describe_gauge!(
         LAST_DURATION_SECONDS,

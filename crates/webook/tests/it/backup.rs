@@ -941,6 +941,54 @@ async fn the_scheduled_backup_keeps_exactly_backup_keep() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_scheduled_backup_is_stamped_until_one_succeeds() {
+    let root = tempfile::tempdir().unwrap();
+    let (dir, backups) = (root.path().join("site"), root.path().join("backups"));
+    std::fs::create_dir(&dir).unwrap();
+    // A file where the backup directory should be: every attempt fails to create it.
+    std::fs::write(&backups, b"in the way").unwrap();
+    let mut command = command(&dir);
+    command
+        .env("WEBOOK_BACKUP_DIR", &backups)
+        .env("WEBOOK_BACKUP_SCHEDULE", "@every 1s");
+    let server = Server::start(command);
+    assert_eq!(
+        server.metric("backup_last_failure_timestamp_seconds").await,
+        0.0
+    );
+    wait_until("a failed scheduled backup", || async {
+        server.metric("backup_failures_total").await >= 1.0
+    })
+    .await;
+    let failed = server.metric("backup_last_failure_timestamp_seconds").await;
+    assert!(failed > 0.0, "the failure is stamped");
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !text.contains("backup_last_success_timestamp_seconds "),
+        "no success is reported before one happens: {text}"
+    );
+    assert_eq!(server.metric("backup_successes_total").await, 0.0);
+
+    // The way cleared, the next attempt succeeds and is stamped after the failure (what the
+    // alert WebookBackupFailed compares).
+    std::fs::remove_file(&backups).unwrap();
+    wait_until("a scheduled backup after the failures", || async {
+        server.metric("backup_successes_total").await >= 1.0
+    })
+    .await;
+    let succeeded = server.metric("backup_last_success_timestamp_seconds").await;
+    let failed = server.metric("backup_last_failure_timestamp_seconds").await;
+    assert!(succeeded > failed, "{succeeded} after {failed}");
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgresql_pg_dump_and_pg_restore_into_a_new_database_serve_the_same_answers() {
     let (source_db, restored_db) = (
         TestDb::empty_postgres().await,

@@ -6,7 +6,8 @@
 //! - the Grafana dashboard's queries are valid PromQL (`promtool check rules` on them as
 //!   recording rules);
 //! - every metric a rule or a panel names is one a running webook exports on `/metrics` (a
-//!   cluster-mode process with a little traffic; `up` is Prometheus's own);
+//!   cluster-mode process with a little traffic, and an embedded one taking scheduled backups;
+//!   `up` is Prometheus's own);
 //! - the signals added for the alerts move: `database_up` and `redis_up` with the dependencies,
 //!   `data_dir_available_bytes` with the data directory's filesystem, `payment_discrepancies_open`
 //!   from the start, `scheduler_sql_misfired_total` with misfired fire times;
@@ -338,6 +339,7 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
         .map(|query| {
             query
                 .replace("$__rate_interval", "5m")
+                .replace("$__range", "1h")
                 .replace("$instance", ".+")
         })
         .collect()
@@ -625,10 +627,18 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported_by_a_running_
         .await
         .unwrap();
     assert_eq!(published["code"], 0, "{published}");
+    // Scheduled backups are the embedded mode's (PostgreSQL has its own tools).
+    let embedded_dir = tempfile::tempdir().unwrap();
+    let mut command = webook(embedded_dir.path());
+    command
+        .env("WEBOOK_BACKUP_DIR", embedded_dir.path().join("backups"))
+        .env("WEBOOK_BACKUP_SCHEDULE", "@every 1s");
+    let embedded = Server::start(command);
 
     let deadline = Instant::now() + WAIT_LIMIT;
     loop {
-        let exported = exported_names(&metrics_text(&server).await);
+        let mut exported = exported_names(&metrics_text(&server).await);
+        exported.extend(exported_names(&metrics_text(&embedded).await));
         let missing: Vec<(&String, &Vec<String>)> = wanted
             .iter()
             .filter(|(name, _)| !exported.contains(*name))
@@ -645,6 +655,8 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported_by_a_running_
     }
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
+    embedded.terminate();
+    assert_eq!(embedded.exit_code().await, 0);
 }
 
 // ----------------------------------------------------------------- signals added for alerts
