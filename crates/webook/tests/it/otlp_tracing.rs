@@ -8,7 +8,8 @@
 //!   parent is that producer span, with the fan-out's SQL under it; the search feeder's consumer
 //!   span continues the same trace;
 //! - `otlp_sampling_ratio = 0` exports no new trace (a sampled `traceparent` from a caller is
-//!   still honoured: the control that shows the exporter runs);
+//!   still honoured: the control that shows the exporter runs); an admin's live change of it to
+//!   1 samples the next new trace, without a restart;
 //! - `otlp_endpoint` unset: nothing is exported and no exporter thread runs, even with the
 //!   OpenTelemetry SDK's own `OTEL_EXPORTER_OTLP_ENDPOINT` set;
 //! - a job triggered by a traced request runs in that request's trace: the run's span is a
@@ -466,7 +467,7 @@ async fn a_publish_and_its_consumers_on_another_instance_are_one_trace() {
 }
 
 #[tokio::test]
-async fn a_sampling_ratio_of_zero_exports_no_new_trace() {
+async fn a_sampling_ratio_of_zero_exports_no_new_trace_until_it_is_raised_live() {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let server = embedded_instance(
@@ -474,6 +475,7 @@ async fn a_sampling_ratio_of_zero_exports_no_new_trace() {
         &[
             ("WEBOOK_OTLP_ENDPOINT", &receiver.endpoint),
             ("WEBOOK_OTLP_SAMPLING_RATIO", "0"),
+            ("WEBOOK_ADMINS", "1"),
         ],
     );
     assert!(has_exporter_thread(server.child.id()), "the exporter runs");
@@ -514,6 +516,30 @@ async fn a_sampling_ratio_of_zero_exports_no_new_trace() {
         others.is_empty(),
         "unsampled spans were exported: {others:?}"
     );
+
+    // The ratio is a live setting: raised to 1 by the admin (user 1), the next request without
+    // a caller's trace is sampled, by the same process.
+    let changed: Value = reqwest::Client::new()
+        .put(server.url("/admin/settings/otlp_sampling_ratio"))
+        .bearer_auth(&token)
+        .json(&json!({"value": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(changed["code"], 0, "{changed}");
+    publish(&server, &token, "Sampled by the live ratio", &[]).await;
+    wait_until("a new trace of the publish", || async {
+        receiver.spans().iter().any(|span| {
+            span.trace_id != trace_id
+                && span.kind == SERVER
+                && span.name == "POST /articles/publish"
+                && span.parent.is_empty()
+        })
+    })
+    .await;
 }
 
 #[tokio::test]
