@@ -71,6 +71,14 @@ pub trait Feature: Send + Sync {
         &[]
     }
 
+    /// Checks made before the database is opened, by the server (`command` `None`) and by every
+    /// subcommand (`Some` of its name): a refusal stops the process before anything is read or
+    /// written (the backup feature refuses a data dir that an interrupted restore left
+    /// half-done).
+    fn before_open(&self, _config: &Config, _command: Option<&str>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
     /// Its histogram buckets and metric descriptions.
     fn metrics(&self) -> &'static [MetricsSpec] {
         &[]

@@ -77,6 +77,15 @@ pub fn offline_executors(config: &Config, db: &Db) -> anyhow::Result<Executors> 
     Ok(executors)
 }
 
+/// Every feature's checks before the database is opened ([`platform::feature::Feature::before_open`]),
+/// for the server (`command` `None`) or the subcommand `command`.
+pub fn before_open(config: &Config, command: Option<&str>) -> anyhow::Result<()> {
+    for feature in FEATURES {
+        feature.before_open(config, command)?;
+    }
+    Ok(())
+}
+
 /// How often the metrics registry runs its upkeep (drains histogram buffers).
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -97,6 +106,7 @@ impl App {
         platform::feature::check_wiring(FEATURES)?;
         // First, so the recorder takes every feature's buckets.
         let metrics = telemetry::install_metrics(&metrics())?;
+        before_open(&config, None)?;
         let db = Db::connect(&config).await?;
         // Before the first write. Worker-only processes share nothing user-facing in-process,
         // so several may run.

@@ -144,6 +144,7 @@ impl Invocation {
             } => {
                 let config = app::load_config(&flags)?;
                 platform::telemetry::init_logging(&config)?;
+                app::before_open(&config, matches.subcommand_name())?;
                 let context = CliContext {
                     config,
                     schema: &crate::schema::MIGRATIONS,
@@ -179,6 +180,7 @@ impl Cli {
             Command::Seed(args) => {
                 let config = app::load_config(&self.config)?;
                 platform::telemetry::init_logging(&config)?;
+                app::before_open(&config, Some("seed"))?;
                 // The seed assumes no concurrent writer: not beside an embedded server.
                 let _lock =
                     platform::instance_lock::InstanceLock::acquire(&config, "webook seed").await?;
@@ -187,6 +189,7 @@ impl Cli {
             Command::Migrate => {
                 let config = app::load_config(&self.config)?;
                 platform::telemetry::init_logging(&config)?;
+                app::before_open(&config, Some("migrate"))?;
                 let db = platform::db::Db::connect(&config).await?;
                 let applied = db
                     .migrate(&crate::schema::MIGRATIONS)

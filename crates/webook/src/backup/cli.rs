@@ -248,6 +248,25 @@ pub async fn restore(
     } else {
         crate::search::reindex(config, schema).await?;
     }
+    // Run as root into a service user's data dir, what it wrote must be that user's.
+    let mut written: Vec<PathBuf> = Vec::new();
+    for step in &journal.steps {
+        written.push(step.destination.clone());
+        // The reindex opened the database: its WAL and shared memory are new files too.
+        for suffix in ["-wal", "-shm"] {
+            let mut name = step.destination.clone().into_os_string();
+            name.push(suffix);
+            written.push(PathBuf::from(name));
+        }
+    }
+    written.push(crate::search::index_dir(config)?);
+    let changed = restore::own_like(&target.data_dir, &written)?;
+    if changed > 0 {
+        println!(
+            "gave {changed} files the owner of {}",
+            target.data_dir.display()
+        );
+    }
     println!("restored in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -156,8 +156,13 @@ impl Feature for Backup {
         }))
     }
 
-    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
-        let config = &platform.config;
+    fn before_open(&self, config: &Config, command: Option<&str>) -> anyhow::Result<()> {
+        // Nothing may open the database of a data dir a restore left half-done (it would read
+        // the old file without its moved WAL, and write into the copy kept aside): only the
+        // restore that finishes it.
+        if command == Some("restore") {
+            return Ok(());
+        }
         if let Some(pending) = restore::Journal::pending(&config.data_dir)? {
             bail!(
                 "a restore into {} was interrupted: run `webook restore {}` again to finish it \
@@ -167,10 +172,20 @@ impl Feature for Backup {
                 pending.path().display()
             );
         }
+        Ok(())
+    }
+
+    async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
+        let config = &platform.config;
         let settings = config.settings::<BackupSettings>()?;
         let Some(dir) = settings.dir() else {
             return Ok(());
         };
+        // The job runs where work runs; an API-only process would report the newest backup of
+        // its start for ever (the alerts read the deployment's newest).
+        if !config.role.runs_work() {
+            return Ok(());
+        }
         // Validation refused PostgreSQL with backup_dir set.
         let job = jobs::BackupJob {
             source: source(config)?,

@@ -113,6 +113,7 @@ pub fn stage(
                 .to_path_buf();
             platform::db::create_private_dir(&dir)
                 .with_context(|| format!("creating {}", dir.display()))?;
+            remove_stale_staging(&dir, &file.name)?;
             let staged = dir.join(format!(".{}.restore-{suffix}", file.name));
             let mut replaced = destination.clone().into_os_string();
             replaced.push(format!(".replaced-{replaced_suffix}"));
@@ -141,6 +142,17 @@ pub fn stage(
         }
         anyhow::Ok(())
     })();
+    // The staged files' names are durable before the journal names them: a journal never
+    // points at a staged file a power loss could take back.
+    let staged = staged.and_then(|()| {
+        let mut dirs: Vec<&Path> = steps
+            .iter()
+            .filter_map(|step| step.staged.parent())
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs.into_iter().try_for_each(manifest::sync_dir)
+    });
     if let Err(err) = staged {
         for step in &steps {
             std::fs::remove_file(&step.staged).ok();
@@ -182,11 +194,22 @@ impl Journal {
         &self.path
     }
 
+    /// Writes the journal whole or not at all: into a temporary file, synced, then renamed to
+    /// its name (a crash never leaves a partial journal that would block the data dir).
     fn write(&self) -> anyhow::Result<()> {
         use std::io::Write;
-        let mut file = manifest::create_private(&self.path)?;
+        let temporary = with_suffix(&self.path, ".tmp");
+        std::fs::remove_file(&temporary).ok();
+        let mut file = manifest::create_private(&temporary)?;
         file.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
         file.sync_all()?;
+        std::fs::rename(&temporary, &self.path).with_context(|| {
+            format!(
+                "renaming {} to {}",
+                temporary.display(),
+                self.path.display()
+            )
+        })?;
         if let Some(dir) = self.path.parent() {
             manifest::sync_dir(dir)?;
         }
@@ -207,6 +230,20 @@ impl Journal {
                         let from = with_suffix(&step.destination, suffix);
                         if from.exists() {
                             let to = with_suffix(&step.replaced, suffix);
+                            if to.exists() {
+                                // Moved aside by the interrupted run, and a new one since:
+                                // something opened the database in between. Overwriting
+                                // either would lose the kept database's last transactions.
+                                bail!(
+                                    "{} and {} both exist: something opened the database after \
+                                     the restore was interrupted; move {} away (it holds \
+                                     transactions of neither copy you want), then run the \
+                                     restore again",
+                                    from.display(),
+                                    to.display(),
+                                    from.display()
+                                );
+                            }
                             std::fs::rename(&from, &to).with_context(|| {
                                 format!("moving {} to {}", from.display(), to.display())
                             })?;
@@ -241,6 +278,56 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// Removes what a restore killed while staging left in `dir` for `name` (`.<name>.restore-…`:
+/// copies as large as the backup that no journal names). Called under the instance lock with
+/// no journal pending, so none of them belongs to a restore in progress.
+fn remove_stale_staging(dir: &Path, name: &str) -> anyhow::Result<()> {
+    let prefix = format!(".{name}.restore-");
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Gives every file under `paths` (recursively) the owner and group of `dir` where they differ:
+/// a restore run as root into the data dir of a service user (systemd's `DynamicUser=`) must
+/// leave files that user can open. How many were changed; an error names the first file that
+/// could not be (a restore not run as root into someone else's data dir).
+pub fn own_like(dir: &Path, paths: &[PathBuf]) -> anyhow::Result<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let (uid, gid) = (owner.uid(), owner.gid());
+    let mut changed = 0;
+    let mut pending: Vec<PathBuf> = paths.to_vec();
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            for entry in
+                std::fs::read_dir(&path).with_context(|| format!("reading {}", path.display()))?
+            {
+                pending.push(entry?.path());
+            }
+        }
+        if (meta.uid(), meta.gid()) != (uid, gid) {
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).with_context(|| {
+                format!(
+                    "giving {} the owner of {} (uid {uid}, gid {gid})",
+                    path.display(),
+                    dir.display()
+                )
+            })?;
+            changed += 1;
+        }
+    }
+    Ok(changed)
 }
 
 /// `file` also under the name `aside` (a hard link: no copy, and the file stays where it is
@@ -319,10 +406,66 @@ mod tests {
     }
 
     #[test]
-    fn an_interrupted_restore_is_finished_by_its_journal() {
+    fn restored_files_get_the_owner_of_the_data_dir() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let data_dir = root.path().join("data");
+        std::fs::create_dir_all(data_dir.join("search/segments")).unwrap();
+        std::fs::write(data_dir.join("webook.db"), "db").unwrap();
+        std::fs::write(data_dir.join("search/segments/a"), "segment").unwrap();
+        let paths = [data_dir.join("webook.db"), data_dir.join("search")];
+        let ours = std::fs::metadata(&data_dir).unwrap().uid();
+        if ours == 0 {
+            // Root: the data dir belongs to a service user; the files root wrote follow it.
+            std::os::unix::fs::chown(&data_dir, Some(64_123), Some(64_124)).unwrap();
+            assert_eq!(own_like(&data_dir, &paths).unwrap(), 4);
+            for path in [
+                data_dir.join("webook.db"),
+                data_dir.join("search"),
+                data_dir.join("search/segments"),
+                data_dir.join("search/segments/a"),
+            ] {
+                let meta = std::fs::metadata(&path).unwrap();
+                assert_eq!((meta.uid(), meta.gid()), (64_123, 64_124), "{path:?}");
+            }
+        }
+        // Owned alike already: nothing to change.
+        assert_eq!(own_like(&data_dir, &paths).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_wal_kept_aside_is_never_overwritten_by_a_new_one() {
         let root = tempfile::tempdir().unwrap();
         let (backup, target) = backup_and_target(root.path());
         let journal = stage(&backup, &target, 7, &|_, _, _| {}).unwrap();
+        assert!(
+            !target.data_dir.join(format!("{JOURNAL}.tmp")).exists(),
+            "the journal is renamed into place"
+        );
+        let step = journal.steps.iter().find(|step| step.database).unwrap();
+        // The interrupted run had moved the WAL aside; something opened the database since
+        // and made a new one.
+        keep_aside(&step.destination, &step.replaced).unwrap();
+        let kept_wal = with_suffix(&step.replaced, "-wal");
+        let new_wal = with_suffix(&step.destination, "-wal");
+        std::fs::write(&kept_wal, "kept").unwrap();
+        std::fs::write(&new_wal, "new").unwrap();
+        let refused = journal.roll_forward().unwrap_err().to_string();
+        assert!(refused.contains("both exist"), "{refused}");
+        assert_eq!(std::fs::read_to_string(&kept_wal).unwrap(), "kept");
+        assert_eq!(std::fs::read_to_string(&new_wal).unwrap(), "new");
+        assert!(step.staged.exists(), "nothing renamed");
+    }
+
+    #[test]
+    fn an_interrupted_restore_is_finished_by_its_journal() {
+        let root = tempfile::tempdir().unwrap();
+        let (backup, target) = backup_and_target(root.path());
+        // What a restore killed while copying left behind: removed by the next one.
+        let leftover = target.data_dir.join(".webook.db.restore-0123abcd");
+        std::fs::write(&leftover, "a partial copy").unwrap();
+        let journal = stage(&backup, &target, 7, &|_, _, _| {}).unwrap();
+        assert!(!leftover.exists());
         // Staged and journalled, nothing replaced yet: the "crash".
         assert_eq!(body(&target.database), "new");
         let pending = Journal::pending(&target.data_dir).unwrap().unwrap();

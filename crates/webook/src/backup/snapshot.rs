@@ -74,6 +74,9 @@ pub fn copy_database(
     })?;
     let snapshot_at = platform::db::now_millis();
     {
+        // Created 0600 first (it holds password hashes, whatever the umask): SQLite keeps an
+        // existing file's mode, and gives its journal the same.
+        drop(super::manifest::create_private(dest)?);
         let mut to =
             Connection::open(dest).with_context(|| format!("creating {}", dest.display()))?;
         run_backup(&from, &mut to, progress, cancelled)?;

@@ -60,14 +60,21 @@ pub fn mark_stale(dir: &Path) -> anyhow::Result<bool> {
     if !dir.exists() {
         return Ok(false);
     }
-    std::fs::write(dir.join(STALE_MARKER), b"written behind the event stream\n").with_context(
-        || {
-            format!(
-                "marking the search index in {} for a rebuild",
-                dir.display()
-            )
-        },
-    )?;
+    let context = || {
+        format!(
+            "marking the search index in {} for a rebuild",
+            dir.display()
+        )
+    };
+    // Durable before the caller goes on (a restore removes its journal next: a power loss
+    // must not leave the old index serving the restored database).
+    let marker = dir.join(STALE_MARKER);
+    std::fs::write(&marker, b"written behind the event stream\n").with_context(context)?;
+    std::fs::File::open(&marker)
+        .and_then(|file| file.sync_all())
+        .and_then(|()| std::fs::File::open(dir))
+        .and_then(|dir| dir.sync_all())
+        .with_context(context)?;
     Ok(true)
 }
 

@@ -58,7 +58,12 @@ pub struct Search;
 /// Marks the index `config` names, if there is one, for a rebuild at its next start: for
 /// writes made behind the event stream (`webook seed`). True if there was one.
 pub fn mark_index_stale(config: &platform::config::Config) -> anyhow::Result<bool> {
-    index::mark_stale(&config.settings::<SearchSettings>()?.dir(config))
+    index::mark_stale(&index_dir(config)?)
+}
+
+/// The directory of `config`'s search index.
+pub fn index_dir(config: &platform::config::Config) -> anyhow::Result<std::path::PathBuf> {
+    Ok(config.settings::<SearchSettings>()?.dir(config))
 }
 
 const METRICS: MetricsSpec = MetricsSpec {

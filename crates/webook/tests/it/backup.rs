@@ -675,6 +675,16 @@ async fn a_backup_under_write_load_is_one_instant_and_restores_to_the_same_answe
     load.progress(60).await;
     let args = ["backup", "--to", backups.to_str().unwrap()];
     let backup = backup_dir_of(&cli_succeeded(run(&source, &args), &args));
+    // Password hashes and token secrets: only the owner reads any of it, whatever the umask.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&backup), 0o700, "{}", backup.display());
+        for entry in std::fs::read_dir(&backup).unwrap() {
+            let path = entry.unwrap().path();
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
     load.progress(60).await;
     let published = load.stop().await;
     server.terminate();
@@ -938,6 +948,31 @@ async fn the_scheduled_backup_keeps_exactly_backup_keep() {
         (reported - newest as f64 / 1000.0).abs() < 0.001,
         "{reported} vs {newest}"
     );
+}
+
+#[test]
+fn nothing_opens_the_database_of_a_data_dir_an_interrupted_restore_left() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    // The journal of a restore that was interrupted before its first rename.
+    std::fs::write(
+        data.join("restore-journal.json"),
+        r#"{"backup": "/backups/webook-20260301T120000.000Z", "steps": []}"#,
+    )
+    .unwrap();
+    for args in [&["serve"][..], &["migrate"], &["jobs", "list"], &["backup"]] {
+        let output = run(root.path(), args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} ran: {stderr}");
+        assert!(
+            stderr.contains("a restore into")
+                && stderr.contains("was interrupted: run `webook restore /backups/webook-20260301T120000.000Z` again"),
+            "{args:?}: {stderr}"
+        );
+        // Refused before the database was opened: not even created.
+        assert!(!database(root.path()).exists(), "{args:?} opened it");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
