@@ -530,6 +530,7 @@ impl Config {
         let mut shown = self.clone();
         shown.database_url = Some(redact_url(&self.database_url()));
         shown.redis_url = self.redis_url.as_deref().map(redact_url);
+        shown.otlp_endpoint = self.otlp_endpoint.as_deref().map(redact_url);
         let mut table = toml::Table::try_from(&shown).context("rendering the configuration")?;
         let mut notes = Vec::new();
         for section in &self.sections.0 {
@@ -626,6 +627,7 @@ impl Config {
         shown.sections = Sections::default();
         shown.database_url = self.database_url.as_deref().map(redact_url);
         shown.redis_url = self.redis_url.as_deref().map(redact_url);
+        shown.otlp_endpoint = self.otlp_endpoint.as_deref().map(redact_url);
         let platform = serde_json::to_value(&shown).context("rendering the configuration")?;
         for key in KEYS {
             let value = platform

@@ -898,6 +898,10 @@ fn redacted_config_hides_secrets_and_passwords() {
             "WEBOOK_WECHAT_REDIRECT_URI",
             "https://example.com/oauth2/wechat/callback",
         );
+        jail.set_env(
+            "WEBOOK_OTLP_ENDPOINT",
+            "https://tenant:collectorkey@otel.example.com",
+        );
         let shown = load_in_jail(&ConfigArgs::default())?
             .to_redacted_toml()
             .map_err(|err| err.to_string())?;
@@ -907,6 +911,7 @@ fn redacted_config_hides_secrets_and_passwords() {
             &"a".repeat(40),
             &"r".repeat(40),
             "wechat-app-secret-value",
+            "collectorkey",
         ] {
             assert!(!shown.contains(leaked), "{leaked} leaked:\n{shown}");
         }

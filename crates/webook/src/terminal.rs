@@ -39,10 +39,7 @@ pub fn operator() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| "unknown".to_owned());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|host| host.trim().to_owned())
-        .unwrap_or_else(|_| "host".to_owned());
-    format!("cli:{user}@{host}")
+    format!("cli:{user}@{}", platform::host_name())
 }
 
 #[cfg(test)]

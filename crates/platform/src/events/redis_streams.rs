@@ -312,12 +312,7 @@ pub(super) struct RedisConsumer {
 
 /// `host-pid-random`: unique per process and `consume` call, and says where it runs.
 pub(super) fn consumer_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
+    let host = crate::host_name();
     let mut random = uuid::Uuid::new_v4().simple().to_string();
     random.truncate(8);
     format!("{host}-{}-{random}", std::process::id())

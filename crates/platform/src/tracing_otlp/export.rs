@@ -112,7 +112,7 @@ where
         layers: vec![Box::new(bridge), Box::new(sql)],
         provider,
         announce: (
-            traces_url(endpoint),
+            crate::redact_url(&traces_url(endpoint)),
             config.otlp_sampling_ratio,
             config.otlp_service_name.clone(),
         ),
@@ -126,13 +126,7 @@ fn traces_url(endpoint: &str) -> String {
 
 /// `host-pid`: which process a span comes from (the resource's `service.instance.id`).
 fn instance_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", crate::host_name(), std::process::id())
 }
 
 /// Sends what is still buffered and stops the exporter, waiting at most `limit`: the end of

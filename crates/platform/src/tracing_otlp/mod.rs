@@ -210,8 +210,9 @@ pub fn producer_span(topic: &str, count: usize) -> Span {
 const MAX_LINKS: usize = 32;
 
 /// The consumer span of a batch of `count` events of `topic` handed to `group`, whose events
-/// carry `traceparents`: its parent is the first one's producer, the others are links. Only
-/// when tracing is on (else none, and no work).
+/// carry `traceparents`: its parent is the first sampled one's producer (the batch follows a
+/// sampled publish, whatever unsampled ones came before it), the others are links. Only when
+/// tracing is on (else none, and no work).
 pub fn consumer_span<'a>(
     topic: &str,
     group: &str,
@@ -231,23 +232,41 @@ pub fn consumer_span<'a>(
         messaging.consumer.group.name = group,
         messaging.batch.message_count = count,
     );
-    let mut parent = None::<SpanContext>;
-    let mut links = 0;
-    for context in traceparents.into_iter().filter_map(parse_traceparent) {
-        let context = context.span().span_context().clone();
-        match &parent {
-            None => {
-                let _ = span.set_parent(Context::new().with_remote_span_context(context.clone()));
-                parent = Some(context);
-            }
-            Some(first) if *first == context || links >= MAX_LINKS => {}
-            Some(_) => {
-                links += 1;
-                span.add_link(context);
-            }
-        }
+    let contexts = traceparents
+        .into_iter()
+        .filter_map(parse_traceparent)
+        .map(|context| context.span().span_context().clone());
+    let (parent, links) = parent_and_links(contexts);
+    if let Some(parent) = parent {
+        let _ = span.set_parent(Context::new().with_remote_span_context(parent));
+    }
+    for link in links {
+        span.add_link(link);
     }
     span
+}
+
+/// The parent of a consumed batch among its events' producers — the first sampled one, else
+/// the first — and the others as links (distinct, at most [`MAX_LINKS`]).
+fn parent_and_links(
+    contexts: impl IntoIterator<Item = SpanContext>,
+) -> (Option<SpanContext>, Vec<SpanContext>) {
+    let mut all: Vec<SpanContext> = Vec::new();
+    for context in contexts {
+        if !all.contains(&context) {
+            all.push(context);
+        }
+    }
+    let chosen = all
+        .iter()
+        .position(SpanContext::is_sampled)
+        .or((!all.is_empty()).then_some(0));
+    let Some(chosen) = chosen else {
+        return (None, Vec::new());
+    };
+    let parent = all.remove(chosen);
+    all.truncate(MAX_LINKS);
+    (Some(parent), all)
 }
 
 #[cfg(test)]
@@ -274,6 +293,37 @@ mod tests {
             parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none()
         );
         assert!(parse_traceparent("garbage").is_none());
+    }
+
+    #[test]
+    fn a_batch_follows_its_first_sampled_producer_and_links_the_others_once() {
+        let context = |text: &str| {
+            parse_traceparent(text)
+                .unwrap()
+                .span()
+                .span_context()
+                .clone()
+        };
+        let unsampled = context("00-11111111111111111111111111111111-1111111111111111-00");
+        let sampled = context("00-22222222222222222222222222222222-2222222222222222-01");
+        let other = context("00-33333333333333333333333333333333-3333333333333333-01");
+        let (parent, links) = super::parent_and_links([
+            unsampled.clone(),
+            sampled.clone(),
+            unsampled.clone(),
+            other.clone(),
+        ]);
+        assert_eq!(parent, Some(sampled));
+        assert_eq!(links, vec![unsampled.clone(), other]);
+        // None sampled: the first, so the decision "not sampled" is kept.
+        let (parent, links) = super::parent_and_links([unsampled.clone()]);
+        assert_eq!(parent, Some(unsampled));
+        assert!(links.is_empty());
+        assert_eq!(super::parent_and_links([]), (None, Vec::new()));
+        // Links are bounded.
+        let many = (0..100).map(|n| context(&format!("00-{:032x}-{:016x}-01", n + 1, n + 1)));
+        let (_, links) = super::parent_and_links(many);
+        assert_eq!(links.len(), super::MAX_LINKS);
     }
 
     #[test]

@@ -195,16 +195,31 @@ impl Executor for HttpExecutor {
             request = request.headers(headers);
         }
         let request = request.send();
+        // Errors are recorded (the run's row, the log, a trace): never with the query.
+        let url = shown(&cfg.url);
         let response = tokio::select! {
             // `{:#}` keeps the resolver's refusal, which reqwest wraps in its own error.
-            response = request => response.map_err(|err| anyhow::anyhow!("calling {}: {:#}", cfg.url, anyhow::Error::from(err)))?,
-            () = ctx.cancelled() => bail!("cancelled before {} answered", cfg.url),
+            response = request => response.map_err(|err| anyhow::anyhow!("calling {url}: {:#}", anyhow::Error::from(err.without_url())))?,
+            () = ctx.cancelled() => bail!("cancelled before {url} answered"),
         };
         let status = response.status();
         if !status.is_success() {
-            bail!("{} answered {status}", cfg.url);
+            bail!("{url} answered {status}");
         }
         Ok(())
+    }
+}
+
+/// `url` as errors show it: without a password, query or fragment (a query may hold a token).
+fn shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut url) => {
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.to_string()
+        }
+        Err(_) => "the job's url".to_owned(),
     }
 }
 
@@ -212,6 +227,15 @@ impl Executor for HttpExecutor {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_show_the_url_without_its_secrets() {
+        assert_eq!(
+            shown("https://user:pw@hooks.example/run?token=s3cret#x"),
+            "https://user@hooks.example/run"
+        );
+        assert_eq!(shown("not a url"), "the job's url");
+    }
     use crate::sql::Executors;
 
     #[test]

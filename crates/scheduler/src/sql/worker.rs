@@ -99,9 +99,10 @@ impl Default for WorkerOptions {
 
 /// `<host>-<pid>-<random>`: unique per process start, readable in `owner` columns.
 pub fn default_instance_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    // gethostname(2): $HOSTNAME is a shell variable, seldom in a service's environment.
+    let host = whoami::fallible::hostname()
         .ok()
-        .filter(|host| !host.is_empty())
+        .filter(|host| !host.trim().is_empty())
         .unwrap_or_else(|| "host".to_owned());
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &random[..8])
