@@ -902,7 +902,8 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     };
     for (key, value) in [
         ("DynamicUser", "yes"),
-        ("StateDirectory", "webook"),
+        // The data directory, and the one scheduled backups may use.
+        ("StateDirectory", "webook webook-backups"),
         ("ProtectSystem", "strict"),
         ("ReadWritePaths", "/var/lib/webook"),
         ("NoNewPrivileges", "yes"),
