@@ -997,12 +997,7 @@ async fn a_failing_scheduled_backup_is_stamped_until_one_succeeds() {
     .await;
     let failed = server.metric("backup_last_failure_timestamp_seconds").await;
     assert!(failed > 0.0, "the failure is stamped");
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     assert!(
         !text.contains("backup_last_success_timestamp_seconds "),
         "no success is reported before one happens: {text}"

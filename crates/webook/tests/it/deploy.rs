@@ -551,12 +551,6 @@ fn cluster_server(dir: &Path, database_url: &str, redis_url: &str) -> Server {
     Server::start(command)
 }
 
-async fn metrics_text(server: &Server) -> String {
-    let response = reqwest::get(server.url("/metrics")).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.text().await.unwrap()
-}
-
 /// Signs `email` up on `base` and logs in; the access token.
 async fn sign_up(client: &reqwest::Client, base: &str, email: &str) -> String {
     let body = json!({"email": email, "password": PASSWORD, "confirmPassword": PASSWORD});
@@ -637,8 +631,8 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported_by_a_running_
 
     let deadline = Instant::now() + WAIT_LIMIT;
     loop {
-        let mut exported = exported_names(&metrics_text(&server).await);
-        exported.extend(exported_names(&metrics_text(&embedded).await));
+        let mut exported = exported_names(&server.metrics_text().await);
+        exported.extend(exported_names(&embedded.metrics_text().await));
         let missing: Vec<(&String, &Vec<String>)> = wanted
             .iter()
             .filter(|(name, _)| !exported.contains(*name))
@@ -663,7 +657,7 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_exported_by_a_running_
 
 /// The value of the unlabelled series `name` on `server`'s `/metrics`, if exported.
 async fn gauge(server: &Server, name: &str) -> Option<f64> {
-    metrics_text(server).await.lines().find_map(|line| {
+    server.metrics_text().await.lines().find_map(|line| {
         let (series, value) = line.split_once(' ')?;
         (series == name).then(|| value.trim().parse().unwrap())
     })

@@ -282,15 +282,17 @@ impl Server {
         .await;
     }
 
+    /// The text of `/metrics` (answered 200).
+    pub async fn metrics_text(&self) -> String {
+        let response = reqwest::get(self.url("/metrics")).await.unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK);
+        response.text().await.unwrap()
+    }
+
     /// The value of `series` (a metric name with its labels) in `/metrics`; 0 when not yet
     /// recorded.
     pub async fn metric(&self, series: &str) -> f64 {
-        let text = reqwest::get(self.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = self.metrics_text().await;
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
             .unwrap_or(0.0)
