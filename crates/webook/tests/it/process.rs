@@ -1091,3 +1091,70 @@ fn cluster_mode_refuses_the_log_sms_provider_unless_allowed() {
         "{stderr}"
     );
 }
+
+/// Resident memory of process `pid` (`VmRSS`), in bytes.
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .map(|kb| kb.trim().parse().unwrap())
+        .unwrap();
+    kb * 1024
+}
+
+/// jieba's dictionary takes ≈ 38 MB resident; less than this growth means it was already there.
+const DICTIONARY_BYTES: u64 = 20 << 20;
+
+#[tokio::test]
+async fn an_empty_site_idles_without_the_chinese_dictionary_and_a_site_with_articles_loads_it_at_start(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(webook(dir.path()));
+    server.search_ready().await;
+    let idle = resident_bytes(server.child.id());
+    // The first text that needs it loads it: a Chinese query.
+    assert!(server.search_article_ids("分布式系统").await.is_empty());
+    let searched = resident_bytes(server.child.id());
+    assert!(
+        searched >= idle + DICTIONARY_BYTES,
+        "the dictionary is loaded on first use, not at start: idle {idle} B, after a search \
+         {searched} B"
+    );
+    let token = server
+        .sign_up_and_log_in("writer@example.com", "hello#world1")
+        .await;
+    let published: Value = reqwest::Client::new()
+        .post(server.url("/articles/publish"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"title": "分布式系统", "content": "<p>一致性</p>"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(published["code"], 0, "{published}");
+    let id = published["data"].as_i64().unwrap();
+    wait_until("the article is indexed", || async {
+        server.search_article_ids("分布式").await == vec![id]
+    })
+    .await;
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+
+    // An index with documents will be searched: the dictionary is loaded before the first
+    // query, which then finds it there.
+    let server = Server::start(webook(dir.path()));
+    server.search_ready().await;
+    let idle = resident_bytes(server.child.id());
+    assert_eq!(server.search_article_ids("一致性").await, vec![id]);
+    let searched = resident_bytes(server.child.id());
+    assert!(
+        searched < idle + DICTIONARY_BYTES,
+        "the dictionary was loaded at start: idle {idle} B, after a search {searched} B"
+    );
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+}
