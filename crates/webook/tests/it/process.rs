@@ -1125,18 +1125,7 @@ async fn an_empty_site_idles_without_the_chinese_dictionary_and_a_site_with_arti
     let token = server
         .sign_up_and_log_in("writer@example.com", "hello#world1")
         .await;
-    let published: Value = reqwest::Client::new()
-        .post(server.url("/articles/publish"))
-        .bearer_auth(&token)
-        .json(&serde_json::json!({"title": "分布式系统", "content": "<p>一致性</p>"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(published["code"], 0, "{published}");
-    let id = published["data"].as_i64().unwrap();
+    let id = server.publish(&token, "分布式系统", "<p>一致性</p>").await;
     wait_until("the article is indexed", || async {
         server.search_article_ids("分布式").await == vec![id]
     })

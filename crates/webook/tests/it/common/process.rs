@@ -194,6 +194,23 @@ impl Server {
         login.headers()["x-jwt-token"].to_str().unwrap().to_owned()
     }
 
+    /// Publishes an article of `title` and `content` (HTML) as the holder of `token`; its id.
+    pub async fn publish(&self, token: &str, title: &str, content: &str) -> i64 {
+        let body = serde_json::json!({"title": title, "content": content});
+        let published: Value = reqwest::Client::new()
+            .post(self.url("/articles/publish"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(published["code"], 0, "{published}");
+        published["data"].as_i64().unwrap()
+    }
+
     /// `host:port` it listens on.
     pub fn address(&self) -> String {
         self.base.trim_start_matches("http://").to_owned()
