@@ -982,15 +982,28 @@ async fn a_failing_scheduled_backup_is_stamped_until_one_succeeds() {
     std::fs::create_dir(&dir).unwrap();
     // A file where the backup directory should be: every attempt fails to create it.
     std::fs::write(&backups, b"in the way").unwrap();
-    let mut command = command(&dir);
-    command
-        .env("WEBOOK_BACKUP_DIR", &backups)
-        .env("WEBOOK_BACKUP_SCHEDULE", "@every 1s");
-    let server = Server::start(command);
+    let scheduled = |schedule: &str| {
+        let mut command = command(&dir);
+        command
+            .env("WEBOOK_BACKUP_DIR", &backups)
+            .env("WEBOOK_BACKUP_SCHEDULE", schedule);
+        command
+    };
+    // No attempt yet (the first fire time is a day away): the failure gauge is there, at 0.
+    let server = Server::start(scheduled("@every 24h"));
     assert_eq!(
         server.metric("backup_last_failure_timestamp_seconds").await,
         0.0
     );
+    assert!(server
+        .metrics_text()
+        .await
+        .lines()
+        .any(|line| line == "backup_last_failure_timestamp_seconds 0"));
+    server.terminate();
+    assert_eq!(server.exit_code().await, 0);
+
+    let server = Server::start(scheduled("@every 1s"));
     wait_until("a failed scheduled backup", || async {
         server.metric("backup_failures_total").await >= 1.0
     })
