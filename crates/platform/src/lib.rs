@@ -70,14 +70,19 @@ pub mod testing;
 pub mod text;
 pub mod tracing_otlp;
 
-/// This host's name (`gethostname(2)`, which needs no `/proc`), `host` when it has none: the
-/// first part of the ids that say where a process runs (trace resources, stream consumers).
+/// This host's name (`uname(2)`, which needs no `/proc`), `host` when it has none: the first
+/// part of the ids that say where a process runs (trace resources, stream consumers).
 pub fn host_name() -> String {
-    whoami::fallible::hostname()
-        .ok()
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "host".to_owned())
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .trim()
+        .to_owned();
+    if host.is_empty() {
+        "host".to_owned()
+    } else {
+        host
+    }
 }
 
 /// Returns `url` with any password replaced by `***`, for logs, errors and `--print-config`.

@@ -488,9 +488,8 @@ impl Db {
     pub async fn probe_writer(&self, timeout: Duration) -> anyhow::Result<()> {
         if let Some(file) = &self.routing.engine().sqlite_file {
             let dir = file.parent().filter(|dir| !dir.as_os_str().is_empty());
-            let stats = rustix::fs::statvfs(dir.unwrap_or(Path::new(".")))
+            let (free, _) = crate::health::space(dir.unwrap_or(Path::new(".")))
                 .with_context(|| format!("checking free space beside {}", file.display()))?;
-            let free = stats.f_bavail.saturating_mul(stats.f_frsize);
             if free < MIN_FREE_BYTES {
                 anyhow::bail!(
                     "only {free} bytes free on the filesystem of {} (less than {MIN_FREE_BYTES})",
@@ -763,16 +762,25 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
         .create(dir)
 }
 
-/// Creates an empty file with mode 0600 unless `path` exists; SQLite then creates its `-wal`
-/// and `-shm` files with the database file's mode.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
+/// Creates `path` as a new file with mode 0600, for writing (an error if it exists).
+pub fn create_private_new(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-    {
+}
+
+/// Flushes `path` to disk: a file's data, or a directory's entries (new names, renames).
+pub fn sync_path(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path)?.sync_all()
+}
+
+/// Creates an empty file with mode 0600 unless `path` exists; SQLite then creates its `-wal`
+/// and `-shm` files with the database file's mode.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    match create_private_new(path) {
         Ok(_) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(err) => Err(err),

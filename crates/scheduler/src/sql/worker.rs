@@ -99,11 +99,17 @@ impl Default for WorkerOptions {
 
 /// `<host>-<pid>-<random>`: unique per process start, readable in `owner` columns.
 pub fn default_instance_id() -> String {
-    // gethostname(2): $HOSTNAME is a shell variable, seldom in a service's environment.
-    let host = whoami::fallible::hostname()
-        .ok()
-        .filter(|host| !host.trim().is_empty())
-        .unwrap_or_else(|| "host".to_owned());
+    // uname(2): $HOSTNAME is a shell variable, seldom in a service's environment.
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .trim()
+        .to_owned();
+    let host = if host.is_empty() {
+        "host".to_owned()
+    } else {
+        host
+    };
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &random[..8])
 }

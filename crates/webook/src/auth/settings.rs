@@ -206,7 +206,7 @@ impl JwtSecrets {
     }
 
     fn load_or_generate(data_dir: &Path) -> anyhow::Result<Self> {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        use std::os::unix::fs::PermissionsExt;
 
         platform::db::create_private_dir(data_dir)
             .with_context(|| format!("creating data_dir {}", data_dir.display()))?;
@@ -219,11 +219,7 @@ impl JwtSecrets {
                 refresh: random_hex(64)?,
             };
             let tmp = data_dir.join(format!(".{SECRETS_FILE}.{}", uuid::Uuid::new_v4()));
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
+            let mut file = platform::db::create_private_new(&tmp)
                 .with_context(|| format!("creating {}", tmp.display()))?;
             file.write_all(toml::to_string(&generated)?.as_bytes())?;
             file.sync_all()?;

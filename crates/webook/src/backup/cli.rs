@@ -254,9 +254,7 @@ pub async fn restore(
         written.push(step.destination.clone());
         // The reindex opened the database: its WAL and shared memory are new files too.
         for suffix in ["-wal", "-shm"] {
-            let mut name = step.destination.clone().into_os_string();
-            name.push(suffix);
-            written.push(PathBuf::from(name));
+            written.push(restore::with_suffix(&step.destination, suffix));
         }
     }
     written.push(crate::search::index_dir(config)?);

@@ -181,20 +181,12 @@ pub fn digest(
 /// Creates `path` (which must not exist) with mode 0600: backups hold emails, password hashes
 /// and the token secrets.
 pub fn create_private(path: &Path) -> anyhow::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))
+    platform::db::create_private_new(path).with_context(|| format!("creating {}", path.display()))
 }
 
 /// Flushes `dir`'s entries (new names, renames) to disk.
 pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
-    File::open(dir)
-        .and_then(|dir| dir.sync_all())
-        .with_context(|| format!("syncing {}", dir.display()))
+    platform::db::sync_path(dir).with_context(|| format!("syncing {}", dir.display()))
 }
 
 /// The name of a backup whose snapshot was taken at `ms` since the epoch: its UTC time, which

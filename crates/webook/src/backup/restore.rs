@@ -341,7 +341,7 @@ fn keep_aside(file: &Path, aside: &Path) -> anyhow::Result<()> {
 }
 
 /// `path` with `suffix` appended to its name (`webook.db` → `webook.db-wal`).
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+pub(super) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

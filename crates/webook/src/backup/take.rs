@@ -104,9 +104,7 @@ fn write_into(
         &|done, total| progress("database", done, total),
         cancelled,
     )?;
-    std::fs::File::open(&copy)
-        .and_then(|file| file.sync_all())
-        .with_context(|| format!("syncing {}", copy.display()))?;
+    platform::db::sync_path(&copy).with_context(|| format!("syncing {}", copy.display()))?;
     let mut files = vec![checksum(&copy, DATABASE, progress)?];
     for secrets in &source.secrets {
         let Some(name) = secrets.file_name().and_then(|name| name.to_str()) else {

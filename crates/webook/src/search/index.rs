@@ -70,10 +70,8 @@ pub fn mark_stale(dir: &Path) -> anyhow::Result<bool> {
     // must not leave the old index serving the restored database).
     let marker = dir.join(STALE_MARKER);
     std::fs::write(&marker, b"written behind the event stream\n").with_context(context)?;
-    std::fs::File::open(&marker)
-        .and_then(|file| file.sync_all())
-        .and_then(|()| std::fs::File::open(dir))
-        .and_then(|dir| dir.sync_all())
+    platform::db::sync_path(&marker)
+        .and_then(|()| platform::db::sync_path(dir))
         .with_context(context)?;
     Ok(true)
 }
