@@ -124,6 +124,7 @@ struct Counters {
     handled: metrics::Counter,
     parked: metrics::Counter,
     batch_size: metrics::Histogram,
+    batch_duration: metrics::Histogram,
 }
 
 impl GroupHealth {
@@ -144,6 +145,7 @@ impl GroupHealth {
                 handled: metrics::counter!(super::EVENTS_CONSUMED_TOTAL, &labels),
                 parked: metrics::counter!(EVENTS_PARKED_TOTAL, &labels),
                 batch_size: metrics::histogram!(super::EVENT_BATCH_SIZE, &labels),
+                batch_duration: metrics::histogram!(super::EVENT_BATCH_DURATION_SECONDS, &labels),
             },
         }
     }
@@ -459,7 +461,13 @@ impl Consumer {
             }
         }
         let span = consumer_span(&self.topic, &self.group, &events);
-        tracing::Instrument::instrument(call(handler, events), span).await
+        let started = std::time::Instant::now();
+        let result = tracing::Instrument::instrument(call(handler, events), span).await;
+        self.health
+            .counters
+            .batch_duration
+            .record(started.elapsed().as_secs_f64());
+        result
     }
 
     /// Hands `batch` to `handler` until every event of it is handled or parked (module docs);

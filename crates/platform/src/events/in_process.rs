@@ -62,9 +62,15 @@ impl InProcess {
             .collect()
     }
 
-    /// Creates (or replaces) the queue of (`topic`, `group`) and returns its receiving end.
-    pub(super) fn register(&self, topic: &str, group: &str) -> mpsc::Receiver<Event> {
-        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
+    /// Creates (or replaces) the queue of (`topic`, `group`), consumed `batch_size` events at a
+    /// time, and returns its receiving end.
+    pub(super) fn register(
+        &self,
+        topic: &str,
+        group: &str,
+        batch_size: usize,
+    ) -> mpsc::Receiver<Event> {
+        let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY.max(batch_size));
         let mut groups = self
             .groups
             .lock()
@@ -131,8 +137,18 @@ impl InProcess {
             traceparent,
         };
         for sender in self.senders(topic) {
-            // Waits when the group's queue is full (backpressure); fails only if it stopped.
-            if sender.send(event.clone()).await.is_err() {
+            // Waits when the group's queue is full (backpressure, counted); fails only if it
+            // stopped.
+            let delivered = match sender.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    metrics::counter!(EVENTS_PUBLISH_WAITS_TOTAL, "topic" => topic.to_owned())
+                        .increment(1);
+                    sender.send(event).await.is_ok()
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            };
+            if !delivered {
                 tracing::warn!(topic, "event consumer stopped; event not delivered to it");
             }
         }

@@ -115,6 +115,13 @@ pub(crate) fn count_published(topic: &str) {
 pub const EVENTS_CONSUMED_TOTAL: &str = "events_consumed_total";
 /// Histogram: events per handled batch, by `topic` and `group`.
 pub const EVENT_BATCH_SIZE: &str = "event_batch_size";
+/// Histogram: seconds per call of a group's handler (a batch, or one event of a failing batch
+/// retried alone), by `topic` and `group`. The rate of its `_sum` is the share of time the
+/// consumer is busy: near 1, the group is what limits its topic.
+pub const EVENT_BATCH_DURATION_SECONDS: &str = "event_batch_duration_seconds";
+/// Counter: in-process publishes that found a consumer group's queue full and waited for room
+/// (backpressure: the group is slower than its publishers), by `topic`.
+pub const EVENTS_PUBLISH_WAITS_TOTAL: &str = "events_publish_waits_total";
 /// Gauge: events of a group not yet handled, by `topic` and `group`. Redis: the group's unread
 /// entries (`lag`) plus its pending ones, refreshed every reclaim tick; in-process: the queue
 /// length after each batch.
@@ -135,7 +142,8 @@ pub enum Subscription {
     FallbackOnly,
 }
 
-/// Events a (topic, group) queue holds before publishers wait.
+/// Events a (topic, group) queue holds before publishers wait (or the group's batch size, when
+/// larger: a consumer that fell behind takes a whole batch at once).
 const QUEUE_CAPACITY: usize = 10_000;
 /// Longest pause between retries of a failing batch (and between failed Redis reads).
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(5_000);
@@ -588,12 +596,12 @@ impl EventStream {
         let batch_size = batch_size.max(1);
         let (local, redis, outbox) = match &self.backend {
             Backend::InProcess(local) => (
-                local.register(topic, group),
+                local.register(topic, group, batch_size),
                 None,
                 Some(local.watch_head(topic)),
             ),
             Backend::Redis(backend) => (
-                backend.local.register(topic, group),
+                backend.local.register(topic, group, batch_size),
                 (subscription == Subscription::Stream).then_some(backend),
                 None,
             ),
@@ -696,6 +704,88 @@ mod tests {
         };
         assert_eq!(count("count-test-a"), Some(4), "{rendered}");
         assert_eq!(count("count-test-b"), Some(1), "{rendered}");
+    }
+
+    #[tokio::test]
+    async fn a_publish_that_finds_a_full_queue_waits_and_is_counted_and_the_queue_holds_a_batch() {
+        let metrics = crate::telemetry::metrics_handle().unwrap();
+        let waits = || {
+            let series = format!("{EVENTS_PUBLISH_WAITS_TOTAL}{{topic=\"waits-test\"}} ");
+            metrics
+                .render()
+                .lines()
+                .find_map(|line| line.strip_prefix(&series)?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let stream = EventStream::in_process();
+        let stop = CancellationToken::new();
+        let (entered, mut handling) = mpsc::unbounded_channel();
+        let release = Arc::new(tokio::sync::Notify::new());
+        let batch = QUEUE_CAPACITY + 500;
+        let consumer = tokio::spawn(stream.consume(
+            "waits-test",
+            "g",
+            batch,
+            Duration::from_millis(1),
+            stop.clone(),
+            {
+                let release = release.clone();
+                move |events| {
+                    let (entered, release) = (entered.clone(), release.clone());
+                    async move {
+                        entered.send(events.len()).unwrap();
+                        release.notified().await;
+                        Ok(())
+                    }
+                }
+            },
+        ));
+        // The first batch holds the handler; then a whole batch fits in the queue (larger than
+        // the default capacity) without a publisher waiting.
+        stream.publish("waits-test", "0", &0).await.unwrap();
+        assert_eq!(handling.recv().await, Some(1));
+        let fill = async {
+            for i in 0..batch {
+                stream
+                    .publish("waits-test", &i.to_string(), &i)
+                    .await
+                    .unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), fill)
+            .await
+            .expect("a batch's worth of events fits in the queue");
+        assert_eq!(waits(), 0, "no publish waited for room");
+        // One more waits for room, and is counted while it waits.
+        let blocked = tokio::spawn({
+            let stream = stream.clone();
+            async move { stream.publish("waits-test", "last", &0).await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while waits() == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the wait was not counted"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !blocked.is_finished(),
+            "the publish waits while the queue is full"
+        );
+        release.notify_one();
+        assert_eq!(
+            handling.recv().await,
+            Some(batch),
+            "the queued batch, whole"
+        );
+        release.notify_one();
+        blocked.await.unwrap().unwrap();
+        assert_eq!(handling.recv().await, Some(1), "then the one that waited");
+        release.notify_one();
+        assert_eq!(waits(), 1);
+        stop.cancel();
+        consumer.await.unwrap();
     }
 
     #[tokio::test]
