@@ -30,8 +30,11 @@
 #              hot and cold articles, and one site-wide ranking of them), with a browser's
 #              Accept-Encoding (so answers are gzipped, as browsers get them); afterwards the sum of
 #              all read counters must have grown by the reads answered, as for reads (the
-#              database is read with python3's sqlite3 module, or psql for PostgreSQL), and a
-#              check line gives each in-process cache's hit rate during the run (/metrics);
+#              database is read with python3's sqlite3 module, or psql for PostgreSQL), a
+#              check line gives the read counter's batches, their mean size, the share of the
+#              run it was busy and the reads that waited for room in its queue (0: the counter
+#              never held a request back), and one each in-process cache's hit rate during the
+#              run (/metrics);
 #   - pages:   wrk -t2 -c64 GET /a/ID, the public site's server-rendered article pages, as an
 #              anonymous visitor with a browser's User-Agent and Accept-Encoding, ids by the same
 #              Zipf draw as browse (a page is first checked to be a rendered article with its share
@@ -465,6 +468,28 @@ check_notification_delay() { # SCENARIO DELAYS_BEFORE
       printf "p50 <= %s ms, p99 <= %s ms over %d events", p50 * 1000, p99 * 1000, total }')")
 }
 
+# The read counter's work so far: "BATCHES EVENTS BUSY_SECONDS PUBLISH_WAITS" (the
+# interactive_read topic's consumer group: batches handled, events in them, seconds in its
+# handler; in-process publishes of the topic that found the group's queue full and waited).
+read_counter_work() {
+  curl -sS --max-time 30 "$base/metrics" |
+    awk '/topic="interactive_read"/ && /group="read_counter"/ {
+          if (/^event_batch_size_count\{/) batches += $NF
+          else if (/^event_batch_size_sum\{/) events += $NF
+          else if (/^event_batch_duration_seconds_sum\{/) busy += $NF }
+        /^events_publish_waits_total\{/ && /topic="interactive_read"/ { waits += $NF }
+        END { printf "%d %d %.3f %d\n", batches, events, busy, waits }'
+}
+# A check line with what the read counter did since WORK_BEFORE (a read_counter_work output)
+# over SECONDS: its batches, their mean size, the share of the run it was busy, and how many
+# reads waited for room in its queue (0: it never held a request back).
+check_read_counter() { # SCENARIO WORK_BEFORE SECONDS
+  checks+=("$1: read counter: $(awk -v seconds="$3" 'NR == 1 { b = $1; e = $2; t = $3; w = $4; next }
+      { b = $1 - b; e = $2 - e; t = $3 - t; w = $4 - w
+        printf "%d batches of %.0f reads on average, busy %.0f %% of the run, %d reads waited for its queue", b, (b > 0 ? e / b : 0), 100 * t / seconds, w }' \
+    <(printf '%s\n' "$2") <(read_counter_work))")
+}
+
 # A check line with each cache's hit rate since LOOKUPS_BEFORE (a cache_lookups output).
 check_cache_hits() { # SCENARIO LOOKUPS_BEFORE
   checks+=("$1: local cache hit rates: $(join -a1 -e0 -o 0,1.2,1.3,2.2,2.3 <(cache_lookups) <(printf '%s\n' "$2") |
@@ -637,11 +662,13 @@ LUA
       before_abandoned=$(route_requests 499)
       before_reads=$(reads_total)
       lookups_before=$(cache_lookups)
+      counter_before=$(read_counter_work)
       note "browse: wrk -t2 -c64 -d${duration}s GET /articles/pub/ID (gzip accepted), Zipf over $(wc -l <"$tmp/published.txt") published articles"
       run_wrk "$tmp/browse.txt" -t2 -c64 -s "$tmp/browse.lua" "$base"
       record browse "$tmp/browse.txt"
       browse_rps=$last_rps
       check_browse_exact "$before_served" "$before_abandoned" "$before_reads"
+      check_read_counter browse "$counter_before" "$duration"
       check_cache_hits browse "$lookups_before"
       [[ -z $redis_url ]] || check_redis_per_request browse "$tmp/browse.txt" "$asked_before"
       ;;

@@ -1,15 +1,19 @@
-//! The read counter's two statements per batch, as browse drives them: one batch of
-//! [`READ_BATCH`] read events drawn Zipf (s = 1) over 90 000 articles (the shape of
-//! `scripts/bench.sh browse`: most of a batch's articles are read once in it), added up per
-//! article and applied with [`InteractiveStore::apply_reads`], then the refill query
-//! ([`InteractiveStore::batch_counts`]) for the articles of the batch.
+//! The read counter's database work per batch, as browse drives it: batches of read events
+//! drawn Zipf (s = 1) over 90 000 articles (the shape of `scripts/bench.sh browse`: most of a
+//! batch's articles are read once in it), added up per article and applied with
+//! [`InteractiveStore::apply_reads`], then the refill query ([`InteractiveStore::batch_counts`])
+//! for the articles of the batch. Each of [`SIZES`] reads per batch (the counter takes up to
+//! [`READ_BATCH`] at once when it fell behind), throughput in reads:
 //!
-//! - `read_batch/{engine}/apply_reads`: the store's upsert of the batch, in one transaction;
-//! - `read_batch/{engine}/batch_counts`: the store's refill query for the batch's articles, their
-//!   ids bound as one parameter ([`platform::db::id_set`]);
-//! - `read_batch/{engine}/batch_counts_numbered_baseline`: the refill query before 2026-12-04,
-//!   inline here — one numbered placeholder per id, so its text (and its prepared statement)
-//!   differs with every batch's number of articles.
+//! - `read_batch/{engine}/{size}/apply_reads`: the store's upsert of the batch, in one
+//!   transaction;
+//! - `read_batch/{engine}/{size}/batch_counts`: the store's refill query for the batch's
+//!   articles, their ids bound as one parameter ([`platform::db::id_set`]);
+//! - `read_batch/{engine}/{size}/counter`: both, one after the other: the counter's rate when
+//!   it refills every article it touched (embedded, it refills only the cached ones);
+//! - `read_batch/{engine}/2000/batch_counts_numbered_baseline`: the refill query before
+//!   2026-12-04, inline here — one numbered placeholder per id, so its text (and its prepared
+//!   statement) differs with every batch's number of articles.
 //!
 //! Every article has its counter row before the first sample (a seeded site), so the upserts
 //! update, as in browse. Batches are drawn once, from a fixed seed, and cycled.
@@ -37,10 +41,12 @@ use webook::{
 
 const ARTICLES: i64 = 90_000;
 const BATCHES: usize = 32;
+/// Reads per batch: the counter's most before 2026-12-06, one between, and its most now.
+const SIZES: [usize; 3] = [2_000, 10_000, READ_BATCH];
 
 /// `BATCHES` batches of `READ_BATCH` reads each, Zipf (s = 1) over one shuffled order of the
 /// articles, from the seed's own fixed generator (so every variant applies the same batches).
-fn zipf_batches() -> Vec<Vec<(Biz, i64, String)>> {
+fn zipf_batches(size: usize) -> Vec<Vec<(Biz, i64, String)>> {
     let mut random = Rng::new(1, Stream::Shuffle, 0);
     let mut order: Vec<i64> = (1..=ARTICLES).collect();
     random.shuffle(&mut order);
@@ -49,7 +55,7 @@ fn zipf_batches() -> Vec<Vec<(Biz, i64, String)>> {
     let popularity = WeightedPicker::new(&weights);
     (0..BATCHES)
         .map(|batch| {
-            (0..READ_BATCH)
+            (0..size)
                 .map(|read| {
                     let id = order[popularity.pick(&mut random)];
                     (Biz::Article, id, format!("{batch}-{read}"))
@@ -73,20 +79,9 @@ async fn batch_counts_numbered(db: &platform::db::Db, ids: &[i64]) -> usize {
     query.fetch_all(db.pool()).await.unwrap().len()
 }
 
-fn read_batches(c: &mut Criterion) {
-    let runtime = Runtime::new().unwrap();
-    let (_dir, db, url) = runtime.block_on(common::bench_db(4));
-    let store = InteractiveStore::new(db.clone());
-    let batches = zipf_batches();
-    runtime.block_on(async {
-        let every: Vec<(Biz, i64, String)> = (1..=ARTICLES)
-            .map(|id| (Biz::Article, id, String::new()))
-            .collect();
-        for chunk in every.chunks(READ_BATCH) {
-            store.apply_reads(chunk, None, now_millis()).await.unwrap();
-        }
-    });
-    let distinct: Vec<Vec<i64>> = batches
+/// The distinct article ids of each batch, sorted.
+fn distinct_ids(batches: &[Vec<(Biz, i64, String)>]) -> Vec<Vec<i64>> {
+    batches
         .iter()
         .map(|batch| {
             let mut ids: Vec<i64> = batch.iter().map(|(_, id, _)| *id).collect();
@@ -94,53 +89,86 @@ fn read_batches(c: &mut Criterion) {
             ids.dedup();
             ids
         })
-        .collect();
-    let mean_distinct = distinct.iter().map(Vec::len).sum::<usize>() / distinct.len();
+        .collect()
+}
+
+fn read_batches(c: &mut Criterion) {
+    let runtime = Runtime::new().unwrap();
+    let (_dir, db, url) = runtime.block_on(common::bench_db(4));
+    let store = InteractiveStore::new(db.clone());
+    runtime.block_on(async {
+        let every: Vec<(Biz, i64, String)> = (1..=ARTICLES)
+            .map(|id| (Biz::Article, id, String::new()))
+            .collect();
+        for chunk in every.chunks(2000) {
+            store.apply_reads(chunk, None, now_millis()).await.unwrap();
+        }
+    });
     let engine = match db.kind() {
         DatabaseKind::Sqlite => "sqlite",
         DatabaseKind::Postgres => "postgres",
     };
-    eprintln!(
-        "{}: {ARTICLES} counter rows; batches of {READ_BATCH} reads, {mean_distinct} distinct articles on average",
-        platform::redact_url(&url)
-    );
-
-    let mut group = c.benchmark_group(format!("read_batch/{engine}"));
-    group.throughput(Throughput::Elements(READ_BATCH as u64));
     let mut turn = 0;
-    group.bench_function("apply_reads", |b| {
-        b.to_async(&runtime).iter(|| {
-            turn += 1;
-            let batch = &batches[turn % BATCHES];
-            let store = &store;
-            async move { store.apply_reads(batch, None, now_millis()).await.unwrap() }
-        })
-    });
-    group.bench_function("batch_counts", |b| {
-        b.to_async(&runtime).iter(|| {
-            turn += 1;
-            let ids = &distinct[turn % BATCHES];
-            let store = &store;
-            async move {
-                let counts = store.batch_counts(Biz::Article, ids).await.unwrap();
-                assert_eq!(counts.len(), ids.len());
-                counts
-            }
-        })
-    });
-    group.bench_function("batch_counts_numbered_baseline", |b| {
-        b.to_async(&runtime).iter(|| {
-            turn += 1;
-            let ids = &distinct[turn % BATCHES];
-            let db = &db;
-            async move {
-                let found = batch_counts_numbered(db, ids).await;
-                assert_eq!(found, ids.len());
-                found
-            }
-        })
-    });
-    group.finish();
+    for size in SIZES {
+        let batches = zipf_batches(size);
+        let distinct = distinct_ids(&batches);
+        let mean_distinct = distinct.iter().map(Vec::len).sum::<usize>() / distinct.len();
+        eprintln!(
+            "{}: {ARTICLES} counter rows; batches of {size} reads, {mean_distinct} distinct articles on average",
+            platform::redact_url(&url)
+        );
+        let mut group = c.benchmark_group(format!("read_batch/{engine}/{size}"));
+        group.throughput(Throughput::Elements(size as u64));
+        group.bench_function("apply_reads", |b| {
+            b.to_async(&runtime).iter(|| {
+                turn += 1;
+                let batch = &batches[turn % BATCHES];
+                let store = &store;
+                async move { store.apply_reads(batch, None, now_millis()).await.unwrap() }
+            })
+        });
+        group.bench_function("batch_counts", |b| {
+            b.to_async(&runtime).iter(|| {
+                turn += 1;
+                let ids = &distinct[turn % BATCHES];
+                let store = &store;
+                async move {
+                    let counts = store.batch_counts(Biz::Article, ids).await.unwrap();
+                    assert_eq!(counts.len(), ids.len());
+                    counts
+                }
+            })
+        });
+        // The read counter's whole database work for a batch: the apply, then the refill of
+        // every object it touched (the most it refills; embedded it refills only cached ones).
+        group.bench_function("counter", |b| {
+            b.to_async(&runtime).iter(|| {
+                turn += 1;
+                let batch = &batches[turn % BATCHES];
+                let store = &store;
+                async move {
+                    let applied = store.apply_reads(batch, None, now_millis()).await.unwrap();
+                    let ids: Vec<i64> = applied.iter().map(|((_, id), _)| *id).collect();
+                    store.batch_counts(Biz::Article, &ids).await.unwrap()
+                }
+            })
+        });
+        if size == SIZES[0] {
+            group.bench_function("batch_counts_numbered_baseline", |b| {
+                b.to_async(&runtime).iter(|| {
+                    turn += 1;
+                    let ids = &distinct[turn % BATCHES];
+                    let db = &db;
+                    async move {
+                        let found = batch_counts_numbered(db, ids).await;
+                        assert_eq!(found, ids.len());
+                        found
+                    }
+                })
+            });
+        }
+        group.finish();
+    }
 }
 
 criterion_group!(benches, read_batches);
