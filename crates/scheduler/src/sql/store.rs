@@ -89,7 +89,8 @@ pub struct Due {
     pub now: i64,
     /// Candidates, earliest fire time first.
     pub jobs: Vec<JobRow>,
-    /// The earliest `next_time` among waiting jobs, to sleep until.
+    /// The earliest `next_time` among waiting jobs or lease expiry among running ones, to
+    /// sleep until.
     pub earliest_next: Option<i64>,
 }
 
@@ -121,6 +122,8 @@ const RUN_COLUMNS: &str =
     "id, job_id, scheduled_at, token, owner, started_at, finished_at, status, error";
 /// Rows per multi-row insert (5 parameters each; well under both engines' limits).
 const INSERT_CHUNK: usize = 500;
+/// Jobs per claim statement (6 parameters each).
+const CLAIM_CHUNK: usize = 500;
 
 fn decode_error(column: &str, problem: String) -> sqlx::Error {
     sqlx::Error::ColumnDecode {
@@ -528,14 +531,16 @@ impl SqlJobStore {
     }
 
     /// Up to `limit` jobs that may be claimable now: waiting and due or triggered, or running
-    /// with a heartbeat older than `lease_ms`.
+    /// with a heartbeat older than `lease_ms`; earliest first, jobs due at the same time in a
+    /// random order (instances polling together then mostly claim different ones instead of
+    /// all racing for the same first few).
     pub async fn due(&self, limit: usize, lease_ms: i64) -> sqlx::Result<Due> {
         let now = self.now().await?;
         let rows = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs \
              WHERE (status = 'waiting' AND (next_time <= $1 OR trigger_at > 0)) \
                 OR (status = 'running' AND utime < $2) \
-             ORDER BY next_time LIMIT $3"
+             ORDER BY next_time, random() LIMIT $3"
         ))
         .bind(now)
         .bind(now - lease_ms)
@@ -543,9 +548,13 @@ impl SqlJobStore {
         .fetch_all(&self.pools.reads().await)
         .await?;
         let jobs = rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?;
+        // A running job's holder that stops heartbeating can be taken over the moment its
+        // lease runs out: that moment is a wake-up time like a fire time.
         let earliest_next = sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT MIN(next_time) FROM jobs WHERE status = 'waiting'",
+            "SELECT MIN(CASE WHEN status = 'waiting' THEN next_time ELSE utime + $1 + 1 END) \
+             FROM jobs WHERE status IN ('waiting', 'running')",
         )
+        .bind(lease_ms)
         .fetch_one(&self.pools.reads().await)
         .await?;
         Ok(Due {
@@ -567,74 +576,103 @@ impl SqlJobStore {
         now: i64,
         lease_ms: i64,
     ) -> sqlx::Result<Option<Claim>> {
+        let mut claims = self
+            .claim_many(&[(job, plan)], owner, now, lease_ms)
+            .await?;
+        Ok(claims.pop().flatten())
+    }
+
+    /// [`claim`](Self::claim) of several jobs in one transaction: what one poll found due is
+    /// claimed with one commit, not one per job (on SQLite's single writer, a hundred jobs due
+    /// in the same second were a hundred commits in a row, and the last one started that much
+    /// late). The compare-and-swaps run in job id order, so two instances claiming overlapping
+    /// sets on PostgreSQL queue on the same rows in the same order instead of deadlocking; the
+    /// loser of each finds the version moved and claims nothing. Results are in the order of
+    /// `jobs`. A database error claims none of them (they stay due for the next poll).
+    pub async fn claim_many(
+        &self,
+        jobs: &[(&JobRow, &ClaimPlan)],
+        owner: &str,
+        now: i64,
+        lease_ms: i64,
+    ) -> sqlx::Result<Vec<Option<Claim>>> {
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        order.sort_unstable_by_key(|&index| jobs[index].0.id);
         let mut tx = self.pools.writes().await.begin().await?;
-        let running = plan.kind != ClaimKind::RecordOnly;
-        let token = sqlx::query_scalar::<_, i64>(
-            "UPDATE jobs SET status = $1, version = version + 1, owner = $2, utime = $3, \
-                 scheduled_at = CASE WHEN $9 = 1 THEN $4 ELSE scheduled_at END, next_time = $5, \
-                 trigger_at = CASE WHEN $6 = 1 THEN 0 ELSE trigger_at END, \
-                 trigger_trace = CASE WHEN $6 = 1 THEN '' ELSE trigger_trace END \
-             WHERE id = $7 AND version = $8 AND ( \
-                 (status = 'waiting' AND (next_time <= $3 OR trigger_at > 0)) \
-                 OR (status = 'running' AND utime < $10)) \
-             RETURNING version",
-        )
-        .bind(if running { "running" } else { "waiting" })
-        .bind(if running { owner } else { "" })
-        .bind(now)
-        .bind(plan.run_at)
-        .bind(plan.next_time)
-        .bind(i64::from(plan.kind == ClaimKind::Triggered))
-        .bind(job.id)
-        .bind(job.version)
-        .bind(i64::from(running))
-        .bind(now - lease_ms)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(token) = token else {
-            return Ok(None);
-        };
-        // The start is read after the compare-and-swap, which waited for the previous holder's
-        // release to commit: on the record, a run never starts before the previous one ended.
+        let mut tokens: Vec<Option<i64>> = vec![None; jobs.len()];
+        for chunk in order.chunks(CLAIM_CHUNK) {
+            let won = claim_rows(&mut tx, jobs, chunk, owner, now, lease_ms).await?;
+            for &index in chunk {
+                tokens[index] = won.get(&jobs[index].0.id).copied();
+            }
+        }
+        let mut claims: Vec<Option<Claim>> = vec![None; jobs.len()];
+        if tokens.iter().all(Option::is_none) {
+            tx.rollback().await?;
+            return Ok(claims);
+        }
+        // The start is read after the compare-and-swaps, which waited for the previous holders'
+        // releases to commit: on the record, a run never starts before the previous one ended.
         let started_at = self.now_on(&mut tx).await?;
-        insert_runs(
-            &mut tx,
-            job.id,
-            &plan.misfired,
-            token,
-            owner,
-            RunStatus::Misfired,
-        )
-        .await?;
-        let run_id = match plan.kind {
-            ClaimKind::RecordOnly => None,
-            ClaimKind::Takeover => {
-                let taken = sqlx::query_scalar::<_, i64>(
-                    "UPDATE job_runs SET token = $3, owner = $4, started_at = $5, \
-                     finished_at = NULL, status = 'running', error = NULL \
-                     WHERE job_id = $1 AND scheduled_at = $2 RETURNING id",
-                )
-                .bind(job.id)
-                .bind(plan.run_at)
-                .bind(token)
-                .bind(owner)
-                .bind(started_at)
-                .fetch_optional(&mut *tx)
-                .await?;
-                match taken {
-                    Some(id) => Some(id),
-                    None => {
-                        insert_running(&mut tx, job.id, plan.run_at, token, owner, started_at)
-                            .await?
+        let mut misfired = 0;
+        // Run rows: a takeover passes the fire time's row to its new holder; the others get a
+        // new row, all in one insert.
+        let mut run_ids: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
+        let mut fresh = Vec::new();
+        for &index in &order {
+            let (job, plan) = jobs[index];
+            let Some(token) = tokens[index] else {
+                continue;
+            };
+            insert_runs(
+                &mut tx,
+                job.id,
+                &plan.misfired,
+                token,
+                owner,
+                RunStatus::Misfired,
+            )
+            .await?;
+            misfired += plan.misfired.len();
+            match plan.kind {
+                ClaimKind::RecordOnly => {}
+                ClaimKind::Takeover => {
+                    let taken = sqlx::query_scalar::<_, i64>(
+                        "UPDATE job_runs SET token = $3, owner = $4, started_at = $5, \
+                         finished_at = NULL, status = 'running', error = NULL \
+                         WHERE job_id = $1 AND scheduled_at = $2 RETURNING id",
+                    )
+                    .bind(job.id)
+                    .bind(plan.run_at)
+                    .bind(token)
+                    .bind(owner)
+                    .bind(started_at)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    match taken {
+                        Some(id) => {
+                            run_ids.insert(job.id, id);
+                        }
+                        None => fresh.push((job.id, plan.run_at, token)),
                     }
                 }
+                ClaimKind::Scheduled | ClaimKind::Triggered => {
+                    fresh.push((job.id, plan.run_at, token));
+                }
             }
-            ClaimKind::Scheduled | ClaimKind::Triggered => {
-                insert_running(&mut tx, job.id, plan.run_at, token, owner, started_at).await?
+        }
+        for chunk in fresh.chunks(INSERT_CHUNK) {
+            run_ids.extend(insert_running(&mut tx, chunk, owner, started_at).await?);
+        }
+        for &index in &order {
+            let (job, plan) = jobs[index];
+            let Some(token) = tokens[index] else {
+                continue;
+            };
+            if plan.kind == ClaimKind::RecordOnly {
+                continue;
             }
-        };
-        let Some(run_id) = run_id else {
-            if running {
+            let Some(&run_id) = run_ids.get(&job.id) else {
                 // The fire time already has a row (a trigger landing on a recorded fire time):
                 // nothing to run; hand the job back.
                 sqlx::query(
@@ -645,24 +683,23 @@ impl SqlJobStore {
                 .execute(&mut *tx)
                 .await?;
                 tracing::warn!(job = %job.name, run_at = plan.run_at, "fire time already recorded; not running it again");
-            }
-            tx.commit().await?;
-            crate::sql::model::note_misfired(plan.misfired.len());
-            return Ok(None);
-        };
+                continue;
+            };
+            claims[index] = Some(Claim {
+                job_id: job.id,
+                token,
+                run_id,
+                run_at: plan.run_at,
+                next_time: plan.next_time,
+                kind: plan.kind,
+                claimed_at: now,
+                trace: (plan.kind == ClaimKind::Triggered && !job.trigger_trace.is_empty())
+                    .then(|| job.trigger_trace.clone()),
+            });
+        }
         tx.commit().await?;
-        crate::sql::model::note_misfired(plan.misfired.len());
-        Ok(Some(Claim {
-            job_id: job.id,
-            token,
-            run_id,
-            run_at: plan.run_at,
-            next_time: plan.next_time,
-            kind: plan.kind,
-            claimed_at: now,
-            trace: (plan.kind == ClaimKind::Triggered && !job.trigger_trace.is_empty())
-                .then(|| job.trigger_trace.clone()),
-        }))
+        crate::sql::model::note_misfired(misfired);
+        Ok(claims)
     }
 
     /// Renews the claim's heartbeat. `Ok(false)`: the token is stale (stopped or taken over).
@@ -742,27 +779,110 @@ impl SqlJobStore {
     }
 }
 
-/// Inserts the running row of a claim; `None` when the fire time already has a row.
-async fn insert_running(
+/// The compare-and-swaps of the jobs at `indexes` (in id order) as one statement (after locking
+/// the rows in id order on PostgreSQL); returns the new version (the token) of each job won, by
+/// id. One statement, not one per job: on PostgreSQL each is a round trip, and the claims' start
+/// is read after the last of them.
+async fn claim_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    job_id: i64,
-    run_at: i64,
-    token: i64,
+    jobs: &[(&JobRow, &ClaimPlan)],
+    indexes: &[usize],
     owner: &str,
     now: i64,
-) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar::<_, i64>(
-        "INSERT INTO job_runs (job_id, scheduled_at, token, owner, started_at, status) \
-         VALUES ($1, $2, $3, $4, $5, 'running') \
-         ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING id",
-    )
-    .bind(job_id)
-    .bind(run_at)
-    .bind(token)
-    .bind(owner)
-    .bind(now)
-    .fetch_optional(&mut **tx)
-    .await
+    lease_ms: i64,
+) -> sqlx::Result<std::collections::HashMap<i64, i64>> {
+    const COLUMNS: usize = 6;
+    if tx.backend_name() == "PostgreSQL" {
+        // The update locks its rows in its plan's order, which differs between statements
+        // (seen: deadlocks between instances claiming overlapping sets). Lock them in id order
+        // first: an instance claiming some of the same jobs waits here, then finds them taken.
+        // (SQLite has one writer: nothing to order.)
+        let ids: Vec<String> = indexes
+            .iter()
+            .map(|&index| jobs[index].0.id.to_string())
+            .collect();
+        sqlx::query(
+            "SELECT id FROM jobs WHERE id = ANY(CAST($1 AS BIGINT[])) ORDER BY id FOR UPDATE",
+        )
+        .bind(format!("{{{}}}", ids.join(",")))
+        .fetch_all(&mut **tx)
+        .await?;
+    }
+    let after = indexes.len() * COLUMNS;
+    // Each row of `c`: the job, the version it was read at, the fire time to run, the next
+    // fire time, whether it is a trigger's claim, whether it runs (not record-only). Columns
+    // are renamed from VALUES' own names, which both engines give (`column1`, …).
+    let sql = format!(
+        "UPDATE jobs SET status = CASE WHEN c.running = 1 THEN 'running' ELSE 'waiting' END, \
+             version = version + 1, \
+             owner = CASE WHEN c.running = 1 THEN ${owner} ELSE '' END, utime = ${now}, \
+             scheduled_at = CASE WHEN c.running = 1 THEN c.run_at ELSE scheduled_at END, \
+             next_time = c.next, \
+             trigger_at = CASE WHEN c.triggered = 1 THEN 0 ELSE trigger_at END, \
+             trigger_trace = CASE WHEN c.triggered = 1 THEN '' ELSE trigger_trace END \
+         FROM (SELECT v.column1 AS id, v.column2 AS seen, v.column3 AS run_at, \
+                      v.column4 AS next, v.column5 AS triggered, v.column6 AS running \
+               FROM (VALUES {values}) AS v) AS c \
+         WHERE jobs.id = c.id AND jobs.version = c.seen AND ( \
+             (jobs.status = 'waiting' AND (jobs.next_time <= ${now} OR jobs.trigger_at > 0)) \
+             OR (jobs.status = 'running' AND jobs.utime < ${stale})) \
+         RETURNING jobs.id, jobs.version",
+        values = values_list(indexes.len(), COLUMNS),
+        owner = after + 1,
+        now = after + 2,
+        stale = after + 3,
+    );
+    let mut query = sqlx::query(&sql);
+    for &index in indexes {
+        let (job, plan) = jobs[index];
+        query = query
+            .bind(job.id)
+            .bind(job.version)
+            .bind(plan.run_at)
+            .bind(plan.next_time)
+            .bind(i64::from(plan.kind == ClaimKind::Triggered))
+            .bind(i64::from(plan.kind != ClaimKind::RecordOnly));
+    }
+    let rows = query
+        .bind(owner)
+        .bind(now)
+        .bind(now - lease_ms)
+        .fetch_all(&mut **tx)
+        .await?;
+    rows.iter()
+        .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?)))
+        .collect()
+}
+
+/// Inserts the running rows of claims, `(job, fire time, token)` each; returns the run id of
+/// each job whose fire time had no row yet (the others already have one).
+async fn insert_running(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    runs: &[(i64, i64, i64)],
+    owner: &str,
+    now: i64,
+) -> sqlx::Result<Vec<(i64, i64)>> {
+    let sql = format!(
+        "INSERT INTO job_runs (job_id, scheduled_at, token, owner, started_at, status) VALUES {} \
+         ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING job_id, id",
+        values_list(runs.len(), 6)
+    );
+    let mut query = sqlx::query(&sql);
+    for &(job_id, run_at, token) in runs {
+        query = query
+            .bind(job_id)
+            .bind(run_at)
+            .bind(token)
+            .bind(owner)
+            .bind(now)
+            .bind(RunStatus::Running.as_str());
+    }
+    query
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?)))
+        .collect()
 }
 
 /// Records fire times that did not run (misfired, skipped); existing rows are left alone.

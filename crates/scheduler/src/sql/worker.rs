@@ -3,11 +3,12 @@
 //! One poller task per instance:
 //! 1. takes the number of free permits (bounded concurrency; with none free it waits for one);
 //! 2. reads up to that many candidates ([`SqlJobStore::due`]) together with the database time;
-//! 3. for each, concurrently, decides the claim ([`plan_claim`]: on time, misfired, triggered or
-//!    takeover) and tries the compare-and-swap; a won claim is durable (run row committed) before
-//!    work starts;
-//! 4. sleeps until the earliest next fire time, at most `max_idle_poll`, unless it just claimed
-//!    something (then it polls again at once) or is woken ([`RunningSqlScheduler::wake`]).
+//! 3. for each, decides the claim ([`plan_claim`]: on time, misfired, triggered or takeover),
+//!    then tries all the compare-and-swaps in one transaction ([`SqlJobStore::claim_many`]); a
+//!    won claim is durable (run row committed) before work starts;
+//! 4. sleeps until the earliest next fire time or lease expiry, at most `max_idle_poll`, unless
+//!    it just claimed something or lost a claim to another instance (then it polls again at
+//!    once: more may be due) or is woken ([`RunningSqlScheduler::wake`]).
 //!
 //! Each claimed run gets a task that heartbeats every `heartbeat` and supervises the executor:
 //! the run is cancelled at its timeout, when a heartbeat is refused (the job was stopped or the
@@ -30,7 +31,7 @@ use crate::{
     scheduler::{lock_margin, CANCEL_GRACE},
     sql::{
         executor::{Executor, Executors},
-        model::{plan_claim, ClaimKind, JobRow, RunStatus},
+        model::{plan_claim, ClaimKind, ClaimPlan, JobRow, RunStatus},
         store::{Claim, SqlJobStore},
     },
 };
@@ -88,8 +89,8 @@ impl Default for WorkerOptions {
         Self {
             instance: default_instance_id(),
             permits: 16,
-            heartbeat: Duration::from_secs(2),
-            lease: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(1),
+            lease: Duration::from_secs(4),
             max_idle_poll: Duration::from_secs(1),
             misfire_after: Duration::from_secs(5),
             continue_trace: None,
@@ -248,32 +249,29 @@ async fn poll_loop(shared: Arc<Shared>) {
                 continue;
             }
         };
-        // Claims race other instances, not each other: make them concurrently (each is one
-        // short transaction), so one instance's throughput is not one commit at a time.
-        let mut claims = tokio::task::JoinSet::new();
+        // What this poll found due is claimed in one transaction (one commit, not one per job);
+        // claims race other instances, which lose the compare-and-swaps this one won.
+        let mut planned = Vec::new();
         for job in &due.jobs {
             let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
                 break;
             };
-            let (task_shared, job, now) = (shared.clone(), job.clone(), due.now);
-            claims.spawn(async move {
-                let run = try_claim(&task_shared, &job, now, polled_at).await;
-                (run, permit)
-            });
+            if let Some(plan) = plan_job(&shared, job, due.now).await {
+                planned.push((plan, permit));
+            }
         }
-        let mut claimed = 0usize;
-        while let Some(joined) = claims.join_next().await {
-            let Ok((Some(run), permit)) = joined else {
-                continue;
-            };
-            claimed += 1;
+        let (runs, lost) = claim_planned(&shared, planned, due.now, polled_at).await;
+        let claimed = runs.len();
+        for (run, permit) in runs {
             let task_shared = shared.clone();
             shared.runs.spawn(async move {
                 run.execute(&task_shared).await;
                 drop(permit);
             });
         }
-        if claimed > 0 {
+        // Claimed something, or lost races: poll again at once. Another instance won those
+        // jobs, and more may be due behind them (every instance reads the same earliest ones).
+        if claimed > 0 || lost > 0 {
             continue;
         }
         let max = millis(options.max_idle_poll);
@@ -301,12 +299,17 @@ struct ClaimedRun {
     ownership: Arc<Ownership>,
 }
 
-async fn try_claim(
-    shared: &Shared,
-    job: &JobRow,
-    now: i64,
-    polled_at: Instant,
-) -> Option<ClaimedRun> {
+/// A due job with what its claim needs: its schedule, its executor and the claim's plan.
+struct Planned {
+    job: JobRow,
+    schedule: Schedule,
+    executor: Arc<dyn Executor>,
+    plan: ClaimPlan,
+}
+
+/// Plans the claim of a due `job` at database time `now`; `None` when there is nothing to claim
+/// (an invalid schedule, which stops the job; an executor this instance lacks; nothing due).
+async fn plan_job(shared: &Shared, job: &JobRow, now: i64) -> Option<Planned> {
     let options = &shared.options;
     let schedule = match job.schedule() {
         Ok(schedule) => schedule,
@@ -326,49 +329,92 @@ async fn try_claim(
         millis(options.lease),
         millis(options.misfire_after),
     )?;
-    let claim = match shared
-        .store
-        .claim(job, &plan, &options.instance, now, millis(options.lease))
-        .await
-    {
-        Ok(claim) => claim,
-        Err(err) => {
-            tracing::warn!(job = %job.name, %err, "claim failed");
-            return None;
-        }
-    };
-    if !plan.misfired.is_empty() {
-        tracing::warn!(job = %job.name, misfired = plan.misfired.len(), policy = %job.misfire, "fire times passed while no instance ran the job");
-    }
-    crate::sql::model::note_unrecorded(plan.unrecorded, "misfired");
-    let Some(claim) = claim else {
-        if plan.kind == ClaimKind::RecordOnly {
-            metrics::counter!(SQL_CLAIMS, "kind" => ClaimKind::RecordOnly.as_str()).increment(1);
-        }
-        return None;
-    };
-    metrics::counter!(SQL_CLAIMS, "kind" => claim.kind.as_str()).increment(1);
-    if matches!(claim.kind, ClaimKind::Scheduled | ClaimKind::Triggered) {
-        let lag = (claim.claimed_at - claim.run_at).max(0);
-        #[allow(clippy::cast_precision_loss)] // lag in ms fits f64 exactly far beyond any lag
-        metrics::histogram!(SQL_SCHEDULE_LAG).record(lag as f64 / 1000.0);
-    }
-    if claim.kind == ClaimKind::Takeover {
-        tracing::warn!(job = %job.name, previous_owner = %job.owner, token = claim.token, "took over a job whose holder stopped heartbeating");
-    }
-    let ownership = Arc::new(Ownership::new(
-        u64::try_from(claim.token).unwrap_or(0),
-        options.lease,
-        lock_margin(options.lease),
-        polled_at,
-    ));
-    Some(ClaimedRun {
-        claim,
+    Some(Planned {
         job: job.clone(),
         schedule,
         executor,
-        ownership,
+        plan,
     })
+}
+
+/// Claims the planned jobs in one transaction and returns the won ones, ready to run, each with
+/// its permit (the permits of lost claims are released), and how many claims were lost (another
+/// instance won them, or their fire time had run already).
+async fn claim_planned<P>(
+    shared: &Shared,
+    planned: Vec<(Planned, P)>,
+    now: i64,
+    polled_at: Instant,
+) -> (Vec<(ClaimedRun, P)>, usize) {
+    if planned.is_empty() {
+        return (Vec::new(), 0);
+    }
+    let options = &shared.options;
+    let jobs: Vec<(&JobRow, &ClaimPlan)> = planned
+        .iter()
+        .map(|(planned, _)| (&planned.job, &planned.plan))
+        .collect();
+    let claims = match shared
+        .store
+        .claim_many(&jobs, &options.instance, now, millis(options.lease))
+        .await
+    {
+        Ok(claims) => claims,
+        Err(err) => {
+            tracing::warn!(jobs = jobs.len(), %err, "claim failed");
+            return (Vec::new(), 0);
+        }
+    };
+    drop(jobs);
+    let mut runs = Vec::new();
+    let mut lost = 0;
+    for ((planned, permit), claim) in planned.into_iter().zip(claims) {
+        let Planned {
+            job,
+            schedule,
+            executor,
+            plan,
+        } = planned;
+        if !plan.misfired.is_empty() {
+            tracing::warn!(job = %job.name, misfired = plan.misfired.len(), policy = %job.misfire, "fire times passed while no instance ran the job");
+        }
+        crate::sql::model::note_unrecorded(plan.unrecorded, "misfired");
+        let Some(claim) = claim else {
+            if plan.kind == ClaimKind::RecordOnly {
+                metrics::counter!(SQL_CLAIMS, "kind" => ClaimKind::RecordOnly.as_str())
+                    .increment(1);
+            } else {
+                lost += 1;
+            }
+            continue;
+        };
+        metrics::counter!(SQL_CLAIMS, "kind" => claim.kind.as_str()).increment(1);
+        if matches!(claim.kind, ClaimKind::Scheduled | ClaimKind::Triggered) {
+            let lag = (claim.claimed_at - claim.run_at).max(0);
+            #[allow(clippy::cast_precision_loss)] // lag in ms fits f64 exactly far beyond any lag
+            metrics::histogram!(SQL_SCHEDULE_LAG).record(lag as f64 / 1000.0);
+        }
+        if claim.kind == ClaimKind::Takeover {
+            tracing::warn!(job = %job.name, previous_owner = %job.owner, token = claim.token, "took over a job whose holder stopped heartbeating");
+        }
+        let ownership = Arc::new(Ownership::new(
+            u64::try_from(claim.token).unwrap_or(0),
+            options.lease,
+            lock_margin(options.lease),
+            polled_at,
+        ));
+        runs.push((
+            ClaimedRun {
+                claim,
+                job,
+                schedule,
+                executor,
+                ownership,
+            },
+            permit,
+        ));
+    }
+    (runs, lost)
 }
 
 /// Adapts an executor to [`Job`], so every run is instrumented like the cron engine's.

@@ -59,8 +59,8 @@ impl Default for JobSettings {
     fn default() -> Self {
         Self {
             job_permits: 16,
-            job_heartbeat: Duration::from_secs(2),
-            job_lease: Duration::from_secs(10),
+            job_heartbeat: Duration::from_secs(1),
+            job_lease: Duration::from_secs(4),
             job_poll_max: Duration::from_secs(1),
             job_runs_retention: Duration::from_secs(30 * 24 * 3600),
             job_http_allowed_networks: Vec::new(),

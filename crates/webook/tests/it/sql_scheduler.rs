@@ -3,9 +3,10 @@
 //! Store tests drive the database clock by hand (`DbClock::Manual`), so due-ness, leases and
 //! misfires are deterministic: exclusive claims under contention, misfire policies recording
 //! every missed fire time, takeover of a silent holder with its writes refused afterwards, stop /
-//! resume / trigger, and fire times passing during a run recorded as skipped. Worker tests run
-//! the real poll loop on the database's own clock: fire times run once each across two
-//! instances, and a holder that never heartbeats is taken over.
+//! resume / trigger, fire times passing during a run recorded as skipped, and racing batches
+//! of claims (one poll's jobs in one transaction) winning each job once. Worker tests run the
+//! real poll loop on the database's own clock: fire times run once each across two instances,
+//! a holder that never heartbeats is taken over, and a poller wakes when a lease runs out.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,6 +38,7 @@ const MISFIRE_AFTER: i64 = 5 * SECOND;
 
 platform::backend_tests!(webook::schema::MIGRATIONS;
     one_of_many_concurrent_claims_wins,
+    racing_batches_of_claims_win_each_job_once,
     misfire_policies_record_every_missed_fire_time,
     a_job_twelve_thousand_fire_times_behind_runs_the_latest,
     a_silent_holder_is_taken_over_and_its_writes_refused,
@@ -44,6 +46,7 @@ platform::backend_tests!(webook::schema::MIGRATIONS;
     fire_times_passing_during_a_run_are_recorded_as_skipped,
     two_workers_run_each_fire_time_once,
     a_worker_takes_over_a_job_whose_holder_never_heartbeats,
+    a_worker_wakes_when_a_lease_runs_out_not_at_its_next_poll,
     an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout,
 );
 
@@ -154,6 +157,84 @@ async fn one_of_many_concurrent_claims_wins(db: TestDb) {
     assert_eq!(
         runs(&store, id).await,
         [(10 * SECOND, RunStatus::Running, won[0].token)]
+    );
+}
+
+async fn racing_batches_of_claims_win_each_job_once(db: TestDb) {
+    let (store, _now) = manual(&db, T0);
+    let mut ids = Vec::new();
+    for index in 0..20 {
+        ids.push(
+            store
+                .create(&new_job(
+                    &format!("batch-{index}"),
+                    "@every 10s",
+                    Misfire::FireOnce,
+                ))
+                .await
+                .unwrap(),
+        );
+    }
+    // One job changes after the poll: its row in the batch is stale.
+    let (store, _now) = manual(&db, T0 + 10 * SECOND);
+    let due = store.due(100, LEASE).await.unwrap();
+    assert_eq!(due.jobs.len(), 20);
+    let stale = due.jobs[7].id;
+    store.stop(stale).await.unwrap();
+    let planned: Vec<_> = due
+        .jobs
+        .iter()
+        .map(|row| {
+            let plan =
+                plan_claim(row, &row.schedule().unwrap(), due.now, LEASE, MISFIRE_AFTER).unwrap();
+            (row.clone(), plan)
+        })
+        .collect();
+    // Four instances claim the same poll's jobs at once, each listing them in another order
+    // (the store takes them in id order whatever the caller's).
+    let mut racers = Vec::new();
+    for racer in 0..4_usize {
+        let (store, mut planned) = (store.clone(), planned.clone());
+        planned.rotate_left(racer * 5);
+        racers.push(tokio::spawn(async move {
+            let jobs: Vec<_> = planned.iter().map(|(row, plan)| (row, plan)).collect();
+            let claims = store
+                .claim_many(&jobs, &format!("racer-{racer}"), due.now, LEASE)
+                .await
+                .unwrap();
+            assert_eq!(claims.len(), jobs.len(), "one result per job");
+            for ((row, _), claim) in jobs.iter().zip(&claims) {
+                if let Some(claim) = claim {
+                    assert_eq!(claim.job_id, row.id, "results in the caller's order");
+                }
+            }
+            claims.into_iter().flatten().collect::<Vec<_>>()
+        }));
+    }
+    let mut won = Vec::new();
+    for racer in racers {
+        won.extend(racer.await.unwrap());
+    }
+    let mut claimed: Vec<i64> = won.iter().map(|claim| claim.job_id).collect();
+    claimed.sort_unstable();
+    let mut expected: Vec<i64> = ids.iter().copied().filter(|id| *id != stale).collect();
+    expected.sort_unstable();
+    assert_eq!(
+        claimed, expected,
+        "every job but the stale one, each won once"
+    );
+    for claim in &won {
+        let row = job(&store, claim.job_id).await;
+        assert_eq!((row.status, row.version), (JobStatus::Running, claim.token));
+        assert_eq!(
+            runs(&store, claim.job_id).await,
+            [(10 * SECOND, RunStatus::Running, claim.token)]
+        );
+    }
+    assert_eq!(job(&store, stale).await.status, JobStatus::Paused);
+    assert!(
+        runs(&store, stale).await.is_empty(),
+        "the stale row claimed nothing"
     );
 }
 
@@ -576,6 +657,54 @@ async fn a_worker_takes_over_a_job_whose_holder_never_heartbeats(db: TestDb) {
 }
 
 /// A receiver answering 500 on `/fail` and never answering on `/hang`.
+async fn a_worker_wakes_when_a_lease_runs_out_not_at_its_next_poll(db: TestDb) {
+    let store = store(&db, DbClock::Database(dialect(&db)));
+    let id = store
+        .create(&new_job("lapsed", "@every 1s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    let ghost = loop {
+        if let Some(claim) = claim_due(&store, "ghost").await.pop() {
+            break claim;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Nothing else is due: a poller that slept until its next poll would wake in 30 s.
+    let recording = Recording::default();
+    let mut executors = Executors::new();
+    executors.register(recording.clone());
+    let started = std::time::Instant::now();
+    let worker = SqlScheduler::new(
+        store.clone(),
+        executors,
+        WorkerOptions {
+            instance: "rescuer".to_owned(),
+            permits: 4,
+            heartbeat: Duration::from_millis(250),
+            lease: Duration::from_secs(1),
+            max_idle_poll: Duration::from_secs(30),
+            misfire_after: Duration::from_secs(5),
+            continue_trace: None,
+        },
+    )
+    .start();
+    let taken_over = || async {
+        store
+            .runs(id, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .any(|run| run.scheduled_at == ghost.run_at && run.token > ghost.token)
+    };
+    wait_until("the ghost's fire time to be taken over", taken_over).await;
+    let waited = started.elapsed();
+    worker.stop(Duration::from_secs(5)).await;
+    assert!(
+        waited < Duration::from_secs(5),
+        "taken over {waited:?} after start: the lease is 1 s, the idle poll 30 s"
+    );
+}
+
 async fn unhappy_receiver() -> String {
     use axum::{http::StatusCode, routing::post, Router};
     let app = Router::new()
