@@ -551,6 +551,17 @@ fn worker(
     instance: &str,
     lease: Duration,
 ) -> scheduler::sql::RunningSqlScheduler {
+    worker_polling(db, recording, instance, lease, Duration::from_millis(200))
+}
+
+/// [`worker`] with its longest idle poll.
+fn worker_polling(
+    db: &TestDb,
+    recording: &Recording,
+    instance: &str,
+    lease: Duration,
+    max_idle_poll: Duration,
+) -> scheduler::sql::RunningSqlScheduler {
     let mut executors = Executors::new();
     executors.register(recording.clone());
     SqlScheduler::new(
@@ -561,12 +572,27 @@ fn worker(
             permits: 4,
             heartbeat: lease / 4,
             lease,
-            max_idle_poll: Duration::from_millis(200),
+            max_idle_poll,
             misfire_after: Duration::from_secs(5),
             continue_trace: None,
         },
     )
     .start()
+}
+
+/// Creates an `@every 1s` job named `name` and claims its first fire time as a "ghost"
+/// instance that then dies without a word (never heartbeats); returns the job and the claim.
+async fn ghost_claims(store: &SqlJobStore, name: &str) -> (i64, scheduler::sql::Claim) {
+    let id = store
+        .create(&new_job(name, "@every 1s", Misfire::FireOnce))
+        .await
+        .unwrap();
+    loop {
+        if let Some(claim) = claim_due(store, "ghost").await.pop() {
+            return (id, claim);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn ok_runs(store: &SqlJobStore, id: i64) -> Vec<scheduler::sql::RunRow> {
@@ -623,17 +649,7 @@ async fn two_workers_run_each_fire_time_once(db: TestDb) {
 
 async fn a_worker_takes_over_a_job_whose_holder_never_heartbeats(db: TestDb) {
     let store = store(&db, DbClock::Database(dialect(&db)));
-    let id = store
-        .create(&new_job("orphan", "@every 1s", Misfire::FireOnce))
-        .await
-        .unwrap();
-    // A "ghost" instance claims the first fire time and dies without a word.
-    let ghost = loop {
-        if let Some(claim) = claim_due(&store, "ghost").await.pop() {
-            break claim;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (id, ghost) = ghost_claims(&store, "orphan").await;
     let recording = Recording::default();
     let worker = worker(&db, &recording, "rescuer", Duration::from_secs(1));
     wait_until(
@@ -656,38 +672,18 @@ async fn a_worker_takes_over_a_job_whose_holder_never_heartbeats(db: TestDb) {
     assert!(!store.heartbeat(&ghost).await.unwrap());
 }
 
-/// A receiver answering 500 on `/fail` and never answering on `/hang`.
 async fn a_worker_wakes_when_a_lease_runs_out_not_at_its_next_poll(db: TestDb) {
     let store = store(&db, DbClock::Database(dialect(&db)));
-    let id = store
-        .create(&new_job("lapsed", "@every 1s", Misfire::FireOnce))
-        .await
-        .unwrap();
-    let ghost = loop {
-        if let Some(claim) = claim_due(&store, "ghost").await.pop() {
-            break claim;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (id, ghost) = ghost_claims(&store, "lapsed").await;
     // Nothing else is due: a poller that slept until its next poll would wake in 30 s.
-    let recording = Recording::default();
-    let mut executors = Executors::new();
-    executors.register(recording.clone());
     let started = std::time::Instant::now();
-    let worker = SqlScheduler::new(
-        store.clone(),
-        executors,
-        WorkerOptions {
-            instance: "rescuer".to_owned(),
-            permits: 4,
-            heartbeat: Duration::from_millis(250),
-            lease: Duration::from_secs(1),
-            max_idle_poll: Duration::from_secs(30),
-            misfire_after: Duration::from_secs(5),
-            continue_trace: None,
-        },
-    )
-    .start();
+    let worker = worker_polling(
+        &db,
+        &Recording::default(),
+        "rescuer",
+        Duration::from_secs(1),
+        Duration::from_secs(30),
+    );
     let taken_over = || async {
         store
             .runs(id, 10)
@@ -705,6 +701,7 @@ async fn a_worker_wakes_when_a_lease_runs_out_not_at_its_next_poll(db: TestDb) {
     );
 }
 
+/// A receiver answering 500 on `/fail` and never answering on `/hang`.
 async fn unhappy_receiver() -> String {
     use axum::{http::StatusCode, routing::post, Router};
     let app = Router::new()
