@@ -70,20 +70,7 @@ pub mod testing;
 pub mod text;
 pub mod tracing_otlp;
 
-/// This host's name (`uname(2)`, which needs no `/proc`), `host` when it has none: the first
-/// part of the ids that say where a process runs (trace resources, stream consumers).
-pub fn host_name() -> String {
-    let host = rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .trim()
-        .to_owned();
-    if host.is_empty() {
-        "host".to_owned()
-    } else {
-        host
-    }
-}
+pub use scheduler::sql::host_name;
 
 /// Returns `url` with any password replaced by `***`, for logs, errors and `--print-config`.
 /// Works on malformed URLs too (they are the ones that end up in error messages).

@@ -137,6 +137,6 @@ pub use store::{
 #[cfg(feature = "http")]
 pub use target::TargetPolicy;
 pub use worker::{
-    default_instance_id, describe_metrics, RunningSqlScheduler, SqlScheduler, WorkerOptions,
-    SQL_CLAIMS, SQL_FENCED, SQL_SCHEDULE_LAG,
+    default_instance_id, describe_metrics, host_name, RunningSqlScheduler, SqlScheduler,
+    WorkerOptions, SQL_CLAIMS, SQL_FENCED, SQL_SCHEDULE_LAG,
 };

@@ -10,9 +10,12 @@
 //! Time comes from [`DbClock`]: the database's own clock in production, so application servers'
 //! clocks never decide due-ness or staleness; a manual clock in tests.
 
-use std::sync::{
-    atomic::{AtomicI64, Ordering},
-    Arc,
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicI64, Ordering},
+        Arc,
+    },
 };
 
 use sqlx::{any::AnyRow, AnyPool, Row};
@@ -599,15 +602,18 @@ impl SqlJobStore {
         let mut order: Vec<usize> = (0..jobs.len()).collect();
         order.sort_unstable_by_key(|&index| jobs[index].0.id);
         let mut tx = self.pools.writes().await.begin().await?;
-        let mut tokens: Vec<Option<i64>> = vec![None; jobs.len()];
+        // (index in `jobs`, token) of each compare-and-swap won, in id order.
+        let mut won: Vec<(usize, i64)> = Vec::new();
         for chunk in order.chunks(CLAIM_CHUNK) {
-            let won = claim_rows(&mut tx, jobs, chunk, owner, now, lease_ms).await?;
-            for &index in chunk {
-                tokens[index] = won.get(&jobs[index].0.id).copied();
-            }
+            let tokens = claim_rows(&mut tx, jobs, chunk, owner, now, lease_ms).await?;
+            won.extend(
+                chunk.iter().filter_map(|&index| {
+                    tokens.get(&jobs[index].0.id).map(|&token| (index, token))
+                }),
+            );
         }
         let mut claims: Vec<Option<Claim>> = vec![None; jobs.len()];
-        if tokens.iter().all(Option::is_none) {
+        if won.is_empty() {
             tx.rollback().await?;
             return Ok(claims);
         }
@@ -617,13 +623,10 @@ impl SqlJobStore {
         let mut misfired = 0;
         // Run rows: a takeover passes the fire time's row to its new holder; the others get a
         // new row, all in one insert.
-        let mut run_ids: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
+        let mut run_ids: HashMap<i64, i64> = HashMap::new();
         let mut fresh = Vec::new();
-        for &index in &order {
+        for &(index, token) in &won {
             let (job, plan) = jobs[index];
-            let Some(token) = tokens[index] else {
-                continue;
-            };
             insert_runs(
                 &mut tx,
                 job.id,
@@ -664,11 +667,8 @@ impl SqlJobStore {
         for chunk in fresh.chunks(INSERT_CHUNK) {
             run_ids.extend(insert_running(&mut tx, chunk, owner, started_at).await?);
         }
-        for &index in &order {
+        for &(index, token) in &won {
             let (job, plan) = jobs[index];
-            let Some(token) = tokens[index] else {
-                continue;
-            };
             if plan.kind == ClaimKind::RecordOnly {
                 continue;
             }
@@ -790,7 +790,7 @@ async fn claim_rows(
     owner: &str,
     now: i64,
     lease_ms: i64,
-) -> sqlx::Result<std::collections::HashMap<i64, i64>> {
+) -> sqlx::Result<HashMap<i64, i64>> {
     const COLUMNS: usize = 6;
     if tx.backend_name() == "PostgreSQL" {
         // The update locks its rows in its plan's order, which differs between statements
@@ -849,19 +849,17 @@ async fn claim_rows(
         .bind(now - lease_ms)
         .fetch_all(&mut **tx)
         .await?;
-    rows.iter()
-        .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?)))
-        .collect()
+    id_pairs(&rows)
 }
 
 /// Inserts the running rows of claims, `(job, fire time, token)` each; returns the run id of
-/// each job whose fire time had no row yet (the others already have one).
+/// each job whose fire time had no row yet (the others already have one), by job.
 async fn insert_running(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     runs: &[(i64, i64, i64)],
     owner: &str,
     now: i64,
-) -> sqlx::Result<Vec<(i64, i64)>> {
+) -> sqlx::Result<HashMap<i64, i64>> {
     let sql = format!(
         "INSERT INTO job_runs (job_id, scheduled_at, token, owner, started_at, status) VALUES {} \
          ON CONFLICT (job_id, scheduled_at) DO NOTHING RETURNING job_id, id",
@@ -877,10 +875,12 @@ async fn insert_running(
             .bind(now)
             .bind(RunStatus::Running.as_str());
     }
-    query
-        .fetch_all(&mut **tx)
-        .await?
-        .iter()
+    id_pairs(&query.fetch_all(&mut **tx).await?)
+}
+
+/// The first two columns of each row, both integers.
+fn id_pairs(rows: &[AnyRow]) -> sqlx::Result<HashMap<i64, i64>> {
+    rows.iter()
         .map(|row| Ok((row.try_get::<i64, _>(0)?, row.try_get::<i64, _>(1)?)))
         .collect()
 }

@@ -100,19 +100,24 @@ impl Default for WorkerOptions {
 
 /// `<host>-<pid>-<random>`: unique per process start, readable in `owner` columns.
 pub fn default_instance_id() -> String {
-    // uname(2): $HOSTNAME is a shell variable, seldom in a service's environment.
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}-{}-{}", host_name(), std::process::id(), &random[..8])
+}
+
+/// This host's name (`uname(2)`, which needs no `/proc`; `$HOSTNAME` is a shell variable, seldom
+/// in a service's environment), `host` when it has none: the first part of the ids that say
+/// where a process runs (job owners, trace resources, stream consumers).
+pub fn host_name() -> String {
     let host = rustix::system::uname()
         .nodename()
         .to_string_lossy()
         .trim()
         .to_owned();
-    let host = if host.is_empty() {
+    if host.is_empty() {
         "host".to_owned()
     } else {
         host
-    };
-    let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}-{}-{}", std::process::id(), &random[..8])
+    }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -354,18 +359,17 @@ async fn claim_planned<P>(
         .iter()
         .map(|(planned, _)| (&planned.job, &planned.plan))
         .collect();
-    let claims = match shared
+    let claimed = shared
         .store
         .claim_many(&jobs, &options.instance, now, millis(options.lease))
-        .await
-    {
+        .await;
+    let claims = match claimed {
         Ok(claims) => claims,
         Err(err) => {
-            tracing::warn!(jobs = jobs.len(), %err, "claim failed");
+            tracing::warn!(jobs = planned.len(), %err, "claim failed");
             return (Vec::new(), 0);
         }
     };
-    drop(jobs);
     let mut runs = Vec::new();
     let mut lost = 0;
     for ((planned, permit), claim) in planned.into_iter().zip(claims) {
