@@ -59,6 +59,10 @@ impl Feature for Interactive {
         MIGRATIONS
     }
 
+    fn metrics(&self) -> &'static [platform::telemetry::MetricsSpec] {
+        &[service::METRICS]
+    }
+
     async fn install(&self, platform: &Platform, registry: &mut Registry) -> anyhow::Result<()> {
         let interactive = InteractiveService::new(
             InteractiveStore::new(platform.db.clone()),

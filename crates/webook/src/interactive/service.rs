@@ -42,6 +42,7 @@ use platform::{
     events::outbox::Outbox,
     events::{Event, EventStream, Subscription},
     redis::Redis,
+    telemetry::MetricsSpec,
 };
 
 /// Topic of read events.
@@ -73,9 +74,36 @@ pub struct InteractiveService {
 }
 
 /// Most likes committed in one transaction. Likes waiting for the writer are applied together,
-/// in arrival order, each with the same statements as alone: SQLite has one writer, and one
-/// commit per like made the commit the bottleneck (group commit).
+/// in arrival order, as sets ([`InteractiveStore::set_likes`]): SQLite has one writer, and one
+/// commit per like made the commit the bottleneck (group commit); on PostgreSQL, statements per
+/// like made the round trips the bottleneck.
 pub const LIKE_BATCH: usize = 128;
+
+/// Histogram: seconds one like batch's transaction took (the writer is busy for the rate of its
+/// `_sum`).
+pub const LIKE_BATCH_DURATION: &str = "like_batch_duration_seconds";
+/// Counter: likes and unlikes the writer applied (divided by the batches counted in
+/// [`LIKE_BATCH_DURATION`], the mean batch).
+pub const LIKES_APPLIED: &str = "likes_applied_total";
+/// Gauge: likes waiting for the writer (at most [`LIKE_QUEUE`]; callers wait beyond).
+pub const LIKES_WAITING: &str = "likes_waiting";
+
+/// The like writer's metrics, for the recorder.
+pub const METRICS: MetricsSpec = MetricsSpec {
+    histogram_buckets: &[],
+    describe: describe_metrics,
+};
+
+/// Describes the like writer's metrics to the installed recorder.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        LIKE_BATCH_DURATION,
+        metrics::Unit::Seconds,
+        "Time one batch of likes took to commit"
+    );
+    metrics::describe_counter!(LIKES_APPLIED, "Likes and unlikes the like writer applied");
+    metrics::describe_gauge!(LIKES_WAITING, "Likes waiting for the like writer");
+}
 /// Likes waiting for the writer before callers wait to enqueue.
 const LIKE_QUEUE: usize = 4096;
 
@@ -98,9 +126,14 @@ fn spawn_like_writer(store: InteractiveStore, outbox: Outbox) -> mpsc::Sender<Li
                     Err(_) => break,
                 }
             }
+            metrics::gauge!(LIKES_WAITING).set(queue.len() as f64);
+            metrics::counter!(LIKES_APPLIED).increment(batch.len() as u64);
             let changes: Vec<LikeChange> = batch.iter().map(|r| r.change.clone()).collect();
             let announce = outbox.wants(TOPIC_LIKE_CHANGED);
-            match store.set_likes(&changes, now_millis(), announce).await {
+            let started = std::time::Instant::now();
+            let result = store.set_likes(&changes, now_millis(), announce).await;
+            metrics::histogram!(LIKE_BATCH_DURATION).record(started.elapsed().as_secs_f64());
+            match result {
                 Ok(changed) => {
                     if changed.contains(&true) {
                         outbox.committed();

@@ -3,13 +3,14 @@
 //! implementation for SQLite and PostgreSQL.
 //!
 //! Likes and collects change the user's row and the counter in one transaction, and only when the
-//! user's row actually changes state (the upsert's `RETURNING` yields a row only for a real
-//! transition), so repeating a like counts once and unliking what was never liked changes nothing.
-//! Decrements are guarded (`… > 0`), so counters never go negative.
+//! user's row actually changes state, so repeating a like counts once and unliking what was never
+//! liked changes nothing. A collect learns that from its upsert's `RETURNING` (a row only for a
+//! real transition); a batch of likes reads its rows' states first and applies the batch to them
+//! as sets ([`InteractiveStore::set_likes`]). Counters never go negative.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use sqlx::{Any, Transaction};
+use sqlx::{any::AnyRow, Any, Row, Transaction};
 
 use crate::{
     biz::Biz,
@@ -18,7 +19,8 @@ use crate::{
     },
 };
 use platform::{
-    db::{bulk_row_placeholders, id_set, id_set_value, kind_of, Db},
+    config::DatabaseKind,
+    db::{bulk_row_placeholders, id_set, id_set_value, kind_of, row_placeholders, Db},
     events::{dedup, outbox},
 };
 
@@ -97,6 +99,23 @@ impl InteractiveStore {
     /// Applies `changes` in order in one transaction (all or none), recording (when `announce`)
     /// a [`TOPIC_LIKE_CHANGED`] event for each that changed something (one statement for the
     /// batch); returns, for each, whether it changed anything.
+    ///
+    /// Set-based, so a batch costs the same five statements whatever its size and however often
+    /// one user likes and unlikes one object in it (on PostgreSQL each statement is a round
+    /// trip; a pair per like capped the writer near 5 000 likes/s, docs/PERFORMANCE.md → Likes
+    /// as sets):
+    /// 1. the users' rows of the batch are read — and on PostgreSQL locked, in key order — so
+    ///    each (user, object) starts from its committed state (SQLite's writer holds the write
+    ///    lock from `BEGIN IMMEDIATE`);
+    /// 2. each pair's changes are applied in order in memory: a change changed something when
+    ///    it differs from the state before it, so a repeated like, or an unlike of what was
+    ///    never liked, counts nothing;
+    /// 3. one upsert sets the pairs whose last state differs from their first to that last
+    ///    state, `RETURNING` those it flipped. A pair it did not flip was inserted by another
+    ///    instance after the read (no row to lock then) and now holds that state, locked: the
+    ///    batch starts from it instead (2 again, for that pair);
+    /// 4. one upsert adds each object's net change to its counter, in key order, so two
+    ///    instances' batches lock counters in the same order and queue instead of deadlocking.
     pub async fn set_likes(
         &self,
         changes: &[LikeChange],
@@ -104,10 +123,55 @@ impl InteractiveStore {
         announce: bool,
     ) -> sqlx::Result<Vec<bool>> {
         let mut tx = self.db.writer().begin().await?;
-        let mut changed = Vec::with_capacity(changes.len());
-        for change in changes {
-            changed.push(apply_like(&mut tx, change, now).await?);
+        let kind = kind_of(&tx);
+        let mut pairs: BTreeMap<LikePair, PairChanges> = BTreeMap::new();
+        for (index, change) in changes.iter().enumerate() {
+            pairs
+                .entry((change.uid, change.biz.as_str(), change.biz_id))
+                .or_default()
+                .changes
+                .push(index);
         }
+        let keys: Vec<LikePair> = pairs.keys().copied().collect();
+        for pair in liked_pairs(&mut tx, kind, &keys).await? {
+            if let Some(entry) = pairs.get_mut(&pair) {
+                entry.liked = true;
+            }
+        }
+        let last = |entry: &PairChanges| {
+            entry
+                .changes
+                .last()
+                .is_some_and(|&index| changes[index].like)
+        };
+        let flips: Vec<(LikePair, bool)> = pairs
+            .iter()
+            .filter(|(_, entry)| last(entry) != entry.liked)
+            .map(|(pair, entry)| (*pair, last(entry)))
+            .collect();
+        let flipped = set_like_states(&mut tx, &flips, now).await?;
+        for (pair, state) in &flips {
+            if !flipped.contains(pair) {
+                if let Some(entry) = pairs.get_mut(pair) {
+                    entry.liked = *state;
+                }
+            }
+        }
+        let mut changed = vec![false; changes.len()];
+        let mut deltas: BTreeMap<(&'static str, i64), i64> = BTreeMap::new();
+        for ((_, biz, biz_id), entry) in &pairs {
+            let mut liked = entry.liked;
+            for &index in &entry.changes {
+                let like = changes[index].like;
+                if like != liked {
+                    changed[index] = true;
+                    *deltas.entry((biz, *biz_id)).or_default() += if like { 1 } else { -1 };
+                    liked = like;
+                }
+            }
+        }
+        deltas.retain(|_, delta| *delta != 0);
+        add_to_counter(&mut tx, Counter::Like, &deltas, now).await?;
         let events: Vec<(String, InteractionEvent)> = changes
             .iter()
             .zip(&changed)
@@ -418,41 +482,134 @@ fn interaction_event(
     )
 }
 
-/// One like or unlike inside `tx`; returns whether the user's row changed state.
-async fn apply_like(
+/// (uid, biz, biz_id): one user's like of one object.
+type LikePair = (i64, &'static str, i64);
+
+/// A batch's changes of one pair (indexes into the batch, in order) and the state they start
+/// from.
+#[derive(Default)]
+struct PairChanges {
+    liked: bool,
+    changes: Vec<usize>,
+}
+
+/// The `pairs` (in key order) that are liked now; on PostgreSQL their rows (every existing one
+/// of `pairs`) stay locked, in key order, until `tx` ends.
+async fn liked_pairs(
     tx: &mut Transaction<'static, Any>,
-    change: &LikeChange,
-    now: i64,
-) -> sqlx::Result<bool> {
-    let changed = if change.like {
-        let turned_on = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, $2, $3, 1, $4, $4) \
-             ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = 1, utime = excluded.utime \
-             WHERE user_likes.status = 0 RETURNING id",
-        )
-        .bind(change.uid)
-        .bind(change.biz.as_str())
-        .bind(change.biz_id)
-        .bind(now)
-        .fetch_optional(&mut **tx)
-        .await?
-        .is_some();
-        if turned_on {
-            bump(tx, change.biz.as_str(), change.biz_id, Counter::Like, now).await?;
-        }
-        turned_on
-    } else {
-        turn_off(
-            tx,
-            Counter::Like,
-            change.uid,
-            change.biz.as_str(),
-            change.biz_id,
-            now,
-        )
-        .await?
+    kind: DatabaseKind,
+    pairs: &[LikePair],
+) -> sqlx::Result<Vec<LikePair>> {
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lock = match kind {
+        DatabaseKind::Postgres => " FOR UPDATE",
+        DatabaseKind::Sqlite => "",
     };
-    Ok(changed)
+    let sql = format!(
+        "SELECT uid, biz, biz_id, status FROM user_likes WHERE (uid, biz, biz_id) IN (VALUES {}) \
+         ORDER BY uid, biz, biz_id{lock}",
+        row_placeholders(pairs.len(), 3)
+    );
+    let mut query = sqlx::query(&sql);
+    for (uid, biz, biz_id) in pairs {
+        query = query.bind(*uid).bind(*biz).bind(*biz_id);
+    }
+    let mut liked = Vec::new();
+    for row in query.fetch_all(&mut **tx).await? {
+        if row.try_get::<i64, _>(3)? == 1 {
+            liked.push(like_pair(&row)?);
+        }
+    }
+    Ok(liked)
+}
+
+/// Sets each pair of `states` to its state (liked or not) in one upsert; returns the pairs
+/// whose row changed state (a pair already in its state is left as it is, ctime and utime too).
+async fn set_like_states(
+    tx: &mut Transaction<'static, Any>,
+    states: &[(LikePair, bool)],
+    now: i64,
+) -> sqlx::Result<HashSet<LikePair>> {
+    if states.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let sql = format!(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {} \
+         ON CONFLICT (uid, biz, biz_id) DO UPDATE SET status = excluded.status, utime = excluded.utime \
+         WHERE user_likes.status <> excluded.status RETURNING uid, biz, biz_id",
+        row_placeholders(states.len(), 6)
+    );
+    let mut query = sqlx::query(&sql);
+    for ((uid, biz, biz_id), liked) in states {
+        query = query
+            .bind(*uid)
+            .bind(*biz)
+            .bind(*biz_id)
+            .bind(i64::from(*liked))
+            .bind(now)
+            .bind(now);
+    }
+    query
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(like_pair)
+        .collect()
+}
+
+/// The (uid, biz, biz_id) of a `user_likes` row.
+fn like_pair(row: &AnyRow) -> sqlx::Result<LikePair> {
+    let biz: String = row.try_get(1)?;
+    let biz: Biz = biz.parse().map_err(|_| sqlx::Error::ColumnDecode {
+        index: "biz".into(),
+        source: format!("unknown biz {biz:?}").into(),
+    })?;
+    Ok((row.try_get(0)?, biz.as_str(), row.try_get(2)?))
+}
+
+/// Adds each object's net change (`deltas`, in key order, none zero) to `counter` in one
+/// upsert, never below zero. A decrement of an object without a counter row would insert a
+/// negative count: the statement returns it, and it is set to zero (rows already locked).
+async fn add_to_counter(
+    tx: &mut Transaction<'static, Any>,
+    counter: Counter,
+    deltas: &BTreeMap<(&'static str, i64), i64>,
+    now: i64,
+) -> sqlx::Result<()> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let column = counter.column();
+    let sql = format!(
+        "INSERT INTO interactives (biz, biz_id, {column}, ctime, utime) VALUES {} \
+         ON CONFLICT (biz, biz_id) DO UPDATE SET {column} = CASE \
+         WHEN interactives.{column} + excluded.{column} > 0 THEN interactives.{column} + excluded.{column} \
+         ELSE 0 END, utime = excluded.utime RETURNING biz, biz_id, {column}",
+        row_placeholders(deltas.len(), 5)
+    );
+    let mut query = sqlx::query(&sql);
+    for ((biz, biz_id), delta) in deltas {
+        query = query
+            .bind(*biz)
+            .bind(*biz_id)
+            .bind(*delta)
+            .bind(now)
+            .bind(now);
+    }
+    for row in query.fetch_all(&mut **tx).await? {
+        if row.try_get::<i64, _>(2)? < 0 {
+            sqlx::query(&format!(
+                "UPDATE interactives SET {column} = 0 WHERE biz = $1 AND biz_id = $2"
+            ))
+            .bind(row.try_get::<String, _>(0)?)
+            .bind(row.try_get::<i64, _>(1)?)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// Sets the user's row to 0 if it was 1 and then takes one off the counter; returns whether it

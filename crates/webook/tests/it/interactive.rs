@@ -199,6 +199,19 @@ async fn concurrent_likes_are_exact_and_idempotent(setup: Setup) {
     service.like(9999, BIZ, id, false).await.unwrap();
     assert_eq!(db_counts(&app, id).await.like_cnt, 0, "never negative");
     assert_eq!(view(&app, &author, id).await["likeCnt"], 0);
+
+    // The writer shows its work (the recorder is shared by the tests of this process: at least
+    // these 201 likes).
+    let metrics = app.metrics_text().await;
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics"))
+    };
+    assert!(value("likes_applied_total") >= 201.0);
+    assert!(value("like_batch_duration_seconds_count") >= 1.0);
+    assert!(value("likes_waiting") >= 0.0);
 }
 
 async fn likes_and_collects_over_http_show_in_the_reader_view(setup: Setup) {
@@ -760,7 +773,143 @@ platform::backend_tests!(
     webook::schema::MIGRATIONS;
     overlapping_read_batches_applied_concurrently_never_deadlock,
     the_counters_of_seventy_thousand_objects_are_one_query,
+    a_batch_of_likes_applies_in_order_and_counts_each_transition_once,
+    an_unlike_of_an_object_without_a_counter_leaves_it_at_zero,
+    overlapping_like_batches_applied_concurrently_never_deadlock,
 );
+
+fn like(uid: i64, biz_id: i64, like: bool) -> webook::interactive::store::LikeChange {
+    webook::interactive::store::LikeChange {
+        uid,
+        biz: BIZ,
+        biz_id,
+        like,
+    }
+}
+
+async fn like_counts(
+    store: &webook::interactive::store::InteractiveStore,
+    ids: &[i64],
+) -> Vec<i64> {
+    let counts = store.batch_counts(BIZ, ids).await.unwrap();
+    ids.iter()
+        .map(|id| counts.get(id).map_or(0, |counts| counts.like_cnt))
+        .collect()
+}
+
+/// One batch (one transaction, a few set-based statements) holding repeats, unlikes of what was
+/// never liked, and a like–unlike–like of one pair: each change reports whether it changed
+/// anything as if applied alone and in order, and each counter moves by its real transitions.
+async fn a_batch_of_likes_applies_in_order_and_counts_each_transition_once(db: TestDb) {
+    use webook::interactive::store::InteractiveStore;
+
+    let store = InteractiveStore::new(db.db.clone());
+    let (x, y) = (10, 20);
+    let batch = [
+        like(1, x, true),
+        like(1, x, true),
+        like(2, x, false),
+        like(3, x, true),
+        like(3, x, false),
+        like(3, x, true),
+        like(4, y, true),
+        like(1, y, false),
+    ];
+    let changed = store.set_likes(&batch, 1, true).await.unwrap();
+    assert_eq!(changed, [true, false, false, true, true, true, true, false]);
+    assert_eq!(like_counts(&store, &[x, y]).await, [2, 1]);
+
+    let batch = [
+        like(1, x, false),
+        like(3, x, false),
+        like(4, y, false),
+        like(4, y, false),
+        like(5, y, true),
+    ];
+    let changed = store.set_likes(&batch, 2, true).await.unwrap();
+    assert_eq!(changed, [true, true, true, false, true]);
+    assert_eq!(like_counts(&store, &[x, y]).await, [0, 1]);
+    let again = store.set_likes(&batch, 3, true).await.unwrap();
+    assert_eq!(
+        again,
+        [false, false, false, false, false],
+        "nothing left to change"
+    );
+    assert_eq!(like_counts(&store, &[x, y]).await, [0, 1]);
+}
+
+/// A liked row whose object has no counter row (or a zero one, after a repair) is unliked: the
+/// user's row turns off and the counter is zero, never negative.
+async fn an_unlike_of_an_object_without_a_counter_leaves_it_at_zero(db: TestDb) {
+    use webook::interactive::store::InteractiveStore;
+
+    let store = InteractiveStore::new(db.db.clone());
+    for (uid, biz_id) in [(1, 30), (2, 30), (1, 31)] {
+        sqlx::query(
+            "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES ($1, 'article', $2, 1, 0, 0)",
+        )
+        .bind(uid)
+        .bind(biz_id)
+        .execute(db.db.pool())
+        .await
+        .unwrap();
+    }
+    let changed = store
+        .set_likes(
+            &[like(1, 30, false), like(2, 30, false), like(1, 31, false)],
+            1,
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(changed, [true, true, true]);
+    assert_eq!(like_counts(&store, &[30, 31]).await, [0, 0]);
+    assert_eq!(
+        store
+            .set_likes(&[like(1, 30, true)], 2, true)
+            .await
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(like_counts(&store, &[30, 31]).await, [1, 0]);
+}
+
+/// Two instances' like batches over the same objects, in opposite orders, applied at the same
+/// time, both commit and count exactly: counters are locked in key order.
+async fn overlapping_like_batches_applied_concurrently_never_deadlock(db: TestDb) {
+    use webook::interactive::store::InteractiveStore;
+
+    const OBJECTS: i64 = 300;
+    const ROUNDS: i64 = 6;
+    let store = InteractiveStore::new(db.db.clone());
+    for round in 0..ROUNDS {
+        let on = round % 2 == 0;
+        let batches = [1_i64, 2].map(|uid| {
+            let mut likes: Vec<_> = (1..=OBJECTS).map(|id| like(uid, id, on)).collect();
+            if uid == 2 {
+                likes.reverse();
+            }
+            let store = store.clone();
+            tokio::spawn(async move { store.set_likes(&likes, round, true).await })
+        });
+        for batch in batches {
+            let changed = batch
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+            assert!(changed.iter().all(|changed| *changed), "round {round}");
+        }
+        let expected = if on { 2 } else { 0 };
+        let ids: Vec<i64> = (1..=OBJECTS).collect();
+        assert!(
+            like_counts(&store, &ids)
+                .await
+                .iter()
+                .all(|count| *count == expected),
+            "round {round}"
+        );
+    }
+}
 
 /// Two instances' read batches over the same objects, applied at the same time, both commit:
 /// rows are locked in key order. (In `HashMap` order — different in every batch — PostgreSQL
@@ -893,4 +1042,63 @@ async fn a_warm_authenticated_read_asks_redis_twice() {
         "one probe of three keys: {seen:#?}"
     );
     app.stop().await.unwrap();
+}
+
+/// A like whose row another instance inserts between the batch's read (nothing to lock yet) and
+/// its upsert: the upsert waits for that commit, finds the row already liked and flips nothing,
+/// and the batch starts from that state — the like changed nothing and the counter is not
+/// counted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_racing_another_instances_insert_of_its_row_counts_once() {
+    use webook::interactive::store::InteractiveStore;
+
+    let db = TestDb::postgres(&MIGRATIONS).await;
+    let store = InteractiveStore::new(db.db.clone());
+    let mut other = db.db.writer().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES (7, 'article', 40, 1, 0, 0)",
+    )
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO interactives (biz, biz_id, like_cnt, ctime, utime) VALUES ('article', 40, 1, 0, 0)",
+    )
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let batch = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .set_likes(
+                    &[like(7, 40, true), like(7, 40, false), like(7, 40, true)],
+                    1,
+                    true,
+                )
+                .await
+        }
+    });
+    wait_until(
+        "the batch's upsert to wait for the other insert",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO user_likes%'",
+            )
+            .fetch_one(db.db.pool())
+            .await
+            .unwrap();
+            waiting == 1
+        },
+    )
+    .await;
+    other.commit().await.unwrap();
+    let changed = batch.await.unwrap().unwrap();
+    assert_eq!(
+        changed,
+        [false, true, true],
+        "the first like found it liked"
+    );
+    assert_eq!(like_counts(&store, &[40]).await, [1]);
 }
