@@ -104,6 +104,7 @@ pub fn describe_metrics() {
     metrics::describe_counter!(LIKES_APPLIED, "Likes and unlikes the like writer applied");
     metrics::describe_gauge!(LIKES_WAITING, "Likes waiting for the like writer");
 }
+
 /// Likes waiting for the writer before callers wait to enqueue.
 const LIKE_QUEUE: usize = 4096;
 
