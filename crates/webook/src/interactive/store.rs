@@ -57,14 +57,6 @@ impl Counter {
             Self::Collect => "collect_cnt",
         }
     }
-
-    /// The per-user table whose rows this counter counts.
-    fn user_table(self) -> &'static str {
-        match self {
-            Self::Like => "user_likes",
-            Self::Collect => "user_collects",
-        }
-    }
 }
 
 impl InteractiveStore {
@@ -123,7 +115,6 @@ impl InteractiveStore {
         announce: bool,
     ) -> sqlx::Result<Vec<bool>> {
         let mut tx = self.db.writer().begin().await?;
-        let kind = kind_of(&tx);
         let mut pairs: BTreeMap<LikePair, PairChanges> = BTreeMap::new();
         for (index, change) in changes.iter().enumerate() {
             pairs
@@ -133,7 +124,7 @@ impl InteractiveStore {
                 .push(index);
         }
         let keys: Vec<LikePair> = pairs.keys().copied().collect();
-        for pair in liked_pairs(&mut tx, kind, &keys).await? {
+        for pair in liked_pairs(&mut tx, &keys).await? {
             if let Some(entry) = pairs.get_mut(&pair) {
                 entry.liked = true;
             }
@@ -233,13 +224,15 @@ impl InteractiveStore {
                 .execute(&mut *tx)
                 .await?;
             }
-            if turned_on {
-                bump(&mut tx, biz, biz_id, Counter::Collect, now).await?;
-            }
             turned_on
         } else {
-            turn_off(&mut tx, Counter::Collect, uid, biz, biz_id, now).await?
+            uncollect(&mut tx, uid, biz, biz_id, now).await?
         };
+        if changed {
+            let delta = if collect { 1 } else { -1 };
+            let deltas = BTreeMap::from([((biz, biz_id), delta)]);
+            add_to_counter(&mut tx, Counter::Collect, &deltas, now).await?;
+        }
         if changed && announce {
             let (key, event) = interaction_event(uid, kind, biz_id, collect, now);
             outbox::record(&mut tx, TOPIC_COLLECT_CHANGED, &key, &event, now).await?;
@@ -442,26 +435,6 @@ pub async fn add_comments(
     Ok(())
 }
 
-async fn bump(
-    tx: &mut Transaction<'static, Any>,
-    biz: &str,
-    biz_id: i64,
-    counter: Counter,
-    now: i64,
-) -> sqlx::Result<()> {
-    let column = counter.column();
-    sqlx::query(&format!(
-        "INSERT INTO interactives (biz, biz_id, {column}, ctime, utime) VALUES ($1, $2, 1, $3, $3) \
-         ON CONFLICT (biz, biz_id) DO UPDATE SET {column} = interactives.{column} + 1, utime = excluded.utime"
-    ))
-    .bind(biz)
-    .bind(biz_id)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// The outbox entry (key `biz:biz_id`, payload) of a like or collect that changed state.
 fn interaction_event(
     uid: i64,
@@ -497,13 +470,12 @@ struct PairChanges {
 /// of `pairs`) stay locked, in key order, until `tx` ends.
 async fn liked_pairs(
     tx: &mut Transaction<'static, Any>,
-    kind: DatabaseKind,
     pairs: &[LikePair],
 ) -> sqlx::Result<Vec<LikePair>> {
     if pairs.is_empty() {
         return Ok(Vec::new());
     }
-    let lock = match kind {
+    let lock = match kind_of(tx) {
         DatabaseKind::Postgres => " FOR UPDATE",
         DatabaseKind::Sqlite => "",
     };
@@ -612,20 +584,18 @@ async fn add_to_counter(
     Ok(())
 }
 
-/// Sets the user's row to 0 if it was 1 and then takes one off the counter; returns whether it
-/// did.
-async fn turn_off(
+/// Sets the user's collect row to 0 if it was 1; returns whether it did.
+async fn uncollect(
     tx: &mut Transaction<'static, Any>,
-    counter: Counter,
     uid: i64,
     biz: &str,
     biz_id: i64,
     now: i64,
 ) -> sqlx::Result<bool> {
-    let table = counter.user_table();
-    let turned_off = sqlx::query(&format!(
-        "UPDATE {table} SET status = 0, utime = $1 WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1"
-    ))
+    Ok(sqlx::query(
+        "UPDATE user_collects SET status = 0, utime = $1 \
+         WHERE uid = $2 AND biz = $3 AND biz_id = $4 AND status = 1",
+    )
     .bind(now)
     .bind(uid)
     .bind(biz)
@@ -633,28 +603,5 @@ async fn turn_off(
     .execute(&mut **tx)
     .await?
     .rows_affected()
-        == 1;
-    if turned_off {
-        drop_one(tx, biz, biz_id, counter, now).await?;
-    }
-    Ok(turned_off)
-}
-
-async fn drop_one(
-    tx: &mut Transaction<'static, Any>,
-    biz: &str,
-    biz_id: i64,
-    counter: Counter,
-    now: i64,
-) -> sqlx::Result<()> {
-    let column = counter.column();
-    sqlx::query(&format!(
-        "UPDATE interactives SET {column} = {column} - 1, utime = $1 WHERE biz = $2 AND biz_id = $3 AND {column} > 0"
-    ))
-    .bind(now)
-    .bind(biz)
-    .bind(biz_id)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
+        == 1)
 }
