@@ -131,7 +131,7 @@ pub use model::{
     RunStatus, CATCH_UP_CAP, MAX_RECORDED_MISSES, NEVER, SQL_MISFIRED, SQL_UNRECORDED_FIRE_TIMES,
 };
 pub use store::{
-    check_name, Claim, DbClock, Dialect, Due, NewJob, PoolSource, SqlJobStore, StoreError,
+    check_name, Claim, DbClock, Dialect, Due, NewJob, Polled, PoolSource, SqlJobStore, StoreError,
     TraceContext,
 };
 #[cfg(feature = "http")]

@@ -92,9 +92,53 @@ pub struct Due {
     pub now: i64,
     /// Candidates, earliest fire time first.
     pub jobs: Vec<JobRow>,
-    /// The earliest `next_time` among waiting jobs or lease expiry among running ones, to
-    /// sleep until.
+    /// When no job was found: the earliest `next_time` among waiting jobs or lease expiry
+    /// among running ones, to sleep until (`None` also when there are none).
     pub earliest_next: Option<i64>,
+}
+
+/// What one [`poll`](SqlJobStore::poll) found and claimed.
+#[derive(Debug)]
+pub struct Polled<T> {
+    /// The database time of the poll (ms).
+    pub now: i64,
+    /// How many candidates the poll read (planned or not).
+    pub found: usize,
+    /// Each planned job with its plan, the planner's payload and its claim (`None`: lost to
+    /// another instance, or nothing left to run), in the order read.
+    pub claims: Vec<(JobRow, ClaimPlan, T, Option<Claim>)>,
+    /// When nothing was found: the earliest `next_time` among waiting jobs or lease expiry
+    /// among running ones, to sleep until.
+    pub earliest_next: Option<i64>,
+}
+
+/// What [`SqlJobStore::probe`] saw.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    now: i64,
+    any_due: bool,
+    earliest_next: Option<i64>,
+}
+
+impl<T> From<Probe> for Polled<T> {
+    /// A poll that found nothing to claim.
+    fn from(probe: Probe) -> Self {
+        Self {
+            now: probe.now,
+            found: 0,
+            claims: Vec::new(),
+            earliest_next: probe.earliest_next,
+        }
+    }
+}
+
+/// Whether a claim's transaction holds its jobs' row locks already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locked {
+    /// Read `FOR UPDATE` in this transaction.
+    Yes,
+    /// Not yet: lock them in id order first (PostgreSQL).
+    No,
 }
 
 /// A won claim: what the holder runs and the token its writes carry.
@@ -123,6 +167,11 @@ const JOB_COLUMNS: &str = "id, name, cron, timezone, executor, cfg, status, next
      scheduled_at, trigger_at, trigger_trace, utime, version, owner, misfire, overlap, timeout_ms, ctime";
 const RUN_COLUMNS: &str =
     "id, job_id, scheduled_at, token, owner, started_at, finished_at, status, error";
+/// Which jobs may be claimable at `clock.db_now` (the poll's time, from a `clock` CTE) with a
+/// lease of `$1` ms: waiting and due or triggered, or running with a heartbeat older than the
+/// lease.
+const DUE: &str = "((status = 'waiting' AND (next_time <= clock.db_now OR trigger_at > 0)) \
+     OR (status = 'running' AND utime < clock.db_now - $1))";
 /// Rows per multi-row insert (5 parameters each; well under both engines' limits).
 const INSERT_CHUNK: usize = 500;
 /// Jobs per claim statement (6 parameters each).
@@ -282,8 +331,21 @@ impl SqlJobStore {
     /// The current time (ms) read on `connection` — inside a transaction, after its writes have
     /// waited for any conflicting commit, so it is later than that commit.
     async fn now_on(&self, connection: &mut sqlx::AnyConnection) -> sqlx::Result<i64> {
+        if let DbClock::Manual(now) = &self.clock {
+            return Ok(now.load(Ordering::SeqCst));
+        }
+        let sql = format!("SELECT {}", self.clock_sql(connection));
+        sqlx::query_scalar(&sql).fetch_one(connection).await
+    }
+
+    /// The SQL expression of the current time (ms) on `connection`'s engine, for statements
+    /// that read the clock along with their rows (one round trip instead of two). A manual
+    /// clock is its value, as a literal.
+    fn clock_sql(&self, connection: &sqlx::AnyConnection) -> String {
         let dialect = match &self.clock {
-            DbClock::Manual(now) => return Ok(now.load(Ordering::SeqCst)),
+            DbClock::Manual(now) => {
+                return format!("CAST({} AS BIGINT)", now.load(Ordering::SeqCst));
+            }
             // The engine of this connection, which a source that re-routes may have changed
             // since the store was made.
             DbClock::Database(dialect) => match connection.backend_name() {
@@ -292,15 +354,11 @@ impl SqlJobStore {
                 _ => *dialect,
             },
         };
-        let sql = match dialect {
-            Dialect::Postgres => {
-                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
-            }
-            Dialect::Sqlite => {
-                "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
-            }
-        };
-        sqlx::query_scalar(sql).fetch_one(connection).await
+        match dialect {
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+        }
+        .to_owned()
     }
 
     /// Creates a job; its first fire time is the schedule's next after now. Returns its id.
@@ -537,32 +595,64 @@ impl SqlJobStore {
     /// with a heartbeat older than `lease_ms`; earliest first, jobs due at the same time in a
     /// random order (instances polling together then mostly claim different ones instead of
     /// all racing for the same first few).
+    ///
+    /// One round trip when something is due: the database time is read by the same statement.
+    /// When nothing is, a second statement reads the time to sleep until. (The worker polls
+    /// with [`poll`](Self::poll), which reads and claims in one transaction.)
     pub async fn due(&self, limit: usize, lease_ms: i64) -> sqlx::Result<Due> {
-        let now = self.now().await?;
+        let mut connection = self.pools.reads().await.acquire().await?;
+        let clock = self.clock_sql(&connection);
         let rows = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs \
-             WHERE (status = 'waiting' AND (next_time <= $1 OR trigger_at > 0)) \
-                OR (status = 'running' AND utime < $2) \
-             ORDER BY next_time, random() LIMIT $3"
+            "WITH clock AS (SELECT {clock} AS db_now) \
+             SELECT clock.db_now, {JOB_COLUMNS} FROM clock JOIN jobs ON {DUE} \
+             ORDER BY next_time, random() LIMIT $2"
         ))
-        .bind(now)
-        .bind(now - lease_ms)
+        .bind(lease_ms)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pools.reads().await)
+        .fetch_all(&mut *connection)
         .await?;
-        let jobs = rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?;
+        if let Some(first) = rows.first() {
+            return Ok(Due {
+                now: first.try_get("db_now")?,
+                jobs: rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?,
+                earliest_next: None,
+            });
+        }
+        let probe = self.probe(&mut connection, lease_ms).await?;
+        Ok(Due {
+            now: probe.now,
+            jobs: Vec::new(),
+            earliest_next: probe.earliest_next,
+        })
+    }
+
+    /// A look at the jobs without reading any: the database time, whether any job may be
+    /// claimable now, and the earliest `next_time` among waiting jobs or lease expiry among
+    /// running ones (`None` when there are none), in one statement.
+    async fn probe(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        lease_ms: i64,
+    ) -> sqlx::Result<Probe> {
         // A running job's holder that stops heartbeating can be taken over the moment its
         // lease runs out: that moment is a wake-up time like a fire time.
-        let earliest_next = sqlx::query_scalar::<_, Option<i64>>(
-            "SELECT MIN(CASE WHEN status = 'waiting' THEN next_time ELSE utime + $1 + 1 END) \
-             FROM jobs WHERE status IN ('waiting', 'running')",
-        )
+        let (now, any_due, earliest_next) = sqlx::query_as::<_, (i64, i64, Option<i64>)>(&format!(
+            "WITH clock AS (SELECT {} AS db_now) \
+             SELECT clock.db_now, \
+                CAST(CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {DUE}) THEN 1 ELSE 0 END \
+                     AS BIGINT), \
+                (SELECT MIN(CASE WHEN status = 'waiting' THEN next_time \
+                                 ELSE utime + $1 + 1 END) \
+                 FROM jobs WHERE status IN ('waiting', 'running')) \
+             FROM clock",
+            self.clock_sql(connection)
+        ))
         .bind(lease_ms)
-        .fetch_one(&self.pools.reads().await)
+        .fetch_one(connection)
         .await?;
-        Ok(Due {
+        Ok(Probe {
             now,
-            jobs,
+            any_due: any_due != 0,
             earliest_next,
         })
     }
@@ -599,13 +689,154 @@ impl SqlJobStore {
         now: i64,
         lease_ms: i64,
     ) -> sqlx::Result<Vec<Option<Claim>>> {
+        let mut tx = self.pools.writes().await.begin().await?;
+        let claims = self
+            .claim_in(&mut tx, jobs, owner, now, lease_ms, Locked::No)
+            .await?;
+        tx.commit().await?;
+        Ok(claims)
+    }
+
+    /// One poll: reads up to `limit` jobs that may be claimable now (as [`due`](Self::due)),
+    /// plans each with `plan` (given the job and the database time; `None` declines it) and
+    /// claims the planned ones in one transaction. The results keep `plan`'s payload.
+    ///
+    /// The read is the claim's first statement, so instances polling at the same fire time
+    /// take different jobs, all of them at once, instead of reading the same candidates and
+    /// queueing on each other's row locks (three instances claimed a hundred due jobs in four
+    /// rounds, one after the other, each waiting for the previous commit and then polling again
+    /// for what none of them had read). On PostgreSQL it is `FOR UPDATE SKIP LOCKED`: a row
+    /// another transaction holds is not seen by this poll, and the next one finds it if it is
+    /// still due. On SQLite it runs under the write lock (`BEGIN IMMEDIATE`), after a look on
+    /// the read pool, so a poll that finds nothing never takes the single writer.
+    pub async fn poll<T>(
+        &self,
+        limit: usize,
+        lease_ms: i64,
+        owner: &str,
+        plan: impl FnMut(&JobRow, i64) -> Option<(ClaimPlan, T)>,
+    ) -> sqlx::Result<Polled<T>> {
+        let writes = self.pools.writes().await;
+        let postgres = writes
+            .connect_options()
+            .database_url
+            .scheme()
+            .starts_with("postgres");
+        let mut connection;
+        let mut tx = if postgres {
+            connection = writes.acquire().await?;
+            sqlx::Connection::begin(&mut *connection).await?
+        } else {
+            // Look before taking the single writer: most polls find nothing.
+            let mut look = self.pools.reads().await.acquire().await?;
+            let probe = self.probe(&mut look, lease_ms).await?;
+            if !probe.any_due {
+                return Ok(probe.into());
+            }
+            // Read them under the write lock, which another instance's claim of the same jobs
+            // held: what it took is no longer due, and this one takes the rest at once.
+            connection = writes.acquire().await?;
+            sqlx::Connection::begin_with(&mut *connection, "BEGIN IMMEDIATE").await?
+        };
+        let clock = self.clock_sql(&tx);
+        // Under SQLite's write lock no other instance claims at the same time: earliest first,
+        // no shuffle needed.
+        let (order, lock) = if postgres {
+            ("next_time, random()", "FOR UPDATE OF jobs SKIP LOCKED")
+        } else {
+            ("next_time", "")
+        };
+        let rows = sqlx::query(&format!(
+            "WITH clock AS (SELECT {clock} AS db_now) \
+             SELECT clock.db_now, {JOB_COLUMNS} FROM clock JOIN jobs ON {DUE} \
+             ORDER BY {order} LIMIT $2 {lock}"
+        ))
+        .bind(lease_ms)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        let Some(first) = rows.first() else {
+            tx.rollback().await?;
+            // Any candidate another instance holds (being claimed, or released) shows here as
+            // due or soon: the poller looks again shortly.
+            return Ok(self.probe(&mut connection, lease_ms).await?.into());
+        };
+        let due = Due {
+            now: first.try_get("db_now")?,
+            jobs: rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?,
+            earliest_next: None,
+        };
+        let polled = self
+            .claim_polled(&mut tx, due, owner, lease_ms, plan)
+            .await?;
+        tx.commit().await?;
+        Ok(polled)
+    }
+
+    /// Plans the jobs of `due` and claims the planned ones in `tx`, which read them under lock
+    /// (see [`poll`](Self::poll)) and which the caller commits.
+    async fn claim_polled<T>(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        due: Due,
+        owner: &str,
+        lease_ms: i64,
+        mut plan: impl FnMut(&JobRow, i64) -> Option<(ClaimPlan, T)>,
+    ) -> sqlx::Result<Polled<T>> {
+        let found = due.jobs.len();
+        let mut planned: Vec<(JobRow, ClaimPlan, T)> = Vec::new();
+        for job in due.jobs {
+            if let Some((claim_plan, payload)) = plan(&job, due.now) {
+                planned.push((job, claim_plan, payload));
+            }
+        }
+        let jobs: Vec<(&JobRow, &ClaimPlan)> =
+            planned.iter().map(|(job, plan, _)| (job, plan)).collect();
+        let claims = if jobs.is_empty() {
+            Vec::new()
+        } else {
+            self.claim_in(tx, &jobs, owner, due.now, lease_ms, Locked::Yes)
+                .await?
+        };
+        Ok(Polled {
+            now: due.now,
+            found,
+            claims: planned
+                .into_iter()
+                .zip(claims.into_iter().chain(std::iter::repeat(None)))
+                .map(|((job, plan, payload), claim)| (job, plan, payload, claim))
+                .collect(),
+            earliest_next: due.earliest_next,
+        })
+    }
+
+    /// [`claim_many`](Self::claim_many) in `tx`, which the caller commits. `locked`: the rows
+    /// are locked by `tx` already (read `FOR UPDATE`), so no other instance can move them.
+    async fn claim_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        jobs: &[(&JobRow, &ClaimPlan)],
+        owner: &str,
+        now: i64,
+        lease_ms: i64,
+        locked: Locked,
+    ) -> sqlx::Result<Vec<Option<Claim>>> {
         let mut order: Vec<usize> = (0..jobs.len()).collect();
         order.sort_unstable_by_key(|&index| jobs[index].0.id);
-        let mut tx = self.pools.writes().await.begin().await?;
+        let clock = self.clock_sql(tx);
         // (index in `jobs`, token) of each compare-and-swap won, in id order.
         let mut won: Vec<(usize, i64)> = Vec::new();
+        // The start is read by the compare-and-swaps, after they waited for the previous
+        // holders' releases to commit: on the record, a run never starts before the previous
+        // one ended.
+        let mut started_at = i64::MIN;
         for chunk in order.chunks(CLAIM_CHUNK) {
-            let tokens = claim_rows(&mut tx, jobs, chunk, owner, now, lease_ms).await?;
+            if locked == Locked::No {
+                lock_in_id_order(tx, jobs, chunk).await?;
+            }
+            let (tokens, read_at) =
+                claim_rows(tx, jobs, chunk, owner, now, lease_ms, &clock).await?;
+            started_at = started_at.max(read_at);
             won.extend(
                 chunk.iter().filter_map(|&index| {
                     tokens.get(&jobs[index].0.id).map(|&token| (index, token))
@@ -614,12 +845,8 @@ impl SqlJobStore {
         }
         let mut claims: Vec<Option<Claim>> = vec![None; jobs.len()];
         if won.is_empty() {
-            tx.rollback().await?;
             return Ok(claims);
         }
-        // The start is read after the compare-and-swaps, which waited for the previous holders'
-        // releases to commit: on the record, a run never starts before the previous one ended.
-        let started_at = self.now_on(&mut tx).await?;
         let mut misfired = 0;
         // Run rows: a takeover passes the fire time's row to its new holder; the others get a
         // new row, all in one insert.
@@ -628,7 +855,7 @@ impl SqlJobStore {
         for &(index, token) in &won {
             let (job, plan) = jobs[index];
             insert_runs(
-                &mut tx,
+                tx,
                 job.id,
                 &plan.misfired,
                 token,
@@ -650,7 +877,7 @@ impl SqlJobStore {
                     .bind(token)
                     .bind(owner)
                     .bind(started_at)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut **tx)
                     .await?;
                     match taken {
                         Some(id) => {
@@ -665,7 +892,7 @@ impl SqlJobStore {
             }
         }
         for chunk in fresh.chunks(INSERT_CHUNK) {
-            run_ids.extend(insert_running(&mut tx, chunk, owner, started_at).await?);
+            run_ids.extend(insert_running(tx, chunk, owner, started_at).await?);
         }
         for &(index, token) in &won {
             let (job, plan) = jobs[index];
@@ -680,7 +907,7 @@ impl SqlJobStore {
                 )
                 .bind(job.id)
                 .bind(token)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await?;
                 tracing::warn!(job = %job.name, run_at = plan.run_at, "fire time already recorded; not running it again");
                 continue;
@@ -697,7 +924,6 @@ impl SqlJobStore {
                     .then(|| job.trigger_trace.clone()),
             });
         }
-        tx.commit().await?;
         crate::sql::model::note_misfired(misfired);
         Ok(claims)
     }
@@ -779,10 +1005,34 @@ impl SqlJobStore {
     }
 }
 
-/// The compare-and-swaps of the jobs at `indexes` (in id order) as one statement (after locking
-/// the rows in id order on PostgreSQL); returns the new version (the token) of each job won, by
-/// id. One statement, not one per job: on PostgreSQL each is a round trip, and the claims' start
-/// is read after the last of them.
+/// Locks the rows of the jobs at `indexes` in id order, on PostgreSQL, before their
+/// compare-and-swaps: the update locks its rows in its plan's order, which differs between
+/// statements (seen: deadlocks between instances claiming overlapping sets). An instance
+/// claiming some of the same jobs waits here, then finds them taken. (SQLite has one writer:
+/// nothing to order.)
+async fn lock_in_id_order(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    jobs: &[(&JobRow, &ClaimPlan)],
+    indexes: &[usize],
+) -> sqlx::Result<()> {
+    if tx.backend_name() != "PostgreSQL" {
+        return Ok(());
+    }
+    let ids: Vec<String> = indexes
+        .iter()
+        .map(|&index| jobs[index].0.id.to_string())
+        .collect();
+    sqlx::query("SELECT id FROM jobs WHERE id = ANY(CAST($1 AS BIGINT[])) ORDER BY id FOR UPDATE")
+        .bind(format!("{{{}}}", ids.join(",")))
+        .fetch_all(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The compare-and-swaps of the jobs at `indexes` (in id order) as one statement; returns the new version (the token) of each job won, by
+/// id, and the latest time (`clock`, an SQL expression) the statement read after a row's
+/// compare-and-swap (`i64::MIN` when it won none). One statement, not one per job: on
+/// PostgreSQL each is a round trip, and the claims' start is read after the last of them.
 async fn claim_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     jobs: &[(&JobRow, &ClaimPlan)],
@@ -790,24 +1040,9 @@ async fn claim_rows(
     owner: &str,
     now: i64,
     lease_ms: i64,
-) -> sqlx::Result<HashMap<i64, i64>> {
+    clock: &str,
+) -> sqlx::Result<(HashMap<i64, i64>, i64)> {
     const COLUMNS: usize = 6;
-    if tx.backend_name() == "PostgreSQL" {
-        // The update locks its rows in its plan's order, which differs between statements
-        // (seen: deadlocks between instances claiming overlapping sets). Lock them in id order
-        // first: an instance claiming some of the same jobs waits here, then finds them taken.
-        // (SQLite has one writer: nothing to order.)
-        let ids: Vec<String> = indexes
-            .iter()
-            .map(|&index| jobs[index].0.id.to_string())
-            .collect();
-        sqlx::query(
-            "SELECT id FROM jobs WHERE id = ANY(CAST($1 AS BIGINT[])) ORDER BY id FOR UPDATE",
-        )
-        .bind(format!("{{{}}}", ids.join(",")))
-        .fetch_all(&mut **tx)
-        .await?;
-    }
     let after = indexes.len() * COLUMNS;
     // Each row of `c`: the job, the version it was read at, the fire time to run, the next
     // fire time, whether it is a trigger's claim, whether it runs (not record-only). Columns
@@ -826,7 +1061,7 @@ async fn claim_rows(
          WHERE jobs.id = c.id AND jobs.version = c.seen AND ( \
              (jobs.status = 'waiting' AND (jobs.next_time <= ${now} OR jobs.trigger_at > 0)) \
              OR (jobs.status = 'running' AND jobs.utime < ${stale})) \
-         RETURNING jobs.id, jobs.version",
+         RETURNING jobs.id, jobs.version, {clock}",
         values = values_list(indexes.len(), COLUMNS),
         owner = after + 1,
         now = after + 2,
@@ -849,7 +1084,11 @@ async fn claim_rows(
         .bind(now - lease_ms)
         .fetch_all(&mut **tx)
         .await?;
-    id_pairs(&rows)
+    let mut read_at = i64::MIN;
+    for row in &rows {
+        read_at = read_at.max(row.try_get::<i64, _>(2)?);
+    }
+    Ok((id_pairs(&rows)?, read_at))
 }
 
 /// Inserts the running rows of claims, `(job, fire time, token)` each; returns the run id of

@@ -2,10 +2,12 @@
 //!
 //! One poller task per instance:
 //! 1. takes the number of free permits (bounded concurrency; with none free it waits for one);
-//! 2. reads up to that many candidates ([`SqlJobStore::due`]) together with the database time;
-//! 3. for each, decides the claim ([`plan_claim`]: on time, misfired, triggered or takeover),
-//!    then tries all the compare-and-swaps in one transaction ([`SqlJobStore::claim_many`]); a
-//!    won claim is durable (run row committed) before work starts;
+//! 2. polls ([`SqlJobStore::poll`]): reads up to that many candidates together with the
+//!    database time, decides each claim ([`plan_claim`]: on time, misfired, triggered or
+//!    takeover) and makes all the compare-and-swaps in one transaction — on PostgreSQL the read
+//!    is `FOR UPDATE SKIP LOCKED` in that transaction, so instances polling together take
+//!    different jobs at once; a won claim is durable (run row committed) before work starts;
+//! 3. stops any job whose schedule no longer parses;
 //! 4. sleeps until the earliest next fire time or lease expiry, at most `max_idle_poll`, unless
 //!    it just claimed something or lost a claim to another instance (then it polls again at
 //!    once: more may be due) or is woken ([`RunningSqlScheduler::wake`]).
@@ -237,10 +239,39 @@ async fn poll_loop(shared: Arc<Shared>) {
             continue;
         }
         let polled_at = Instant::now();
-        let due = match shared.store.due(free, millis(options.lease)).await {
-            Ok(due) => {
+        // Jobs with a schedule that no longer parses, found by this poll: stopped after it.
+        let mut invalid: Vec<(i64, String)> = Vec::new();
+        // What this poll found due is claimed in one transaction (one commit, not one per job),
+        // each with a permit; claims race other instances, which lose the ones this one won.
+        let polled = shared
+            .store
+            .poll(
+                free,
+                millis(options.lease),
+                &options.instance,
+                |job, now| {
+                    let permit = shared.permits.clone().try_acquire_owned().ok()?;
+                    let (schedule, executor, plan) = plan_job(&shared, job, now, &mut invalid)?;
+                    Some((
+                        plan,
+                        ToRun {
+                            schedule,
+                            executor,
+                            permit,
+                        },
+                    ))
+                },
+            )
+            .await;
+        for (id, name) in invalid {
+            if let Err(err) = shared.store.stop(id).await {
+                tracing::warn!(job = %name, %err, "could not stop the invalid job");
+            }
+        }
+        let polled = match polled {
+            Ok(polled) => {
                 failures = 0;
-                due
+                polled
             }
             Err(err) => {
                 failures = failures.saturating_add(1);
@@ -254,18 +285,8 @@ async fn poll_loop(shared: Arc<Shared>) {
                 continue;
             }
         };
-        // What this poll found due is claimed in one transaction (one commit, not one per job);
-        // claims race other instances, which lose the compare-and-swaps this one won.
-        let mut planned = Vec::new();
-        for job in &due.jobs {
-            let Ok(permit) = shared.permits.clone().try_acquire_owned() else {
-                break;
-            };
-            if let Some(plan) = plan_job(&shared, job, due.now).await {
-                planned.push((plan, permit));
-            }
-        }
-        let (runs, lost) = claim_planned(&shared, planned, due.now, polled_at).await;
+        let (now, found, earliest_next) = (polled.now, polled.found, polled.earliest_next);
+        let (runs, lost) = won_runs(options, polled.claims, polled_at);
         let claimed = runs.len();
         for (run, permit) in runs {
             let task_shared = shared.clone();
@@ -275,14 +296,14 @@ async fn poll_loop(shared: Arc<Shared>) {
             });
         }
         // Claimed something, or lost races: poll again at once. Another instance won those
-        // jobs, and more may be due behind them (every instance reads the same earliest ones).
+        // jobs, and more may be due behind them.
         if claimed > 0 || lost > 0 {
             continue;
         }
         let max = millis(options.max_idle_poll);
-        let wait_ms = match due.earliest_next {
-            _ if !due.jobs.is_empty() => max / 5,
-            Some(next) if next > due.now => (next - due.now).clamp(1, max),
+        let wait_ms = match earliest_next {
+            _ if found > 0 => max / 5,
+            Some(next) if next > now => (next - now).clamp(1, max),
             Some(_) => max / 5,
             None => max,
         };
@@ -304,25 +325,28 @@ struct ClaimedRun {
     ownership: Arc<Ownership>,
 }
 
-/// A due job with what its claim needs: its schedule, its executor and the claim's plan.
-struct Planned {
-    job: JobRow,
+/// What a planned claim runs with, if won: the job's schedule, its executor and the permit.
+struct ToRun<P> {
     schedule: Schedule,
     executor: Arc<dyn Executor>,
-    plan: ClaimPlan,
+    permit: P,
 }
 
-/// Plans the claim of a due `job` at database time `now`; `None` when there is nothing to claim
-/// (an invalid schedule, which stops the job; an executor this instance lacks; nothing due).
-async fn plan_job(shared: &Shared, job: &JobRow, now: i64) -> Option<Planned> {
+/// Plans the claim of a due `job` at database time `now`: its schedule, its executor and the
+/// claim's plan. `None` when there is nothing to claim: an executor this instance lacks, nothing
+/// due, or a schedule that no longer parses (the job goes to `invalid`, to be stopped).
+fn plan_job(
+    shared: &Shared,
+    job: &JobRow,
+    now: i64,
+    invalid: &mut Vec<(i64, String)>,
+) -> Option<(Schedule, Arc<dyn Executor>, ClaimPlan)> {
     let options = &shared.options;
     let schedule = match job.schedule() {
         Ok(schedule) => schedule,
         Err(err) => {
             tracing::error!(job = %job.name, %err, "job has an invalid schedule; stopping it");
-            if let Err(err) = shared.store.stop(job.id).await {
-                tracing::warn!(job = %job.name, %err, "could not stop the invalid job");
-            }
+            invalid.push((job.id, job.name.clone()));
             return None;
         }
     };
@@ -334,51 +358,25 @@ async fn plan_job(shared: &Shared, job: &JobRow, now: i64) -> Option<Planned> {
         millis(options.lease),
         millis(options.misfire_after),
     )?;
-    Some(Planned {
-        job: job.clone(),
-        schedule,
-        executor,
-        plan,
-    })
+    Some((schedule, executor, plan))
 }
 
-/// Claims the planned jobs in one transaction and returns the won ones, ready to run, each with
-/// its permit (the permits of lost claims are released), and how many claims were lost (another
-/// instance won them, or their fire time had run already).
-async fn claim_planned<P>(
-    shared: &Shared,
-    planned: Vec<(Planned, P)>,
-    now: i64,
+/// The won claims of a poll, ready to run, each with its permit (the permits of lost claims are
+/// released), and how many claims were lost (another instance won them, or their fire time had
+/// run already).
+fn won_runs<P>(
+    options: &WorkerOptions,
+    claims: Vec<(JobRow, ClaimPlan, ToRun<P>, Option<Claim>)>,
     polled_at: Instant,
 ) -> (Vec<(ClaimedRun, P)>, usize) {
-    if planned.is_empty() {
-        return (Vec::new(), 0);
-    }
-    let options = &shared.options;
-    let jobs: Vec<(&JobRow, &ClaimPlan)> = planned
-        .iter()
-        .map(|(planned, _)| (&planned.job, &planned.plan))
-        .collect();
-    let claimed = shared
-        .store
-        .claim_many(&jobs, &options.instance, now, millis(options.lease))
-        .await;
-    let claims = match claimed {
-        Ok(claims) => claims,
-        Err(err) => {
-            tracing::warn!(jobs = planned.len(), %err, "claim failed");
-            return (Vec::new(), 0);
-        }
-    };
     let mut runs = Vec::new();
     let mut lost = 0;
-    for ((planned, permit), claim) in planned.into_iter().zip(claims) {
-        let Planned {
-            job,
+    for (job, plan, to_run, claim) in claims {
+        let ToRun {
             schedule,
             executor,
-            plan,
-        } = planned;
+            permit,
+        } = to_run;
         if !plan.misfired.is_empty() {
             tracing::warn!(job = %job.name, misfired = plan.misfired.len(), policy = %job.misfire, "fire times passed while no instance ran the job");
         }

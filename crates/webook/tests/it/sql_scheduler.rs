@@ -48,6 +48,7 @@ platform::backend_tests!(webook::schema::MIGRATIONS;
     a_worker_takes_over_a_job_whose_holder_never_heartbeats,
     a_worker_wakes_when_a_lease_runs_out_not_at_its_next_poll,
     an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout,
+    instances_polling_at_once_claim_every_due_job_in_one_poll_each,
 );
 
 fn dialect(db: &TestDb) -> Dialect {
@@ -784,4 +785,130 @@ async fn an_http_job_fails_on_a_non_2xx_answer_and_on_a_timeout(db: TestDb) {
     for error in [&failed_error(&store, ids[0]).await, &error] {
         assert!(!error.contains("s3cret"), "{error}");
     }
+}
+
+/// Plans a due job as the worker does, with no payload.
+fn plan_unit(job: &JobRow, now: i64) -> Option<(scheduler::sql::ClaimPlan, ())> {
+    plan_claim(job, &job.schedule().unwrap(), now, LEASE, MISFIRE_AFTER).map(|plan| (plan, ()))
+}
+
+/// Three instances poll at the same fire time for a hundred due jobs, 64 each at most: between
+/// them they claim all hundred in one poll each, each job once, and none of them loses a claim.
+/// (When every instance read the same candidates and then claimed them, they queued on each
+/// other's locks, lost the overlap and left the jobs none had read for another round.)
+async fn instances_polling_at_once_claim_every_due_job_in_one_poll_each(db: TestDb) {
+    let (store, now) = manual(&db, T0);
+    for index in 0..100 {
+        store
+            .create(&new_job(
+                &format!("tick-{index}"),
+                "@every 10s",
+                Misfire::FireOnce,
+            ))
+            .await
+            .unwrap();
+    }
+    now.store(T0 + 10 * SECOND, Ordering::SeqCst);
+    let mut polls = Vec::new();
+    for instance in 0..3 {
+        let store = store.clone();
+        polls.push(tokio::spawn(async move {
+            store
+                .poll(64, LEASE, &format!("instance-{instance}"), plan_unit)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = HashSet::new();
+    for poll in polls {
+        let polled = poll.await.unwrap();
+        assert_eq!(polled.now, T0 + 10 * SECOND);
+        for (job, plan, (), claim) in polled.claims {
+            assert_eq!(plan.kind, ClaimKind::Scheduled);
+            let claim = claim.unwrap_or_else(|| panic!("{} lost its claim", job.name));
+            assert!(won.insert(claim.job_id), "job {} claimed twice", job.name);
+        }
+    }
+    assert_eq!(won.len(), 100, "every due job claimed in the first round");
+    let after = store.poll(64, LEASE, "late", plan_unit).await.unwrap();
+    assert_eq!(after.found, 0, "nothing left due");
+    assert_eq!(after.earliest_next, Some(T0 + 10 * SECOND + LEASE + 1));
+}
+
+/// On PostgreSQL a poll passes over the jobs another transaction holds (another instance in the
+/// middle of claiming them) and claims the others at once; the next poll finds the rest. The
+/// claim of the same jobs through `claim_many`, which locks them all in id order, waits.
+#[tokio::test]
+async fn a_poll_on_postgresql_skips_jobs_another_transaction_holds() {
+    use platform::config::DatabaseKind;
+    let db = TestDb::new(DatabaseKind::Postgres, &webook::schema::MIGRATIONS).await;
+    let (store, now) = manual(&db, T0);
+    let mut ids = Vec::new();
+    for index in 0..10 {
+        ids.push(
+            store
+                .create(&new_job(
+                    &format!("held-{index}"),
+                    "@every 10s",
+                    Misfire::FireOnce,
+                ))
+                .await
+                .unwrap(),
+        );
+    }
+    now.store(T0 + 10 * SECOND, Ordering::SeqCst);
+    let held = &ids[..4];
+    let mut other = db.db.writer().begin().await.unwrap();
+    for id in held {
+        sqlx::query("SELECT id FROM jobs WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_one(&mut *other)
+            .await
+            .unwrap();
+    }
+
+    let due = store.due(100, LEASE).await.unwrap();
+    assert_eq!(due.jobs.len(), 10, "all ten are due");
+    let plans: Vec<_> = due
+        .jobs
+        .iter()
+        .map(|job| plan_unit(job, due.now).unwrap().0)
+        .collect();
+    let queued = {
+        let store = store.clone();
+        let jobs = due.jobs.clone();
+        tokio::spawn(async move {
+            let pairs: Vec<_> = jobs.iter().zip(&plans).collect();
+            store
+                .claim_many(&pairs, "queued", T0 + 10 * SECOND, LEASE)
+                .await
+                .unwrap()
+        })
+    };
+
+    let polled = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.poll(100, LEASE, "skipper", plan_unit),
+    )
+    .await
+    .expect("the poll waited for the held rows")
+    .unwrap();
+    let claimed: HashSet<i64> = polled
+        .claims
+        .iter()
+        .filter_map(|(_, _, (), claim)| claim.as_ref().map(|claim| claim.job_id))
+        .collect();
+    assert_eq!(polled.found, 6, "the held jobs are not read");
+    let free: HashSet<i64> = ids[4..].iter().copied().collect();
+    assert_eq!(claimed, free, "the others are claimed at once");
+    assert!(!queued.is_finished(), "claim_many queues on the held rows");
+
+    other.rollback().await.unwrap();
+    let queued = queued.await.unwrap();
+    let queued_won: HashSet<i64> = queued.iter().flatten().map(|claim| claim.job_id).collect();
+    assert_eq!(
+        queued_won,
+        held.iter().copied().collect(),
+        "once released, the queued claim wins the held jobs, and only those"
+    );
 }

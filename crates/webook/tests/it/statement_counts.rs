@@ -230,3 +230,103 @@ async fn thread_of_roots_with_replies(db: &Db, roots: usize, replies: usize) -> 
 fn new_comment(parent: Option<i64>) -> webook::comment::NewComment {
     webook::comment::NewComment::new(1, BIZ, 1, parent, "hello".to_owned()).unwrap()
 }
+
+#[test]
+fn a_scheduler_poll_and_its_claims_are_a_few_statements() {
+    alone(
+        "a_scheduler_poll_and_its_claims_are_a_few_statements",
+        few_statements_per_scheduler_poll,
+    );
+}
+
+/// A fire time's lag is the round trips between the poller's wake-up and the claim's start: a
+/// poll that finds jobs due reads them with the database time and claims all of them in a few
+/// statements, whatever their number; a poll that finds nothing is one or two.
+async fn few_statements_per_scheduler_poll() {
+    use scheduler::sql::plan_claim;
+    const LEASE: i64 = 4_000;
+    const JOBS: i64 = 40;
+    // The job tables, and the clock's SQL on each engine (a clock read names no table).
+    let statements = count_statements(&["jobs", "job_runs", "clock_timestamp", "julianday"]);
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        let db = TestDb::new(kind, &MIGRATIONS).await;
+        let store = webook::jobs::store(&db.db);
+        let now = store.now().await.unwrap();
+        for index in 0..JOBS {
+            sqlx::query(
+                "INSERT INTO jobs (name, cron, timezone, executor, cfg, status, next_time, \
+                 utime, ctime) VALUES ($1, '@every 1h', 'UTC', 'noop', '{}', 'waiting', $2, $2, $2)",
+            )
+            .bind(format!("job-{index}"))
+            .bind(now - 100)
+            .execute(db.db.writer())
+            .await
+            .unwrap();
+        }
+
+        let before = statements.load(Ordering::SeqCst);
+        let due = store.due(100, LEASE).await.unwrap();
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - before,
+            1,
+            "{kind:?}: jobs due and the time in one statement"
+        );
+        assert_eq!(due.jobs.len(), usize::try_from(JOBS).unwrap(), "{kind:?}");
+        assert!(due.now >= now, "{kind:?}: the database time");
+
+        let before = statements.load(Ordering::SeqCst);
+        let polled = store
+            .poll(100, LEASE, "counted", |job, now| {
+                let schedule = job.schedule().unwrap();
+                plan_claim(job, &schedule, now, LEASE, 60_000).map(|plan| (plan, ()))
+            })
+            .await
+            .unwrap();
+        // The jobs due with the time (on SQLite after a look on the read pool, then under the
+        // write lock; on PostgreSQL locked as read), the compare-and-swaps (reading the start)
+        // and the run rows.
+        let expected = if kind == DatabaseKind::Postgres { 3 } else { 4 };
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - before,
+            expected,
+            "{kind:?}: a poll claiming {JOBS} jobs"
+        );
+        assert_eq!(polled.found, usize::try_from(JOBS).unwrap(), "{kind:?}");
+        assert!(
+            polled.claims.iter().all(|(.., claim)| claim.is_some()),
+            "{kind:?}: all won"
+        );
+        let after = store.now().await.unwrap();
+        for (.., claim) in &polled.claims {
+            let claim = claim.as_ref().unwrap();
+            let run = &store.runs(claim.job_id, 1).await.unwrap()[0];
+            let started = run.started_at.unwrap();
+            assert!(
+                run.scheduled_at <= started && polled.now <= started && started <= after,
+                "{kind:?}: a start read by the claim, from the database's clock"
+            );
+        }
+
+        // Nothing is due now. SQLite: one look. PostgreSQL: the locking read finds nothing, and
+        // a look says when the first lease runs out.
+        let before = statements.load(Ordering::SeqCst);
+        let idle = store
+            .poll(100, LEASE, "counted", |_, _| -> Option<(_, ())> {
+                panic!("nothing to plan")
+            })
+            .await
+            .unwrap();
+        let expected = if kind == DatabaseKind::Postgres { 2 } else { 1 };
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - before,
+            expected,
+            "{kind:?}: an idle poll"
+        );
+        assert_eq!(idle.found, 0, "{kind:?}");
+        assert_eq!(
+            idle.earliest_next,
+            Some(polled.now + LEASE + 1),
+            "{kind:?}: the claims' lease end"
+        );
+    }
+}
