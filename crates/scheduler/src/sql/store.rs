@@ -601,22 +601,12 @@ impl SqlJobStore {
     /// with [`poll`](Self::poll), which reads and claims in one transaction.)
     pub async fn due(&self, limit: usize, lease_ms: i64) -> sqlx::Result<Due> {
         let mut connection = self.pools.reads().await.acquire().await?;
-        let clock = self.clock_sql(&connection);
-        let rows = sqlx::query(&format!(
-            "WITH clock AS (SELECT {clock} AS db_now) \
-             SELECT clock.db_now, {JOB_COLUMNS} FROM clock JOIN jobs ON {DUE} \
-             ORDER BY next_time, random() LIMIT $2"
-        ))
-        .bind(lease_ms)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *connection)
-        .await?;
-        if let Some(first) = rows.first() {
-            return Ok(Due {
-                now: first.try_get("db_now")?,
-                jobs: rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?,
-                earliest_next: None,
-            });
+        let order = "next_time, random()";
+        if let Some(due) = self
+            .read_due(&mut connection, limit, lease_ms, order, "")
+            .await?
+        {
+            return Ok(due);
         }
         let probe = self.probe(&mut connection, lease_ms).await?;
         Ok(Due {
@@ -624,6 +614,37 @@ impl SqlJobStore {
             jobs: Vec::new(),
             earliest_next: probe.earliest_next,
         })
+    }
+
+    /// Up to `limit` jobs that may be claimable now, read on `connection` with the database
+    /// time in one statement, in `order`, with `lock` (a locking clause, or nothing) applied;
+    /// `None` when there are none.
+    async fn read_due(
+        &self,
+        connection: &mut sqlx::AnyConnection,
+        limit: usize,
+        lease_ms: i64,
+        order: &str,
+        lock: &str,
+    ) -> sqlx::Result<Option<Due>> {
+        let rows = sqlx::query(&format!(
+            "WITH clock AS (SELECT {} AS db_now) \
+             SELECT clock.db_now, {JOB_COLUMNS} FROM clock JOIN jobs ON {DUE} \
+             ORDER BY {order} LIMIT $2 {lock}",
+            self.clock_sql(connection)
+        ))
+        .bind(lease_ms)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *connection)
+        .await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        Ok(Some(Due {
+            now: first.try_get("db_now")?,
+            jobs: rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?,
+            earliest_next: None,
+        }))
     }
 
     /// A look at the jobs without reading any: the database time, whether any job may be
@@ -738,7 +759,6 @@ impl SqlJobStore {
             connection = writes.acquire().await?;
             sqlx::Connection::begin_with(&mut *connection, "BEGIN IMMEDIATE").await?
         };
-        let clock = self.clock_sql(&tx);
         // Under SQLite's write lock no other instance claims at the same time: earliest first,
         // no shuffle needed.
         let (order, lock) = if postgres {
@@ -746,25 +766,11 @@ impl SqlJobStore {
         } else {
             ("next_time", "")
         };
-        let rows = sqlx::query(&format!(
-            "WITH clock AS (SELECT {clock} AS db_now) \
-             SELECT clock.db_now, {JOB_COLUMNS} FROM clock JOIN jobs ON {DUE} \
-             ORDER BY {order} LIMIT $2 {lock}"
-        ))
-        .bind(lease_ms)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await?;
-        let Some(first) = rows.first() else {
+        let Some(due) = self.read_due(&mut tx, limit, lease_ms, order, lock).await? else {
             tx.rollback().await?;
             // Any candidate another instance holds (being claimed, or released) shows here as
             // due or soon: the poller looks again shortly.
             return Ok(self.probe(&mut connection, lease_ms).await?.into());
-        };
-        let due = Due {
-            now: first.try_get("db_now")?,
-            jobs: rows.iter().map(job_from_row).collect::<sqlx::Result<_>>()?,
-            earliest_next: None,
         };
         let polled = self
             .claim_polled(&mut tx, due, owner, lease_ms, plan)
@@ -792,21 +798,19 @@ impl SqlJobStore {
         }
         let jobs: Vec<(&JobRow, &ClaimPlan)> =
             planned.iter().map(|(job, plan, _)| (job, plan)).collect();
-        let claims = if jobs.is_empty() {
-            Vec::new()
-        } else {
-            self.claim_in(tx, &jobs, owner, due.now, lease_ms, Locked::Yes)
-                .await?
-        };
+        // One result per job (none and no statement when nothing was planned).
+        let claims = self
+            .claim_in(tx, &jobs, owner, due.now, lease_ms, Locked::Yes)
+            .await?;
         Ok(Polled {
             now: due.now,
             found,
             claims: planned
                 .into_iter()
-                .zip(claims.into_iter().chain(std::iter::repeat(None)))
+                .zip(claims)
                 .map(|((job, plan, payload), claim)| (job, plan, payload, claim))
                 .collect(),
-            earliest_next: due.earliest_next,
+            earliest_next: None,
         })
     }
 
@@ -1029,10 +1033,11 @@ async fn lock_in_id_order(
     Ok(())
 }
 
-/// The compare-and-swaps of the jobs at `indexes` (in id order) as one statement; returns the new version (the token) of each job won, by
-/// id, and the latest time (`clock`, an SQL expression) the statement read after a row's
-/// compare-and-swap (`i64::MIN` when it won none). One statement, not one per job: on
-/// PostgreSQL each is a round trip, and the claims' start is read after the last of them.
+/// The compare-and-swaps of the jobs at `indexes` (in id order) as one statement; returns the
+/// new version (the token) of each job won, by id, and the latest time (`clock`, an SQL
+/// expression) the statement read after a row's compare-and-swap (`i64::MIN` when it won
+/// none). One statement, not one per job: on PostgreSQL each is a round trip, and the claims'
+/// start is read after the last of them.
 async fn claim_rows(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     jobs: &[(&JobRow, &ClaimPlan)],
