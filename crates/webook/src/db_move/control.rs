@@ -110,6 +110,10 @@ pub struct Validation {
     /// Change-log entries waiting to be replicated when it began (both sides).
     #[serde(default)]
     pub backlog: i64,
+    /// How long (ms) it waited for changes in flight to be replicated before confirming
+    /// what it had found different: one wait of at most 5 s per 10 000 suspected rows.
+    #[serde(default)]
+    pub replication_wait_ms: i64,
 }
 
 /// The `db_move` row.

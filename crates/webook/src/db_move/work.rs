@@ -493,6 +493,33 @@ impl FindingKind {
     }
 }
 
+/// How many suspected differences a validation gathers before it confirms them (and again
+/// at its end).
+const CONFIRM_AT: usize = 10 * BATCH_ROWS;
+
+/// Rows a validation found different in passing, by table (each key once, whichever
+/// direction found it), waiting to be confirmed; and how long confirming has waited so far.
+#[derive(Default)]
+struct Suspects {
+    by_table: BTreeMap<usize, BTreeMap<String, Key>>,
+    count: usize,
+    waited_ms: i64,
+}
+
+impl Suspects {
+    fn add(&mut self, index: usize, keys: Vec<Key>) {
+        if keys.is_empty() {
+            return;
+        }
+        let known = self.by_table.entry(index).or_default();
+        for key in keys {
+            if known.insert(key_text(&key), key).is_none() {
+                self.count += 1;
+            }
+        }
+    }
+}
+
 impl Mover {
     /// Compares every table both ways in keyset batches (source → destination: missing or
     /// different rows; destination → source: rows the source does not have), all rows or those
@@ -518,7 +545,8 @@ impl Mover {
             .await?;
         let mut checked = 0i64;
         let mut findings = 0i64;
-        for table in &self.tables {
+        let mut suspects = Suspects::default();
+        for (index, table) in self.tables.iter().enumerate() {
             let since = since.filter(|_| table.has_utime);
             for (from, to, forward) in [
                 (&self.source, &self.destination, true),
@@ -543,14 +571,15 @@ impl Mover {
                     if forward {
                         checked += i64::try_from(rows.len())?;
                     }
-                    let suspects = differing(to, table, rows, forward).await?;
-                    if !suspects.is_empty() {
-                        findings += self.confirm(table, suspects).await?;
+                    suspects.add(index, differing(to, table, rows, forward).await?);
+                    if suspects.count >= CONFIRM_AT {
+                        findings += self.confirm(&mut suspects).await?;
                     }
                     progress(&table.name, done, 0);
                 }
             }
         }
+        findings += self.confirm(&mut suspects).await?;
         let validation = Validation {
             at,
             since,
@@ -559,6 +588,7 @@ impl Mover {
             phase: Some(state.phase),
             after_copy,
             backlog,
+            replication_wait_ms: suspects.waited_ms,
         };
         let message = format!(
             "compared {checked} rows of {} tables both ways: {findings} differences",
@@ -568,17 +598,36 @@ impl Mover {
         Ok((validation, message))
     }
 
-    /// Re-compares `keys` once the change logs are empty (or the wait ran out) and records
-    /// what is still different. Returns how many it recorded.
-    async fn confirm(&self, table: &Table, keys: Vec<Key>) -> anyhow::Result<i64> {
+    /// Re-compares the suspects once the change logs are empty (or the wait ran out) and
+    /// records what is still different; empties `suspects`. Returns how many it recorded.
+    /// One wait for all of them: a validation under load finds rows in flight in most
+    /// batches of the busy tables, and waiting after each batch made it wait that often.
+    async fn confirm(&self, suspects: &mut Suspects) -> anyhow::Result<i64> {
+        if suspects.count == 0 {
+            return Ok(0);
+        }
         let phase = self
             .control
             .load()
             .await?
             .map_or(Phase::SrcOnly, |state| state.phase);
         if phase.replicates() {
+            let began = std::time::Instant::now();
             self.await_replicated().await?;
+            suspects.waited_ms += i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
         }
+        let mut recorded = 0;
+        for (index, keys) in std::mem::take(&mut suspects.by_table) {
+            let keys = keys.into_values().collect();
+            recorded += self.record(&self.tables[index], keys, phase).await?;
+        }
+        suspects.count = 0;
+        Ok(recorded)
+    }
+
+    /// Compares `keys` on both sides now and records each row that differs, with the
+    /// authoritative side's fingerprint. Returns how many it recorded.
+    async fn record(&self, table: &Table, keys: Vec<Key>, phase: Phase) -> anyhow::Result<i64> {
         let source_rows = index(table, self.source.rows_by_key(None, table, &keys).await?);
         let destination_rows = index(
             table,

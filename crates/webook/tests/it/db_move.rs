@@ -1063,6 +1063,89 @@ async fn an_orphaned_switch_is_aborted_by_the_instance() {
     );
 }
 
+/// A validation while replication is stuck (a row on the destination held by another
+/// transaction) waits for the changes in flight once, not once per batch that found one: it
+/// waited 5 s for each table it found a row in flight in (users, articles, their published
+/// copy, the outbox…), over the test's wait on a busy machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validation_waits_for_changes_in_flight_once() {
+    let (_db, app, admin, destination) = copying_to_postgresql().await;
+    task_done(&app, &admin, "copy").await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
+    wait_until("the change logs to drain", || async {
+        let status = move_status(&app, &admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+    let held = pool(&destination.url).await;
+    let mut holder = held.begin().await.unwrap();
+    sqlx::query("SELECT id FROM users WHERE id = 1 FOR UPDATE")
+        .fetch_all(&mut *holder)
+        .await
+        .unwrap();
+    let edited = post(
+        &app,
+        "/users/edit",
+        Some(&admin),
+        json!({"nickname": "in flight", "birthday": "2000-01-01", "aboutMe": ""}),
+    )
+    .await;
+    assert_eq!(edited.code(), 0, "{}", edited.raw);
+    let author = Member {
+        token: admin.clone(),
+        uid: 1,
+    };
+    for n in 0..3 {
+        publish(&app, &author, &format!("in flight {n}")).await;
+    }
+    let stuck = move_status(&app, &admin).await;
+    assert!(stuck["pending"]["source"].as_i64().unwrap() > 0, "{stuck}");
+
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let validated = task_done(&app, &admin, "validate").await;
+    let waited = validated["validation"]["replicationWaitMs"]
+        .as_i64()
+        .unwrap();
+    assert!((5_000..10_000).contains(&waited), "{validated}");
+    let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin)).await;
+    let tables: std::collections::BTreeSet<String> = findings.json()["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["table"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        tables.contains("users") && tables.contains("articles"),
+        "{}",
+        findings.raw
+    );
+
+    // Once the row is let go, replication catches up and nothing is in flight any more.
+    holder.rollback().await.unwrap();
+    wait_until("the change logs to drain", || async {
+        let status = move_status(&app, &admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+    operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
+    let again = task_done(&app, &admin, "validate").await;
+    let waited = again["validation"]["replicationWaitMs"].as_i64().unwrap();
+    assert!(waited < 5_000, "{again}");
+    let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin)).await;
+    let meta_only = findings.json()["data"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|item| item["table"] == "meta");
+    assert!(meta_only, "{}", findings.raw);
+}
+
 /// The durable job store waits while the application's database is paused (it once took raw
 /// pools and kept writing to the old database during a switch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
