@@ -5,8 +5,9 @@
 //! or a key to drop) and calls [`SearchIndex::apply`], which writes them and commits them with
 //! the [`IndexState`] — the schema version, the stream positions they reach and whether the
 //! index is complete — as the commit's payload, then reloads the reader: a commit is both the
-//! durability point and the moment queries see the change. Queries ([`super::query`]) take a
-//! searcher from the reader. Everything here blocks (disk, CPU): callers run it on blocking
+//! durability point and the moment queries see the change. Background merges that end later
+//! swap their segments in on their own ([`reload_after_merges`]). Queries ([`super::query`])
+//! take a searcher from the reader. Everything here blocks (disk, CPU): callers run it on blocking
 //! threads.
 //!
 //! A writer that failed (its directory gone, the disk full) is not used again: the feeder
@@ -27,6 +28,7 @@ use platform::events::follow::Positions;
 use serde::{Deserialize, Serialize};
 use tantivy::{
     directory::MmapDirectory,
+    directory::{Directory, WatchCallback, WatchHandle},
     schema::{
         Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED,
         STRING,
@@ -254,7 +256,7 @@ fn id_value(id: i64) -> u64 {
 }
 
 /// This process's index: one writer (behind a mutex: the feeder and a rebuild never write at
-/// once; `None` once closed), one reader, reloaded after each commit.
+/// once; `None` once closed), one reader, reloaded after each commit and each merge of it.
 pub struct SearchIndex {
     dir: PathBuf,
     writer_heap: usize,
@@ -263,12 +265,35 @@ pub struct SearchIndex {
     writer: Mutex<Option<IndexWriter>>,
     reader: IndexReader,
     /// The last commit on disk: found at open, then each one this writer made.
-    committed: Mutex<Option<CommitMark>>,
+    committed: Arc<Mutex<Option<CommitMark>>>,
+    /// Keeps [`reload_after_merges`] subscribed to changes of `meta.json`.
+    _merges: WatchHandle,
 }
 
 impl std::fmt::Debug for SearchIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SearchIndex")
+    }
+}
+
+/// Called by tantivy's watcher (its own thread, every 500 ms) when `meta.json` changed:
+/// reloads the reader when the file still holds this index's last commit, i.e. a background
+/// merge swapped its segments in. A commit reloads by itself ([`SearchIndex::commit`]), and a
+/// directory replaced from outside is the feeder's to take or rebuild, never read half-built.
+/// Without it the reader kept the merged-away segments' files mapped — deleted, their disk
+/// space and page cache held (72 MB after building 100 000 articles) — until the next commit.
+fn reload_after_merges(index: &Index, reader: &IndexReader, committed: &Mutex<Option<CommitMark>>) {
+    let ours = committed
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let Ok(on_disk) = CommitMark::of(index) else {
+        return;
+    };
+    if ours.as_ref() == Some(&on_disk) {
+        if let Err(err) = reader.reload() {
+            tracing::warn!(error = %err, "search: reloading the index after a merge failed");
+        }
     }
 }
 
@@ -370,7 +395,14 @@ impl SearchIndex {
             Ok(reader) => reader,
             Err(err) => return Ok(Err(err)),
         };
-        let committed = CommitMark::of(&index)?;
+        let committed = Arc::new(Mutex::new(Some(CommitMark::of(&index)?)));
+        let merges = index
+            .directory()
+            .watch(WatchCallback::new({
+                let (index, reader, committed) = (index.clone(), reader.clone(), committed.clone());
+                move || reload_after_merges(&index, &reader, &committed)
+            }))
+            .context("watching the search index for merges")?;
         Ok(Ok(Self {
             dir: dir.to_path_buf(),
             writer_heap,
@@ -378,7 +410,8 @@ impl SearchIndex {
             fields,
             writer: Mutex::new(Some(writer)),
             reader,
-            committed: Mutex::new(Some(committed)),
+            committed,
+            _merges: merges,
         }))
     }
 

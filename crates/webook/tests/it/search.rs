@@ -19,6 +19,7 @@ use std::{
 };
 
 use common::{get, member, post, Member, Setup};
+use platform::testing::wait_until;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use webook::{
@@ -876,6 +877,55 @@ fn complete(built_at: i64) -> IndexState {
         positions: Default::default(),
         built_at,
     }
+}
+
+/// Segments merged away after the last commit leave the reader too: it searches the merged
+/// segment and no longer maps the deleted files (it kept them, and their disk space, until the
+/// next commit).
+#[tokio::test]
+async fn the_reader_lets_go_of_segments_merged_after_the_last_commit() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("index");
+    let (index, _) = SearchIndex::open(&dir, 20_000_000).unwrap();
+    // Tantivy merges once 8 small segments exist: the 8th, 15th and 22nd commits start a
+    // merge, and the last one ends after its commit has reloaded the reader.
+    const MERGED_AT: usize = 8;
+    let commits = 22;
+    for n in 0..commits {
+        let changes = (0..5)
+            .map(|k| article_change(n * 5 + k + 1, &format!("article {n} {k}")))
+            .collect();
+        index.apply(changes, &complete(1)).unwrap();
+    }
+    let deleted_mappings = || {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .filter(|line| line.contains(dir.to_str().unwrap()) && line.ends_with("(deleted)"))
+            .count()
+    };
+    wait_until(
+        "the merges to end and the reader to search their segment",
+        || async {
+            let searchable = index.index().searchable_segment_ids().unwrap();
+            let read: Vec<_> = index
+                .reader()
+                .searcher()
+                .segment_readers()
+                .iter()
+                .map(|segment| segment.segment_id())
+                .collect();
+            searchable.len() < MERGED_AT
+                && read.len() == searchable.len()
+                && read.iter().all(|id| searchable.contains(id))
+        },
+    )
+    .await;
+    wait_until("no merged-away segment to stay mapped", || async {
+        deleted_mappings() == 0
+    })
+    .await;
+    let searcher = index.reader().searcher();
+    assert_eq!(searcher.num_docs(), u64::try_from(commits * 5).unwrap());
 }
 
 #[test]
