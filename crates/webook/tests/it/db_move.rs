@@ -74,6 +74,15 @@ async fn task_done(app: &TestApp, admin: &str, kind: &str) -> Value {
     move_status(app, admin).await
 }
 
+/// Waits until nothing captured is left to copy across, either way.
+async fn drained(app: &TestApp, admin: &str) {
+    wait_until("the change logs to drain", || async {
+        let status = move_status(app, admin).await;
+        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
+    })
+    .await;
+}
+
 /// Every row of every moved table on `pool`, by table, in key order (as text, engine-neutral).
 async fn every_row(pool: &AnyPool, tables: &[MovedTable]) -> BTreeMap<String, Vec<String>> {
     let mut all = BTreeMap::new();
@@ -380,11 +389,7 @@ async fn an_embedded_site_moves_to_postgresql_under_load_and_restarts_there() {
         },
     )
     .await;
-    wait_until("the change logs to drain", || async {
-        let status = move_status(&app, &admin).await;
-        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
-    })
-    .await;
+    drained(&app, &admin).await;
     operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
     let validated = task_done(&app, &admin, "validate").await;
     let findings = get(&app, "/admin/db-move/findings?limit=200", Some(&admin)).await;
@@ -554,11 +559,7 @@ async fn injected_differences_are_found_and_fixed_without_overwriting_newer_rows
         json!({"phase": "SrcFirst"}),
     )
     .await;
-    wait_until("the change logs to drain", || async {
-        let status = move_status(&app, &admin).await;
-        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
-    })
-    .await;
+    drained(&app, &admin).await;
     operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
     let clean = task_done(&app, &admin, "validate").await;
     // The destination's own migration wrote its `meta` rows: the only differences.
@@ -794,11 +795,7 @@ async fn two_cluster_instances_move_between_postgresqls_and_switch_together() {
     );
     assert!(requests_one + requests_two >= 120);
 
-    wait_until("the change logs to drain", || async {
-        let status = move_status(&two, &admin).await;
-        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
-    })
-    .await;
+    drained(&two, &admin).await;
     operate(&two, &admin, "/admin/db-move/validate", json!({})).await;
     let validated = task_done(&two, &admin, "validate").await;
     assert_eq!(validated["validation"]["findings"], 0, "{validated}");
@@ -946,6 +943,21 @@ async fn copying_to_postgresql() -> (Arc<TestDb>, TestApp, String, EmptyPostgres
     (db, app, admin, destination)
 }
 
+/// As [`copying_to_postgresql`], once the copy is done and the move is in SrcFirst (every
+/// write replicated to the destination).
+async fn replicating_to_postgresql() -> (Arc<TestDb>, TestApp, String, EmptyPostgres) {
+    let (db, app, admin, destination) = copying_to_postgresql().await;
+    task_done(&app, &admin, "copy").await;
+    operate(
+        &app,
+        &admin,
+        "/admin/db-move/switch",
+        json!({"phase": "SrcFirst"}),
+    )
+    .await;
+    (db, app, admin, destination)
+}
+
 /// The write fence, on both engines: from the start the destination refuses every application
 /// write (captured tables only take the mover's), and a closed source refuses them too — in the
 /// database itself, whoever writes.
@@ -1001,15 +1013,7 @@ async fn a_fenced_database_refuses_application_writes_on_both_engines() {
 /// serving instance on its own: aborted, every fence as before, writes served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orphaned_switch_is_aborted_by_the_instance() {
-    let (db, app, admin, _destination) = copying_to_postgresql().await;
-    task_done(&app, &admin, "copy").await;
-    operate(
-        &app,
-        &admin,
-        "/admin/db-move/switch",
-        json!({"phase": "SrcFirst"}),
-    )
-    .await;
+    let (db, app, admin, _destination) = replicating_to_postgresql().await;
     // What a coordinator of the switch to DstFirst killed right after fencing leaves: stage
     // pause, a lapsed lease, the source's fence closed.
     let source = pool(&db.url).await;
@@ -1069,20 +1073,8 @@ async fn an_orphaned_switch_is_aborted_by_the_instance() {
 /// copy, the outbox…), over the test's wait on a busy machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_validation_waits_for_changes_in_flight_once() {
-    let (_db, app, admin, destination) = copying_to_postgresql().await;
-    task_done(&app, &admin, "copy").await;
-    operate(
-        &app,
-        &admin,
-        "/admin/db-move/switch",
-        json!({"phase": "SrcFirst"}),
-    )
-    .await;
-    wait_until("the change logs to drain", || async {
-        let status = move_status(&app, &admin).await;
-        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
-    })
-    .await;
+    let (_db, app, admin, destination) = replicating_to_postgresql().await;
+    drained(&app, &admin).await;
     let held = pool(&destination.url).await;
     let mut holder = held.begin().await.unwrap();
     sqlx::query("SELECT id FROM users WHERE id = 1 FOR UPDATE")
@@ -1128,11 +1120,7 @@ async fn a_validation_waits_for_changes_in_flight_once() {
 
     // Once the row is let go, replication catches up and nothing is in flight any more.
     holder.rollback().await.unwrap();
-    wait_until("the change logs to drain", || async {
-        let status = move_status(&app, &admin).await;
-        status["pending"]["source"] == 0 && status["pending"]["destination"] == 0
-    })
-    .await;
+    drained(&app, &admin).await;
     operate(&app, &admin, "/admin/db-move/validate", json!({})).await;
     let again = task_done(&app, &admin, "validate").await;
     let waited = again["validation"]["replicationWaitMs"].as_i64().unwrap();
