@@ -110,10 +110,15 @@ pub struct Validation {
     /// Change-log entries waiting to be replicated when it began (both sides).
     #[serde(default)]
     pub backlog: i64,
-    /// How long (ms) it waited for changes in flight to be replicated before confirming
-    /// what it had found different: one wait of at most 5 s per 10 000 suspected rows.
+    /// How long (ms) it waited, in all, for changes in flight to be replicated before
+    /// confirming what it had found different: one wait of at most 5 s per 10 000 suspected
+    /// rows.
     #[serde(default)]
     pub replication_wait_ms: i64,
+    /// Whether a wait ran out before replication caught up: some findings may be rows that
+    /// were only in flight (validate again).
+    #[serde(default)]
+    pub replication_behind: bool,
 }
 
 /// The `db_move` row.

@@ -497,13 +497,16 @@ impl FindingKind {
 /// at its end).
 const CONFIRM_AT: usize = 10 * BATCH_ROWS;
 
-/// Rows a validation found different in passing, by table (each key once, whichever
-/// direction found it), waiting to be confirmed; and how long confirming has waited so far.
+/// Rows a validation found different in passing, by table (each key once per round of
+/// confirmation, whichever direction found it), waiting to be confirmed; and how long
+/// confirming has waited so far.
 #[derive(Default)]
 struct Suspects {
     by_table: BTreeMap<usize, BTreeMap<String, Key>>,
     count: usize,
     waited_ms: i64,
+    /// Whether a wait ran out before replication had caught up.
+    behind: bool,
 }
 
 impl Suspects {
@@ -589,6 +592,7 @@ impl Mover {
             after_copy,
             backlog,
             replication_wait_ms: suspects.waited_ms,
+            replication_behind: suspects.behind,
         };
         let message = format!(
             "compared {checked} rows of {} tables both ways: {findings} differences",
@@ -613,13 +617,19 @@ impl Mover {
             .map_or(Phase::SrcOnly, |state| state.phase);
         if phase.replicates() {
             let began = std::time::Instant::now();
-            self.await_replicated().await?;
+            if !self.await_replicated().await? {
+                suspects.behind = true;
+            }
             suspects.waited_ms += i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
         }
         let mut recorded = 0;
         for (index, keys) in std::mem::take(&mut suspects.by_table) {
-            let keys = keys.into_values().collect();
-            recorded += self.record(&self.tables[index], keys, phase).await?;
+            let table = &self.tables[index];
+            let keys: Vec<Key> = keys.into_values().collect();
+            // In batches, as read: one statement binds every key column of every key.
+            for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
+                recorded += self.record(table, batch, phase).await?;
+            }
         }
         suspects.count = 0;
         Ok(recorded)
@@ -627,17 +637,17 @@ impl Mover {
 
     /// Compares `keys` on both sides now and records each row that differs, with the
     /// authoritative side's fingerprint. Returns how many it recorded.
-    async fn record(&self, table: &Table, keys: Vec<Key>, phase: Phase) -> anyhow::Result<i64> {
-        let source_rows = index(table, self.source.rows_by_key(None, table, &keys).await?);
+    async fn record(&self, table: &Table, keys: &[Key], phase: Phase) -> anyhow::Result<i64> {
+        let source_rows = index(table, self.source.rows_by_key(None, table, keys).await?);
         let destination_rows = index(
             table,
-            self.destination.rows_by_key(None, table, &keys).await?,
+            self.destination.rows_by_key(None, table, keys).await?,
         );
         let (authority, _) = self.authority(phase);
         let authoritative_is_source = std::ptr::eq(authority, &self.source);
         let mut recorded = 0;
         for key in keys {
-            let text = key_text(&key);
+            let text = key_text(key);
             let (on_source, on_destination) = (source_rows.get(&text), destination_rows.get(&text));
             let kind = match (on_source, on_destination) {
                 (Some(_), None) => FindingKind::MissingInDestination,
@@ -675,8 +685,9 @@ impl Mover {
     }
 
     /// Waits (bounded) until every change logged so far on either side has been replicated
-    /// (later ones may still be waiting: under load the logs are never empty).
-    async fn await_replicated(&self) -> anyhow::Result<()> {
+    /// (later ones may still be waiting: under load the logs are never empty). Whether they
+    /// were: `false` when the wait ran out first.
+    async fn await_replicated(&self) -> anyhow::Result<bool> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         for side in [&self.source, &self.destination] {
             let logged: i64 =
@@ -689,14 +700,17 @@ impl Mover {
                         .bind(logged)
                         .fetch_one(&side.pool)
                         .await?;
-                if waiting == 0 || std::time::Instant::now() >= deadline {
+                if waiting == 0 {
                     break;
+                }
+                if std::time::Instant::now() >= deadline {
+                    return Ok(false);
                 }
                 // Drained by the serving instances' replicators; polled.
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The rows a validation begun at `at` found different (fixed since or not), compared
@@ -718,15 +732,17 @@ impl Mover {
             let Some(table) = self.table(&name) else {
                 continue;
             };
-            let source = index(table, self.source.rows_by_key(None, table, &keys).await?);
-            let destination = index(
-                table,
-                self.destination.rows_by_key(None, table, &keys).await?,
-            );
-            for key in keys {
-                let text = key_text(&key);
-                if source.get(&text) != destination.get(&text) {
-                    differing.push(format!("{name} {text}"));
+            for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
+                let source = index(table, self.source.rows_by_key(None, table, batch).await?);
+                let destination = index(
+                    table,
+                    self.destination.rows_by_key(None, table, batch).await?,
+                );
+                for key in batch {
+                    let text = key_text(key);
+                    if source.get(&text) != destination.get(&text) {
+                        differing.push(format!("{name} {text}"));
+                    }
                 }
             }
         }
