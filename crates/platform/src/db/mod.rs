@@ -151,8 +151,9 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5
 /// The page cache of each SQLite read connection (KiB; SQLite's default is 2 000). In WAL
 /// mode a connection's cache is emptied whenever another connection has written since its last
 /// read, so under writes the readers' caches hold little, and the OS's page cache serves the
-/// file either way; at the default, the 16 pooled readers kept 30–50 MB after a burst (the
-/// search index build). The writer keeps the default: nobody else writes under it.
+/// file either way; at the default, the 16 pooled readers' caches (up to 32 MB) were most of
+/// the 30–50 MB they held after a burst (the search index build). The writer keeps the
+/// default: nobody else writes under it.
 const SQLITE_READER_CACHE: &str = "PRAGMA cache_size = -256;";
 
 /// How long the first, direct connection at start-up may take.

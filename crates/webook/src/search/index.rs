@@ -283,10 +283,10 @@ impl std::fmt::Debug for SearchIndex {
 /// Without it the reader kept the merged-away segments' files mapped — deleted, their disk
 /// space and page cache held (72 MB after building 100 000 articles) — until the next commit.
 fn reload_after_merges(index: &Index, reader: &IndexReader, committed: &Mutex<Option<CommitMark>>) {
+    // Held through the reload, which a commit makes under it too.
     let ours = committed
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Ok(on_disk) = CommitMark::of(index) else {
         return;
     };
@@ -497,10 +497,13 @@ impl SearchIndex {
             prepared.set_payload(&payload);
             prepared.commit()?;
             let mark = CommitMark::of(&self.index);
-            *self.lock_committed() = mark.as_ref().ok().cloned();
+            let mut committed = self.lock_committed();
+            *committed = mark.as_ref().ok().cloned();
             mark?;
+            // Under the mark's lock, as [`reload_after_merges`]: two reloads at once could
+            // store the older searcher last and hide this commit from queries for a while.
+            self.reader.reload()?;
         }
-        self.reader.reload()?;
         Ok(())
     }
 
