@@ -303,7 +303,8 @@ export async function move(ctx) {
     set(valAt, v ? when(v.at) : t("move.notValidated"));
     set(valScope, !v ? "—" : v.since == null ? t("move.full") : t("move.since", { time: when(v.since) }));
     set(valChecked, num(v?.checked));
-    set(valFindings, num(v?.findings));
+    // A wait for replication ran out: some findings may be rows that were only in flight.
+    set(valFindings, v?.replicationBehind ? `${num(v.findings)} (${t("move.behind")})` : num(v?.findings));
     set(openFindings, num(s.openFindings ?? 0));
     checks.hidden = !s.destination;
     const near = neighbours(s);
