@@ -624,12 +624,8 @@ impl Mover {
         }
         let mut recorded = 0;
         for (index, keys) in std::mem::take(&mut suspects.by_table) {
-            let table = &self.tables[index];
             let keys: Vec<Key> = keys.into_values().collect();
-            // In batches, as read: one statement binds every key column of every key.
-            for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
-                recorded += self.record(table, batch, phase).await?;
-            }
+            recorded += self.record(&self.tables[index], &keys, phase).await?;
         }
         suspects.count = 0;
         Ok(recorded)
@@ -638,11 +634,7 @@ impl Mover {
     /// Compares `keys` on both sides now and records each row that differs, with the
     /// authoritative side's fingerprint. Returns how many it recorded.
     async fn record(&self, table: &Table, keys: &[Key], phase: Phase) -> anyhow::Result<i64> {
-        let source_rows = index(table, self.source.rows_by_key(None, table, keys).await?);
-        let destination_rows = index(
-            table,
-            self.destination.rows_by_key(None, table, keys).await?,
-        );
+        let (source_rows, destination_rows) = self.rows_on_both_sides(table, keys).await?;
         let (authority, _) = self.authority(phase);
         let authoritative_is_source = std::ptr::eq(authority, &self.source);
         let mut recorded = 0;
@@ -682,6 +674,27 @@ impl Mover {
             recorded += 1;
         }
         Ok(recorded)
+    }
+
+    /// The rows of `table` with `keys` on the source and on the destination, by key text; read
+    /// in batches, as validation reads, since one statement binds every key column of every key.
+    async fn rows_on_both_sides(
+        &self,
+        table: &Table,
+        keys: &[Key],
+    ) -> anyhow::Result<(HashMap<String, TableRow>, HashMap<String, TableRow>)> {
+        let (mut source, mut destination) = (HashMap::new(), HashMap::new());
+        for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
+            source.extend(index(
+                table,
+                self.source.rows_by_key(None, table, batch).await?,
+            ));
+            destination.extend(index(
+                table,
+                self.destination.rows_by_key(None, table, batch).await?,
+            ));
+        }
+        Ok((source, destination))
     }
 
     /// Waits (bounded) until every change logged so far on either side has been replicated
@@ -732,17 +745,11 @@ impl Mover {
             let Some(table) = self.table(&name) else {
                 continue;
             };
-            for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
-                let source = index(table, self.source.rows_by_key(None, table, batch).await?);
-                let destination = index(
-                    table,
-                    self.destination.rows_by_key(None, table, batch).await?,
-                );
-                for key in batch {
-                    let text = key_text(key);
-                    if source.get(&text) != destination.get(&text) {
-                        differing.push(format!("{name} {text}"));
-                    }
+            let (source, destination) = self.rows_on_both_sides(table, &keys).await?;
+            for key in &keys {
+                let text = key_text(key);
+                if source.get(&text) != destination.get(&text) {
+                    differing.push(format!("{name} {text}"));
                 }
             }
         }

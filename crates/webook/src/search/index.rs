@@ -27,8 +27,7 @@ use arc_swap::ArcSwap;
 use platform::events::follow::Positions;
 use serde::{Deserialize, Serialize};
 use tantivy::{
-    directory::MmapDirectory,
-    directory::{Directory, WatchCallback, WatchHandle},
+    directory::{Directory, MmapDirectory, WatchCallback, WatchHandle},
     schema::{
         Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, FAST, INDEXED, STORED,
         STRING,
