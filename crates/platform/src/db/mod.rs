@@ -819,6 +819,36 @@ mod tests {
         assert_eq!(size(db.writer().any_pool()).await, -2000);
     }
 
+    /// The SQLite linked in (one library, under sqlx and the inline reads alike) is built by
+    /// `.cargo/config.toml`'s flags: no page-cache group and no memory statistics shared by all
+    /// connections, each behind a process-wide mutex the async workers slept on.
+    #[tokio::test]
+    async fn sqlite_is_built_without_process_wide_mutexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("webook.db").display());
+        let db = Db::connect_url(&url, 2).await.unwrap();
+        let through_sqlx: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+            .fetch_all(&db.pool().any_pool())
+            .await
+            .unwrap();
+        let file = db.sqlite_file().unwrap();
+        let inline: Vec<String> = db
+            .read_inline(|connection| {
+                let mut statement = connection.prepare("PRAGMA compile_options")?;
+                let options = statement.query_map([], |row| row.get(0))?;
+                options.collect()
+            })
+            .unwrap();
+        assert_eq!(through_sqlx, inline, "one SQLite library ({file:?})");
+        for option in ["DEFAULT_MEMSTATUS=0", "DISABLE_PAGECACHE_OVERFLOW_STATS"] {
+            assert!(inline.iter().any(|o| o == option), "{option} in {inline:?}");
+        }
+        assert!(
+            !inline.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{inline:?}"
+        );
+    }
+
     #[test]
     fn dialect_placeholders_expand_for_each_engine() {
         let sql = "CREATE TABLE t (id {{id}}, name TEXT)";
