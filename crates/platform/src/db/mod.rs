@@ -156,6 +156,16 @@ const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5
 /// default: nobody else writes under it.
 const SQLITE_READER_CACHE: &str = "PRAGMA cache_size = -256;";
 
+/// A pooled connection idle at least this long is pinged before it is handed out (a dead one is
+/// closed and another taken). sqlx pings every connection when it comes back to the pool, and by
+/// default again before handing it out — on PostgreSQL a round trip before every query: 9 % of
+/// the server's CPU samples under `bench.sh`'s likes, and half of PostgreSQL's CPU per like
+/// (docs/PERFORMANCE.md → HTTP → No ping before each query). A connection idle for less than
+/// this was alive when it was returned; one that sat longer may have lost its server meanwhile
+/// (a restart takes longer than this). The cost: a connection that lost its server and is used
+/// again within this time fails that one query, and is dropped.
+const PING_WHEN_IDLE_FOR: Duration = Duration::from_secs(1);
+
 /// How long the first, direct connection at start-up may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub use crate::config::DEFAULT_ACQUIRE_TIMEOUT;
@@ -234,6 +244,15 @@ impl Db {
             AnyPoolOptions::new()
                 .max_connections(size)
                 .acquire_timeout(acquire_timeout)
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for < PING_WHEN_IDLE_FOR {
+                            return Ok(true);
+                        }
+                        Ok(sqlx::Connection::ping(conn).await.is_ok())
+                    })
+                })
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if kind == DatabaseKind::Sqlite {
@@ -817,6 +836,51 @@ mod tests {
         };
         assert_eq!(size(db.pool().any_pool()).await, -256);
         assert_eq!(size(db.writer().any_pool()).await, -2000);
+    }
+
+    /// A pooled PostgreSQL connection whose server process went away: used again at once (no
+    /// ping before it, so no round trip before every query) its query fails and the connection
+    /// is dropped, the next query gets a new one; left idle past [`PING_WHEN_IDLE_FOR`] it is
+    /// pinged, found dead and replaced before the query, which succeeds.
+    #[tokio::test]
+    async fn a_pooled_connection_is_pinged_only_after_sitting_idle() {
+        let test = crate::testing::TestDb::empty_postgres().await;
+        let db = Db::connect_url(&test.url, 1).await.unwrap();
+        let admin = Db::connect_url(&test.url, 1).await.unwrap();
+        let backend = || async {
+            sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
+                .fetch_one(db.pool())
+                .await
+        };
+        let kill = |pid: i32| {
+            let admin = admin.clone();
+            async move {
+                let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                    .bind(pid)
+                    .fetch_one(admin.pool())
+                    .await
+                    .unwrap();
+                assert!(killed);
+            }
+        };
+
+        let first = backend().await.unwrap();
+        kill(first).await;
+        assert!(
+            backend().await.is_err(),
+            "a connection used again at once is not pinged first"
+        );
+        let second = backend().await.unwrap();
+        assert_ne!(second, first, "the dead connection was dropped");
+
+        kill(second).await;
+        // The idle time is what is under test, not a wait for something to happen.
+        tokio::time::sleep(PING_WHEN_IDLE_FOR + Duration::from_millis(200)).await;
+        let third = backend().await.unwrap();
+        assert_ne!(
+            third, second,
+            "pinged, found dead, replaced before the query"
+        );
     }
 
     /// The SQLite linked in (one library, under sqlx and the inline reads alike) is built by
