@@ -855,7 +855,8 @@ mod tests {
         let kill = |pid: i32| {
             let admin = admin.clone();
             async move {
-                let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                // Waits (up to 5 s) until the backend is gone, so the next query cannot race it.
+                let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
                     .bind(pid)
                     .fetch_one(admin.pool())
                     .await
