@@ -158,8 +158,7 @@ const SQLITE_READER_CACHE: &str = "PRAGMA cache_size = -256;";
 
 /// A pooled connection idle at least this long is pinged before it is handed out (a dead one is
 /// closed and another taken). sqlx pings every connection when it comes back to the pool, and by
-/// default again before handing it out — on PostgreSQL a round trip before every query: 9 % of
-/// the server's CPU samples under `bench.sh`'s likes, and half of PostgreSQL's CPU per like
+/// default again before handing it out — on PostgreSQL a round trip before every query
 /// (docs/PERFORMANCE.md → HTTP → No ping before each query). A connection idle for less than
 /// this was alive when it was returned; one that sat longer may have lost its server meanwhile
 /// (a restart takes longer than this). The cost: a connection that lost its server and is used

@@ -617,9 +617,7 @@ impl Mover {
             .map_or(Phase::SrcOnly, |state| state.phase);
         if phase.replicates() {
             let began = std::time::Instant::now();
-            if !self.await_replicated().await? {
-                suspects.behind = true;
-            }
+            suspects.behind |= !self.await_replicated().await?;
             suspects.waited_ms += i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX);
         }
         let mut recorded = 0;
@@ -677,7 +675,8 @@ impl Mover {
     }
 
     /// The rows of `table` with `keys` on the source and on the destination, by key text; read
-    /// in batches, as validation reads, since one statement binds every key column of every key.
+    /// in batches, as validation reads, since one statement binds every key column of every key,
+    /// and both sides at once (a switch's verification runs inside its pause).
     async fn rows_on_both_sides(
         &self,
         table: &Table,
@@ -685,14 +684,12 @@ impl Mover {
     ) -> anyhow::Result<(HashMap<String, TableRow>, HashMap<String, TableRow>)> {
         let (mut source, mut destination) = (HashMap::new(), HashMap::new());
         for batch in keys.chunks(table.batch_rows(BATCH_ROWS)) {
-            source.extend(index(
-                table,
-                self.source.rows_by_key(None, table, batch).await?,
-            ));
-            destination.extend(index(
-                table,
-                self.destination.rows_by_key(None, table, batch).await?,
-            ));
+            let (on_source, on_destination) = tokio::try_join!(
+                self.source.rows_by_key(None, table, batch),
+                self.destination.rows_by_key(None, table, batch),
+            )?;
+            source.extend(index(table, on_source));
+            destination.extend(index(table, on_destination));
         }
         Ok((source, destination))
     }
