@@ -92,6 +92,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ("admins", "5, 6", "[5, 6]"),
     ("access_token_ttl", "20m", r#""20m""#),
     ("refresh_token_ttl", "2days", r#""2days""#),
+    ("refresh_retry_window", "45s", r#""45s""#),
     ("auth_rate_limit", "11", "11"),
     ("auth_rate_window", "2m", r#""2m""#),
     ("write_rate_limit", "121", "121"),
@@ -802,6 +803,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_REFRESH_TOKEN_TTL",
             "101years",
             &["refresh_token_ttl", "WEBOOK_REFRESH_TOKEN_TTL", "100 years"],
+        );
+        refused(
+            jail,
+            "WEBOOK_REFRESH_RETRY_WINDOW",
+            "6m",
+            &["refresh_retry_window", "WEBOOK_REFRESH_RETRY_WINDOW", "5m"],
         );
 
         jail.create_file("webook.toml", "listen = \"127.0.0.1:1\"\nlog = \n")?;

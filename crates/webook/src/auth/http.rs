@@ -124,7 +124,9 @@ async fn login(
     security(("refresh_token" = [])),
     responses(
         (status = 200, description = "Both tokens anew (rotation: reusing an old refresh \
-         token revokes the session).", body = Envelope<Null>,
+         token revokes the session; the one just used, presented again within \
+         `refresh_retry_window` of that refresh because its answer was lost, gets tokens of \
+         the current generation).", body = Envelope<Null>,
          headers(
              ("x-jwt-token" = String, description = "The new access token."),
              ("x-refresh-token" = String, description = "The new refresh token."),

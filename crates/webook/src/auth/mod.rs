@@ -160,8 +160,16 @@ async fn build_service(
             redis.clone(),
             &config.redis_prefix,
             settings.refresh_token_ttl,
+            settings.refresh_retry_window,
         ),
-        None => SessionStore::local(db.clone(), settings.refresh_token_ttl).await?,
+        None => {
+            SessionStore::local(
+                db.clone(),
+                settings.refresh_token_ttl,
+                settings.refresh_retry_window,
+            )
+            .await?
+        }
     };
     let shared = platform.redis_with_prefix();
     let auth_limiter = LiveRateLimiter::new("auth", &platform.live, shared, |config| {

@@ -180,7 +180,9 @@ impl AuthService {
     }
 
     /// Trades a refresh token for a new pair. A refresh token works once; presenting a used one
-    /// revokes the session (reuse detection).
+    /// revokes the session (reuse detection) — unless it is the one just used, again within
+    /// `refresh_retry_window` of that refresh (its answer was lost): that gets a pair of the
+    /// current generation ([`Rotation::Repeated`]).
     pub async fn refresh(
         &self,
         refresh_token: &str,
@@ -195,25 +197,31 @@ impl AuthService {
             .rotate(&claims.ssid, claims.uid, claims.gen)
             .await
             .map_err(AppError::Unavailable)?;
-        match rotation {
+        let generation = match rotation {
             Rotation::Rotated { generation } => {
                 count("refresh");
-                Ok(TokenPair {
-                    access: self
-                        .tokens
-                        .issue_access(claims.uid, &claims.ssid, user_agent)?,
-                    refresh: self
-                        .tokens
-                        .issue_refresh(claims.uid, &claims.ssid, generation)?,
-                })
+                generation
+            }
+            Rotation::Repeated { generation } => {
+                count("refresh_repeat");
+                tracing::info!(uid = claims.uid, ssid = %claims.ssid, "refresh token presented again within the retry window (its first answer was lost)");
+                generation
             }
             Rotation::Reused => {
                 count("refresh_reuse");
                 tracing::warn!(uid = claims.uid, ssid = %claims.ssid, "refresh token reused; session revoked");
-                Err(AppError::Unauthorized)
+                return Err(AppError::Unauthorized);
             }
-            Rotation::Revoked => Err(AppError::Unauthorized),
-        }
+            Rotation::Revoked => return Err(AppError::Unauthorized),
+        };
+        Ok(TokenPair {
+            access: self
+                .tokens
+                .issue_access(claims.uid, &claims.ssid, user_agent)?,
+            refresh: self
+                .tokens
+                .issue_refresh(claims.uid, &claims.ssid, generation)?,
+        })
     }
 
     /// Drops the state of fully expired sessions (see [`SessionStore::purge_expired`]).

@@ -6,7 +6,14 @@
 //!   session moves to `g + 1` (the new refresh token's generation) atomically, so a refresh token
 //!   works once. If `g` is older, somebody is replaying a used token: the whole session is revoked
 //!   (both the thief's and the owner's tokens stop working) — OAuth's refresh-token reuse
-//!   detection;
+//!   detection. One exception, the retry window (`refresh_retry_window`, 30 s by default): the
+//!   token of the generation just left, presented again within the window after that refresh,
+//!   gets tokens of the current generation without moving it ([`Rotation::Repeated`]). That is a
+//!   client whose answer was lost — a tab reloaded or closed while its refresh was on the way
+//!   (the browser drops the answer, the server has rotated), a connection dropped — and it kept
+//!   the old token; without the window its next refresh logged the user out. The window starts
+//!   at the rotation and is not extended by a repeat, so a thief holding the previous token has
+//!   those seconds at most, and any older token still revokes;
 //! - **logout** revokes the session;
 //! - every authenticated request checks "revoked?".
 //!
@@ -66,6 +73,12 @@ pub enum Rotation {
         /// The session's new generation.
         generation: u64,
     },
+    /// The token of the generation just left, within the retry window of that rotation: the
+    /// first answer was lost. The new refresh token carries the current generation again.
+    Repeated {
+        /// The session's current generation (unchanged).
+        generation: u64,
+    },
     /// The token was already used: the session is now revoked.
     Reused,
     /// The session was revoked earlier (logout or reuse).
@@ -78,6 +91,7 @@ pub struct SessionStore {
     db: Db,
     cache: Cache,
     ttl: Duration,
+    retry_window: Duration,
 }
 
 #[derive(Clone)]
@@ -122,8 +136,9 @@ struct RedisFlags {
 
 impl SessionStore {
     /// The embedded store: loads the state of unexpired sessions from `sessions` and purges
-    /// expired rows.
-    pub async fn local(db: Db, ttl: Duration) -> anyhow::Result<Self> {
+    /// expired rows. Sessions live `ttl`; a used refresh token may be repeated within
+    /// `retry_window` of its refresh (module docs).
+    pub async fn local(db: Db, ttl: Duration, retry_window: Duration) -> anyhow::Result<Self> {
         delete_expired_rows(&db, now_millis()).await?;
         let rows: Vec<(String, i64, i64)> =
             sqlx::query_as("SELECT ssid, revoked, expires_at FROM sessions")
@@ -141,12 +156,19 @@ impl SessionStore {
                 revoked,
             }))),
             ttl,
+            retry_window,
         })
     }
 
     /// The cluster store: the database, with flags cached in `redis` under
-    /// `<redis_prefix>:session:<ssid>`.
-    pub fn cluster(db: Db, redis: Redis, redis_prefix: &str, ttl: Duration) -> Self {
+    /// `<redis_prefix>:session:<ssid>`; `ttl` and `retry_window` as in [`Self::local`].
+    pub fn cluster(
+        db: Db,
+        redis: Redis,
+        redis_prefix: &str,
+        ttl: Duration,
+        retry_window: Duration,
+    ) -> Self {
         Self {
             db,
             cache: Cache::Redis(Arc::new(RedisFlags {
@@ -158,6 +180,7 @@ impl SessionStore {
                 retrier: std::sync::OnceLock::new(),
             })),
             ttl,
+            retry_window,
         }
     }
 
@@ -179,7 +202,17 @@ impl SessionStore {
     /// Presents a refresh token of generation `presented` for session `ssid` of user `uid`.
     pub async fn rotate(&self, ssid: &str, uid: i64, presented: u64) -> anyhow::Result<Rotation> {
         let expires_at = self.expires_at();
-        let rotation = rotate_in_db(&self.db, ssid, uid, presented, expires_at).await?;
+        let retry_window = i64::try_from(self.retry_window.as_millis()).unwrap_or(i64::MAX);
+        let rotation = rotate_in_db(
+            &self.db,
+            ssid,
+            uid,
+            presented,
+            expires_at,
+            now_millis(),
+            retry_window,
+        )
+        .await?;
         if rotation == Rotation::Reused {
             self.cache_revocation(ssid, expires_at).await;
         }
@@ -340,16 +373,20 @@ async fn revoked_in_db(db: &Db, ssid: &str) -> anyhow::Result<bool> {
     Ok(revoked.unwrap_or(0) != 0)
 }
 
-/// Decides a refresh in the database, each step one conditional statement: the session row
-/// exists (generation 0 if new); then either its generation moves from `presented` to the next
-/// (rotated), or, still unrevoked at another generation, it is revoked (reuse); otherwise it was
-/// revoked already. Two refreshes racing with one token: one rotates, the other is a reuse.
+/// Decides a refresh in the database at `now` (ms), each step one conditional statement: the
+/// session row exists (generation 0 if new); then either its generation moves from `presented`
+/// to the next (rotated, `rotated_at` = `now`), or `presented` is the generation just left and
+/// that rotation is less than `retry_window` ms old (repeated: the current generation again,
+/// nothing moves), or, still unrevoked, it is revoked (reuse); otherwise it was revoked already.
+/// Two refreshes racing with one token: one rotates, the other repeats within the window.
 pub async fn rotate_in_db(
     db: &Db,
     ssid: &str,
     uid: i64,
     presented: u64,
     expires_at: i64,
+    now: i64,
+    retry_window: i64,
 ) -> anyhow::Result<Rotation> {
     let presented = i64::try_from(presented).context("refresh generation out of range")?;
     sqlx::query(
@@ -365,17 +402,38 @@ pub async fn rotate_in_db(
     // Run to completion (`fetch_all`): its commit's failure (a full disk) is reported only then,
     // and a rotation answered but never saved would leave the used token working too.
     let rotated: Vec<i64> = sqlx::query_scalar(
-        "UPDATE sessions SET generation = generation + 1, expires_at = $3 \
+        "UPDATE sessions SET generation = generation + 1, expires_at = $3, rotated_at = $4 \
          WHERE ssid = $1 AND revoked = 0 AND generation = $2 RETURNING generation",
     )
     .bind(ssid)
     .bind(presented)
     .bind(expires_at)
+    .bind(now)
     .fetch_all(db.writer())
     .await
     .context("saving session state")?;
     if let Some(&generation) = rotated.first() {
         return Ok(Rotation::Rotated {
+            generation: u64::try_from(generation).context("negative session generation")?,
+        });
+    }
+    // The answer to the rotation away from `presented` may have been lost: within the window
+    // the same token gets the current generation again. `rotated_at` stays, so repeats never
+    // stretch the window.
+    let repeated: Vec<i64> = sqlx::query_scalar(
+        "UPDATE sessions SET expires_at = $3 \
+         WHERE ssid = $1 AND revoked = 0 AND generation = $2 + 1 AND rotated_at > $4 \
+         RETURNING generation",
+    )
+    .bind(ssid)
+    .bind(presented)
+    .bind(expires_at)
+    .bind(now.saturating_sub(retry_window))
+    .fetch_all(db.writer())
+    .await
+    .context("saving session state")?;
+    if let Some(&generation) = repeated.first() {
+        return Ok(Rotation::Repeated {
             generation: u64::try_from(generation).context("negative session generation")?,
         });
     }

@@ -28,6 +28,9 @@ pub const MAX_TOKEN_TTL_YEARS: u64 = 100;
 /// the session's revoked flag in Redis, whose expiry (milliseconds since 1970 in a signed 64-bit
 /// number) it refuses beyond about 292 million years, so a revocation would be retried forever.
 pub const MAX_TOKEN_TTL: Duration = Duration::from_secs(MAX_TOKEN_TTL_YEARS * 31_557_600);
+/// Longest `refresh_retry_window`: the time a stolen, just-used refresh token could still be
+/// traded is kept short.
+pub const MAX_REFRESH_RETRY_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// Accounts and sign-in settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +52,12 @@ pub struct AuthSettings {
     /// Lifetime of refresh tokens (and of a session that is never refreshed).
     #[serde(with = "humantime_serde")]
     pub refresh_token_ttl: Duration,
+    /// How long after a refresh the refresh token it used may be presented once more and get a
+    /// token of the same new generation: the answer of the first was lost (a tab closed or
+    /// reloaded mid-refresh, a dropped connection). Any other second use, and this one after
+    /// the window, is a reuse and revokes the session. 0: every second use revokes.
+    #[serde(with = "humantime_serde")]
+    pub refresh_retry_window: Duration,
     /// Sign-up and login attempts allowed per client IP within `auth_rate_window`.
     pub auth_rate_limit: u32,
     /// The window of `auth_rate_limit`.
@@ -74,6 +83,7 @@ impl Default for AuthSettings {
             admins: Vec::new(),
             access_token_ttl: Duration::from_secs(30 * 60),
             refresh_token_ttl: Duration::from_secs(7 * 24 * 3600),
+            refresh_retry_window: Duration::from_secs(30),
             auth_rate_limit: 10,
             auth_rate_window: Duration::from_secs(60),
             write_rate_limit: 120,
@@ -90,6 +100,7 @@ impl Settings for AuthSettings {
         "admins",
         "access_token_ttl",
         "refresh_token_ttl",
+        "refresh_retry_window",
         "auth_rate_limit",
         "auth_rate_window",
         "write_rate_limit",
@@ -129,6 +140,9 @@ impl Settings for AuthSettings {
                 "invalid refresh_token_ttl (WEBOOK_REFRESH_TOKEN_TTL): at most \
                  {MAX_TOKEN_TTL_YEARS} years"
             );
+        }
+        if self.refresh_retry_window > MAX_REFRESH_RETRY_WINDOW {
+            bail!("invalid refresh_retry_window (WEBOOK_REFRESH_RETRY_WINDOW): at most 5m");
         }
         for (name, secret) in [
             ("jwt_access_secret", &self.jwt_access_secret),

@@ -49,6 +49,11 @@ impl Feature for Users {
                 include_str!("../../migrations/0015_sign_in_identities.sql"),
                 include_str!("../../migrations/0015_sign_in_identities.sqlite.sql"),
             ),
+            Migration::new(
+                46,
+                "session rotation time",
+                include_str!("../../migrations/0046_session_rotated_at.sql"),
+            ),
         ];
         MIGRATIONS
     }

@@ -437,6 +437,113 @@ async fn rotating_ipv6_addresses_of_one_64_share_one_limit(setup: Setup) {
     assert_eq!(login_from(&by_48, "2001:db8:1:4::1").await, 429001);
 }
 
+/// A refresh whose answer never arrived (a tab reloaded or closed while it was on the way, a
+/// dropped connection) leaves the client with the token it used; presenting it again within
+/// `refresh_retry_window` of that refresh gets tokens of the current generation instead of
+/// revoking the session — the console logged users out this way when a page was left in the
+/// middle of a refresh (found by the browser tests under load). Anything older, or later,
+/// still revokes, and repeats never stretch the window.
+async fn a_refresh_whose_answer_was_lost_can_be_repeated_within_the_window(setup: Setup) {
+    const WINDOW: Duration = Duration::from_secs(4);
+    let app = setup
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .refresh_retry_window = WINDOW;
+        })
+        .await;
+    signup(&app, "lost@example.com").await;
+    let (_, first) = login(&app, "lost@example.com").await;
+
+    let lost = refresh(&app, &first).await;
+    assert_eq!(lost.code(), 0, "{}", lost.raw);
+    let rotated_at = std::time::Instant::now();
+    let lost_refresh = lost.header("x-refresh-token");
+    // The same token again, at once and once more: the current generation both times.
+    for attempt in 0..2 {
+        let again = refresh(&app, &first).await;
+        assert_eq!(again.code(), 0, "repeat {attempt}: {}", again.raw);
+        let access = again.header("x-jwt-token");
+        assert_eq!(
+            get(&app, "/users/profile", Some(&access)).await.status,
+            StatusCode::OK
+        );
+    }
+    // The window runs from the rotation; a repeat late in it does not move it. (The window is
+    // a time: waiting for it to pass is the test.)
+    tokio::time::sleep(
+        (rotated_at + WINDOW / 2).saturating_duration_since(std::time::Instant::now()),
+    )
+    .await;
+    let late = refresh(&app, &first).await;
+    assert_eq!(late.code(), 0, "still within the window: {}", late.raw);
+    let kept_access = late.header("x-jwt-token");
+    tokio::time::sleep(
+        (rotated_at + WINDOW + Duration::from_millis(500))
+            .saturating_duration_since(std::time::Instant::now()),
+    )
+    .await;
+    let replay = refresh(&app, &first).await;
+    assert_eq!(
+        replay.status_and_code(),
+        (StatusCode::UNAUTHORIZED, 401001),
+        "after the window the used token is a reuse: {}",
+        replay.raw
+    );
+    assert_eq!(
+        get(&app, "/users/profile", Some(&kept_access)).await.status,
+        StatusCode::UNAUTHORIZED,
+        "and the session is revoked"
+    );
+    assert_eq!(
+        refresh(&app, &lost_refresh).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Only the generation just left is repeated: a token two refreshes old revokes at once.
+    let (_, first) = login(&app, "lost@example.com").await;
+    let second = refresh(&app, &first).await.header("x-refresh-token");
+    let third = refresh(&app, &second).await;
+    assert_eq!(third.code(), 0, "{}", third.raw);
+    assert_eq!(
+        refresh(&app, &first).await.status_and_code(),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+    assert_eq!(
+        get(&app, "/users/profile", Some(&third.header("x-jwt-token")))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // With the window at 0, every second use revokes.
+    let strict = setup
+        .spawn(|config| {
+            config
+                .settings_mut::<webook::auth::settings::AuthSettings>()
+                .refresh_retry_window = Duration::ZERO;
+        })
+        .await;
+    signup(&strict, "strict@example.com").await;
+    let (_, first) = login(&strict, "strict@example.com").await;
+    let rotated = refresh(&strict, &first).await;
+    assert_eq!(rotated.code(), 0, "{}", rotated.raw);
+    assert_eq!(
+        refresh(&strict, &first).await.status_and_code(),
+        (StatusCode::UNAUTHORIZED, 401001)
+    );
+    assert_eq!(
+        get(
+            &strict,
+            "/users/profile",
+            Some(&rotated.header("x-jwt-token"))
+        )
+        .await
+        .status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
 setup_tests!(
     rotating_ipv6_addresses_of_one_64_share_one_limit,
     lifecycle_signup_login_profile_edit_logout,
@@ -446,6 +553,7 @@ setup_tests!(
     forged_misused_and_foreign_tokens_are_refused,
     access_tokens_expire,
     refresh_rotates_and_reuse_revokes_the_session,
+    a_refresh_whose_answer_was_lost_can_be_repeated_within_the_window,
     login_rate_limit_triggers_and_recovers,
     profile_text_refuses_nul_controls_and_overrides,
     others_see_a_public_profile_without_private_fields,
