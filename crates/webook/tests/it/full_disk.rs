@@ -25,6 +25,7 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
     sync::Arc,
+    time::Duration,
 };
 use webook::schema::MIGRATIONS;
 
@@ -543,7 +544,10 @@ async fn postgres_on_a_full_tablespace_loses_no_acknowledged_write() {
 /// Issue 46, item 14: a refresh the full disk cannot take is refused (503, code 5) and the token
 /// it presented still works once space is back; a refresh it took is saved, and its token then
 /// works once. Never both — two live token branches of one session. (SQLite answered 200 with
-/// new tokens for a rotation its failed commit had rolled back.)
+/// new tokens for a rotation its failed commit had rolled back.) The app runs with
+/// `refresh_retry_window` at 0 ([`strict_refresh`]): within the window a replay of the token
+/// just used is answered 200 whether the rotation was saved or not, so only without it does the
+/// replay tell which.
 async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) {
     expect_ok(&signup(app, "writer@example.com").await, "sign-up");
     let (token, rt0) = login(app, "writer@example.com").await;
@@ -605,13 +609,20 @@ async fn refresh_on_a_full_disk(app: &TestApp, ballast: &Path) {
     }
 }
 
+/// Every second use of a refresh token revokes (no retry window): see [`refresh_on_a_full_disk`].
+fn strict_refresh(config: &mut platform::config::Config) {
+    config
+        .settings_mut::<webook::auth::settings::AuthSettings>()
+        .refresh_retry_window = Duration::ZERO;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_refuses_a_refresh_it_cannot_save() {
     let disk = SmallDisk::mount(16 * MIB);
     let ballast = disk.ballast(4 * MIB);
     let db =
         Arc::new(TestDb::sqlite_in(tempfile::tempdir_in(disk.path()).unwrap(), &MIGRATIONS).await);
-    let app = TestApp::spawn_shared(db.clone(), |_| {}).await;
+    let app = TestApp::spawn_shared(db.clone(), strict_refresh).await;
     // Usually the write fails at commit, like every write on the full disk; but a commit that
     // fits in WAL space SQLite already holds (the log restarts from its beginning after a
     // checkpoint) needs no new byte and is saved. Either way the answer must match what was
@@ -624,7 +635,7 @@ async fn sqlite_refuses_a_refresh_it_cannot_save() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_never_leaves_two_live_refresh_tokens_on_a_full_disk() {
     let (pg, ballast) = PgOnSmallDisk::create(14 * MIB, 3 * MIB).await;
-    let app = TestApp::spawn_shared(pg.db.clone(), |_| {}).await;
+    let app = TestApp::spawn_shared(pg.db.clone(), strict_refresh).await;
     refresh_on_a_full_disk(&app, &ballast).await;
     app.stop().await.unwrap();
     pg.remove().await;
