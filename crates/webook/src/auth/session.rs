@@ -399,43 +399,34 @@ pub async fn rotate_in_db(
     .execute(db.writer())
     .await
     .context("saving session state")?;
-    // Run to completion (`fetch_all`): its commit's failure (a full disk) is reported only then,
-    // and a rotation answered but never saved would leave the used token working too.
-    let rotated: Vec<i64> = sqlx::query_scalar(
+    let rotated = update_generation(
+        db,
         "UPDATE sessions SET generation = generation + 1, expires_at = $3, rotated_at = $4 \
          WHERE ssid = $1 AND revoked = 0 AND generation = $2 RETURNING generation",
+        (ssid, presented, expires_at, now),
     )
-    .bind(ssid)
-    .bind(presented)
-    .bind(expires_at)
-    .bind(now)
-    .fetch_all(db.writer())
-    .await
-    .context("saving session state")?;
-    if let Some(&generation) = rotated.first() {
-        return Ok(Rotation::Rotated {
-            generation: u64::try_from(generation).context("negative session generation")?,
-        });
+    .await?;
+    if let Some(generation) = rotated {
+        return Ok(Rotation::Rotated { generation });
     }
     // The answer to the rotation away from `presented` may have been lost: within the window
     // the same token gets the current generation again. `rotated_at` stays, so repeats never
     // stretch the window.
-    let repeated: Vec<i64> = sqlx::query_scalar(
+    let repeated = update_generation(
+        db,
         "UPDATE sessions SET expires_at = $3 \
          WHERE ssid = $1 AND revoked = 0 AND generation = $2 + 1 AND rotated_at > $4 \
          RETURNING generation",
+        (
+            ssid,
+            presented,
+            expires_at,
+            now.saturating_sub(retry_window),
+        ),
     )
-    .bind(ssid)
-    .bind(presented)
-    .bind(expires_at)
-    .bind(now.saturating_sub(retry_window))
-    .fetch_all(db.writer())
-    .await
-    .context("saving session state")?;
-    if let Some(&generation) = repeated.first() {
-        return Ok(Rotation::Repeated {
-            generation: u64::try_from(generation).context("negative session generation")?,
-        });
+    .await?;
+    if let Some(generation) = repeated {
+        return Ok(Rotation::Repeated { generation });
     }
     let reused = sqlx::query(
         "UPDATE sessions SET revoked = 1, expires_at = $2 WHERE ssid = $1 AND revoked = 0",
@@ -451,6 +442,29 @@ pub async fn rotate_in_db(
     } else {
         Rotation::Revoked
     })
+}
+
+/// Runs one of [`rotate_in_db`]'s conditional updates — `sql` binds `$1` ssid, `$2` the presented
+/// generation, `$3` the new expiry, `$4` a time (ms) — and returns the session's generation if
+/// it matched. Run to completion (`fetch_all`): its commit's failure (a full disk) is reported
+/// only then, and a rotation answered but never saved would leave the used token working too.
+async fn update_generation(
+    db: &Db,
+    sql: &'static str,
+    (ssid, presented, expires_at, at): (&str, i64, i64, i64),
+) -> anyhow::Result<Option<u64>> {
+    let generation: Vec<i64> = sqlx::query_scalar(sql)
+        .bind(ssid)
+        .bind(presented)
+        .bind(expires_at)
+        .bind(at)
+        .fetch_all(db.writer())
+        .await
+        .context("saving session state")?;
+    generation
+        .first()
+        .map(|&generation| u64::try_from(generation).context("negative session generation"))
+        .transpose()
 }
 
 /// Marks `ssid` revoked in the database (creating its row if the session had no state).
