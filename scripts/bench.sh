@@ -5,7 +5,8 @@
 #                    [--database-url URL [--redis-url URL]] [SCENARIO...]
 #       scenarios: healthz login reads browse pages topics likes mixed ranking (default: all)
 #
-# Builds `cargo build --profile dist`, seeds a dataset into a fresh temp data dir (or the database
+# Builds `cargo build --profile dist` (or takes the binary BENCH_BIN names, e.g. a release build
+# with line tables to profile under load), seeds a dataset into a fresh temp data dir (or the database
 # given) with `webook seed --articles N --users N/10 --likes 5N --collects N/2 --reads 100N
 # --days 30 --seed 1` (--dataset N, default 100000), starts `webook serve` on it on a free local
 # port (auth rate limit lifted so the limiter does not answer instead of the handler), and
@@ -142,10 +143,16 @@ if [[ " ${scenarios[*]} " == *' ranking '* ]]; then
 fi
 
 # --- build ---------------------------------------------------------------------------------------
-note "cargo build --profile dist"
-cargo build --profile dist -p webook --bin webook >&2
-target_dir=${CARGO_TARGET_DIR:-target}
-bin=$(cd "$target_dir/dist" && pwd)/webook
+if [[ -n ${BENCH_BIN:-} ]]; then
+  # Another build of the server (e.g. a release build with line tables, to profile under load).
+  bin=$(realpath "$BENCH_BIN")
+  note "using $bin (BENCH_BIN), not building"
+else
+  note "cargo build --profile dist"
+  cargo build --profile dist -p webook --bin webook >&2
+  target_dir=${CARGO_TARGET_DIR:-target}
+  bin=$(cd "$target_dir/dist" && pwd)/webook
+fi
 [[ -x $bin ]] || die "no binary at $bin after the build"
 
 # --- start the server ----------------------------------------------------------------------------

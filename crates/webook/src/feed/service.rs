@@ -61,7 +61,7 @@ use crate::{
     comment::{CommentEvent, TOPIC_COMMENT_CHANGED},
     feed::{
         model::{Cursor, FeedItem, FollowEvent, Page},
-        store::{FeedStore, TopicFollow, AUTHORS_PER_QUERY},
+        store::{FeedStore, LikeNotice, TopicFollow, AUTHORS_PER_QUERY},
         TOPIC_FOLLOW_CHANGED,
     },
     interactive::{InteractionEvent, TOPIC_LIKE_CHANGED},
@@ -416,15 +416,19 @@ impl FeedService {
         Ok(())
     }
 
-    /// Handles `like_changed` events of articles.
+    /// Handles `like_changed` events of articles: the batch in one transaction
+    /// ([`FeedStore::sync_likes`]).
     pub async fn apply_likes(&self, events: &[Event]) -> anyhow::Result<()> {
-        for like in parse::<InteractionEvent>(events)? {
-            if like.biz == Biz::Article {
-                self.store
-                    .sync_like(like.uid, like.biz_id, like.time)
-                    .await?;
-            }
-        }
+        let likes: Vec<LikeNotice> = parse::<InteractionEvent>(events)?
+            .into_iter()
+            .filter(|like| like.biz == Biz::Article)
+            .map(|like| LikeNotice {
+                liker: like.uid,
+                article: like.biz_id,
+                time: like.time,
+            })
+            .collect();
+        self.store.sync_likes(&likes).await?;
         Ok(())
     }
 

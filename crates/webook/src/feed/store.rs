@@ -5,7 +5,8 @@
 //! each handler makes the feed agree with the source tables as they are when it runs (an item
 //! exists while its article is published, its like or follow is on), keyed by `dedup_key`. So a
 //! redelivered, late or reordered event (a withdrawal handled after the next publish, say)
-//! cannot leave a wrong item behind.
+//! cannot leave a wrong item behind. Likes, the most frequent of them, are synced a batch of
+//! events per transaction, as sets ([`FeedStore::sync_likes`]).
 //!
 //! Reads show only what [`VISIBLE`] allows — the source tables as they are now — so an item the
 //! consumers have yet to remove is skipped by the database inside the same statement.
@@ -15,7 +16,7 @@
 //! moves the item's cursor past them; a consumer killed between batches resumes from the
 //! cursor, and the inbox's primary key (uid, event_id) makes any repeat a no-op.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::{Any, Transaction};
 
@@ -24,7 +25,7 @@ use crate::{
     feed::model::{Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment},
     user::Person,
 };
-use platform::db::{placeholders, Db};
+use platform::db::{placeholders, row_placeholders, Db};
 
 /// What [`FeedStore::fan_out_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,26 @@ struct Notice {
     object: i64,
     key: String,
     time: i64,
+}
+
+/// A like to make the feed agree with ([`FeedStore::sync_likes`]): `liker`'s like of `article`,
+/// changed at `time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LikeNotice {
+    /// Who liked (or unliked).
+    pub liker: i64,
+    /// The article liked.
+    pub article: i64,
+    /// When the like changed (ms): the date of an item it adds.
+    pub time: i64,
+}
+
+/// Likes per statement of [`FeedStore::sync_likes`] (four parameters each).
+pub const LIKES_PER_STATEMENT: usize = 200;
+
+/// The `dedup_key` of `liker`'s like item of `article`.
+fn like_key(liker: i64, article: i64) -> String {
+    format!("like:{liker}:article:{article}")
 }
 
 /// Authors merged per outbox query.
@@ -303,19 +324,108 @@ impl FeedStore {
     /// Makes the feed agree with `liker`'s like of article `article_id`: while it is on (and the
     /// article published, and not the liker's own), its author has a `like` item dated `time`.
     pub async fn sync_like(&self, liker: i64, article_id: i64, time: i64) -> sqlx::Result<()> {
-        let active = "EXISTS (SELECT 1 FROM user_likes WHERE uid = $2 AND biz = 'article' AND biz_id = $3 AND status = 1)";
-        let notice = Notice {
-            kind: FeedKind::Like,
-            actor: liker,
-            object: article_id,
-            key: format!("like:{liker}:article:{article_id}"),
+        self.sync_likes(&[LikeNotice {
+            liker,
+            article: article_id,
             time,
-        };
-        let source = format!(
-            "SELECT $1, $2, p.author_id, $3, 0, '', $4, $5, -1, 0, $6 FROM published_articles p \
-             WHERE p.id = $3 AND p.status = 2 AND p.author_id <> $2 AND {active}"
-        );
-        self.sync_notice(notice, &source, active).await
+        }])
+        .await
+    }
+
+    /// [`FeedStore::sync_like`] for a batch of likes, in one transaction and a few statements
+    /// whatever its size (a statement per [`LIKES_PER_STATEMENT`] likes and step), where one
+    /// transaction of four or five statements per like could not keep up with a stream of them.
+    ///
+    /// What happens to a (liker, article) is decided by the tables as they are now, not by the
+    /// notice, so of several notices of one pair only the first counts (its `time` dates an item
+    /// added, as when they were applied one by one: the later ones found it there). Steps, the
+    /// pairs in key order (two batches over the same pairs lock them in the same order):
+    /// 1. one `INSERT … SELECT` adds the items of the pairs whose like is on (article published,
+    ///    not the liker's own), `RETURNING` those it added;
+    /// 2. the added items go into their recipients' inboxes;
+    /// 3. the items of the other pairs are deleted, with their inbox rows, unless their like is
+    ///    on (an item already there, or the article not published: reads hide those).
+    pub async fn sync_likes(&self, likes: &[LikeNotice]) -> sqlx::Result<()> {
+        let mut first = std::collections::BTreeMap::new();
+        for like in likes {
+            first
+                .entry(like_key(like.liker, like.article))
+                .or_insert(like);
+        }
+        if first.is_empty() {
+            return Ok(());
+        }
+        let pairs: Vec<(String, &LikeNotice)> = first.into_iter().collect();
+        let mut tx = self.db.writer().begin().await?;
+        let mut left: Vec<&str> = Vec::new();
+        for chunk in pairs.chunks(LIKES_PER_STATEMENT) {
+            let sql = format!(
+                "INSERT INTO feed_events (kind, actor, recipient, article_id, comment_id, detail, \
+                 dedup_key, delivery, fanout_time, fanout_id, ctime) \
+                 SELECT 'like', v.column1, p.author_id, v.column2, 0, '', v.column3, {pushed}, -1, 0, \
+                 v.column4 FROM (VALUES {rows}) v JOIN published_articles p ON p.id = v.column2 \
+                 WHERE p.status = 2 AND p.author_id <> v.column1 AND EXISTS (SELECT 1 FROM user_likes l \
+                 WHERE l.uid = v.column1 AND l.biz = 'article' AND l.biz_id = v.column2 AND l.status = 1) \
+                 ON CONFLICT (dedup_key) DO NOTHING RETURNING id, recipient, actor, ctime, dedup_key",
+                pushed = Delivery::Pushed as i64,
+                rows = row_placeholders(chunk.len(), 4),
+            );
+            let mut query = sqlx::query_as(&sql);
+            for (key, like) in chunk {
+                query = query
+                    .bind(like.liker)
+                    .bind(like.article)
+                    .bind(key.as_str())
+                    .bind(like.time);
+            }
+            let added: Vec<(i64, i64, i64, i64, String)> = query.fetch_all(&mut *tx).await?;
+            if !added.is_empty() {
+                let sql = format!(
+                    "INSERT INTO feed_inbox (uid, event_id, actor, kind, ctime) VALUES {} \
+                     ON CONFLICT (uid, event_id) DO NOTHING",
+                    row_placeholders(added.len(), 5)
+                );
+                let mut query = sqlx::query(&sql);
+                for (id, recipient, actor, time, _) in &added {
+                    query = query
+                        .bind(*recipient)
+                        .bind(*id)
+                        .bind(*actor)
+                        .bind(FeedKind::Like.as_str())
+                        .bind(*time);
+                }
+                query.execute(&mut *tx).await?;
+            }
+            let added: HashSet<&str> = added.iter().map(|row| row.4.as_str()).collect();
+            left.extend(
+                chunk
+                    .iter()
+                    .map(|(key, _)| key.as_str())
+                    .filter(|key| !added.contains(key)),
+            );
+        }
+        let on = "EXISTS (SELECT 1 FROM user_likes l WHERE l.uid = e.actor AND l.biz = 'article' \
+                  AND l.biz_id = e.article_id AND l.status = 1)";
+        for chunk in left.chunks(LIKES_PER_STATEMENT) {
+            let keys = placeholders(1, chunk.len());
+            for sql in [
+                format!(
+                    "DELETE FROM feed_inbox WHERE event_id IN (SELECT e.id FROM feed_events e \
+                     WHERE e.dedup_key IN ({keys}) AND NOT {on})"
+                ),
+                format!(
+                    "DELETE FROM feed_events WHERE id IN (SELECT e.id FROM feed_events e \
+                     WHERE e.dedup_key IN ({keys}) AND NOT {on})"
+                ),
+            ] {
+                let mut query = sqlx::query(&sql);
+                for key in chunk {
+                    query = query.bind(*key);
+                }
+                query.execute(&mut *tx).await?;
+            }
+        }
+        tx.commit().await
     }
 
     /// Makes the feed agree with `follower` following `followee`: while it is on, the followee

@@ -123,8 +123,10 @@ impl NotificationStore {
             events: fresh.len(),
             ..Applied::default()
         };
+        // An article's author never changes: read once per batch, not once per like of it.
+        let mut authors = HashMap::new();
         for (_, change) in &fresh {
-            apply_one(&mut tx, change, &mut applied).await?;
+            apply_one(&mut tx, change, &mut authors, &mut applied).await?;
         }
         tx.commit().await?;
         applied.recipients.sort_unstable();
@@ -298,10 +300,12 @@ impl NotificationStore {
     }
 }
 
-/// Applies one change in the batch's transaction.
+/// Applies one change in the batch's transaction; `authors` holds the authors of articles
+/// already read in it (`None`: no such article).
 async fn apply_one(
     tx: &mut AnyConnection,
     change: &Change,
+    authors: &mut HashMap<i64, Option<i64>>,
     applied: &mut Applied,
 ) -> sqlx::Result<()> {
     match change {
@@ -312,7 +316,15 @@ async fn apply_one(
             on,
             time,
         } => {
-            let Some(author) = Biz::Article.owner(&mut *tx, *article).await? else {
+            let author = match authors.get(article) {
+                Some(author) => *author,
+                None => {
+                    let author = Biz::Article.owner(&mut *tx, *article).await?;
+                    authors.insert(*article, author);
+                    author
+                }
+            };
+            let Some(author) = author else {
                 return Ok(());
             };
             let kind = match source {

@@ -1282,8 +1282,86 @@ async fn what_the_source_tables_no_longer_show_the_feed_never_shows(database: Te
     assert!(page.items.is_empty() && page.next.is_none(), "{page:?}");
 }
 
+/// Each liker's `like` item: (actor, ctime), in actor order; and the like rows in inboxes.
+async fn like_items(db: &platform::db::Db) -> (Vec<(i64, i64)>, i64) {
+    let items: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT actor, ctime FROM feed_events WHERE kind = 'like' ORDER BY actor")
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    let inbox: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM feed_inbox i JOIN feed_events e ON e.id = i.event_id \
+         WHERE e.kind = 'like' AND i.uid = 1",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    (items, inbox)
+}
+
+/// A batch of like notices larger than one statement, with repeats, an undone like that had
+/// an item, the author's own like and an item already there: the feed ends as the likes table
+/// says, each added item dated by its pair's first notice and in the author's inbox; then a
+/// batch after nearly every like was undone takes their items and inbox rows away.
+async fn a_batch_of_likes_agrees_with_the_likes_table(database: TestDb) {
+    use webook::feed::store::{FeedStore, LikeNotice, LIKES_PER_STATEMENT};
+    let db = &database.db;
+    let likers = 2 * LIKES_PER_STATEMENT as i64 + 50;
+    crowd(db, likers).await;
+    let rows: Vec<String> = (1..=likers + 1)
+        .map(|uid| format!("({uid}, 'article', 1, 1, 0, 0)"))
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(db.writer())
+    .await
+    .unwrap();
+    let store = FeedStore::new(db.clone());
+    // Items there before the batch: liker 4's (kept, with its date), liker 3's (undone since).
+    store.sync_like(4, 1, 100).await.unwrap();
+    store.sync_like(3, 1, 100).await.unwrap();
+    sqlx::query("UPDATE user_likes SET status = 0 WHERE uid = 3")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    let notice = |liker: i64, time: i64| LikeNotice {
+        liker,
+        article: 1,
+        time,
+    };
+    let mut batch: Vec<LikeNotice> = (1..=likers + 1)
+        .map(|uid| notice(uid, 1000 + uid))
+        .collect();
+    batch.push(notice(2, 5));
+    batch.push(notice(3, 6));
+    store.sync_likes(&batch).await.unwrap();
+    let expected: Vec<(i64, i64)> = (2..=likers + 1)
+        .filter(|uid| *uid != 3)
+        .map(|uid| (uid, if uid == 4 { 100 } else { 1000 + uid }))
+        .collect();
+    let (items, inbox) = like_items(db).await;
+    assert_eq!(
+        items, expected,
+        "one item per like on, the author's own excepted"
+    );
+    assert_eq!(inbox, expected.len() as i64);
+    // Applying the same batch again changes nothing.
+    store.sync_likes(&batch).await.unwrap();
+    assert_eq!(like_items(db).await, (expected, inbox));
+
+    sqlx::query("UPDATE user_likes SET status = 0 WHERE uid <> 5")
+        .execute(db.writer())
+        .await
+        .unwrap();
+    store.sync_likes(&batch).await.unwrap();
+    assert_eq!(like_items(db).await, (vec![(5, 1005)], 1));
+}
+
 platform::backend_tests!(webook::schema::MIGRATIONS;
     a_fan_out_killed_mid_way_resumes_without_duplicates,
+    a_batch_of_likes_agrees_with_the_likes_table,
     a_fan_out_of_exactly_one_batch_takes_one_transaction,
     inboxes_are_pruned_to_the_cap,
     both_probes_find_the_same_pull_authors,
