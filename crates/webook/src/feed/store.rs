@@ -25,7 +25,10 @@ use crate::{
     feed::model::{Cursor, Delivery, FeedItem, FeedKind, ItemArticle, ItemComment},
     user::Person,
 };
-use platform::db::{placeholders, row_placeholders, Db};
+use platform::{
+    config::DatabaseKind,
+    db::{kind_of, placeholders, row_placeholders, Db},
+};
 
 /// What [`FeedStore::fan_out_batch`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +71,8 @@ pub struct LikeNotice {
     pub time: i64,
 }
 
-/// Likes per statement of [`FeedStore::sync_likes`] (four parameters each).
+/// Likes per statement of [`FeedStore::sync_likes`] (four parameters each; five for the inbox
+/// insert).
 pub const LIKES_PER_STATEMENT: usize = 200;
 
 /// The `dedup_key` of `liker`'s like item of `article`.
@@ -338,13 +342,16 @@ impl FeedStore {
     ///
     /// What happens to a (liker, article) is decided by the tables as they are now, not by the
     /// notice, so of several notices of one pair only the first counts (its `time` dates an item
-    /// added, as when they were applied one by one: the later ones found it there). Steps, the
-    /// pairs in key order (two batches over the same pairs lock them in the same order):
+    /// added, as when they were applied one by one: the later ones found it there). Steps,
+    /// each taking its items in key order (on PostgreSQL two instances' batches over the
+    /// same pairs then lock them in one order and queue; a deadlock with another kind of write
+    /// fails the batch, which the event platform retries):
     /// 1. one `INSERT … SELECT` adds the items of the pairs whose like is on (article published,
     ///    not the liker's own), `RETURNING` those it added;
     /// 2. the added items go into their recipients' inboxes;
-    /// 3. the items of the other pairs are deleted, with their inbox rows, unless their like is
-    ///    on (an item already there, or the article not published: reads hide those).
+    /// 3. the items of the other pairs whose like is off are read (on PostgreSQL locked,
+    ///    `FOR UPDATE`) and deleted with their inbox rows — an item of a like that is on stays,
+    ///    already there, or its article not published: reads hide those.
     pub async fn sync_likes(&self, likes: &[LikeNotice]) -> sqlx::Result<()> {
         let mut first = std::collections::BTreeMap::new();
         for like in likes {
@@ -366,6 +373,7 @@ impl FeedStore {
                  v.column4 FROM (VALUES {rows}) v JOIN published_articles p ON p.id = v.column2 \
                  WHERE p.status = 2 AND p.author_id <> v.column1 AND EXISTS (SELECT 1 FROM user_likes l \
                  WHERE l.uid = v.column1 AND l.biz = 'article' AND l.biz_id = v.column2 AND l.status = 1) \
+                 ORDER BY v.column3 \
                  ON CONFLICT (dedup_key) DO NOTHING RETURNING id, recipient, actor, ctime, dedup_key",
                 pushed = Delivery::Pushed as i64,
                 rows = row_placeholders(chunk.len(), 4),
@@ -404,23 +412,34 @@ impl FeedStore {
                     .filter(|key| !added.contains(key)),
             );
         }
-        let on = "EXISTS (SELECT 1 FROM user_likes l WHERE l.uid = e.actor AND l.biz = 'article' \
-                  AND l.biz_id = e.article_id AND l.status = 1)";
+        // SQLite has one writer: nothing to lock against.
+        let lock = match kind_of(&tx) {
+            DatabaseKind::Postgres => " FOR UPDATE OF e",
+            DatabaseKind::Sqlite => "",
+        };
         for chunk in left.chunks(LIKES_PER_STATEMENT) {
-            let keys = placeholders(1, chunk.len());
+            let sql = format!(
+                "SELECT e.id FROM feed_events e WHERE e.dedup_key IN ({keys}) AND NOT EXISTS \
+                 (SELECT 1 FROM user_likes l WHERE l.uid = e.actor AND l.biz = 'article' \
+                 AND l.biz_id = e.article_id AND l.status = 1) ORDER BY e.dedup_key{lock}",
+                keys = placeholders(1, chunk.len()),
+            );
+            let mut query = sqlx::query_scalar(&sql);
+            for key in chunk {
+                query = query.bind(*key);
+            }
+            let gone: Vec<i64> = query.fetch_all(&mut *tx).await?;
+            if gone.is_empty() {
+                continue;
+            }
+            let ids = placeholders(1, gone.len());
             for sql in [
-                format!(
-                    "DELETE FROM feed_inbox WHERE event_id IN (SELECT e.id FROM feed_events e \
-                     WHERE e.dedup_key IN ({keys}) AND NOT {on})"
-                ),
-                format!(
-                    "DELETE FROM feed_events WHERE id IN (SELECT e.id FROM feed_events e \
-                     WHERE e.dedup_key IN ({keys}) AND NOT {on})"
-                ),
+                format!("DELETE FROM feed_inbox WHERE event_id IN ({ids})"),
+                format!("DELETE FROM feed_events WHERE id IN ({ids})"),
             ] {
                 let mut query = sqlx::query(&sql);
-                for key in chunk {
-                    query = query.bind(*key);
+                for id in &gone {
+                    query = query.bind(*id);
                 }
                 query.execute(&mut *tx).await?;
             }

@@ -1359,9 +1359,67 @@ async fn a_batch_of_likes_agrees_with_the_likes_table(database: TestDb) {
     assert_eq!(like_items(db).await, (vec![(5, 1005)], 1));
 }
 
+/// Two instances' batches over the same likes, one in the other's reverse order, applied at
+/// the same time, both commit — adding the items, then taking them away — and the feed ends as
+/// the likes table says: each step takes its rows in key order.
+async fn overlapping_like_batches_synced_concurrently_never_deadlock(database: TestDb) {
+    use webook::feed::store::{FeedStore, LikeNotice};
+    const LIKERS: i64 = 300;
+    const ROUNDS: i64 = 6;
+    let db = &database.db;
+    crowd(db, LIKERS).await;
+    let rows: Vec<String> = (2..=LIKERS + 1)
+        .map(|uid| format!("({uid}, 'article', 1, 0, 0, 0)"))
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(db.writer())
+    .await
+    .unwrap();
+    let store = FeedStore::new(db.clone());
+    for round in 0..ROUNDS {
+        let on = round % 2 == 0;
+        sqlx::query("UPDATE user_likes SET status = $1")
+            .bind(i64::from(on))
+            .execute(db.writer())
+            .await
+            .unwrap();
+        let batches = [false, true].map(|reversed| {
+            let mut likes: Vec<LikeNotice> = (2..=LIKERS + 1)
+                .map(|liker| LikeNotice {
+                    liker,
+                    article: 1,
+                    time: round,
+                })
+                .collect();
+            if reversed {
+                likes.reverse();
+            }
+            let store = store.clone();
+            tokio::spawn(async move { store.sync_likes(&likes).await })
+        });
+        for batch in batches {
+            batch
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        }
+        let (items, inbox) = like_items(db).await;
+        let expected = if on { LIKERS } else { 0 };
+        assert_eq!(
+            (items.len() as i64, inbox),
+            (expected, expected),
+            "round {round}"
+        );
+    }
+}
+
 platform::backend_tests!(webook::schema::MIGRATIONS;
     a_fan_out_killed_mid_way_resumes_without_duplicates,
     a_batch_of_likes_agrees_with_the_likes_table,
+    overlapping_like_batches_synced_concurrently_never_deadlock,
     a_fan_out_of_exactly_one_batch_takes_one_transaction,
     inboxes_are_pruned_to_the_cap,
     both_probes_find_the_same_pull_authors,
