@@ -1282,6 +1282,20 @@ async fn what_the_source_tables_no_longer_show_the_feed_never_shows(database: Te
     assert!(page.items.is_empty() && page.next.is_none(), "{page:?}");
 }
 
+/// Like rows of article 1 by `uids`, on or off (bulk SQL, no events).
+async fn liked_by(db: &platform::db::Db, uids: std::ops::RangeInclusive<i64>, on: bool) {
+    let rows: Vec<String> = uids
+        .map(|uid| format!("({uid}, 'article', 1, {}, 0, 0)", i64::from(on)))
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {}",
+        rows.join(", ")
+    ))
+    .execute(db.writer())
+    .await
+    .unwrap();
+}
+
 /// Each liker's `like` item: (actor, ctime), in actor order; and the like rows in inboxes.
 async fn like_items(db: &platform::db::Db) -> (Vec<(i64, i64)>, i64) {
     let items: Vec<(i64, i64)> =
@@ -1308,16 +1322,7 @@ async fn a_batch_of_likes_agrees_with_the_likes_table(database: TestDb) {
     let db = &database.db;
     let likers = 2 * LIKES_PER_STATEMENT as i64 + 50;
     crowd(db, likers).await;
-    let rows: Vec<String> = (1..=likers + 1)
-        .map(|uid| format!("({uid}, 'article', 1, 1, 0, 0)"))
-        .collect();
-    sqlx::query(&format!(
-        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {}",
-        rows.join(", ")
-    ))
-    .execute(db.writer())
-    .await
-    .unwrap();
+    liked_by(db, 1..=likers + 1, true).await;
     let store = FeedStore::new(db.clone());
     // Items there before the batch: liker 4's (kept, with its date), liker 3's (undone since).
     store.sync_like(4, 1, 100).await.unwrap();
@@ -1368,16 +1373,7 @@ async fn overlapping_like_batches_synced_concurrently_never_deadlock(database: T
     const ROUNDS: i64 = 6;
     let db = &database.db;
     crowd(db, LIKERS).await;
-    let rows: Vec<String> = (2..=LIKERS + 1)
-        .map(|uid| format!("({uid}, 'article', 1, 0, 0, 0)"))
-        .collect();
-    sqlx::query(&format!(
-        "INSERT INTO user_likes (uid, biz, biz_id, status, ctime, utime) VALUES {}",
-        rows.join(", ")
-    ))
-    .execute(db.writer())
-    .await
-    .unwrap();
+    liked_by(db, 2..=LIKERS + 1, false).await;
     let store = FeedStore::new(db.clone());
     for round in 0..ROUNDS {
         let on = round % 2 == 0;
