@@ -27,7 +27,7 @@ use crate::{
 };
 use platform::{
     config::DatabaseKind,
-    db::{kind_of, placeholders, row_placeholders, Db},
+    db::{id_set, id_set_value, kind_of, placeholders, row_placeholders, Db},
 };
 
 /// What [`FeedStore::fan_out_batch`] did.
@@ -412,11 +412,13 @@ impl FeedStore {
                     .filter(|key| !added.contains(key)),
             );
         }
+        let kind = kind_of(&tx);
         // SQLite has one writer: nothing to lock against.
-        let lock = match kind_of(&tx) {
+        let lock = match kind {
             DatabaseKind::Postgres => " FOR UPDATE OF e",
             DatabaseKind::Sqlite => "",
         };
+        let mut gone: Vec<i64> = Vec::new();
         for chunk in left.chunks(LIKES_PER_STATEMENT) {
             let sql = format!(
                 "SELECT e.id FROM feed_events e WHERE e.dedup_key IN ({keys}) AND NOT EXISTS \
@@ -424,24 +426,23 @@ impl FeedStore {
                  AND l.biz_id = e.article_id AND l.status = 1) ORDER BY e.dedup_key{lock}",
                 keys = placeholders(1, chunk.len()),
             );
-            let mut query = sqlx::query_scalar(&sql);
+            let mut query = sqlx::query_scalar::<_, i64>(&sql);
             for key in chunk {
                 query = query.bind(*key);
             }
-            let gone: Vec<i64> = query.fetch_all(&mut *tx).await?;
-            if gone.is_empty() {
-                continue;
-            }
-            let ids = placeholders(1, gone.len());
+            gone.extend(query.fetch_all(&mut *tx).await?);
+        }
+        if !gone.is_empty() {
+            // One statement text whatever the number (prepared once per connection).
+            let ids = id_set(kind, 1);
             for sql in [
                 format!("DELETE FROM feed_inbox WHERE event_id IN ({ids})"),
                 format!("DELETE FROM feed_events WHERE id IN ({ids})"),
             ] {
-                let mut query = sqlx::query(&sql);
-                for id in &gone {
-                    query = query.bind(*id);
-                }
-                query.execute(&mut *tx).await?;
+                sqlx::query(&sql)
+                    .bind(id_set_value(kind, &gone))
+                    .execute(&mut *tx)
+                    .await?;
             }
         }
         tx.commit().await
