@@ -8,8 +8,9 @@
 //! [`crate::comment::CommentService::moderate`] — so hidden content leaves every surface
 //! (reader view, lists, hot list, feed, search, topics, comment threads) by the same outbox
 //! events and cache steps as a withdrawal or a deletion, on every instance. A suspension is a
-//! row the [`service::WriteGate`] reads on each write (the platform's write gates), with the
-//! stricter limit of new accounts. Every action but a dismissal records a
+//! row the [`service::WriteGate`] reads on each write (the platform's write gates; the writes
+//! waiting together are read in one query by its [`service::GateReader`]), with the stricter
+//! limit of new accounts. Every action but a dismissal records a
 //! [`ModerationEvent`] (topic `moderation_acted`) with its audit entry, in one transaction: the
 //! notifications feature tells the author or the account what happened and why. Content the
 //! word lists hold (articles, comments) waits hidden until an admin approves it with `restore`.
@@ -102,7 +103,7 @@ impl Feature for Moderation {
             platform.config.settings::<AuthSettings>()?.write_rate_limit > 0,
             (&platform.live, platform.redis_with_prefix()),
         )?);
-        registry.gate_writes(Arc::new(service::WriteGate(moderation.clone())));
+        registry.gate_writes(Arc::new(service::WriteGate::new(moderation.clone())));
         registry.routes(http::router(
             moderation.clone(),
             platform.idempotency.clone(),

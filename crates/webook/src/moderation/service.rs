@@ -6,6 +6,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
+
 use platform::{
     caller::GatesWrites,
     db::now_millis,
@@ -26,7 +28,7 @@ use crate::{
             Reason, ReportView, Suspension, TOPIC_MODERATION_ACTED,
         },
         settings::ModerationSettings,
-        store::{ModerationStore, NotFiled},
+        store::{ModerationStore, NotFiled, WriterState},
     },
 };
 
@@ -41,6 +43,10 @@ pub const MODERATION_REPORTS_TOTAL: &str = "moderation_reports_total";
 pub const MODERATION_ACTIONS_TOTAL: &str = "moderation_actions_total";
 /// Counter: writes refused by the gate, by `why` (suspended, new_account).
 pub const MODERATION_WRITES_REFUSED_TOTAL: &str = "moderation_writes_refused_total";
+/// Counter: the write gate's reads of accounts, each for one batch of writes.
+pub const MODERATION_GATE_READS_TOTAL: &str = "moderation_gate_reads_total";
+/// Gauge: writes waiting for the write gate's next read.
+pub const MODERATION_GATE_WAITING: &str = "moderation_gate_waiting";
 
 /// The moderation metrics.
 pub const METRICS: platform::telemetry::MetricsSpec = platform::telemetry::MetricsSpec {
@@ -60,6 +66,14 @@ fn describe_metrics() {
     metrics::describe_counter!(
         MODERATION_WRITES_REFUSED_TOTAL,
         "Writes refused by moderation (why=suspended, new_account)"
+    );
+    metrics::describe_counter!(
+        MODERATION_GATE_READS_TOTAL,
+        "Reads of accounts by the write gate, each for one batch of writes"
+    );
+    metrics::describe_gauge!(
+        MODERATION_GATE_WAITING,
+        "Writes waiting for the write gate's next read"
     );
 }
 
@@ -486,15 +500,95 @@ fn outcome_of(action: Action, changed: bool) -> String {
     }
 }
 
+/// Accounts the write gate reads in one query at most.
+const GATE_BATCH: usize = 512;
+/// Writes waiting for the gate's read before callers wait to enqueue.
+const GATE_QUEUE: usize = 4096;
+
+/// A write's question to the gate's reader: `None` back means read it yourself (the batch's
+/// read failed).
+struct GateAsk {
+    uid: i64,
+    reply: oneshot::Sender<Option<WriterState>>,
+}
+
 /// The write gate: a suspended account's writes are refused (403003, saying until when and
-/// why); a new account's count against its stricter limit (429001).
-pub struct WriteGate(pub Arc<ModerationService>);
+/// why); a new account's count against its stricter limit (429001). Accounts are read through
+/// a [`GateReader`].
+pub struct WriteGate {
+    service: Arc<ModerationService>,
+    reader: GateReader,
+}
+
+impl WriteGate {
+    /// The gate of `service`, with its [`GateReader`].
+    pub fn new(service: Arc<ModerationService>) -> Self {
+        let reader = GateReader::new(service.store.clone());
+        Self { service, reader }
+    }
+}
+
+/// Reads the accounts of writes for the write gate. Every write's account is read after the
+/// write arrived — a suspension committed before applies to the next write, on any instance —
+/// but not with a query per write: a reader task takes every write waiting (up to
+/// [`GATE_BATCH`]), reads their accounts in one query and answers each; writes arriving
+/// meanwhile wait for the next read, as likes wait for the like writer's next commit. Alone, a
+/// write waits for its own query only. When a batch's read fails, each of its writes reads its
+/// account itself and so gets its own error (a database that is down is a 503). The task ends
+/// when the last clone is dropped. Cheap to clone.
+#[derive(Clone)]
+pub struct GateReader {
+    store: ModerationStore,
+    asks: mpsc::Sender<GateAsk>,
+}
+
+impl GateReader {
+    /// The reader of `store`'s accounts; spawns its task.
+    pub fn new(store: ModerationStore) -> Self {
+        let (asks, mut queue) = mpsc::channel::<GateAsk>(GATE_QUEUE);
+        let reads = store.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(GATE_BATCH);
+            while queue.recv_many(&mut batch, GATE_BATCH).await > 0 {
+                metrics::gauge!(MODERATION_GATE_WAITING).set(queue.len() as f64);
+                metrics::counter!(MODERATION_GATE_READS_TOTAL).increment(1);
+                let mut uids: Vec<i64> = batch.iter().map(|ask| ask.uid).collect();
+                uids.sort_unstable();
+                uids.dedup();
+                let states = reads.writer_states(&uids).await.map_err(|err| {
+                    tracing::warn!(size = uids.len(), %err, "the write gate's read failed; each write reads its own");
+                });
+                for ask in batch.drain(..) {
+                    let state = states
+                        .as_ref()
+                        .ok()
+                        .map(|states| states.get(&ask.uid).cloned().unwrap_or((None, None)));
+                    // A write that went away does not wait for its answer.
+                    let _ = ask.reply.send(state);
+                }
+            }
+        });
+        Self { store, asks }
+    }
+
+    /// The account of `uid` as of now: from the task's next read, or read alone when that
+    /// read failed.
+    pub async fn writer_state(&self, uid: i64) -> sqlx::Result<WriterState> {
+        let (reply, answer) = oneshot::channel();
+        if self.asks.send(GateAsk { uid, reply }).await.is_ok() {
+            if let Ok(Some(state)) = answer.await {
+                return Ok(state);
+            }
+        }
+        self.store.writer_state(uid).await
+    }
+}
 
 #[async_trait]
 impl GatesWrites for WriteGate {
     async fn check_write(&self, uid: i64) -> Result<(), AppError> {
-        let service = &self.0;
-        let (created, suspension) = service.store.writer_state(uid).await?;
+        let service = &self.service;
+        let (created, suspension) = self.reader.writer_state(uid).await?;
         let now = now_millis();
         if let Some((until, reason)) = suspension.filter(|(until, _)| *until > now) {
             metrics::counter!(MODERATION_WRITES_REFUSED_TOTAL, "why" => "suspended").increment(1);

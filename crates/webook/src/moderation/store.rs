@@ -2,13 +2,18 @@
 //! implementation for SQLite and PostgreSQL. What happens to the targets themselves is their
 //! features' (articles, comments): this store only reads them for a report's snapshot.
 
+use std::collections::HashMap;
+
 use sqlx::{Any, Transaction};
 
 use crate::moderation::model::{
     HeldArticle, HeldComment, Kind, LogEntry, ModerationEvent, Notice, QueueItem, ReportView,
     TOPIC_MODERATION_ACTED,
 };
-use platform::{db::Db, events::outbox};
+use platform::{
+    db::{id_set, id_set_value, kind_of, Db},
+    events::outbox,
+};
 
 /// Most reports one queue item carries (the newest).
 pub const REPORTS_PER_ITEM: i64 = 20;
@@ -41,6 +46,10 @@ pub struct CommentBrief {
 
 /// A suspension row: until (ms) and why.
 pub type SuspensionRow = (i64, String);
+
+/// What the write gate asks of an account: when it was created (`None`: no such account) and,
+/// if suspended, until when and why.
+pub type WriterState = (Option<i64>, Option<SuspensionRow>);
 
 /// Reads and writes moderation's tables.
 #[derive(Debug, Clone)]
@@ -405,11 +414,8 @@ impl ModerationStore {
     }
 
     /// When user `uid`'s account was created and, if suspended, until when and why (one
-    /// indexed read per write: the write gate's question).
-    pub async fn writer_state(
-        &self,
-        uid: i64,
-    ) -> sqlx::Result<(Option<i64>, Option<SuspensionRow>)> {
+    /// indexed read).
+    pub async fn writer_state(&self, uid: i64) -> sqlx::Result<WriterState> {
         let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as(
             "SELECT u.ctime, s.suspended_until, s.reason FROM users u \
              LEFT JOIN moderation_suspensions s ON s.uid = u.id WHERE u.id = $1",
@@ -417,13 +423,34 @@ impl ModerationStore {
         .bind(uid)
         .fetch_optional(self.db.pool())
         .await?;
-        Ok(match row {
-            Some((ctime, Some(until), reason)) => {
-                (Some(ctime), Some((until, reason.unwrap_or_default())))
-            }
-            Some((ctime, None, _)) => (Some(ctime), None),
-            None => (None, None),
-        })
+        Ok(row.map_or((None, None), |(ctime, until, reason)| {
+            writer_state(ctime, until, reason)
+        }))
+    }
+
+    /// [`Self::writer_state`] of many accounts in one query (the write gate's batches);
+    /// accounts that do not exist are absent.
+    pub async fn writer_states(&self, uids: &[i64]) -> sqlx::Result<HashMap<i64, WriterState>> {
+        if uids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // The engine of the connection it runs on: a move may re-route before one is taken.
+        let mut connection = self.db.pool().acquire().await?;
+        let kind = kind_of(&connection);
+        // One statement text for any number of accounts (prepared once per connection).
+        let sql = format!(
+            "SELECT u.id, u.ctime, s.suspended_until, s.reason FROM users u \
+             LEFT JOIN moderation_suspensions s ON s.uid = u.id WHERE u.id IN ({})",
+            id_set(kind, 1)
+        );
+        let rows: Vec<(i64, i64, Option<i64>, Option<String>)> = sqlx::query_as(&sql)
+            .bind(id_set_value(kind, uids))
+            .fetch_all(&mut *connection)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(uid, ctime, until, reason)| (uid, writer_state(ctime, until, reason)))
+            .collect())
     }
 
     /// The published articles of `uid` (when their content is hidden with a suspension).
@@ -557,4 +584,12 @@ async fn announce(
         now,
     )
     .await
+}
+
+/// An account's row as the write gate reads it.
+fn writer_state(ctime: i64, until: Option<i64>, reason: Option<String>) -> WriterState {
+    (
+        Some(ctime),
+        until.map(|until| (until, reason.unwrap_or_default())),
+    )
 }

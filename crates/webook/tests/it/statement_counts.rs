@@ -190,6 +190,101 @@ async fn few_statements_per_comment_page() {
     }
 }
 
+#[test]
+fn a_hundred_writes_at_the_gate_at_once_are_one_read() {
+    alone(
+        "a_hundred_writes_at_the_gate_at_once_are_one_read",
+        one_gate_read_for_a_hundred_writes,
+    );
+}
+
+/// The write gate reads the accounts of the writes waiting together with one statement (this
+/// test's runtime runs on one thread, so all hundred ask before the reader's task runs); each
+/// write gets its own account's answer — the suspended one, the others, one that does not
+/// exist — and a write alone is a read of its own. A read that fails is each write's own
+/// error, not a hang.
+async fn one_gate_read_for_a_hundred_writes() {
+    use webook::moderation::{service::GateReader, store::ModerationStore};
+    let statements = count_statements(&["moderation_suspensions"]);
+    for kind in [DatabaseKind::Sqlite, DatabaseKind::Postgres] {
+        let db = TestDb::new(kind, &MIGRATIONS).await;
+        let values: Vec<String> = (1..=100)
+            .map(|id| format!("({id}, 'u{id}@x', 'x', {}, 0)", id * 10))
+            .collect();
+        sqlx::query(&format!(
+            "INSERT INTO users (id, email, password, ctime, utime) VALUES {}",
+            values.join(", ")
+        ))
+        .execute(db.db.writer())
+        .await
+        .unwrap();
+        let store = ModerationStore::new(db.db.clone());
+        let until = i64::MAX;
+        store
+            .suspend(1, 7, until, "spam", 1, false)
+            .await
+            .unwrap()
+            .unwrap();
+        let reader = GateReader::new(store);
+
+        let before = statements.load(Ordering::SeqCst);
+        let asks = (1..=101).map(|uid| {
+            let reader = reader.clone();
+            async move { (uid, reader.writer_state(uid).await.unwrap()) }
+        });
+        let answers = futures_util::future::join_all(asks).await;
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - before,
+            1,
+            "{kind:?}: one read for a hundred writes"
+        );
+        for (uid, (created, suspension)) in answers {
+            match uid {
+                7 => assert_eq!(
+                    (created, suspension),
+                    (Some(70), Some((until, "spam".to_owned()))),
+                    "{kind:?}"
+                ),
+                101 => assert_eq!((created, suspension), (None, None), "{kind:?}"),
+                _ => assert_eq!((created, suspension), (Some(uid * 10), None), "{kind:?}"),
+            }
+        }
+
+        // Alone, a write is a read of its own, and it sees a suspension lifted just before.
+        let before = statements.load(Ordering::SeqCst);
+        ModerationStore::new(db.db.clone())
+            .lift(1, 7, "appeal", 2, false)
+            .await
+            .unwrap();
+        let after_lift = statements.load(Ordering::SeqCst);
+        assert_eq!(
+            reader.writer_state(7).await.unwrap(),
+            (Some(70), None),
+            "{kind:?}"
+        );
+        assert_eq!(
+            reader.writer_state(8).await.unwrap(),
+            (Some(80), None),
+            "{kind:?}"
+        );
+        assert!(after_lift > before, "{kind:?}: the lift itself is counted");
+        assert_eq!(
+            statements.load(Ordering::SeqCst) - after_lift,
+            2,
+            "{kind:?}"
+        );
+
+        // With the database gone, each write gets an error, at once.
+        db.db.pool().close().await;
+        let failed = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            futures_util::future::join_all((1..=3).map(|uid| reader.writer_state(uid))).await
+        })
+        .await
+        .expect("the gate answers when its reads fail");
+        assert!(failed.iter().all(Result::is_err), "{kind:?}: {failed:?}");
+    }
+}
+
 /// A published article (id 1 by user 1) with `roots` top-level comments, each with `replies`
 /// replies, written through the store; returns the article's id.
 async fn thread_of_roots_with_replies(db: &Db, roots: usize, replies: usize) -> i64 {
