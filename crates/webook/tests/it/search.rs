@@ -999,3 +999,61 @@ crate::setup_tests!(
     an_index_rebuilt_since_the_failure_is_taken_as_it_is,
     an_unwritable_index_leaves_feed_rewards_and_read_counts_flowing,
 );
+
+/// Every like changes its article's popularity in the index, so a stream of likes is a stream
+/// of index changes; a commit costs the index a new segment whatever it holds. The real server
+/// (its own process, so its metrics are its own), with its default `search_commit_interval`,
+/// commits the liked article at most once per interval however fast the likes come: 1 500
+/// likes and unlikes are not cut into the outbox relay's batches of 500 events, nor committed
+/// every 200 ms.
+#[tokio::test]
+async fn a_stream_of_likes_commits_the_index_at_most_once_a_commit_interval() {
+    use common::process::{webook, Server};
+    const LIKES: usize = 1_500;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = webook(dir.path());
+    command.env("WEBOOK_WRITE_RATE_LIMIT", "0");
+    let server = Server::start(command);
+    let token = server
+        .sign_up_and_log_in("liker@example.com", "hello#world1")
+        .await;
+    let id = server
+        .publish(&token, "Popular", "<p>liked many times</p>")
+        .await;
+    server.search_ready().await;
+    wait_until("the article is searchable", || async {
+        server.search_article_ids("popular").await.contains(&id)
+    })
+    .await;
+    let applied = "search_events_applied_total";
+    let puts = "search_documents_written_total{kind=\"put\"}";
+    let (applied_before, puts_before) = (server.metric(applied).await, server.metric(puts).await);
+
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    for n in 0..LIKES {
+        let answer: Value = client
+            .post(server.url("/articles/pub/like"))
+            .bearer_auth(&token)
+            .json(&json!({"id": id, "like": n % 2 == 0}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["code"], 0, "{answer}");
+    }
+    let took = started.elapsed();
+    wait_until("the index has applied every like", || async {
+        server.metric(applied).await >= applied_before + LIKES as f64
+    })
+    .await;
+    let written = server.metric(puts).await - puts_before;
+    // One commit per started second of likes, and the last one's.
+    let at_most = took.as_secs_f64().ceil() + 1.0;
+    assert!(
+        (1.0..=at_most).contains(&written),
+        "{LIKES} likes in {took:?} wrote the article {written} times (at most {at_most})"
+    );
+}
