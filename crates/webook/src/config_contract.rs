@@ -177,6 +177,7 @@ const CONTRACT: &[(&str, &str, &str)] = &[
     ),
     ("search_writer_heap", "64000000", "64000000"),
     ("search_commit_interval", "500ms", r#""500ms""#),
+    ("search_commit_gap", "250ms", r#""250ms""#),
     ("search_rate_limit", "30", "30"),
     ("search_rate_window", "2m", r#""2m""#),
     (
@@ -702,6 +703,12 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             "WEBOOK_SEARCH_COMMIT_INTERVAL",
             "2s",
             &["search_commit_interval", "within a second"],
+        );
+        refused(
+            jail,
+            "WEBOOK_SEARCH_COMMIT_GAP",
+            "5s",
+            &["search_commit_gap", "within a second"],
         );
         refused(
             jail,

@@ -46,10 +46,8 @@ pub fn test_config(data_dir: &Path, database_url: &str) -> Config {
         .moderation_new_account_period = std::time::Duration::ZERO;
     // Tests poll search until a change shows; the search limit has a test of its own.
     config.settings_mut::<SearchSettings>().search_rate_limit = 0;
-    // ... and need not wait the default second for each commit.
-    config
-        .settings_mut::<SearchSettings>()
-        .search_commit_interval = std::time::Duration::from_millis(100);
+    // ... and need not wait a second between commits (the gap has a test of its own).
+    config.settings_mut::<SearchSettings>().search_commit_gap = std::time::Duration::ZERO;
     // Tests' job receivers listen on loopback, which production refuses by default.
     config
         .settings_mut::<JobSettings>()

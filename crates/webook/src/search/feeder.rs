@@ -6,7 +6,10 @@
 //! Applying a batch is therefore idempotent and order-free — a late or repeated event writes
 //! the same document — and a batch touching an article a hundred times (likes) writes it once.
 //! Each batch is one commit carrying the stream positions it reached
-//! ([`IndexState::positions`]), so a restarted instance resumes after the last commit.
+//! ([`IndexState::positions`]), so a restarted instance resumes after the last commit. A commit
+//! costs tantivy a new segment whatever it holds, so commits are at least the commit gap
+//! (`search_commit_gap`) apart: a batch that comes sooner waits for it, and what arrives
+//! meanwhile makes the next batch — under a stream of likes, two commits a second by default.
 //!
 //! Start: [`SearchIndex::open`] tells whether the index is complete; if not, or if the stream
 //! no longer holds everything after its positions ([`EventStream::can_resume`]), the feeder
@@ -73,11 +76,10 @@ pub const TOPICS: &[&str] = &[
 ];
 /// In-process consumer group of the follower.
 const GROUP: &str = "search";
-/// Events per applied batch at most: one batch is one commit, which costs tantivy a new
-/// segment whatever it holds, and a batch's events shrink to the objects they name (a hundred
-/// likes of an article write it once). So a stream of events waits for the commit interval
-/// rather than filling small batches (at 10 000 likes a second, batches of the outbox relay's
-/// 500 were 20 commits a second).
+/// Events per applied batch at most: one batch is one commit, and a batch's events shrink to
+/// the objects they name (a hundred likes of an article write it once), so what piles up while
+/// a batch waits for the commit gap is taken at once (at 10 000 likes a second, batches of the
+/// outbox relay's 500 were 20 commits a second).
 const BATCH: usize = 10_000;
 /// Rows per page of a rebuild.
 const REBUILD_PAGE: i64 = 1000;
@@ -238,6 +240,8 @@ pub struct Feeder {
     state: Arc<Mutex<IndexState>>,
     /// What changed while a rebuild ran, applied after it.
     pending: Arc<Mutex<Option<Dirty>>>,
+    /// The least time between two commits of followed batches (module docs).
+    commit_gap: Duration,
     health: Arc<Health>,
 }
 
@@ -282,7 +286,25 @@ impl Feeder {
             status,
             state: Arc::default(),
             pending: Arc::default(),
+            commit_gap: Duration::ZERO,
             health: Arc::new(health),
+        }
+    }
+
+    /// The feeder with commits of followed batches at least `gap` apart (module docs).
+    pub fn with_commit_gap(mut self, gap: Duration) -> Self {
+        self.commit_gap = gap;
+        self
+    }
+
+    /// Waits until the commit gap has passed since the last commit (at most the gap, whatever
+    /// the clock did).
+    async fn wait_for_commit_gap(&self) {
+        let gap = platform::db::duration_millis(self.commit_gap);
+        let since = now_millis().saturating_sub(self.health.last_commit.load(Ordering::Relaxed));
+        let wait = gap.saturating_sub(since).clamp(0, gap);
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
         }
     }
 
@@ -797,6 +819,7 @@ impl Feeder {
                 "the search index is being opened again after a failed write"
             )));
         }
+        self.wait_for_commit_gap().await;
         let newest = events.iter().map(|event| event.time).max().unwrap_or(0);
         self.apply(dirty, reached, newest).await?;
         metrics::counter!(SEARCH_EVENTS_APPLIED_TOTAL).increment(events.len() as u64);

@@ -159,7 +159,8 @@ impl Feature for Search {
             store.clone(),
             readiness.clone(),
             platform.status.clone(),
-        );
+        )
+        .with_commit_gap(settings.search_commit_gap);
         let synonyms = settings.synonyms();
         synonyms.load()?;
         let search = SearchService::new(feeder.index(), readiness, store, synonyms);

@@ -23,13 +23,18 @@ pub struct SearchSettings {
     pub search_dir: PathBuf,
     /// Bytes the index writer buffers before writing a segment (≥ 15 MB).
     pub search_writer_heap: usize,
-    /// How long the feeder gathers events before applying and committing them — the longest a
-    /// change waits to become searchable beyond the outbox's own delay. A commit costs tantivy
-    /// a new segment (~30 ms of CPU) whatever it holds, so under a stream of writes (likes
-    /// change a document's popularity) this sets how much of the server's CPU goes to search:
-    /// 1 s, the refresh interval search engines default to, keeps it small.
+    /// How long the feeder gathers events (after the first) before applying and committing
+    /// them — the longest a change waits to become searchable beyond the outbox's own delay,
+    /// when the index is not busy.
     #[serde(with = "humantime_serde")]
     pub search_commit_interval: Duration,
+    /// The least time between two commits of the index: a commit costs tantivy a new segment
+    /// (tens of ms of CPU) whatever it holds, so under a stream of writes (every like changes
+    /// its article's popularity in the index) a batch waits for this since the last commit. A
+    /// change after a quiet spell is committed after `search_commit_interval` only; under a
+    /// stream, after at most two gaps and the interval (it may just miss a waiting batch).
+    #[serde(with = "humantime_serde")]
+    pub search_commit_gap: Duration,
     /// Searches a client address may make within `search_rate_window`; beyond it, 429001. 0
     /// turns the limit off (load tests).
     pub search_rate_limit: u32,
@@ -48,7 +53,8 @@ impl Default for SearchSettings {
         Self {
             search_dir: PathBuf::new(),
             search_writer_heap: 32 * 1024 * 1024,
-            search_commit_interval: Duration::from_secs(1),
+            search_commit_interval: Duration::from_millis(200),
+            search_commit_gap: Duration::from_millis(500),
             search_rate_limit: 120,
             search_rate_window: Duration::from_secs(60),
             search_synonyms: PathBuf::new(),
@@ -80,6 +86,7 @@ impl Settings for SearchSettings {
         "search_dir",
         "search_writer_heap",
         "search_commit_interval",
+        "search_commit_gap",
         "search_rate_limit",
         "search_rate_window",
         "search_synonyms",
@@ -98,6 +105,11 @@ impl Settings for SearchSettings {
         {
             bail!(
                 "invalid search_commit_interval (WEBOOK_SEARCH_COMMIT_INTERVAL): above 0 and at most 1s (changes must be searchable within a second)"
+            );
+        }
+        if self.search_commit_gap > Duration::from_secs(1) {
+            bail!(
+                "invalid search_commit_gap (WEBOOK_SEARCH_COMMIT_GAP): at most 1s (changes must be searchable within a second)"
             );
         }
         if self.search_rate_window.is_zero() {

@@ -1002,17 +1002,19 @@ crate::setup_tests!(
 
 /// Every like changes its article's popularity in the index, so a stream of likes is a stream
 /// of index changes; a commit costs the index a new segment whatever it holds. The real server
-/// (its own process, so its metrics are its own), with its default `search_commit_interval`,
-/// commits the liked article at most once per interval however fast the likes come: 1 500
-/// likes and unlikes are not cut into the outbox relay's batches of 500 events, nor committed
-/// every 200 ms.
+/// (its own process, so its metrics are its own), with `search_commit_gap` at a second,
+/// commits the liked article at most once a second however fast the likes come: 1 500 likes
+/// and unlikes are not cut into the outbox relay's batches of 500 events, nor committed every
+/// `search_commit_interval` (200 ms).
 #[tokio::test]
-async fn a_stream_of_likes_commits_the_index_at_most_once_a_commit_interval() {
+async fn a_stream_of_likes_commits_the_index_at_most_once_a_commit_gap() {
     use common::process::{webook, Server};
     const LIKES: usize = 1_500;
     let dir = tempfile::tempdir().unwrap();
     let mut command = webook(dir.path());
-    command.env("WEBOOK_WRITE_RATE_LIMIT", "0");
+    command
+        .env("WEBOOK_WRITE_RATE_LIMIT", "0")
+        .env("WEBOOK_SEARCH_COMMIT_GAP", "1s");
     let server = Server::start(command);
     let token = server
         .sign_up_and_log_in("liker@example.com", "hello#world1")
