@@ -708,7 +708,7 @@ fn values_that_would_misbehave_at_run_time_are_refused_at_start() {
             jail,
             "WEBOOK_SEARCH_COMMIT_GAP",
             "5s",
-            &["search_commit_gap", "within a second"],
+            &["search_commit_gap", "at most 1s"],
         );
         refused(
             jail,

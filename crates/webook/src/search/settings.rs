@@ -108,9 +108,7 @@ impl Settings for SearchSettings {
             );
         }
         if self.search_commit_gap > Duration::from_secs(1) {
-            bail!(
-                "invalid search_commit_gap (WEBOOK_SEARCH_COMMIT_GAP): at most 1s (changes must be searchable within a second)"
-            );
+            bail!("invalid search_commit_gap (WEBOOK_SEARCH_COMMIT_GAP): at most 1s");
         }
         if self.search_rate_window.is_zero() {
             bail!("invalid search_rate_window (WEBOOK_SEARCH_RATE_WINDOW): must be above 0");

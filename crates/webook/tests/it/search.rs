@@ -1031,19 +1031,10 @@ async fn a_stream_of_likes_commits_the_index_at_most_once_a_commit_gap() {
     let puts = "search_documents_written_total{kind=\"put\"}";
     let (applied_before, puts_before) = (server.metric(applied).await, server.metric(puts).await);
 
-    let client = reqwest::Client::new();
     let started = Instant::now();
     for n in 0..LIKES {
-        let answer: Value = client
-            .post(server.url("/articles/pub/like"))
-            .bearer_auth(&token)
-            .json(&json!({"id": id, "like": n % 2 == 0}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({"id": id, "like": n % 2 == 0});
+        let answer = server.post_json("/articles/pub/like", &token, &body).await;
         assert_eq!(answer["code"], 0, "{answer}");
     }
     let took = started.elapsed();

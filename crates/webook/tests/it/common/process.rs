@@ -197,18 +197,23 @@ impl Server {
     /// Publishes an article of `title` and `content` (HTML) as the holder of `token`; its id.
     pub async fn publish(&self, token: &str, title: &str, content: &str) -> i64 {
         let body = serde_json::json!({"title": title, "content": content});
-        let published: Value = reqwest::Client::new()
-            .post(self.url("/articles/publish"))
+        let published = self.post_json("/articles/publish", token, &body).await;
+        assert_eq!(published["code"], 0, "{published}");
+        published["data"].as_i64().unwrap()
+    }
+
+    /// The answer to a POST of `body` to `path` as the holder of `token`, as JSON.
+    pub async fn post_json(&self, path: &str, token: &str, body: &Value) -> Value {
+        reqwest::Client::new()
+            .post(self.url(path))
             .bearer_auth(token)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .unwrap()
             .json()
             .await
-            .unwrap();
-        assert_eq!(published["code"], 0, "{published}");
-        published["data"].as_i64().unwrap()
+            .unwrap()
     }
 
     /// `host:port` it listens on.
