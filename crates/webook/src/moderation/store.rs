@@ -413,23 +413,18 @@ impl ModerationStore {
         Ok((changed, log))
     }
 
-    /// When user `uid`'s account was created and, if suspended, until when and why (one
-    /// indexed read).
+    /// When user `uid`'s account was created and, if suspended, until when and why:
+    /// [`Self::writer_states`] of one account.
     pub async fn writer_state(&self, uid: i64) -> sqlx::Result<WriterState> {
-        let row: Option<(i64, Option<i64>, Option<String>)> = sqlx::query_as(
-            "SELECT u.ctime, s.suspended_until, s.reason FROM users u \
-             LEFT JOIN moderation_suspensions s ON s.uid = u.id WHERE u.id = $1",
-        )
-        .bind(uid)
-        .fetch_optional(self.db.pool())
-        .await?;
-        Ok(row.map_or((None, None), |(ctime, until, reason)| {
-            writer_state(ctime, until, reason)
-        }))
+        Ok(self
+            .writer_states(&[uid])
+            .await?
+            .remove(&uid)
+            .unwrap_or((None, None)))
     }
 
-    /// [`Self::writer_state`] of many accounts in one query (the write gate's batches);
-    /// accounts that do not exist are absent.
+    /// When each of `uids`' accounts was created and, if suspended, until when and why, in one
+    /// query (the write gate's batches); accounts that do not exist are absent.
     pub async fn writer_states(&self, uids: &[i64]) -> sqlx::Result<HashMap<i64, WriterState>> {
         if uids.is_empty() {
             return Ok(HashMap::new());
@@ -449,7 +444,10 @@ impl ModerationStore {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(uid, ctime, until, reason)| (uid, writer_state(ctime, until, reason)))
+            .map(|(uid, ctime, until, reason)| {
+                let suspension = until.map(|until| (until, reason.unwrap_or_default()));
+                (uid, (Some(ctime), suspension))
+            })
             .collect())
     }
 
@@ -584,12 +582,4 @@ async fn announce(
         now,
     )
     .await
-}
-
-/// An account's row as the write gate reads it.
-fn writer_state(ctime: i64, until: Option<i64>, reason: Option<String>) -> WriterState {
-    (
-        Some(ctime),
-        until.map(|until| (until, reason.unwrap_or_default())),
-    )
 }
