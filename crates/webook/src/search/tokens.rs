@@ -22,6 +22,8 @@ use std::sync::LazyLock;
 use pinyin::ToPinyin;
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
+use super::segment::Segmenter;
+
 pub use super::fold::fold;
 
 /// Name of the character analysis in the index's tokenizer manager.
@@ -34,8 +36,16 @@ pub const MAX_TERM_BYTES: usize = 40;
 /// Longest pinyin term kept (a run of 12 Chinese characters spelled out).
 const MAX_PINYIN_BYTES: usize = 64;
 
-/// The segmenter with its default dictionary, loaded once (≈ 0.3 s) on first use.
-static JIEBA: LazyLock<jieba_rs::Jieba> = LazyLock::new(jieba_rs::Jieba::new);
+/// Bytes of the word segmenter's dictionary in memory: 0 until the first text that needs it.
+pub const SEARCH_DICTIONARY_BYTES: &str = "search_dictionary_bytes";
+
+/// jieba's segmentation (see [`super::segment`]), built once on first use.
+static JIEBA: LazyLock<Segmenter> = LazyLock::new(|| {
+    #[allow(clippy::expect_used)] // the dictionary is compiled in, and its tests read it whole
+    let segmenter = Segmenter::embedded().expect("the embedded word list is well-formed");
+    metrics::gauge!(SEARCH_DICTIONARY_BYTES).set(segmenter.memory_bytes() as f64);
+    segmenter
+});
 
 /// Loads the dictionary now rather than in the first request that needs it.
 pub fn warm_up() {

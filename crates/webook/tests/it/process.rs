@@ -1092,20 +1092,8 @@ fn cluster_mode_refuses_the_log_sms_provider_unless_allowed() {
     );
 }
 
-/// Resident memory of process `pid` (`VmRSS`), in bytes.
-fn resident_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().strip_suffix("kB"))
-        .map(|kb| kb.trim().parse().unwrap())
-        .unwrap();
-    kb * 1024
-}
-
-/// jieba's dictionary takes ≈ 38 MB resident; less than this growth means it was already there.
-const DICTIONARY_BYTES: u64 = 20 << 20;
+/// The word segmenter's dictionary in the server's memory, as its metrics say (0: not loaded).
+const DICTIONARY_BYTES: &str = "search_dictionary_bytes";
 
 #[tokio::test]
 async fn an_empty_site_idles_without_the_chinese_dictionary_and_a_site_with_articles_loads_it_at_start(
@@ -1113,14 +1101,17 @@ async fn an_empty_site_idles_without_the_chinese_dictionary_and_a_site_with_arti
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(webook(dir.path()));
     server.search_ready().await;
-    let idle = resident_bytes(server.child.id());
+    assert_eq!(
+        server.metric(DICTIONARY_BYTES).await,
+        0.0,
+        "an empty site starts without the dictionary"
+    );
     // The first text that needs it loads it: a Chinese query.
     assert!(server.search_article_ids("分布式系统").await.is_empty());
-    let searched = resident_bytes(server.child.id());
+    let loaded = server.metric(DICTIONARY_BYTES).await;
     assert!(
-        searched >= idle + DICTIONARY_BYTES,
-        "the dictionary is loaded on first use, not at start: idle {idle} B, after a search \
-         {searched} B"
+        (1e6..4e6).contains(&loaded),
+        "the first Chinese query loads the dictionary, a map of 1–4 MB: {loaded} B"
     );
     let token = server
         .sign_up_and_log_in("writer@example.com", "hello#world1")
@@ -1134,16 +1125,15 @@ async fn an_empty_site_idles_without_the_chinese_dictionary_and_a_site_with_arti
     assert_eq!(server.exit_code().await, 0);
 
     // An index with documents will be searched: the dictionary is loaded before the first
-    // query, which then finds it there.
+    // query.
     let server = Server::start(webook(dir.path()));
     server.search_ready().await;
-    let idle = resident_bytes(server.child.id());
-    assert_eq!(server.search_article_ids("一致性").await, vec![id]);
-    let searched = resident_bytes(server.child.id());
-    assert!(
-        searched < idle + DICTIONARY_BYTES,
-        "the dictionary was loaded at start: idle {idle} B, after a search {searched} B"
+    assert_eq!(
+        server.metric(DICTIONARY_BYTES).await,
+        loaded,
+        "a site with articles loads the dictionary at start"
     );
+    assert_eq!(server.search_article_ids("一致性").await, vec![id]);
     server.terminate();
     assert_eq!(server.exit_code().await, 0);
 }
