@@ -397,7 +397,13 @@ async fn a_visitor_reads_an_article_its_author_a_topic_and_search_and_signs_in_o
     browser.click("[data-test=author]").await;
     browser.ready("user").await;
     browser.el("[data-test=followers]").await;
-    // Search finds it, in either language.
+    // Search finds it, in either language, once it is in the index (the page asks once, as a
+    // reader's would; the index takes its commit interval, and its first Chinese title builds
+    // the word dictionary).
+    platform::testing::wait_until("the search index to hold the article", || async {
+        server.search_article_ids("访客").await == vec![id]
+    })
+    .await;
     for query in ["accounts", "访客"] {
         browser
             .open(&server.url(&format!("/#/search?q={query}")))
