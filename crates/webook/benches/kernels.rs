@@ -29,6 +29,10 @@
 //!   for) inserted after every paragraph (of at most 1 000 characters), and for the crafted
 //!   query over bodies made of nothing but its characters (a match at every position); figures
 //!   in docs/PERFORMANCE.md → Search.
+//! - `segment/*`: jieba's search-mode words of generated Chinese text — 1 000 article titles,
+//!   and one article of 9–14 kB — with webook's segmenter over its dictionary FST
+//!   ([`Segmenter`]) against jieba-rs with its own dictionary (the baseline: the same words,
+//!   what the index used before 2026-12-08); and building each from its embedded dictionary.
 //!
 //! Run: `cargo bench -p webook --bench kernels` (figures in docs/PERFORMANCE.md → Kernels).
 
@@ -54,6 +58,7 @@ use webook::{
     search::{
         highlight::{self, Highlighter},
         query::ParsedQuery,
+        segment::Segmenter,
     },
     seed::{
         random::{Rng, Stream},
@@ -448,6 +453,71 @@ fn search_highlight(c: &mut Criterion) {
     group.finish();
 }
 
+/// Generated Chinese articles: the titles of the first 1 000, and the first body of 9–14 kB.
+fn chinese_texts() -> (Vec<String>, String) {
+    let articles: Vec<_> = (0..1_000)
+        .map(|index| {
+            text::article(
+                &mut Rng::new(1, Stream::ArticleText, index),
+                Language::Chinese,
+            )
+        })
+        .collect();
+    let body = (0..100_000)
+        .map(|index| {
+            text::article(
+                &mut Rng::new(1, Stream::ArticleText, index),
+                Language::Chinese,
+            )
+        })
+        .find(|article| (9_000..=14_000).contains(&article.content.len()))
+        .expect("no generated article of that length")
+        .content;
+    (articles.into_iter().map(|a| a.title).collect(), body)
+}
+
+fn segment(c: &mut Criterion) {
+    let ours = Segmenter::embedded().unwrap();
+    let jieba = jieba_rs::Jieba::new();
+    let (titles, body) = chinese_texts();
+    let mut group = c.benchmark_group("segment");
+    let title_bytes: usize = titles.iter().map(String::len).sum();
+    group.throughput(Throughput::Bytes(title_bytes as u64));
+    group.bench_function("titles/fst", |b| {
+        b.iter(|| {
+            titles
+                .iter()
+                .map(|t| ours.cut_for_search(black_box(t), true).len())
+                .sum::<usize>()
+        })
+    });
+    group.bench_function("titles/jieba_rs", |b| {
+        b.iter(|| {
+            titles
+                .iter()
+                .map(|t| jieba.cut_for_search(black_box(t), true).len())
+                .sum::<usize>()
+        })
+    });
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("article/fst", |b| {
+        b.iter(|| ours.cut_for_search(black_box(&body), true).len())
+    });
+    group.bench_function("article/jieba_rs", |b| {
+        b.iter(|| jieba.cut_for_search(black_box(&body), true).len())
+    });
+    group.finish();
+    let mut group = c.benchmark_group("segment_load");
+    group.sample_size(10);
+    group.bench_function("fst", |b| {
+        b.iter(|| Segmenter::embedded().unwrap().memory_bytes())
+    });
+    group.bench_function("jieba_rs", |b| {
+        b.iter(|| format!("{:?}", jieba_rs::Jieba::new()).len())
+    });
+    group.finish();
+}
+
 criterion_group!(
     kernels,
     scores,
@@ -458,6 +528,7 @@ criterion_group!(
     response_gzip,
     cache_lookup,
     event_publish,
-    search_highlight
+    search_highlight,
+    segment
 );
 criterion_main!(kernels);
