@@ -48,6 +48,7 @@ use platform::{
     events::EventStream,
     telemetry,
 };
+use segment::Segmenter;
 use webook::{
     article::model::{abstract_of, check_markup, sanitize_html},
     ranking::{
@@ -58,7 +59,6 @@ use webook::{
     search::{
         highlight::{self, Highlighter},
         query::ParsedQuery,
-        segment::Segmenter,
     },
     seed::{
         random::{Rng, Stream},

@@ -17,12 +17,13 @@
 //! shorter words of a compound included ("分布式系统" → 分布式, 系统), so a compound whose
 //! words stand apart in a text still matches.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::LazyLock;
 
 use pinyin::ToPinyin;
 use tantivy::tokenizer::{Token, TokenStream, Tokenizer};
 
-use super::segment::Segmenter;
+use segment::Segmenter;
 
 pub use super::fold::fold;
 
@@ -39,13 +40,23 @@ const MAX_PINYIN_BYTES: usize = 64;
 /// Bytes of the word segmenter's dictionary in memory: 0 until the first text that needs it.
 pub const SEARCH_DICTIONARY_BYTES: &str = "search_dictionary_bytes";
 
-/// jieba's segmentation (see [`super::segment`]), built once on first use.
+/// [`SEARCH_DICTIONARY_BYTES`]' value in this process.
+static DICTIONARY_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// jieba's segmentation (see the `segment` crate), built once on first use.
 static JIEBA: LazyLock<Segmenter> = LazyLock::new(|| {
     #[allow(clippy::expect_used)] // the dictionary is compiled in, and its tests read it whole
     let segmenter = Segmenter::embedded().expect("the embedded word list is well-formed");
-    metrics::gauge!(SEARCH_DICTIONARY_BYTES).set(segmenter.memory_bytes() as f64);
+    DICTIONARY_BYTES.store(segmenter.memory_bytes(), Ordering::Relaxed);
+    report_dictionary();
     segmenter
 });
+
+/// Sets [`SEARCH_DICTIONARY_BYTES`]: 0 until the dictionary is loaded, so the series is
+/// there from the start.
+pub fn report_dictionary() {
+    metrics::gauge!(SEARCH_DICTIONARY_BYTES).set(DICTIONARY_BYTES.load(Ordering::Relaxed) as f64);
+}
 
 /// Loads the dictionary now rather than in the first request that needs it.
 pub fn warm_up() {

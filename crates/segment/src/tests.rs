@@ -91,7 +91,7 @@ fn the_word_list_is_jiebas_dictionary() {
 #[test]
 fn cuts_articles_as_jieba_does() {
     let articles: serde_json::Value = serde_json::from_str(include_str!(
-        "../../../tests/data/search_quality/articles.json"
+        "../../webook/tests/data/search_quality/articles.json"
     ))
     .unwrap();
     let articles = articles.as_array().unwrap();
@@ -100,8 +100,8 @@ fn cuts_articles_as_jieba_does() {
         for field in ["title", "body"] {
             let text = article[field].as_str().unwrap();
             assert_same(text);
-            // What the index sees: folded text.
-            assert_same(&super::super::fold::fold(text));
+            // What the index sees is folded: lowercased, among other things.
+            assert_same(&text.to_lowercase());
         }
     }
 }
@@ -214,4 +214,85 @@ fn cuts_generated_text_as_jieba_does() {
     ] {
         assert_same(text);
     }
+}
+
+#[test]
+fn cuts_alike_at_the_edges_of_every_character_range() {
+    // Each range a run is made of, by its first and last character and the ones just outside.
+    let edges = [
+        '\u{33FF}',
+        '\u{3400}',
+        '\u{4DBF}',
+        '\u{4DC0}',
+        '\u{4DFF}',
+        '\u{4E00}',
+        '\u{9FD5}',
+        '\u{9FD6}',
+        '\u{9FFF}',
+        '\u{A000}',
+        '\u{F8FF}',
+        '\u{F900}',
+        '\u{FAFF}',
+        '\u{FB00}',
+        '\u{1FFFF}',
+        '\u{20000}',
+        '\u{2A6DF}',
+        '\u{2A6E0}',
+        '\u{2A6FF}',
+        '\u{2A700}',
+        '\u{2B73F}',
+        '\u{2B740}',
+        '\u{2B81F}',
+        '\u{2B820}',
+        '\u{2CEAF}',
+        '\u{2CEB0}',
+        '\u{2EBEF}',
+        '\u{2EBF0}',
+        '\u{2F7FF}',
+        '\u{2F800}',
+        '\u{2FA1F}',
+        '\u{2FA20}',
+    ];
+    for a in edges {
+        for b in edges {
+            assert_same(&format!("中文{a}{b}测试"));
+            assert_same(&format!("{a}数据库{b}x1{a}"));
+        }
+    }
+}
+
+#[test]
+fn a_word_the_route_cuts_into_characters_is_not_given_to_the_model() {
+    // Dictionary words whose best route is one character at a time: with the model on, such
+    // a run is emitted character by character, not re-joined.
+    let words = dictionary();
+    let split: Vec<&String> = words
+        .iter()
+        .filter(|w| w.chars().count() >= 2 && OURS.cut(w, false).len() == w.chars().count())
+        .take(500)
+        .collect();
+    assert!(
+        !split.is_empty(),
+        "no dictionary word is cut into its characters"
+    );
+    for word in split {
+        assert_same(word);
+        assert_same(&format!("。{word}，"));
+    }
+}
+
+#[test]
+fn cuts_one_very_long_run_as_jieba_does() {
+    // 20 000 words without a separator: one run, longer than the buffers a thread keeps.
+    let words = dictionary();
+    let text: String = words
+        .iter()
+        .step_by(17)
+        .take(20_000)
+        .map(String::as_str)
+        .collect();
+    assert!(text.chars().count() > 40_000);
+    assert_same(&text);
+    // And the buffers still work for a short text after it.
+    assert_same("我来到北京清华大学");
 }

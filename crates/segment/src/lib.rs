@@ -1,7 +1,7 @@
 //! Chinese word segmentation with jieba's dictionary held as a finite-state transducer.
 //!
-//! The segmentation is jieba's, word for word (jieba-rs 0.11, whose tests this module's
-//! tests compare it against): text is split into runs of Han characters and ASCII word
+//! The segmentation is jieba's, word for word (that of jieba-rs 0.11, whose output this
+//! module's tests compare it with): text is split into runs of Han characters and ASCII word
 //! characters; each run's dictionary words form a graph whose most probable path (word
 //! frequencies over the dictionary's total) is the cut; characters the path leaves alone
 //! are joined again by jieba's hidden Markov model when they are no dictionary word
@@ -11,11 +11,11 @@
 //! What differs is the memory. jieba-rs keeps its 349 045 words in a hash trie (a 16 MiB
 //! slot table), a record and a logarithm per word and the decompressed text it loaded them
 //! from: ≈ 38 MB resident for as long as the process lives. Here the words and their
-//! frequencies are one FST map of 3.2 MB, built on first use from the compressed list in
-//! this folder (`words.txt.gz`, 1.7 MB in the binary), read line by line so the text is
-//! never whole in memory. The model for unknown words is jieba-rs's own, compiled into its
-//! code: [`HMM`] is a jieba-rs segmenter with an empty dictionary, which cuts any run of two
-//! or more characters with the model alone.
+//! frequencies are one FST map of 3.2 MB (and a 252 kB table of its first steps), built on
+//! first use from the compressed list in this folder (`words.txt.gz`, 1.7 MB in the binary),
+//! read line by line so the text is never whole in memory. The model for unknown words is
+//! jieba-rs's own, compiled into its code: [`HMM`] is a jieba-rs segmenter with an empty
+//! dictionary (≈ 0.5 MB), which cuts any run of two or more characters with the model alone.
 //!
 //! `words.txt.gz` is jieba's default dictionary (`dict.txt` of jieba-rs, MIT licence)
 //! without its part-of-speech column, in byte order, compressed: made with
@@ -30,8 +30,12 @@ use tantivy_fst::raw::{CompiledAddr, Fst, Output};
 /// jieba's dictionary: one `word frequency` line per word, in byte order.
 static WORDS: &[u8] = include_bytes!("words.txt.gz");
 
-/// Bytes the map of [`WORDS`] takes, so its buffer is allocated once.
+/// Bytes the map of [`WORDS`] takes (3 200 048) and a little to spare, so its buffer is
+/// allocated once.
 const MAP_BYTES: usize = 3_300_000;
+
+/// Most bytes of buffers a thread keeps between segmentations.
+const SCRATCH_BYTES: usize = 64 << 10;
 
 /// A segmenter without a dictionary: every run it is given goes through the model.
 static HMM: LazyLock<jieba_rs::Jieba> = LazyLock::new(jieba_rs::Jieba::empty);
@@ -90,6 +94,9 @@ pub enum DictionaryError {
     /// The words are not unique and in byte order.
     #[error("building the word map: {0}")]
     Map(#[from] tantivy_fst::Error),
+    /// A frequency or the map's size is beyond what the first-character table holds (2^32).
+    #[error("the word map is too large for its first-character table")]
+    TooLarge,
 }
 
 /// One step of the best path through a run: where the word from here ends, and the log
@@ -101,7 +108,7 @@ struct Step {
 }
 
 impl Segmenter {
-    /// The segmenter over jieba's default dictionary (≈ 0.2 s in a release build).
+    /// The segmenter over jieba's default dictionary (≈ 0.16 s in a release build).
     pub fn embedded() -> Result<Self, DictionaryError> {
         Self::from_list(std::io::BufReader::new(flate2::bufread::GzDecoder::new(
             WORDS,
@@ -121,30 +128,36 @@ impl Segmenter {
             builder.insert(word, freq)?;
             total += freq;
         }
-        let mut bytes = builder.into_inner()?;
-        bytes.shrink_to_fit();
-        let words = Fst::new(bytes)?;
-        let first_char = MAIN_BLOCK
-            .filter_map(char::from_u32)
-            .map(|c| {
-                let mut node = words.root();
-                let mut out = Output::zero();
-                for b in c.encode_utf8(&mut [0; 4]).bytes() {
-                    let transition = node.transition(node.find_input(b)?);
-                    out = out.cat(transition.out);
-                    node = words.node(transition.addr);
-                }
-                Some((
-                    u32::try_from(node.addr()).ok()?,
-                    u32::try_from(out.value()).ok()?,
-                ))
-            })
-            .collect();
+        let words = Fst::new(builder.into_inner()?)?;
+        let mut first_char = Vec::with_capacity(MAIN_BLOCK.count());
+        for c in MAIN_BLOCK.filter_map(char::from_u32) {
+            let step = match Self::step(&words, c) {
+                Some((addr, out)) => Some((
+                    u32::try_from(addr).map_err(|_| DictionaryError::TooLarge)?,
+                    u32::try_from(out).map_err(|_| DictionaryError::TooLarge)?,
+                )),
+                None => None,
+            };
+            first_char.push(step);
+        }
         Ok(Self {
             words,
             first_char,
             log_total: (total as f64).ln(),
         })
+    }
+
+    /// Where `words` stands after `c` from its root: the node's address and the output so
+    /// far; `None` when no word starts with `c`.
+    fn step(words: &Fst<Vec<u8>>, c: char) -> Option<(CompiledAddr, u64)> {
+        let mut node = words.root();
+        let mut out = Output::zero();
+        for b in c.encode_utf8(&mut [0; 4]).bytes() {
+            let transition = node.transition(node.find_input(b)?);
+            out = out.cat(transition.out);
+            node = words.node(transition.addr);
+        }
+        Some((node.addr(), out.value()))
     }
 
     /// Whether `word` is a dictionary word.
@@ -166,9 +179,9 @@ impl Segmenter {
         words
     }
 
-    /// Search mode: the words of [`Self::cut`], each preceded by the two- and then
-    /// three-character dictionary words inside it and, for a word joined by `.`, `_` or
-    /// `-`, by its parts that have a letter and two bytes or more.
+    /// Search mode: the words of [`Self::cut`], each preceded — for a word joined by `.`,
+    /// `_` or `-` — by its parts that have a letter and two bytes or more, then by the two-
+    /// and then three-character dictionary words inside it.
     pub fn cut_for_search<'a>(&self, text: &'a str, hmm: bool) -> Vec<Word<'a>> {
         let mut out = Vec::new();
         self.cut_each(text, hmm, |word, in_run| {
@@ -260,7 +273,11 @@ impl Segmenter {
             }
             at += len;
         }
-        if chars.capacity() + edges.capacity() + route.capacity() < 1 << 16 {
+        let kept = chars.capacity() * std::mem::size_of::<(usize, char)>()
+            + edges.capacity() * std::mem::size_of::<(usize, u64)>()
+            + first_edge.capacity() * std::mem::size_of::<usize>()
+            + route.capacity() * std::mem::size_of::<Step>();
+        if kept <= SCRATCH_BYTES {
             SCRATCH.set(scratch);
         }
     }
