@@ -14,7 +14,7 @@
 //! frequencies are one FST map of 3.2 MB (and a 252 kB table of its first steps), built on
 //! first use from the compressed list in this folder (`words.txt.gz`, 1.7 MB in the binary),
 //! read line by line so the text is never whole in memory. The model for unknown words is
-//! jieba-rs's own, compiled into its code: [`HMM`] is a jieba-rs segmenter with an empty
+//! jieba-rs's own, compiled into its code: `HMM` is a jieba-rs segmenter with an empty
 //! dictionary (≈ 0.5 MB), which cuts any run of two or more characters with the model alone.
 //!
 //! `words.txt.gz` is jieba's default dictionary (`dict.txt` of jieba-rs, MIT licence)
