@@ -199,7 +199,8 @@ impl Segmenter {
                     offset += part.len() + 1;
                 }
             }
-            if in_run {
+            // Only a word of three characters or more has shorter words inside it.
+            if in_run && word.word.chars().nth(2).is_some() {
                 let starts: Vec<usize> = word
                     .word
                     .char_indices()
